@@ -1,0 +1,177 @@
+"""torch.distributed set-up: device and backend choice, MPI-driven rendezvous, thread budget.
+
+Imports torch, never torch-geometric. The choice logic (`choose`) is a pure function of a `Hardware`
+description, so it is tested with the hardware faked.
+"""
+from __future__ import annotations
+
+import datetime
+import importlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mpignn import env as _env
+from mpignn.errors import LaunchError
+
+__all__ = ["Hardware", "Choice", "detect_hardware", "choose", "init_process_group", "apply_threads",
+           "destroy_process_group"]
+
+log = logging.getLogger(__name__)
+
+DEVICES = ("auto", "cpu", "cuda", "xpu")
+BACKENDS = ("auto", "gloo", "mpi", "nccl", "xccl", "ccl")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What this process can use; `detect_hardware()` fills it, tests build it by hand."""
+
+    cuda_devices: int = 0
+    xpu_devices: int = 0
+    has_nccl: bool = False
+    has_xccl: bool = False  # torch's native oneCCL backend (torch >= 2.8 XPU builds)
+    has_ccl: bool = False  # oneccl-bindings-for-pytorch registers "ccl"
+    has_ipex: bool = False
+    has_mpi_backend: bool = False  # torch built with MPI support
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The device this rank computes on and the torch.distributed backend."""
+
+    device: str  # "cpu", "cuda:3", "xpu:1"
+    backend: str
+
+    @property
+    def device_type(self) -> str:
+        return self.device.split(":")[0]
+
+
+def _has_module(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+        return True
+    except Exception:  # a broken optional install counts as absent
+        return False
+
+
+def detect_hardware() -> Hardware:
+    """Probe torch (and the optional Intel packages) for devices and backends."""
+    dist = torch.distributed
+    cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    xpu = torch.xpu.device_count() if hasattr(torch, "xpu") and torch.xpu.is_available() else 0
+    has_ipex = _has_module("intel_extension_for_pytorch") if xpu else False
+    return Hardware(
+        cuda_devices=cuda,
+        xpu_devices=xpu,
+        has_nccl=bool(cuda) and dist.is_nccl_available(),
+        has_xccl=bool(getattr(dist, "is_xccl_available", lambda: False)()),
+        has_ccl=_has_module("oneccl_bindings_for_pytorch") if xpu or has_ipex else False,
+        has_ipex=has_ipex,
+        has_mpi_backend=dist.is_mpi_available(),
+    )
+
+
+def choose(device: str, backend: str, hw: Hardware, local_rank: int) -> Choice:
+    """Pick the device and backend: CUDA -> nccl, Intel XPU -> xccl (else ccl), CPU -> gloo.
+
+    One accelerator per node-local rank (`local_rank % devices`). Explicit requests are honoured or refused.
+
+    Raises:
+        LaunchError: the requested device or backend is not available here.
+    """
+    if device not in DEVICES:
+        raise LaunchError(f"--device must be one of {', '.join(DEVICES)}; got '{device}'. HINT: use --device auto")
+    if backend not in BACKENDS:
+        raise LaunchError(f"--backend must be one of {', '.join(BACKENDS)}; got '{backend}'. "
+                          "HINT: use --backend auto")
+    if device == "auto":
+        device = "cuda" if hw.cuda_devices else "xpu" if hw.xpu_devices else "cpu"
+    if device == "cuda" and not hw.cuda_devices:
+        raise LaunchError("--device cuda asked for, but torch sees no CUDA device. HINT: check "
+                          "CUDA_VISIBLE_DEVICES and that a CUDA build of torch is installed, or use --device cpu")
+    if device == "xpu" and not hw.xpu_devices:
+        raise LaunchError("--device xpu asked for, but torch sees no XPU. HINT: load the oneAPI environment and "
+                          "install an XPU build of torch (pip install -e .[xpu]), or use --device cpu")
+    if backend == "auto":
+        backend = _default_backend(device, hw)
+    available = {"gloo": True, "mpi": hw.has_mpi_backend, "nccl": hw.has_nccl, "xccl": hw.has_xccl,
+                 "ccl": hw.has_ccl}
+    if not available[backend]:
+        raise LaunchError(f"--backend {backend} is not available in this torch build; "
+                          f"available: {', '.join(b for b, ok in available.items() if ok)}. "
+                          f"HINT: use --backend auto, or install the build that provides {backend}")
+    if backend == "nccl" and device != "cuda":
+        raise LaunchError(f"--backend nccl needs --device cuda; got --device {device}. HINT: use --backend gloo")
+    if device == "cpu":
+        return Choice("cpu", backend)
+    count = hw.cuda_devices if device == "cuda" else hw.xpu_devices
+    return Choice(f"{device}:{local_rank % count}", backend)
+
+
+def _default_backend(device: str, hw: Hardware) -> str:
+    if device == "cuda":
+        return "nccl" if hw.has_nccl else "gloo"
+    if device == "xpu":
+        if hw.has_xccl:
+            return "xccl"
+        if hw.has_ccl:
+            return "ccl"
+        raise LaunchError("no collective backend for XPU: torch has no 'xccl' and oneccl-bindings-for-pytorch "
+                          "is not installed. HINT: pip install -e .[xpu] (IPEX + oneCCL bindings), or use "
+                          "a torch >= 2.8 XPU build")
+    return "gloo"
+
+
+def apply_threads(threads: int) -> None:
+    """Give torch (and numba, when loaded) `threads` threads."""
+    torch.set_num_threads(threads)
+    try:
+        import numba
+
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    except ImportError:
+        pass
+
+
+def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, local_size: int,
+                       choice: Choice, timeout_s: float = 600.0) -> None:
+    """Collective over `comm`: initialise torch.distributed with no hand-set MASTER_ADDR/MASTER_PORT.
+
+    Rank 0 takes its host address and a port the kernel reports free, and broadcasts both over MPI; values
+    already in the environment win. The `mpi` backend needs no rendezvous.
+    """
+    dist = torch.distributed
+    if dist.is_initialized():
+        return
+    if choice.device_type == "cuda":
+        torch.cuda.set_device(torch.device(choice.device))
+    elif choice.device_type == "xpu":
+        torch.xpu.set_device(torch.device(choice.device))
+    if choice.backend == "ccl":
+        importlib.import_module("oneccl_bindings_for_pytorch")  # registers the "ccl" backend
+    if choice.backend != "mpi":
+        addr_port = (_env.host_address(), _env.free_port()) if rank == 0 else None
+        addr, port = comm.bcast(addr_port, root=0)
+        changed = _env.export_torch_env({"MASTER_ADDR": addr, "MASTER_PORT": port, "RANK": rank,
+                                         "WORLD_SIZE": world_size, "LOCAL_RANK": local_rank,
+                                         "LOCAL_WORLD_SIZE": local_size})
+        for name, (old, new) in changed.items():
+            log.info("overriding %s=%s with %s", name, old, new)
+    timeout = datetime.timedelta(seconds=timeout_s)
+    kwargs: dict[str, Any] = {}
+    if choice.device_type in ("cuda", "xpu"):
+        kwargs["device_id"] = torch.device(choice.device)
+    if choice.backend == "mpi":
+        dist.init_process_group("mpi", timeout=timeout)
+    else:
+        dist.init_process_group(choice.backend, init_method="env://", rank=rank, world_size=world_size,
+                                timeout=timeout, **kwargs)
+
+
+def destroy_process_group() -> None:
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

@@ -1,0 +1,70 @@
+"""Run a worker script under `mpiexec -n N` with a hard timeout (the Tier-3 helper of STYLE.md §9)."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKERS = Path(__file__).resolve().parent / "mpi_workers"
+SHARED = ROOT.parent / "shared"
+
+
+def mpiexec() -> str:
+    exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    if exe is None:
+        pytest.skip("no mpiexec; pip install -e .[test] (brings the mpich wheel)")
+    return exe
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PMI_", "OMPI_", "HYDRA_", "PMIX_"))}
+    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", MPIGNN_LOG_RANKS=env.get("MPIGNN_LOG_RANKS", "0"))
+    env.update(extra)
+    return env
+
+
+def run_cmd(cmd: list[str], timeout: float, env: dict[str, str] | None = None,
+            cwd: str | Path | None = None) -> tuple[int, str]:
+    """Run `cmd` in its own session; on timeout kill the whole group and fail with the output."""
+    p = subprocess.Popen(cmd, env=env or clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True, cwd=cwd)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        pytest.fail(f"{' '.join(cmd)} hung > {timeout}s:\n{out[-4000:]}")
+    return p.returncode, out
+
+
+def mpi_cmd(n: int, argv: list[str], timeout: float) -> tuple[list[str], dict[str, str]]:
+    return ([mpiexec(), "-launcher", "fork", "-n", str(n), *argv],
+            clean_env(MPIEXEC_TIMEOUT=str(int(timeout))))
+
+
+def run_mpi_raw(n: int, argv: list[str], timeout: float = 60, cwd: str | Path | None = None,
+                **env: str) -> tuple[int, str]:
+    """`mpiexec -n n ARGV...`; returns (exit code, output)."""
+    cmd, base_env = mpi_cmd(n, argv, timeout)
+    base_env.update(env)
+    return run_cmd(cmd, timeout + 15, base_env, cwd)
+
+
+def ok_ranks(out: str) -> set[str]:
+    # Hydra forwards each rank's output in chunks, so lines of different ranks can run together.
+    return set(re.findall(r"MPIGNN-OK rank=(\d+)", out))
+
+
+def run_mpi(worker: str, n: int, *args: object, timeout: float = 60, **env: str) -> str:
+    """Run tests/mpi_workers/WORKER on n ranks; require exit 0 and n distinct `MPIGNN-OK rank=` lines."""
+    rc, out = run_mpi_raw(n, [sys.executable, str(WORKERS / worker), *map(str, args)], timeout, **env)
+    ok = ok_ranks(out)
+    assert rc == 0 and len(ok) == n, f"rc={rc}, ok={sorted(ok)}\n{out[-4000:]}"
+    return out

@@ -1,0 +1,28 @@
+"""The layering rules of STYLE.md §2, checked in fresh interpreters."""
+import subprocess
+import sys
+
+import pytest
+
+NO_TORCH = ["mpignn", "mpignn.mpi", "mpignn.env", "mpignn.log", "mpignn.config", "mpignn.errors"]
+NO_PYG = ["mpignn.dist", "mpignn.data", "mpignn.partition", "mpignn.graph", "mpignn.sampling", "mpignn.exchange"]
+
+
+def _loaded(module: str) -> set[str]:
+    code = f"import sys, {module}; print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in " \
+           "('torch', 'torch_geometric', 'mpi4py'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return set(out.stdout.split())
+
+
+@pytest.mark.parametrize("module", NO_TORCH)
+def test_leaf_modules_import_without_torch(module):
+    loaded = _loaded(module)
+    assert "torch" not in loaded and "torch_geometric" not in loaded
+    assert "mpi4py.MPI" not in loaded, "importing must not initialise MPI"
+
+
+@pytest.mark.parametrize("module", NO_PYG)
+def test_lower_layers_import_without_torch_geometric(module):
+    assert "torch_geometric" not in _loaded(module)

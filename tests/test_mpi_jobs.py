@@ -1,0 +1,56 @@
+"""Tier 3: the MPI helpers under real `mpiexec -n N`."""
+import sys
+import time
+
+import pytest
+
+from _mpirun import WORKERS, run_mpi, run_mpi_raw
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_split_and_equal_steps(n):
+    out = run_mpi("split_steps.py", n, 1000)
+    if n == 3:
+        assert "sizes=[334, 333, 333]" in out
+
+
+def test_split_fewer_items_than_ranks():
+    out = run_mpi("split_steps.py", 3, 2)
+    assert "sizes=[1, 1, 0]" in out
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_root_first_ready_signal(n, tmp_path):
+    run_mpi("root_first.py", n, "ok", tmp_path)
+
+
+def test_root_failure_reaches_every_rank(tmp_path):
+    rc, out = run_mpi_raw(3, [sys.executable, str(WORKERS / "root_first.py"), "fail", str(tmp_path)], timeout=60)
+    assert rc != 0
+    assert "disk full" in out
+    for rank in (1, 2):
+        assert f"[rank {rank}] rank 0 on" in out and "failed during writing the marker" in out, out
+
+
+def test_stuck_root_times_out(tmp_path):
+    start = time.monotonic()
+    rc, out = run_mpi_raw(2, [sys.executable, str(WORKERS / "root_first.py"), "hang", str(tmp_path)], timeout=50)
+    assert rc != 0 and "waited 5s for rank 0" in out, out
+    assert time.monotonic() - start < 40
+
+
+@pytest.mark.parametrize("bad_rank", [0, 1])
+def test_failure_on_one_rank_ends_the_job_fast(bad_rank):
+    start = time.monotonic()
+    rc, out = run_mpi_raw(3, [sys.executable, str(WORKERS / "fail_rank.py"), str(bad_rank)], timeout=60)
+    elapsed = time.monotonic() - start
+    assert rc != 0, out
+    assert f"injected failure on rank {bad_rank}" in out and f"root cause: rank {bad_rank}" in out, out
+    assert elapsed < 20, f"took {elapsed:.1f}s to end the job"
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_rendezvous_and_allreduce_over_gloo(n):
+    run_mpi("rendezvous.py", n, timeout=90)
