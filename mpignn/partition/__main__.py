@@ -1,0 +1,3 @@
+from mpignn.partition.cli import cli
+
+cli()

@@ -1,0 +1,254 @@
+"""The partition folder: how parts are written and read back. numpy only, never pickle.
+
+Nodes are renumbered so that part p owns the contiguous global ids [offsets[p], offsets[p+1]); the owner of
+any id is then one binary search over `part_offsets` (works for ids on any device), and a local row is
+`gid - offsets[p]`. All ids inside the folder are these new ids; `node_map.npy` maps original ids to them.
+
+    OUT/
+      META.json            format, dataset, method, seed, counts, part_offsets, edge cut, per-part sizes,
+                           and the byte size + sha256 of every part file; written last
+      node_map.npy         int64 [N]: new id of each original node id
+      part-000/
+        rowptr.npy         int64 [n_p + 1]  CSR over the part's own nodes (by target)
+        col.npy            int64 [e_p]      in-neighbours of each own node, global ids (own or halo)
+        x.npy              float32 [n_p, F]
+        y.npy              int64 [n_p]
+        train_idx.npy  val_idx.npy  test_idx.npy   global ids of own nodes in each split
+        orig_id.npy        int64 [n_p]: original id of each own node
+        halo_gid.npy       int64 [h_p]: sorted ids of other parts' nodes that own nodes link to
+        halo_deg.npy       int64 [h_p]: how many own edges come from each halo node (cache ranking)
+      part-001/ ...
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from mpignn.data.graph import GraphData
+from mpignn.errors import ConfigError, PartitionFormatError
+from mpignn.fileio import atomic_dir, load_npy, read_json, save_npy, sha256_file, write_json
+
+__all__ = ["FORMAT_VERSION", "PART_FILES", "PartitionMeta", "LocalPart", "write_partition", "read_meta",
+           "load_partition", "part_dir"]
+
+FORMAT_VERSION = 1
+PART_FILES = ("rowptr", "col", "x", "y", "train_idx", "val_idx", "test_idx", "orig_id", "halo_gid", "halo_deg")
+
+
+@dataclass(frozen=True)
+class PartitionMeta:
+    """META.json, parsed."""
+
+    dataset: str
+    method: str
+    seed: int
+    num_parts: int
+    num_nodes: int
+    num_edges: int
+    num_features: int
+    num_classes: int
+    part_offsets: tuple[int, ...]
+    edge_cut: int
+    parts: tuple[dict, ...] = field(repr=False)
+
+    def owner_of(self, gids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(np.asarray(self.part_offsets), gids, side="right") - 1
+
+
+@dataclass
+class LocalPart:
+    """One part in memory: the rank's own nodes, their in-edges, features, labels and splits."""
+
+    meta: PartitionMeta
+    part_id: int
+    rowptr: np.ndarray
+    col: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    test_idx: np.ndarray
+    orig_id: np.ndarray
+    halo_gid: np.ndarray
+    halo_deg: np.ndarray
+
+    @property
+    def lo(self) -> int:
+        return self.meta.part_offsets[self.part_id]
+
+    @property
+    def hi(self) -> int:
+        return self.meta.part_offsets[self.part_id + 1]
+
+
+def part_dir(folder: str | os.PathLike, part_id: int) -> Path:
+    return Path(folder) / f"part-{part_id:03d}"
+
+
+def _renumber(parts: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(order: old id at each new id, node_map: new id of each old id, offsets)."""
+    order = np.argsort(parts, kind="stable")
+    node_map = np.empty_like(order)
+    node_map[order] = np.arange(len(order), dtype=np.int64)
+    offsets = np.zeros(num_parts + 1, dtype=np.int64)
+    np.cumsum(np.bincount(parts, minlength=num_parts), out=offsets[1:])
+    return order, node_map, offsets
+
+
+def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike, *, num_parts: int, method: str,
+                    seed: int, dataset: str, force: bool = False) -> dict:
+    """Write `graph` cut by `parts` into `out` (atomically: a crash leaves no half-written folder).
+
+    Returns:
+        The report: edge cut, balance of nodes / edges / training nodes, halo sizes, seconds taken.
+    Raises:
+        ConfigError: `out` exists and `force` is not set.
+    """
+    start = time.perf_counter()
+    out = Path(out)
+    if out.exists() and not force:
+        raise ConfigError(f"partition folder {out} already exists. HINT: pass --force to replace it, or pick "
+                          "another --out")
+    order, node_map, offsets = _renumber(parts, num_parts)
+    deg = np.diff(graph.rowptr)
+    edge_cut = 0
+    summaries = []
+    split_sets = {k: node_map[getattr(graph, k)] for k in ("train_idx", "val_idx", "test_idx")}
+    with atomic_dir(out) as tmp:
+        save_npy(tmp / "node_map.npy", node_map)
+        for p in range(num_parts):
+            lo, hi = int(offsets[p]), int(offsets[p + 1])
+            own_old = order[lo:hi]
+            own_deg = deg[own_old]
+            rowptr = np.zeros(hi - lo + 1, dtype=np.int64)
+            np.cumsum(own_deg, out=rowptr[1:])
+            # Gather each own node's in-edge segment: position j of new row i reads old col at
+            # graph.rowptr[old_i] + (j - rowptr[i]).
+            shift = np.repeat(graph.rowptr[own_old] - rowptr[:-1], own_deg)
+            col = node_map[graph.col[np.arange(rowptr[-1], dtype=np.int64) + shift]]
+            del shift
+            remote = (col < lo) | (col >= hi)
+            edge_cut += int(remote.sum())
+            halo_gid, halo_deg = np.unique(col[remote], return_counts=True)
+            arrays = {
+                "rowptr": rowptr, "col": col, "x": graph.x[own_old], "y": graph.y[own_old],
+                **{k: np.sort(v[(v >= lo) & (v < hi)]) for k, v in split_sets.items()},
+                "orig_id": own_old, "halo_gid": halo_gid, "halo_deg": halo_deg.astype(np.int64),
+            }
+            folder = part_dir(tmp, p)
+            folder.mkdir()
+            files = {}
+            for name in PART_FILES:
+                path = folder / f"{name}.npy"
+                save_npy(path, arrays[name])
+                files[name] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+            summaries.append({"nodes": hi - lo, "edges": int(rowptr[-1]), "train": len(arrays["train_idx"]),
+                              "val": len(arrays["val_idx"]), "test": len(arrays["test_idx"]),
+                              "halo": len(halo_gid), "cut_edges": int(remote.sum()), "files": files})
+        meta = {
+            "format": FORMAT_VERSION, "dataset": dataset, "method": method, "seed": seed, "num_parts": num_parts,
+            "num_nodes": graph.num_nodes, "num_edges": graph.num_edges, "num_features": graph.num_features,
+            "num_classes": graph.num_classes, "part_offsets": offsets.tolist(), "edge_cut": edge_cut,
+            "parts": summaries,
+        }
+        write_json(tmp / "META.json", meta)
+    elapsed = time.perf_counter() - start
+    return report(meta, elapsed)
+
+
+def _balance(values: list[int]) -> float:
+    mean = sum(values) / len(values)
+    return max(values) / mean if mean else 1.0
+
+
+def report(meta: dict, seconds: float) -> dict:
+    parts = meta["parts"]
+    return {
+        "dataset": meta["dataset"], "method": meta["method"], "num_parts": meta["num_parts"],
+        "edge_cut": meta["edge_cut"], "edge_cut_pct": 100.0 * meta["edge_cut"] / max(1, meta["num_edges"]),
+        "node_balance": _balance([p["nodes"] for p in parts]), "edge_balance": _balance([p["edges"] for p in parts]),
+        "train_balance": _balance([p["train"] for p in parts]), "halo": [p["halo"] for p in parts],
+        "nodes": [p["nodes"] for p in parts], "seconds": seconds,
+    }
+
+
+def read_meta(folder: str | os.PathLike) -> PartitionMeta:
+    """Parse META.json.
+
+    Raises:
+        PartitionFormatError: no folder, no META.json, unreadable or of another format version.
+    """
+    folder = Path(folder)
+    path = folder / "META.json"
+    hint = f"HINT: re-create it with python -m mpignn.partition --out {folder} --force"
+    if not folder.is_dir():
+        raise PartitionFormatError(f"partition folder {folder} does not exist. HINT: create it with "
+                                   "python -m mpignn.partition, or leave out --partitions")
+    if not path.is_file():
+        raise PartitionFormatError(f"{folder} has no META.json, so it is not a (complete) partition. {hint}")
+    try:
+        raw = read_json(path)
+        if raw.get("format") != FORMAT_VERSION:
+            raise PartitionFormatError(f"{path} has format {raw.get('format')}, this mpignn reads "
+                                       f"{FORMAT_VERSION}. {hint}")
+        return PartitionMeta(dataset=raw["dataset"], method=raw["method"], seed=int(raw["seed"]),
+                             num_parts=int(raw["num_parts"]), num_nodes=int(raw["num_nodes"]),
+                             num_edges=int(raw["num_edges"]), num_features=int(raw["num_features"]),
+                             num_classes=int(raw["num_classes"]), part_offsets=tuple(raw["part_offsets"]),
+                             edge_cut=int(raw["edge_cut"]), parts=tuple(raw["parts"]))
+    except PartitionFormatError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise PartitionFormatError(f"{path} is corrupt ({type(exc).__name__}: {exc}). {hint}") from None
+
+
+def check_matches(meta: PartitionMeta, folder: str | os.PathLike, *, num_parts: int | None = None,
+                  dataset: str | None = None) -> None:
+    """Raise PartitionFormatError when the folder was made for another world size or dataset."""
+    if num_parts is not None and meta.num_parts != num_parts:
+        raise PartitionFormatError(f"{folder} has {meta.num_parts} parts but the job has {num_parts} ranks. "
+                                   f"HINT: run with mpirun -np {meta.num_parts}, or partition again with "
+                                   f"--num-parts {num_parts}")
+    if dataset is not None and meta.dataset != dataset:
+        raise PartitionFormatError(f"{folder} was made for dataset '{meta.dataset}', not '{dataset}'. "
+                                   "HINT: pass the matching --dataset, or partition this dataset")
+
+
+def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = True,
+                   mmap_features: bool = False) -> LocalPart:
+    """Read one part (memory in proportion to the part), checking sizes and, with `verify`, checksums.
+
+    Raises:
+        PartitionFormatError: a file is missing, truncated, fails its checksum or cannot be parsed.
+    """
+    folder = Path(folder)
+    meta = read_meta(folder)
+    if not 0 <= part_id < meta.num_parts:
+        raise PartitionFormatError(f"{folder} has parts 0..{meta.num_parts - 1}; part {part_id} asked for. "
+                                   f"HINT: run with mpirun -np {meta.num_parts}")
+    pdir = part_dir(folder, part_id)
+    hint = f"HINT: re-create the folder with python -m mpignn.partition --out {folder} --force"
+    expected = meta.parts[part_id]["files"]
+    arrays = {}
+    for name in PART_FILES:
+        path = pdir / f"{name}.npy"
+        if not path.is_file():
+            raise PartitionFormatError(f"{path} is missing. {hint}")
+        size = path.stat().st_size
+        if size != expected[name]["bytes"]:
+            raise PartitionFormatError(f"{path} has {size} bytes, META.json says {expected[name]['bytes']} "
+                                       f"(truncated or replaced). {hint}")
+        if verify and sha256_file(path) != expected[name]["sha256"]:
+            raise PartitionFormatError(f"{path} fails its sha256 checksum (corrupt). {hint}")
+        try:
+            arrays[name] = load_npy(path, mmap=mmap_features and name == "x")
+        except (ValueError, OSError, EOFError) as exc:
+            raise PartitionFormatError(f"{path} cannot be read ({exc}). {hint}") from None
+    n_own = meta.part_offsets[part_id + 1] - meta.part_offsets[part_id]
+    if len(arrays["rowptr"]) != n_own + 1 or len(arrays["x"]) != n_own:
+        raise PartitionFormatError(f"{pdir} holds {len(arrays['x'])} nodes, META.json says {n_own}. {hint}")
+    return LocalPart(meta=meta, part_id=part_id, **arrays)
