@@ -23,7 +23,7 @@ from mpignn.errors import LaunchError, MpignnError, is_agreed, mark_agreed
 
 __all__ = [
     "Topology", "world", "topology", "whoami", "chunk_bounds", "ceil_split", "steps_per_epoch", "pad_to_steps",
-    "root_first", "run_once", "check_all", "alltoallv", "allreduce_sum", "run_main", "RootFailedError",
+    "root_first", "run_once", "check_all", "alltoallv", "allreduce_sum", "allreduce_max", "run_main", "RootFailedError",
     "print0",
 ]
 
@@ -291,6 +291,14 @@ def allreduce_sum(comm: Any, values: np.ndarray | Sequence[float]) -> np.ndarray
     local = np.asarray(values, dtype=np.float64)
     out = np.empty_like(local)
     comm.Allreduce(local, out, op=_op("SUM"))
+    return out
+
+
+def allreduce_max(comm: Any, values: np.ndarray | Sequence[float]) -> np.ndarray:
+    """Collective over `comm`: element-wise max of a small float64 vector (slowest rank's time, peak memory)."""
+    local = np.asarray(values, dtype=np.float64)
+    out = np.empty_like(local)
+    comm.Allreduce(local, out, op=_op("MAX"))
     return out
 
 

@@ -1,0 +1,55 @@
+"""A GNN for sampled mini-batches that computes, at each layer, only the rows the next layer reads.
+
+PyG's `trim_to_layer` drops finished hops from a layer's input, but each conv still produces an output row
+for every input node. Here layer l maps the nodes of hops 0..L-l (sources) onto those of hops 0..L-l-1
+(targets) as a bipartite conv, so the linear maps and aggregation skip the outermost hop: on fanout 15,10,5
+that is about 3x fewer FLOPs than the trimmed model and gives the same function.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["SampledGNN"]
+
+
+class SampledGNN(torch.nn.Module):
+    """GraphSAGE (`kind="sage"`) or GAT (`kind="gat"`, 4 heads) over (x, edge_index, per-hop counts)."""
+
+    def __init__(self, kind: str, in_channels: int, hidden: int, out_channels: int, num_layers: int,
+                 dropout: float = 0.0, heads: int = 4) -> None:
+        super().__init__()
+        from torch_geometric.nn import GATConv, SAGEConv
+
+        self.kind, self.dropout, self.num_layers = kind, dropout, num_layers
+        self.convs = torch.nn.ModuleList()
+        for layer in range(num_layers):
+            last = layer == num_layers - 1
+            c_in = in_channels if layer == 0 else hidden
+            c_out = out_channels if last else hidden
+            if kind == "sage":
+                self.convs.append(SAGEConv((c_in, c_in), c_out))
+            elif kind == "gat":
+                per_head = c_out if last else max(1, hidden // heads)
+                self.convs.append(GATConv((c_in, c_in), per_head, heads=1 if last else heads, concat=not last))
+            else:
+                raise ValueError(f"unknown kind {kind}")
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes: Sequence[int],
+                num_sampled_edges: Sequence[int]) -> torch.Tensor:
+        """Logits of the seed nodes (the first num_sampled_nodes[0] rows)."""
+        hops = len(num_sampled_edges)
+        if hops != self.num_layers:
+            raise ValueError(f"batch sampled {hops} hops for a {self.num_layers}-layer model")
+        for layer, conv in enumerate(self.convs):
+            keep = hops - layer  # hops still needed as targets after this layer: 0..keep-1
+            n_dst = int(sum(num_sampled_nodes[:keep]))
+            n_edges = int(sum(num_sampled_edges[:keep]))
+            x = conv((x, x[:n_dst]), edge_index[:, :n_edges], size=(x.size(0), n_dst))
+            if layer < self.num_layers - 1:
+                x = F.relu(x)
+                if self.dropout:
+                    x = F.dropout(x, p=self.dropout, training=self.training)
+        return x

@@ -1,0 +1,99 @@
+"""Tier 1: the dataset registry: synthetic, npz validation, Planetoid from ../shared, cache, offline errors."""
+import shutil
+
+import numpy as np
+import pytest
+
+from _mpirun import SHARED
+from mpignn.data import dataset_key, load_dataset, make_synthetic, save_npz
+from mpignn.data.cache import cache_dir
+from mpignn.data.synthetic import SyntheticSpec, parse_synthetic
+from mpignn.errors import DatasetError
+
+needs_shared = pytest.mark.skipif(not (SHARED / "datasets" / "Cora").is_dir(),
+                                  reason="../shared/datasets (the shipped raw files) is absent")
+
+
+def test_synthetic_is_deterministic_and_sized():
+    a = make_synthetic(SyntheticSpec(num_nodes=2000, avg_degree=10))
+    b = make_synthetic(SyntheticSpec(num_nodes=2000, avg_degree=10))
+    assert np.array_equal(a.col, b.col) and np.array_equal(a.x, b.x)
+    assert a.num_nodes == 2000 and 7 < a.num_edges / a.num_nodes < 14
+    assert np.all(np.diff(a.rowptr) >= 0) and a.col.max() < 2000
+    assert len(set(a.train_idx) & set(a.test_idx)) == 0
+
+
+def test_synthetic_options_and_errors():
+    assert parse_synthetic("num_nodes=500,feature_noise=1.5").feature_noise == 1.5
+    with pytest.raises(DatasetError, match="HINT"):
+        parse_synthetic("nodes=5")
+    assert dataset_key("synthetic:num_nodes=500") == "synthetic:num_nodes=500"
+    assert dataset_key("synthetic:seed=0") == "synthetic"
+
+
+def test_unknown_dataset():
+    with pytest.raises(DatasetError, match="unknown dataset 'Coraa'.*HINT"):
+        load_dataset("Coraa")
+
+
+@needs_shared
+def test_cora_loads_offline_and_is_cached(tmp_path):
+    shutil.copytree(SHARED / "datasets" / "Cora", tmp_path / "Cora")
+    g = load_dataset("Cora", str(tmp_path))
+    assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes) == (2708, 10556, 1433, 7)
+    assert (len(g.train_idx), len(g.val_idx), len(g.test_idx)) == (140, 500, 1000)
+    assert (cache_dir(str(tmp_path), "Cora") / "meta.json").is_file()
+    shutil.rmtree(tmp_path / "Cora")  # the second run needs only the cache
+    again = load_dataset("cora", str(tmp_path))
+    assert np.array_equal(again.col, g.col)
+
+
+def test_absent_dataset_offline_names_the_files(tmp_path):
+    with pytest.raises(DatasetError, match=r"Cora is not under .*raw.*ind\.cora\.x.*HINT"):
+        load_dataset("Cora", str(tmp_path))
+
+
+def test_half_written_cache_is_ignored(tmp_path):
+    folder = cache_dir(str(tmp_path), "Cora")
+    folder.mkdir(parents=True)
+    (folder / "rowptr.npy").write_bytes(b"garbage")  # a crash before meta.json was written
+    with pytest.raises(DatasetError, match="not under"):
+        load_dataset("Cora", str(tmp_path))
+
+
+def _npz(tmp_path, **override):
+    g = make_synthetic(SyntheticSpec(num_nodes=300, avg_degree=6, num_features=4))
+    path = tmp_path / "g.npz"
+    save_npz(str(path), g)
+    arrays = dict(np.load(path))
+    arrays.update(override)
+    for key in [k for k, v in override.items() if v is None]:
+        del arrays[key]
+    np.savez(path, **arrays)
+    return f"npz:{path}", g
+
+
+def test_npz_round_trip(tmp_path):
+    name, g = _npz(tmp_path)
+    loaded = load_dataset(name)
+    assert np.array_equal(loaded.col, g.col) and loaded.num_classes == g.num_classes
+
+
+@pytest.mark.parametrize("override,needle", [
+    ({"y": None}, "missing key"),
+    ({"x": np.zeros((300, 4), dtype=np.int64)}, "x must be a float"),
+    ({"edge_index": np.array([[0, 1], [1, 999]])}, "outside"),
+    ({"x": np.full((300, 4), np.nan, dtype=np.float32)}, "NaN"),
+    ({"train_idx": np.array([], dtype=np.int64)}, "train_idx is empty"),
+    ({"edge_index": np.zeros((3, 4), dtype=np.int64)}, "edge_index must be"),
+])
+def test_malformed_npz(tmp_path, override, needle):
+    name, _ = _npz(tmp_path, **override)
+    with pytest.raises(DatasetError, match=needle) as info:
+        load_dataset(name)
+    assert "HINT" in str(info.value)
+
+
+def test_npz_missing_file():
+    with pytest.raises(DatasetError, match="does not exist"):
+        load_dataset("npz:/nonexistent/graph.npz")

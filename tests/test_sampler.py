@@ -1,0 +1,88 @@
+"""Tier 1: the neighbour sampler on small graphs: validity, without-replacement counts, uniformity, seeds."""
+import numpy as np
+import pytest
+from scipy import stats
+
+from mpignn.data import csr_from_edges, make_synthetic
+from mpignn.data.synthetic import SyntheticSpec
+from mpignn.errors import ConfigError
+from mpignn.sampling import LocalHops, NeighborSampler, parse_fanout
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return make_synthetic(SyntheticSpec(num_nodes=3000, avg_degree=12, num_features=8))
+
+
+def _edges(g):
+    return set(zip(g.col.tolist(), np.repeat(np.arange(g.num_nodes), np.diff(g.rowptr)).tolist()))
+
+
+def test_every_sampled_edge_exists_and_counts_are_min_deg_fanout(graph):
+    fanouts = [5, 3, -1]
+    sampler = NeighborSampler(LocalHops(graph.rowptr, graph.col), graph.num_nodes, fanouts)
+    out = sampler.sample(graph.train_idx[:64], seed=7)
+    edges = _edges(graph)
+    src, dst = out.n_id[out.row], out.n_id[out.col]
+    assert all((s, d) in edges for s, d in zip(src.tolist(), dst.tolist()))
+    assert out.n_id[:64].tolist() == graph.train_idx[:64].tolist()
+    assert sum(out.num_sampled_nodes) == len(out.n_id) and sum(out.num_sampled_edges) == len(out.row)
+    deg = np.diff(graph.rowptr)
+    start = 0
+    targets_start = 0
+    for hop, (fanout, n_edges) in enumerate(zip(fanouts, out.num_sampled_edges)):
+        hop_col = out.col[start:start + n_edges]
+        n_targets = out.num_sampled_nodes[hop]
+        counts = np.bincount(hop_col - targets_start, minlength=n_targets)
+        gids = out.n_id[targets_start:targets_start + n_targets]
+        expected = deg[gids] if fanout < 0 else np.minimum(deg[gids], fanout)
+        assert np.array_equal(counts, expected), f"hop {hop}"
+        # no neighbour twice for one target
+        pairs = set(zip(out.row[start:start + n_edges].tolist(), hop_col.tolist()))
+        assert len(pairs) == n_edges
+        start += n_edges
+        targets_start += n_targets
+
+
+def test_same_seed_same_batch_other_seed_other_batch(graph):
+    sampler = NeighborSampler(LocalHops(graph.rowptr, graph.col), graph.num_nodes, [4, 4])
+    a, b = sampler.sample(graph.train_idx[:32], 1), sampler.sample(graph.train_idx[:32], 1)
+    c = sampler.sample(graph.train_idx[:32], 2)
+    assert np.array_equal(a.n_id, b.n_id) and np.array_equal(a.row, b.row) and np.array_equal(a.col, b.col)
+    assert not np.array_equal(a.n_id, c.n_id)
+
+
+def test_uniform_over_neighbours_chi_square():
+    # one hub with 40 neighbours, fanout 5: each neighbour is drawn with probability 5/40
+    hub, leaves = 0, np.arange(1, 41)
+    rowptr, col = csr_from_edges(leaves, np.zeros(40, dtype=np.int64), 41)
+    sampler = NeighborSampler(LocalHops(rowptr, col), 41, [5])
+    draws = 4000
+    counts = np.zeros(41, dtype=np.int64)
+    for seed in range(draws):
+        out = sampler.sample(np.array([hub]), seed)
+        picked = out.n_id[out.row]
+        assert len(set(picked.tolist())) == 5
+        counts[picked] += 1
+    observed = counts[1:]
+    assert observed.sum() == 5 * draws
+    p = stats.chisquare(observed).pvalue
+    assert p > 0.001, f"chi-square p={p}: not uniform"
+
+
+def test_batch_cost_does_not_reset_the_graph(graph):
+    # The scratch map is cleaned after each batch: a later batch starts from a clean map.
+    sampler = NeighborSampler(LocalHops(graph.rowptr, graph.col), graph.num_nodes, [3])
+    sampler.sample(graph.train_idx[:100], 0)
+    assert (sampler._scratch() == -1).all()
+
+
+def test_empty_seed_batch(graph):
+    out = NeighborSampler(LocalHops(graph.rowptr, graph.col), graph.num_nodes, [3, 2]).sample(np.array([], int), 0)
+    assert len(out.n_id) == 0 and out.num_sampled_edges == [0, 0]
+
+
+@pytest.mark.parametrize("bad", ["", "10,0", "a,b", "-2"])
+def test_fanout_nonsense_is_refused(bad):
+    with pytest.raises(ConfigError, match="HINT"):
+        parse_fanout(bad)
