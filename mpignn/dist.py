@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import importlib
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,6 +154,10 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
         torch.xpu.set_device(torch.device(choice.device))
     if choice.backend == "ccl":
         importlib.import_module("oneccl_bindings_for_pytorch")  # registers the "ccl" backend
+    if choice.backend in ("ccl", "xccl"):
+        # oneCCL under an MPI launcher does not learn its node-local placement by itself.
+        os.environ.setdefault("CCL_LOCAL_RANK", str(local_rank))
+        os.environ.setdefault("CCL_LOCAL_SIZE", str(local_size))
     if choice.backend != "mpi":
         addr_port = (_env.host_address(), _env.free_port()) if rank == 0 else None
         addr, port = comm.bcast(addr_port, root=0)

@@ -11,8 +11,12 @@ __all__ = ["main", "cli"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     from mpignn.config import parse
+    from mpignn.errors import ConfigError, mark_agreed
 
-    cfg = parse(argv)  # usage errors exit 2 on every rank, before any collective
+    try:
+        cfg = parse(argv)  # the same flags fail the same way on every rank, before any collective
+    except ConfigError as exc:
+        raise mark_agreed(exc) from None
     import logging
 
     import torch

@@ -1,0 +1,34 @@
+# shellcheck shell=bash
+# Sourced by every jobs/*.sbatch: site settings, environment, the job header, and the launcher.
+# Site settings (modules, interfaces, oneCCL variables) live in jobs/site/<cluster>.env: MPIGNN_SITE=<cluster>.
+# The Python environment: VENV=/path/to/venv (activated if set), else whatever `python` is on PATH.
+
+cd "${SLURM_SUBMIT_DIR:-.}" || exit 1
+if [ -n "${MPIGNN_SITE:-}" ]; then
+  # shellcheck source=/dev/null
+  source "jobs/site/${MPIGNN_SITE}.env"
+fi
+if [ -n "${VENV:-}" ]; then
+  # shellcheck source=/dev/null
+  source "${VENV}/bin/activate"
+fi
+export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
+export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
+NP="${SLURM_NTASKS:?run this script with sbatch (SLURM_NTASKS is not set)}"
+
+job_header() {
+  echo "== job ${SLURM_JOB_ID:-?} (${SLURM_JOB_NAME:-?}) on ${SLURM_JOB_NUM_NODES:-1} hosts: ${SLURM_JOB_NODELIST:-$(hostname)}"
+  echo "== ${NP} ranks, ${SLURM_NTASKS_PER_NODE:-?} per host, ${OMP_NUM_THREADS} threads each"
+  echo "== mpignn commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), python $(command -v python)"
+  echo "== MPI: $(python -m mpi4py --mpi-lib-version 2>/dev/null | head -n 1)"
+}
+
+# launch CMD...: one launcher per job. MPIGNN_LAUNCHER=srun (default; the site MPI must be built with Slurm's
+# PMI: set SRUN_MPI to pmix or pmi2) or mpiexec (the MPI that mpi4py was built against, e.g. the mpich wheel).
+launch() {
+  case "${MPIGNN_LAUNCHER:-srun}" in
+    srun) srun --mpi="${SRUN_MPI:-pmix}" --ntasks="$NP" --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" "$@" ;;
+    mpiexec) mpiexec -n "$NP" -ppn "${SLURM_NTASKS_PER_NODE%%(*}" "$@" ;;
+    *) echo "MPIGNN_LAUNCHER must be srun or mpiexec; got '${MPIGNN_LAUNCHER}'" >&2; return 2 ;;
+  esac
+}

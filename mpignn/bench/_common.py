@@ -1,0 +1,61 @@
+"""Shared pieces of the benchmarks: locating a PyG reference interpreter and running it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pyg_python(explicit: str | None) -> str | None:
+    """The interpreter for PyG's reference numbers: --pyg-python, else this one if it has pyg-lib or
+    torch-sparse, else None (the PyG column is skipped)."""
+    if explicit:
+        return explicit
+    try:
+        from torch_geometric.typing import WITH_PYG_LIB, WITH_TORCH_SPARSE
+    except ImportError:
+        return None
+    return sys.executable if (WITH_PYG_LIB or WITH_TORCH_SPARSE) else None
+
+
+def run_reference(python: str, *args: str, timeout: float = 1800) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([python, "-m", "mpignn.bench._pyg_reference", *args], capture_output=True, text=True,
+                         env=env, timeout=timeout, cwd=str(ROOT))
+    if out.returncode != 0:
+        raise RuntimeError(f"PyG reference failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
+    """Rows of dicts as an aligned text table; columns are (key, header, format)."""
+    cells = [[h for _, h, _ in columns]]
+    for row in rows:
+        cells.append([("-" if row.get(k) is None else format(row[k], f)) for k, _, f in columns])
+    widths = [max(len(c[i]) for c in cells) for i in range(len(columns))]
+    lines = ["  ".join(c[i].rjust(widths[i]) if i else c[i].ljust(widths[i]) for i in range(len(columns)))
+             for c in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def run_train(np_: int, args: list[str], timeout: float = 3600) -> list[dict]:
+    """`mpiexec -n np_ python -m mpignn.train ARGS --metrics-out TMP`; returns the per-epoch records."""
+    import shutil
+    import tempfile
+
+    exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    if exe is None:
+        raise RuntimeError("no mpiexec found; pip install mpich (or load your site MPI)")
+    with tempfile.TemporaryDirectory() as tmp:
+        metrics = Path(tmp) / "metrics.jsonl"
+        cmd = [exe, "-n", str(np_), sys.executable, "-m", "mpignn.train", *args, "--metrics-out", str(metrics)]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        if out.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+        return [json.loads(line) for line in metrics.read_text().splitlines()]

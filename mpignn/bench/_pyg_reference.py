@@ -1,0 +1,96 @@
+"""PyG's NeighborLoader (+ GraphSAGE) on the same synthetic graph, for side-by-side comparison.
+
+Runs in any interpreter with torch-geometric plus pyg-lib or torch-sparse (often a separate venv), with this
+repository on PYTHONPATH; imports only mpignn's numpy-only data generator. Prints one JSON line per result.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+
+def _graph(spec: str):
+    from torch_geometric.data import Data
+
+    from mpignn.data import load_dataset
+
+    g = load_dataset(spec)
+    data = Data(edge_index=torch.from_numpy(g.edge_index()), num_nodes=g.num_nodes,
+                x=torch.from_numpy(g.x), y=torch.from_numpy(g.y))
+    return g, data
+
+
+def _backend() -> str:
+    from torch_geometric.typing import WITH_PYG_LIB, WITH_TORCH_SPARSE
+
+    return "pyg-lib" if WITH_PYG_LIB else "torch-sparse" if WITH_TORCH_SPARSE else "none"
+
+
+def sample(spec: str, fanout: list[int], batch_size: int, batches: int, threads: int) -> dict:
+    from torch_geometric.loader import NeighborLoader
+
+    torch.set_num_threads(threads)
+    g, data = _graph(spec)
+    loader = NeighborLoader(data, num_neighbors=fanout, batch_size=batch_size, shuffle=True,
+                            input_nodes=torch.from_numpy(g.train_idx))
+    it = iter(loader)
+    next(it)  # conversion to CSC and warm-up
+    edges, start = 0, time.perf_counter()
+    for _ in range(batches):
+        edges += next(it).edge_index.size(1)
+    seconds = time.perf_counter() - start
+    return {"impl": f"PyG NeighborLoader ({_backend()})", "threads": threads, "batches_per_s": batches / seconds,
+            "edges_per_s": edges / seconds}
+
+
+def epoch(spec: str, fanout: list[int], batch_size: int, hidden: int, threads: int, trim: bool) -> dict:
+    from torch_geometric.loader import NeighborLoader
+    from torch_geometric.nn.models import GraphSAGE
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    g, data = _graph(spec)
+    loader = NeighborLoader(data, num_neighbors=fanout, batch_size=batch_size, shuffle=True,
+                            input_nodes=torch.from_numpy(g.train_idx))
+    model = GraphSAGE(g.num_features, hidden, len(fanout), g.num_classes)
+    opt = torch.optim.Adam(model.parameters(), lr=0.003)
+    times = []
+    for _ in range(2):  # the first epoch warms up; the second is timed
+        start = time.perf_counter()
+        for batch in loader:
+            opt.zero_grad()
+            kwargs = {}
+            if trim:
+                kwargs = {"num_sampled_nodes_per_hop": batch.num_sampled_nodes,
+                          "num_sampled_edges_per_hop": batch.num_sampled_edges}
+            out = model(batch.x, batch.edge_index, **kwargs)[:batch.batch_size]
+            torch.nn.functional.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            opt.step()
+        times.append(time.perf_counter() - start)
+    return {"impl": f"PyG NeighborLoader ({_backend()}) + GraphSAGE" + (" trimmed" if trim else ""),
+            "threads": threads, "epoch_s": times[-1], "seeds_per_s": len(g.train_idx) / times[-1]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["sample", "epoch"])
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--fanout", default="15,10,5")
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--trim", action="store_true")
+    a = parser.parse_args()
+    fanout = [int(v) for v in a.fanout.split(",")]
+    if a.mode == "sample":
+        print(json.dumps(sample(a.dataset, fanout, a.batch_size, a.batches, a.threads)), flush=True)
+    else:
+        print(json.dumps(epoch(a.dataset, fanout, a.batch_size, a.hidden, a.threads, a.trim)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

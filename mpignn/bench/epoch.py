@@ -1,0 +1,54 @@
+"""`python -m mpignn.bench.epoch`: one training epoch on one process, mpignn against PyG's NeighborLoader +
+GraphSAGE, same graph, fanout, batch size, hidden size and thread count.
+
+    python -m mpignn.bench.epoch --pyg-python /path/venv-with-torch-sparse/bin/python
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+from mpignn.bench._common import pyg_python, run_reference, run_train, table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mpignn.bench.epoch", description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="synthetic:num_nodes=200000,avg_degree=20,num_features=100")
+    parser.add_argument("--fanout", default="15,10,5")
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--precisions", default="fp32,bf16")
+    parser.add_argument("--pyg-python", help="interpreter with torch-geometric + pyg-lib or torch-sparse")
+    args = parser.parse_args(argv)
+    common = ["--dataset", args.dataset, "--fanout", args.fanout, "--batch-size", str(args.batch_size),
+              "--hidden", str(args.hidden), "--threads", str(args.threads)]
+    rows = []
+    with tempfile.TemporaryDirectory() as root:
+        for precision in args.precisions.split(","):
+            recs = run_train(1, [*common, "--root", root, "--epochs", "2", "--eval-every", "2",
+                                 "--precision", precision])
+            last = recs[-1]
+            rows.append({"impl": f"mpignn ({precision})", "epoch_s": last["epoch_s"],
+                         "seeds_per_s": last["seeds_per_s"], "test_acc": last["test_acc"]})
+    ref = pyg_python(args.pyg_python)
+    if ref:
+        for trim in (False, True):
+            extra = ["--trim"] if trim else []
+            rows.append(run_reference(ref, "epoch", "--dataset", args.dataset, "--fanout", args.fanout,
+                                      "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
+                                      "--threads", str(args.threads), *extra))
+        base = rows[len(args.precisions.split(","))]["epoch_s"]
+        for row in rows:
+            row["vs_pyg"] = row["epoch_s"] / base
+    print(f"{args.dataset}, fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, "
+          f"{args.threads} threads, second epoch timed"
+          + ("" if ref else " (PyG rows skipped: no pyg-lib or torch-sparse; see --pyg-python)"))
+    print(table(rows, [("impl", "implementation", "s"), ("epoch_s", "epoch s", ".2f"),
+                       ("seeds_per_s", "seeds/s", ".0f"), ("test_acc", "test acc", ".4f"),
+                       ("vs_pyg", "time / PyG", ".2f")]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,73 @@
+"""`python -m mpignn.bench.sampler`: sampled batches/s and edges/s, mpignn against PyG's NeighborLoader.
+
+Example (the PyG column needs pyg-lib or torch-sparse; --pyg-python may point at another venv):
+    python -m mpignn.bench.sampler --graphs 200000:20,2000000:25 --pyg-python /path/venv/bin/python
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from mpignn.bench._common import pyg_python, run_reference, table
+
+
+def measure(graph, fanout: list[int], batch_size: int, batches: int, threads: int) -> dict:
+    import numba
+
+    from mpignn.sampling import LocalHops, NeighborSampler
+
+    numba.set_num_threads(threads)
+    sampler = NeighborSampler(LocalHops(graph.rowptr, graph.col), graph.num_nodes, fanout)
+    rng = np.random.default_rng(0)
+    seeds = [np.sort(rng.choice(graph.train_idx, batch_size, replace=False)) for _ in range(batches + 1)]
+    sampler.sample(seeds[0], 0)  # compile / warm-up
+    edges, start = 0, time.perf_counter()
+    for i, s in enumerate(seeds[1:]):
+        edges += sum(sampler.sample(s, i).num_sampled_edges)
+    seconds = time.perf_counter() - start
+    return {"impl": "mpignn", "threads": threads, "batches_per_s": batches / seconds, "edges_per_s": edges / seconds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mpignn.bench.sampler", description=__doc__.splitlines()[0])
+    parser.add_argument("--graphs", default="200000:20,2000000:25", help="NODES:AVG_DEGREE,... (synthetic)")
+    parser.add_argument("--features", type=int, default=100)
+    parser.add_argument("--fanout", default="15,10,5")
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--pyg-python", help="interpreter with torch-geometric + pyg-lib or torch-sparse")
+    args = parser.parse_args(argv)
+    from mpignn.data import load_dataset
+
+    fanout = [int(v) for v in args.fanout.split(",")]
+    ref = pyg_python(args.pyg_python)
+    rows = []
+    for item in args.graphs.split(","):
+        nodes, degree = (int(v) for v in item.split(":"))
+        spec = f"synthetic:num_nodes={nodes},avg_degree={degree},num_features={args.features}"
+        graph = load_dataset(spec)
+        for threads in (int(t) for t in args.threads.split(",")):
+            group = [measure(graph, fanout, args.batch_size, args.batches, threads)]
+            if ref:
+                group.append(run_reference(ref, "sample", "--dataset", spec, "--fanout", args.fanout,
+                                           "--batch-size", str(args.batch_size), "--batches",
+                                           str(args.batches), "--threads", str(threads)))
+            base = group[-1]["batches_per_s"] if ref else None
+            for row in group:
+                row.update(graph=f"{nodes // 1000}k/deg {degree}", edges_m=row["edges_per_s"] / 1e6,
+                           vs_pyg=row["batches_per_s"] / base if base else None)
+                rows.append(row)
+        del graph
+    print(f"fanout {args.fanout}, batch {args.batch_size}, {args.batches} batches"
+          + ("" if ref else " (PyG column skipped: no pyg-lib or torch-sparse; see --pyg-python)"))
+    print(table(rows, [("graph", "graph", "s"), ("impl", "sampler", "s"), ("threads", "threads", "d"),
+                       ("batches_per_s", "batches/s", ".2f"), ("edges_m", "M edges/s", ".2f"),
+                       ("vs_pyg", "x PyG", ".1f")]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

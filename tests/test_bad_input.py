@@ -1,0 +1,81 @@
+"""Bad input: one line naming the problem and the fix, on every rank, non-zero exit, no traceback."""
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+from _mpirun import run_mpi_raw
+
+pytestmark = pytest.mark.mpi
+
+SMALL = "synthetic:num_nodes=2000,avg_degree=6,num_features=4"
+
+
+def _train(n, root, *args, timeout=90):
+    return run_mpi_raw(n, [sys.executable, "-m", "mpignn.train", "--root", str(root), "--epochs", "1", *args],
+                       timeout=timeout)
+
+
+def _assert_clean_failure(rc, out, needle, n):
+    assert rc != 0, out[-2000:]
+    assert "Traceback" not in out, out[-3000:]
+    lines = [l for l in out.splitlines() if l.startswith("mpignn: error:")]
+    assert len(lines) == n, out[-3000:]  # every rank says it
+    assert all(needle in l and "HINT" in l for l in lines), lines
+
+
+def _bad_npz(path, **override):
+    rng = np.random.default_rng(0)
+    arrays = {"edge_index": rng.integers(0, 50, size=(2, 200)), "x": rng.normal(size=(50, 3)).astype(np.float32),
+              "y": rng.integers(0, 2, 50), "train_idx": np.arange(20), "val_idx": np.arange(20, 30),
+              "test_idx": np.arange(30, 50)}
+    arrays.update(override)
+    np.savez(path, **{k: v for k, v in arrays.items() if v is not None})
+    return f"npz:{path}"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--dataset", "ogbn-nope"], "unknown dataset"),
+    (["--dataset", "Cora"], "Cora is not under"),
+    (["--fanout", "10,0"], "--fanout must list"),
+    (["--batch-size", "0"], "--batch-size must be a positive int"),
+    (["--device", "cuda"], "no CUDA device"),
+    (["--backend", "nccl"], "nccl is not available"),
+    (["--dataset", "synthetic:num_nodes=2,avg_degree=1"], "--num-parts must be between 1 and the node count"),
+])
+def test_bad_flags_and_datasets(tmp_path, args, needle):
+    n = 3
+    rc, out = _train(n, tmp_path, *args)
+    _assert_clean_failure(rc, out, needle, n)
+
+
+@pytest.mark.parametrize("override,needle", [
+    ({"y": None}, "missing key(s) y"),
+    ({"x": np.zeros((50, 3), dtype=np.int32)}, "x must be a float"),
+    ({"edge_index": np.array([[0, 1], [1, 70]])}, "outside [0, 50)"),
+    ({"x": np.full((50, 3), np.nan, dtype=np.float32)}, "NaN"),
+    ({"train_idx": np.array([], dtype=np.int64)}, "train_idx is empty"),
+])
+def test_malformed_npz_fails_on_every_rank(tmp_path, override, needle):
+    name = _bad_npz(tmp_path / "g.npz", **override)
+    rc, out = _train(2, tmp_path, "--dataset", name)
+    _assert_clean_failure(rc, out, needle, 2)
+
+
+def test_partition_folder_mismatches(tmp_path):
+    from mpignn.data import load_dataset
+    from mpignn.partition import partition_graph
+
+    partition_graph(load_dataset(SMALL), 3, tmp_path / "p3", method="random", dataset=SMALL)
+    rc, out = _train(2, tmp_path, "--dataset", SMALL, "--partitions", str(tmp_path / "p3"))
+    _assert_clean_failure(rc, out, "has 3 parts but the job has 2 ranks", 2)
+    rc, out = _train(3, tmp_path, "--dataset", "synthetic", "--partitions", str(tmp_path / "p3"))
+    _assert_clean_failure(rc, out, "was made for dataset", 3)
+    col = tmp_path / "p3" / "part-002" / "col.npy"
+    col.write_bytes(col.read_bytes()[:-16])
+    rc, out = _train(3, tmp_path, "--dataset", SMALL, "--partitions", str(tmp_path / "p3"))
+    _assert_clean_failure(rc, out, "truncated", 3)
+    shutil.rmtree(tmp_path / "p3" / "part-001")
+    rc, out = _train(3, tmp_path, "--dataset", SMALL, "--partitions", str(tmp_path / "p3"))
+    _assert_clean_failure(rc, out, "missing", 3)

@@ -1,0 +1,70 @@
+"""The sbatch scripts: syntax, required headers, and a real run under an imitated Slurm allocation."""
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from _mpirun import ROOT, clean_env, mpiexec, run_cmd
+
+SCRIPTS = sorted((ROOT / "jobs").glob("*.sbatch"))
+SHELL = [*SCRIPTS, ROOT / "jobs" / "_common.sh", ROOT / "jobs" / "pipeline.sh"]
+SMALL = ["--dataset", "synthetic:num_nodes=3000,avg_degree=8,num_features=8", "--epochs", "1", "--hidden", "16",
+         "--batch-size", "128", "--fanout", "5,5"]
+
+
+@pytest.mark.parametrize("path", SHELL, ids=lambda p: p.name)
+def test_bash_syntax(path):
+    res = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (apt-get install shellcheck)")
+def test_shellcheck():
+    res = subprocess.run(["shellcheck", "-x", *map(str, SHELL)], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stdout
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_headers(path):
+    text = path.read_text()
+    assert text.startswith("#!/bin/bash\n")
+    for needle in ("#SBATCH --job-name=", "#SBATCH --nodes=", "#SBATCH --ntasks-per-node=", "#SBATCH --time=",
+                   "#SBATCH --output=logs/%x-%j.out", "set -euo pipefail", "source jobs/_common.sh", "job_header"):
+        assert needle in text, f"{path.name} lacks {needle!r}"
+    assert "#SBATCH --ntasks=" not in text and "MASTER_PORT" not in text and "MASTER_ADDR" not in text
+
+
+def _slurm(tmp_path: Path) -> dict:
+    shim_dir = tmp_path / "bin"
+    shim_dir.mkdir()
+    shim = shim_dir / "srun"
+    # srun stand-in: drop srun's own options, run the command under mpiexec with SLURM_NTASKS ranks.
+    shim.write_text(f'#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\n'
+                    f'exec {mpiexec()} -launcher fork -n "$SLURM_NTASKS" "$@"\n')
+    shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+    env = clean_env(MPIEXEC_TIMEOUT="200")
+    env.update(SLURM_JOB_ID="4242", SLURM_JOB_NAME="mpignn-test", SLURM_NTASKS="2", SLURM_NTASKS_PER_NODE="2",
+               SLURM_CPUS_PER_TASK="1", SLURM_JOB_NUM_NODES="1", SLURM_NNODES="1", SLURM_JOB_NODELIST="localhost",
+               SLURM_SUBMIT_DIR=str(ROOT), PATH=f"{shim_dir}:{os.path.dirname(sys.executable)}:{env['PATH']}")
+    return env
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("script,extra", [("cpu.sbatch", []), ("cuda.sbatch", ["--device", "cpu", "--backend", "gloo"]),
+                                          ("xpu.sbatch", ["--device", "cpu", "--backend", "gloo"])])
+def test_script_runs_under_imitated_slurm(tmp_path, script, extra):
+    rc, out = run_cmd(["bash", str(ROOT / "jobs" / script), *SMALL, "--root", str(tmp_path / "data"), *extra],
+                      timeout=240, env=_slurm(tmp_path), cwd=ROOT)
+    assert rc == 0, out[-3000:]
+    assert "== job 4242" in out and "== MPI:" in out and "final test accuracy" in out and "(2 ranks)" in out
+
+
+@pytest.mark.mpi
+def test_script_exit_code_reflects_failure(tmp_path):
+    rc, out = run_cmd(["bash", str(ROOT / "jobs" / "cpu.sbatch"), "--dataset", "no-such-dataset", "--root",
+                       str(tmp_path)], timeout=120, env=_slurm(tmp_path), cwd=ROOT)
+    assert rc != 0 and "unknown dataset" in out and "== done" not in out

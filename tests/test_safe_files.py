@@ -1,0 +1,107 @@
+"""Nothing mpignn reads back is unpickled, and a write killed half-way never leaves a trusted file."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from mpignn.checkpoint import load_checkpoint, save_checkpoint
+from mpignn.data import make_synthetic
+from mpignn.data.synthetic import SyntheticSpec
+from mpignn.errors import ConfigError, PartitionFormatError
+from mpignn.partition import load_partition, partition_graph
+
+
+class _Payload:
+    """Unpickling this runs code: it creates the marker file."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_crafted_partition_file_does_not_run_code(tmp_path):
+    g = make_synthetic(SyntheticSpec(num_nodes=500, avg_degree=4, num_features=3))
+    partition_graph(g, 2, tmp_path / "p", method="random")
+    marker = tmp_path / "pwned"
+    target = tmp_path / "p" / "part-000" / "halo_deg.npy"
+    np.save(target, np.array([_Payload(str(marker))], dtype=object), allow_pickle=True)
+    with pytest.raises(PartitionFormatError):
+        load_partition(tmp_path / "p", 0, verify=False)  # even with checksums off
+    assert not marker.exists()
+
+
+def test_crafted_checkpoint_does_not_run_code(tmp_path):
+    marker = tmp_path / "pwned"
+    torch.save({"epoch": 0, "model": _Payload(str(marker))}, tmp_path / "checkpoint.pt")
+    with pytest.raises(ConfigError, match="cannot resume"):
+        load_checkpoint(tmp_path, torch.nn.Linear(2, 2))
+    assert not marker.exists()
+
+
+_SLOW_WRITER = r"""
+import sys, time, torch
+import mpignn.fileio as fileio
+from mpignn.checkpoint import save_checkpoint
+from mpignn.data import make_synthetic
+from mpignn.data.synthetic import SyntheticSpec
+from mpignn.partition import partition_graph
+
+what, folder = sys.argv[1], sys.argv[2]
+real_save = fileio.save_npy
+def slow_save(path, array):  # write half of the file, then stall: the parent kills us here
+    real_save(path, array)
+    if "part-001" in str(path):
+        print("STALLED", flush=True); time.sleep(600)
+import mpignn.partition.format as fmt
+fmt.save_npy = slow_save
+if what == "partition":
+    g = make_synthetic(SyntheticSpec(num_nodes=800, avg_degree=4, num_features=3, seed=5))
+    partition_graph(g, 2, folder, method="random", force=True)
+else:
+    real = torch.save
+    def stalled(obj, f, *a, **k):
+        with open(f, "wb") as fh:
+            fh.write(b"PK\x03\x04half a zip")
+        print("STALLED", flush=True); time.sleep(600)
+    torch.save = stalled
+    m = torch.nn.Linear(4, 2)
+    save_checkpoint(folder, 7, m, torch.optim.Adam(m.parameters()))
+"""
+
+
+def _kill_while_writing(what, folder):
+    p = subprocess.Popen([sys.executable, "-c", _SLOW_WRITER, what, str(folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "STALLED"
+        p.send_signal(signal.SIGKILL)
+    finally:
+        p.wait(timeout=30)
+
+
+def test_partition_killed_mid_write_keeps_the_old_folder(tmp_path):
+    g = make_synthetic(SyntheticSpec(num_nodes=800, avg_degree=4, num_features=3))
+    partition_graph(g, 2, tmp_path / "p", method="metis")
+    before = (tmp_path / "p" / "META.json").read_text()
+    _kill_while_writing("partition", tmp_path / "p")
+    assert (tmp_path / "p" / "META.json").read_text() == before
+    assert load_partition(tmp_path / "p", 1).meta.method == "metis"
+
+
+def test_partition_killed_mid_write_leaves_nothing_trusted(tmp_path):
+    _kill_while_writing("partition", tmp_path / "fresh")
+    with pytest.raises(PartitionFormatError, match="does not exist"):
+        load_partition(tmp_path / "fresh", 0)
+
+
+def test_checkpoint_killed_mid_write_keeps_the_previous(tmp_path):
+    model = torch.nn.Linear(4, 2)
+    save_checkpoint(tmp_path, 3, model, torch.optim.Adam(model.parameters()))
+    _kill_while_writing("checkpoint", tmp_path)
+    assert load_checkpoint(tmp_path, torch.nn.Linear(4, 2))["epoch"] == 3
