@@ -38,15 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", default="synthetic")
     parser.add_argument("--root", default="data")
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=128)
     args = parser.parse_args(argv)
 
     rt = bootstrap()
     graph = load_local_graph(rt, args.dataset, args.root, fanouts=[10, 5], cache_size=10_000)
-    train = make_loader(rt, graph, "train", batch_size=512)
+    train = make_loader(rt, graph, "train", batch_size=args.batch_size)
     test = make_loader(rt, graph, "test", batch_size=2048)
     model = SkipSAGE(graph.num_features, 64, graph.num_classes).to(rt.device)
     ddp = torch.nn.parallel.DistributedDataParallel(model) if rt.world_size > 1 else model
-    opt = torch.optim.Adam(model.parameters(), lr=0.005)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
 
     for epoch in range(args.epochs):
         train.set_epoch(epoch)
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             loss = F.cross_entropy(ddp(batch), batch.y[:batch.batch_size])
             loss.backward()
             opt.step()
-            loss_sum += float(loss) * batch.batch_size
+            loss_sum += float(loss.detach()) * batch.batch_size
             seen += batch.batch_size
         model.eval()
         correct = total = 0.0

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 __all__ = ["LaunchInfo", "detect", "export_torch_env", "thread_budget", "cpus_available", "foreign_launcher_size",
-           "free_port", "host_address", "cpu_flags", "tune_allocator"]
+           "free_port", "host_address", "tune_allocator"]
 
 
 @dataclass(frozen=True)
@@ -153,18 +153,6 @@ def thread_budget(local_size: int, cpus: int | None = None, host_cpus: int | Non
     if cpus < host_cpus:
         return max(1, cpus), False
     return max(1, cpus // local_size), local_size > cpus
-
-
-def cpu_flags() -> set[str]:
-    """The CPU feature flags of /proc/cpuinfo (empty where there is none)."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def tune_allocator() -> bool:

@@ -33,7 +33,8 @@ def atomic_path(final: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
 @contextlib.contextmanager
 def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty temporary folder beside `final`; on success it becomes `final` (an old `final` is
-    replaced only then), on failure it is removed."""
+    replaced only then), on failure it is removed. Two writers racing for the same new `final` both succeed
+    with one writer's (identical) content."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
@@ -47,7 +48,13 @@ def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
             os.replace(tmp, final)
             shutil.rmtree(old, ignore_errors=True)
         else:
-            os.replace(tmp, final)
+            try:
+                os.replace(tmp, final)
+            except OSError:
+                # Another process (rank 0 of another host on a shared disk) renamed the same content into
+                # place first; callers write deterministic content, so theirs is as good as ours.
+                if not final.is_dir():
+                    raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from mpignn.models import forward_batch
 from mpignn.mpi import allreduce_max, allreduce_sum
 
-__all__ = ["wrap_ddp", "AllreduceTimer", "train_epoch", "evaluate", "autocast", "bf16_default", "run_epoch"]
+__all__ = ["wrap_ddp", "AllreduceTimer", "train_epoch", "evaluate", "autocast", "run_epoch"]
 
 
 class AllreduceTimer:
@@ -118,16 +118,6 @@ def evaluate(model: torch.nn.Module, loader: Any, *, device: str, bf16: bool = F
         correct += float((logits.argmax(-1) == batch.y[:n]).sum())
         seen += n
     return {"correct": correct, "seeds": seen}
-
-
-def bf16_default(device: str) -> bool:
-    """bf16 on CPUs with native bf16 matrix units (AMX or AVX512-BF16: 3.6-4.4x the fp32 rate here, accuracy
-    checked against fp32 by `python -m mpignn.bench.precision`); fp32 elsewhere."""
-    if torch.device(device).type != "cpu":
-        return False
-    from mpignn.env import cpu_flags
-
-    return bool({"amx_bf16", "avx512_bf16"} & cpu_flags())
 
 
 def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

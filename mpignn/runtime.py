@@ -21,9 +21,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from mpignn import dist
-from mpignn.data import dataset_key, load_dataset
+from mpignn.data import check_known, dataset_key, load_dataset
 from mpignn.env import thread_budget, tune_allocator
-from mpignn.errors import LaunchError, MpignnError, PartitionFormatError
+from mpignn.errors import LaunchError, MpignnError, PartitionFormatError, mark_agreed
+from mpignn.exchange.alltoall import make_alltoall
 from mpignn.exchange.features import FeatureStore
 from mpignn.loader import NodeLoader
 from mpignn.log import setup_logging
@@ -72,7 +73,7 @@ def bootstrap(device: str = "auto", backend: str = "auto", threads: int = 0, *, 
     if logging_setup:
         setup_logging(topo.rank, topo.world_size, topo.host)
     budget, oversubscribed = thread_budget(topo.local_size)
-    if oversubscribed:
+    if oversubscribed and topo.local_rank == 0:
         log.warning("%d ranks share %d cores on %s: oversubscribed, expect slow steps. HINT: fewer ranks per "
                     "host (mpirun -ppn) or more cores per task", topo.local_size, os.cpu_count(), topo.host)
     threads = threads or budget
@@ -118,18 +119,24 @@ def _auto_folder(root: str, key: str, method: str, num_parts: int, seed: int) ->
 
 def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partitions: str = "",
                      method: str = "metis", replicated: bool = False, seed: int = 0, fanouts: Sequence[int] = (15,),
-                     cache_size: int = 0, local_prep: bool = False, prep_timeout: float | None = None) -> LocalGraph:
+                     cache_size: int = 0, local_prep: bool = False, prep_timeout: float | None = None,
+                     exchange: str = "auto") -> LocalGraph:
     """Collective over `rt.comm`: make sure a partition exists and load this rank's part.
 
     Without `partitions`, rank 0 (of each host with `local_prep`) prepares the dataset and partitions it into
     one part per rank (one part in total when `replicated`) under `root/mpignn-parts/`, once; later runs
-    reuse it. With `partitions`, the folder must match the dataset and world size.
+    reuse it. With `partitions`, the folder must match the dataset and world size. `exchange` picks the
+    feature transport: auto/mpi (MPI on host buffers) or torch (torch.distributed, e.g. NCCL).
 
     Raises:
         PartitionFormatError / DatasetError: on every rank alike.
     """
     comm = rt.comm
-    key = dataset_key(dataset)
+    try:
+        check_known(dataset)  # the same name fails the same way on every rank: no collective needed
+        key = dataset_key(dataset)
+    except MpignnError as exc:
+        raise mark_agreed(exc) from None
     num_parts = 1 if replicated else rt.world_size
     if partitions:
         folder = Path(partitions)
@@ -165,7 +172,8 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
         features = FeatureStore(part.x, part.y, part.lo)
     else:
         source = DistributedHops(comm, local, np.asarray(meta.part_offsets))
-        features = FeatureStore(part.x, part.y, part.lo, np.asarray(meta.part_offsets), comm)
+        features = FeatureStore(part.x, part.y, part.lo, np.asarray(meta.part_offsets), comm,
+                                make_alltoall(exchange, comm, rt.device))
         features.build_cache(part.halo_gid, part.halo_deg, cache_size)
     sampler = NeighborSampler(source, meta.num_nodes, fanouts)
     return LocalGraph(part=part, sampler=sampler, features=features, replicated=replicated, folder=folder)

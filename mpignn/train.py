@@ -22,7 +22,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     from mpignn.checkpoint import load_checkpoint, save_checkpoint
-    from mpignn.loop import bf16_default, run_epoch, wrap_ddp
+    from mpignn.loop import run_epoch, wrap_ddp
     from mpignn.models import build_model
     from mpignn.report import append_jsonl, format_epoch
     from mpignn.runtime import bootstrap, load_local_graph, make_loader, shutdown
@@ -34,7 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.manual_seed(cfg.seed)
     graph = load_local_graph(rt, cfg.dataset, cfg.root, partitions=cfg.partitions, method=cfg.partition_method,
                              replicated=cfg.replicated, seed=cfg.seed, fanouts=cfg.fanouts,
-                             cache_size=cfg.cache_size, local_prep=cfg.local_prep, prep_timeout=cfg.prep_timeout)
+                             cache_size=cfg.cache_size, local_prep=cfg.local_prep, prep_timeout=cfg.prep_timeout,
+                             exchange=cfg.exchange)
     loaders = {split: make_loader(rt, graph, split, batch_size=cfg.batch_size, seed=cfg.seed)
                for split in ("train", "val", "test")}
     model = build_model(cfg.model, graph.num_features, cfg.hidden, graph.num_classes, cfg.num_layers,
@@ -45,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         first_epoch = load_checkpoint(cfg.checkpoint_dir, model, optimizer)["epoch"] + 1
         log.info("resumed from %s after epoch %d", cfg.checkpoint_dir, first_epoch - 1)
     ddp, timer = wrap_ddp(model, rt.comm, rt.device)
-    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and bf16_default(rt.device))
+    bf16 = cfg.precision == "bf16"
     log.info("%d train steps per epoch, %s", len(loaders["train"]), "bf16 autocast" if bf16 else "fp32")
     if rt.rank == 0 and cfg.checkpoint_dir:
         Path(cfg.checkpoint_dir).mkdir(parents=True, exist_ok=True)

@@ -4,8 +4,10 @@ import sys
 
 import pytest
 
-NO_TORCH = ["mpignn", "mpignn.mpi", "mpignn.env", "mpignn.log", "mpignn.config", "mpignn.errors"]
-NO_PYG = ["mpignn.dist", "mpignn.data", "mpignn.partition", "mpignn.graph", "mpignn.sampling", "mpignn.exchange"]
+# mpi, env, log, config: stdlib (+ mpi4py/numpy for mpi); data .. exchange: numpy/numba/pymetis, no torch.
+NO_TORCH = ["mpignn", "mpignn.mpi", "mpignn.env", "mpignn.log", "mpignn.config", "mpignn.errors", "mpignn.fileio",
+            "mpignn.data", "mpignn.partition", "mpignn.sampling", "mpignn.exchange"]
+NO_PYG = ["mpignn.dist", "mpignn.checkpoint"]
 
 
 def _loaded(module: str) -> set[str]:

@@ -26,5 +26,6 @@ def test_resume_matches_uninterrupted_run(tmp_path):
     assert "resumed from" in out and "epoch   2 |" in out and "epoch   0 |" not in out
     assert abs(full - resumed) <= 0.01, (full, resumed)
     # another world size continues from the same checkpoint
-    other, _ = _acc(3, tmp_path, "--epochs", "5", "--checkpoint-dir", str(tmp_path / "ck"), "--resume")
-    assert other > 0.5
+    other, out = _acc(3, tmp_path, "--epochs", "5", "--checkpoint-dir", str(tmp_path / "ck"), "--resume")
+    assert "after epoch 3" in out and "epoch   4 |" in out
+    assert other >= full - 0.05, (full, other)  # one more epoch on 3 ranks keeps (or improves) the model

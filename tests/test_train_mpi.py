@@ -32,7 +32,7 @@ def test_cora_two_ranks_within_two_points_of_one(tmp_path):
 
 
 @pytest.mark.parametrize("n,extra", [(2, []), (3, ["--partition-method", "random", "--cache-size", "0"]),
-                                     (2, ["--replicated"])])
+                                     (2, ["--replicated"]), (2, ["--exchange", "torch"])])
 def test_metrics_file_has_every_field(tmp_path, n, extra):
     metrics = tmp_path / "m.jsonl"
     acc, out = train(n, tmp_path, *SMALL, "--metrics-out", str(metrics), *extra)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from mpignn.mpi import alltoallv
+from mpignn.exchange.alltoall import MpiAlltoall
 from mpignn.sampling.distributed import owner_of
 
 __all__ = ["FeatureStore"]
@@ -20,13 +20,15 @@ class FeatureStore:
     """Features and labels of any node, seen from one rank. With `comm=None` (one part) all rows are local.
 
     `gather` is collective over `comm` when there is more than one part: every rank calls it once per batch.
+    `alltoall` is the transport (default: MPI over `comm`; see `mpignn.exchange.alltoall`).
     """
 
     def __init__(self, x: np.ndarray, y: np.ndarray, lo: int, part_offsets: np.ndarray | None = None,
-                 comm: Any = None) -> None:
+                 comm: Any = None, alltoall: Any = None) -> None:
         self.x, self.y, self.lo = x, y, int(lo)
         self.hi = self.lo + len(x)
         self.comm = comm if comm is not None and comm.size > 1 else None
+        self.alltoall = alltoall or (MpiAlltoall(comm) if self.comm is not None else None)
         self.part_offsets = None if part_offsets is None else np.asarray(part_offsets, dtype=np.int64)
         self.cache_gid = np.empty(0, dtype=np.int64)
         self.cache_x = np.empty((0, x.shape[1]), dtype=x.dtype)
@@ -54,9 +56,9 @@ class FeatureStore:
         owner = owner_of(gids, self.part_offsets)
         order = np.argsort(owner, kind="stable")
         counts = np.bincount(owner, minlength=comm.size).astype(np.int64)
-        asked, asked_counts = alltoallv(comm, gids[order], counts)
+        asked, asked_counts = self.alltoall(gids[order], counts)
         rows = self.x[asked - self.lo] if len(asked) else np.empty((0, self.num_features), self.x.dtype)
-        got, _ = alltoallv(comm, np.ascontiguousarray(rows), asked_counts)
+        got, _ = self.alltoall(np.ascontiguousarray(rows), asked_counts)
         self.bytes_received += got.nbytes
         out = np.empty((len(gids), self.num_features), dtype=self.x.dtype)
         out[order] = got
