@@ -5,6 +5,7 @@ Metrics come back as sums (loss x seeds, correct, seeds) so the caller reduces s
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from typing import Any
 
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 from mpignn.models import forward_batch
 from mpignn.mpi import allreduce_max, allreduce_sum
 
-__all__ = ["wrap_ddp", "AllreduceTimer", "train_epoch", "evaluate", "autocast", "run_epoch"]
+__all__ = ["optimize_for_device", "wrap_ddp", "AllreduceTimer", "train_epoch", "evaluate", "autocast", "run_epoch"]
 
 
 class AllreduceTimer:
@@ -62,6 +63,19 @@ def wrap_ddp(model: torch.nn.Module, comm: Any, device: str) -> tuple[torch.nn.M
     return ddp, timer
 
 
+def optimize_for_device(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: str,
+                        bf16: bool) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """On Intel XPU with intel-extension-for-pytorch installed, apply `ipex.optimize` to model and optimizer
+    (as Intel's examples do); elsewhere return them unchanged."""
+    if torch.device(device).type != "xpu":
+        return model, optimizer
+    try:
+        import intel_extension_for_pytorch as ipex
+    except ImportError:
+        return model, optimizer
+    return ipex.optimize(model, optimizer=optimizer, dtype=torch.bfloat16 if bf16 else torch.float32)
+
+
 def autocast(device: str, bf16: bool) -> contextlib.AbstractContextManager:
     if not bf16:
         return contextlib.nullcontext()
@@ -73,9 +87,20 @@ def _empty_loss(model: torch.nn.Module) -> torch.Tensor:
     return sum(p.sum() * 0.0 for p in model.parameters())  # type: ignore[return-value]
 
 
+def _progress(show: bool, step: int, steps: int, loss: float) -> None:
+    """A one-line progress bar on rank 0 when stderr is a terminal (batch jobs get the epoch lines only)."""
+    if show:
+        done = int(30 * step / max(1, steps))
+        sys.stderr.write(f"\r  [{'#' * done}{'.' * (30 - done)}] {step}/{steps} loss {loss:.4f}")
+        if step == steps:
+            sys.stderr.write("\r" + " " * 70 + "\r")
+        sys.stderr.flush()
+
+
 def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Optimizer, *, device: str,
-                bf16: bool = False, timer: AllreduceTimer | None = None) -> dict[str, float]:
-    """Train one epoch. Returns sums: loss_sum, correct, seeds, steps, compute_s, allreduce_s."""
+                bf16: bool = False, timer: AllreduceTimer | None = None, progress: bool = False) -> dict[str, float]:
+    """Train one epoch (with a progress bar when `progress`). Returns sums: loss_sum, correct, seeds, steps,
+    compute_s, allreduce_s."""
     model.train()
     sums = {"loss_sum": 0.0, "correct": 0.0, "seeds": 0.0, "steps": 0.0, "compute_s": 0.0, "allreduce_s": 0.0}
     reduce_before = timer.seconds if timer else 0.0
@@ -97,6 +122,7 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
         sums["seeds"] += n
         sums["steps"] += 1
         sums["compute_s"] += time.perf_counter() - t0
+        _progress(progress, int(sums["steps"]), len(loader), float(loss.detach()))
     if timer:
         sums["allreduce_s"] = timer.seconds - reduce_before
         sums["compute_s"] -= sums["allreduce_s"]
@@ -134,7 +160,8 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
     start = time.perf_counter()
     for loader in loaders.values():
         loader.set_epoch(epoch)
-    sums = train_epoch(model, loaders["train"], optimizer, device=rt.device, bf16=bf16, timer=timer)
+    sums = train_epoch(model, loaders["train"], optimizer, device=rt.device, bf16=bf16, timer=timer,
+                       progress=rt.rank == 0 and sys.stderr.isatty())
     train_s = time.perf_counter() - start
     ev = {"val_correct": 0.0, "val_seeds": 0.0, "test_correct": 0.0, "test_seeds": 0.0}
     if evaluate_now:

@@ -24,8 +24,23 @@ from mpignn.errors import LaunchError, MpignnError, is_agreed, mark_agreed
 __all__ = [
     "Topology", "world", "topology", "whoami", "chunk_bounds", "ceil_split", "steps_per_epoch", "pad_to_steps",
     "root_first", "run_once", "check_all", "alltoallv", "allreduce_sum", "allreduce_max", "run_main", "RootFailedError",
-    "print0",
+    "print0", "allreduce_max", "thread_budget", "init_process_group", "choose_device", "apply_threads",
 ]
+
+thread_budget = _env.thread_budget
+
+# The torch-facing helpers live in mpignn.dist (which imports torch); they are reachable from here too,
+# imported on first use, so `import mpignn.mpi` stays free of torch.
+_LAZY = {"init_process_group": "init_process_group", "choose_device": "choose", "apply_threads": "apply_threads",
+         "detect_hardware": "detect_hardware"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from mpignn import dist
+
+        return getattr(dist, _LAZY[name])
+    raise AttributeError(f"module 'mpignn.mpi' has no attribute '{name}'")
 
 log = logging.getLogger(__name__)
 _READY_TAG = 7101

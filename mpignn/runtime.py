@@ -28,7 +28,8 @@ from mpignn.exchange.alltoall import make_alltoall
 from mpignn.exchange.features import FeatureStore
 from mpignn.loader import NodeLoader
 from mpignn.log import setup_logging
-from mpignn.mpi import Topology, allreduce_sum, ceil_split, check_all, root_first, topology, world
+from mpignn.mpi import (Topology, allreduce_sum, ceil_split, check_all, pad_to_steps, root_first, steps_per_epoch,
+                        topology, world)
 from mpignn.partition import LocalPart, check_matches, load_partition, partition_graph, read_meta
 from mpignn.sampling import kernels
 from mpignn.sampling.distributed import DistributedHops
@@ -155,9 +156,9 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
                 log.info("partitioned %s into %d parts (%s): edge cut %.1f%%, %.1fs", key, num_parts, method,
                          rep["edge_cut_pct"], rep["seconds"])
                 del graph
-            if first:
-                kernels.sample_rows(np.zeros(2, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64),
-                                    np.zeros(1, np.int64), 1, 0)  # compile (or load) the kernels once per host
+    # numba writes its on-disk cache when it compiles: one rank per host compiles, the others then load.
+    with root_first(comm, per_host=True, timeout=prep_timeout, what="compiling the sampling kernels"):
+        kernels.warm_up()
     part_id = 0 if replicated else rt.rank
     problem, part = "", None
     try:
@@ -174,9 +175,26 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
         source = DistributedHops(comm, local, np.asarray(meta.part_offsets))
         features = FeatureStore(part.x, part.y, part.lo, np.asarray(meta.part_offsets), comm,
                                 make_alltoall(exchange, comm, rt.device))
-        features.build_cache(part.halo_gid, part.halo_deg, cache_size)
     sampler = NeighborSampler(source, meta.num_nodes, fanouts)
+    if not (replicated or rt.world_size == 1):
+        probe = _probe_remote(comm, sampler, part, seed) if cache_size else None
+        features.build_cache(part.halo_gid, part.halo_deg, cache_size, probe)
     return LocalGraph(part=part, sampler=sampler, features=features, replicated=replicated, folder=folder)
+
+
+def _probe_remote(comm: Any, sampler: NeighborSampler, part: LocalPart, seed: int, batches: int = 8,
+                  batch_size: int = 1024) -> np.ndarray:
+    """Collective over `comm`: sample a few real training batches and return the remote ids they reach
+    (with repeats), so the cache holds what sampling actually asks for."""
+    rng = np.random.default_rng([seed, 7919, comm.rank])
+    seeds = part.train_idx[rng.permutation(len(part.train_idx))[:batches * batch_size]]
+    steps = steps_per_epoch(comm, len(seeds), batch_size)
+    remote = []
+    for step, chunk in enumerate(pad_to_steps(seeds, steps, batch_size)):
+        n_id = sampler.sample(chunk, kernels.mix_seed(seed + 7919, step)).n_id
+        remote.append(n_id[(n_id < part.lo) | (n_id >= part.hi)])
+    sampler.source.bytes_received = 0  # start-up traffic is not per-epoch traffic
+    return np.concatenate(remote) if remote else np.empty(0, dtype=np.int64)
 
 
 def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[int] | None = None, *,

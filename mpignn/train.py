@@ -22,7 +22,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     from mpignn.checkpoint import load_checkpoint, save_checkpoint
-    from mpignn.loop import run_epoch, wrap_ddp
+    from mpignn.loop import optimize_for_device, run_epoch, wrap_ddp
     from mpignn.models import build_model
     from mpignn.report import append_jsonl, format_epoch
     from mpignn.runtime import bootstrap, load_local_graph, make_loader, shutdown
@@ -45,8 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cfg.resume:
         first_epoch = load_checkpoint(cfg.checkpoint_dir, model, optimizer)["epoch"] + 1
         log.info("resumed from %s after epoch %d", cfg.checkpoint_dir, first_epoch - 1)
-    ddp, timer = wrap_ddp(model, rt.comm, rt.device)
     bf16 = cfg.precision == "bf16"
+    model, optimizer = optimize_for_device(model, optimizer, rt.device, bf16)
+    ddp, timer = wrap_ddp(model, rt.comm, rt.device)
     log.info("%d train steps per epoch, %s", len(loaders["train"]), "bf16 autocast" if bf16 else "fp32")
     if rt.rank == 0 and cfg.checkpoint_dir:
         Path(cfg.checkpoint_dir).mkdir(parents=True, exist_ok=True)

@@ -26,20 +26,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--cache-size", type=int, default=50_000)
     parser.add_argument("--precision", default="fp32")
-    parser.add_argument("--quick", action="store_true", help="only 1 rank x 1 thread and N ranks, METIS+cache")
+    parser.add_argument("--configs", default="1x1,1xall,metis+cache,metis,random+cache,random,replicated",
+                        help="which of: 1x1, 1xall, metis+cache, metis, random+cache, random, replicated")
     parser.add_argument("--plot", default="bench_split.png", help="PNG of the time split ('' for none)")
     args = parser.parse_args(argv)
     cores = len(os.sched_getaffinity(0))
     n = args.ranks
-    configs = [("1 rank x 1 thread", 1, ["--threads", "1"]),
-               (f"1 rank x {cores} threads", 1, ["--threads", str(cores)]),
-               (f"{n} ranks metis+cache", n, ["--cache-size", str(args.cache_size)]),
-               (f"{n} ranks metis, no cache", n, ["--cache-size", "0"]),
-               (f"{n} ranks random+cache", n, ["--partition-method", "random", "--cache-size", str(args.cache_size)]),
-               (f"{n} ranks random, no cache", n, ["--partition-method", "random", "--cache-size", "0"]),
-               (f"{n} ranks replicated", n, ["--replicated"])]
-    if args.quick:
-        configs = [configs[0], configs[2]]
+    cache = ["--cache-size", str(args.cache_size)]
+    known = {"1x1": ("1 rank x 1 thread", 1, ["--threads", "1"]),
+             "1xall": (f"1 rank x {cores} threads", 1, ["--threads", str(cores)]),
+             "metis+cache": (f"{n} ranks metis+cache", n, cache),
+             "metis": (f"{n} ranks metis, no cache", n, ["--cache-size", "0"]),
+             "random+cache": (f"{n} ranks random+cache", n, ["--partition-method", "random", *cache]),
+             "random": (f"{n} ranks random, no cache", n, ["--partition-method", "random", "--cache-size", "0"]),
+             "replicated": (f"{n} ranks replicated", n, ["--replicated"])}
+    try:
+        configs = [known[c] for c in args.configs.split(",")]
+    except KeyError as exc:
+        parser.error(f"--configs: unknown {exc}; choose from {', '.join(known)}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root = args.root or tmp

@@ -40,12 +40,22 @@ class FeatureStore:
     def num_features(self) -> int:
         return int(self.x.shape[1])
 
-    def build_cache(self, halo_gid: np.ndarray, halo_deg: np.ndarray, cache_size: int) -> None:
-        """Collective over `comm`: fetch the `cache_size` halo nodes with most edges into this part."""
+    def build_cache(self, halo_gid: np.ndarray, halo_deg: np.ndarray, cache_size: int,
+                    sampled: np.ndarray | None = None) -> None:
+        """Collective over `comm`: fetch the `cache_size` hottest remote nodes.
+
+        Hot means: most often seen in `sampled` (remote ids drawn by a probe of real batches, which reach
+        beyond the halo after the first hop), then the halo nodes with most edges into this part.
+        """
         if self.comm is None:
             return
-        take = min(max(0, cache_size), len(halo_gid))
-        hot = np.sort(halo_gid[np.argsort(-halo_deg, kind="stable")[:take]])
+        ranked = [halo_gid[np.argsort(-halo_deg, kind="stable")]]
+        if sampled is not None and len(sampled):
+            ids, counts = np.unique(sampled, return_counts=True)
+            ranked.insert(0, ids[np.argsort(-counts, kind="stable")])
+        order = np.concatenate(ranked)
+        _, first = np.unique(order, return_index=True)
+        hot = np.sort(order[np.sort(first)][:max(0, cache_size)])
         rows = self._fetch(hot)
         self.cache_gid, self.cache_x = hot, rows
         self.bytes_received = 0  # start-up traffic is not per-epoch traffic

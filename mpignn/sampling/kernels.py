@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["sample_rows", "relabel", "reset_scratch", "mix_seed"]
+__all__ = ["sample_rows", "relabel", "reset_scratch", "mix_seed", "warm_up"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -103,3 +103,13 @@ def relabel(nbrs, scratch, n_id, n_count):
 def reset_scratch(scratch, n_id, n_count):
     for i in range(n_count):
         scratch[n_id[i]] = -1
+
+
+def warm_up() -> None:
+    """Compile every kernel (or load it from numba's cache) on tiny inputs."""
+    one = np.zeros(1, dtype=np.int64)
+    counts, nbrs = sample_rows(np.array([0, 1], dtype=np.int64), one, one, one, 1, mix_seed(0, 0))
+    scratch = np.full(1, -1, dtype=np.int64)
+    n_id = np.empty(2, dtype=np.int64)
+    _, n = relabel(nbrs, scratch, n_id, 0)
+    reset_scratch(scratch, n_id, n)
