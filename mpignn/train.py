@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                for split in ("train", "val", "test")}
     model = build_model(cfg.model, graph.num_features, cfg.hidden, graph.num_classes, cfg.num_layers,
                         cfg.dropout).to(rt.device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     first_epoch = 0
     if cfg.resume:
         first_epoch = load_checkpoint(cfg.checkpoint_dir, model, optimizer)["epoch"] + 1
