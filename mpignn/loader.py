@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
@@ -28,7 +28,6 @@ class LoaderTimes:
 
     sample_s: float = 0.0
     exchange_s: float = 0.0
-    extra: dict = field(default_factory=dict)
 
 
 class NodeLoader:

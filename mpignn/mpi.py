@@ -377,6 +377,9 @@ def _abort(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     if _mpi_running() and _world_size() > 1:
+        # Abort makes the launcher kill every process at once; give it a moment to forward what this rank
+        # just printed, or the traceback and the root-cause line can be lost.
+        time.sleep(0.5)
         sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(code)
     os._exit(code)
 
