@@ -1,0 +1,78 @@
+"""Datasets behind one registry, so `--dataset NAME` means the same in every command.
+
+Names: `synthetic[:key=value,...]` (embedded default, no files), `npz:PATH`, Cora / CiteSeer / PubMed
+(torch-geometric), ogbn-arxiv / ogbn-products / ogbn-papers100M (ogb). Must not import torch-geometric at
+module level.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from mpignn.data.cache import load_cache, save_cache
+from mpignn.data.graph import GraphData, csr_from_edges
+from mpignn.data.npz import load_npz, save_npz
+from mpignn.data.public import OGB, PLANETOID, load_ogb, load_planetoid
+from mpignn.data.synthetic import SyntheticSpec, make_synthetic, parse_synthetic
+from mpignn.errors import DatasetError
+
+__all__ = ["GraphData", "csr_from_edges", "load_dataset", "prepare_dataset", "dataset_key", "make_synthetic",
+           "SyntheticSpec", "save_npz", "KNOWN", "check_known"]
+
+KNOWN = ("synthetic", "npz:PATH", *PLANETOID, *OGB)
+
+
+def _canonical(name: str) -> str:
+    lowered = {n.lower(): n for n in (*PLANETOID, *OGB)}
+    return lowered.get(name.lower(), name)
+
+
+def dataset_key(name: str) -> str:
+    """A stable, file-system safe id of the dataset (used to match partitions to datasets)."""
+    if name.startswith("synthetic"):
+        spec = parse_synthetic(name.partition(":")[2])
+        defaults = SyntheticSpec()
+        changed = [f"{k}={v}" for k, v in spec.__dict__.items() if getattr(defaults, k) != v]
+        return "synthetic" + (":" + ",".join(changed) if changed else "")
+    return _canonical(name)
+
+
+def check_known(name: str) -> None:
+    """Raise DatasetError (with the known names) unless `name` is a dataset mpignn can load."""
+    if name.startswith(("synthetic", "npz:")) or _canonical(name) in (*PLANETOID, *OGB):
+        return
+    raise DatasetError(f"unknown dataset '{name}'; known: {', '.join(KNOWN)}. HINT: e.g. --dataset Cora, or "
+                       "--dataset npz:/path/graph.npz for your own graph")
+
+
+def load_dataset(name: str, root: str = "data", mmap: bool = False) -> GraphData:
+    """Load a dataset, preprocessing and caching it on first use. Not collective: under MPI call it inside
+    `prepare_dataset` (rank 0 first) so only one rank downloads and writes the cache."""
+    check_known(name)
+    if name.startswith("synthetic"):
+        return make_synthetic(parse_synthetic(name.partition(":")[2]))
+    if name.startswith("npz:"):
+        return load_npz(name[4:])
+    key = _canonical(name)
+    cached = load_cache(root, key, mmap=mmap)
+    if cached is not None:
+        return cached
+    graph = load_planetoid(key, root) if key in PLANETOID else load_ogb(key, root)
+    save_cache(root, graph)
+    return graph
+
+
+def prepare_dataset(comm: Any, name: str, root: str = "data", *, per_host: bool = False,
+                    timeout: float | None = None, mmap: bool = False) -> GraphData:
+    """Collective over `comm`: rank 0 (of the job, or of each host with `per_host`) downloads and preprocesses,
+    the others wait for its ready signal and then load the cache; a failure on rank 0 is raised everywhere."""
+    from mpignn.mpi import check_all, root_first
+
+    problem = ""
+    try:
+        check_known(name)
+    except DatasetError as exc:
+        problem = str(exc)
+    check_all(comm, not problem, problem, DatasetError)
+    with root_first(comm, per_host=per_host, timeout=timeout, what=f"preparing dataset {name}"):
+        graph = load_dataset(name, root, mmap=mmap)
+    return graph
