@@ -33,7 +33,7 @@ from mpignn.errors import ConfigError, PartitionFormatError
 from mpignn.fileio import atomic_dir, load_npy, read_json, save_npy, sha256_file, write_json
 
 __all__ = ["FORMAT_VERSION", "PART_FILES", "PartitionMeta", "LocalPart", "write_partition", "read_meta",
-           "load_partition", "part_dir"]
+           "load_partition", "part_dir", "check_matches", "report"]
 
 FORMAT_VERSION = 1
 PART_FILES = ("rowptr", "col", "x", "y", "train_idx", "val_idx", "test_idx", "orig_id", "halo_gid", "halo_deg")
