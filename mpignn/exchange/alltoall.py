@@ -25,10 +25,10 @@ class TorchAlltoall:
     """Collective over the default torch.distributed group: all_to_all_single on tensors on `device`
     (for NCCL or xccl, whose buffers must live on the GPU)."""
 
-    def __init__(self, device: str, world_size: int) -> None:
+    def __init__(self, device: str) -> None:
         import torch
 
-        self.torch, self.device, self.world_size = torch, torch.device(device), world_size
+        self.torch, self.device = torch, torch.device(device)
 
     def __call__(self, send: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         torch, dist = self.torch, self.torch.distributed
@@ -48,5 +48,5 @@ def make_alltoall(kind: str, comm: Any, device: str) -> MpiAlltoall | TorchAllto
     """`auto` and `mpi` -> MPI (sampling and feature tables live in host memory, where MPI is fastest);
     `torch` -> torch.distributed (needs an initialised process group)."""
     if kind == "torch":
-        return TorchAlltoall(device, comm.size)
+        return TorchAlltoall(device)
     return MpiAlltoall(comm)

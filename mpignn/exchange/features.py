@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from mpignn.exchange.alltoall import MpiAlltoall
-from mpignn.sampling.distributed import owner_of
+from mpignn.sampling.distributed import group_by_owner
 
 __all__ = ["FeatureStore"]
 
@@ -63,9 +63,7 @@ class FeatureStore:
     def _fetch(self, gids: np.ndarray) -> np.ndarray:
         """Collective: rows of remote `gids` (any order) from their owners."""
         comm = self.comm
-        owner = owner_of(gids, self.part_offsets)
-        order = np.argsort(owner, kind="stable")
-        counts = np.bincount(owner, minlength=comm.size).astype(np.int64)
+        _, order, counts = group_by_owner(gids, self.part_offsets, comm.size)
         asked, asked_counts = self.alltoall(gids[order], counts)
         rows = self.x[asked - self.lo] if len(asked) else np.empty((0, self.num_features), self.x.dtype)
         got, _ = self.alltoall(np.ascontiguousarray(rows), asked_counts)

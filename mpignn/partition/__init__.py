@@ -23,9 +23,9 @@ def partition_graph(graph: GraphData, num_parts: int, out: str | os.PathLike, *,
 
     start = time.perf_counter()
     parts = assign_parts(graph, num_parts, method, seed)
-    rep = write_partition(graph, parts, out, num_parts=num_parts, method=method, seed=seed, dataset=dataset or graph.name, force=force)
-    rep["seconds"] = time.perf_counter() - start
-    return rep
+    meta = write_partition(graph, parts, out, num_parts=num_parts, method=method, seed=seed,
+                           dataset=dataset or graph.name, force=force)
+    return report(meta, time.perf_counter() - start)
 
 
 def format_report(rep: dict) -> str:

@@ -14,12 +14,20 @@ import numpy as np
 from mpignn.mpi import alltoallv
 from mpignn.sampling.neighbor import LocalHops
 
-__all__ = ["DistributedHops", "owner_of"]
+__all__ = ["DistributedHops", "owner_of", "group_by_owner"]
 
 
 def owner_of(gids: np.ndarray, part_offsets: np.ndarray) -> np.ndarray:
     """Owning rank of each global id (parts own contiguous id ranges)."""
     return np.searchsorted(part_offsets, gids, side="right") - 1
+
+
+def group_by_owner(gids: np.ndarray, part_offsets: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray,
+                                                                                    np.ndarray]:
+    """(owner of each id, a stable order that groups ids by owner, ids per owner): the send layout of an
+    all-to-all request."""
+    owner = owner_of(gids, part_offsets)
+    return owner, np.argsort(owner, kind="stable"), np.bincount(owner, minlength=size).astype(np.int64)
 
 
 def _place(out: np.ndarray, out_offsets: np.ndarray, positions: np.ndarray, counts: np.ndarray,
@@ -42,15 +50,13 @@ class DistributedHops:
         self.local = local
         self.part_offsets = np.asarray(part_offsets, dtype=np.int64)
         self.bytes_received = 0
-        self.seconds = 0.0
 
     def sample(self, gids: np.ndarray, fanout: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         comm, rank = self.comm, self.comm.rank
-        owner = owner_of(gids, self.part_offsets)
-        order = np.argsort(owner, kind="stable")
+        owner, order, send_counts = group_by_owner(gids, self.part_offsets, comm.size)
         own_pos = order[owner[order] == rank]
         remote_pos = order[owner[order] != rank]
-        send_counts = np.bincount(owner[remote_pos], minlength=comm.size).astype(np.int64)
+        send_counts[rank] = 0  # own targets are sampled here, not sent
         seeds = np.empty(comm.size, dtype=np.int64)
         comm.Allgather(np.array([seed], dtype=np.int64), seeds)
         asked, asked_counts = alltoallv(comm, gids[remote_pos], send_counts)
