@@ -2,7 +2,9 @@
 
 Runs `mpignn.train` on 1 rank (1 thread, and all threads) and on N ranks with METIS and random partitions,
 with and without the remote-feature cache, and prints epoch time, seeds/s, the time split, remote bytes and
-cache hit rate; saves a PNG of the split when matplotlib is installed.
+cache hit rate; saves a PNG of the split when matplotlib is installed. Each row gets the cores its label
+says: "1 rank x 1 thread" runs pinned to one core (its sampler's prefetch thread included), N ranks are
+bound one core share each (MPICH -bind-to core, Open MPI --bind-to core).
 
     python -m mpignn.bench --dataset synthetic:num_nodes=200000,avg_degree=20,num_features=100 --ranks 2
 """
@@ -29,17 +31,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", default="1x1,1xall,metis+cache,metis,random+cache,random,replicated",
                         help="which of: 1x1, 1xall, metis+cache, metis, random+cache, random, replicated")
     parser.add_argument("--plot", default="bench_split.png", help="PNG of the time split ('' for none)")
+    parser.add_argument("--no-bind", action="store_true", help="leave core binding to the launcher's defaults")
     args = parser.parse_args(argv)
     cores = len(os.sched_getaffinity(0))
     n = args.ranks
     cache = ["--cache-size", str(args.cache_size)]
-    known = {"1x1": ("1 rank x 1 thread", 1, ["--threads", "1"]),
-             "1xall": (f"1 rank x {cores} threads", 1, ["--threads", str(cores)]),
-             "metis+cache": (f"{n} ranks metis+cache", n, cache),
-             "metis": (f"{n} ranks metis, no cache", n, ["--cache-size", "0"]),
-             "random+cache": (f"{n} ranks random+cache", n, ["--partition-method", "random", *cache]),
-             "random": (f"{n} ranks random, no cache", n, ["--partition-method", "random", "--cache-size", "0"]),
-             "replicated": (f"{n} ranks replicated", n, ["--replicated"])}
+    share = max(1, cores // n)  # cores per rank in the N-rank rows
+    # name: (label, ranks, extra flags, cores per rank; 0 = unbound)
+    known = {"1x1": ("1 rank x 1 thread", 1, ["--threads", "1"], 1),
+             "1xall": (f"1 rank x {cores} threads", 1, ["--threads", str(cores)], 0),
+             "metis+cache": (f"{n} ranks metis+cache", n, cache, share),
+             "metis": (f"{n} ranks metis, no cache", n, ["--cache-size", "0"], share),
+             "random+cache": (f"{n} ranks random+cache", n, ["--partition-method", "random", *cache], share),
+             "random": (f"{n} ranks random, no cache", n, ["--partition-method", "random", "--cache-size", "0"],
+                        share),
+             "replicated": (f"{n} ranks replicated", n, ["--replicated"], share)}
     try:
         configs = [known[c] for c in args.configs.split(",")]
     except KeyError as exc:
@@ -47,11 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root = args.root or tmp
-        for name, ranks, extra in configs:
+        for name, ranks, extra, bind in configs:
             common = ["--dataset", args.dataset, "--root", root, "--epochs", str(args.epochs), "--fanout",
                       args.fanout, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
                       "--precision", args.precision, "--eval-every", str(args.epochs + 1)]
-            last = run_train(ranks, [*common, *extra])[-1]
+            last = run_train(ranks, [*common, *extra], cores_per_rank=0 if args.no_bind else bind)[-1]
             rows.append({"config": name, **last})
             print(f"  done: {name}", flush=True)
     base = rows[0]["seeds_per_s"]

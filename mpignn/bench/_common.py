@@ -43,19 +43,45 @@ def table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
     return "\n".join(lines)
 
 
-def run_train(np_: int, args: list[str], timeout: float = 3600) -> list[dict]:
-    """`mpiexec -n np_ python -m mpignn.train ARGS --metrics-out TMP`; returns the per-epoch records."""
+def run_train(np_: int, args: list[str], timeout: float = 3600, *, cores_per_rank: int = 0) -> list[dict]:
+    """`mpiexec -n np_ python -m mpignn.train ARGS --metrics-out TMP`; returns the per-epoch records.
+
+    With `cores_per_rank`, each rank is confined to that many cores (see `_binding`), so a row labelled
+    "1 thread" really has one core and N ranks really have N.
+    """
     import shutil
     import tempfile
 
     exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
     if exe is None:
         raise RuntimeError("no mpiexec found; pip install mpich (or load your site MPI)")
+    launcher_args, pin = _binding(exe, np_, cores_per_rank)
     with tempfile.TemporaryDirectory() as tmp:
         metrics = Path(tmp) / "metrics.jsonl"
-        cmd = [exe, "-n", str(np_), sys.executable, "-m", "mpignn.train", *args, "--metrics-out", str(metrics)]
+        cmd = [exe, *launcher_args, "-n", str(np_), sys.executable, "-m", "mpignn.train", *args,
+               "--metrics-out", str(metrics)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, preexec_fn=pin)
         if out.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
         return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
+def _binding(exe: str, np_: int, cores: int) -> tuple[list[str], object]:
+    """(launcher arguments, preexec function) that confine each rank to `cores` cores.
+
+    One rank: the launcher and its child inherit an affinity mask of the first `cores` allowed CPUs (any MPI).
+    Several ranks: MPICH's `-bind-to core:K` or Open MPI's `--bind-to core` (one core per rank only); other
+    launchers run unbound.
+    """
+    allowed = sorted(os.sched_getaffinity(0))
+    if cores <= 0 or cores * np_ > len(allowed):
+        return [], None
+    if np_ == 1:
+        return [], lambda: os.sched_setaffinity(0, allowed[:cores])
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    if "HYDRA" in version:
+        return ["-bind-to", f"core:{cores}"], None
+    if "Open MPI" in version and cores == 1:
+        return ["--bind-to", "core"], None
+    return [], None

@@ -1,0 +1,43 @@
+"""The scaling benchmark: core binding per row, and a tiny end-to-end run that prints its table."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mpignn.bench._common import _binding
+
+
+def _fake_launcher(tmp_path, banner):
+    exe = tmp_path / "mpiexec"
+    exe.write_text(f"#!/bin/sh\necho '{banner}'\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_binding_per_launcher(tmp_path):
+    assert _binding(_fake_launcher(tmp_path, "HYDRA build details:"), 2, 1) == (["-bind-to", "core:1"], None)
+    assert _binding(_fake_launcher(tmp_path, "mpiexec (Open MPI) 4.1.5"), 2, 1) == (["--bind-to", "core"], None)
+    assert _binding(_fake_launcher(tmp_path, "something else"), 2, 1) == ([], None)
+    assert _binding("unused", 1, 0) == ([], None)  # 0 = unbound
+    assert _binding("unused", 1, 10_000) == ([], None)  # more cores than the machine: unbound
+
+
+def test_one_rank_is_pinned_to_its_cores():
+    _, pin = _binding("unused", 1, 1)
+    code = "import os; print(len(os.sched_getaffinity(0)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=pin, check=True)
+    assert out.stdout.strip() == "1"
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_bench_prints_a_row_per_config(tmp_path):
+    cmd = [sys.executable, "-m", "mpignn.bench", "--dataset", "synthetic:num_nodes=4000,avg_degree=8,num_features=16",
+           "--ranks", "2", "--epochs", "1", "--batch-size", "256", "--hidden", "32", "--fanout", "5,5",
+           "--configs", "1x1,metis+cache", "--root", str(tmp_path), "--plot", ""]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {line.split("  ")[0].strip(): line for line in out.stdout.splitlines()}
+    assert "1 rank x 1 thread" in rows and "2 ranks metis+cache" in rows
+    assert rows["1 rank x 1 thread"].split()[7] == "1.00"  # x 1x1 column of the baseline
