@@ -176,7 +176,7 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
     keys = sorted(local)
     total = dict(zip(keys, allreduce_sum(rt.comm, [local[k] for k in keys]).tolist()))
     slowest = allreduce_max(rt.comm, [train_s, times.sample_s, times.exchange_s, sums["compute_s"],
-                                      sums["allreduce_s"], peak_rss_mb()]).tolist()
+                                      sums["allreduce_s"], peak_rss_mb(), graph.load_peak_rss_mb]).tolist()
     frac = lambda a, b: (total[a] / total[b]) if total[b] else None  # noqa: E731
     return {
         "epoch": epoch, "loss": frac("loss_sum", "seeds") or 0.0, "train_acc": frac("correct", "seeds"),
@@ -187,6 +187,6 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
         "remote_feature_bytes": int(total["remote_feature_bytes"]),
         "remote_structure_bytes": int(total["remote_structure_bytes"]),
         "cache_hit_rate": (total["cache_hits"] / total["remote_rows"]) if total["remote_rows"] else 0.0,
-        "peak_rss_mb": slowest[5], "world_size": rt.world_size,
+        "peak_rss_mb": slowest[5], "load_peak_rss_mb": slowest[6], "world_size": rt.world_size,
     }
 

@@ -10,7 +10,7 @@ __all__ = ["peak_rss_mb", "format_epoch", "append_jsonl", "FIELDS"]
 
 FIELDS = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "seeds_per_s", "sample_s",
           "exchange_s", "compute_s", "allreduce_s", "remote_feature_bytes", "remote_structure_bytes",
-          "cache_hit_rate", "peak_rss_mb", "world_size")
+          "cache_hit_rate", "peak_rss_mb", "load_peak_rss_mb", "world_size")
 
 
 def peak_rss_mb() -> float:

@@ -31,6 +31,7 @@ from mpignn.log import setup_logging
 from mpignn.mpi import (Topology, allreduce_sum, ceil_split, check_all, pad_to_steps, root_first, steps_per_epoch,
                         topology, world)
 from mpignn.partition import LocalPart, check_matches, load_partition, partition_graph, read_meta
+from mpignn.report import peak_rss_mb
 from mpignn.sampling import kernels
 from mpignn.sampling.distributed import DistributedHops
 from mpignn.sampling.neighbor import LocalHops, NeighborSampler
@@ -103,6 +104,7 @@ class LocalGraph:
     features: FeatureStore
     replicated: bool
     folder: Path
+    load_peak_rss_mb: float = 0.0  # this rank's peak memory by the end of start-up (imports, part, cache)
 
     @property
     def num_classes(self) -> int:
@@ -179,7 +181,8 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
     if not (replicated or rt.world_size == 1):
         probe = _probe_remote(comm, sampler, part, seed) if cache_size else None
         features.build_cache(part.halo_gid, part.halo_deg, cache_size, probe)
-    return LocalGraph(part=part, sampler=sampler, features=features, replicated=replicated, folder=folder)
+    return LocalGraph(part=part, sampler=sampler, features=features, replicated=replicated, folder=folder,
+                      load_peak_rss_mb=peak_rss_mb())
 
 
 def _probe_remote(comm: Any, sampler: NeighborSampler, part: LocalPart, seed: int, batches: int = 8,
