@@ -74,16 +74,51 @@ class SampledGNN(torch.nn.Module):
 def _sage(conv: torch.nn.Module, x: torch.Tensor, adj_t: torch.Tensor, n_dst: int, relu: bool) -> torch.Tensor:
     """SAGEConv (mean, root weight, no projection or normalisation) on sources `x` and targets `x[:n_dst]`.
 
-    In-place steps are safe for autograd: linear's backward needs its input, not its output, and ReLU's
-    needs only its output.
+    The ReLU is in place: the fused node's backward needs its inputs, not its output, and ReLU's needs only
+    its output.
     """
-    from torch_geometric.utils import spmm
-
-    out = conv.lin_l(spmm(adj_t, x, reduce="mean"))
-    # Under autocast linear returns bf16, but in-place addmm is not autocast: match its operands by hand.
-    root, weight = x[:n_dst].to(out.dtype), conv.lin_r.weight.to(out.dtype)
-    out.addmm_(root, weight.t())
+    out = _SageMean.apply(x, conv.lin_l.weight, conv.lin_l.bias, conv.lin_r.weight, adj_t, n_dst)
     return F.relu_(out) if relu else out
+
+
+class _SageMean(torch.autograd.Function):
+    """adj_t @ x @ W_l^T + b_l + x[:n_dst] @ W_r^T as one autograd node (`adj_t` holds 1/degree per edge).
+
+    x feeds two products, so autograd's own graph would make three [sources x features] gradients (the
+    aggregation's, the root slice's zero-padded copy, their sum); this backward writes one. Under autocast
+    the products run in the autocast dtype and each gradient is returned in its input's dtype.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight_l, bias_l, weight_r, adj_t, n_dst):
+        dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        with torch.autocast(x.device.type, enabled=False):
+            xc = x.to(dtype)
+            aggr = torch.sparse.mm(adj_t.to(dtype), xc, "sum")
+            out = torch.addmm(bias_l.to(dtype), aggr, weight_l.to(dtype).t())
+            out.addmm_(xc[:n_dst], weight_r.to(dtype).t())
+        ctx.save_for_backward(xc, aggr, weight_l, weight_r)
+        ctx.adj_t, ctx.n_dst, ctx.x_dtype = adj_t, n_dst, x.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        xc, aggr, weight_l, weight_r = ctx.saved_tensors
+        n_dst, dtype = ctx.n_dst, xc.dtype
+        grad = grad.to(dtype)
+        grad_x = grad_wl = grad_b = grad_wr = None
+        if ctx.needs_input_grad[0]:
+            adj = ctx.adj_t.to(dtype).t().to_sparse_csr()  # sources x targets
+            grad_x = torch.sparse.mm(adj, grad @ weight_l.to(dtype), "sum")
+            grad_x[:n_dst].addmm_(grad, weight_r.to(dtype))
+            grad_x = grad_x.to(ctx.x_dtype)
+        if ctx.needs_input_grad[1]:
+            grad_wl = (grad.t() @ aggr).to(weight_l.dtype)
+        if ctx.needs_input_grad[2]:
+            grad_b = grad.sum(0).to(weight_l.dtype)
+        if ctx.needs_input_grad[3]:
+            grad_wr = (grad.t() @ xc[:n_dst]).to(weight_r.dtype)
+        return grad_x, grad_wl, grad_b, grad_wr, None, None
 
 
 def _sorted_by_target(edge_index: torch.Tensor) -> torch.Tensor:
@@ -96,11 +131,11 @@ def _sorted_by_target(edge_index: torch.Tensor) -> torch.Tensor:
 
 
 def _csr(edge_index: torch.Tensor, n_dst: int, n_src: int, like: torch.Tensor) -> torch.Tensor:
-    """[n_dst, n_src] CSR with a 1 per edge (SAGEConv's "mean" divides by the row degree), in the dtype and
-    on the device of `like` (bf16 under autocast after the first layer)."""
+    """[n_dst, n_src] CSR with 1/degree(target) per edge (a product with it is the mean over in-neighbours),
+    on the device of `like`."""
     device = like.device
     counts = torch.bincount(edge_index[1], minlength=n_dst)
     crow = torch.zeros(n_dst + 1, dtype=torch.long, device=device)
     torch.cumsum(counts, 0, out=crow[1:])
-    ones = torch.ones(edge_index.size(1), device=device, dtype=like.dtype)
-    return torch.sparse_csr_tensor(crow, edge_index[0], ones, size=(n_dst, n_src), check_invariants=False)
+    values = (1.0 / counts.clamp(min=1).to(torch.float32))[edge_index[1]]
+    return torch.sparse_csr_tensor(crow, edge_index[0], values, size=(n_dst, n_src), check_invariants=False)
