@@ -66,7 +66,8 @@ class TrainConfig:
     """Threads per rank; 0: the host's cores divided by its ranks."""
     precision: str = "auto"
     """fp32, bf16 (autocast: 1.7x faster epochs on CPUs with bf16 matrix units, same accuracy in
-    `python -m mpignn.bench.epoch`, but peak memory creeps up by MBs per epoch on CPU), or auto (= fp32)."""
+    `python -m mpignn.bench.epoch`, but a peak that grows over the first epochs: see the README), or auto
+    (= fp32)."""
     eval_every: int = 1
     """Evaluate val/test every N epochs (and always after the last)."""
     metrics_out: str = ""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 __all__ = ["LaunchInfo", "detect", "export_torch_env", "thread_budget", "cpus_available", "foreign_launcher_size",
-           "free_port", "host_address", "tune_allocator"]
+           "free_port", "host_address", "tune_allocator", "bound_onednn_cache"]
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,17 @@ def tune_allocator() -> bool:
         return False
     m_trim_threshold, m_mmap_max = -1, -4
     return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 1 << 30))
+
+
+def bound_onednn_cache(capacity: int = 16) -> None:
+    """Keep oneDNN's primitive cache small (unless ONEDNN_PRIMITIVE_CACHE_CAPACITY is set).
+
+    Every sampled batch has other row counts, so each bf16 matmul builds a new oneDNN primitive, and the
+    default cache keeps 1024 of them: measured here (200k nodes, bf16) the peak grew by 300-400 MiB per epoch
+    (2204 -> 3837 MiB over 6 epochs); with 16 it levels off at about 1620 MiB, at the same speed. oneDNN
+    reads the variable when it first builds a primitive, so this must run before any compute.
+    """
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(capacity))
 
 
 def free_port() -> int:

@@ -22,7 +22,7 @@ import numpy as np
 
 from mpignn import dist
 from mpignn.data import check_known, dataset_key, load_dataset
-from mpignn.env import thread_budget, tune_allocator
+from mpignn.env import bound_onednn_cache, thread_budget, tune_allocator
 from mpignn.errors import LaunchError, MpignnError, PartitionFormatError, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
 from mpignn.exchange.features import FeatureStore
@@ -81,6 +81,7 @@ def bootstrap(device: str = "auto", backend: str = "auto", threads: int = 0, *, 
     threads = threads or budget
     dist.apply_threads(threads)
     tune_allocator()
+    bound_onednn_cache()
     error = ""
     choice = dist.Choice("cpu", "gloo")
     try:

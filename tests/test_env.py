@@ -1,4 +1,8 @@
 """Tier 1: launcher detection, torch env export and the thread budget, with the environment faked."""
+import os
+
+import pytest
+
 from mpignn import env
 
 
@@ -56,3 +60,12 @@ def test_thread_budget():
 
 def test_free_port_is_a_port():
     assert 0 < env.free_port() < 65536
+
+
+def test_onednn_cache_is_bounded_unless_the_user_set_it(monkeypatch):
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    env.bound_onednn_cache()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16"
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
+    env.bound_onednn_cache()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "256"
