@@ -5,11 +5,12 @@ for every input node. Here layer l maps the nodes of hops 0..L-l (sources) onto 
 (targets) as a bipartite conv, so the linear maps and aggregation skip the outermost hop: on fanout 15,10,5
 that is about 3x fewer FLOPs than the trimmed model and gives the same function.
 
-GraphSAGE runs PyG's SAGEConv parameters through the same math as SAGEConv.forward, with two memory
+GraphSAGE runs PyG's SAGEConv parameters through the same math as SAGEConv.forward, with three memory
 savings: the mean aggregation is one sparse-dense matmul over a CSR adjacency (targets x sources), so no
-[edges x features] message tensor exists (measured here: 2.4x faster per layer), and the root term and the
-ReLU are applied in place, so the widest layer keeps one [targets x hidden] tensor where PyG's forward makes
-four (lin_l, lin_r, their sum, the ReLU). The output is PyG's (tests/test_models.py).
+[edges x features] message tensor exists (measured here: 2.4x faster per layer); the root term and the ReLU
+are applied in place, so the widest layer keeps one [targets x hidden] tensor where PyG's forward makes four
+(lin_l, lin_r, their sum, the ReLU); and each layer is one autograd node whose backward writes its input's
+gradient once. Outputs and gradients are PyG's (tests/test_models.py).
 """
 from __future__ import annotations
 
