@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     graph = load_local_graph(rt, args.dataset, args.root, fanouts=[10, 5], cache_size=10_000)
     train = make_loader(rt, graph, "train", batch_size=args.batch_size)
     test = make_loader(rt, graph, "test", batch_size=2048)
+    torch.manual_seed(0)  # the same initial weights in every run (DDP copies rank 0's to the others)
     model = SkipSAGE(graph.num_features, 64, graph.num_classes).to(rt.device)
     ddp = torch.nn.parallel.DistributedDataParallel(model) if rt.world_size > 1 else model
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
