@@ -24,7 +24,7 @@ from mpignn.errors import LaunchError, MpignnError, is_agreed, mark_agreed
 __all__ = [
     "Topology", "world", "topology", "whoami", "chunk_bounds", "ceil_split", "steps_per_epoch", "pad_to_steps",
     "root_first", "run_once", "check_all", "alltoallv", "allreduce_sum", "allreduce_max", "run_main", "RootFailedError",
-    "print0", "allreduce_max", "thread_budget", "init_process_group", "choose_device", "apply_threads",
+    "print0", "thread_budget", "init_process_group", "choose_device", "apply_threads",
 ]
 
 thread_budget = _env.thread_budget

@@ -1,7 +1,7 @@
 """PyG's NeighborLoader (+ GraphSAGE) on the same synthetic graph, for side-by-side comparison.
 
 Runs in any interpreter with torch-geometric plus pyg-lib or torch-sparse (often a separate venv), with this
-repository on PYTHONPATH; imports only mpignn's numpy-only data generator. Prints one JSON line per result.
+repository on PYTHONPATH; imports only mpignn's numpy-only data generator and stdlib-only config. Prints one JSON line per result.
 """
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import json
 import time
 
 import torch
+
+from mpignn.config import parse_fanout
 
 
 def _graph(spec: str):
@@ -92,7 +94,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--trim", action="store_true")
     a = parser.parse_args()
-    fanout = [int(v) for v in a.fanout.split(",")]
+    fanout = parse_fanout(a.fanout)
     if a.mode == "sample":
         print(json.dumps(sample(a.dataset, fanout, a.batch_size, a.batches, a.threads)), flush=True)
     else:

@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from mpignn.bench._common import pyg_python, run_reference, table
+from mpignn.config import parse_fanout
 
 
 def measure(graph, fanout: list[int], batch_size: int, batches: int, threads: int) -> dict:
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from mpignn.data import load_dataset
 
-    fanout = [int(v) for v in args.fanout.split(",")]
+    fanout = parse_fanout(args.fanout)
     ref = pyg_python(args.pyg_python)
     rows = []
     for item in args.graphs.split(","):

@@ -5,6 +5,7 @@ import argparse
 import json
 import resource
 import sys
+import time
 from typing import Sequence
 
 from mpignn.errors import MpignnError
@@ -31,8 +32,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from mpignn.data import dataset_key, load_dataset
     from mpignn.partition import format_report, partition_graph
-
-    import time
 
     try:
         start = time.perf_counter()
