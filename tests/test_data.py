@@ -1,10 +1,12 @@
-"""Tier 1: the dataset registry: synthetic, npz validation, Planetoid from ../shared, cache, offline errors."""
+"""Tier 1: the dataset registry: synthetic, npz validation, Planetoid and Tolokers from ../shared, cache, offline
+errors (and one 1-rank training run on Tolokers)."""
 import shutil
+import sys
 
 import numpy as np
 import pytest
 
-from _mpirun import SHARED
+from _mpirun import SHARED, run_mpi_raw
 from mpignn.data import dataset_key, load_dataset, make_synthetic, save_npz
 from mpignn.data.cache import cache_dir
 from mpignn.data.synthetic import SyntheticSpec, parse_synthetic
@@ -12,6 +14,8 @@ from mpignn.errors import DatasetError
 
 needs_shared = pytest.mark.skipif(not (SHARED / "datasets" / "Cora").is_dir(),
                                   reason="../shared/datasets (the shipped raw files) is absent")
+needs_tolokers = pytest.mark.skipif(not (SHARED / "datasets" / "tolokers" / "raw" / "tolokers.npz").is_file(),
+                                    reason="../shared/datasets/tolokers (the shipped Tolokers npz) is absent")
 
 
 def test_synthetic_is_deterministic_and_sized():
@@ -34,6 +38,8 @@ def test_synthetic_options_and_errors():
 def test_unknown_dataset():
     with pytest.raises(DatasetError, match="unknown dataset 'Coraa'.*HINT"):
         load_dataset("Coraa")
+    with pytest.raises(DatasetError, match="unknown dataset 'IMDB'"):  # heterogeneous: the README says not yet
+        load_dataset("IMDB")
 
 
 @needs_shared
@@ -51,6 +57,45 @@ def test_cora_loads_offline_and_is_cached(tmp_path):
 def test_absent_dataset_offline_names_the_files(tmp_path):
     with pytest.raises(DatasetError, match=r"Cora is not under .*raw.*ind\.cora\.x.*HINT"):
         load_dataset("Cora", str(tmp_path))
+
+
+@needs_tolokers
+def test_tolokers_loads_offline_with_its_fixed_splits(tmp_path):
+    shutil.copytree(SHARED / "datasets" / "tolokers", tmp_path / "tolokers")
+    raw = np.load(tmp_path / "tolokers" / "raw" / "tolokers.npz")
+    g = load_dataset("Tolokers", str(tmp_path))
+    assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes) == (11758, 1038000, 10, 2)
+    assert (len(g.train_idx), len(g.val_idx), len(g.test_idx)) == (5879, 2939, 2940)
+    assert np.array_equal(g.train_idx, np.flatnonzero(raw["train_masks"][0]))  # split 0 by default
+    assert np.array_equal(g.y, raw["node_labels"]) and np.allclose(g.x, raw["node_features"])
+    assert (cache_dir(str(tmp_path), "Tolokers") / "meta.json").is_file()
+    three = load_dataset("tolokers:split=3", str(tmp_path))
+    assert three.name == dataset_key("Tolokers:split=3") == "Tolokers:split=3"
+    assert np.array_equal(three.test_idx, np.flatnonzero(raw["test_masks"][3]))
+    assert np.array_equal(three.col, g.col)
+    assert dataset_key("TOLOKERS:split=0") == "Tolokers"  # same data, same cache and partitions
+
+
+@pytest.mark.parametrize("name", ["Tolokers:split=10", "Tolokers:fold=1", "Tolokers:split=-1", "Cora:split=1"])
+def test_dataset_options_are_checked(name):
+    with pytest.raises(DatasetError, match=r"(split=K with K in 0\.\.9|unknown dataset).*HINT"):
+        load_dataset(name)
+
+
+def test_absent_tolokers_offline_names_the_file(tmp_path):
+    with pytest.raises(DatasetError, match=r"Tolokers is not under .*tolokers/raw \(tolokers\.npz missing\).*HINT"):
+        load_dataset("Tolokers", str(tmp_path))
+
+
+@needs_tolokers
+@pytest.mark.mpi
+def test_one_rank_trains_on_tolokers(tmp_path):
+    shutil.copytree(SHARED / "datasets" / "tolokers", tmp_path / "tolokers")
+    rc, out = run_mpi_raw(1, [sys.executable, "-m", "mpignn.train", "--dataset", "Tolokers", "--root", str(tmp_path),
+                              "--epochs", "1", "--fanout", "5,5", "--batch-size", "512"], timeout=240)
+    assert rc == 0, out[-3000:]
+    accuracy = float(out.split("final test accuracy")[1].split()[0])
+    assert 0.5 < accuracy <= 1.0, out[-2000:]  # binary, 78% of one class: a trained model is far from 0
 
 
 def test_half_written_cache_is_ignored(tmp_path):

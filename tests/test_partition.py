@@ -116,12 +116,91 @@ def test_mismatched_world_size_and_dataset(parts):
 def test_cli_prints_report_and_meta(tmp_path):
     out = tmp_path / "parts"
     res = subprocess.run([sys.executable, "-m", "mpignn.partition", "--dataset",
-                          "synthetic:num_nodes=3000,avg_degree=8", "--num-parts", "2", "--out", str(out)],
+                          "synthetic:num_nodes=3000,avg_degree=8", "--num-parts", "2", "--out", str(out),
+                          "--root", str(tmp_path / "data")],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "edge cut" in res.stdout and "balance" in res.stdout
     meta = json.loads((out / "META.json").read_text())
     assert meta["num_parts"] == 2 and (out / "part-001" / "x.npy").is_file()
-    again = subprocess.run([sys.executable, "-m", "mpignn.partition", "--num-parts", "2", "--out", str(out)],
-                           capture_output=True, text=True, timeout=120)
+    again = subprocess.run([sys.executable, "-m", "mpignn.partition", "--num-parts", "2", "--out", str(out),
+                            "--root", str(tmp_path / "data2")], capture_output=True, text=True, timeout=120)
     assert again.returncode == 1 and "already exists" in again.stderr and "Traceback" not in again.stderr
+    assert not (tmp_path / "data2").exists()  # refused before generating anything
+
+
+def test_cli_generates_synthetic_into_a_mapped_folder_and_resolves_auto(tmp_path):
+    from mpignn.partition import default_method
+
+    out = tmp_path / "parts"
+    res = subprocess.run([sys.executable, "-m", "mpignn.partition", "--dataset", "synthetic:num_nodes=3000",
+                          "--num-parts", "2", "--out", str(out), "--root", str(tmp_path / "data"), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "data" / "mpignn-cache" / "synthetic_num_nodes3000.npy" / "x.npy").is_file()
+    assert json.loads(res.stdout)["method"] == default_method() == read_meta(out).method
+
+
+def test_streamed_folder_matches_in_memory_graph_and_halo(graph, parts, tmp_path):
+    """A graph memory-mapped from an npy folder (read in chunks) gives the same files as the in-memory one."""
+    from mpignn.data.npy import load_npy_folder, write_npy_folder
+
+    (tmp_path / "g").mkdir()
+    write_npy_folder(tmp_path / "g", rowptr=graph.rowptr, col=graph.col, y=graph.y, train_idx=graph.train_idx,
+                     val_idx=graph.val_idx, test_idx=graph.test_idx, num_classes=graph.num_classes,
+                     name="synthetic-test", x=graph.x)
+    mapped = load_npy_folder(tmp_path / "g")
+    assert isinstance(mapped.x, np.memmap) and isinstance(mapped.col, np.memmap)
+    partition_graph(mapped, 4, tmp_path / "p", method="metis", seed=0, dataset="synthetic-test")
+    assert json.loads((tmp_path / "p" / "META.json").read_text()) == json.loads((parts[0] / "META.json").read_text())
+    for part in _load_all(parts[0], 4):
+        remote = part.col[(part.col < part.lo) | (part.col >= part.hi)]
+        gid, deg = np.unique(remote, return_counts=True)
+        assert np.array_equal(part.halo_gid, gid) and np.array_equal(part.halo_deg, deg)
+
+
+def test_parhip_file_reads_back_in_kaminpar(graph, tmp_path):
+    kaminpar = pytest.importorskip("kaminpar", reason="pip install kaminpar")
+    from mpignn.data.graph import symmetrized
+    from mpignn.partition.parhip import write_parhip
+
+    rowptr, col = symmetrized(graph.rowptr, graph.col)
+    write_parhip(tmp_path / "g.parhip", rowptr, col)
+    loaded = kaminpar.load_graph(str(tmp_path / "g.parhip"), kaminpar.GraphFileFormat.PARHIP)
+    assert (loaded.n(), loaded.m()) == (graph.num_nodes, len(col))
+    for v in (0, 17, graph.num_nodes - 1):
+        assert sorted(u for u, _ in loaded.neighbors(v)) == col[rowptr[v]:rowptr[v + 1]].tolist()
+
+
+def test_kaminpar_cuts_like_metis_and_balances(graph, parts, tmp_path):
+    pytest.importorskip("kaminpar", reason="pip install kaminpar")
+    rep = partition_graph(graph, 4, tmp_path / "k", method="kaminpar", seed=0)
+    rnd = partition_graph(graph, 4, tmp_path / "r", method="random", seed=0)
+    assert rep["edge_cut"] * 3 < rnd["edge_cut"] and rep["node_balance"] <= 1.011
+    assert rep["edge_cut"] < 1.5 * parts[1]["edge_cut"]
+    assert read_meta(tmp_path / "k").method == "kaminpar"
+    assert not list(tmp_path.glob(".mpignn-parhip-*"))  # its input file is gone
+    partition_graph(graph, 4, tmp_path / "k2", method="kaminpar", seed=0)  # one thread: the same parts
+    assert np.array_equal(np.load(tmp_path / "k" / "node_map.npy"), np.load(tmp_path / "k2" / "node_map.npy"))
+    loaded = _load_all(tmp_path / "k", 4)
+    assert np.array_equal(np.sort(np.concatenate([p.orig_id for p in loaded])), np.arange(graph.num_nodes))
+
+
+def test_missing_kaminpar_names_the_package(graph, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "kaminpar", None)
+    from mpignn.partition import default_method
+
+    assert default_method() == "metis"
+    with pytest.raises(ConfigError, match="pip install kaminpar"):
+        partition_graph(graph, 2, tmp_path / "k", method="kaminpar")
+    with pytest.raises(ConfigError, match="one of auto, metis, kaminpar, random"):
+        partition_graph(graph, 2, tmp_path / "k", method="scotch")
+
+
+def test_training_config_takes_the_partition_methods():
+    from mpignn.config import parse
+
+    for method in ("metis", "kaminpar", "random", "auto"):
+        assert parse(["--partition-method", method]).partition_method == method
+    with pytest.raises(ConfigError, match="--partition-method must be one of metis, kaminpar, random, auto"):
+        parse(["--partition-method", "scotch"])

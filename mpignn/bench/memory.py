@@ -1,9 +1,9 @@
-"""`python -m mpignn.bench.memory`: what partitioning saves per rank. Partitions the graph into 1 and N parts
-(in a separate process, so preparation does not count), trains an epoch on each, and prints, per rank (max over
-ranks): the part's arrays, the peak by the end of start-up (imports, part, cache), the training peak, and that
-peak as a share of the single-process one.
+"""`python -m mpignn.bench.memory`: peak memory per stage, each stage in a process of its own: load (generate
+or read the dataset; a synthetic graph goes to an npy folder, features in chunks), partition (1 and N parts)
+and train (one epoch on 1 rank and on N ranks, max over ranks), beside the graph's size: its structure as an
+int64 CSR and its features. Peaks are each process's maximum resident set (ru_maxrss).
 
-    python -m mpignn.bench.memory --ranks 2
+    python -m mpignn.bench.memory --ranks 2 [--method metis] [-- more mpignn.train flags]
 """
 from __future__ import annotations
 
@@ -18,6 +18,14 @@ from mpignn.bench._common import run_train, table
 
 DEFAULT = "synthetic:num_nodes=2000000,avg_degree=25,num_features=100,train=0.01,val=0.005,test=0.005"
 
+_LOAD = """
+import json, resource, sys
+from mpignn.partition.cli import load_for_partitioning
+g = load_for_partitioning(sys.argv[1], sys.argv[2])
+print(json.dumps({"nodes": g.num_nodes, "edges": g.num_edges, "x_mib": g.x.nbytes / 2**20,
+                  "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
 
 def part_mib(folder: Path) -> float:
     """The largest part's array bytes (what one rank loads), from META.json."""
@@ -25,34 +33,64 @@ def part_mib(folder: Path) -> float:
     return max(sum(f["bytes"] for f in part["files"].values()) for part in meta["parts"]) / 2**20
 
 
+def _json_run(cmd: list[str]) -> dict:
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mpignn.bench.memory", description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default=DEFAULT)
     parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--method", default="metis", choices=["metis", "random"])
+    parser.add_argument("--method", default="auto", choices=["auto", "metis", "kaminpar", "random"])
     parser.add_argument("--root", default="", help="dataset root (default: a temporary folder)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON lines after the table")
     parser.add_argument("extra", nargs="*", help="more mpignn.train flags (after --)")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root = args.root or tmp
+        size = _json_run([sys.executable, "-c", _LOAD, args.dataset, root])
+        csr_mib = (size["nodes"] + 1 + size["edges"]) * 8 / 2**20
+        graph = f"{size['nodes']:,} nodes, {size['edges']:,} edges"
+        rows.append({"stage": "load", "config": "1 process", "peak": size["peak"]})
+        print("  done: load", flush=True)
+        folders = {}
         for ranks in (1, args.ranks):
-            folder = Path(tmp) / f"parts{ranks}"
-            subprocess.run([sys.executable, "-m", "mpignn.partition", "--dataset", args.dataset, "--root", root,
-                            "--num-parts", str(ranks), "--out", str(folder), "--method", args.method, "--json"],
-                           check=True, stdout=subprocess.DEVNULL)
-            rec = run_train(ranks, ["--dataset", args.dataset, "--root", root, "--partitions", str(folder),
-                                    "--epochs", "1", *args.extra])[-1]
-            rows.append({"config": f"{ranks} rank{'s' * (ranks > 1)}", "part": part_mib(folder),
-                         "startup": rec["load_peak_rss_mb"], "peak": rec["peak_rss_mb"]})
-            print(f"  done: {ranks} ranks", flush=True)
+            folders[ranks] = Path(tmp) / f"parts{ranks}"
+            rep = _json_run([sys.executable, "-m", "mpignn.partition", "--dataset", args.dataset, "--root", root,
+                             "--num-parts", str(ranks), "--out", str(folders[ranks]), "--method", args.method,
+                             "--json"])
+            rows.append({"stage": "partition", "config": f"{rep['method']}, {ranks} part{'s' * (ranks > 1)}",
+                         "peak": rep["peak_rss_mb"], "seconds": rep["seconds"]})
+            print(f"  done: partition into {ranks}", flush=True)
+        for ranks in (1, args.ranks):
+            rec = run_train(ranks, ["--dataset", args.dataset, "--root", root, "--partitions",
+                                    str(folders[ranks]), "--epochs", "1", *args.extra])[-1]
+            rows.append({"stage": "train", "config": f"{ranks} rank{'s' * (ranks > 1)}",
+                         "part": part_mib(folders[ranks]), "startup": rec["load_peak_rss_mb"],
+                         "peak": rec["peak_rss_mb"],
+                         "seconds": rec.get("epoch_s")})
+            print(f"  done: train on {ranks} ranks", flush=True)
+    one_rank = rows[-2]["peak"]
     for row in rows:
-        row["share"] = row["peak"] / rows[0]["peak"]
-        row["steps"] = row["peak"] - row["startup"]
-    print(f"{args.dataset}, {args.method}, one epoch; MiB per rank, max over ranks")
-    print(table(rows, [("config", "config", "s"), ("part", "part arrays", ".0f"),
-                       ("startup", "start-up peak", ".0f"), ("steps", "added by steps", ".0f"),
-                       ("peak", "peak", ".0f"), ("share", "peak / 1 rank", ".2f")]))
+        row["graph"] = graph
+        row["per_csr"] = row["peak"] / csr_mib
+        if row["stage"] == "train":
+            row["steps"] = row["peak"] - row["startup"]
+            row["share"] = row["peak"] / one_rank
+    print(f"{args.dataset}: structure (int64 CSR) {csr_mib:.0f} MiB, features {size['x_mib']:.0f} MiB; peak MiB "
+          "per process (train: max over ranks)")
+    print(table(rows, [("stage", "stage", "s"), ("config", "config", "s"), ("graph", "graph", "s"),
+                       ("seconds", "s", ".1f"), ("part", "part arrays", ".0f"), ("startup", "start-up peak", ".0f"),
+                       ("steps", "added by steps", ".0f"), ("peak", "peak", ".0f"), ("per_csr", "peak / CSR", ".2f"),
+                       ("share", "peak / 1 rank", ".2f")]))
+    if args.json:
+        for row in rows:
+            print(json.dumps({**row, "csr_mib": csr_mib, "x_mib": size["x_mib"], "nodes": size["nodes"],
+                              "edges": size["edges"]}))
     return 0
 
 

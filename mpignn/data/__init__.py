@@ -1,8 +1,8 @@
 """Datasets behind one registry, so `--dataset NAME` means the same in every command.
 
-Names: `synthetic[:key=value,...]` (embedded default, no files), `npz:PATH`, Cora / CiteSeer / PubMed
-(torch-geometric), ogbn-arxiv / ogbn-products / ogbn-papers100M (ogb). Must not import torch-geometric at
-module level.
+Names: `synthetic[:key=value,...]` (embedded default, no files), `npz:PATH`, `npy:FOLDER` (memory-mapped),
+Cora / CiteSeer / PubMed and Tolokers[:split=K] (torch-geometric), ogbn-arxiv / ogbn-products /
+ogbn-papers100M (ogb's raw files). Must not import torch-geometric at module level.
 """
 from __future__ import annotations
 
@@ -10,20 +10,35 @@ from typing import Any
 
 from mpignn.data.cache import load_cache, save_cache
 from mpignn.data.graph import GraphData, csr_from_edges
+from mpignn.data.npy import load_npy_folder
 from mpignn.data.npz import load_npz, save_npz
-from mpignn.data.public import OGB, PLANETOID, load_ogb, load_planetoid
+from mpignn.data.public import (HETEROPHILOUS, OGB, PLANETOID, heterophilous_key, load_heterophilous, load_ogb,
+                                load_planetoid)
 from mpignn.data.synthetic import SyntheticSpec, make_synthetic, parse_synthetic
 from mpignn.errors import DatasetError
 
 __all__ = ["GraphData", "csr_from_edges", "load_dataset", "prepare_dataset", "dataset_key", "make_synthetic",
            "SyntheticSpec", "save_npz", "KNOWN", "check_known"]
 
-KNOWN = ("synthetic", "npz:PATH", *PLANETOID, *OGB)
+KNOWN = ("synthetic", "npz:PATH", "npy:FOLDER", *PLANETOID, *(f"{n}[:split=K]" for n in HETEROPHILOUS), *OGB)
+
+
+def _public_key(name: str) -> str | None:
+    """The canonical key of a public dataset name (any letter case), or None when it names none.
+
+    Raises:
+        DatasetError: a known name with options it does not take.
+    """
+    lowered = {n.lower(): n for n in (*PLANETOID, *HETEROPHILOUS, *OGB)}
+    base, sep, options = name.partition(":")
+    known = lowered.get(base.lower())
+    if known in HETEROPHILOUS:
+        return heterophilous_key(known, options)
+    return None if known is None or sep else known
 
 
 def _canonical(name: str) -> str:
-    lowered = {n.lower(): n for n in (*PLANETOID, *OGB)}
-    return lowered.get(name.lower(), name)
+    return _public_key(name) or name
 
 
 def dataset_key(name: str) -> str:
@@ -38,7 +53,7 @@ def dataset_key(name: str) -> str:
 
 def check_known(name: str) -> None:
     """Raise DatasetError (with the known names) unless `name` is a dataset mpignn can load."""
-    if name.startswith(("synthetic", "npz:")) or _canonical(name) in (*PLANETOID, *OGB):
+    if name.startswith(("synthetic", "npz:", "npy:")) or _public_key(name) is not None:
         return
     raise DatasetError(f"unknown dataset '{name}'; known: {', '.join(KNOWN)}. HINT: e.g. --dataset Cora, or "
                        "--dataset npz:/path/graph.npz for your own graph")
@@ -52,11 +67,18 @@ def load_dataset(name: str, root: str = "data", mmap: bool = False) -> GraphData
         return make_synthetic(parse_synthetic(name.partition(":")[2]))
     if name.startswith("npz:"):
         return load_npz(name[4:])
+    if name.startswith("npy:"):
+        return load_npy_folder(name[4:])
     key = _canonical(name)
     cached = load_cache(root, key, mmap=mmap)
     if cached is not None:
         return cached
-    graph = load_planetoid(key, root) if key in PLANETOID else load_ogb(key, root)
+    if key in PLANETOID:
+        graph = load_planetoid(key, root)
+    elif key.partition(":")[0] in HETEROPHILOUS:
+        graph = load_heterophilous(key, root)
+    else:
+        graph = load_ogb(key, root)
     save_cache(root, graph)
     return graph
 

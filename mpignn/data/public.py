@@ -1,7 +1,8 @@
-"""Public datasets through their own loaders: Planetoid (torch-geometric) and OGB node property graphs.
+"""Public datasets through torch-geometric's loaders: Planetoid and the heterophilous graphs (Tolokers).
+OGB graphs are read from their raw files in `ogb_raw`.
 
-torch-geometric and ogb are imported inside the functions. Raw files they download and parse themselves are
-the one thing mpignn lets them unpickle; what mpignn caches from them is npy.
+torch-geometric is imported inside the functions. Raw files it downloads and parses itself are the one thing
+mpignn lets it unpickle; what mpignn caches from them is npy.
 """
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import os
 import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
+from mpignn.data.ogb_raw import OGB, load_ogb
 from mpignn.errors import DatasetError
 
-__all__ = ["PLANETOID", "OGB", "load_planetoid", "load_ogb"]
+__all__ = ["PLANETOID", "HETEROPHILOUS", "OGB", "load_planetoid", "load_heterophilous", "heterophilous_key",
+           "load_ogb"]
 
 PLANETOID = ("Cora", "CiteSeer", "PubMed")
-OGB = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
+HETEROPHILOUS = ("Tolokers",)
+_NUM_SPLITS = 10  # HeterophilousGraphDataset ships 10 fixed train/val/test splits
 
 
 def _missing_error(name: str, folder: str, files: list[str], cause: BaseException) -> DatasetError:
@@ -38,38 +42,47 @@ def load_planetoid(name: str, root: str) -> GraphData:
         if missing:
             raise _missing_error(name, raw_dir, missing, exc) from None
         raise
+    return _from_pyg(name, data, data.train_mask, data.val_mask, data.test_mask)
+
+
+def _from_pyg(key: str, data: object, train_mask: object, val_mask: object, test_mask: object) -> GraphData:
     edge_index = data.edge_index.numpy()
     rowptr, col = csr_from_edges(edge_index[0], edge_index[1], data.num_nodes)
     as_idx = lambda mask: np.flatnonzero(mask.numpy()).astype(np.int64)  # noqa: E731
-    return GraphData(name=name, rowptr=rowptr, col=col, x=data.x.numpy().astype(np.float32),
-                     y=data.y.numpy().astype(np.int64), train_idx=as_idx(data.train_mask),
-                     val_idx=as_idx(data.val_mask), test_idx=as_idx(data.test_mask),
+    return GraphData(name=key, rowptr=rowptr, col=col, x=data.x.numpy().astype(np.float32),
+                     y=data.y.numpy().astype(np.int64), train_idx=as_idx(train_mask),
+                     val_idx=as_idx(val_mask), test_idx=as_idx(test_mask),
                      num_classes=int(data.y.max()) + 1)
 
 
-def load_ogb(name: str, root: str) -> GraphData:
-    """An ogbn node property graph through ogb's numpy loader (downloaded into `root` if absent)."""
-    from ogb.nodeproppred import NodePropPredDataset
-    import ogb.nodeproppred.dataset as ogb_dataset
+def heterophilous_key(name: str, options: str) -> str:
+    """The canonical key of `Tolokers[:split=K]`: split 0 (the default) is plain `Tolokers`.
 
-    # ogb asks on stdin before downloads over 1 GB; MPI ranks have no stdin, and the user asked for it.
-    ogb_dataset.decide_download = lambda url: True
-    folder = os.path.join(root, name.replace("-", "_"))
+    Raises:
+        DatasetError: options other than `split=K` with K in 0..9.
+    """
+    key, _, value = options.partition("=")
+    if options and not (key == "split" and value.isdigit() and int(value) < _NUM_SPLITS):
+        raise DatasetError(f"{name} takes one option, split=K with K in 0..{_NUM_SPLITS - 1} (its fixed splits); "
+                           f"got '{options}'. HINT: --dataset {name}:split=3, or plain {name} for split 0")
+    split = int(value) if options else 0
+    return name if split == 0 else f"{name}:split={split}"
+
+
+def load_heterophilous(key: str, root: str) -> GraphData:
+    """A HeterophilousGraphDataset graph (Tolokers) with fixed split K of `key` (`Tolokers[:split=K]`), from
+    `root/<name lower-case>/raw/<name>.npz` (downloaded if absent). Edges are undirected, as PyG builds them."""
+    from torch_geometric.datasets import HeterophilousGraphDataset
+
+    name, _, options = key.partition(":")
+    split = int(options.partition("=")[2]) if options else 0
+    folder = name.lower().replace("-", "_")
+    raw_dir = os.path.join(root, folder, "raw")
+    missing = [] if os.path.exists(os.path.join(raw_dir, f"{folder}.npz")) else [f"{folder}.npz"]
     try:
-        dataset = NodePropPredDataset(name=name, root=root)
-    except Exception as exc:
-        if not os.path.isdir(folder):
-            raise _missing_error(name, folder, ["raw/ and processed/"], exc) from None
+        data = HeterophilousGraphDataset(root, name)[0]
+    except Exception as exc:  # offline download failures come in many types
+        if missing:
+            raise _missing_error(name, raw_dir, missing, exc) from None
         raise
-    graph, labels = dataset[0]
-    split = dataset.get_idx_split()
-    n = int(graph["num_nodes"])
-    src, dst = graph["edge_index"]
-    # OGB's citation graphs are directed; message passing wants both directions (as PyG's examples do).
-    rowptr, col = csr_from_edges(np.concatenate([src, dst]), np.concatenate([dst, src]), n, drop_self_loops=True)
-    y = np.asarray(labels).reshape(-1)
-    y = np.where(np.isnan(y), -1, y).astype(np.int64) if np.issubdtype(y.dtype, np.floating) else y.astype(np.int64)
-    return GraphData(name=name, rowptr=rowptr, col=col, x=np.asarray(graph["node_feat"], dtype=np.float32), y=y,
-                     train_idx=np.asarray(split["train"], dtype=np.int64),
-                     val_idx=np.asarray(split["valid"], dtype=np.int64),
-                     test_idx=np.asarray(split["test"], dtype=np.int64), num_classes=int(y.max()) + 1)
+    return _from_pyg(key, data, data.train_mask[:, split], data.val_mask[:, split], data.test_mask[:, split])

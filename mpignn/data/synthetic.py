@@ -6,14 +6,20 @@ noise: a GNN, which averages neighbours, clearly beats an MLP, which sees one no
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
+from mpignn.data.npy import write_npy_folder
+from mpignn.data.npyio import NpyWriter, rows_per_chunk
 from mpignn.errors import DatasetError
+from mpignn.fileio import atomic_dir
 
-__all__ = ["SyntheticSpec", "make_synthetic", "parse_synthetic"]
+__all__ = ["SyntheticSpec", "make_synthetic", "write_synthetic", "parse_synthetic"]
 
 
 @dataclass(frozen=True)
@@ -58,43 +64,94 @@ def parse_synthetic(options: str) -> SyntheticSpec:
     return spec
 
 
-def make_synthetic(spec: SyntheticSpec = SyntheticSpec()) -> GraphData:
-    """Generate the graph; the same spec gives the same graph on every rank and machine."""
-    rng = np.random.default_rng(spec.seed)
-    n, c = spec.num_nodes, spec.num_classes
+def _structure(spec: SyntheticSpec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rowptr, col, perm). The random draws are those of the original one-shot code, in the same order, so
+    the graph is unchanged; only the temporaries are fewer and, below 2^31 nodes, int32."""
+    n = spec.num_nodes
     cluster_size = max(2, min(spec.cluster_size, n))
+    ids = np.int32 if n < 2**31 else np.int64
     # Heavy-tailed out-degrees with mean avg_degree / 2; symmetrising doubles them.
     half = spec.avg_degree / 2.0
     out_deg = np.maximum(1, np.rint(rng.lognormal(np.log(half) - 0.5, 1.0, size=n))).astype(np.int64)
-    src = np.repeat(np.arange(n, dtype=np.int64), out_deg)
+    src = np.repeat(np.arange(n, dtype=ids), out_deg)
     m = len(src)
-    cluster_start = (src // cluster_size) * cluster_size
-    cluster_len = np.minimum(cluster_size, n - cluster_start)
+    del out_deg
     intra = rng.random(m) < spec.intra
-    dst = np.where(intra, cluster_start + (rng.random(m) * cluster_len).astype(np.int64),
-                   rng.integers(0, n, size=m))
-    del cluster_start, cluster_len, intra
+    uniform = rng.random(m)
+    dst = np.empty(m, dtype=ids)
+    step = 1 << 22
+    for lo in range(0, m, step):
+        cluster_start = (src[lo:lo + step].astype(np.int64) // cluster_size) * cluster_size
+        cluster_len = np.minimum(cluster_size, n - cluster_start)
+        dst[lo:lo + step] = cluster_start + (uniform[lo:lo + step] * cluster_len).astype(np.int64)
+    del uniform
+    far = rng.integers(0, n, size=m)
+    np.copyto(dst, far, where=~intra, casting="unsafe")
+    del far, intra
     # Hide the cluster order, so node ids carry no locality (a contiguous split is no better than random).
     perm = rng.permutation(n).astype(np.int64)
-    src, dst = perm[src], perm[dst]
-    rowptr, col = csr_from_edges(np.concatenate([src, dst]), np.concatenate([dst, src]), n, drop_self_loops=True)
-    del src, dst
+    for lo in range(0, m, step):
+        src[lo:lo + step] = perm[src[lo:lo + step]]
+        dst[lo:lo + step] = perm[dst[lo:lo + step]]
+    rowptr, col = csr_from_edges(src, dst, n, drop_self_loops=True, symmetric=True)
+    return rowptr, col, perm
 
-    cluster_class = (np.arange(n, dtype=np.int64) // cluster_size) % c
+
+def _labels(spec: SyntheticSpec, rng: np.random.Generator, perm: np.ndarray) -> np.ndarray:
+    n, c = spec.num_nodes, spec.num_classes
+    cluster_size = max(2, min(spec.cluster_size, n))
     y = np.empty(n, dtype=np.int64)
-    y[perm] = cluster_class
+    y[perm] = (np.arange(n, dtype=np.int64) // cluster_size) % c
     noisy = rng.random(n) < spec.label_noise
     y[noisy] = rng.integers(0, c, size=int(noisy.sum()))
-    centroids = rng.standard_normal((c, spec.num_features), dtype=np.float32)
-    x = rng.standard_normal((n, spec.num_features), dtype=np.float32)
-    x *= np.float32(spec.feature_noise)
-    x += centroids[y]
-    x *= np.float32(1.0 / max(1.0, spec.feature_noise))  # unit-scale inputs; the signal-to-noise ratio stays
+    return y
 
+
+def _feature_chunks(spec: SyntheticSpec, rng: np.random.Generator, y: np.ndarray,
+                    chunk_rows: int) -> Iterator[np.ndarray]:
+    """Features in row chunks: numpy's generator continues its stream across calls, so the chunks are the
+    rows of one (n, F) draw (checked by tests/test_npy.py)."""
+    centroids = rng.standard_normal((spec.num_classes, spec.num_features), dtype=np.float32)
+    for lo in range(0, spec.num_nodes, chunk_rows):
+        x = rng.standard_normal((min(chunk_rows, spec.num_nodes - lo), spec.num_features), dtype=np.float32)
+        x *= np.float32(spec.feature_noise)
+        x += centroids[y[lo:lo + len(x)]]
+        x *= np.float32(1.0 / max(1.0, spec.feature_noise))  # unit-scale inputs; the signal-to-noise ratio stays
+        yield x
+
+
+def _splits(spec: SyntheticSpec, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    n = spec.num_nodes
     order = rng.permutation(n)
     n_train, n_val, n_test = (int(round(f * n)) for f in (spec.train, spec.val, spec.test))
-    train_idx = np.sort(order[:n_train])
-    val_idx = np.sort(order[n_train:n_train + n_val])
-    test_idx = np.sort(order[n_train + n_val:n_train + n_val + n_test])
-    return GraphData(name="synthetic", rowptr=rowptr, col=col, x=x, y=y, train_idx=train_idx, val_idx=val_idx,
-                     test_idx=test_idx, num_classes=c, meta={"spec": spec.__dict__})
+    return {"train_idx": np.sort(order[:n_train]), "val_idx": np.sort(order[n_train:n_train + n_val]),
+            "test_idx": np.sort(order[n_train + n_val:n_train + n_val + n_test])}
+
+
+def make_synthetic(spec: SyntheticSpec = SyntheticSpec()) -> GraphData:
+    """Generate the graph in memory; the same spec gives the same graph on every rank and machine."""
+    rng = np.random.default_rng(spec.seed)
+    rowptr, col, perm = _structure(spec, rng)
+    y = _labels(spec, rng, perm)
+    del perm
+    x = np.concatenate(list(_feature_chunks(spec, rng, y, spec.num_nodes)))
+    return GraphData(name="synthetic", rowptr=rowptr, col=col, x=x, y=y, num_classes=spec.num_classes,
+                     meta={"spec": spec.__dict__}, **_splits(spec, rng))
+
+
+def write_synthetic(spec: SyntheticSpec, folder: str | os.PathLike) -> Path:
+    """Generate the graph (the same as `make_synthetic`) into an npy folder (see `mpignn.data.npy`), features
+    written in chunks of about 64 MiB, so they are never held whole; atomic: a crash leaves no folder."""
+    rng = np.random.default_rng(spec.seed)
+    rowptr, col, perm = _structure(spec, rng)
+    y = _labels(spec, rng, perm)
+    del perm
+    chunk_rows = rows_per_chunk(4 * spec.num_features)
+    # The splits are drawn after the features: hold the structure and labels, stream x, then draw them.
+    with atomic_dir(folder) as tmp:
+        with NpyWriter(tmp / "x.npy", (spec.num_nodes, spec.num_features), np.float32) as out:
+            for chunk in _feature_chunks(spec, rng, y, chunk_rows):
+                out.write(chunk)
+        write_npy_folder(tmp, rowptr=rowptr, col=col, y=y, num_classes=spec.num_classes, name="synthetic",
+                         meta={"spec": spec.__dict__}, **_splits(spec, rng))
+    return Path(folder)

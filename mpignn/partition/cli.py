@@ -6,11 +6,15 @@ import json
 import resource
 import sys
 import time
-from typing import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
 
 from mpignn.errors import MpignnError
 
-__all__ = ["build_parser", "main", "cli"]
+if TYPE_CHECKING:
+    from mpignn.data.graph import GraphData
+
+__all__ = ["build_parser", "main", "cli", "load_for_partitioning"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,24 +25,60 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--root", default="data", help="dataset root folder")
     parser.add_argument("--num-parts", type=int, required=True, help="number of parts (= ranks of the job)")
     parser.add_argument("--out", required=True, help="output folder (refused if it exists, unless --force)")
-    parser.add_argument("--method", default="metis", choices=["metis", "random"])
+    parser.add_argument("--method", default="auto", choices=["auto", "metis", "kaminpar", "random"],
+                        help="auto: kaminpar where it is installed (pip install kaminpar), else metis")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="kaminpar threads (0: all cores); only 1 gives the same parts for the same seed")
     parser.add_argument("--force", action="store_true", help="replace an existing output folder")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON line")
     return parser
 
 
+def _key(name: str) -> str:
+    from mpignn.data import dataset_key
+
+    return dataset_key(name)
+
+
+def load_for_partitioning(name: str, root: str) -> "GraphData":
+    """The graph, features memory-mapped: a synthetic graph is generated once into an npy folder under
+    `root/mpignn-cache/` (features written in chunks), then mapped like any `npy:` folder."""
+    from mpignn.data import load_dataset
+    from mpignn.data.npy import load_npy_folder
+    from mpignn.data.synthetic import parse_synthetic, write_synthetic
+
+    if not name.startswith("synthetic"):
+        return load_dataset(name, root)
+    safe = _key(name).replace(":", "_").replace(",", "_").replace("=", "")
+    folder = Path(root) / "mpignn-cache" / f"{safe}.npy"
+    if not (folder / "meta.json").is_file():
+        write_synthetic(parse_synthetic(name.partition(":")[2]), folder)
+    return load_npy_folder(folder)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from mpignn.data import dataset_key, load_dataset
+    from mpignn.env import foreign_launcher_size
+
+    copies = foreign_launcher_size()
+    if copies > 1:  # N copies would each partition the whole graph into the same --out folder at once
+        print(f"mpignn.partition: error: expected to run as one process; got one of {copies} started by an MPI "
+              "launcher. HINT: run it without mpirun/mpiexec/srun: python -m mpignn.partition ...",
+              file=sys.stderr)
+        return 1
     from mpignn.partition import format_report, partition_graph
 
+    if Path(args.out).exists() and not args.force:  # before loading: a synthetic graph would be generated first
+        print(f"mpignn.partition: error: partition folder {args.out} already exists. HINT: pass --force to replace "
+              "it, or pick another --out", file=sys.stderr)
+        return 1
     try:
         start = time.perf_counter()
-        graph = load_dataset(args.dataset, args.root)
+        graph = load_for_partitioning(args.dataset, args.root)
         load_s = time.perf_counter() - start
         rep = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
-                              dataset=dataset_key(args.dataset), force=args.force)
+                              dataset=_key(args.dataset), force=args.force, threads=args.threads)
     except MpignnError as exc:
         print(f"mpignn.partition: error: {exc}", file=sys.stderr)
         return 1

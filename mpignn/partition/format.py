@@ -1,4 +1,5 @@
-"""The partition folder: how parts are written and read back. numpy only, never pickle.
+"""The partition folder: its layout, META.json, and how a part is read back (`write.py` writes it). numpy
+only, never pickle.
 
 Nodes are renumbered so that part p owns the contiguous global ids [offsets[p], offsets[p+1]); the owner of
 any id is then one binary search over `part_offsets` (works for ids on any device), and a local row is
@@ -27,11 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mpignn.data.graph import GraphData
-from mpignn.errors import ConfigError, PartitionFormatError
-from mpignn.fileio import atomic_dir, load_npy, read_json, save_npy, sha256_file, write_json
+from mpignn.errors import PartitionFormatError
+from mpignn.fileio import load_npy, read_json, sha256_file
 
-__all__ = ["FORMAT_VERSION", "PART_FILES", "PartitionMeta", "LocalPart", "write_partition", "read_meta",
+__all__ = ["FORMAT_VERSION", "PART_FILES", "PartitionMeta", "LocalPart", "read_meta",
            "load_partition", "part_dir", "check_matches", "report"]
 
 FORMAT_VERSION = 1
@@ -86,75 +86,6 @@ class LocalPart:
 
 def part_dir(folder: str | os.PathLike, part_id: int) -> Path:
     return Path(folder) / f"part-{part_id:03d}"
-
-
-def _renumber(parts: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(order: old id at each new id, node_map: new id of each old id, offsets)."""
-    order = np.argsort(parts, kind="stable")
-    node_map = np.empty_like(order)
-    node_map[order] = np.arange(len(order), dtype=np.int64)
-    offsets = np.zeros(num_parts + 1, dtype=np.int64)
-    np.cumsum(np.bincount(parts, minlength=num_parts), out=offsets[1:])
-    return order, node_map, offsets
-
-
-def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike, *, num_parts: int, method: str,
-                    seed: int, dataset: str, force: bool = False) -> dict:
-    """Write `graph` cut by `parts` into `out` (atomically: a crash leaves no half-written folder).
-
-    Returns:
-        The META.json content (turn it into the printed report with `report`).
-    Raises:
-        ConfigError: `out` exists and `force` is not set.
-    """
-    out = Path(out)
-    if out.exists() and not force:
-        raise ConfigError(f"partition folder {out} already exists. HINT: pass --force to replace it, or pick "
-                          "another --out")
-    order, node_map, offsets = _renumber(parts, num_parts)
-    deg = np.diff(graph.rowptr)
-    edge_cut = 0
-    summaries = []
-    split_sets = {k: node_map[getattr(graph, k)] for k in ("train_idx", "val_idx", "test_idx")}
-    with atomic_dir(out) as tmp:
-        save_npy(tmp / "node_map.npy", node_map)
-        for p in range(num_parts):
-            lo, hi = int(offsets[p]), int(offsets[p + 1])
-            own_old = order[lo:hi]
-            own_deg = deg[own_old]
-            rowptr = np.zeros(hi - lo + 1, dtype=np.int64)
-            np.cumsum(own_deg, out=rowptr[1:])
-            # Gather each own node's in-edge segment: position j of new row i reads old col at
-            # graph.rowptr[old_i] + (j - rowptr[i]).
-            shift = np.repeat(graph.rowptr[own_old] - rowptr[:-1], own_deg)
-            col = node_map[graph.col[np.arange(rowptr[-1], dtype=np.int64) + shift]]
-            del shift
-            remote = (col < lo) | (col >= hi)
-            edge_cut += int(remote.sum())
-            halo_gid, halo_deg = np.unique(col[remote], return_counts=True)
-            arrays = {
-                "rowptr": rowptr, "col": col, "x": graph.x[own_old], "y": graph.y[own_old],
-                **{k: np.sort(v[(v >= lo) & (v < hi)]) for k, v in split_sets.items()},
-                "orig_id": own_old, "halo_gid": halo_gid, "halo_deg": halo_deg.astype(np.int64),
-            }
-            folder = part_dir(tmp, p)
-            folder.mkdir()
-            files = {}
-            for name in PART_FILES:
-                path = folder / f"{name}.npy"
-                save_npy(path, arrays[name])
-                files[name] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
-            summaries.append({"nodes": hi - lo, "edges": int(rowptr[-1]), "train": len(arrays["train_idx"]),
-                              "val": len(arrays["val_idx"]), "test": len(arrays["test_idx"]),
-                              "halo": len(halo_gid), "cut_edges": int(remote.sum()), "files": files})
-        meta = {
-            "format": FORMAT_VERSION, "dataset": dataset, "method": method, "seed": seed, "num_parts": num_parts,
-            "num_nodes": graph.num_nodes, "num_edges": graph.num_edges, "num_features": graph.num_features,
-            "num_classes": graph.num_classes, "part_offsets": offsets.tolist(), "edge_cut": edge_cut,
-            "parts": summaries,
-        }
-        write_json(tmp / "META.json", meta)
-    return meta
 
 
 def _balance(values: list[int]) -> float:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["sample_rows", "relabel", "reset_scratch", "mix_seed", "warm_up"]
+__all__ = ["sample_rows", "relabel", "reset_scratch", "relabel_hashed", "rehash", "clear_table", "mix_seed",
+           "warm_up"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -105,6 +106,95 @@ def reset_scratch(scratch, n_id, n_count):
         scratch[n_id[i]] = -1
 
 
+@njit(inline="always")
+def _slot(g, shift):
+    return np.int64((np.uint64(g) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(shift))
+
+
+@njit(cache=True, nogil=True)
+def relabel_hashed(nbrs, start, local, scratch, lo, table, shift, n_id, n_count, in_table, limit):
+    """`relabel` with memory that follows the part and the batch: ids of the rank's own nodes
+    [lo, lo + len(scratch)) are looked up in `scratch` (one int64 per own node), all others in an
+    open-addressing hash table (linear probing) of (global id, local index) pairs, -1 = empty,
+    2^(64 - shift) slots.
+
+    Works from nbrs[start] on and stops once the table holds `limit` ids (the caller grows it and calls
+    again). Returns:
+        (first neighbour not done, new node count, ids now in the table).
+    """
+    mask = (table.shape[0] >> 1) - 1
+    own = scratch.shape[0]
+    i = start
+    while i < nbrs.shape[0]:
+        g = nbrs[i]
+        r = g - lo
+        if r >= 0 and r < own:
+            v = scratch[r]
+            if v < 0:
+                v = n_count
+                scratch[r] = v
+                n_id[n_count] = g
+                n_count += 1
+            local[i] = v
+            i += 1
+            continue
+        if in_table >= limit:
+            return i, n_count, in_table
+        slot = _slot(g, shift)
+        while True:
+            key = table[2 * slot]
+            if key == g:
+                local[i] = table[2 * slot + 1]
+                break
+            if key < 0:
+                table[2 * slot] = g
+                table[2 * slot + 1] = n_count
+                n_id[n_count] = g
+                local[i] = n_count
+                n_count += 1
+                in_table += 1
+                break
+            slot = (slot + 1) & mask
+        i += 1
+    return i, n_count, in_table
+
+
+@njit(cache=True, nogil=True)
+def rehash(table, shift, n_id, n_count, lo, own):
+    """Insert n_id[i] -> i for every node so far that is not an own node into an empty (larger) table."""
+    mask = (table.shape[0] >> 1) - 1
+    for i in range(n_count):
+        g = n_id[i]
+        if g >= lo and g < lo + own:
+            continue
+        slot = _slot(g, shift)
+        while table[2 * slot] >= 0:
+            slot = (slot + 1) & mask
+        table[2 * slot] = g
+        table[2 * slot + 1] = i
+
+
+@njit(cache=True, nogil=True)
+def clear_table(scratch, lo, table, shift, n_id, n_count, in_table):
+    """Forget the batch: own ids in `scratch`; the table slot by slot when it is mostly full, else only the
+    batch's keys, so the cost follows the batch even after one large batch grew the table."""
+    own = scratch.shape[0]
+    slots = table.shape[0] >> 1
+    fill = in_table * 8 >= slots
+    if fill:
+        table[:] = -1
+    mask = slots - 1
+    for i in range(n_count):
+        g = n_id[i]
+        if g >= lo and g < lo + own:
+            scratch[g - lo] = -1
+        elif not fill:
+            slot = _slot(g, shift)
+            while table[2 * slot] != g:  # every key is present: probe past slots emptied before
+                slot = (slot + 1) & mask
+            table[2 * slot] = -1
+
+
 def warm_up() -> None:
     """Compile every kernel (or load it from numba's cache) on tiny inputs."""
     one = np.zeros(1, dtype=np.int64)
@@ -113,3 +203,8 @@ def warm_up() -> None:
     n_id = np.empty(2, dtype=np.int64)
     _, n = relabel(nbrs, scratch, n_id, 0)
     reset_scratch(scratch, n_id, n)
+    table = np.full(4, -1, dtype=np.int64)
+    local = np.empty(len(nbrs), dtype=np.int64)
+    _, n, filled = relabel_hashed(nbrs, 0, local, scratch, 1, table, 63, n_id, 0, 0, 1)
+    clear_table(scratch, 1, table, 63, n_id, n, filled)
+    rehash(table, 63, n_id, n, 1, 1)

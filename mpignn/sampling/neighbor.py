@@ -14,7 +14,7 @@ import numpy as np
 from mpignn.config import parse_fanout
 from mpignn.sampling import kernels
 
-__all__ = ["SampleOutput", "HopSource", "LocalHops", "NeighborSampler", "parse_fanout"]
+__all__ = ["SampleOutput", "HopSource", "LocalHops", "NeighborSampler", "parse_fanout", "ARRAY_MAP_BYTES"]
 
 
 @dataclass
@@ -32,6 +32,7 @@ class SampleOutput:
     batch_size: int
     num_sampled_nodes: list[int]
     num_sampled_edges: list[int]
+    edge_label_index: np.ndarray | None = None  # from sample_from_edges: the pairs, in batch-local ids
 
 
 class HopSource(Protocol):
@@ -52,34 +53,85 @@ class LocalHops:
         return kernels.sample_rows(self.rowptr, self.col, gids - self.lo, gids, fanout, seed)
 
 
+ARRAY_MAP_BYTES = 64 << 20
+"""Largest global array map "auto" keeps (8M nodes): beyond it a thread's map would outgrow its part."""
+
+
 class NeighborSampler:
     """Sample `len(fanouts)` hops around seed nodes.
 
-    Thread-safe: each thread gets its own id-to-index scratch (one int64 per graph node, allocated once and
-    cleaned after each batch, so a batch costs memory and time in proportion to what it samples).
+    Thread-safe: each thread keeps its own global-id -> batch-index map, cleaned after each batch. `relabel`
+    picks it: "array", one int64 per global node (0.9 GB per thread on papers100M); "part", one int64 per node
+    of the source's own rows (the rank's part) plus, for other nodes, an open-addressing hash table sized by the
+    largest batch so far (twice the remote nodes it reached, 16 bytes a slot), so memory follows the part and
+    the batch; "auto" (default), the array while it takes at most ARRAY_MAP_BYTES, else the part map. Both give
+    the same batches; owning every node (one process) the part map is the array map. With a part of a 2M-node
+    graph, hash lookups made sampling 16-18% slower (README, benchmarks), hence auto.
     """
 
-    def __init__(self, source: HopSource, num_nodes: int, fanouts: Sequence[int]) -> None:
+    def __init__(self, source: HopSource, num_nodes: int, fanouts: Sequence[int], relabel: str = "auto") -> None:
+        if relabel not in ("auto", "part", "array"):
+            raise ValueError(f"relabel must be 'auto', 'part' or 'array'; got {relabel!r}")
+        if relabel == "auto":
+            relabel = "array" if 8 * int(num_nodes) <= ARRAY_MAP_BYTES else "part"
         self.source = source
         self.num_nodes = int(num_nodes)
         self.fanouts = list(fanouts)
+        self.relabel = relabel
+        local = getattr(source, "local", source)  # DistributedHops wraps the rank's LocalHops
+        rowptr = getattr(local, "rowptr", None)
+        self._own = (int(local.lo), len(rowptr) - 1) if rowptr is not None else (0, 0)
+        # Owning every node (one process, --replicated): the part map is the array map; skip the range checks.
+        self._direct = relabel == "array" or self._own == (0, self.num_nodes)
         self._local = threading.local()
 
     def _scratch(self) -> np.ndarray:
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
-            scratch = np.full(self.num_nodes, -1, dtype=np.int64)
+            size = self.num_nodes if self.relabel == "array" else self._own[1]
+            scratch = np.full(size, -1, dtype=np.int64)
             self._local.scratch = scratch
         return scratch
+
+    def _table(self) -> tuple[np.ndarray, int]:
+        table = getattr(self._local, "table", None)
+        if table is None:
+            table = self._local.table = np.full(2 * 1024, -1, dtype=np.int64)
+            self._local.in_table = 0
+        return table, 65 - (len(table) >> 1).bit_length()  # shift = 64 - log2(slots)
+
+    def _map(self, ids: np.ndarray, n_id: np.ndarray, n_count: int) -> tuple[np.ndarray, int]:
+        """Batch-local index of each id, new ones appended to n_id (kernels.relabel semantics)."""
+        if self._direct:
+            return kernels.relabel(ids, self._scratch(), n_id, n_count)
+        scratch, lo = self._scratch(), self._own[0]
+        table, shift = self._table()
+        local = np.empty(len(ids), dtype=np.int64)
+        done = 0
+        while True:
+            done, n_count, self._local.in_table = kernels.relabel_hashed(
+                ids, done, local, scratch, lo, table, shift, n_id, n_count, self._local.in_table, len(table) >> 2)
+            if done == len(ids):
+                return local, n_count
+            table = self._local.table = np.full(2 * len(table), -1, dtype=np.int64)  # load reached 1/2: grow
+            shift -= 1
+            kernels.rehash(table, shift, n_id, n_count, lo, len(scratch))
+
+    def _clear(self, n_id: np.ndarray, n_count: int) -> None:
+        if self._direct:
+            kernels.reset_scratch(self._scratch(), n_id, n_count)
+        else:
+            table, shift = self._table()
+            kernels.clear_table(self._scratch(), self._own[0], table, shift, n_id, n_count, self._local.in_table)
+            self._local.in_table = 0
 
     def sample(self, seeds: np.ndarray, seed: int) -> SampleOutput:
         """Sample around `seeds` (global ids, distinct) with the random streams of `seed`."""
         seeds = np.ascontiguousarray(seeds, dtype=np.int64)
-        scratch = self._scratch()
         n_id = np.empty(max(16, len(seeds) * 4), dtype=np.int64)
-        local, n_count = kernels.relabel(seeds, scratch, n_id, 0)
+        local, n_count = self._map(seeds, n_id, 0)
         if n_count != len(seeds):
-            kernels.reset_scratch(scratch, n_id, n_count)
+            self._clear(n_id, n_count)
             raise ValueError("seed nodes must be distinct")
         rows, cols = [], []
         num_nodes, num_edges = [n_count], []
@@ -91,15 +143,27 @@ class NeighborSampler:
                     grown = np.empty(max(2 * len(n_id), n_count + len(nbrs)), dtype=np.int64)
                     grown[:n_count] = n_id[:n_count]
                     n_id = grown
-                src, n_count = kernels.relabel(nbrs, scratch, n_id, n_count)
+                src, n_count = self._map(nbrs, n_id, n_count)
                 rows.append(src)
                 cols.append(np.repeat(np.arange(f_lo, f_hi, dtype=np.int64), counts))
                 num_nodes.append(n_count - f_hi)
                 num_edges.append(len(nbrs))
                 f_lo, f_hi = f_hi, n_count
         finally:
-            kernels.reset_scratch(scratch, n_id, n_count)
+            self._clear(n_id, n_count)
         empty = np.empty(0, dtype=np.int64)
         return SampleOutput(n_id=n_id[:n_count].copy(), row=np.concatenate(rows) if rows else empty,
                             col=np.concatenate(cols) if cols else empty, batch_size=len(seeds),
                             num_sampled_nodes=num_nodes, num_sampled_edges=num_edges)
+
+    def sample_from_edges(self, src: np.ndarray, dst: np.ndarray, seed: int) -> SampleOutput:
+        """Sample around both endpoints of the pairs (src[i], dst[i]); the seeds are the distinct endpoints,
+        and `edge_label_index` [2, len(src)] holds each pair in batch-local ids (PyG's LinkNeighborLoader
+        layout)."""
+        ends = np.concatenate([np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)])
+        nodes = np.sort(ends)
+        if len(nodes) > 1:
+            nodes = nodes[np.concatenate([[True], nodes[1:] != nodes[:-1]])]
+        out = self.sample(nodes, seed)
+        out.edge_label_index = np.searchsorted(nodes, ends).reshape(2, -1)
+        return out

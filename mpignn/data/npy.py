@@ -1,0 +1,209 @@
+"""`npy:FOLDER`: a graph as a folder of .npy files, memory-mapped, so features (and a CSR) are never read whole.
+For graphs too big for `npz:PATH`; write it with numpy from any source. numpy (and numba through graph) only.
+
+    FOLDER/
+      x.npy                 float32 [N, F]   node features (memory-mapped, never loaded whole)
+      y.npy                 int [N]          labels; -1 = unlabelled
+      train_idx.npy  val_idx.npy  test_idx.npy   int 1-D node ids (rows of x)
+      and the edges, in one of three forms:
+      edge_index.npy        int [2, E]       (source, target), PyG's orientation
+      src.npy  dst.npy      int [E] each     the same as two files
+      rowptr.npy  col.npy   int [N+1], int [E]   CSR by target: col[rowptr[v]:rowptr[v+1]] are v's
+                            in-neighbours (used as is, memory-mapped: no CSR is built)
+      meta.json             optional: {"num_classes": C, "name": "..."}; C defaults to y.max() + 1
+
+Every file is checked from its header first (dtype, shape, no pickles), then ids, splits and labels; each
+problem is one DatasetError naming the file, what was expected and what was found.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from mpignn.data.graph import GraphData, csr_from_edges
+from mpignn.data.npyio import iter_chunks, npy_header
+from mpignn.errors import DatasetError
+from mpignn.fileio import load_npy, save_npy, write_json
+
+__all__ = ["load_npy_folder", "write_npy_folder", "EDGE_FORMS"]
+
+EDGE_FORMS = (("edge_index",), ("src", "dst"), ("rowptr", "col"))
+_SPLITS = ("train_idx", "val_idx", "test_idx")
+_HINT = "see 'Your own graph (npy folder)' in the README for the files, dtypes and shapes"
+
+
+def _fail(folder: Path, problem: str, hint: str = _HINT) -> DatasetError:
+    return DatasetError(f"npy folder {folder}: {problem}. HINT: {hint}")
+
+
+def _header(folder: Path, name: str, kind: str) -> tuple[tuple[int, ...], np.dtype]:
+    path = folder / f"{name}.npy"
+    try:
+        shape, dtype, fortran, _ = npy_header(path)
+    except (ValueError, OSError, EOFError) as exc:
+        raise _fail(folder, f"{name}.npy is not a readable .npy array ({exc})", "write it with np.save") from None
+    want = "an int" if kind == "iu" else "a float32"
+    if dtype.hasobject:
+        raise _fail(folder, f"{name}.npy must be {want} array; got dtype object (pickled Python objects, which "
+                            "mpignn never loads)", f"np.save('{name}.npy', np.asarray(a, dtype=np.int64))")
+    if dtype.kind not in kind or (kind == "f" and dtype != np.float32):
+        target = "np.int64" if kind == "iu" else "np.float32"
+        hint = f"np.save('{name}.npy', a.astype({target}))"
+        if dtype.kind == "b" and name in _SPLITS:
+            hint = f"{name} holds node ids, not a mask: save np.flatnonzero(mask)"
+        raise _fail(folder, f"{name}.npy must be {want} array; got {dtype} with shape {shape}", hint)
+    if fortran:
+        raise _fail(folder, f"{name}.npy is stored in Fortran order; rows must be contiguous",
+                    f"np.save('{name}.npy', np.ascontiguousarray(a))")
+    return shape, dtype
+
+
+def _load(folder: Path, name: str) -> np.ndarray:
+    try:
+        return load_npy(folder / f"{name}.npy", mmap=True)
+    except (ValueError, OSError) as exc:
+        raise _fail(folder, f"{name}.npy cannot be mapped ({exc}), e.g. truncated", "write it again with "
+                                                                                    "np.save") from None
+
+
+def _check_ids(folder: Path, name: str, ids: np.ndarray, n: int) -> None:
+    """Ids in [0, n), in chunks (file reads: a mapped array stays out of memory)."""
+    for _, chunk in iter_chunks(ids):
+        if chunk.size and (chunk.min() < 0 or chunk.max() >= n):
+            raise _fail(folder, f"{name}.npy has node ids outside [0, {n}): min {chunk.min()}, max {chunk.max()}",
+                        "node ids are row numbers of x, 0 .. N-1")
+
+
+def _structure(folder: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
+    present = [form for form in EDGE_FORMS if any((folder / f"{f}.npy").is_file() for f in form)]
+    if len(present) != 1 or not all((folder / f"{f}.npy").is_file() for f in present[0]):
+        forms = " or ".join("+".join(f"{f}.npy" for f in form) for form in EDGE_FORMS)
+        got = "none" if not present else ", ".join("+".join(f"{f}.npy" for f in form if (folder / f"{f}.npy")
+                                                            .is_file()) for form in present)
+        raise _fail(folder, f"expected the edges in exactly one form, {forms}; got {got}")
+    form = present[0]
+    shapes = {name: _header(folder, name, "iu")[0] for name in form}
+    if form == ("edge_index",):
+        shape = shapes["edge_index"]
+        if len(shape) != 2 or shape[0] != 2:
+            raise _fail(folder, f"edge_index.npy must be an int [2, E] array; got shape {shape}",
+                        "save edge_index.T (it is [E, 2])" if len(shape) == 2 and shape[1] == 2 else
+                        "stack sources and targets: np.stack([src, dst])")
+        edges = _load(folder, "edge_index")
+        for row, name in ((edges[0], "edge_index[0]"), (edges[1], "edge_index[1]")):
+            _check_ids(folder, name, row, n)
+        return csr_from_edges(edges[0], edges[1], n)
+    if form == ("src", "dst"):
+        if len(shapes["src"]) != 1 or shapes["src"] != shapes["dst"]:
+            raise _fail(folder, f"src.npy and dst.npy must be 1-D int arrays of one length; got shapes "
+                                f"{shapes['src']} and {shapes['dst']}", "save one entry per edge in each")
+        src, dst = _load(folder, "src"), _load(folder, "dst")
+        _check_ids(folder, "src", src, n)
+        _check_ids(folder, "dst", dst, n)
+        return csr_from_edges(src, dst, n)
+    if shapes["rowptr"] != (n + 1,) or len(shapes["col"]) != 1:
+        raise _fail(folder, f"rowptr.npy must be int [{n + 1}] (N + 1, N = rows of x) and col.npy int [E]; got "
+                            f"shapes {shapes['rowptr']} and {shapes['col']}", "rowptr has one entry per node plus one")
+    rowptr = np.asarray(_load(folder, "rowptr"), dtype=np.int64)
+    col = _load(folder, "col")
+    if rowptr[0] != 0 or rowptr[-1] != len(col) or (np.diff(rowptr) < 0).any():
+        raise _fail(folder, f"rowptr.npy must rise from 0 to len(col) = {len(col)}; got {rowptr[0]} .. "
+                            f"{rowptr[-1]}{' and falls somewhere' if (np.diff(rowptr) < 0).any() else ''}",
+                    "rowptr = np.concatenate([[0], np.cumsum(in_degree)])")
+    _check_ids(folder, "col", col, n)
+    return rowptr, (col if col.dtype == np.int64 else np.asarray(col, dtype=np.int64))
+
+
+def _check_splits(folder: Path, splits: dict[str, np.ndarray], y: np.ndarray, n: int, num_classes: int) -> None:
+    owner = np.zeros(n, dtype=np.int8)
+    for i, (name, idx) in enumerate(splits.items(), start=1):
+        if idx.size == 0:
+            raise _fail(folder, f"{name}.npy is empty; all three splits need nodes",
+                        "hold out some labelled nodes, e.g. split a random permutation 60/20/20")
+        _check_ids(folder, name, idx, n)
+        ordered = np.sort(idx)
+        repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+        if repeated.size:
+            raise _fail(folder, f"{name}.npy must list each node once; got {repeated.size} repeated id(s), e.g. "
+                                f"{repeated[0]}", f"save np.unique({name})")
+        taken = owner[idx]
+        if taken.any():
+            other = list(splits)[int(taken[taken > 0][0]) - 1]
+            raise _fail(folder, f"{other} and {name} share {int((taken > 0).sum())} node(s), e.g. "
+                                f"{idx[taken > 0][0]}; a node may be in one split only",
+                        f"remove them from one split, e.g. np.setdiff1d({name}, {other})")
+        owner[idx] = i
+        labels = y[idx]
+        if labels.min() < 0 or labels.max() >= num_classes:
+            raise _fail(folder, f"{name} nodes need labels in [0, {num_classes}); got min {labels.min()}, max "
+                                f"{labels.max()}", "drop unlabelled nodes from the splits, or set num_classes in "
+                                                   "meta.json")
+
+
+def load_npy_folder(folder: str | os.PathLike) -> GraphData:
+    """Validate and open an npy folder: x (and an int64 CSR given as rowptr/col) memory-mapped, the rest read.
+
+    Raises:
+        DatasetError: a missing or unreadable file, wrong dtype or shape, ids out of range, repeated, shared or
+            empty splits, labels outside [0, num_classes) in a split, NaN or infinite features.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DatasetError(f"npy folder {folder} does not exist. HINT: pass --dataset npy:/full/path/to/folder")
+    missing = [f"{k}.npy" for k in ("x", "y", *_SPLITS) if not (folder / f"{k}.npy").is_file()]
+    if missing:
+        raise _fail(folder, f"missing {', '.join(missing)}")
+    xs, _ = _header(folder, "x", "f")
+    if len(xs) != 2 or 0 in xs:
+        raise _fail(folder, f"x.npy must be float32 [N, F] with N, F >= 1; got shape {xs}",
+                    "give featureless nodes a constant feature, e.g. np.ones((N, 1), np.float32)")
+    n = xs[0]
+    if _header(folder, "y", "iu")[0] != (n,):
+        raise _fail(folder, f"y.npy must be int [{n}] (one label per row of x); got shape "
+                            f"{_header(folder, 'y', 'iu')[0]}", "save y.reshape(-1)")
+    for name in _SPLITS:
+        if len(_header(folder, name, "iu")[0]) != 1:
+            raise _fail(folder, f"{name}.npy must be a 1-D int array of node ids", f"save {name}.reshape(-1)")
+    meta = {}
+    if (folder / "meta.json").is_file():
+        try:
+            meta = json.loads((folder / "meta.json").read_text())
+        except ValueError:
+            meta = None
+        if not isinstance(meta, dict):
+            raise _fail(folder, "meta.json must hold a JSON object", 'write e.g. {"num_classes": 8}')
+    x = _load(folder, "x")
+    for lo, chunk in iter_chunks(x):
+        bad = ~np.isfinite(chunk)
+        if bad.any():
+            raise _fail(folder, f"x.npy has NaN or infinite values, e.g. in row {lo + int(np.argwhere(bad)[0, 0])}",
+                        "impute or drop them, e.g. np.nan_to_num(x)")
+    y = np.asarray(_load(folder, "y"), dtype=np.int64)
+    num_classes = int(meta.get("num_classes", int(y.max()) + 1))
+    if not 2 <= num_classes <= n or y.min() < -1 or y.max() >= num_classes:
+        raise _fail(folder, f"labels must lie in [-1, num_classes) with 2 <= num_classes <= {n}; got "
+                            f"num_classes {num_classes}, y in [{y.min()}, {y.max()}]",
+                    "labels are 0 .. C-1 (-1 = unlabelled); set num_classes in meta.json")
+    splits = {k: np.asarray(_load(folder, k), dtype=np.int64) for k in _SPLITS}
+    _check_splits(folder, splits, y, n, num_classes)
+    rowptr, col = _structure(folder, n)
+    name = str(meta.get("name") or "npy-" + folder.name)
+    return GraphData(name=name, rowptr=rowptr, col=col, x=x, y=y, num_classes=num_classes,
+                     meta={"path": str(folder.resolve()),
+                           **{k: v for k, v in meta.items() if k not in ("name", "num_classes")}},
+                     **splits)
+
+
+def write_npy_folder(folder: str | os.PathLike, *, rowptr: np.ndarray, col: np.ndarray, y: np.ndarray,
+                     train_idx: np.ndarray, val_idx: np.ndarray, test_idx: np.ndarray, num_classes: int,
+                     name: str, meta: dict | None = None, x: np.ndarray | None = None) -> None:
+    """Write everything but (when `x` is None) x.npy, which the caller streams in itself (see NpyWriter)."""
+    folder = Path(folder)
+    arrays = {"rowptr": rowptr, "col": col, "y": y, "train_idx": train_idx, "val_idx": val_idx,
+              "test_idx": test_idx, **({"x": x} if x is not None else {})}
+    for key, array in arrays.items():
+        save_npy(folder / f"{key}.npy", array)
+    write_json(folder / "meta.json", {**(meta or {}), "name": name, "num_classes": int(num_classes)})

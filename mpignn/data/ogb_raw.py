@@ -1,0 +1,164 @@
+"""OGB node property graphs read straight from ogb's raw files (csv.gz, or npz for the binary releases).
+
+ogb's own `NodePropPredDataset` cannot be used under MPI with current torch: it `torch.load`s
+`processed/data_processed`, a pickle that torch >= 2.6 refuses by default, and it asks on stdin when a folder
+lacks `RELEASE_v*.txt` (ranks have no stdin). So mpignn reads the raw layout itself, never opens `processed/`,
+and downloads absent folders with ogb's URL (its `master.csv`) and helpers, without the size prompt. numpy and
+pandas (an ogb dependency) only; ogb is imported only to download.
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+
+import numpy as np
+
+from mpignn.data.graph import GraphData, csr_from_edges
+from mpignn.errors import DatasetError
+
+__all__ = ["OGB", "OgbInfo", "ogb_info", "ogb_files", "load_ogb"]
+
+OGB = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
+
+
+@dataclass(frozen=True)
+class OgbInfo:
+    """What ogb's `nodeproppred/master.csv` says about one dataset."""
+
+    name: str
+    folder: str
+    """Folder under ROOT: the name with '-' as '_', as ogb names it."""
+    url: str
+    download_name: str
+    """Top folder inside the downloaded zip (renamed to `folder`)."""
+    split: str
+    """Folder under `split/` holding train/valid/test.csv.gz."""
+    binary: bool
+    """True: raw/data.npz + raw/node-label.npz; False: raw/*.csv.gz."""
+    num_classes: int
+
+
+def _master_csv() -> str:
+    # find_spec does not import ogb: ogb.nodeproppred's __init__ imports torch and torch-geometric.
+    spec = importlib.util.find_spec("ogb")
+    if spec is None or not spec.submodule_search_locations:
+        raise DatasetError("the OGB datasets need the ogb package (for its dataset table and download helpers); "
+                           "it is not installed. HINT: pip install ogb")
+    return os.path.join(list(spec.submodule_search_locations)[0], "nodeproppred", "master.csv")
+
+
+def ogb_info(name: str) -> OgbInfo:
+    """The master.csv entry of `name` (one of OGB)."""
+    with open(_master_csv(), newline="") as f:
+        rows = list(csv.reader(f))
+    column = rows[0].index(name)
+    field = {row[0]: row[column] for row in rows[1:]}
+    return OgbInfo(name=name, folder=name.replace("-", "_"), url=field["url"], download_name=field["download_name"],
+                   split=field["split"], binary=field["binary"] == "True", num_classes=int(field["num classes"]))
+
+
+def ogb_files(info: OgbInfo) -> list[str]:
+    """The files mpignn reads, relative to ROOT/<folder> (ogb's layout)."""
+    raw = ["raw/data.npz", "raw/node-label.npz"] if info.binary else [
+        f"raw/{f}.csv.gz" for f in ("edge", "num-node-list", "num-edge-list", "node-feat", "node-label")]
+    return raw + [f"split/{info.split}/{s}.csv.gz" for s in ("train", "valid", "test")]
+
+
+def _download(info: OgbInfo, root: str) -> None:
+    """Fetch and unpack the release zip into ROOT/<folder>, through a staging folder so a failed download
+    leaves nothing that looks like a dataset."""
+    from ogb.utils.url import download_url, extract_zip
+
+    staging = os.path.join(root, f".{info.folder}.download-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(staging)
+    try:
+        archive = download_url(info.url, staging)
+        extract_zip(archive, staging)
+        os.unlink(archive)
+        os.replace(os.path.join(staging, info.download_name), os.path.join(root, info.folder))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _csv(path: str, dtype: type | None) -> np.ndarray:
+    try:
+        import pandas as pd
+    except ImportError:
+        raise DatasetError("reading OGB's csv.gz files needs pandas; it is not installed. HINT: pip install ogb "
+                           "(it brings pandas)") from None
+    return pd.read_csv(path, compression="gzip", header=None, dtype=dtype).to_numpy()
+
+
+def _read_raw(folder: str, info: OgbInfo) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """(num_nodes, edge_index [2, E], node_feat [N, F], labels [N]) from raw/."""
+    raw = os.path.join(folder, "raw")
+    if info.binary:
+        with np.load(os.path.join(raw, "data.npz"), allow_pickle=False) as f:
+            n, num_edges = int(f["num_nodes_list"][0]), int(f["num_edges_list"][0])
+            edge_index, x = f["edge_index"][:, :num_edges], f["node_feat"][:n]
+        with np.load(os.path.join(raw, "node-label.npz"), allow_pickle=False) as f:
+            labels = f["node_label"]
+    else:
+        n = int(_csv(os.path.join(raw, "num-node-list.csv.gz"), np.int64)[0, 0])
+        num_edges = int(_csv(os.path.join(raw, "num-edge-list.csv.gz"), np.int64)[0, 0])
+        edge_index = _csv(os.path.join(raw, "edge.csv.gz"), np.int64)[:num_edges].T
+        x = _csv(os.path.join(raw, "node-feat.csv.gz"), np.float32)
+        labels = _csv(os.path.join(raw, "node-label.csv.gz"), None)
+    return n, edge_index, x, labels.reshape(-1)
+
+
+def _corrupt(folder: str, problem: str) -> DatasetError:
+    return DatasetError(f"{folder}: {problem}. HINT: the raw files are incomplete or corrupt; remove the folder "
+                        "to download it again, or copy the release files in unchanged")
+
+
+def load_ogb(name: str, root: str) -> GraphData:
+    """An ogbn node property graph from ROOT/<ogbn_name>/{raw,split} (downloaded if the folder is absent).
+
+    Edges are made undirected without self loops; unlabelled nodes (NaN in papers100M) get label -1.
+
+    Raises:
+        DatasetError: the folder is absent and cannot be downloaded, files are missing, or arrays disagree.
+    """
+    info = ogb_info(name)
+    folder = os.path.join(root, info.folder)
+    files = ogb_files(info)
+    if not os.path.isdir(folder):
+        try:
+            _download(info, root)
+        except Exception as exc:  # offline download failures come in many types
+            listed = ", ".join(files[:3]) + " ..."
+            raise DatasetError(f"{name} is not under {folder} ({listed} missing) and downloading it from {info.url} "
+                               f"failed ({type(exc).__name__}: {str(exc)[:160]}). HINT: copy ogb's release folder "
+                               "(raw/ and split/) into it, or run once on a machine with network access and point "
+                               "--root at that folder") from None
+    missing = [f for f in files if not os.path.isfile(os.path.join(folder, f))]
+    if missing:
+        raise DatasetError(f"{folder} is incomplete: {', '.join(missing)} missing (mpignn reads raw/ and split/, "
+                           "never processed/). HINT: copy the missing files from ogb's release zip "
+                           f"({info.url}), or remove the folder so it is downloaded again")
+    n, edge_index, x, labels = _read_raw(folder, info)
+    if edge_index.shape[0] != 2 or (edge_index.size and (edge_index.min() < 0 or edge_index.max() >= n)):
+        raise _corrupt(folder, f"edges must be [2, E] node ids in [0, {n}); got shape {edge_index.shape}")
+    if x.shape[0] != n or labels.shape[0] != n:
+        raise _corrupt(folder, f"expected {n} rows of features and labels; got {x.shape[0]} and {labels.shape[0]}")
+    if np.issubdtype(labels.dtype, np.floating):
+        labels = np.where(np.isnan(labels), -1, labels)
+    y = labels.astype(np.int64)
+    if y.max() >= info.num_classes or y.min() < -1:
+        raise _corrupt(folder, f"labels must lie in [0, {info.num_classes}); got [{y.min()}, {y.max()}]")
+    split = {}
+    for key, part in (("train_idx", "train"), ("val_idx", "valid"), ("test_idx", "test")):
+        idx = _csv(os.path.join(folder, "split", info.split, f"{part}.csv.gz"), np.int64).reshape(-1)
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            raise _corrupt(folder, f"split/{info.split}/{part}.csv.gz has node ids outside [0, {n})")
+        split[key] = idx
+    src, dst = edge_index
+    # OGB's citation graphs are directed; message passing wants both directions (as PyG's examples do).
+    rowptr, col = csr_from_edges(np.concatenate([src, dst]), np.concatenate([dst, src]), n, drop_self_loops=True)
+    return GraphData(name=name, rowptr=rowptr, col=col, x=np.ascontiguousarray(x, dtype=np.float32), y=y,
+                     num_classes=info.num_classes, **split)

@@ -1,0 +1,201 @@
+"""Tier 1: OGB graphs from ogb's raw layouts (csv.gz and the binary npz release) in folders the test makes.
+
+ogb's own loader torch.loads processed/ (refused by torch >= 2.6) and prompts on stdin without a RELEASE file;
+mpignn must do neither, and download only folders that are absent.
+"""
+import builtins
+import gzip
+import io
+import os
+import pickle
+import shutil
+import urllib.error
+import urllib.request
+import zipfile
+
+import numpy as np
+import pytest
+
+from mpignn.data import load_dataset
+from mpignn.data.cache import cache_dir
+from mpignn.errors import DatasetError
+
+N = 30
+
+
+def _graph(seed=0):
+    rng = np.random.default_rng(seed)
+    edges = rng.integers(0, N, size=(2, 80))
+    edges[:, :3] = [[4, 4, 7], [4, 9, 9]]  # a self loop and a repeated edge (7, 9) twice in one direction
+    edges[:, 3] = [9, 7]  # ... and once the other way
+    return {"edges": edges, "x": rng.normal(size=(N, 5)).astype(np.float32), "y": rng.integers(0, 40, N),
+            "train": np.arange(0, 15), "valid": np.arange(15, 22), "test": np.arange(22, N - 2)}  # 28, 29: none
+
+
+def _csv_gz(path, array, fmt="%d"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    np.savetxt(buf, np.asarray(array), fmt=fmt, delimiter=",")
+    with gzip.open(path, "wt") as f:
+        f.write(buf.getvalue())
+
+
+def _junk_processed(folder, split):
+    """What an ogb run leaves behind: pickles that must never be read (this one cannot even be unpickled)."""
+    (folder / "processed").mkdir(parents=True)
+    (folder / "processed" / "data_processed").write_bytes(pickle.dumps({"graph": 1})[:-3] + b"junk")
+    (folder / "split" / split / "split_dict.pt").write_bytes(b"\x80\x04junk")
+
+
+def make_arxiv(root, g, *, processed=False, release=True):
+    """ogbn-arxiv's csv.gz layout (ogb/io/read_graph_raw.py read_csv_graph_raw, split 'time')."""
+    folder = root / "ogbn_arxiv"
+    _csv_gz(folder / "raw" / "edge.csv.gz", g["edges"].T)
+    _csv_gz(folder / "raw" / "num-node-list.csv.gz", [N])
+    _csv_gz(folder / "raw" / "num-edge-list.csv.gz", [g["edges"].shape[1]])
+    _csv_gz(folder / "raw" / "node-feat.csv.gz", g["x"], fmt="%.8e")
+    _csv_gz(folder / "raw" / "node-label.csv.gz", g["y"][:, None])
+    _csv_gz(folder / "raw" / "node_year.csv.gz", np.full((N, 1), 2020))
+    for part in ("train", "valid", "test"):
+        _csv_gz(folder / "split" / "time" / f"{part}.csv.gz", g[part])
+    if release:
+        (folder / "RELEASE_v1.txt").write_text("ogbn-arxiv v1\n")
+    if processed:
+        _junk_processed(folder, "time")
+    return folder
+
+
+def make_papers(root, g, *, processed=False, release=True):
+    """ogbn-papers100M's binary layout (read_binary_graph_raw): raw/data.npz + raw/node-label.npz, float labels
+    with NaN for unlabelled papers."""
+    folder = root / "ogbn_papers100M"
+    (folder / "raw").mkdir(parents=True)
+    np.savez_compressed(folder / "raw" / "data.npz", edge_index=g["edges"], num_nodes_list=np.array([N]),
+                        num_edges_list=np.array([g["edges"].shape[1]]), node_feat=g["x"],
+                        node_year=np.full((N, 1), 2020))
+    labels = g["y"].astype(np.float32)[:, None]
+    labels[[28, 29]] = np.nan  # unlabelled papers, outside every split
+    np.savez_compressed(folder / "raw" / "node-label.npz", node_label=labels)
+    for part in ("train", "valid", "test"):
+        _csv_gz(folder / "split" / "time" / f"{part}.csv.gz", g[part])
+    if release:
+        (folder / "RELEASE_v1.txt").write_text("ogbn-papers100M v1\n")
+    if processed:
+        _junk_processed(folder, "time")
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def no_prompt_no_network(monkeypatch):
+    """A prompt or a network access fails the test at once instead of blocking or going out."""
+    def prompt(*args):
+        raise AssertionError(f"prompted on stdin: {args}")
+
+    def network(*args, **kwargs):
+        raise AssertionError("tried the network")
+
+    monkeypatch.setattr(builtins, "input", prompt)
+    monkeypatch.setattr(urllib.request, "urlopen", network)
+
+
+def _check(graph, g, name, num_classes):
+    pairs = {(int(s), int(d)) for s, d in g["edges"].T if s != d}
+    pairs |= {(d, s) for s, d in pairs}  # symmetrised, self loops dropped, repeats merged
+    assert graph.name == name and graph.num_nodes == N and graph.num_edges == len(pairs)
+    for v in range(N):
+        assert set(graph.col[graph.rowptr[v]:graph.rowptr[v + 1]].tolist()) == {s for s, d in pairs if d == v}
+    assert graph.x.dtype == np.float32 and np.allclose(graph.x, g["x"])
+    assert graph.num_classes == num_classes
+    for key, part in (("train_idx", "train"), ("val_idx", "valid"), ("test_idx", "test")):
+        assert np.array_equal(getattr(graph, key), g[part])
+
+
+@pytest.mark.parametrize("processed", [False, True], ids=["raw only", "with ogb's processed pickles"])
+@pytest.mark.parametrize("release", [True, False], ids=["RELEASE file", "no RELEASE file"])
+def test_arxiv_csv_layout(tmp_path, processed, release):
+    g = _graph()
+    make_arxiv(tmp_path, g, processed=processed, release=release)
+    graph = load_dataset("ogbn-arxiv", str(tmp_path))
+    _check(graph, g, "ogbn-arxiv", 40)
+    assert np.array_equal(graph.y, g["y"])
+    assert (cache_dir(str(tmp_path), "ogbn-arxiv") / "meta.json").is_file()
+
+
+@pytest.mark.parametrize("processed", [False, True], ids=["raw only", "with ogb's processed pickles"])
+@pytest.mark.parametrize("release", [True, False], ids=["RELEASE file", "no RELEASE file"])
+def test_papers100m_binary_layout(tmp_path, processed, release):
+    g = _graph(1)
+    make_papers(tmp_path, g, processed=processed, release=release)
+    graph = load_dataset("ogbn-papers100M", str(tmp_path))
+    _check(graph, g, "ogbn-papers100M", 172)
+    expected = g["y"].copy()
+    expected[[28, 29]] = -1
+    assert np.array_equal(graph.y, expected)
+
+
+def test_cache_gone_then_processed_folder_read_again(tmp_path):
+    """The issue's sequence: a first run, mpignn's cache removed, ogb's processed/ present: still loads."""
+    g = _graph()
+    make_arxiv(tmp_path, g, processed=True)
+    first = load_dataset("ogbn-arxiv", str(tmp_path))
+    shutil.rmtree(cache_dir(str(tmp_path), "ogbn-arxiv"))
+    again = load_dataset("ogbn-arxiv", str(tmp_path))
+    assert np.array_equal(first.col, again.col) and np.array_equal(first.y, again.y)
+
+
+def test_absent_offline_names_the_folder_and_url(tmp_path, monkeypatch):
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(DatasetError, match=r"ogbn-arxiv is not under .*ogbn_arxiv \(raw/edge.csv.gz, .* missing\) "
+                                           r"and downloading it from http://snap.stanford.edu/ogb/data/nodeproppred/"
+                                           r"arxiv.zip failed \(URLError: .*name resolution.*HINT"):
+        load_dataset("ogbn-arxiv", str(tmp_path))
+    assert os.listdir(tmp_path) == []  # no half-downloaded folder left behind
+
+
+def test_absent_folder_is_downloaded_with_ogbs_helpers(tmp_path, monkeypatch):
+    """ogb's download_url + extract_zip on the release zip (served locally); its top folder `arxiv/` is renamed."""
+    g = _graph()
+    make_arxiv(tmp_path / "release", g)
+    payload = io.BytesIO()
+    with zipfile.ZipFile(payload, "w") as zf:
+        for path in (tmp_path / "release" / "ogbn_arxiv").rglob("*"):
+            zf.write(path, "arxiv/" + str(path.relative_to(tmp_path / "release" / "ogbn_arxiv")))
+    data = payload.getvalue()
+    asked = []
+
+    class Response(io.BytesIO):
+        def info(self):
+            return {"Content-Length": str(len(data))}
+
+    def serve(url, *args, **kwargs):
+        asked.append(url)
+        return Response(data)
+
+    monkeypatch.setattr(urllib.request, "urlopen", serve)
+    root = tmp_path / "root"
+    graph = load_dataset("ogbn-arxiv", str(root))
+    assert asked == ["http://snap.stanford.edu/ogb/data/nodeproppred/arxiv.zip"]
+    _check(graph, g, "ogbn-arxiv", 40)
+    assert sorted(os.listdir(root)) == ["mpignn-cache", "ogbn_arxiv"]
+
+
+def test_incomplete_folder_is_named_not_downloaded_or_deleted(tmp_path):
+    g = _graph()
+    folder = make_arxiv(tmp_path, g, processed=True)
+    (folder / "raw" / "edge.csv.gz").unlink()
+    (folder / "split" / "time" / "valid.csv.gz").unlink()
+    with pytest.raises(DatasetError, match=r"ogbn_arxiv is incomplete: raw/edge.csv.gz, split/time/valid.csv.gz "
+                                           r"missing .*never processed/.*HINT"):
+        load_dataset("ogbn-arxiv", str(tmp_path))
+    assert (folder / "processed" / "data_processed").is_file()
+
+
+def test_corrupt_raw_files_are_named(tmp_path):
+    g = _graph()
+    g["edges"][1, 5] = N + 3
+    make_arxiv(tmp_path, g)
+    with pytest.raises(DatasetError, match=r"ogbn_arxiv: edges must be \[2, E\] node ids in \[0, 30\).*HINT"):
+        load_dataset("ogbn-arxiv", str(tmp_path))
