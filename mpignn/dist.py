@@ -9,6 +9,7 @@ import datetime
 import importlib
 import logging
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from mpignn import env as _env
 from mpignn.errors import LaunchError
 
 __all__ = ["Hardware", "Choice", "detect_hardware", "choose", "init_process_group", "apply_threads",
-           "destroy_process_group"]
+           "destroy_process_group", "device_id_accepted"]
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +60,23 @@ def _has_module(name: str) -> bool:
         return False
 
 
+def _xpu_count() -> int:
+    xpu = getattr(torch, "xpu", None)
+    return xpu.device_count() if xpu is not None and xpu.is_available() else 0
+
+
 def detect_hardware() -> Hardware:
-    """Probe torch (and the optional Intel packages) for devices and backends."""
+    """Probe torch (and the optional Intel packages) for devices and backends.
+
+    torch >= 2.4 has XPU natively; on older stacks `torch.xpu` appears only once IPEX is imported, so when
+    torch alone shows no XPU, IPEX is imported (if installed) and the count read again.
+    """
     dist = torch.distributed
     cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    xpu = torch.xpu.device_count() if hasattr(torch, "xpu") and torch.xpu.is_available() else 0
-    has_ipex = _has_module("intel_extension_for_pytorch") if xpu else False
+    xpu = _xpu_count()
+    has_ipex = _has_module("intel_extension_for_pytorch") if not cuda else False
+    if has_ipex and not xpu:
+        xpu = _xpu_count()
     return Hardware(
         cuda_devices=cuda,
         xpu_devices=xpu,
@@ -76,10 +88,12 @@ def detect_hardware() -> Hardware:
     )
 
 
-def choose(device: str, backend: str, hw: Hardware, local_rank: int) -> Choice:
+def choose(device: str, backend: str, hw: Hardware, local_rank: int, local_size: int = 1) -> Choice:
     """Pick the device and backend: CUDA -> nccl, Intel XPU -> xccl (else ccl), CPU -> gloo.
 
-    One accelerator per node-local rank (`local_rank % devices`). Explicit requests are honoured or refused.
+    One accelerator per node-local rank (`local_rank % devices`). NCCL refuses two ranks on one GPU
+    ("Duplicate GPU detected"), so with more node-local ranks than GPUs `auto` takes gloo instead (on the
+    same device tensors) and an explicit nccl is refused. Explicit requests are honoured or refused.
 
     Raises:
         LaunchError: the requested device or backend is not available here.
@@ -97,8 +111,13 @@ def choose(device: str, backend: str, hw: Hardware, local_rank: int) -> Choice:
     if device == "xpu" and not hw.xpu_devices:
         raise LaunchError("--device xpu asked for, but torch sees no XPU. HINT: load the oneAPI environment and "
                           "install an XPU build of torch (pip install -e .[xpu]), or use --device cpu")
+    shared = device == "cuda" and local_size > hw.cuda_devices
     if backend == "auto":
-        backend = _default_backend(device, hw)
+        backend = "gloo" if shared else _default_backend(device, hw)
+    if backend == "nccl" and shared:
+        raise LaunchError(f"--backend nccl needs one GPU per rank, but {local_size} ranks share {hw.cuda_devices} "
+                          f"GPU(s) on this host. HINT: start at most {hw.cuda_devices} rank(s) per host, or use "
+                          "--backend gloo (or auto)")
     available = {"gloo": True, "mpi": hw.has_mpi_backend, "nccl": hw.has_nccl, "xccl": hw.has_xccl,
                  "ccl": hw.has_ccl}
     if not available[backend]:
@@ -142,8 +161,9 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
                        choice: Choice, timeout_s: float = 600.0) -> None:
     """Collective over `comm`: initialise torch.distributed with no hand-set MASTER_ADDR/MASTER_PORT.
 
-    Rank 0 takes its host address and a port the kernel reports free, and broadcasts both over MPI; values
-    already in the environment win. The `mpi` backend needs no rendezvous.
+    Rank 0 picks an address the other hosts reach (`mpi.rendezvous_endpoint`: never loopback across hosts) and
+    a port the kernel reports free, and broadcasts both over MPI; values already in the environment win. The
+    `mpi` backend needs no rendezvous.
     """
     dist = torch.distributed
     if dist.is_initialized():
@@ -159,22 +179,39 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
         os.environ.setdefault("CCL_LOCAL_RANK", str(local_rank))
         os.environ.setdefault("CCL_LOCAL_SIZE", str(local_size))
     if choice.backend != "mpi":
-        addr_port = (_env.host_address(), _env.free_port()) if rank == 0 else None
-        addr, port = comm.bcast(addr_port, root=0)
+        from mpignn.mpi import rendezvous_endpoint
+
+        addr, port, ifname = rendezvous_endpoint(comm)  # across hosts never a loopback address
         changed = _env.export_torch_env({"MASTER_ADDR": addr, "MASTER_PORT": port, "RANK": rank,
                                          "WORLD_SIZE": world_size, "LOCAL_RANK": local_rank,
-                                         "LOCAL_WORLD_SIZE": local_size})
+                                         "LOCAL_WORLD_SIZE": local_size,
+                                         **({"GLOO_SOCKET_IFNAME": ifname} if ifname else {})})
         for name, (old, new) in changed.items():
             log.info("overriding %s=%s with %s", name, old, new)
     timeout = datetime.timedelta(seconds=timeout_s)
     kwargs: dict[str, Any] = {}
-    if choice.device_type in ("cuda", "xpu"):
+    if device_id_accepted(choice, torch.__version__):
         kwargs["device_id"] = torch.device(choice.device)
     if choice.backend == "mpi":
         dist.init_process_group("mpi", timeout=timeout)
     else:
         dist.init_process_group(choice.backend, init_method="env://", rank=rank, world_size=world_size,
                                 timeout=timeout, **kwargs)
+
+
+def device_id_accepted(choice: Choice, torch_version: str) -> bool:
+    """Whether to bind the default group to the rank's device (`init_process_group(device_id=...)`).
+
+    NCCL on CUDA: yes (it connects eagerly and knows its GPU). xccl on XPU: from torch 2.7 on; before,
+    torch refused any device_id but a CUDA one (pytorch/pytorch#143735 lifted that). gloo and ccl: no, a
+    device-bound default group is not what they expect (two ranks sharing a GPU over gloo, say).
+    """
+    major_minor = tuple(int(p) for p in re.findall(r"\d+", torch_version)[:2])
+    if choice.device_type == "cuda":
+        return choice.backend == "nccl"
+    if choice.device_type == "xpu":
+        return choice.backend == "xccl" and major_minor >= (2, 7)
+    return False
 
 
 def destroy_process_group() -> None:

@@ -42,3 +42,12 @@ def test_refusals_say_what_and_how(device, backend, hw, needle):
     with pytest.raises(LaunchError, match=needle) as info:
         choose(device, backend, hw, 0)
     assert "HINT:" in str(info.value)
+
+
+def test_ranks_sharing_a_gpu_fall_back_to_gloo():
+    one_gpu = Hardware(cuda_devices=1, has_nccl=True)
+    assert choose("auto", "auto", one_gpu, 1, local_size=2) == Choice("cuda:0", "gloo")
+    assert choose("auto", "auto", CUDA4, 3, local_size=4) == Choice("cuda:3", "nccl")
+    with pytest.raises(LaunchError, match="2 ranks share 1 GPU") as info:
+        choose("cuda", "nccl", one_gpu, 0, local_size=2)
+    assert "HINT:" in str(info.value)

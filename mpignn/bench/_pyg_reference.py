@@ -48,7 +48,10 @@ def sample(spec: str, fanout: list[int], batch_size: int, batches: int, threads:
             "edges_per_s": edges / seconds}
 
 
-def epoch(spec: str, fanout: list[int], batch_size: int, hidden: int, threads: int, trim: bool) -> dict:
+def epoch(spec: str, fanout: list[int], batch_size: int, hidden: int, threads: int, trim: bool,
+          device: str = "cpu") -> dict:
+    """One timed epoch (after a few warm-up steps); the sampler runs on the CPU as PyG users run it, each
+    batch is copied to `device` and trained there."""
     from torch_geometric.loader import NeighborLoader
     from torch_geometric.nn.models import GraphSAGE
 
@@ -57,10 +60,12 @@ def epoch(spec: str, fanout: list[int], batch_size: int, hidden: int, threads: i
     g, data = _graph(spec)
     loader = NeighborLoader(data, num_neighbors=fanout, batch_size=batch_size, shuffle=True,
                             input_nodes=torch.from_numpy(g.train_idx))
-    model = GraphSAGE(g.num_features, hidden, len(fanout), g.num_classes)
+    dev = torch.device(device)
+    model = GraphSAGE(g.num_features, hidden, len(fanout), g.num_classes).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=0.003)
 
     def step(batch) -> None:
+        batch = batch.to(dev, non_blocking=True)
         opt.zero_grad()
         kwargs = {}
         if trim and "num_sampled_nodes" in batch:  # pyg-lib provides it; torch-sparse does not
@@ -77,10 +82,12 @@ def epoch(spec: str, fanout: list[int], batch_size: int, hidden: int, threads: i
     start = time.perf_counter()
     for batch in loader:
         step(batch)
+    if dev.type != "cpu":
+        getattr(torch, dev.type).synchronize()
     seconds = time.perf_counter() - start
     trimmed = trim and _backend() == "pyg-lib"
     return {"impl": f"PyG NeighborLoader ({_backend()}) + GraphSAGE" + (" trimmed" if trimmed else ""),
-            "threads": threads, "epoch_s": seconds, "seeds_per_s": len(g.train_idx) / seconds}
+            "threads": threads, "device": device, "epoch_s": seconds, "seeds_per_s": len(g.train_idx) / seconds}
 
 
 def main() -> None:
@@ -93,12 +100,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--trim", action="store_true")
+    parser.add_argument("--device", default="cpu")
     a = parser.parse_args()
     fanout = parse_fanout(a.fanout)
     if a.mode == "sample":
         print(json.dumps(sample(a.dataset, fanout, a.batch_size, a.batches, a.threads)), flush=True)
     else:
-        print(json.dumps(epoch(a.dataset, fanout, a.batch_size, a.hidden, a.threads, a.trim)), flush=True)
+        print(json.dumps(epoch(a.dataset, fanout, a.batch_size, a.hidden, a.threads, a.trim, a.device)), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The two transports for variable-size all-to-all: MPI on host buffers, or torch.distributed on tensors
-(NCCL/xccl on device tensors, gloo on CPU). Both take and return numpy rows, grouped by rank."""
+"""The two transports for variable-size all-to-all. Ids (host arrays from the sampler) always travel by MPI;
+feature rows travel by MPI on host buffers, or by torch.distributed on tensors (NCCL/xccl on device tensors,
+so rows go from one GPU's table to another GPU's batch without touching the host; gloo on CPU tensors)."""
 from __future__ import annotations
 
 from typing import Any
@@ -18,35 +19,44 @@ class MpiAlltoall:
         self.comm = comm
 
     def __call__(self, send: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Collective: rows grouped by destination -> (rows grouped by source, rows from each source)."""
         return alltoallv(self.comm, send, counts)
 
+    def rows(self, send: np.ndarray, send_counts: np.ndarray, recv_counts: np.ndarray) -> np.ndarray:
+        """Collective: like `__call__` when both sides already know the counts (feature rows answering ids)."""
+        return alltoallv(self.comm, send, send_counts)[0]
 
-class TorchAlltoall:
-    """Collective over the default torch.distributed group: all_to_all_single on tensors on `device`
-    (for NCCL or xccl, whose buffers must live on the GPU)."""
 
-    def __init__(self, device: str) -> None:
+class TorchAlltoall(MpiAlltoall):
+    """Ids by MPI over `comm`; rows by `all_to_all_single` on tensors on `device`, in a process group of its
+    own, so a loader thread exchanging rows never interleaves with DDP's collectives on the default group.
+
+    Collective over `comm` and the default torch.distributed group in the constructor (it creates a group).
+    """
+
+    def __init__(self, comm: Any, device: str) -> None:
         import torch
 
+        super().__init__(comm)
         self.torch, self.device = torch, torch.device(device)
+        self.group = torch.distributed.new_group()
 
-    def __call__(self, send: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        torch, dist = self.torch, self.torch.distributed
-        send_t = torch.from_numpy(np.ascontiguousarray(send)).to(self.device)
-        counts_t = torch.from_numpy(np.ascontiguousarray(counts, dtype=np.int64)).to(self.device)
-        recv_counts_t = torch.empty_like(counts_t)
-        dist.all_to_all_single(recv_counts_t, counts_t)
-        recv_counts = recv_counts_t.cpu().numpy()
-        recv_t = torch.empty((int(recv_counts.sum()),) + tuple(send.shape[1:]), dtype=send_t.dtype,
+    def rows(self, send: Any, send_counts: np.ndarray, recv_counts: np.ndarray) -> Any:
+        """Collective: tensor rows in, tensor rows out on `device` (numpy in, numpy out)."""
+        torch = self.torch
+        as_numpy = isinstance(send, np.ndarray)
+        send_t = torch.from_numpy(np.ascontiguousarray(send)) if as_numpy else send.contiguous()
+        send_t = send_t.to(self.device)
+        recv_t = torch.empty((int(np.sum(recv_counts)),) + tuple(send_t.shape[1:]), dtype=send_t.dtype,
                              device=self.device)
-        dist.all_to_all_single(recv_t, send_t, output_split_sizes=recv_counts.tolist(),
-                               input_split_sizes=np.asarray(counts).tolist())
-        return recv_t.cpu().numpy(), recv_counts
+        torch.distributed.all_to_all_single(recv_t, send_t, output_split_sizes=[int(c) for c in recv_counts],
+                                            input_split_sizes=[int(c) for c in send_counts], group=self.group)
+        return recv_t.cpu().numpy() if as_numpy else recv_t
 
 
-def make_alltoall(kind: str, comm: Any, device: str) -> MpiAlltoall | TorchAlltoall:
+def make_alltoall(kind: str, comm: Any, device: str) -> MpiAlltoall:
     """`auto` and `mpi` -> MPI (sampling and feature tables live in host memory, where MPI is fastest);
-    `torch` -> torch.distributed (needs an initialised process group)."""
+    `torch` -> torch.distributed for rows (needs an initialised process group; collective)."""
     if kind == "torch":
-        return TorchAlltoall(device)
+        return TorchAlltoall(comm, device)
     return MpiAlltoall(comm)

@@ -1,8 +1,10 @@
 """Rows of node features for a batch: own rows locally, cached halo rows from the cache, the rest from their
-owners by all-to-all (ids out, rows back). numpy + mpi4py; no torch.
+owners by all-to-all (ids out, rows back). numpy + mpi4py; torch only when the table is a tensor.
 
-The cache holds the halo nodes with most edges into this part (the ones sampling hits most), up to
-`cache_size` rows, fetched once at start-up.
+The feature table is a numpy array (host memory, the MPI transport) or a torch tensor (on the compute
+device with `--exchange torch`, so NCCL/xccl move rows device to device and the batch never leaves the GPU).
+Ids are host arrays either way. The cache holds the remote rows the caller picks (those sampling is expected
+to fetch most), fetched once at start-up into the same kind of table.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ class FeatureStore:
     `alltoall` is the transport (default: MPI over `comm`; see `mpignn.exchange.alltoall`).
     """
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, lo: int, part_offsets: np.ndarray | None = None,
+    def __init__(self, x: Any, y: np.ndarray, lo: int, part_offsets: np.ndarray | None = None,
                  comm: Any = None, alltoall: Any = None) -> None:
         self.x, self.y, self.lo = x, y, int(lo)
         self.hi = self.lo + len(x)
@@ -31,7 +33,7 @@ class FeatureStore:
         self.alltoall = alltoall or (MpiAlltoall(comm) if self.comm is not None else None)
         self.part_offsets = None if part_offsets is None else np.asarray(part_offsets, dtype=np.int64)
         self.cache_gid = np.empty(0, dtype=np.int64)
-        self.cache_x = np.empty((0, x.shape[1]), dtype=x.dtype)
+        self.cache_x = self._empty_rows(0)
         self.remote_rows = 0
         self.cache_hits = 0
         self.bytes_received = 0
@@ -40,50 +42,70 @@ class FeatureStore:
     def num_features(self) -> int:
         return int(self.x.shape[1])
 
-    def build_cache(self, halo_gid: np.ndarray, halo_deg: np.ndarray, cache_size: int,
-                    sampled: np.ndarray | None = None) -> None:
-        """Collective over `comm`: fetch the `cache_size` hottest remote nodes.
+    @property
+    def on_host(self) -> bool:
+        """True for a numpy table (rows gathered into host buffers), False for a torch tensor."""
+        return isinstance(self.x, np.ndarray)
 
-        Hot means: most often seen in `sampled` (remote ids drawn by a probe of real batches, which reach
-        beyond the halo after the first hop), then the halo nodes with most edges into this part.
+    def _empty_rows(self, n: int) -> Any:
+        if self.on_host:
+            return np.empty((n, self.x.shape[1]), dtype=self.x.dtype)
+        import torch
+
+        return torch.empty((n, self.x.shape[1]), dtype=self.x.dtype, device=self.x.device)
+
+    def build_cache(self, gids: np.ndarray) -> None:
+        """Collective over `comm`: fetch the rows of remote `gids` once, and serve them from memory from now on.
+
+        Which nodes, and how many, is the caller's choice: `mpignn.runtime` ranks the remote nodes by how often
+        sampling is expected to fetch them (`mpignn.sampling.access`) and sizes the budget by free memory.
+        Own ids in `gids` are dropped (they are local anyway); an empty `gids` empties the cache.
         """
         if self.comm is None:
             return
-        ranked = [halo_gid[np.argsort(-halo_deg, kind="stable")]]
-        if sampled is not None and len(sampled):
-            ids, counts = np.unique(sampled, return_counts=True)
-            ranked.insert(0, ids[np.argsort(-counts, kind="stable")])
-        order = np.concatenate(ranked)
-        _, first = np.unique(order, return_index=True)
-        hot = np.sort(order[np.sort(first)][:max(0, cache_size)])
+        hot = np.unique(np.asarray(gids, dtype=np.int64))
+        hot = hot[(hot < self.lo) | (hot >= self.hi)]
         rows = self._fetch(hot)
         self.cache_gid, self.cache_x = hot, rows
         self.bytes_received = 0  # start-up traffic is not per-epoch traffic
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one feature row (what a cached row costs)."""
+        itemsize = self.x.dtype.itemsize if self.on_host else self.x.element_size()
+        return int(itemsize * self.x.shape[1])
+
+    @property
+    def cache_bytes(self) -> int:
+        return _nbytes(self.cache_x)
 
     def _fetch(self, gids: np.ndarray) -> np.ndarray:
         """Collective: rows of remote `gids` (any order) from their owners."""
         comm = self.comm
         _, order, counts = group_by_owner(gids, self.part_offsets, comm.size)
         asked, asked_counts = self.alltoall(gids[order], counts)
-        rows = self.x[asked - self.lo] if len(asked) else np.empty((0, self.num_features), self.x.dtype)
-        got, _ = self.alltoall(np.ascontiguousarray(rows), asked_counts)
-        self.bytes_received += got.nbytes
-        out = np.empty((len(gids), self.num_features), dtype=self.x.dtype)
-        out[order] = got
+        got = self.alltoall.rows(_take(self.x, asked - self.lo), asked_counts, counts)
+        self.bytes_received += _nbytes(got)
+        out = self._empty_rows(len(gids))
+        _put(out, order, got)
         return out
 
-    def gather(self, n_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def gather(self, n_id: np.ndarray, out: Any = None) -> tuple[Any, np.ndarray]:
         """(features [n, F], labels [n]) of the batch's nodes; labels of remote nodes are -1 (only seeds,
-        which are always own nodes, need labels)."""
+        which are always own nodes, need labels). Features go into `out` when given (e.g. a pinned host
+        buffer for a numpy table), else into a new array or tensor like the table."""
         own = (n_id >= self.lo) & (n_id < self.hi)
         if self.comm is None:
-            if own.all():
-                return self.x[n_id - self.lo], self.y[n_id - self.lo]
-            raise ValueError("node ids outside this rank's part and no communicator to fetch them")
-        x = np.empty((len(n_id), self.num_features), dtype=self.x.dtype)
+            if not own.all():
+                raise ValueError("node ids outside this rank's part and no communicator to fetch them")
+            if out is None:
+                return _take(self.x, n_id - self.lo), self.y[n_id - self.lo]
+            _take(self.x, n_id - self.lo, out=out)
+            return out, self.y[n_id - self.lo]
+        x = self._empty_rows(len(n_id)) if out is None else out
         y = np.full(len(n_id), -1, dtype=self.y.dtype)
         own_pos = np.flatnonzero(own)
-        x[own_pos] = self.x[n_id[own_pos] - self.lo]
+        _put(x, own_pos, _take(self.x, n_id[own_pos] - self.lo))
         y[own_pos] = self.y[n_id[own_pos] - self.lo]
         remote_pos = np.flatnonzero(~own)
         remote = n_id[remote_pos]
@@ -91,9 +113,38 @@ class FeatureStore:
         slot_ok = slot < len(self.cache_gid)
         hit = np.zeros(len(remote), dtype=bool)
         hit[slot_ok] = self.cache_gid[slot[slot_ok]] == remote[slot_ok]
-        x[remote_pos[hit]] = self.cache_x[slot[hit]]
+        _put(x, remote_pos[hit], _take(self.cache_x, slot[hit]))
         miss_pos = remote_pos[~hit]
-        x[miss_pos] = self._fetch(n_id[miss_pos])
+        _put(x, miss_pos, self._fetch(n_id[miss_pos]))
         self.remote_rows += len(remote)
         self.cache_hits += int(hit.sum())
         return x, y
+
+
+def _index(idx: np.ndarray, device: Any) -> Any:
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64)).to(device)
+
+
+def _take(table: Any, idx: np.ndarray, out: Any = None) -> Any:
+    """Rows `idx` (host int array) of a numpy or torch table (into `out` when given)."""
+    if isinstance(table, np.ndarray):
+        if out is None:
+            return table[idx]
+        return np.take(table, idx, axis=0, out=out, mode="clip")  # "raise" would buffer; ids are checked
+    import torch
+
+    return torch.index_select(table, 0, _index(idx, table.device), out=out)
+
+
+def _put(out: Any, pos: np.ndarray, rows: Any) -> None:
+    """out[pos] = rows for numpy or torch `out` (rows of the same kind)."""
+    if isinstance(out, np.ndarray):
+        out[pos] = rows
+    elif len(pos):
+        out.index_copy_(0, _index(pos, out.device), rows)
+
+
+def _nbytes(rows: Any) -> int:
+    return int(rows.nbytes) if isinstance(rows, np.ndarray) else rows.numel() * rows.element_size()

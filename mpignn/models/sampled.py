@@ -6,24 +6,23 @@ for every input node. Here layer l maps the nodes of hops 0..L-l (sources) onto 
 that is about 3x fewer FLOPs than the trimmed model and gives the same function.
 
 GraphSAGE runs PyG's SAGEConv parameters through the same math as SAGEConv.forward, with three memory
-savings: the mean aggregation is one sparse-dense matmul over a CSR adjacency (targets x sources), so no
-[edges x features] message tensor exists (measured here: 2.4x faster per layer); the root term and the ReLU
+savings: on CPU the mean aggregation is one sparse-dense matmul over a CSR adjacency (targets x sources), so
+no [edges x features] message tensor exists (measured here: 2.4x faster per layer; other devices take a
+portable kernel, see `mpignn.models.aggregate`); the root term and the ReLU
 are applied in place, so the widest layer keeps one [targets x hidden] tensor where PyG's forward makes four
 (lin_l, lin_r, their sum, the ReLU); and each layer is one autograd node whose backward writes its input's
 gradient once. Outputs and gradients are PyG's (tests/test_models.py).
 """
 from __future__ import annotations
 
-import warnings
 from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["SampledGNN"]
+from mpignn.models.aggregate import MeanAdjacency
 
-# torch warns on every CSR tensor built; the CSR x dense product used here is stable and tested.
-warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
+__all__ = ["SampledGNN"]
 
 
 class SampledGNN(torch.nn.Module):
@@ -62,7 +61,8 @@ class SampledGNN(torch.nn.Module):
             n_edges = int(sum(num_sampled_edges[:keep]))
             hidden = layer < self.num_layers - 1
             if self.kind == "sage":
-                x = _sage(conv, x, _csr(edge_index[:, :n_edges], n_dst, x.size(0), x), n_dst, relu=hidden)
+                adj = MeanAdjacency(edge_index[0, :n_edges], edge_index[1, :n_edges], n_dst, x.size(0))
+                x = _sage(conv, x, adj, n_dst, relu=hidden)
             else:
                 x = conv((x, x[:n_dst]), edge_index[:, :n_edges], size=(x.size(0), n_dst))
                 x = F.relu(x) if hidden else x
@@ -72,18 +72,18 @@ class SampledGNN(torch.nn.Module):
         return x
 
 
-def _sage(conv: torch.nn.Module, x: torch.Tensor, adj_t: torch.Tensor, n_dst: int, relu: bool) -> torch.Tensor:
+def _sage(conv: torch.nn.Module, x: torch.Tensor, adj: MeanAdjacency, n_dst: int, relu: bool) -> torch.Tensor:
     """SAGEConv (mean, root weight, no projection or normalisation) on sources `x` and targets `x[:n_dst]`.
 
     The ReLU is in place: the fused node's backward needs its inputs, not its output, and ReLU's needs only
     its output.
     """
-    out = _SageMean.apply(x, conv.lin_l.weight, conv.lin_l.bias, conv.lin_r.weight, adj_t, n_dst)
+    out = _SageMean.apply(x, conv.lin_l.weight, conv.lin_l.bias, conv.lin_r.weight, adj, n_dst)
     return F.relu_(out) if relu else out
 
 
 class _SageMean(torch.autograd.Function):
-    """adj_t @ x @ W_l^T + b_l + x[:n_dst] @ W_r^T as one autograd node (`adj_t` holds 1/degree per edge).
+    """mean(x) @ W_l^T + b_l + x[:n_dst] @ W_r^T as one autograd node (`adj` is a MeanAdjacency).
 
     x feeds two products, so autograd's own graph would make three [sources x features] gradients (the
     aggregation's, the root slice's zero-padded copy, their sum); this backward writes one. Under autocast
@@ -91,15 +91,15 @@ class _SageMean(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight_l, bias_l, weight_r, adj_t, n_dst):
+    def forward(ctx, x, weight_l, bias_l, weight_r, adj, n_dst):
         dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         with torch.autocast(x.device.type, enabled=False):
             xc = x.to(dtype)
-            aggr = torch.sparse.mm(adj_t.to(dtype), xc, "sum")
+            aggr = adj.mean(xc)
             out = torch.addmm(bias_l.to(dtype), aggr, weight_l.to(dtype).t())
             out.addmm_(xc[:n_dst], weight_r.to(dtype).t())
         ctx.save_for_backward(xc, aggr, weight_l, weight_r)
-        ctx.adj_t, ctx.n_dst, ctx.x_dtype = adj_t, n_dst, x.dtype
+        ctx.adj, ctx.n_dst, ctx.x_dtype = adj, n_dst, x.dtype
         return out
 
     @staticmethod
@@ -109,8 +109,7 @@ class _SageMean(torch.autograd.Function):
         grad = grad.to(dtype)
         grad_x = grad_wl = grad_b = grad_wr = None
         if ctx.needs_input_grad[0]:
-            adj = ctx.adj_t.to(dtype).t().to_sparse_csr()  # sources x targets
-            grad_x = torch.sparse.mm(adj, grad @ weight_l.to(dtype), "sum")
+            grad_x = ctx.adj.mean_t(grad @ weight_l.to(dtype))
             grad_x[:n_dst].addmm_(grad, weight_r.to(dtype))
             grad_x = grad_x.to(ctx.x_dtype)
         if ctx.needs_input_grad[1]:
@@ -130,13 +129,3 @@ def _sorted_by_target(edge_index: torch.Tensor) -> torch.Tensor:
         return edge_index
     return edge_index[:, torch.argsort(col, stable=True)]
 
-
-def _csr(edge_index: torch.Tensor, n_dst: int, n_src: int, like: torch.Tensor) -> torch.Tensor:
-    """[n_dst, n_src] CSR with 1/degree(target) per edge (a product with it is the mean over in-neighbours),
-    on the device of `like`."""
-    device = like.device
-    counts = torch.bincount(edge_index[1], minlength=n_dst)
-    crow = torch.zeros(n_dst + 1, dtype=torch.long, device=device)
-    torch.cumsum(counts, 0, out=crow[1:])
-    values = (1.0 / counts.clamp(min=1).to(torch.float32))[edge_index[1]]
-    return torch.sparse_csr_tensor(crow, edge_index[0], values, size=(n_dst, n_src), check_invariants=False)

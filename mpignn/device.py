@@ -1,0 +1,68 @@
+"""Accelerator-generic helpers (CUDA and XPU alike): the device's torch module, synchronisation at stage
+borders, pinned host buffers, and a side stream for host-to-device copies. Callers pass a device and never
+branch on its type; on CPU every helper is a no-op. Imports torch, never torch-geometric.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+__all__ = ["accelerator", "synchronize", "pinned_empty", "Uploader"]
+
+
+def accelerator(device: str | torch.device) -> Any:
+    """`torch.cuda` or `torch.xpu` for an accelerator device, None for the CPU."""
+    dev = torch.device(device)
+    return None if dev.type == "cpu" else getattr(torch, dev.type, None)
+
+
+def synchronize(device: str | torch.device) -> None:
+    """Wait for the device's queued work, so a host clock read after it measures the work itself.
+
+    NCCL/xccl collectives and kernels return when queued; without this, their time lands in whatever stage
+    next waits on the device. One call per stage border costs microseconds against milliseconds of work.
+    """
+    mod = accelerator(device)
+    if mod is not None:
+        mod.synchronize(torch.device(device))
+
+
+def pinned_empty(shape: Sequence[int], dtype: torch.dtype, device: str | torch.device) -> torch.Tensor:
+    """A host tensor the device can copy from asynchronously (page-locked); plain memory on CPU."""
+    return torch.empty(tuple(shape), dtype=dtype, pin_memory=accelerator(device) is not None)
+
+
+class Uploader:
+    """Copies batches to the device on a side stream, so the copy of batch k+1 overlaps batch k's compute.
+
+    `upload` may run in the loader's producer thread: it waits for its own copy only (so the copy's time is
+    real and the batch is complete when handed over). `adopt` runs in the compute thread and tells the
+    caching allocator that the compute stream uses the tensors, so their memory is not reused by the next
+    copy while kernels still read it.
+    """
+
+    def __init__(self, device: str | torch.device) -> None:
+        self.device = torch.device(device)
+        self.mod = accelerator(self.device)
+        self.stream = self.mod.Stream(device=self.device) if self.mod is not None else None
+
+    def upload(self, data: Any) -> Any:
+        if self.mod is None:
+            return data
+        with self.mod.stream(self.stream):
+            data = data.to(self.device, non_blocking=True)
+        self.stream.synchronize()
+        return data
+
+    def adopt(self, data: Any) -> Any:
+        if self.mod is None:
+            return data
+        compute = self.mod.current_stream(self.device)
+
+        def mark(t: torch.Tensor) -> torch.Tensor:
+            if t.device.type == self.device.type:
+                t.record_stream(compute)
+            return t
+
+        return data.apply(mark)

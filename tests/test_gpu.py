@@ -1,0 +1,124 @@
+"""GPU and XPU tests (marker `gpu`): skipped with a reason where torch sees no accelerator.
+
+Run them with `python -m pytest -m gpu` on a machine with a CUDA or XPU device. CPU CI skips them all.
+"""
+import json
+import shutil
+import sys
+
+import pytest
+import torch
+
+from _mpirun import SHARED, run_mpi, run_mpi_raw
+
+pytestmark = pytest.mark.gpu
+
+
+def _device_type() -> str | None:
+    if torch.cuda.is_available():
+        return "cuda"
+    xpu = getattr(torch, "xpu", None)
+    return "xpu" if xpu is not None and xpu.is_available() else None
+
+
+def _count() -> int:
+    kind = _device_type()
+    return 0 if kind is None else getattr(torch, kind).device_count()
+
+
+DEVICE = _device_type()
+needs_device = pytest.mark.skipif(DEVICE is None, reason="no CUDA or XPU device visible to torch")
+COLLECTIVE = {"cuda": "nccl", "xpu": "xccl"}.get(DEVICE or "", "")
+
+
+@pytest.fixture(scope="module")
+def batch():
+    from mpignn.data import make_synthetic
+    from mpignn.data.synthetic import SyntheticSpec
+    from mpignn.exchange import FeatureStore
+    from mpignn.loader import NodeLoader
+    from mpignn.sampling import LocalHops, NeighborSampler
+
+    g = make_synthetic(SyntheticSpec(num_nodes=4000, avg_degree=10, num_features=16))
+    sampler = NeighborSampler(LocalHops(g.rowptr, g.col), g.num_nodes, [6, 4, 3])
+    return next(iter(NodeLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 64, seed=3)))
+
+
+@needs_device
+@pytest.mark.parametrize("name", ["sage", "gat", "gcn"])
+def test_model_on_device_matches_cpu(batch, name):
+    """Forward and gradients on the device equal the CPU's (the device takes the portable SAGE kernel)."""
+    import copy
+
+    from mpignn.models import build_model, forward_batch
+
+    torch.manual_seed(0)
+    cpu_model = build_model(name, 16, 32, 5, num_layers=3)
+    dev_model = copy.deepcopy(cpu_model).to(DEVICE)
+    outs, grads = [], []
+    for model, data in ((cpu_model, batch), (dev_model, batch.clone().to(DEVICE))):
+        out = forward_batch(model, data)
+        out.square().sum().backward()
+        outs.append(out.detach().cpu())
+        grads.append([p.grad.detach().cpu() for p in model.parameters()])
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-3, atol=1e-4)
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+
+
+def _final_acc(n, root, *args, timeout=600):
+    rc, out = run_mpi_raw(n, [sys.executable, "-m", "mpignn.train", "--root", str(root), *args], timeout=timeout)
+    assert rc == 0, out[-4000:]
+    line = [l for l in out.splitlines() if "final test accuracy" in l]
+    assert line, out[-3000:]
+    return float(line[-1].split("accuracy")[1].split()[0])
+
+
+@needs_device
+def test_one_gpu_trains_the_default_graph_to_the_cpu_accuracy(tmp_path):
+    cpu = _final_acc(1, tmp_path, "--device", "cpu")
+    dev = _final_acc(1, tmp_path, "--device", DEVICE)
+    assert abs(dev - cpu) <= 0.01, (cpu, dev)
+
+
+@needs_device
+@pytest.mark.skipif(not (SHARED / "datasets" / "Cora").is_dir(), reason="../shared/datasets is absent")
+def test_one_gpu_trains_cora_to_the_cpu_accuracy(tmp_path):
+    shutil.copytree(SHARED / "datasets" / "Cora", tmp_path / "Cora")
+    cora = ["--dataset", "Cora", "--epochs", "30", "--hidden", "64", "--lr", "0.01", "--dropout", "0.5",
+            "--fanout", "10,10", "--batch-size", "32", "--eval-every", "30"]
+    cpu = _final_acc(1, tmp_path, *cora, "--device", "cpu")
+    dev = _final_acc(1, tmp_path, *cora, "--device", DEVICE)
+    assert dev >= 0.75 and abs(dev - cpu) <= 0.02, (cpu, dev)
+
+
+@needs_device
+@pytest.mark.parametrize("exchange", ["mpi", "torch"])
+def test_two_ranks_share_one_gpu_over_gloo(tmp_path, exchange):
+    """Two ranks on one device: DDP over gloo on device tensors, features by MPI or by gloo."""
+    metrics = tmp_path / "m.jsonl"
+    acc = _final_acc(2, tmp_path, "--device", DEVICE, "--backend", "gloo", "--exchange", exchange,
+                     "--epochs", "2", "--cache-size", "0", "--metrics-out", str(metrics))
+    last = json.loads(metrics.read_text().splitlines()[-1])
+    assert acc > 0.5 and last["remote_feature_bytes"] > 0 and last["allreduce_s"] > 0, last
+
+
+@needs_device
+def test_one_rank_collective_process_group():
+    run_mpi("device_collectives.py", 1, DEVICE, COLLECTIVE, timeout=120)
+
+
+@needs_device
+@pytest.mark.skipif(_count() < 2, reason="needs 2 or more GPUs/XPUs on this host")
+def test_multi_gpu_collective_job():
+    run_mpi("device_collectives.py", min(_count(), 4), DEVICE, COLLECTIVE, timeout=180)
+
+
+@needs_device
+def test_stage_times_add_up_on_the_device(tmp_path):
+    """With the device synchronised at stage borders, wait + compute + all-reduce cover the training time."""
+    metrics = tmp_path / "m.jsonl"
+    _final_acc(1, tmp_path, "--device", DEVICE, "--epochs", "2", "--prefetch", "off", "--metrics-out", str(metrics))
+    last = json.loads(metrics.read_text().splitlines()[-1])
+    parts = last["wait_s"] + last["compute_s"] + last["allreduce_s"]
+    assert abs(parts - last["epoch_s"]) <= 0.1 * last["epoch_s"], last
