@@ -1,34 +1,49 @@
 """Model zoo: GraphSAGE and GAT that compute only the rows each layer needs, and PyG's GCN with per-hop
-trimming. All run on mpignn (and PyG NeighborLoader) mini-batches."""
+trimming, as node classifiers or as the encoder of a link predictor (`LinkModel`). All run on mpignn (and
+PyG NeighborLoader) mini-batches."""
 from __future__ import annotations
 
 import torch
 
 from mpignn.errors import ConfigError
+from mpignn.models.link import DECODERS, LinkModel
 from mpignn.models.sampled import SampledGNN
 
-__all__ = ["MODELS", "build_model", "forward_batch", "SampledGNN"]
+__all__ = ["MODELS", "DECODERS", "build_model", "forward_batch", "encode", "SampledGNN", "LinkModel"]
 
 MODELS = ("sage", "gcn", "gat")
 
 
 def build_model(name: str, in_channels: int, hidden: int, out_channels: int, num_layers: int,
-                dropout: float = 0.0) -> torch.nn.Module:
-    """`sage` (GraphSAGE, mean aggregation), `gat` (4 heads) or `gcn` (PyG's GCN)."""
+                dropout: float = 0.0, *, task: str = "node", decoder: str = "dot") -> torch.nn.Module:
+    """`sage` (GraphSAGE, mean aggregation), `gat` (4 heads) or `gcn` (PyG's GCN): a classifier into
+    `out_channels` classes, or with `task="link"` an encoder into `hidden` dimensions under a `decoder`."""
+    width = hidden if task == "link" else out_channels
     if name in ("sage", "gat"):
-        return SampledGNN(name, in_channels, hidden, out_channels, num_layers, dropout)
-    if name == "gcn":
+        encoder: torch.nn.Module = SampledGNN(name, in_channels, hidden, width, num_layers, dropout)
+    elif name == "gcn":
         from torch_geometric.nn.models import GCN
 
-        return GCN(in_channels, hidden, num_layers, out_channels, dropout=dropout)
-    raise ConfigError(f"--model must be one of {', '.join(MODELS)}; got '{name}'. HINT: --model sage")
+        encoder = GCN(in_channels, hidden, num_layers, width, dropout=dropout)
+    else:
+        raise ConfigError(f"--model must be one of {', '.join(MODELS)}; got '{name}'. HINT: --model sage")
+    return LinkModel(encoder, hidden, decoder) if task == "link" else encoder
+
+
+def encode(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes,
+           num_sampled_edges) -> torch.Tensor:
+    """Output rows of the batch's seed nodes (the first num_sampled_nodes[0]), computing only what each
+    layer needs."""
+    if isinstance(getattr(model, "module", model), SampledGNN):
+        return model(x, edge_index, num_sampled_nodes, num_sampled_edges)
+    out = model(x, edge_index, num_sampled_nodes_per_hop=num_sampled_nodes,
+                num_sampled_edges_per_hop=num_sampled_edges)
+    return out[:num_sampled_nodes[0]]
 
 
 def forward_batch(model: torch.nn.Module, data) -> torch.Tensor:
-    """Logits of the batch's seed nodes, computing only what each layer needs."""
-    module = getattr(model, "module", model)
-    if isinstance(module, SampledGNN):
-        return model(data.x, data.edge_index, data.num_sampled_nodes, data.num_sampled_edges)
-    out = model(data.x, data.edge_index, num_sampled_nodes_per_hop=data.num_sampled_nodes,
-                num_sampled_edges_per_hop=data.num_sampled_edges)
-    return out[:data.batch_size]
+    """Logits of the batch's seed nodes, or of its pairs (`edge_label_index`) for a LinkModel."""
+    if isinstance(getattr(model, "module", model), LinkModel):
+        return model(data.x, data.edge_index, data.num_sampled_nodes, data.num_sampled_edges,
+                     data.edge_label_index)
+    return encode(model, data.x, data.edge_index, data.num_sampled_nodes, data.num_sampled_edges)

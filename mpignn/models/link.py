@@ -1,0 +1,37 @@
+"""Link prediction head: a node encoder (any mpignn model) and a decoder that scores node pairs.
+
+The encoder embeds the batch's seed nodes (the distinct endpoints of the batch's pairs, first in the batch);
+the decoder scores each pair of `edge_label_index`: a dot product (default) or an MLP over the element-wise
+product of the two embeddings. Scores are logits for binary cross-entropy.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+__all__ = ["LinkModel", "DECODERS"]
+
+DECODERS = ("dot", "mlp")
+
+
+class LinkModel(torch.nn.Module):
+    """encoder(x, edge_index, hops...) -> seed embeddings -> decoder(pairs) -> one logit per pair."""
+
+    def __init__(self, encoder: torch.nn.Module, hidden: int, decoder: str = "dot") -> None:
+        super().__init__()
+        if decoder not in DECODERS:
+            raise ValueError(f"unknown decoder {decoder}")
+        self.encoder = encoder
+        self.mlp = (torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
+                                        torch.nn.Linear(hidden, 1)) if decoder == "mlp" else None)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes: Sequence[int],
+                num_sampled_edges: Sequence[int], edge_label_index: torch.Tensor) -> torch.Tensor:
+        from mpignn.models import encode
+
+        z = encode(self.encoder, x, edge_index, num_sampled_nodes, num_sampled_edges)
+        a, b = z[edge_label_index[0]], z[edge_label_index[1]]
+        if self.mlp is None:
+            return (a * b).sum(-1)
+        return self.mlp(a * b).squeeze(-1)

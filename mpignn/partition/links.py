@@ -1,0 +1,62 @@
+"""Held-out link prediction edges stored beside a partition, and each rank's share of them. numpy only.
+
+    OUT/links/   val_pos.npy test_pos.npy val_neg.npy test_neg.npy   int64 [2, k], partition ids
+                 val_neg_tails.npy test_neg_tails.npy                int64 [k, K]
+                 SPLIT.json                                          shares, seed, K (written last)
+
+A held-out pair belongs to the rank that owns its first node, as training pairs do (`train_pairs`).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from mpignn.data.links import LinkSplit, undirected_pairs
+from mpignn.errors import PartitionFormatError
+from mpignn.fileio import atomic_dir, load_npy, read_json, save_npy, write_json
+
+__all__ = ["save_link_split", "has_link_split", "load_link_split", "train_pairs"]
+
+_NAMES = ("val_pos", "test_pos", "val_neg", "test_neg", "val_neg_tails", "test_neg_tails")
+
+
+def save_link_split(folder: str | os.PathLike, split: LinkSplit, params: dict) -> None:
+    """Write `split` (original ids) into `folder/links/` in the partition's ids, atomically."""
+    node_map = load_npy(Path(folder) / "node_map.npy")
+    with atomic_dir(Path(folder) / "links") as tmp:
+        for name, array in split.arrays().items():
+            save_npy(tmp / f"{name}.npy", node_map[array])
+        write_json(tmp / "SPLIT.json", params)
+
+
+def has_link_split(folder: str | os.PathLike, params: dict) -> bool:
+    path = Path(folder) / "links" / "SPLIT.json"
+    return path.is_file() and read_json(path) == params
+
+
+def load_link_split(folder: str | os.PathLike, part_offsets: np.ndarray, part_id: int) -> dict[str, np.ndarray]:
+    """This part's held-out pairs: {name: array} for the names above, rows whose first node it owns.
+
+    Raises:
+        PartitionFormatError: the folder has no link split, or a file is unreadable.
+    """
+    links = Path(folder) / "links"
+    if not (links / "SPLIT.json").is_file():
+        raise PartitionFormatError(f"expected held-out edges in {links}; found none. HINT: let mpignn make the "
+                                   "partition for --task link (drop --partitions), or delete the folder to redo it")
+    lo, hi = int(part_offsets[part_id]), int(part_offsets[part_id + 1])
+    out = {}
+    for split in ("val", "test"):
+        pos = load_npy(links / f"{split}_pos.npy")
+        mine = (pos[0] >= lo) & (pos[0] < hi)
+        out[f"{split}_pos"] = pos[:, mine]
+        out[f"{split}_neg"] = load_npy(links / f"{split}_neg.npy")[:, mine]
+        out[f"{split}_neg_tails"] = load_npy(links / f"{split}_neg_tails.npy")[mine]
+    return out
+
+
+def train_pairs(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndarray:
+    """[2, k] training pairs of a part: each undirected message-passing edge once, at its smaller end."""
+    return undirected_pairs(rowptr, col, lo)
