@@ -41,18 +41,3 @@ def test_bench_prints_a_row_per_config(tmp_path):
     rows = {line.split("  ")[0].strip(): line for line in out.stdout.splitlines()}
     assert "1 rank x 1 thread" in rows and "2 ranks metis+cache" in rows
     assert rows["1 rank x 1 thread"].split()[7] == "1.00"  # x 1x1 column of the baseline
-
-
-@pytest.mark.mpi
-def test_memory_bench_compares_one_and_two_parts(tmp_path):
-    cmd = [sys.executable, "-m", "mpignn.bench.memory", "--dataset",
-           "synthetic:num_nodes=6000,avg_degree=8,num_features=64", "--ranks", "2", "--root", str(tmp_path), "--",
-           "--batch-size", "256", "--hidden", "32", "--fanout", "5,5"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    rows = {line.split()[0] + line.split()[1]: line.split()[2:] for line in out.stdout.splitlines()
-            if line.startswith(("1 rank ", "2 ranks "))}
-    one, two = rows["1rank"], rows["2ranks"]
-    assert float(one[-1]) == 1.0
-    assert float(two[0]) < float(one[0])  # each of 2 parts holds fewer array bytes than the whole graph
-    assert float(two[-1]) == pytest.approx(float(two[3]) / float(one[3]), abs=0.01)

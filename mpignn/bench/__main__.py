@@ -7,6 +7,11 @@ says: "1 rank x 1 thread" runs pinned to one core (its sampler's prefetch thread
 bound one core share each (MPICH -bind-to core, Open MPI --bind-to core).
 
     python -m mpignn.bench --dataset synthetic:num_nodes=200000,avg_degree=20,num_features=100 --ranks 2
+
+With `--target-acc A` (or `auto`: the validation accuracy the first configuration reaches after 2 epochs)
+it measures time to accuracy instead: each configuration trains up to `--max-epochs`, evaluating after every
+epoch, and the table gives the training time and epochs until validation accuracy first reached A, the test
+accuracy then, and the time as a share of the first row's; the plot shows accuracy against training time.
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import os
 import tempfile
 
 from mpignn.bench._common import run_train, table
+from mpignn.config import TrainConfig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,12 +32,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fanout", default="15,10,5")
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--cache-size", type=int, default=50_000)
+    parser.add_argument("--cache-size", default=TrainConfig.cache_size,
+                        help="cache rows of the +cache rows: auto (the training default) or a row count")
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--configs", default="1x1,1xall,metis+cache,metis,random+cache,random,replicated",
-                        help="which of: 1x1, 1xall, metis+cache, metis, random+cache, random, replicated")
+                        help="which of: 1x1, 1xall, metis+cache, metis, random+cache, random, replicated, "
+                             "metis+cache+prefetch (batches produced in a loader thread: --prefetch on), rank-batch "
+                             "(--batch-scope rank: --batch-size seeds per rank), rank-batch+sqrt-lr (and --lr-scaling sqrt)")
     parser.add_argument("--plot", default="bench_split.png", help="PNG of the time split ('' for none)")
     parser.add_argument("--no-bind", action="store_true", help="leave core binding to the launcher's defaults")
+    parser.add_argument("--target-acc", default="", help="time to this validation accuracy (a float, or auto)")
+    parser.add_argument("--max-epochs", type=int, default=6, help="epoch limit per configuration with --target-acc")
+    parser.add_argument("--lr", type=float, default=0.003)
+    parser.add_argument("--task", default="node", help="node, or link (edges/s in place of seeds/s)")
     args = parser.parse_args(argv)
     cores = len(os.sched_getaffinity(0))
     n = args.ranks
@@ -45,36 +58,107 @@ def main(argv: list[str] | None = None) -> int:
              "random+cache": (f"{n} ranks random+cache", n, ["--partition-method", "random", *cache], share),
              "random": (f"{n} ranks random, no cache", n, ["--partition-method", "random", "--cache-size", "0"],
                         share),
-             "replicated": (f"{n} ranks replicated", n, ["--replicated"], share)}
+             "replicated": (f"{n} ranks replicated", n, ["--replicated"], share),
+             "metis+cache+prefetch": (f"{n} ranks metis+cache, prefetch", n, [*cache, "--prefetch", "on"], share),
+             "rank-batch": (f"{n} ranks metis+cache, batch per rank", n, [*cache, "--batch-scope", "rank"], share),
+             "rank-batch+sqrt-lr": (f"{n} ranks metis+cache, batch per rank, sqrt lr", n,
+                                    [*cache, "--batch-scope", "rank", "--lr-scaling", "sqrt"], share)}
     try:
         configs = [known[c] for c in args.configs.split(",")]
     except KeyError as exc:
         parser.error(f"--configs: unknown {exc}; choose from {', '.join(known)}")
-    rows = []
+    timing = bool(args.target_acc)
+    epochs = args.max_epochs if timing else args.epochs
+    rows, curves = [], []
     with tempfile.TemporaryDirectory() as tmp:
         root = args.root or tmp
         for name, ranks, extra, bind in configs:
-            common = ["--dataset", args.dataset, "--root", root, "--epochs", str(args.epochs), "--fanout",
+            common = ["--dataset", args.dataset, "--root", root, "--epochs", str(epochs), "--fanout",
                       args.fanout, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
-                      "--precision", args.precision, "--eval-every", str(args.epochs + 1)]
-            last = run_train(ranks, [*common, *extra], cores_per_rank=0 if args.no_bind else bind)[-1]
-            rows.append({"config": name, **last})
+                      "--precision", args.precision, "--lr", str(args.lr), "--task", args.task,
+                      "--eval-every", "1" if timing else str(epochs + 1)]
+            recs = run_train(ranks, [*common, *extra], cores_per_rank=0 if args.no_bind else bind)
+            for rec in recs:  # link prediction counts positive edges per second
+                rec.setdefault("seeds_per_s", rec.get("edges_per_s", 0.0))
+                rec.setdefault("val_acc", rec.get("val_auc"))
+                rec.setdefault("test_acc", rec.get("test_auc"))
+            rows.append({"config": name, **recs[-1]})
+            curves.append((name, recs))
             print(f"  done: {name}", flush=True)
+    if timing:
+        return _time_to_accuracy(args, curves)
     base = rows[0]["seeds_per_s"]
     for row in rows:
         row["speedup"] = row["seeds_per_s"] / base
         row["remote_mib"] = (row["remote_feature_bytes"] + row["remote_structure_bytes"]) / 2**20
         row["feat_mib"] = row["remote_feature_bytes"] / 2**20
-    print(f"{args.dataset}: fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, "
+    unit = "edges/s" if args.task == "link" else "seeds/s"
+    print(f"{args.dataset}: {args.task} task, fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, "
           f"{args.precision}, epoch {args.epochs - 1} of {args.epochs}")
-    print(table(rows, [("config", "config", "s"), ("epoch_s", "epoch s", ".2f"), ("seeds_per_s", "seeds/s", ".0f"),
+    print(table(rows, [("config", "config", "s"), ("epoch_s", "epoch s", ".2f"), ("seeds_per_s", unit, ".0f"),
                        ("speedup", "x 1x1", ".2f"), ("sample_s", "sample", ".2f"), ("exchange_s", "exchange", ".2f"),
-                       ("compute_s", "compute", ".2f"), ("allreduce_s", "allreduce", ".2f"),
+                       ("compute_s", "compute", ".2f"), ("allreduce_s", "allreduce", ".2f"), ("wait_s", "wait", ".2f"),
                        ("feat_mib", "feat MiB", ".1f"), ("remote_mib", "remote MiB", ".1f"),
                        ("cache_hit_rate", "cache hit", ".2f"), ("peak_rss_mb", "peak MiB", ".0f")]))
     if args.plot:
         _plot(rows, args.plot)
     return 0
+
+
+def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[dict]]]) -> int:
+    """Print, per configuration, the training time (sum of epoch times) until validation accuracy first
+    reached the target, and plot accuracy against training time."""
+    first = curves[0][1]
+    target = float(first[min(1, len(first) - 1)]["val_acc"]) if args.target_acc == "auto" else float(args.target_acc)
+    rows = []
+    for name, recs in curves:
+        elapsed, row = 0.0, {"config": name, "reached": "no"}
+        for rec in recs:
+            elapsed += rec["epoch_s"]
+            if rec["val_acc"] is not None and rec["val_acc"] >= target:
+                row.update(reached="yes", seconds=elapsed, epochs=rec["epoch"] + 1, val_acc=rec["val_acc"],
+                           test_acc=rec["test_acc"])
+                break
+        row["seeds_per_s"] = recs[-1]["seeds_per_s"]
+        rows.append(row)
+    base = rows[0].get("seconds")
+    for row in rows:
+        row["vs_first"] = row["seconds"] / base if base and "seconds" in row else None
+    print(f"{args.dataset}: fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, lr {args.lr}, "
+          f"{args.precision}; time to validation accuracy {target:.4f} (up to {args.max_epochs} epochs)")
+    print(table(rows, [("config", "config", "s"), ("reached", "reached", "s"), ("seconds", "train s", ".2f"),
+                       ("epochs", "epochs", "d"), ("val_acc", "val acc", ".4f"), ("test_acc", "test acc", ".4f"),
+                       ("vs_first", "time / first", ".2f"), ("seeds_per_s", "seeds/s", ".0f")]))
+    if args.plot:
+        _plot_curves(curves, target, args.plot)
+    return 0
+
+
+def _plot_curves(curves: list[tuple[str, list[dict]]], target: float, path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(no plot: pip install matplotlib, or -e .[bench])")
+        return
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, recs in curves:
+        t, xs, ys = 0.0, [], []
+        for rec in recs:
+            t += rec["epoch_s"]
+            if rec["val_acc"] is not None:
+                xs.append(t)
+                ys.append(rec["val_acc"])
+        ax.plot(xs, ys, marker="o", label=name)
+    ax.axhline(target, color="grey", linestyle="--", linewidth=1)
+    ax.set_xlabel("training seconds (slowest rank, evaluation excluded)")
+    ax.set_ylabel("validation accuracy")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"plot saved to {path}")
 
 
 def _plot(rows: list[dict], path: str) -> None:

@@ -1,0 +1,125 @@
+"""How often sampling will fetch each node's features: an analytic estimate (SALIENT++'s access analysis).
+
+Per hop, a target with in-degree d draws min(f, d) of its in-neighbours uniformly, so each is drawn with
+probability min(1, f/d); the expected visits propagate hop by hop from the training seeds over the CSR, and
+owners propagate for the nodes they own. numpy + mpignn.mpi; no torch.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from mpignn.mpi import alltoallv
+from mpignn.sampling.distributed import group_by_owner
+from mpignn.sampling.neighbor import LocalHops
+
+__all__ = ["access_frequency"]
+
+# Edges spread at a time: a hop spans all the part's edges, and glibc (tuned by `mpignn.env.tune_allocator`)
+# keeps freed memory, so whole-hop arrays would raise the process's peak for the rest of the run.
+_CHUNK_EDGES = 1 << 20
+
+
+def access_frequency(comm: Any, local: LocalHops, part_offsets: np.ndarray, seeds: np.ndarray,
+                     fanouts: Sequence[int], batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Collective over `comm` (every rank, once per hop, also with no seeds): estimate in how many batches of
+    one epoch sampling from this rank's `seeds` fetches each node.
+
+    The expected visits m(v) of an epoch are the sum over hops of the visits propagated from the seeds (one
+    each). A batch of `batch_size` of the `len(seeds)` seeds visits v about m(v) * batch_size / len(seeds)
+    times, and fetches it once if it visits it at all: with Poisson visits, in 1 - exp(-that) of the batches.
+
+    Args:
+        local: this rank's CSR (rows: the global ids it owns; col: in-neighbours, global ids).
+        part_offsets: first global id of each part (and the node count last).
+        seeds: this rank's training seeds (global ids).
+        fanouts: neighbours drawn per hop, -1 for all.
+        batch_size: this rank's seeds per batch.
+    Returns:
+        (sorted global ids of every node sampling can reach from the seeds, own and remote, and the expected
+        batches per epoch that fetch each).
+    """
+    offsets = np.asarray(part_offsets, dtype=np.int64)
+    num_nodes = int(offsets[-1])
+    ids = np.unique(np.asarray(seeds, dtype=np.int64))
+    mass = np.ones(len(ids))
+    reached_ids, reached_mass = [], []
+    for fanout in fanouts:
+        ids, mass = _hop(comm, local, offsets, ids, mass, int(fanout), num_nodes)
+        reached_ids.append(ids)
+        reached_mass.append(mass)
+    if not reached_ids or len(seeds) == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0)
+    ids, visits = _sum_by_id(np.concatenate(reached_ids), np.concatenate(reached_mass), num_nodes)
+    steps = -(-len(seeds) // batch_size)
+    return ids, steps * -np.expm1(-visits * (min(batch_size, len(seeds)) / len(seeds)))
+
+
+def _hop(comm: Any, local: LocalHops, offsets: np.ndarray, ids: np.ndarray, mass: np.ndarray, fanout: int,
+         num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Collective: the visits one hop further. Own frontier nodes spread here; remote ones go to their owner,
+    which spreads them and sends back the sums per neighbour (one answer per asking rank)."""
+    owner, order, counts = group_by_owner(ids, offsets, comm.size)
+    own = owner == comm.rank
+    out_ids, out_mass = [], []
+    nbrs, weight = _spread_sum(local, ids[own], mass[own], fanout, num_nodes)
+    out_ids.append(nbrs)
+    out_mass.append(weight)
+    remote = order[~own[order]]
+    counts[comm.rank] = 0
+    asked, asked_counts = alltoallv(comm, ids[remote], counts)
+    asked_mass, _ = alltoallv(comm, mass[remote], counts)
+    answer_ids, answer_mass = [], []
+    answer_counts = np.zeros(comm.size, dtype=np.int64)
+    start = 0
+    for src in range(comm.size):
+        stop = start + int(asked_counts[src])
+        a_ids, a_mass = _spread_sum(local, asked[start:stop], asked_mass[start:stop], fanout, num_nodes)
+        answer_ids.append(a_ids)
+        answer_mass.append(a_mass)
+        answer_counts[src] = len(a_ids)
+        start = stop
+    got_ids, _ = alltoallv(comm, np.concatenate(answer_ids), answer_counts)
+    got_mass, _ = alltoallv(comm, np.concatenate(answer_mass), answer_counts)
+    out_ids.append(got_ids)
+    out_mass.append(got_mass)
+    return _sum_by_id(np.concatenate(out_ids), np.concatenate(out_mass), num_nodes)
+
+
+def _spread_sum(local: LocalHops, gids: np.ndarray, mass: np.ndarray, fanout: int,
+                num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_spread` summed per neighbour, about _CHUNK_EDGES edges at a time."""
+    rows = gids - local.lo
+    ends = np.cumsum(local.rowptr[rows + 1] - local.rowptr[rows])
+    total = int(ends[-1]) if len(ends) else 0
+    if total <= _CHUNK_EDGES:
+        return _sum_by_id(*_spread(local, gids, mass, fanout), num_nodes)
+    cuts = [0, *np.searchsorted(ends, np.arange(_CHUNK_EDGES, total, _CHUNK_EDGES)).tolist(), len(gids)]
+    parts = [_sum_by_id(*_spread(local, gids[a:b], mass[a:b], fanout), num_nodes) for a, b in zip(cuts, cuts[1:])]
+    return _sum_by_id(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), num_nodes)
+
+
+def _spread(local: LocalHops, gids: np.ndarray, mass: np.ndarray, fanout: int) -> tuple[np.ndarray, np.ndarray]:
+    """(in-neighbours of own `gids`, the visits each receives): a target visited m times with degree d passes
+    m * min(1, fanout / d) to each in-neighbour (every one of them with fanout -1)."""
+    rows = gids - local.lo
+    start = local.rowptr[rows]
+    deg = local.rowptr[rows + 1] - start
+    share = mass if fanout < 0 else mass * np.minimum(1.0, fanout / np.maximum(deg, 1))
+    total = int(deg.sum())
+    first = np.cumsum(deg) - deg  # where each target's neighbours start in the output
+    idx = np.arange(total, dtype=np.int64) + np.repeat(start - first, deg)
+    return local.col[idx], np.repeat(share, deg)
+
+
+def _sum_by_id(ids: np.ndarray, values: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct ids, summed values). Dense counting when the ids are many for the id space, so a
+    hop costs O(edges + nodes) instead of a sort."""
+    if len(ids) * 8 >= num_nodes:
+        sums = np.bincount(ids, weights=values, minlength=num_nodes)
+        hit = np.bincount(ids, minlength=num_nodes) > 0
+        keep = np.flatnonzero(hit)
+        return keep, sums[keep]
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    return uniq, np.bincount(inverse, weights=values, minlength=len(uniq))

@@ -1,0 +1,83 @@
+"""Batch semantics across rank counts, learning-rate scaling, and the time-to-accuracy table."""
+import argparse
+import re
+import sys
+
+import pytest
+import torch
+
+from _mpirun import run_mpi_raw
+from mpignn.runtime import rank_batch_size
+from mpignn.schedule import WarmupScaledLR, attach_lr_schedule, lr_factor
+
+
+@pytest.mark.parametrize("batch,world,expected", [(1024, 1, [1024]), (1024, 2, [512, 512]),
+                                                  (1000, 3, [334, 333, 333]), (2, 4, [1, 1, 1, 1])])
+def test_global_batch_is_cut_by_ceiling_division(batch, world, expected):
+    assert [rank_batch_size(batch, world, r) for r in range(world)] == expected
+    assert [rank_batch_size(batch, world, r, "rank") for r in range(world)] == [batch] * world
+
+
+def test_lr_rules():
+    assert lr_factor("none", 4096, 1024) == 1.0
+    assert lr_factor("linear", 4096, 1024) == 4.0
+    assert lr_factor("sqrt", 4096, 1024) == 2.0
+
+
+def test_warmup_ramps_to_the_scaled_rate_and_resumes_mid_ramp():
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    opt = torch.optim.SGD(params, lr=0.1)
+    sched = WarmupScaledLR(opt, 0.1, 4.0, warmup_steps=3)
+    seen = []
+    for _ in range(5):
+        seen.append(opt.param_groups[0]["lr"])
+        params[0].grad = torch.ones(2)
+        opt.step()
+    assert seen == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.4])
+    resumed = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    WarmupScaledLR(resumed, 0.1, 4.0, warmup_steps=3, start_step=2)
+    assert resumed.param_groups[0]["lr"] == pytest.approx(sched.lr_at(2))
+
+
+def test_no_schedule_where_the_global_batch_does_not_grow():
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    common = dict(batch_size=1024, steps_per_epoch=10, warmup_epochs=1.0)
+    assert attach_lr_schedule(opt, 0.1, "linear", batch_scope="global", world_size=4, **common) is None
+    assert attach_lr_schedule(opt, 0.1, "none", batch_scope="rank", world_size=4, **common) is None
+    assert attach_lr_schedule(opt, 0.1, "linear", batch_scope="rank", world_size=4, **common) is not None
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1)  # the ramp starts at --lr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("scope,halves", [("global", False), ("rank", True)])
+def test_steps_per_epoch_on_two_ranks(tmp_path, scope, halves):
+    """A global batch keeps the optimizer steps of one rank; a per-rank batch halves them on two."""
+    args = [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--dataset",
+            "synthetic:num_nodes=4000,avg_degree=6,num_features=8", "--batch-size", "128", "--fanout", "4,4",
+            "--hidden", "16", "--epochs", "1", "--batch-scope", scope]
+    steps = {}
+    for n in (1, 2):
+        rc, out = run_mpi_raw(n, args, timeout=120)
+        assert rc == 0, out[-3000:]
+        steps[n] = int(re.search(r"(\d+) train steps per epoch", out).group(1))
+    assert steps[1] == 10  # 1200 training nodes, batches of 128
+    assert steps[2] == (5 if halves else 10), steps
+
+
+def test_time_to_accuracy_table(capsys):
+    from mpignn.bench.__main__ import _time_to_accuracy
+
+    def recs(times, accs):
+        return [{"epoch": i, "epoch_s": t, "val_acc": a, "test_acc": a - 0.01, "seeds_per_s": 100.0}
+                for i, (t, a) in enumerate(zip(times, accs))]
+
+    curves = [("one", recs([4, 4, 4], [0.5, 0.8, 0.85])), ("two", recs([2, 2, 2], [0.6, 0.79, 0.81])),
+              ("never", recs([1, 1], [0.1, 0.2]))]
+    args = argparse.Namespace(target_acc="auto", dataset="d", fanout="5", batch_size=8, hidden=4, lr=0.1,
+                              precision="fp32", max_epochs=3, plot="")
+    assert _time_to_accuracy(args, curves) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "0.8000" in lines[0]
+    one, two, never = lines[3].split(), lines[4].split(), lines[5].split()
+    assert one[1:4] == ["yes", "8.00", "2"] and two[1:4] == ["yes", "6.00", "3"] and never[1] == "no"
+    assert two[6] == "0.75"

@@ -1,0 +1,31 @@
+"""Tier 3: the remote-feature cache on 2 ranks: built at start-up, hit by training batches, reported."""
+import json
+import re
+import sys
+
+import pytest
+
+from _mpirun import run_mpi, run_mpi_raw
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize("cache_size", ["auto", "100"])
+def test_cache_is_built_and_hits(tmp_path, cache_size):
+    out = run_mpi("feature_cache.py", 2, tmp_path, cache_size, timeout=120)
+    rates = [float(r) for r in re.findall(r"hit rate=([0-9.]+)", out)]
+    assert rates and min(rates) > 0, out[-2000:]
+
+
+def test_training_reports_the_budget(tmp_path):
+    metrics = tmp_path / "m.jsonl"
+    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--dataset",
+                              "synthetic:num_nodes=3000,avg_degree=10,num_features=6", "--epochs", "1", "--hidden",
+                              "16", "--batch-size", "256", "--fanout", "4,3", "--metrics-out", str(metrics)],
+                          timeout=180)
+    assert rc == 0, out[-4000:]
+    line = [l for l in out.splitlines() if "feature cache:" in l]
+    assert len(line) == 1 and "--cache-size auto" in line[0] and "GiB available over 2 ranks" in line[0], out[-3000:]
+    rec = json.loads(metrics.read_text().splitlines()[-1])
+    assert rec["cache_rows"] > 0 and rec["cache_mib"] == pytest.approx(rec["cache_rows"] * 6 * 4 / 2**20)  # float32
+    assert f"{rec['cache_rows']:,} rows" in line[0] and rec["cache_hit_rate"] > 0
