@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import tomllib
+import sys
 from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
 from mpignn.errors import ConfigError
 
-__all__ = ["TrainConfig", "build_parser", "parse", "parse_fanout"]
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (the default of many clusters' images): tomllib's origin, installed by setup.py there
+    import tomli as tomllib
+
+__all__ = ["TrainConfig", "build_parser", "parse", "parse_fanout", "parse_cache_size"]
 
 
 def parse_fanout(text: str | Sequence[int]) -> list[int]:
@@ -27,6 +32,18 @@ def parse_fanout(text: str | Sequence[int]) -> list[int]:
     return values
 
 
+def parse_cache_size(value: int | str) -> int | str:
+    """'auto' stays 'auto'; a count of rows (int or digits) becomes an int >= 0."""
+    if value == "auto":
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    raise ConfigError(f"--cache-size must be auto or a row count >= 0; got {value!r}. "
+                      "HINT: --cache-size auto (sized by free memory), e.g. --cache-size 50000, or 0 for no cache")
+
+
 @dataclass(kw_only=True)
 class TrainConfig:
     dataset: str = "synthetic"
@@ -38,6 +55,18 @@ class TrainConfig:
     epochs: int = 5
     """Passes over the training nodes (the embedded graph plateaus by then on 1 or 2 ranks)."""
     batch_size: int = 1024
+    """Training seeds per optimizer step: across all ranks with --batch-scope global (each rank takes its
+    ceiling-division share, so any number of ranks takes the same steps), per rank with --batch-scope rank.
+    Evaluation batches are this size on every rank."""
+    batch_scope: str = "global"
+    """global: --batch-size is the global batch (training means the same on any number of ranks: measured
+    with `python -m mpignn.bench --target-acc auto`, it reaches an accuracy sooner); rank: every rank takes
+    --batch-size seeds per step, so the global batch and the steps per epoch change with the rank count."""
+    lr_scaling: str = "none"
+    """none, linear or sqrt: multiply --lr by (global batch / --batch-size), or its square root, when the
+    global batch grows (only with --batch-scope rank on several ranks), reached by a linear warm-up."""
+    warmup_epochs: float = 1.0
+    """Epochs over which a scaled learning rate ramps up from --lr (with --lr-scaling linear or sqrt)."""
     fanout: str = "15,10,5"
     """Neighbours sampled per layer, outermost last; -1 takes all. Its length is the number of layers."""
     hidden: int = 256
@@ -48,20 +77,44 @@ class TrainConfig:
     """L2 penalty of Adam."""
     model: str = "sage"
     """sage (GraphSAGE), gcn or gat."""
+    task: str = "node"
+    """node (classify the labelled nodes) or link (predict held-out edges: rank 0 holds out --link-val and
+    --link-test of the undirected edges before partitioning; metrics AUC, MRR and Hits@K)."""
+    decoder: str = "dot"
+    """--task link: score a pair by the dot product of its embeddings (dot) or an MLP over their product."""
+    negatives: str = "uniform"
+    """--task link: training negatives per positive, fresh each step: uniform pairs, or tail (the positive's
+    source with a uniform target)."""
+    link_val: float = 0.05
+    """--task link: share of undirected edges held out for validation."""
+    link_test: float = 0.1
+    """--task link: share held out for test."""
+    link_tails: int = 100
+    """--task link: fixed negative targets per held-out edge, against which MRR and Hits@K rank it."""
+    hits_k: int = 10
+    """--task link: K of the reported Hits@K."""
     seed: int = 0
     partitions: str = ""
     """A partition folder from `python -m mpignn.partition`; empty: partition on rank 0 under --root."""
     partition_method: str = "metis"
     replicated: bool = False
     """Keep the whole graph on every rank and split the training nodes (small graphs)."""
-    cache_size: int = 50_000
-    """Remote nodes whose features each rank caches (hottest halo nodes first); 0 disables the cache."""
+    cache_size: int | str = "auto"
+    """Remote nodes whose features each rank caches, those sampling is expected to fetch most first (an
+    analytic estimate of each node's fetches per epoch under the fanout). auto: a quarter of the memory the
+    host has available (MemAvailable, or the cgroup's limit if lower; the device's free memory for a
+    `--exchange torch` table on a GPU) split among its ranks, capped by the remote nodes expected to be
+    fetched at least once in 10 epochs; an int: that many rows at most; 0: no cache."""
     device: str = "auto"
     backend: str = "auto"
     """torch.distributed backend for DDP: auto, gloo, mpi, nccl, xccl, ccl."""
     exchange: str = "auto"
     """How remote features travel: auto or mpi (mpi4py on host buffers, the fastest here), or torch
     (torch.distributed all_to_all on the DDP backend: NCCL/xccl device tensors, gloo on CPU)."""
+    prefetch: str = "auto"
+    """Produce batch k+1 (sample, exchange, copy to the device) in a thread while batch k computes: auto
+    (always with one part; with several, on a GPU/XPU or with >= 4 threads per rank, where a core is free
+    for it), on, or off."""
     threads: int = 0
     """Threads per rank; 0: the host's cores divided by its ranks."""
     precision: str = "auto"
@@ -73,9 +126,15 @@ class TrainConfig:
     metrics_out: str = ""
     """Append one JSON line per epoch to this file."""
     checkpoint_dir: str = ""
-    """Save model and optimizer after each epoch here (rank 0, atomically)."""
+    """Save model, optimizer, every rank's RNG state and the config after each epoch (and on SIGUSR2) here
+    (rank 0, atomically)."""
     resume: bool = False
-    """Continue from the last checkpoint in --checkpoint-dir."""
+    """Continue from the checkpoint in --checkpoint-dir (after the last epoch, or at the step where SIGUSR2
+    stopped the run)."""
+    requeue: bool = False
+    """On SIGUSR2 (Slurm's --signal=USR2@T), after the checkpoint, run `scontrol requeue $SLURM_JOB_ID`; with
+    it a run also resumes by itself when --checkpoint-dir holds a checkpoint (the requeued job reruns the
+    same command). Needs --checkpoint-dir."""
     prep_timeout: float = 3600.0
     """Seconds the other ranks wait for rank 0 to prepare the dataset before giving up."""
 
@@ -87,12 +146,24 @@ class TrainConfig:
             if value < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be a positive int; got {value}. "
                                   f"HINT: e.g. --{name.replace('_', '-')} {getattr(TrainConfig, name)}")
+        if not (0 < self.link_val and 0 < self.link_test and self.link_val + self.link_test < 1):
+            raise ConfigError(f"--link-val and --link-test must be positive shares that sum below 1; got "
+                              f"{self.link_val} and {self.link_test}. HINT: e.g. --link-val 0.05 --link-test 0.1")
+        if self.link_tails < 1 or self.hits_k < 1:
+            raise ConfigError(f"--link-tails and --hits-k must be positive; got {self.link_tails} and "
+                              f"{self.hits_k}. HINT: e.g. --link-tails 100 --hits-k 10")
+        if self.warmup_epochs < 0:
+            raise ConfigError(f"--warmup-epochs must be >= 0; got {self.warmup_epochs}. HINT: e.g. --warmup-epochs 1")
         if not self.lr > 0:
             raise ConfigError(f"--lr must be positive; got {self.lr}. HINT: e.g. --lr 0.003")
-        if self.cache_size < 0 or self.threads < 0:
-            raise ConfigError("--cache-size and --threads must be >= 0. HINT: 0 means off / automatic")
+        self.cache_size = parse_cache_size(self.cache_size)
+        if self.threads < 0:
+            raise ConfigError(f"--threads must be >= 0; got {self.threads}. HINT: 0 means automatic")
         choices = {"precision": ("auto", "fp32", "bf16"), "exchange": ("auto", "mpi", "torch"),
-                   "partition_method": ("metis", "random"), "model": ("sage", "gcn", "gat")}
+                   "prefetch": ("auto", "on", "off"), "batch_scope": ("global", "rank"),
+                   "lr_scaling": ("none", "linear", "sqrt"), "task": ("node", "link"),
+                   "decoder": ("dot", "mlp"), "negatives": ("uniform", "tail"),
+                   "partition_method": ("metis", "kaminpar", "random", "auto"), "model": ("sage", "gcn", "gat")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}; got "
@@ -105,6 +176,13 @@ class TrainConfig:
     @property
     def num_layers(self) -> int:
         return len(self.fanouts)
+
+    @property
+    def link_params(self) -> dict[str, Any] | None:
+        """What `runtime.load_local_graph(links=...)` holds out for --task link; None for node tasks."""
+        if self.task != "link":
+            return None
+        return {"val": self.link_val, "test": self.link_test, "num_tails": self.link_tails}
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

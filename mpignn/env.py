@@ -6,13 +6,17 @@ mpi4py is not in use, and the place where launcher-specific variable names are t
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
+import struct
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-__all__ = ["LaunchInfo", "detect", "export_torch_env", "thread_budget", "cpus_available", "foreign_launcher_size",
-           "free_port", "host_address", "tune_allocator", "bound_onednn_cache"]
+__all__ = ["LaunchInfo", "detect", "export_torch_env", "thread_budget", "cpus_available", "mem_available_bytes",
+           "foreign_launcher_size", "free_port", "slurm_job_id", "host_address", "tune_allocator",
+           "bound_onednn_cache", "Interface", "socket_ifname", "ipv4_interfaces", "pick_shared_address",
+           "user_master_addr"]
 
 
 @dataclass(frozen=True)
@@ -93,8 +97,10 @@ def detect(env: Mapping[str, str] | None = None) -> LaunchInfo:
 
 
 def foreign_launcher_size(env: Mapping[str, str] | None = None) -> int:
-    """World size another MPI's launcher announced (1 if none): MPI found size 1 but this says more means the
-    wrong mpirun started us (each rank is then a singleton)."""
+    """World size an MPI launcher (Open MPI, PMIx, PMI: MPICH, Intel MPI, srun) announced, 1 if none.
+
+    MPI finding size 1 while this says more means the wrong mpirun started us (each rank is then a
+    singleton); a single-process tool seeing more than 1 was started as one of several copies."""
     env = os.environ if env is None else env
     for var in ("OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"):
         size = _int(env, var)
@@ -103,12 +109,15 @@ def foreign_launcher_size(env: Mapping[str, str] | None = None) -> int:
     return 1
 
 
-_TORCH_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+_TORCH_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+               "GLOO_SOCKET_IFNAME")
+_USER_WINS = ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME")
 
 
 def export_torch_env(values: Mapping[str, object], *, overwrite: bool = False,
                      env: dict[str, str] | None = None) -> dict[str, tuple[str, str]]:
-    """Write torch.distributed's rendezvous variables; values the user set win unless `overwrite`.
+    """Write torch.distributed's rendezvous variables (and gloo's interface); values the user set for
+    MASTER_ADDR, MASTER_PORT and GLOO_SOCKET_IFNAME win unless `overwrite`.
 
     Returns:
         {name: (old, new)} for each variable that was set before and now differs (the caller logs them).
@@ -121,7 +130,7 @@ def export_torch_env(values: Mapping[str, object], *, overwrite: bool = False,
         new = str(values[name])
         old = env.get(name)
         if old is not None and old != new:
-            if not overwrite and name in ("MASTER_ADDR", "MASTER_PORT"):
+            if not overwrite and name in _USER_WINS:
                 continue
             changed[name] = (old, new)
         env[name] = new
@@ -155,6 +164,38 @@ def thread_budget(local_size: int, cpus: int | None = None, host_cpus: int | Non
     return max(1, cpus // local_size), local_size > cpus
 
 
+def mem_available_bytes(proc: str = "/proc", cgroup_root: str = "/sys/fs/cgroup") -> int | None:
+    """Bytes this process can still allocate without swapping: the host's MemAvailable, or what is left
+    under this process's cgroup v2 memory limit (a Slurm job's, a container's) when that is lower.
+
+    Returns:
+        None where neither is known (no /proc/meminfo: not Linux).
+    """
+    available = None
+    try:
+        with open(os.path.join(proc, "meminfo")) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024  # the kernel writes kB (KiB)
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open(os.path.join(proc, "self", "cgroup")) as f:
+            path = next((ln.split(":", 2)[2].strip() for ln in f if ln.startswith("0::")), None)
+        if path is not None:
+            folder = os.path.join(cgroup_root, path.lstrip("/"))
+            with open(os.path.join(folder, "memory.max")) as f:
+                limit = f.read().strip()
+            if limit != "max":
+                with open(os.path.join(folder, "memory.current")) as f:
+                    left = max(0, int(limit) - int(f.read().strip()))
+                available = left if available is None else min(available, left)
+    except (OSError, ValueError, IndexError):
+        pass
+    return available
+
+
 def tune_allocator() -> bool:
     """Keep freed memory in glibc's heap instead of unmapping it.
 
@@ -186,6 +227,11 @@ def bound_onednn_cache(capacity: int = 16) -> None:
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(capacity))
 
 
+def slurm_job_id(env: Mapping[str, str] | None = None) -> str:
+    """The Slurm job id ("" outside Slurm), for requeueing."""
+    return (os.environ if env is None else env).get("SLURM_JOB_ID", "")
+
+
 def free_port() -> int:
     """A TCP port free right now on this host (bind to port 0 and read what the kernel chose)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -200,3 +246,91 @@ def host_address() -> str:
     except OSError:
         return "127.0.0.1"
     return address
+
+
+@dataclass(frozen=True)
+class Interface:
+    """One IPv4 address of a network interface of this host."""
+
+    name: str
+    address: str
+    prefixlen: int
+
+    @property
+    def network(self) -> ipaddress.IPv4Network:
+        return ipaddress.ip_interface(f"{self.address}/{self.prefixlen}").network
+
+    @property
+    def is_loopback(self) -> bool:
+        return ipaddress.ip_address(self.address).is_loopback
+
+
+# Read in this order; the first one set names the interface for torch.distributed's rendezvous across hosts.
+_IFNAME_VARS = ("MPIGNN_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+def socket_ifname(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """(variable, interface) from the first of MPIGNN_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME
+    that names one, else None.
+
+    Their syntax is a comma-separated list; NCCL's `=eth0` means exactly eth0 and a leading `^` makes the
+    whole list exclusions. The first plain name is taken; a list of exclusions names nothing.
+    """
+    env = os.environ if env is None else env
+    for var in _IFNAME_VARS:
+        value = env.get(var, "").strip()
+        if not value or value.startswith("^"):
+            continue
+        names = [n.strip().lstrip("=") for n in value.split(",")]
+        names = [n for n in names if n]
+        if names:
+            return var, names[0]
+    return None
+
+
+def user_master_addr(env: Mapping[str, str] | None = None) -> str | None:
+    """MASTER_ADDR as the user set it (it wins over the address mpignn would pick), else None."""
+    env = os.environ if env is None else env
+    return env.get("MASTER_ADDR") or None
+
+
+def ipv4_interfaces() -> list[Interface]:
+    """This host's interfaces that are up, each with its (primary) IPv4 address and netmask; Linux only
+    (elsewhere an empty list). Loopback interfaces are included: callers filter with `is_loopback`."""
+    try:
+        import fcntl
+        names = [name for _, name in socket.if_nameindex()]
+    except (ImportError, OSError):
+        return []
+    found = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for name in names:
+            try:
+                req = struct.pack("256s", name.encode()[:15])
+                flags = struct.unpack("H", fcntl.ioctl(sock.fileno(), 0x8913, req)[16:18])[0]  # SIOCGIFFLAGS
+                if not flags & 0x1:  # IFF_UP
+                    continue
+                addr = socket.inet_ntoa(fcntl.ioctl(sock.fileno(), 0x8915, req)[20:24])  # SIOCGIFADDR
+                mask = socket.inet_ntoa(fcntl.ioctl(sock.fileno(), 0x891B, req)[20:24])  # SIOCGIFNETMASK
+            except OSError:  # no IPv4 address on it
+                continue
+            found.append(Interface(name, addr, ipaddress.ip_network(f"0.0.0.0/{mask}").prefixlen))
+    return found
+
+
+def pick_shared_address(root: list[Interface], others: list[list[Interface]]) -> Interface | None:
+    """The first non-loopback address of the root's host whose subnet every other host has an address in.
+
+    Args:
+        root: the interfaces of the host of rank 0 (the rendezvous server).
+        others: the interfaces of each other host.
+    Returns:
+        That interface, or None when no subnet reaches every host.
+    """
+    for iface in root:
+        if iface.is_loopback:
+            continue
+        net = iface.network
+        if all(any(not o.is_loopback and ipaddress.ip_address(o.address) in net for o in host) for host in others):
+            return iface
+    return None

@@ -7,11 +7,13 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
+from mpignn.device import synchronize
+from mpignn.metrics import LinkScores
 from mpignn.models import forward_batch
 from mpignn.mpi import allreduce_max, allreduce_sum
 
@@ -22,17 +24,19 @@ class AllreduceTimer:
     """DDP comm hook that all-reduces each gradient bucket and times it.
 
     On CPU it uses MPI (mpi4py, in place on the bucket's memory: about 10 us latency here against gloo's
-    300 us); elsewhere torch.distributed on the device. The call is synchronous, so `seconds` is the real
-    all-reduce time and the rest of backward is compute.
+    300 us); elsewhere torch.distributed on the device. NCCL/xccl return once the work is queued, so the hook
+    waits for the device before and after (`device.synchronize`): `seconds` is then the real all-reduce time
+    and the rest of backward is compute, on every device.
     """
 
-    def __init__(self, comm: Any, use_mpi: bool) -> None:
-        self.comm, self.use_mpi, self.seconds = comm, use_mpi, 0.0
+    def __init__(self, comm: Any, use_mpi: bool, device: str = "cpu") -> None:
+        self.comm, self.use_mpi, self.device, self.seconds = comm, use_mpi, device, 0.0
 
     def hook(self) -> Any:
         """The hook as a plain function: DDP inspects its name, qualname and annotations."""
 
         def mpignn_timed_allreduce(state, bucket):  # unannotated on purpose (DDP checks annotations)
+            synchronize(self.device)  # the bucket's gradients are computed: that time is backward's
             start = time.perf_counter()
             buf = bucket.buffer()
             if self.use_mpi:
@@ -42,6 +46,7 @@ class AllreduceTimer:
             else:
                 torch.distributed.all_reduce(buf)
             buf.div_(self.comm.size)
+            synchronize(self.device)
             self.seconds += time.perf_counter() - start
             fut = torch.futures.Future()
             fut.set_result(buf)
@@ -58,7 +63,7 @@ def wrap_ddp(model: torch.nn.Module, comm: Any, device: str) -> tuple[torch.nn.M
 
     on_cpu = torch.device(device).type == "cpu"
     ddp = DDP(model, device_ids=None if on_cpu else [torch.device(device)])
-    timer = AllreduceTimer(comm, use_mpi=on_cpu)
+    timer = AllreduceTimer(comm, use_mpi=on_cpu, device=device)
     ddp.register_comm_hook(None, timer.hook())
     return ddp, timer
 
@@ -97,41 +102,99 @@ def _progress(show: bool, step: int, steps: int, loss: float) -> None:
         sys.stderr.flush()
 
 
+def _count_correct(pred: torch.Tensor, labels: torch.Tensor) -> float:
+    return float((pred == labels).sum())
+
+
 def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Optimizer, *, device: str,
-                bf16: bool = False, timer: AllreduceTimer | None = None, progress: bool = False) -> dict[str, float]:
-    """Train one epoch (with a progress bar when `progress`). Returns sums: loss_sum, correct, seeds, steps,
-    compute_s, allreduce_s."""
+                bf16: bool = False, timer: AllreduceTimer | None = None, progress: bool = False,
+                comm: Any = None, stop: Any = None, start_step: int = 0,
+                metric: Callable[[torch.Tensor, torch.Tensor], float] | None = None) -> dict[str, float]:
+    """Collective over `comm` (when given; every rank runs the same steps): train one epoch.
+
+    Every step, the ranks sum (seeds in this step, stop requested) in one tiny MPI all-reduce (about 10 us on
+    2 ranks here). Each rank's loss is the sum of its per-seed losses times world_size / (the step's seeds on
+    all ranks): DDP averages gradients over the ranks, so the update is the gradient of the mean loss over
+    all the step's seeds, whatever each rank's share. A rank without seeds still runs the forward through
+    DDP (on its empty batch) and joins the gradient all-reduce with zeros. When any rank's `stop.requested`
+    is set, every rank leaves at the same step, before training it, and `stopped_step` says which.
+
+    Args:
+        start_step: skip the steps before it (resume in the middle of an epoch; mpignn's loader, told by
+            `set_epoch(epoch, start_step)`, does not even draw them).
+        metric: counts correct predictions (pred, labels); default: equal labels.
+    Returns:
+        sums: loss_sum, correct, seeds, steps, compute_s, allreduce_s, and stopped_step (-1: not stopped).
+    """
     model.train()
-    sums = {"loss_sum": 0.0, "correct": 0.0, "seeds": 0.0, "steps": 0.0, "compute_s": 0.0, "allreduce_s": 0.0}
-    reduce_before = timer.seconds if timer else 0.0
-    for batch in loader:
+    sums = {"loss_sum": 0.0, "correct": 0.0, "seeds": 0.0, "steps": 0.0, "compute_s": 0.0, "allreduce_s": 0.0,
+            "stopped_step": -1.0, "edges": 0.0}
+    reduce_before, agree_s = (timer.seconds if timer else 0.0), 0.0
+    world = comm.size if comm is not None else 1
+    count = metric or _count_correct
+    for step, batch in enumerate(loader, start=getattr(loader, "start_step", 0)):
+        if step < start_step:  # a loader that cannot start later draws the done steps again
+            continue
         t0 = time.perf_counter()
+        n = batch.edge_label.numel() if "edge_label" in batch else batch.batch_size  # labelled items
+        wants_stop = float(stop is not None and stop.requested)
+        t_agree = time.perf_counter()
+        step_seeds, stops = allreduce_sum(comm, [n, wants_stop]).tolist() if world > 1 else (n, wants_stop)
+        agree_s += time.perf_counter() - t_agree
+        if stops:
+            sums["stopped_step"] = step
+            break
         optimizer.zero_grad(set_to_none=True)
-        n = batch.batch_size
         with autocast(device, bf16):
-            logits = forward_batch(model, batch) if n else None
-        if logits is None:
-            loss = _empty_loss(model)
+            logits = forward_batch(model, batch)
+        if "edge_label" in batch:  # link prediction: one logit per labelled pair
+            labels = batch.edge_label
+            loss_sum = F.binary_cross_entropy_with_logits(logits.float(), labels, reduction="sum")
         else:
             labels = batch.y[:n]
-            loss = F.cross_entropy(logits.float(), labels)
-            sums["correct"] += float((logits.argmax(-1) == labels).sum())
-            sums["loss_sum"] += float(loss.detach()) * n
+            loss_sum = F.cross_entropy(logits.float(), labels, reduction="sum")
+        loss = loss_sum * (world / max(step_seeds, 1))
+        if n:
+            pred = (logits > 0).to(labels.dtype) if "edge_label" in batch else logits.argmax(-1)
+            sums["correct"] += count(pred, labels)
+            sums["loss_sum"] += float(loss_sum.detach())
+            sums["edges"] += getattr(batch, "num_pos", 0)
+        else:
+            loss = loss + _empty_loss(model)
         loss.backward()
         optimizer.step()
+        synchronize(device)  # kernels are queued work: the step's compute ends when the device is done
         sums["seeds"] += n
         sums["steps"] += 1
         sums["compute_s"] += time.perf_counter() - t0
-        _progress(progress, int(sums["steps"]), len(loader), float(loss.detach()))
-    if timer:
-        sums["allreduce_s"] = timer.seconds - reduce_before
-        sums["compute_s"] -= sums["allreduce_s"]
+        _progress(progress, step + 1, len(loader), float(loss_sum.detach()) / max(n, 1))
+    # The per-step agreement is a collective too: where a rank waits for a slower one, it waits there.
+    sums["allreduce_s"] = (timer.seconds - reduce_before if timer else 0.0) + agree_s
+    sums["compute_s"] -= sums["allreduce_s"]
     return sums
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, loader: Any, *, device: str, bf16: bool = False) -> dict[str, float]:
-    """Accuracy sums over the loader's seeds: correct, seeds."""
+def evaluate_links(model: torch.nn.Module, loader: Any, *, device: str, bf16: bool = False,
+                   hits_k: int = 10) -> LinkScores:
+    """This rank's scores of its held-out pairs (positives, fixed negatives, K tails each); reduce them with
+    `LinkScores.summary` (collective)."""
+    model.eval()
+    module = getattr(model, "module", model)
+    scores = LinkScores(hits_k)
+    for batch in loader:
+        if batch.num_pos:
+            with autocast(device, bf16):
+                logits = forward_batch(module, batch)
+            scores.add(logits.float().cpu().numpy(), batch.edge_label.cpu().numpy(), batch.num_pos,
+                       batch.num_tails)
+    return scores
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, loader: Any, *, device: str, bf16: bool = False,
+             metric: Callable[[torch.Tensor, torch.Tensor], float] | None = None) -> dict[str, float]:
+    """Accuracy sums over the loader's seeds: correct (counted by `metric`, default equal labels), seeds."""
     model.eval()
     module = getattr(model, "module", model)  # no DDP in evaluation: there are no gradients to sync
     correct = seen = 0.0
@@ -141,52 +204,83 @@ def evaluate(model: torch.nn.Module, loader: Any, *, device: str, bf16: bool = F
             continue
         with autocast(device, bf16):
             logits = forward_batch(module, batch)
-        correct += float((logits.argmax(-1) == batch.y[:n]).sum())
+        correct += (metric or _count_correct)(logits.argmax(-1), batch.y[:n])
         seen += n
     return {"correct": correct, "seeds": seen}
 
 
 def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
               loaders: dict[str, Any], *, bf16: bool, timer: AllreduceTimer | None, evaluate_now: bool,
-              graph: Any) -> dict[str, Any]:
+              graph: Any, stop: Any = None, start_step: int = 0, carry: dict[str, float] | None = None,
+              metric: Callable[[torch.Tensor, torch.Tensor], float] | None = None,
+              hits_k: int = 10) -> dict[str, Any]:
     """Collective over `rt.comm`: train one epoch (and evaluate val/test on every rank's share when
     `evaluate_now`), then reduce everything into one record (sums divided once; times are the max over
-    ranks; memory is the max over ranks)."""
+    ranks; memory is the max over ranks).
+
+    Resuming mid-epoch, `start_step` skips the steps done before the stop and `carry` holds their summed
+    loss_sum/correct/seeds (over all ranks; rank 0 adds them). When `stop` ends the epoch early (see
+    `train_epoch`), nothing is evaluated and the record has `stopped_step` and `partial` (those sums)."""
     from mpignn.report import peak_rss_mb
 
     features, hops = graph.features, graph.sampler.source
     feat_bytes0, hit0, rows0 = features.bytes_received, features.cache_hits, features.remote_rows
     struct0 = getattr(hops, "bytes_received", 0)
     start = time.perf_counter()
-    for loader in loaders.values():
-        loader.set_epoch(epoch)
+    for name, loader in loaders.items():
+        loader.set_epoch(epoch, start_step if name == "train" else 0)
     sums = train_epoch(model, loaders["train"], optimizer, device=rt.device, bf16=bf16, timer=timer,
-                       progress=rt.rank == 0 and sys.stderr.isatty())
+                       progress=rt.rank == 0 and sys.stderr.isatty(), comm=rt.comm, stop=stop,
+                       start_step=start_step, metric=metric)
+    if carry and rt.rank == 0:
+        for key in ("loss_sum", "correct", "seeds", "edges"):
+            sums[key] += carry.get(key, 0.0)
+    stopped = sums["stopped_step"] >= 0
+    evaluate_now = evaluate_now and not stopped
     train_s = time.perf_counter() - start
     ev = {"val_correct": 0.0, "val_seeds": 0.0, "test_correct": 0.0, "test_seeds": 0.0}
-    if evaluate_now:
+    links = {}
+    if evaluate_now and graph.links is not None:
         for split in ("val", "test"):
-            res = evaluate(model, loaders[split], device=rt.device, bf16=bf16)
+            part = evaluate_links(model, loaders[split], device=rt.device, bf16=bf16, hits_k=hits_k)
+            links[split] = part.summary(rt.comm)
+    elif evaluate_now:
+        for split in ("val", "test"):
+            res = evaluate(model, loaders[split], device=rt.device, bf16=bf16, metric=metric)
             ev[f"{split}_correct"], ev[f"{split}_seeds"] = res["correct"], res["seeds"]
     times = loaders["train"].times
-    local = {**{k: sums[k] for k in ("loss_sum", "correct", "seeds")}, **ev,
+    local = {**{k: sums[k] for k in ("loss_sum", "correct", "seeds", "edges")}, **ev,
              "remote_feature_bytes": features.bytes_received - feat_bytes0,
              "remote_structure_bytes": getattr(hops, "bytes_received", 0) - struct0,
              "cache_hits": features.cache_hits - hit0, "remote_rows": features.remote_rows - rows0}
     keys = sorted(local)
     total = dict(zip(keys, allreduce_sum(rt.comm, [local[k] for k in keys]).tolist()))
     slowest = allreduce_max(rt.comm, [train_s, times.sample_s, times.exchange_s, sums["compute_s"],
-                                      sums["allreduce_s"], peak_rss_mb(), graph.load_peak_rss_mb]).tolist()
+                                      sums["allreduce_s"], peak_rss_mb(), graph.load_peak_rss_mb,
+                                      times.wait_s]).tolist()
     frac = lambda a, b: (total[a] / total[b]) if total[b] else None  # noqa: E731
-    return {
+    rec = {
         "epoch": epoch, "loss": frac("loss_sum", "seeds") or 0.0, "train_acc": frac("correct", "seeds"),
         "val_acc": frac("val_correct", "val_seeds") if evaluate_now else None,
         "test_acc": frac("test_correct", "test_seeds") if evaluate_now else None,
         "epoch_s": slowest[0], "seeds_per_s": total["seeds"] / slowest[0] if slowest[0] else 0.0,
         "sample_s": slowest[1], "exchange_s": slowest[2], "compute_s": slowest[3], "allreduce_s": slowest[4],
+        "wait_s": slowest[7],
         "remote_feature_bytes": int(total["remote_feature_bytes"]),
         "remote_structure_bytes": int(total["remote_structure_bytes"]),
         "cache_hit_rate": (total["cache_hits"] / total["remote_rows"]) if total["remote_rows"] else 0.0,
+        "cache_rows": graph.cache_rows, "cache_mib": graph.cache_mib,
         "peak_rss_mb": slowest[5], "load_peak_rss_mb": slowest[6], "world_size": rt.world_size,
     }
+    if graph.links is not None:  # link prediction: pair metrics in place of the node metrics
+        del rec["val_acc"], rec["test_acc"], rec["seeds_per_s"]
+        rec["edges_per_s"] = total["edges"] / slowest[0] if slowest[0] else 0.0
+        for split in ("val", "test"):
+            rec[f"{split}_auc"] = links[split]["auc"] if links else None
+        rec["test_mrr"] = links["test"]["mrr"] if links else None
+        rec[f"test_hits@{hits_k}"] = links["test"]["hits"] if links else None
+    if stopped:
+        rec["stopped_step"] = int(sums["stopped_step"])
+        rec["partial"] = {key: total[key] for key in ("loss_sum", "correct", "seeds", "edges")}
+    return rec
 

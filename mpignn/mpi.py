@@ -7,6 +7,7 @@ module does not initialise MPI.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import os
 import socket
@@ -22,15 +23,16 @@ from mpignn import env as _env
 from mpignn.errors import LaunchError, MpignnError, is_agreed, mark_agreed
 
 __all__ = [
-    "Topology", "world", "topology", "whoami", "chunk_bounds", "ceil_split", "steps_per_epoch", "pad_to_steps",
-    "root_first", "run_once", "check_all", "alltoallv", "allreduce_sum", "allreduce_max", "run_main", "RootFailedError",
-    "print0", "thread_budget", "init_process_group", "choose_device", "apply_threads",
+    "Topology", "world", "topology", "whoami", "check_launcher", "chunk_bounds", "ceil_split", "steps_per_epoch",
+    "pad_to_steps", "root_first", "run_once", "check_all", "alltoallv", "allreduce_sum", "allreduce_max", "run_main",
+    "RootFailedError", "print0", "thread_budget", "MAX_COUNT", "rendezvous_endpoint",
 ]
 
 thread_budget = _env.thread_budget
 
 # The torch-facing helpers live in mpignn.dist (which imports torch); they are reachable from here too,
-# imported on first use, so `import mpignn.mpi` stays free of torch.
+# imported on first use, so `import mpignn.mpi` stays free of torch. They stay out of __all__: a star import
+# resolves every name in it, and would import torch.
 _LAZY = {"init_process_group": "init_process_group", "choose_device": "choose", "apply_threads": "apply_threads",
          "detect_hardware": "detect_hardware"}
 
@@ -102,12 +104,99 @@ def whoami() -> Topology:
         info = _env.detect()
         return Topology(info.rank, info.world_size, info.local_rank, info.local_size, info.host_rank,
                         info.num_hosts, socket.gethostname())
-    expected = _env.foreign_launcher_size()
-    if comm.size == 1 and expected > 1:
-        raise LaunchError(f"MPI sees 1 process but the launcher started {expected}; got a singleton per rank. "
-                          "HINT: launch with the mpirun/mpiexec of the MPI that mpi4py was built against "
-                          "(`python -m mpi4py --mpi-lib-version` names it).")
+    check_launcher()
     return topology(comm)
+
+
+def check_launcher() -> None:
+    """Refuse to run when the wrong `mpirun` started this process: MPI sees one process (a singleton) while
+    an MPI launcher's variables (Open MPI, PMIx, PMI) say it started more.
+
+    Not a collective: under that fault every process is alone in its COMM_WORLD, and each raises alike.
+
+    Raises:
+        LaunchError: the wrong launcher; the message names the fix.
+    """
+    expected = _env.foreign_launcher_size()
+    if expected > 1 and world().size == 1:
+        raise mark_agreed(LaunchError(
+            f"expected MPI to see the {expected} processes the launcher started; got 1 (this is launcher rank "
+            f"{_env.detect().rank}, alone in its MPI world, so every process would train and prepare data as "
+            "rank 0 of 1). HINT: launch with the mpirun/mpiexec of the MPI that mpi4py was built against "
+            "(`python -m mpi4py --mpi-lib-version` names it)"))
+
+
+def rendezvous_endpoint(comm: Any) -> tuple[str, int, str | None]:
+    """Collective over `comm`: every rank must call it, in the same order. Rank 0's (address, port) for a TCP
+    rendezvous (torch.distributed's MASTER_ADDR/MASTER_PORT), the same on every rank, and this rank's own
+    interface on that address's subnet (for GLOO_SOCKET_IFNAME; None on one host).
+
+    The port is one the kernel reports free on rank 0's host. The address: a MASTER_ADDR set on rank 0;
+    else on one host, what the host name resolves to; across hosts never a loopback address (a host name
+    mapped to 127.0.1.1 in /etc/hosts is common), but the IPv4 address of the interface named by
+    MPIGNN_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, else one of rank 0's addresses on a subnet
+    every other host also has an address in (each host's first rank reports its interfaces).
+
+    Raises:
+        LaunchError: on every rank alike, when no such address exists; the message names the fix.
+    """
+    from mpi4py import MPI
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    leader = local.rank == 0
+    local.Free()
+    reports = comm.gather(_env.ipv4_interfaces() if leader and comm.rank != 0 else None, root=0)
+    answer: tuple[str, int, str, str] = ("", 0, "", "")
+    if comm.rank == 0:
+        try:
+            address, network = _choose_address([r for r in reports[1:] if r is not None])
+            answer = (address, _env.free_port(), network, "")
+        except LaunchError as exc:
+            answer = ("", 0, "", str(exc))
+    address, port, network, problem = comm.bcast(answer, root=0)
+    if problem:
+        raise mark_agreed(LaunchError(problem))
+    ifname = None
+    if network:  # the gloo transport binds what the host name resolves to unless told: tell it the same subnet
+        own = [i for i in _env.ipv4_interfaces() if ipaddress.ip_address(i.address) in ipaddress.ip_network(network)]
+        ifname = own[0].name if own else None
+    return address, port, ifname
+
+
+def _choose_address(others: list[list[_env.Interface]]) -> tuple[str, str]:
+    """Rank 0's side of `rendezvous_endpoint`: (address, its subnet or "" on one host or a MASTER_ADDR set by
+    the user); `others` holds the interfaces of each other host."""
+    user = _env.user_master_addr()
+    if user:
+        return user, ""
+    if not others:
+        return _env.host_address(), ""
+    mine = _env.ipv4_interfaces()
+    hint = ("HINT: set MPIGNN_SOCKET_IFNAME to the interface the hosts reach each other on (see `ip -4 addr`), "
+            "or MASTER_ADDR to rank 0's address on it")
+    named = _env.socket_ifname()
+    if named:
+        var, name = named
+        match = [i for i in mine if i.name == name] or [i for i in mine if i.name.startswith(name)]
+        if not match or match[0].is_loopback:
+            raise LaunchError(f"{var}={name} should name a non-loopback IPv4 interface of rank 0's host "
+                              f"{socket.gethostname()}; got interfaces {_describe_ifaces(mine)}. {hint}")
+        return match[0].address, str(match[0].network)
+    resolved = _env.host_address()
+    shared = _env.pick_shared_address(sorted(mine, key=lambda i: i.address != resolved), others)
+    if shared is None:
+        raise LaunchError(f"expected an IPv4 address of rank 0's host {socket.gethostname()} on a subnet all "
+                          f"{len(others) + 1} hosts share (its name resolves to {resolved}); got rank 0: "
+                          f"{_describe_ifaces(mine)}, other hosts: "
+                          f"{'; '.join(_describe_ifaces(o) for o in others)}. {hint}")
+    if resolved != shared.address:
+        log.info("rendezvous on %s (%s), not %s that the host name resolves to", shared.address, shared.name,
+                 resolved)
+    return shared.address, str(shared.network)
+
+
+def _describe_ifaces(ifaces: list[_env.Interface]) -> str:
+    return ", ".join(f"{i.name} {i.address}/{i.prefixlen}" for i in ifaces) or "none"
 
 
 def chunk_bounds(n: int, size: int, rank: int) -> tuple[int, int]:
@@ -275,12 +364,23 @@ def check_all(comm: Any, ok: bool, message: str, error: type[MpignnError] = Mpig
     raise mark_agreed(error(prefix + first))
 
 
+# The most rows one MPI call moves: MPI's counts and displacements are C ints. Exchanges whose rows (in a
+# row datatype, so 2-D arrays count rows, not elements) exceed it on any rank go out in pieces of at most this
+# many rows. Tests lower it to exercise the pieces on small arrays.
+MAX_COUNT = 2**31 - 1
+_ALLTOALLV_TAG = 7102
+
+
 def alltoallv(comm: Any, send: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Collective over `comm`: send `counts[r]` rows of `send` (grouped by destination, in rank order) to each
     rank r; every rank must call it, also with nothing to send.
 
+    Rows travel as one MPI datatype each, so an exchange needs pieces only when some rank sends or receives
+    more than `MAX_COUNT` rows; then every rank (they agree on it) sends each peer its rows in point-to-point
+    messages of at most `MAX_COUNT` rows, straight from and into the arrays (no extra copies).
+
     Args:
-        send: array of rows (1-D, or 2-D with a fixed row width), ordered by destination rank.
+        send: array of rows (1-D, or N-D with fixed trailing dimensions), ordered by destination rank.
         counts: rows for each destination, length `comm.size`.
     Returns:
         (received rows grouped by source rank, rows received from each rank).
@@ -291,14 +391,62 @@ def alltoallv(comm: Any, send: np.ndarray, counts: np.ndarray) -> tuple[np.ndarr
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     recv_counts = np.empty_like(counts)
     comm.Alltoall(counts, recv_counts)
-    width = int(np.prod(send.shape[1:])) if send.ndim > 1 else 1
     recv = np.empty((int(recv_counts.sum()),) + send.shape[1:], dtype=send.dtype)
-    scounts, rcounts = counts * width, recv_counts * width
-    sdispl = np.concatenate([[0], np.cumsum(scounts)[:-1]])
-    rdispl = np.concatenate([[0], np.cumsum(rcounts)[:-1]])
-    mpi_type = MPI._typedict[send.dtype.char]
-    comm.Alltoallv([send, (scounts, sdispl), mpi_type], [recv, (rcounts, rdispl), mpi_type])
+    pieces = comm.allreduce(max(int(counts.sum()), int(recv_counts.sum())) > MAX_COUNT, op=MPI.LOR)
+    row = _row_type(send)
+    try:
+        sdispl = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        rdispl = np.concatenate([[0], np.cumsum(recv_counts)[:-1]]).astype(np.int64)
+        if not pieces:
+            comm.Alltoallv([send, (counts, sdispl), row], [recv, (recv_counts, rdispl), row])
+        else:
+            _alltoallv_pieces(comm, send, counts, sdispl, recv, recv_counts, rdispl, row)
+    finally:
+        row.Free()
     return recv, recv_counts
+
+
+def _row_type(array: np.ndarray) -> Any:
+    """A committed MPI datatype for one row of `array` (the caller frees it): the element type from mpi4py's
+    public NumPy mapping, else raw bytes (dtypes MPI has no name for, e.g. structured ones)."""
+    from mpi4py import MPI
+    from mpi4py.util import dtlib
+
+    width = int(np.prod(array.shape[1:], dtype=np.int64)) if array.ndim > 1 else 1
+    try:
+        base = dtlib.from_numpy_dtype(array.dtype)
+        if base.extent != array.dtype.itemsize:
+            raise ValueError("padded datatype")
+    except (ValueError, KeyError, TypeError):
+        base, width = MPI.BYTE, width * array.dtype.itemsize
+    if width > 2**31 - 1:
+        raise ValueError(f"alltoallv rows must hold at most 2**31-1 elements; got {width}. HINT: reshape so "
+                         "rows are narrower (rows are what travels)")
+    return base.Create_contiguous(width).Commit()
+
+
+def _alltoallv_pieces(comm: Any, send: np.ndarray, counts: np.ndarray, sdispl: np.ndarray, recv: np.ndarray,
+                      recv_counts: np.ndarray, rdispl: np.ndarray, row: Any) -> None:
+    """Every peer pair exchanges its rows in messages of at most MAX_COUNT rows. Messages of one pair match in
+    posting order (MPI's non-overtaking rule), so one tag suffices; all receives are posted before any wait."""
+    from mpi4py import MPI
+
+    me, reqs = comm.rank, []
+    for src in range(comm.size):
+        if src != me:
+            for lo, hi in _pieces(int(rdispl[src]), int(recv_counts[src])):
+                reqs.append(comm.Irecv([recv[lo:hi], hi - lo, row], source=src, tag=_ALLTOALLV_TAG))
+    for dest in range(comm.size):
+        if dest != me:
+            for lo, hi in _pieces(int(sdispl[dest]), int(counts[dest])):
+                reqs.append(comm.Isend([send[lo:hi], hi - lo, row], dest=dest, tag=_ALLTOALLV_TAG))
+    mine = int(counts[me])
+    recv[int(rdispl[me]):int(rdispl[me]) + mine] = send[int(sdispl[me]):int(sdispl[me]) + mine]
+    MPI.Request.Waitall(reqs)
+
+
+def _pieces(start: int, count: int) -> list[tuple[int, int]]:
+    return [(lo, min(lo + MAX_COUNT, start + count)) for lo in range(start, start + count, MAX_COUNT)]
 
 
 def allreduce_sum(comm: Any, values: np.ndarray | Sequence[float]) -> np.ndarray:

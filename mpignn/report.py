@@ -1,16 +1,20 @@
-"""Per-epoch numbers: one reduced record, printed as a line on rank 0 and appended as JSON."""
+"""Per-epoch numbers: one reduced record, printed as a line on rank 0 and appended as JSON; the
+best-validation-epoch selection and the accuracy counter (ogb's Evaluator for ogbn-* datasets)."""
 from __future__ import annotations
 
 import json
 import resource
 import sys
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable
 
-__all__ = ["peak_rss_mb", "format_epoch", "append_jsonl", "FIELDS"]
+__all__ = ["peak_rss_mb", "format_epoch", "append_jsonl", "FIELDS", "BestEpoch", "select_best",
+           "correct_counter", "format_final"]
 
+BEST_FIELDS = ("best_epoch", "best_val_acc", "test_acc_at_best_val")
 FIELDS = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "seeds_per_s", "sample_s",
-          "exchange_s", "compute_s", "allreduce_s", "remote_feature_bytes", "remote_structure_bytes",
-          "cache_hit_rate", "peak_rss_mb", "load_peak_rss_mb", "world_size")
+          "exchange_s", "compute_s", "allreduce_s", "wait_s", "remote_feature_bytes", "remote_structure_bytes",
+          "cache_hit_rate", "peak_rss_mb", "load_peak_rss_mb", "world_size", *BEST_FIELDS)
 
 
 def peak_rss_mb() -> float:
@@ -21,10 +25,15 @@ def peak_rss_mb() -> float:
 
 def format_epoch(rec: dict[str, Any]) -> str:
     acc = lambda v: "  -  " if v is None else f"{v:.4f}"  # noqa: E731
-    return (f"epoch {rec['epoch']:3d} | loss {rec['loss']:.4f} | acc train {acc(rec['train_acc'])} "
-            f"val {acc(rec['val_acc'])} test {acc(rec['test_acc'])} | {rec['epoch_s']:.2f}s "
-            f"{rec['seeds_per_s']:.0f} seeds/s | sample {rec['sample_s']:.2f} exch {rec['exchange_s']:.2f} "
-            f"compute {rec['compute_s']:.2f} allreduce {rec['allreduce_s']:.2f} | remote "
+    if "edges_per_s" in rec:  # link prediction
+        hits = next(k for k in rec if k.startswith("test_hits@"))
+        scores = (f"auc val {acc(rec['val_auc'])} test {acc(rec['test_auc'])} mrr {acc(rec['test_mrr'])} "
+                  f"{hits[5:]} {acc(rec[hits])} | {rec['epoch_s']:.2f}s {rec['edges_per_s']:.0f} edges/s")
+    else:
+        scores = (f"acc train {acc(rec['train_acc'])} val {acc(rec['val_acc'])} test {acc(rec['test_acc'])} | "
+                  f"{rec['epoch_s']:.2f}s {rec['seeds_per_s']:.0f} seeds/s")
+    return (f"epoch {rec['epoch']:3d} | loss {rec['loss']:.4f} | {scores} | sample {rec['sample_s']:.2f} exch {rec['exchange_s']:.2f} "
+            f"compute {rec['compute_s']:.2f} allreduce {rec['allreduce_s']:.2f} wait {rec['wait_s']:.2f} | remote "
             f"{rec['remote_feature_bytes'] / 2**20:.1f}+{rec['remote_structure_bytes'] / 2**20:.1f} MiB "
             f"cache hit {rec['cache_hit_rate']:.2f} | peak {rec['peak_rss_mb']:.0f} MiB")
 
@@ -32,3 +41,74 @@ def format_epoch(rec: dict[str, Any]) -> str:
 def append_jsonl(path: str, rec: dict[str, Any]) -> None:
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(rec) + "\n")
+
+
+@dataclass
+class BestEpoch:
+    """The evaluated epoch with the highest validation score so far (the earliest one on ties), and its test
+    score: what the OGB protocol reports, instead of the last epoch's. The score is `metric`: "acc" (node
+    classification: val_acc, test_acc) or "auc" (link prediction: val_auc, test_auc)."""
+
+    epoch: int = -1
+    val_acc: float | None = None  # the best validation score (of `metric`, despite the name)
+    test_acc: float | None = None
+    metric: str = "acc"
+
+    def update(self, rec: dict[str, Any]) -> bool:
+        """Take `rec` if it was evaluated and beats the best validation score; returns whether it did."""
+        val = rec.get(f"val_{self.metric}")
+        if val is None or (self.val_acc is not None and val <= self.val_acc):
+            return False
+        self.epoch, self.val_acc, self.test_acc = int(rec["epoch"]), float(val), rec.get(f"test_{self.metric}")
+        return True
+
+    def fields(self) -> dict[str, Any]:
+        """The record fields best_epoch, best_val_<metric>, test_<metric>_at_best_val."""
+        names = (BEST_FIELDS[0], f"best_val_{self.metric}", f"test_{self.metric}_at_best_val")
+        return dict(zip(names, (self.epoch if self.val_acc is not None else None, self.val_acc, self.test_acc)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], metric: str = "acc") -> "BestEpoch":
+        return cls(**{"metric": metric, **{k: values[k] for k in ("epoch", "val_acc", "test_acc", "metric")
+                                           if k in values}})
+
+
+def select_best(records: Iterable[dict[str, Any]]) -> BestEpoch:
+    """The best validation epoch among per-epoch records (epochs without evaluation are skipped)."""
+    best = BestEpoch()
+    for rec in records:
+        best.update(rec)
+    return best
+
+
+def correct_counter(dataset: str) -> Callable[[Any, Any], float]:
+    """How many predictions are right, per batch: for `ogbn-*` datasets through ogb's `Evaluator(dataset)`
+    (its accuracy times the batch's size, rounded: exact, so sums over batches and ranks stay exact), else
+    equal labels. `pred` and `labels` are 1-D tensors of class ids."""
+    if not dataset.startswith("ogbn-"):
+        return lambda pred, labels: float((pred == labels).sum())
+    from ogb.nodeproppred import Evaluator
+
+    evaluator = Evaluator(dataset)
+
+    def count(pred: Any, labels: Any) -> float:
+        n = len(labels)
+        if not n:
+            return 0.0
+        acc = evaluator.eval({"y_true": labels.reshape(-1, 1), "y_pred": pred.reshape(-1, 1)})["acc"]
+        return float(round(acc * n))
+
+    return count
+
+
+def format_final(best: BestEpoch, last: dict[str, Any], world_size: int) -> str:
+    """The last line of a run: the test score at the best validation epoch."""
+    name = {"acc": "accuracy", "auc": "AUC"}[best.metric]
+    last_test = last.get(f"test_{best.metric}") or 0.0
+    if best.val_acc is None or best.test_acc is None:
+        return f"final test {name} {last_test:.4f} (no validation {name}: last epoch) ({world_size} ranks)"
+    return (f"final test {name} {best.test_acc:.4f} at best val epoch {best.epoch} (val {best.val_acc:.4f}; "
+            f"last epoch test {last_test:.4f}) ({world_size} ranks)")

@@ -60,6 +60,9 @@ def test_bad_flags_and_datasets(tmp_path, args, needle):
     ({"edge_index": np.array([[0, 1], [1, 70]])}, "outside [0, 50)"),
     ({"x": np.full((50, 3), np.nan, dtype=np.float32)}, "NaN"),
     ({"train_idx": np.array([], dtype=np.int64)}, "train_idx is empty"),
+    ({"train_idx": np.array([0, 1, 2, 1])}, "train_idx must list each node once"),  # was a mid-training traceback
+    ({"val_idx": np.arange(15, 30)}, "train_idx and val_idx share 5 node(s)"),
+    ({"num_classes": np.int64(10**12)}, "num_classes must be between 2 and the node count 50"),
 ])
 def test_malformed_npz_fails_on_every_rank(tmp_path, override, needle):
     name = _bad_npz(tmp_path / "g.npz", **override)

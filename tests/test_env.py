@@ -1,5 +1,6 @@
 """Tier 1: launcher detection, torch env export and the thread budget, with the environment faked."""
 import os
+import signal
 
 import pytest
 
@@ -69,3 +70,110 @@ def test_onednn_cache_is_bounded_unless_the_user_set_it(monkeypatch):
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
     env.bound_onednn_cache()
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "256"
+
+
+def test_bootstrap_leaves_the_process_alone_unless_asked(monkeypatch):
+    # API users' own loops keep their malloc and oneDNN settings; the CLI (below) opts in.
+    from mpignn import runtime
+
+    tuned = []
+    monkeypatch.setattr(runtime, "tune_allocator", lambda: tuned.append("malloc"))
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    runtime.bootstrap(logging_setup=False)
+    assert tuned == [] and "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ
+    runtime.bootstrap(logging_setup=False, tune_process=True)
+    assert tuned == ["malloc"] and os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16"
+
+
+def test_train_cli_opts_in_to_process_tuning(monkeypatch):
+    from mpignn import runtime, train
+
+    seen = {}
+
+    def fake_bootstrap(*args, **kwargs):
+        seen.update(kwargs)
+        raise KeyboardInterrupt  # stop before any work
+
+    monkeypatch.setattr(runtime, "bootstrap", fake_bootstrap)
+    before = signal.getsignal(signal.SIGUSR2)
+    with pytest.raises(KeyboardInterrupt):
+        train.main(["--epochs", "1"])
+    assert seen.get("tune_process") is True
+    assert signal.getsignal(signal.SIGUSR2) is before  # a library call leaves no handler behind
+
+
+def test_socket_ifname_takes_the_first_plain_name_in_order():
+    assert env.socket_ifname({}) is None
+    assert env.socket_ifname({"NCCL_SOCKET_IFNAME": "=ib0,eth0"}) == ("NCCL_SOCKET_IFNAME", "ib0")
+    assert env.socket_ifname({"GLOO_SOCKET_IFNAME": "eth1,eth2", "NCCL_SOCKET_IFNAME": "ib0"}) == \
+        ("GLOO_SOCKET_IFNAME", "eth1")
+    assert env.socket_ifname({"MPIGNN_SOCKET_IFNAME": "hsn0", "GLOO_SOCKET_IFNAME": "eth1"}) == \
+        ("MPIGNN_SOCKET_IFNAME", "hsn0")
+    # a list of exclusions names nothing: the next variable decides
+    assert env.socket_ifname({"GLOO_SOCKET_IFNAME": "^docker0,lo", "NCCL_SOCKET_IFNAME": "ib0"}) == \
+        ("NCCL_SOCKET_IFNAME", "ib0")
+    assert env.socket_ifname({"MPIGNN_SOCKET_IFNAME": " , "}) is None
+
+
+def _ifaces(*specs):
+    return [env.Interface(name, addr, prefix) for name, addr, prefix in specs]
+
+
+LO = ("lo", "127.0.0.1", 8)
+
+
+def test_shared_subnet_is_chosen_and_loopback_never():
+    root = _ifaces(LO, ("eth0", "192.168.7.1", 24), ("ib0", "10.10.0.1", 16))
+    assert env.pick_shared_address(root, [_ifaces(LO, ("ib0", "10.10.3.9", 16))]).address == "10.10.0.1"
+    assert env.pick_shared_address(root, [_ifaces(LO, ("eth0", "192.168.7.2", 24), ("ib0", "10.10.3.9", 16)),
+                                          _ifaces(("ib0", "10.10.200.1", 16))]).name == "ib0"  # all 3 hosts
+    assert env.pick_shared_address(root, [_ifaces(("eth0", "192.168.7.2", 24), ("ib0", "10.10.3.9", 16)),
+                                          _ifaces(("x", "192.168.7.3", 24))]).name == "eth0"  # first shared
+    assert env.pick_shared_address(root, [_ifaces(LO, ("eth0", "192.168.8.2", 24))]) is None  # other subnet
+    assert env.pick_shared_address(_ifaces(LO), [_ifaces(LO)]) is None  # both "share" 127/8: not routable
+
+
+def test_this_hosts_interfaces_are_listed():
+    found = env.ipv4_interfaces()
+    assert any(i.is_loopback for i in found) and all(0 <= i.prefixlen <= 32 for i in found), found
+
+
+def test_export_keeps_the_users_gloo_interface():
+    fake = {"GLOO_SOCKET_IFNAME": "ib0"}
+    env.export_torch_env({"GLOO_SOCKET_IFNAME": "eth0", "RANK": 1}, env=fake)
+    assert fake == {"GLOO_SOCKET_IFNAME": "ib0", "RANK": "1"}
+
+
+@pytest.fixture
+def debian_host(monkeypatch):
+    """Rank 0's host name resolves to 127.0.1.1; its interfaces are lo, eth0 (10.0.0.1/24), docker0."""
+    for var in ("MASTER_ADDR", "MPIGNN_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(env, "host_address", lambda: "127.0.1.1")
+    monkeypatch.setattr(env, "ipv4_interfaces",
+                        lambda: _ifaces(LO, ("docker0", "172.17.0.1", 16), ("eth0", "10.0.0.1", 24)))
+    return monkeypatch
+
+
+def test_rank0_address_across_hosts_is_routable(debian_host):
+    from mpignn import mpi
+    from mpignn.errors import LaunchError
+
+    other = [_ifaces(LO, ("docker0", "172.18.0.1", 16), ("eth0", "10.0.0.2", 24))]
+    assert mpi._choose_address(other) == ("10.0.0.1", "10.0.0.0/24")
+    assert mpi._choose_address([]) == ("127.0.1.1", "")  # one host: loopback is right
+    debian_host.setenv("NCCL_SOCKET_IFNAME", "docker")  # NCCL-style prefix
+    assert mpi._choose_address(other) == ("172.17.0.1", "172.17.0.0/16")
+    debian_host.setenv("MPIGNN_SOCKET_IFNAME", "eth9")
+    with pytest.raises(LaunchError, match=r"MPIGNN_SOCKET_IFNAME=eth9 should name.*got interfaces lo 127.0.0.1/8"):
+        mpi._choose_address(other)
+    debian_host.setenv("MPIGNN_SOCKET_IFNAME", "lo")
+    with pytest.raises(LaunchError, match="non-loopback"):
+        mpi._choose_address(other)
+    debian_host.delenv("MPIGNN_SOCKET_IFNAME")
+    debian_host.delenv("NCCL_SOCKET_IFNAME")
+    with pytest.raises(LaunchError, match=r"subnet all 2 hosts share.*resolves to 127.0.1.1.*HINT: set "
+                                          r"MPIGNN_SOCKET_IFNAME"):
+        mpi._choose_address([_ifaces(LO, ("eth0", "10.9.0.2", 24))])
+    debian_host.setenv("MASTER_ADDR", "10.0.0.1")  # the user's choice wins, checked or not
+    assert mpi._choose_address([_ifaces(LO)]) == ("10.0.0.1", "")

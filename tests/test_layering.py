@@ -6,7 +6,7 @@ import pytest
 
 # mpi, env, log, config: stdlib (+ mpi4py/numpy for mpi); data .. exchange: numpy/numba/pymetis, no torch.
 NO_TORCH = ["mpignn", "mpignn.mpi", "mpignn.env", "mpignn.log", "mpignn.config", "mpignn.errors", "mpignn.fileio",
-            "mpignn.data", "mpignn.partition", "mpignn.sampling", "mpignn.exchange"]
+            "mpignn.data", "mpignn.partition", "mpignn.sampling", "mpignn.sampling.access", "mpignn.exchange"]
 NO_PYG = ["mpignn.dist", "mpignn.checkpoint"]
 
 
@@ -28,3 +28,15 @@ def test_leaf_modules_import_without_torch(module):
 @pytest.mark.parametrize("module", NO_PYG)
 def test_lower_layers_import_without_torch_geometric(module):
     assert "torch_geometric" not in _loaded(module)
+
+
+def test_star_import_of_mpi_stays_free_of_torch():
+    # `__all__` must not name the lazily imported torch helpers: `import *` resolves every name in it.
+    code = ("from mpignn.mpi import *; import sys, mpignn.mpi as m; "
+            "print(' '.join(sorted(x for x in sys.modules if x.split('.')[0] == 'torch'))); "
+            "print(m.init_process_group.__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    first, second = out.stdout.split("\n")[:2]
+    assert first == "", "`from mpignn.mpi import *` imported torch"
+    assert second == "mpignn.dist", "the lazy torch helpers must still be reachable as attributes"

@@ -54,3 +54,10 @@ def test_failure_on_one_rank_ends_the_job_fast(bad_rank):
 @pytest.mark.parametrize("n", [2, 3])
 def test_rendezvous_and_allreduce_over_gloo(n):
     run_mpi("rendezvous.py", n, timeout=90)
+
+
+@pytest.mark.parametrize("limit", [1, 4])
+def test_alltoallv_in_pieces_matches_one_call(limit):
+    # MAX_COUNT lowered to `limit` rows: uneven and empty sends, 1-D/2-D/3-D arrays, five dtypes (one structured)
+    out = run_mpi("alltoallv_pieces.py", 3, limit)
+    assert out.count("cases=15") == 3, out[-2000:]

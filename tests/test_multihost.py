@@ -2,6 +2,7 @@
 distributed training over TCP between hosts. Needs ../shared/tools/multihost-mpirun and root."""
 import os
 import sys
+import time
 
 import pytest
 
@@ -13,10 +14,10 @@ pytestmark = [pytest.mark.mpi,
               pytest.mark.skipif(os.geteuid() != 0, reason="multihost-mpirun needs root (network namespaces)")]
 
 
-def _multihost(hosts, per_host, argv, timeout=180):
+def _multihost(hosts, per_host, argv, timeout=180, tool=TOOL):
     env = clean_env()
     env["PATH"] = f"{os.path.dirname(sys.executable)}:{env['PATH']}"
-    rc, out = run_cmd([str(TOOL), "-H", str(hosts), "-p", str(per_host), "-t", str(timeout), "--", *argv],
+    rc, out = run_cmd([str(tool), "-H", str(hosts), "-p", str(per_host), "-t", str(timeout), "--", *argv],
                       timeout=timeout + 30, env=env)
     if rc == 2 and "multihost-mpirun:" in out:
         pytest.skip(f"multihost-mpirun could not set up hosts here: {out[-300:]}")
@@ -39,3 +40,33 @@ def test_training_across_hosts_with_node_local_prep(tmp_path):
                                 "--dataset", "synthetic:num_nodes=4000,avg_degree=8,num_features=8", "--epochs", "1",
                                 "--hidden", "16", "--batch-size", "128", "--fanout", "5,5"])
     assert rc == 0 and "final test accuracy" in out and "4 ranks on 2 hosts" in out, out[-3000:]
+
+
+_OWN_HOSTS_LINE = 'echo "127.0.0.1 localhost";'
+
+
+@pytest.fixture
+def loopback_tool(tmp_path):
+    """multihost-mpirun whose hosts map their own name to 127.0.1.1 first in /etc/hosts, as Debian does."""
+    text = TOOL.read_text()
+    if text.count(_OWN_HOSTS_LINE) != 1:
+        pytest.skip("multihost-mpirun writes /etc/hosts differently now; cannot add the loopback mapping")
+    tool = tmp_path / "multihost-loopback"
+    tool.write_text(text.replace(_OWN_HOSTS_LINE, _OWN_HOSTS_LINE + ' echo "127.0.1.1 host$i";'))
+    tool.chmod(0o755)
+    return tool
+
+
+@pytest.mark.parametrize("mode", ["auto", "ifname"])
+def test_rendezvous_across_hosts_never_uses_a_loopback_address(loopback_tool, mode):
+    rc, out = _multihost(2, 2, [sys.executable, str(WORKERS / "loopback_rendezvous.py"), mode], timeout=120,
+                         tool=loopback_tool)
+    assert rc == 0 and len(ok_ranks(out)) == 4, out[-3000:]
+
+
+def test_rendezvous_interface_that_does_not_exist_fails_at_once(loopback_tool):
+    start = time.monotonic()
+    rc, out = _multihost(2, 1, [sys.executable, str(WORKERS / "loopback_rendezvous.py"), "badifname"],
+                         timeout=120, tool=loopback_tool)
+    assert rc == 0 and out.count("refused") == 2, out[-3000:]
+    assert time.monotonic() - start < 60

@@ -1,4 +1,5 @@
 """Nothing mpignn reads back is unpickled, and a write killed half-way never leaves a trusted file."""
+import io
 import os
 import signal
 import subprocess
@@ -26,23 +27,37 @@ class _Payload:
         return (open, (self.marker, "w"))
 
 
+def _crafted_npy(path, marker, size):
+    """A .npy of exactly `size` bytes whose object array runs code when unpickled (pickle ignores the padding
+    after its STOP opcode), so a size check cannot be what stops it."""
+    buf = io.BytesIO()
+    np.save(buf, np.array([_Payload(str(marker))], dtype=object), allow_pickle=True)
+    data = buf.getvalue()
+    assert len(data) < size, (len(data), size)
+    path.write_bytes(data + b"\0" * (size - len(data)))
+
+
 def test_crafted_partition_file_does_not_run_code(tmp_path):
     g = make_synthetic(SyntheticSpec(num_nodes=500, avg_degree=4, num_features=3))
     partition_graph(g, 2, tmp_path / "p", method="random")
     marker = tmp_path / "pwned"
-    target = tmp_path / "p" / "part-000" / "halo_deg.npy"
-    np.save(target, np.array([_Payload(str(marker))], dtype=object), allow_pickle=True)
-    with pytest.raises(PartitionFormatError):
-        load_partition(tmp_path / "p", 0, verify=False)  # even with checksums off
+    target = tmp_path / "p" / "part-000" / "x.npy"
+    _crafted_npy(target, marker, target.stat().st_size)
+    with pytest.raises(PartitionFormatError, match="cannot be read.*allow_pickle"):
+        load_partition(tmp_path / "p", 0, verify=False)  # even with checksums off; sizes match
     assert not marker.exists()
+    np.load(target, allow_pickle=True)  # the file is a real attack: unpickled, it runs the payload
+    assert marker.exists()
 
 
 def test_crafted_checkpoint_does_not_run_code(tmp_path):
     marker = tmp_path / "pwned"
     torch.save({"epoch": 0, "model": _Payload(str(marker))}, tmp_path / "checkpoint.pt")
-    with pytest.raises(ConfigError, match="cannot resume"):
+    with pytest.raises(ConfigError, match="cannot resume.*UnpicklingError"):
         load_checkpoint(tmp_path, torch.nn.Linear(2, 2))
     assert not marker.exists()
+    torch.load(tmp_path / "checkpoint.pt", weights_only=False)  # the file is a real attack
+    assert marker.exists()
 
 
 _SLOW_WRITER = r"""
@@ -59,7 +74,7 @@ def slow_save(path, array):  # write half of the file, then stall: the parent ki
     real_save(path, array)
     if "part-001" in str(path):
         print("STALLED", flush=True); time.sleep(600)
-import mpignn.partition.format as fmt
+import mpignn.partition.write as fmt  # the module that writes part folders
 fmt.save_npy = slow_save
 if what == "partition":
     g = make_synthetic(SyntheticSpec(num_nodes=800, avg_degree=4, num_features=3, seed=5))

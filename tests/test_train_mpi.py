@@ -42,9 +42,37 @@ def test_metrics_file_has_every_field(tmp_path, n, extra):
 
     for field in FIELDS:
         assert field in rows[-1], field
-    assert rows[-1]["world_size"] == n and abs(rows[-1]["test_acc"] - acc) < 1e-4 and acc > 0.3
+    assert rows[-1]["world_size"] == n and acc > 0.3
+    # the reported accuracy is the test accuracy of the best validation epoch (OGB protocol)
+    best = max(rows, key=lambda r: (r["val_acc"], -r["epoch"]))
+    assert rows[-1]["best_epoch"] == best["epoch"] and rows[-1]["best_val_acc"] == best["val_acc"]
+    assert rows[-1]["test_acc_at_best_val"] == best["test_acc"] and abs(best["test_acc"] - acc) < 1e-4
+    assert f"at best val epoch {best['epoch']} " in out
     if "--replicated" in extra:
         assert rows[-1]["remote_feature_bytes"] == 0
-    else:
-        assert rows[-1]["remote_feature_bytes"] > 0 and rows[-1]["remote_structure_bytes"] > 0
+    else:  # the default cache (auto) may hold every remote row this small graph's sampling reaches
+        assert rows[-1]["remote_feature_bytes"] > 0 or rows[-1]["cache_hit_rate"] == 1.0
+        assert rows[-1]["remote_structure_bytes"] > 0
+    if "--cache-size" in extra:
+        assert rows[-1]["remote_feature_bytes"] > 0 and rows[-1]["cache_hit_rate"] == 0.0
     assert out.count("epoch   2 |") == 1, "only rank 0 prints epoch lines"
+
+
+def _tiny_npz(path, num_train):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    n = 40
+    np.savez(path, edge_index=rng.integers(0, n, (2, 200)), x=rng.standard_normal((n, 8), np.float32),
+             y=rng.integers(0, 3, n), train_idx=np.arange(num_train), val_idx=np.arange(20, 30),
+             test_idx=np.arange(30, 40), num_classes=np.int64(3))
+    return path
+
+
+@pytest.mark.parametrize("n,extra", [(2, ["--replicated"]), (3, ["--replicated"]), (3, [])])
+def test_more_ranks_than_training_nodes(tmp_path, n, extra):
+    # issue 13: replicated on 2 ranks ended in "Message truncated"; partitioned on 3 ranks hung
+    npz = _tiny_npz(tmp_path / "tiny.npz", 1)
+    _, out = train(n, tmp_path, "--dataset", f"npz:{npz}", "--epochs", "2", "--hidden", "8", "--fanout", "3,3",
+                   *extra, timeout=90)
+    assert out.count("epoch   1 |") == 1

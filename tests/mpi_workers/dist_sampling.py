@@ -32,7 +32,7 @@ def main(folder: str, method: str, cache: int) -> None:
                            graph.num_nodes, fanouts)
     single = NeighborSampler(LocalHops(whole_rowptr, whole_col), graph.num_nodes, fanouts)
     store = FeatureStore(part.x, part.y, part.lo, offsets, comm)
-    store.build_cache(part.halo_gid, part.halo_deg, cache)
+    store.build_cache(part.halo_gid[np.argsort(-part.halo_deg, kind="stable")][:cache])
     # uneven batches: rank r asks for r*7 seeds (rank 0 for none) and all ranks still take part
     for step in range(3):
         seeds = part.train_idx[:comm.rank * 7 + step]

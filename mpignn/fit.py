@@ -1,0 +1,114 @@
+"""The epoch loop of `python -m mpignn.train`: resume, train, evaluate, keep the best validation epoch, save
+checkpoints, and stop in agreement on SIGUSR2. Built on loop, checkpoint, report and stopping; imports torch.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mpignn.checkpoint import CHECKPOINT, resume_state, save_state
+from mpignn.errors import ConfigError
+from mpignn.loop import optimize_for_device, run_epoch, wrap_ddp
+from mpignn.report import BestEpoch, append_jsonl, correct_counter, format_epoch, format_final
+from mpignn.schedule import attach_lr_schedule
+from mpignn.stopping import EXIT_STOPPED, StopSignal, requeue
+
+__all__ = ["check_flags", "fit"]
+
+log = logging.getLogger(__name__)
+
+
+def check_flags(cfg: Any) -> None:
+    """Refuse flag combinations the epoch loop cannot honour (not collective: the flags are the same
+    everywhere)."""
+    if cfg.requeue and not cfg.checkpoint_dir:
+        raise ConfigError("--requeue expects --checkpoint-dir (the requeued job resumes from it); got none. "
+                          "HINT: add --checkpoint-dir DIR")
+
+
+def _wants_resume(cfg: Any, comm: Any) -> bool:
+    """Collective over `comm`: --resume, or --requeue with a checkpoint present (rank 0 looks, all agree)."""
+    if cfg.resume or not cfg.requeue:
+        return bool(cfg.resume)
+    found = (Path(cfg.checkpoint_dir) / CHECKPOINT).is_file() if comm.rank == 0 else None
+    return bool(comm.bcast(found, root=0))
+
+
+def fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer, stop: StopSignal | None = None) -> int:
+    """Collective over `rt.comm`: train epochs `cfg.epochs`, resuming when asked; returns the exit code:
+    0, or EXIT_STOPPED (75) when `stop` was requested on any rank (after the checkpoint, if any, is saved).
+
+    The reported test accuracy is the one at the best validation epoch (the OGB protocol); each epoch record
+    carries best_epoch, best_val_acc and test_acc_at_best_val so far.
+    """
+    link = cfg.task == "link"
+    comm, best = rt.comm, BestEpoch(metric="auc" if link else "acc")
+    metric = None if link else correct_counter(cfg.dataset)
+    first_epoch, first_step, carry = 0, 0, None
+    if _wants_resume(cfg, comm):
+        info = resume_state(comm, cfg.checkpoint_dir, model, optimizer, cfg.to_dict(), rt.device)
+        first_epoch, first_step = info["epoch"], info["step"]
+        best = BestEpoch.from_dict(info["extra"].get("best", {}), best.metric)
+        carry = info["extra"].get("partial") if first_step else None
+        log.info("resumed from %s at epoch %d step %d (%s)", cfg.checkpoint_dir, first_epoch, first_step,
+                 "RNG states restored" if info["same_world"] else "another world size: fresh RNG states, the "
+                 "data order differs from an uninterrupted run")
+        if info["replay_changes"] and rt.rank == 0:
+            log.warning("resuming with %s: the run continues but does not replay the original one exactly",
+                        ", ".join(info["replay_changes"]))
+    bf16 = cfg.precision == "bf16"
+    model, optimizer = optimize_for_device(model, optimizer, rt.device, bf16)
+    steps = len(loaders["train"])
+    schedule = attach_lr_schedule(optimizer, cfg.lr, cfg.lr_scaling, batch_size=cfg.batch_size,
+                                  batch_scope=cfg.batch_scope, world_size=rt.world_size, steps_per_epoch=steps,
+                                  warmup_epochs=cfg.warmup_epochs, first_epoch=first_epoch)
+    if schedule is not None and first_step:  # resumed mid-epoch: the warm-up continues at that step
+        schedule.step += first_step
+        for group in optimizer.param_groups:
+            group["lr"] = schedule.lr_at(schedule.step)
+    ddp, timer = wrap_ddp(model, comm, rt.device)
+    log.info("%d train steps per epoch, %s", steps, "bf16 autocast" if bf16 else "fp32")
+    rec: dict[str, Any] | None = None
+    for epoch in range(first_epoch, cfg.epochs):
+        resumed_here = epoch == first_epoch
+        rec = run_epoch(rt, epoch, ddp, optimizer, loaders, bf16=bf16, timer=timer, graph=graph,
+                        evaluate_now=epoch == cfg.epochs - 1 or (epoch + 1) % cfg.eval_every == 0, stop=stop,
+                        start_step=first_step if resumed_here else 0, carry=carry if resumed_here else None,
+                        metric=metric, hits_k=cfg.hits_k)
+        if "stopped_step" in rec:
+            return _stopped(cfg, rt, stop, rec, model, optimizer, best)
+        best.update(rec)
+        rec.update(best.fields())
+        if rt.rank == 0:
+            log.info(format_epoch(rec))
+            if cfg.metrics_out:
+                append_jsonl(cfg.metrics_out, rec)
+        if cfg.checkpoint_dir:
+            save_state(comm, cfg.checkpoint_dir, epoch=epoch + 1, step=0, model=model, optimizer=optimizer,
+                       device=rt.device, extra={"config": cfg.to_dict(), "best": best.to_dict()})
+    if rt.rank == 0 and rec is not None:
+        print(format_final(best, rec, rt.world_size), flush=True)
+    return 0
+
+
+def _stopped(cfg: Any, rt: Any, stop: Any, rec: dict[str, Any], model: torch.nn.Module,
+             optimizer: torch.optim.Optimizer, best: BestEpoch) -> int:
+    """Collective over `rt.comm`: save where the run stopped, say so on rank 0, requeue if asked."""
+    epoch, step = rec["epoch"], rec["stopped_step"]
+    log.info("stopping at epoch %d step %d", epoch, step)  # on every rank with MPIGNN_LOG_RANKS=all
+    if cfg.checkpoint_dir:
+        save_state(rt.comm, cfg.checkpoint_dir, epoch=epoch, step=step, model=model, optimizer=optimizer,
+                   device=rt.device, extra={"config": cfg.to_dict(), "best": best.to_dict(),
+                                            "partial": rec["partial"]})
+        where = f"checkpoint in {cfg.checkpoint_dir}; resume with --resume"
+    else:
+        where = "nothing saved (no --checkpoint-dir)"
+    if rt.rank == 0:
+        print(f"stopped by {stop.name} at epoch {epoch} step {step}; {where}", flush=True)
+        if cfg.requeue:
+            print(requeue(), flush=True)
+    return EXIT_STOPPED

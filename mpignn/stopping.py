@@ -1,0 +1,69 @@
+"""Stopping early on Slurm's warning signal: a handler that only sets a flag, and the requeue request.
+
+The ranks agree on the flag at step boundaries (`mpignn.loop.train_epoch`), so they all stop at the same
+step. Stdlib only: no torch, no MPI here.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+from typing import Any
+
+__all__ = ["EXIT_STOPPED", "StopSignal", "requeue"]
+
+log = logging.getLogger(__name__)
+
+EXIT_STOPPED = 75
+"""Exit code of a run stopped by the signal (EX_TEMPFAIL: try again later, e.g. with --resume)."""
+
+
+class StopSignal:
+    """Remember that `signum` (SIGUSR2 by default) arrived; the handler does nothing else.
+
+    Slurm's `--signal=USR2@120` (without `B:`) signals every task of the job steps, and Hydra's mpiexec
+    forwards SIGUSR2 to its ranks, so each rank usually sees it; one rank seeing it is enough, since the
+    ranks agree over MPI before stopping.
+    """
+
+    def __init__(self, signum: int = signal.SIGUSR2) -> None:
+        self.signum, self.requested, self._previous = signum, False, None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def install(self) -> "StopSignal":
+        """Install the handler (main thread only, as Python requires); returns self."""
+        self._previous = signal.signal(self.signum, self._handle)
+        return self
+
+    def uninstall(self) -> None:
+        """Put the previous handler back."""
+        if self._previous is not None:
+            signal.signal(self.signum, self._previous)
+            self._previous = None
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+def requeue(env: dict[str, str] | None = None) -> str:
+    """Ask Slurm to requeue this job (`scontrol requeue $SLURM_JOB_ID`); returns what happened, in words.
+
+    Not collective: rank 0 calls it. Outside Slurm, or when scontrol fails, it says so and changes nothing.
+    """
+    from mpignn.env import slurm_job_id
+
+    env = dict(os.environ if env is None else env)
+    job = slurm_job_id(env)
+    if not job:
+        return "not requeued: SLURM_JOB_ID is not set (not a Slurm job)"
+    try:
+        res = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"not requeued: scontrol requeue {job} failed: {exc}"
+    if res.returncode != 0:
+        return f"not requeued: scontrol requeue {job} exited {res.returncode}: {res.stderr.strip()[:200]}"
+    return f"requeued Slurm job {job}"
