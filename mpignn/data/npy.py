@@ -25,6 +25,7 @@ import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.npyio import iter_chunks, npy_header
+from mpignn.data.splits import split_problem
 from mpignn.errors import DatasetError
 from mpignn.fileio import load_npy, save_npy, write_json
 
@@ -118,24 +119,10 @@ def _structure(folder: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _check_splits(folder: Path, splits: dict[str, np.ndarray], y: np.ndarray, n: int, num_classes: int) -> None:
-    owner = np.zeros(n, dtype=np.int8)
-    for i, (name, idx) in enumerate(splits.items(), start=1):
-        if idx.size == 0:
-            raise _fail(folder, f"{name}.npy is empty; all three splits need nodes",
-                        "hold out some labelled nodes, e.g. split a random permutation 60/20/20")
-        _check_ids(folder, name, idx, n)
-        ordered = np.sort(idx)
-        repeated = ordered[1:][ordered[1:] == ordered[:-1]]
-        if repeated.size:
-            raise _fail(folder, f"{name}.npy must list each node once; got {repeated.size} repeated id(s), e.g. "
-                                f"{repeated[0]}", f"save np.unique({name})")
-        taken = owner[idx]
-        if taken.any():
-            other = list(splits)[int(taken[taken > 0][0]) - 1]
-            raise _fail(folder, f"{other} and {name} share {int((taken > 0).sum())} node(s), e.g. "
-                                f"{idx[taken > 0][0]}; a node may be in one split only",
-                        f"remove them from one split, e.g. np.setdiff1d({name}, {other})")
-        owner[idx] = i
+    problem = split_problem(splits, n)
+    if problem:
+        raise _fail(folder, *problem)
+    for name, idx in splits.items():
         labels = y[idx]
         if labels.min() < 0 or labels.max() >= num_classes:
             raise _fail(folder, f"{name} nodes need labels in [0, {num_classes}); got min {labels.min()}, max "

@@ -13,6 +13,7 @@ import zlib
 import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
+from mpignn.data.splits import split_problem
 from mpignn.errors import DatasetError
 
 __all__ = ["load_npz", "save_npz", "NPZ_KEYS"]
@@ -128,29 +129,9 @@ def _read(path: str, keys: list[str]) -> dict[str, np.ndarray]:
 
 
 def _check_splits(path: str, splits: dict[str, np.ndarray], n: int) -> None:
-    """Ids in range, each node once per split, no node in two splits, no empty split."""
-    purpose = {"train_idx": "nothing to train on", "val_idx": "nothing to select the model on",
-               "test_idx": "nothing to report the accuracy on"}
-    owner = np.zeros(n, dtype=np.int8)
-    for i, (key, idx) in enumerate(splits.items(), start=1):
-        if idx.size == 0:
-            raise _fail(path, f"{key} is empty ({purpose[key]}); all three splits need nodes",
-                        "hold out some labelled nodes, e.g. split a random permutation 60/20/20")
-        if idx.min() < 0 or idx.max() >= n:
-            raise _fail(path, f"{key} has node ids outside [0, {n}): min {idx.min()}, max {idx.max()}",
-                        "node ids are row numbers of x, 0 .. N-1")
-        ordered = np.sort(idx)
-        repeated = ordered[1:][ordered[1:] == ordered[:-1]]
-        if repeated.size:
-            raise _fail(path, f"{key} must list each node once; got {repeated.size} repeated id(s), e.g. "
-                              f"{repeated[0]}", f"save np.unique({key})")
-        taken = owner[idx]
-        if taken.any():
-            other = list(splits)[int(taken[taken > 0][0]) - 1]
-            shared = idx[taken > 0]
-            raise _fail(path, f"{other} and {key} share {shared.size} node(s), e.g. {shared[0]}; a node may be in "
-                              "one split only", f"remove them from one split, e.g. np.setdiff1d({key}, {other})")
-        owner[idx] = i
+    problem = split_problem(splits, n)
+    if problem:
+        raise _fail(path, *problem)
 
 
 def _check_labels(path: str, arrays: dict[str, np.ndarray], splits: dict[str, np.ndarray], n: int) -> int:
