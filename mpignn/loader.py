@@ -90,11 +90,14 @@ class NodeLoader:
             when nothing here is collective (one part).
         wrap: a rank with fewer seeds than steps repeats seeds (training: every DDP step has data); without
             it the surplus steps are empty (evaluation: every seed counts once).
+        max_steps: at most this many steps per epoch (0: all): the first max_steps batches of each epoch's
+            shuffle. The cap is the same on every rank, so the agreed step count stays agreed.
     """
 
     def __init__(self, sampler: NeighborSampler, features: FeatureStore, seeds: np.ndarray, batch_size: int, *,
                  shuffle: bool = True, drop_last: bool = False, seed: int = 0, comm: Any = None,
-                 device: str | torch.device = "cpu", prefetch: bool = False, wrap: bool = True) -> None:
+                 device: str | torch.device = "cpu", prefetch: bool = False, wrap: bool = True,
+                 max_steps: int = 0) -> None:
         self.sampler, self.features = sampler, features
         self.links = seeds if isinstance(seeds, LinkSeeds) else None
         self.seeds = np.arange(len(seeds), dtype=np.int64) if self.links else np.asarray(seeds, dtype=np.int64)
@@ -106,6 +109,9 @@ class NodeLoader:
         else:
             n = len(self.seeds)
             self.steps = n // batch_size if drop_last else -(-n // batch_size)
+        self.capped = 0 < max_steps < self.steps
+        if self.capped:
+            self.steps = max_steps
         self.epoch, self.start_step = 0, 0
         self.times = LoaderTimes()
         self.uploader = Uploader(self.device)
@@ -123,6 +129,8 @@ class NodeLoader:
         if self.shuffle:
             rng = np.random.default_rng([self.seed, self.epoch, self.rank])
             seeds = seeds[rng.permutation(len(seeds))]
+        if self.capped:
+            seeds = seeds[:self.steps * self.batch_size]
         if self.wrap or self.drop_last:
             return pad_to_steps(seeds, self.steps, self.batch_size, self.drop_last)
         return [seeds[a:b] for a, b in (chunk_bounds(len(seeds), self.steps, i) for i in range(self.steps))]

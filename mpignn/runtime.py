@@ -321,7 +321,7 @@ def _spare_memory(rt: Runtime, features: FeatureStore) -> tuple[int | None, int]
 
 def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[int] | None = None, *,
                 batch_size: int = 1024, batch_scope: str = "global", shuffle: bool | None = None, seed: int = 0,
-                prefetch: str = "auto", negatives: str = "uniform") -> NodeLoader:
+                prefetch: str = "auto", negatives: str = "uniform", max_steps: int = 0) -> NodeLoader:
     """Collective over `rt.comm` (agrees on the step count): a loader over this rank's `split` nodes
     ("train", "val" or "test"), or its pairs when the graph was loaded for link prediction (batches then
     carry `edge_label_index` and `edge_label`, as PyG's LinkNeighborLoader gives); in replicated mode each
@@ -333,6 +333,7 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
             otherwise. Held-out pairs each bring 1 + K negatives, so their batches hold fewer positives.
         prefetch: auto, on or off: produce batch k+1 in a thread while batch k computes; see `overlap`.
         negatives: training negatives for link prediction, "uniform" or "tail" (see `LinkSeeds`).
+        max_steps: for "train", at most this many steps per epoch (0: all), each epoch from a fresh shuffle.
     """
     if graph.links is None:
         seeds: Any = getattr(graph.part, f"{split}_idx")
@@ -351,7 +352,7 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
         batch_size = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
     return NodeLoader(sampler, graph.features, seeds, batch_size, shuffle=train if shuffle is None else shuffle,
                       seed=seed, comm=rt.comm, device=rt.device, prefetch=overlap(rt, talks, prefetch),
-                      wrap=train)
+                      wrap=train, max_steps=max_steps if train else 0)
 
 
 def _link_seeds(rt: Runtime, graph: LocalGraph, split: str, negatives: str) -> LinkSeeds:

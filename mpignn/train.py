@@ -52,7 +52,8 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
                              cache_size=cfg.cache_size, local_prep=cfg.local_prep, prep_timeout=cfg.prep_timeout,
                              exchange=cfg.exchange, links=cfg.link_params)
     loaders = {split: make_loader(rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope,
-                                  seed=cfg.seed, prefetch=cfg.prefetch, negatives=cfg.negatives)
+                                  seed=cfg.seed, prefetch=cfg.prefetch, negatives=cfg.negatives,
+                                  max_steps=cfg.max_steps)
                for split in ("train", "val", "test")}
     model = build_model(cfg.model, graph.num_features, cfg.hidden, graph.num_classes, cfg.num_layers,
                         cfg.dropout, task=cfg.task, decoder=cfg.decoder).to(rt.device)

@@ -81,3 +81,37 @@ def test_time_to_accuracy_table(capsys):
     one, two, never = lines[3].split(), lines[4].split(), lines[5].split()
     assert one[1:4] == ["yes", "8.00", "2"] and two[1:4] == ["yes", "6.00", "3"] and never[1] == "no"
     assert two[6] == "0.75"
+
+
+def test_max_steps_takes_that_many_full_batches_of_a_fresh_shuffle():
+    import numpy as np
+
+    from mpignn.data import make_synthetic
+    from mpignn.data.synthetic import SyntheticSpec
+    from mpignn.exchange import FeatureStore
+    from mpignn.loader import NodeLoader
+    from mpignn.sampling import LocalHops, NeighborSampler
+
+    g = make_synthetic(SyntheticSpec(num_nodes=3000, avg_degree=5, num_features=4))
+    sampler = NeighborSampler(LocalHops(g.rowptr, g.col), g.num_nodes, [3])
+    full = NodeLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 64, seed=1)
+    loader = NodeLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 64, seed=1, max_steps=3)
+    assert len(full) > 3 and len(loader) == 3
+    epochs = []
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        batches = [b.n_id[:b.batch_size].numpy() for b in loader]
+        assert [len(b) for b in batches] == [64, 64, 64]
+        epochs.append(np.concatenate(batches))
+    assert len(np.unique(epochs[0])) == 192 and set(epochs[0]) <= set(g.train_idx.tolist())
+    assert not np.array_equal(np.sort(epochs[0]), np.sort(epochs[1]))  # another shuffle, other seeds
+    assert NodeLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 64, max_steps=10**6).steps == len(full)
+
+
+def test_negative_max_steps_is_refused_with_a_hint():
+    from mpignn.config import parse
+    from mpignn.errors import ConfigError
+
+    assert parse(["--max-steps", "5"]).max_steps == 5
+    with pytest.raises(ConfigError, match=r"--max-steps must be >= 0; got -1\. HINT"):
+        parse(["--max-steps", "-1"])

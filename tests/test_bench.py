@@ -1,4 +1,5 @@
 """The scaling benchmark: core binding per row, and a tiny end-to-end run that prints its table."""
+import json
 import os
 import subprocess
 import sys
@@ -41,3 +42,16 @@ def test_bench_prints_a_row_per_config(tmp_path):
     rows = {line.split("  ")[0].strip(): line for line in out.stdout.splitlines()}
     assert "1 rank x 1 thread" in rows and "2 ranks metis+cache" in rows
     assert rows["1 rank x 1 thread"].split()[7] == "1.00"  # x 1x1 column of the baseline
+
+
+def test_link_bench_caps_steps_and_passes_train_flags(tmp_path):
+    cmd = [sys.executable, "-m", "mpignn.bench", "--dataset", "synthetic:num_nodes=3000,avg_degree=8,num_features=16",
+           "--task", "link", "--ranks", "2", "--epochs", "1", "--batch-size", "128", "--hidden", "16",
+           "--fanout", "4,4", "--configs", "1x1,metis+cache", "--max-steps", "3", "--root", str(tmp_path),
+           "--plot", "", "--train-args", "--link-test 0.02 --link-val 0.02 --link-tails 3"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "link task" in out.stdout and "edges/s" in out.stdout, out.stdout
+    assert list(tmp_path.glob("**/links/SPLIT.json")), "the link split was not written"
+    split = json.loads(next(tmp_path.glob("**/links/SPLIT.json")).read_text())
+    assert split["test"] == 0.02 and split["num_tails"] == 3, split  # --train-args reached mpignn.train

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import tempfile
 
 from mpignn.bench._common import run_train, table
@@ -37,14 +38,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--configs", default="1x1,1xall,metis+cache,metis,random+cache,random,replicated",
                         help="which of: 1x1, 1xall, metis+cache, metis, random+cache, random, replicated, "
-                             "metis+cache+prefetch (batches produced in a loader thread: --prefetch on), rank-batch "
-                             "(--batch-scope rank: --batch-size seeds per rank), rank-batch+sqrt-lr (and --lr-scaling sqrt)")
+                             "metis+cache+prefetch (batches produced in a loader thread: --prefetch on), "
+                             "rank-batch (--batch-scope rank: --batch-size seeds per rank), rank-batch+sqrt-lr "
+                             "(and --lr-scaling sqrt)")
     parser.add_argument("--plot", default="bench_split.png", help="PNG of the time split ('' for none)")
     parser.add_argument("--no-bind", action="store_true", help="leave core binding to the launcher's defaults")
     parser.add_argument("--target-acc", default="", help="time to this validation accuracy (a float, or auto)")
     parser.add_argument("--max-epochs", type=int, default=6, help="epoch limit per configuration with --target-acc")
     parser.add_argument("--lr", type=float, default=0.003)
     parser.add_argument("--task", default="node", help="node, or link (edges/s in place of seeds/s)")
+    parser.add_argument("--max-steps", type=int, default=0,
+                        help="training steps per epoch at most (0: all; e.g. for --task link on big graphs)")
+    parser.add_argument("--train-args", default="", help="more mpignn.train flags for every row, as one string "
+                                                          "(e.g. '--link-test 0.01 --link-tails 1')")
     args = parser.parse_args(argv)
     cores = len(os.sched_getaffinity(0))
     n = args.ranks
@@ -76,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             common = ["--dataset", args.dataset, "--root", root, "--epochs", str(epochs), "--fanout",
                       args.fanout, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
                       "--precision", args.precision, "--lr", str(args.lr), "--task", args.task,
+                      "--max-steps", str(args.max_steps), *shlex.split(args.train_args),
                       "--eval-every", "1" if timing else str(epochs + 1)]
             recs = run_train(ranks, [*common, *extra], cores_per_rank=0 if args.no_bind else bind)
             for rec in recs:  # link prediction counts positive edges per second
