@@ -72,7 +72,8 @@ class TrainConfig:
     warmup_epochs: float = 1.0
     """Epochs over which a scaled learning rate ramps up from --lr (with --lr-scaling linear or sqrt)."""
     fanout: str = "15,10,5"
-    """Neighbours sampled per layer, outermost last; -1 takes all. Its length is the number of layers."""
+    """Neighbours sampled per layer, outermost last; -1 takes all (leading -1: write --fanout=-1,-1, or
+    argparse reads the value as a flag). Its length is the number of layers."""
     hidden: int = 256
     lr: float = 0.003
     dropout: float = 0.0
