@@ -2,6 +2,7 @@
 file carries the link fields, and the held-out edges are scored well above chance."""
 import json
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -43,3 +44,15 @@ def test_link_flags_are_checked():
         parse(["--task", "link", "--link-val", "0.6", "--link-test", "0.5"])
     with pytest.raises(ConfigError, match="--link-tails"):
         parse(["--task", "link", "--link-tails", "0"])
+
+
+def test_a_partition_folder_without_a_link_split_is_refused(tmp_path):
+    """The partition CLI writes no links/ folder: --task link with --partitions says to drop --partitions."""
+    data = "synthetic:num_nodes=2000,avg_degree=6,num_features=8"
+    out = tmp_path / "parts"
+    made = subprocess.run([sys.executable, "-m", "mpignn.partition", "--dataset", data, "--root", str(tmp_path),
+                           "--num-parts", "1", "--out", str(out)], capture_output=True, text=True, timeout=180)
+    assert made.returncode == 0, made.stderr[-2000:]
+    rc, log = run_mpi_raw(1, [sys.executable, "-m", "mpignn.train", "--dataset", data, "--root", str(tmp_path),
+                              "--task", "link", "--partitions", str(out), "--epochs", "1"], timeout=120)
+    assert rc != 0 and "HINT: drop --partitions for --task link" in log, log[-2000:]
