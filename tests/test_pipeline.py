@@ -40,7 +40,10 @@ def test_stage_times_cover_the_epoch(tmp_path):
     recs = _records(tmp_path, "stages", "--prefetch", "off")
     for rec in recs[1:]:
         parts = rec["wait_s"] + rec["compute_s"] + rec["allreduce_s"]
-        assert abs(parts - rec["epoch_s"]) <= 0.1 * rec["epoch_s"], rec
+        # 10%, and 20 ms for the loop's own bookkeeping: these epochs last a fraction of a second, and on a
+        # loaded 2-core runner one descheduling outside the timed stages once exceeded 10% alone.
+        assert abs(parts - rec["epoch_s"]) <= 0.1 * rec["epoch_s"] + 0.02, \
+            {k: rec[k] for k in ("epoch_s", "wait_s", "compute_s", "allreduce_s", "sample_s", "exchange_s")}
 
 
 def test_row_transport_on_tensors_over_gloo():
