@@ -98,6 +98,10 @@ class TrainConfig:
     """--task link: fixed negative targets per held-out edge, against which MRR and Hits@K rank it."""
     hits_k: int = 10
     """--task link: K of the reported Hits@K."""
+    feature_norm: str = "none"
+    """row: scale each node's features to sum 1 (PyG's NormalizeFeatures, which its Planetoid examples use;
+    GraphSAGE on raw bag-of-words counts loses link AUC on Cora: README), done by each owner on its own rows;
+    none: as stored."""
     seed: int = 0
     partitions: str = ""
     """A partition folder from `python -m mpignn.partition`; empty: partition on rank 0 under --root."""
@@ -169,7 +173,7 @@ class TrainConfig:
         choices = {"precision": ("auto", "fp32", "bf16"), "exchange": ("auto", "mpi", "torch"),
                    "prefetch": ("auto", "on", "off"), "batch_scope": ("global", "rank"),
                    "lr_scaling": ("none", "linear", "sqrt"), "task": ("node", "link"),
-                   "decoder": ("dot", "mlp"), "negatives": ("uniform", "tail"),
+                   "decoder": ("dot", "mlp"), "negatives": ("uniform", "tail"), "feature_norm": ("none", "row"),
                    "partition_method": ("metis", "kaminpar", "random", "auto"), "model": ("sage", "gcn", "gat")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

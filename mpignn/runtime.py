@@ -24,6 +24,7 @@ import numpy as np
 from mpignn import dist
 from mpignn.config import parse_cache_size
 from mpignn.data import check_known, dataset_key, load_dataset
+from mpignn.data.features import FEATURE_NORMS, normalize_rows
 from mpignn.data.links import split_links
 from mpignn.env import bound_onednn_cache, mem_available_bytes, thread_budget, tune_allocator
 from mpignn.errors import ConfigError, LaunchError, MpignnError, PartitionFormatError, mark_agreed
@@ -141,7 +142,7 @@ def _auto_folder(root: str, key: str, method: str, num_parts: int, seed: int) ->
 def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partitions: str = "",
                      method: str = "metis", replicated: bool = False, seed: int = 0, fanouts: Sequence[int] = (15,),
                      cache_size: int | str = 0, local_prep: bool = False, prep_timeout: float | None = None,
-                     exchange: str = "auto", links: dict | None = None) -> LocalGraph:
+                     exchange: str = "auto", links: dict | None = None, feature_norm: str = "none") -> LocalGraph:
     """Collective over `rt.comm`: make sure a partition exists and load this rank's part.
 
     Without `partitions`, rank 0 (of each host with `local_prep`) prepares the dataset and partitions it into
@@ -153,6 +154,8 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
     `links` ({"val", "test", "num_tails"} shares and negatives per held-out edge) prepares for link
     prediction: rank 0 holds those edges out (`data.links.split_links`, seeded by `seed`) before it
     partitions, and stores them with the partition; each rank loads its training and held-out pairs.
+    `feature_norm` ("none" or "row", `data.features.normalize_rows`) transforms each rank's own feature rows
+    after loading, so fetched and cached rows arrive transformed; the partition stays the raw data.
 
     Raises:
         PartitionFormatError / DatasetError: on every rank alike.
@@ -161,6 +164,9 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
     comm = rt.comm
     try:
         cache_size = parse_cache_size(cache_size)
+        if feature_norm not in FEATURE_NORMS:
+            raise ConfigError(f"feature_norm must be one of {', '.join(FEATURE_NORMS)}; got {feature_norm!r}. "
+                              "HINT: feature_norm='row' (each row scaled to sum 1) or 'none'")
     except MpignnError as exc:
         raise mark_agreed(exc) from None
     try:
@@ -207,6 +213,7 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
     except MpignnError as exc:
         problem = str(exc)
     check_all(comm, not problem, problem, PartitionFormatError)
+    part.x = normalize_rows(part.x, feature_norm)
     meta = part.meta
     local = LocalHops(part.rowptr, part.col, part.lo)
     if replicated or rt.world_size == 1:

@@ -10,9 +10,10 @@ from _mpirun import run_mpi, run_mpi_raw
 pytestmark = pytest.mark.mpi
 
 
-@pytest.mark.parametrize("cache_size", ["auto", "100"])
-def test_cache_is_built_and_hits(tmp_path, cache_size):
-    out = run_mpi("feature_cache.py", 2, tmp_path, cache_size, timeout=120)
+@pytest.mark.parametrize("cache_size,feature_norm", [("auto", "none"), ("100", "none"), ("100", "row")])
+def test_cache_is_built_and_hits(tmp_path, cache_size, feature_norm):
+    """With feature_norm="row" every row, own, fetched or cached, arrives normalised by its owner."""
+    out = run_mpi("feature_cache.py", 2, tmp_path, cache_size, feature_norm, timeout=120)
     rates = [float(r) for r in re.findall(r"hit rate=([0-9.]+)", out)]
     assert rates and min(rates) > 0, out[-2000:]
 

@@ -44,6 +44,8 @@ def test_link_flags_are_checked():
         parse(["--task", "link", "--link-val", "0.6", "--link-test", "0.5"])
     with pytest.raises(ConfigError, match="--link-tails"):
         parse(["--task", "link", "--link-tails", "0"])
+    with pytest.raises(ConfigError, match="--feature-norm must be one of none, row"):
+        parse(["--feature-norm", "l2"])
 
 
 def test_a_partition_folder_without_a_link_split_is_refused(tmp_path):

@@ -1,19 +1,20 @@
 """The remote-feature cache through the runtime API: built at start-up, sized, hit by training batches, and
-serving the right rows."""
+serving the right rows (row-normalised ones, owner-side, with feature_norm="row")."""
 import sys
 
 import numpy as np
 
 from mpignn.data import load_dataset
+from mpignn.data.features import normalize_rows
 from mpignn.mpi import allreduce_max, allreduce_sum, run_main
 from mpignn.runtime import bootstrap, load_local_graph, make_loader, shutdown
 
 DATASET = "synthetic:num_nodes=3000,avg_degree=10,num_features=6"
 
 
-def main(root: str, cache_size: str) -> None:
+def main(root: str, cache_size: str, feature_norm: str) -> None:
     rt = bootstrap(threads=1)
-    graph = load_local_graph(rt, DATASET, root, fanouts=[4, 3], cache_size=cache_size)
+    graph = load_local_graph(rt, DATASET, root, fanouts=[4, 3], cache_size=cache_size, feature_norm=feature_norm)
     features = graph.features
     rows = len(features.cache_gid)
     assert rows > 0 and graph.cache_rows >= rows, (rows, graph.cache_rows)
@@ -23,12 +24,15 @@ def main(root: str, cache_size: str) -> None:
     assert not own.any(), "own nodes cached"
     assert graph.cache_mib == allreduce_max(rt.comm, [features.cache_bytes / 2**20])[0] > 0
     whole = load_dataset(DATASET, root)
+    expected = normalize_rows(whole.x, feature_norm)
+    if feature_norm == "row":
+        assert not np.allclose(expected, whole.x) and np.allclose(np.abs(expected).sum(1), 1, atol=1e-5)
     node_map = np.load(graph.folder / "node_map.npy")  # old id -> partition-order id
     inverse = np.empty_like(node_map)
     inverse[node_map] = np.arange(len(node_map))
     loader = make_loader(rt, graph, "train", batch_size=256)
     for batch in loader:
-        assert np.array_equal(batch.x.numpy(), whole.x[inverse[batch.n_id.numpy()]]), "wrong feature rows"
+        assert np.array_equal(batch.x.numpy(), expected[inverse[batch.n_id.numpy()]]), "wrong feature rows"
     hits, remote = allreduce_sum(rt.comm, [features.cache_hits, features.remote_rows])
     assert remote > 0 and hits > 0, (hits, remote)
     print(f"cache rows={rows} hit rate={hits / remote:.3f}", flush=True)
@@ -37,4 +41,4 @@ def main(root: str, cache_size: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main, sys.argv[1], sys.argv[2]))
+    sys.exit(run_main(main, *sys.argv[1:4]))
