@@ -25,7 +25,6 @@ from mpignn import dist
 from mpignn.config import parse_cache_size
 from mpignn.data import check_known, dataset_key, load_dataset
 from mpignn.data.features import FEATURE_NORMS, normalize_rows
-from mpignn.data.links import split_links
 from mpignn.env import bound_onednn_cache, mem_available_bytes, thread_budget, tune_allocator
 from mpignn.errors import ConfigError, LaunchError, MpignnError, PartitionFormatError, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
@@ -35,7 +34,7 @@ from mpignn.log import setup_logging
 from mpignn.mpi import (Topology, allreduce_max, allreduce_sum, ceil_split, check_all, check_launcher, chunk_bounds,
                         root_first, topology, world)
 from mpignn.partition import LocalPart, check_matches, load_partition, partition_graph, read_meta
-from mpignn.partition.links import has_link_split, load_link_split, save_link_split, train_pairs
+from mpignn.partition.links import has_link_split, load_link_split, train_pairs
 from mpignn.report import peak_rss_mb
 from mpignn.sampling import kernels
 from mpignn.sampling.access import access_frequency
@@ -183,7 +182,8 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
             check_matches(read_meta(folder), folder, num_parts=num_parts, dataset=key)
             if link_params is not None and not has_link_split(folder, link_params):
                 raise PartitionFormatError(f"expected held-out edges {link_params} in {folder}/links; found "
-                                           "none or others. HINT: drop --partitions for --task link")
+                                           "none or others. HINT: partition with python -m mpignn.partition --task link and the same "
+                                           "--seed and --link-* flags, or drop --partitions")
         except MpignnError as exc:
             problem = str(exc)
         check_all(comm, not problem, problem, PartitionFormatError)
@@ -194,12 +194,8 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
         with root_first(comm, per_host=local_prep, timeout=prep_timeout, what=f"preparing {dataset}") as first:
             if first and not ready():
                 graph = load_dataset(dataset, root)
-                held_out = None
-                if link_params is not None:
-                    graph, held_out = split_links(graph, links["val"], links["test"], seed, links["num_tails"])
-                rep = partition_graph(graph, num_parts, folder, method=method, seed=seed, dataset=key, force=True)
-                if held_out is not None:
-                    save_link_split(folder, held_out, link_params)
+                rep = partition_graph(graph, num_parts, folder, method=method, seed=seed, dataset=key, force=True,
+                                      links=link_params)
                 log.info("partitioned %s into %d parts (%s): edge cut %.1f%%, %.1fs", key, num_parts, method,
                          rep["edge_cut_pct"], rep["seconds"])
                 del graph

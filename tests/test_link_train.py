@@ -48,13 +48,28 @@ def test_link_flags_are_checked():
         parse(["--feature-norm", "l2"])
 
 
-def test_a_partition_folder_without_a_link_split_is_refused(tmp_path):
-    """The partition CLI writes no links/ folder: --task link with --partitions says to drop --partitions."""
+def test_the_partition_cli_writes_the_link_split_training_uses(tmp_path):
+    """`python -m mpignn.partition --task link` stores the held-out edges; training with the same seed and link
+    flags takes the folder, one with other flags (or a node-task folder) is refused with the hint."""
     data = "synthetic:num_nodes=2000,avg_degree=6,num_features=8"
-    out = tmp_path / "parts"
-    made = subprocess.run([sys.executable, "-m", "mpignn.partition", "--dataset", data, "--root", str(tmp_path),
-                           "--num-parts", "1", "--out", str(out)], capture_output=True, text=True, timeout=180)
-    assert made.returncode == 0, made.stderr[-2000:]
-    rc, log = run_mpi_raw(1, [sys.executable, "-m", "mpignn.train", "--dataset", data, "--root", str(tmp_path),
-                              "--task", "link", "--partitions", str(out), "--epochs", "1"], timeout=120)
-    assert rc != 0 and "HINT: drop --partitions for --task link" in log, log[-2000:]
+
+    def partition(out, *extra):
+        made = subprocess.run([sys.executable, "-m", "mpignn.partition", "--dataset", data, "--root", str(tmp_path),
+                               "--num-parts", "2", "--out", str(out), "--seed", "3", *extra],
+                              capture_output=True, text=True, timeout=180)
+        assert made.returncode == 0, made.stderr[-2000:]
+
+    def train(out, *extra):
+        return run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--dataset", data, "--root", str(tmp_path),
+                               "--task", "link", "--partitions", str(out), "--epochs", "1", "--hidden", "16",
+                               "--fanout", "4,3", "--seed", "3", "--link-tails", "7", *extra], timeout=180)
+
+    partition(tmp_path / "links", "--task", "link", "--link-tails", "7")
+    assert (tmp_path / "links" / "links" / "SPLIT.json").is_file()
+    rc, log = train(tmp_path / "links")
+    assert rc == 0 and "final test AUC" in log, log[-3000:]
+    rc, log = train(tmp_path / "links", "--link-test", "0.2")
+    assert rc != 0 and "HINT: partition with python -m mpignn.partition --task link" in log, log[-2000:]
+    partition(tmp_path / "nodes")
+    rc, log = train(tmp_path / "nodes")
+    assert rc != 0 and "or drop --partitions" in log, log[-2000:]

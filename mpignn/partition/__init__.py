@@ -17,24 +17,37 @@ __all__ = ["partition_graph", "load_partition", "read_meta", "check_matches", "P
 
 
 def partition_graph(graph: GraphData, num_parts: int, out: str | os.PathLike, *, method: str = "metis",
-                    seed: int = 0, dataset: str | None = None, force: bool = False, threads: int = 1) -> dict:
+                    seed: int = 0, dataset: str | None = None, force: bool = False, threads: int = 1,
+                    links: dict | None = None) -> dict:
     """Cut `graph` into `num_parts` parts and write them to `out`; returns the report (see format_report).
 
     `method` auto is kaminpar where it is installed, else metis; META.json records the one that ran.
     `threads` (kaminpar only; 0: all cores) above 1 is faster but gives other parts on every run.
+    `links` ({"val", "test", "num_tails", "seed"}) first holds those shares of the undirected edges out for link
+    prediction (`data.links.split_links`): they are cut from the parts and stored in `out/links/`.
+    Raises:
+        DatasetError: `links` leaves no edge to hold out or to train on.
     """
     import time
     from pathlib import Path
+
+    from mpignn.data.links import split_links
+    from mpignn.partition.links import save_link_split
 
     if method == DEFAULT_METHOD:
         method = default_method()
     workdir = Path(out).absolute().parent  # for KaMinPar's input file: beside the output, not in a tmpfs
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    held_out = None
+    if links is not None:
+        graph, held_out = split_links(graph, links["val"], links["test"], links["seed"], links["num_tails"])
     parts = assign_parts(graph, num_parts, method, seed, workdir=workdir, threads=threads)
     assign_s = time.perf_counter() - start
     meta = write_partition(graph, parts, out, num_parts=num_parts, method=method, seed=seed,
                            dataset=dataset or graph.name, force=force)
+    if held_out is not None:
+        save_link_split(out, held_out, links)
     rep = report(meta, time.perf_counter() - start)
     rep["assign_seconds"] = assign_s
     return rep

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from mpignn.config import TrainConfig
 from mpignn.errors import MpignnError
 
 if TYPE_CHECKING:
@@ -30,6 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0,
                         help="kaminpar threads (0: all cores); only 1 gives the same parts for the same seed")
+    defaults = TrainConfig()
+    parser.add_argument("--task", default="node", choices=["node", "link"],
+                        help="link: first hold out --link-val and --link-test of the undirected edges (seeded by "
+                             "--seed) and store them in OUT/links/, for mpignn.train --task link with the same "
+                             "--seed and link flags")
+    parser.add_argument("--link-val", type=float, default=defaults.link_val)
+    parser.add_argument("--link-test", type=float, default=defaults.link_test)
+    parser.add_argument("--link-tails", type=int, default=defaults.link_tails)
     parser.add_argument("--force", action="store_true", help="replace an existing output folder")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON line")
     return parser
@@ -74,11 +83,16 @@ def main(argv: Sequence[str] | None = None) -> int:
               "it, or pick another --out", file=sys.stderr)
         return 1
     try:
+        links = None
+        if args.task == "link":  # the same checks and the same split parameters as mpignn.train --task link
+            cfg = TrainConfig(task="link", link_val=args.link_val, link_test=args.link_test,
+                              link_tails=args.link_tails)
+            links = {**cfg.link_params, "seed": args.seed}
         start = time.perf_counter()
         graph = load_for_partitioning(args.dataset, args.root)
         load_s = time.perf_counter() - start
         rep = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
-                              dataset=_key(args.dataset), force=args.force, threads=args.threads)
+                              dataset=_key(args.dataset), force=args.force, threads=args.threads, links=links)
     except MpignnError as exc:
         print(f"mpignn.partition: error: {exc}", file=sys.stderr)
         return 1
