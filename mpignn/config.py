@@ -102,6 +102,9 @@ class TrainConfig:
     """row: scale each node's features to sum 1 (PyG's NormalizeFeatures, which its Planetoid examples use;
     GraphSAGE on raw bag-of-words counts loses link AUC on Cora: README), done by each owner on its own rows;
     none: as stored."""
+    feature_dtype: str = "fp32"
+    """fp32, fp16 or bf16: how each rank holds its feature rows, its cache and the rows it exchanges (half
+    the memory and the bytes; each batch is widened to float32 on the device). The partition stays fp32."""
     seed: int = 0
     partitions: str = ""
     """A partition folder from `python -m mpignn.partition`; empty: partition on rank 0 under --root."""
@@ -174,6 +177,7 @@ class TrainConfig:
                    "prefetch": ("auto", "on", "off"), "batch_scope": ("global", "rank"),
                    "lr_scaling": ("none", "linear", "sqrt"), "task": ("node", "link"),
                    "decoder": ("dot", "mlp"), "negatives": ("uniform", "tail"), "feature_norm": ("none", "row"),
+                   "feature_dtype": ("fp32", "fp16", "bf16"),
                    "partition_method": ("metis", "kaminpar", "random", "auto"), "model": ("sage", "gcn", "gat")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

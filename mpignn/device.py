@@ -33,6 +33,13 @@ def pinned_empty(shape: Sequence[int], dtype: torch.dtype, device: str | torch.d
     return torch.empty(tuple(shape), dtype=dtype, pin_memory=accelerator(device) is not None)
 
 
+def _widen(data: Any) -> Any:
+    x = getattr(data, "x", None)
+    if x is not None and x.dtype in (torch.float16, torch.bfloat16):
+        data.x = x.float()
+    return data
+
+
 class Uploader:
     """Copies batches to the device on a side stream, so the copy of batch k+1 overlaps batch k's compute.
 
@@ -48,10 +55,12 @@ class Uploader:
         self.stream = self.mod.Stream(device=self.device) if self.mod is not None else None
 
     def upload(self, data: Any) -> Any:
+        """`data` on the device, its half-precision features (`--feature-dtype`) widened to float32 there:
+        the copy moves half the bytes, and the widening runs on the side stream too."""
         if self.mod is None:
-            return data
+            return _widen(data)
         with self.mod.stream(self.stream):
-            data = data.to(self.device, non_blocking=True)
+            data = _widen(data.to(self.device, non_blocking=True))
         self.stream.synchronize()
         return data
 

@@ -151,6 +151,8 @@ class NodeLoader:
             buffer = rows.numpy()
         x, y = self.features.gather(out.n_id, out=buffer)
         x = rows if buffer is not None else (torch.from_numpy(x) if isinstance(x, np.ndarray) else x)
+        if x.dtype == torch.uint16:  # a bf16 feature table holds bfloat16 bits (data.features)
+            x = x.view(torch.bfloat16)
         edge_index = pinned_empty((2, len(out.row)), torch.int64, self.device)
         edge_index[0].numpy()[:], edge_index[1].numpy()[:] = out.row, out.col
         data = Data(x=x, y=torch.from_numpy(y), edge_index=edge_index, n_id=torch.from_numpy(out.n_id))

@@ -24,7 +24,7 @@ import numpy as np
 from mpignn import dist
 from mpignn.config import parse_cache_size
 from mpignn.data import check_known, dataset_key, load_dataset
-from mpignn.data.features import FEATURE_NORMS, normalize_rows
+from mpignn.data.features import FEATURE_DTYPES, FEATURE_NORMS, transform_rows
 from mpignn.env import bound_onednn_cache, mem_available_bytes, thread_budget, tune_allocator
 from mpignn.errors import ConfigError, LaunchError, MpignnError, PartitionFormatError, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
@@ -141,7 +141,8 @@ def _auto_folder(root: str, key: str, method: str, num_parts: int, seed: int) ->
 def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partitions: str = "",
                      method: str = "metis", replicated: bool = False, seed: int = 0, fanouts: Sequence[int] = (15,),
                      cache_size: int | str = 0, local_prep: bool = False, prep_timeout: float | None = None,
-                     exchange: str = "auto", links: dict | None = None, feature_norm: str = "none") -> LocalGraph:
+                     exchange: str = "auto", links: dict | None = None, feature_norm: str = "none",
+                     feature_dtype: str = "fp32") -> LocalGraph:
     """Collective over `rt.comm`: make sure a partition exists and load this rank's part.
 
     Without `partitions`, rank 0 (of each host with `local_prep`) prepares the dataset and partitions it into
@@ -153,8 +154,9 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
     `links` ({"val", "test", "num_tails"} shares and negatives per held-out edge) prepares for link
     prediction: rank 0 holds those edges out (`data.links.split_links`, seeded by `seed`) before it
     partitions, and stores them with the partition; each rank loads its training and held-out pairs.
-    `feature_norm` ("none" or "row", `data.features.normalize_rows`) transforms each rank's own feature rows
-    after loading, so fetched and cached rows arrive transformed; the partition stays the raw data.
+    `feature_norm` ("none" or "row") and `feature_dtype` ("fp32", "fp16" or "bf16": the table, the cache and
+    the exchange in that dtype; batches arrive as float32) transform each rank's own feature rows after loading
+    (`data.features.transform_rows`), so fetched and cached rows arrive transformed; the partition stays raw.
 
     Raises:
         PartitionFormatError / DatasetError: on every rank alike.
@@ -166,6 +168,9 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
         if feature_norm not in FEATURE_NORMS:
             raise ConfigError(f"feature_norm must be one of {', '.join(FEATURE_NORMS)}; got {feature_norm!r}. "
                               "HINT: feature_norm='row' (each row scaled to sum 1) or 'none'")
+        if feature_dtype not in FEATURE_DTYPES:
+            raise ConfigError(f"feature_dtype must be one of {', '.join(FEATURE_DTYPES)}; got {feature_dtype!r}. "
+                              "HINT: feature_dtype='bf16' halves feature memory and traffic; 'fp32' keeps them")
     except MpignnError as exc:
         raise mark_agreed(exc) from None
     try:
@@ -209,7 +214,7 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
     except MpignnError as exc:
         problem = str(exc)
     check_all(comm, not problem, problem, PartitionFormatError)
-    part.x = normalize_rows(part.x, feature_norm)
+    part.x = transform_rows(part.x, feature_norm, feature_dtype)
     meta = part.meta
     local = LocalHops(part.rowptr, part.col, part.lo)
     if replicated or rt.world_size == 1:
@@ -243,7 +248,10 @@ def _device_table(x: np.ndarray, device: str) -> Any:
 
     if not x.flags.writeable:  # a memory-mapped part: torch wants writable memory to wrap
         x = np.array(x)
-    return torch.from_numpy(x).to(device)
+    table = torch.from_numpy(x)
+    if x.dtype == np.uint16:  # bfloat16 bits (data.features)
+        table = table.view(torch.bfloat16)
+    return table.to(device)
 
 
 # `--cache-size auto`: the caches of a host's ranks together take at most this share of the memory the host

@@ -50,7 +50,8 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
     graph = load_local_graph(rt, cfg.dataset, cfg.root, partitions=cfg.partitions, method=cfg.partition_method,
                              replicated=cfg.replicated, seed=cfg.seed, fanouts=cfg.fanouts,
                              cache_size=cfg.cache_size, local_prep=cfg.local_prep, prep_timeout=cfg.prep_timeout,
-                             exchange=cfg.exchange, links=cfg.link_params, feature_norm=cfg.feature_norm)
+                             exchange=cfg.exchange, links=cfg.link_params, feature_norm=cfg.feature_norm,
+                             feature_dtype=cfg.feature_dtype)
     loaders = {split: make_loader(rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope,
                                   seed=cfg.seed, prefetch=cfg.prefetch, negatives=cfg.negatives,
                                   max_steps=cfg.max_steps)

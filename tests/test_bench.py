@@ -36,11 +36,12 @@ def test_one_rank_is_pinned_to_its_cores():
 def test_bench_prints_a_row_per_config(tmp_path):
     cmd = [sys.executable, "-m", "mpignn.bench", "--dataset", "synthetic:num_nodes=4000,avg_degree=8,num_features=16",
            "--ranks", "2", "--epochs", "1", "--batch-size", "256", "--hidden", "32", "--fanout", "5,5",
-           "--configs", "1x1,metis+cache", "--root", str(tmp_path), "--plot", ""]
+           "--configs", "1x1,metis+cache,metis+bf16", "--root", str(tmp_path), "--plot", ""]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = {line.split("  ")[0].strip(): line for line in out.stdout.splitlines()}
     assert "1 rank x 1 thread" in rows and "2 ranks metis+cache" in rows
+    assert float(rows["2 ranks metis, no cache, bf16 features"].split()[-4]) > 0  # feature MiB moved
     assert rows["1 rank x 1 thread"].split()[7] == "1.00"  # x 1x1 column of the baseline
 
 
@@ -55,3 +56,9 @@ def test_link_bench_caps_steps_and_passes_train_flags(tmp_path):
     assert list(tmp_path.glob("**/links/SPLIT.json")), "the link split was not written"
     split = json.loads(next(tmp_path.glob("**/links/SPLIT.json")).read_text())
     assert split["test"] == 0.02 and split["num_tails"] == 3, split  # --train-args reached mpignn.train
+
+
+def test_bench_names_an_unknown_config():
+    out = subprocess.run([sys.executable, "-m", "mpignn.bench", "--configs", "1x1,metis+int8"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode != 0 and "unknown 'metis+int8'" in out.stderr, out.stderr[-1000:]

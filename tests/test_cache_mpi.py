@@ -10,10 +10,13 @@ from _mpirun import run_mpi, run_mpi_raw
 pytestmark = pytest.mark.mpi
 
 
-@pytest.mark.parametrize("cache_size,feature_norm", [("auto", "none"), ("100", "none"), ("100", "row")])
-def test_cache_is_built_and_hits(tmp_path, cache_size, feature_norm):
-    """With feature_norm="row" every row, own, fetched or cached, arrives normalised by its owner."""
-    out = run_mpi("feature_cache.py", 2, tmp_path, cache_size, feature_norm, timeout=120)
+@pytest.mark.parametrize("cache_size,feature_norm,feature_dtype", [
+    ("auto", "none", "fp32"), ("100", "none", "fp32"), ("100", "row", "fp32"), ("100", "none", "fp16"),
+    ("auto", "row", "bf16")])
+def test_cache_is_built_and_hits(tmp_path, cache_size, feature_norm, feature_dtype):
+    """With feature_norm="row" every row, own, fetched or cached, arrives normalised by its owner; with a half
+    feature dtype, rounded there and widened to float32 in the batch."""
+    out = run_mpi("feature_cache.py", 2, tmp_path, cache_size, feature_norm, feature_dtype, timeout=120)
     rates = [float(r) for r in re.findall(r"hit rate=([0-9.]+)", out)]
     assert rates and min(rates) > 0, out[-2000:]
 

@@ -163,3 +163,23 @@ def test_row_normalisation_matches_pyg_and_leaves_the_input_alone(tmp_path):
     assert out.dtype == np.float32 and np.allclose(out, ref, atol=1e-7)
     assert not out[5].any() and np.array_equal(np.load(tmp_path / "x.npy"), x)
     assert normalize_rows(x, "none") is x
+
+
+@pytest.mark.parametrize("norm", ["none", "row"])
+def test_half_precision_storage_rounds_as_torch_does(norm):
+    """`--feature-dtype`: fp16 rows are numpy float16, bf16 rows are the bfloat16 bits torch's own conversion
+    gives (uint16: numpy has no bfloat16), both after the row scaling."""
+    import torch
+
+    from mpignn.data.features import transform_rows
+
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((200, 9)) * 10.0 ** rng.integers(-3, 4, (200, 1))).astype(np.float32)
+    full = transform_rows(x, norm, "fp32")
+    half = transform_rows(x, norm, "fp16")
+    bf16 = transform_rows(x, norm, "bf16")
+    assert half.dtype == np.float16 and np.array_equal(half, full.astype(np.float16))
+    ref = torch.from_numpy(full).bfloat16()
+    assert bf16.dtype == np.uint16 and torch.equal(torch.from_numpy(bf16).view(torch.bfloat16), ref)
+    assert half.nbytes == bf16.nbytes == x.nbytes // 2
+    assert transform_rows(x, "none", "fp32") is x

@@ -90,3 +90,6 @@ def test_tensor_table_gathers_what_the_numpy_table_gathers():
     out = np.empty((20, 4), dtype=np.float32)
     FeatureStore(x, y, 0).gather(n_id, out=out)
     np.testing.assert_array_equal(out, ref_x)
+    half = torch.from_numpy(x).bfloat16()  # --feature-dtype bf16 with --exchange torch: a bfloat16 tensor table
+    got_half, _ = FeatureStore(half, y, 0).gather(n_id)
+    assert got_half.dtype == torch.bfloat16 and torch.equal(got_half, half[torch.from_numpy(n_id)])

@@ -76,3 +76,17 @@ def test_more_ranks_than_training_nodes(tmp_path, n, extra):
     _, out = train(n, tmp_path, "--dataset", f"npz:{npz}", "--epochs", "2", "--hidden", "8", "--fanout", "3,3",
                    *extra, timeout=90)
     assert out.count("epoch   1 |") == 1
+
+
+@pytest.mark.parametrize("exchange", ["mpi", "torch"])
+def test_half_precision_features_halve_the_traffic(tmp_path, exchange):
+    """--feature-dtype bf16/fp16: the same batches (same seed, no cache) move half the feature bytes, and train."""
+    recs = {}
+    for dtype in ("fp32", "bf16", "fp16"):
+        metrics = tmp_path / f"{dtype}.jsonl"
+        acc, _ = train(2, tmp_path, *SMALL, "--cache-size", "0", "--exchange", exchange, "--feature-dtype", dtype,
+                       "--metrics-out", str(metrics))
+        recs[dtype] = json.loads(metrics.read_text().splitlines()[-1])
+        assert acc > 0.3, (dtype, acc)
+    full = recs["fp32"]["remote_feature_bytes"]
+    assert full > 0 and recs["bf16"]["remote_feature_bytes"] == recs["fp16"]["remote_feature_bytes"] == full / 2

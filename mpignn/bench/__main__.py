@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="which of: 1x1, 1xall, metis+cache, metis, random+cache, random, replicated, "
                              "metis+cache+prefetch (batches produced in a loader thread: --prefetch on), "
                              "rank-batch (--batch-scope rank: --batch-size seeds per rank), rank-batch+sqrt-lr "
-                             "(and --lr-scaling sqrt)")
+                             "(and --lr-scaling sqrt); any of them + fp16 or + bf16 (--feature-dtype), e.g. "
+                             "metis+bf16")
     parser.add_argument("--plot", default="bench_split.png", help="PNG of the time split ('' for none)")
     parser.add_argument("--no-bind", action="store_true", help="leave core binding to the launcher's defaults")
     parser.add_argument("--target-acc", default="", help="time to this validation accuracy (a float, or auto)")
@@ -69,10 +70,16 @@ def main(argv: list[str] | None = None) -> int:
              "rank-batch": (f"{n} ranks metis+cache, batch per rank", n, [*cache, "--batch-scope", "rank"], share),
              "rank-batch+sqrt-lr": (f"{n} ranks metis+cache, batch per rank, sqrt lr", n,
                                     [*cache, "--batch-scope", "rank", "--lr-scaling", "sqrt"], share)}
-    try:
-        configs = [known[c] for c in args.configs.split(",")]
-    except KeyError as exc:
-        parser.error(f"--configs: unknown {exc}; choose from {', '.join(known)}")
+    configs = []
+    for name in args.configs.split(","):
+        base, _, dtype = name.rpartition("+") if name.endswith(("+fp16", "+bf16")) else (name, "", "")
+        if base not in known:
+            parser.error(f"--configs: unknown '{name}'; choose from {', '.join(known)} (each may end in +fp16 or "
+                         "+bf16)")
+        label, ranks, extra, bind = known[base]
+        if dtype:
+            label, extra = f"{label}, {dtype} features", [*extra, "--feature-dtype", dtype]
+        configs.append((label, ranks, extra, bind))
     timing = bool(args.target_acc)
     epochs = args.max_epochs if timing else args.epochs
     rows, curves = [], []
@@ -127,6 +134,7 @@ def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[dic
                            test_acc=rec["test_acc"])
                 break
         row["seeds_per_s"] = recs[-1]["seeds_per_s"]
+        row["feat_mib"] = recs[-1].get("remote_feature_bytes", 0) / 2**20
         rows.append(row)
     base = rows[0].get("seconds")
     for row in rows:
@@ -135,7 +143,8 @@ def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[dic
           f"{args.precision}; time to validation accuracy {target:.4f} (up to {args.max_epochs} epochs)")
     print(table(rows, [("config", "config", "s"), ("reached", "reached", "s"), ("seconds", "train s", ".2f"),
                        ("epochs", "epochs", "d"), ("val_acc", "val acc", ".4f"), ("test_acc", "test acc", ".4f"),
-                       ("vs_first", "time / first", ".2f"), ("seeds_per_s", "seeds/s", ".0f")]))
+                       ("vs_first", "time / first", ".2f"), ("seeds_per_s", "seeds/s", ".0f"),
+                       ("feat_mib", "feat MiB/epoch", ".1f")]))
     if args.plot:
         _plot_curves(curves, target, args.plot)
     return 0

@@ -1,33 +1,56 @@
 """Per-row feature transforms, applied by each owner to its own rows at load time.
 
-Row-local transforms need no communication: every rank scales the rows it owns, so the rows other ranks fetch
-(and cache) arrive already transformed, and the partition folder stays the raw data.
+Row-local transforms need no communication: every rank transforms the rows it owns, so the rows other ranks
+fetch (and cache) arrive transformed, and the partition folder stays the raw data.
+
+Storage dtypes: fp32 (float32), fp16 (float16), bf16. numpy has no bfloat16, so a bf16 table is a uint16 array
+of bfloat16 bit patterns (the upper half of each float32, rounded to nearest even); the loader views it as
+torch.bfloat16 and widens every batch to float32 on the device. Half-size rows halve the table, the cache and
+the bytes every exchange moves.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["FEATURE_NORMS", "normalize_rows"]
+__all__ = ["FEATURE_NORMS", "FEATURE_DTYPES", "transform_rows", "normalize_rows", "to_bf16_bits"]
 
 FEATURE_NORMS = ("none", "row")
+FEATURE_DTYPES = ("fp32", "fp16", "bf16")
+_STORAGE = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
 
 _CHUNK_ROWS = 1 << 16  # bounds the float64 row sums of a memory-mapped table
 
 
-def normalize_rows(x: np.ndarray, norm: str) -> np.ndarray:
-    """`row`: each row divided by the sum of its absolute values (PyG's NormalizeFeatures on non-negative
-    features such as bag-of-words; all-zero rows stay zero). `none`: `x` itself, untouched.
+def transform_rows(x: np.ndarray, norm: str = "none", dtype: str = "fp32") -> np.ndarray:
+    """`x` scaled by `norm` and stored as `dtype`, in one chunked pass; `x` itself when neither changes it.
 
-    Returns a new float32 array for `row`: a memory-mapped (read-only) table is never written to.
+    norm `row`: each row divided by the sum of its absolute values (PyG's NormalizeFeatures on non-negative
+    features such as bag-of-words; all-zero rows stay zero). A new array is returned otherwise: a
+    memory-mapped (read-only) table is never written to.
     """
-    if norm == "none":
-        return x
     if norm not in FEATURE_NORMS:
         raise ValueError(f"unknown feature norm {norm!r}; expected one of {FEATURE_NORMS}")
-    out = np.empty(x.shape, dtype=np.float32)
+    if dtype not in FEATURE_DTYPES:
+        raise ValueError(f"unknown feature dtype {dtype!r}; expected one of {FEATURE_DTYPES}")
+    if norm == "none" and dtype == "fp32" and x.dtype == np.float32:
+        return x
+    out = np.empty(x.shape, dtype=_STORAGE[dtype])
     for lo in range(0, x.shape[0], _CHUNK_ROWS):
         rows = np.asarray(x[lo:lo + _CHUNK_ROWS], dtype=np.float32)
-        sums = np.abs(rows).sum(axis=1, dtype=np.float64, keepdims=True)
-        sums[sums == 0] = 1.0
-        out[lo:lo + _CHUNK_ROWS] = rows / sums
+        if norm == "row":
+            sums = np.abs(rows).sum(axis=1, dtype=np.float64, keepdims=True)
+            sums[sums == 0] = 1.0
+            rows = (rows / sums).astype(np.float32)
+        out[lo:lo + _CHUNK_ROWS] = to_bf16_bits(rows) if dtype == "bf16" else rows
     return out
+
+
+def normalize_rows(x: np.ndarray, norm: str) -> np.ndarray:
+    """`transform_rows` with the dtype kept at float32."""
+    return transform_rows(x, norm, "fp32")
+
+
+def to_bf16_bits(rows: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (uint16), rounded to nearest even as torch's conversion rounds."""
+    bits = np.ascontiguousarray(rows, dtype=np.float32).view(np.uint32)
+    return ((bits + (0x7FFF + ((bits >> 16) & 1))) >> 16).astype(np.uint16)

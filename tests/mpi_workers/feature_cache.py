@@ -1,20 +1,24 @@
 """The remote-feature cache through the runtime API: built at start-up, sized, hit by training batches, and
-serving the right rows (row-normalised ones, owner-side, with feature_norm="row")."""
+serving the right rows (row-normalised ones, owner-side, with feature_norm="row"; half-precision ones, widened
+to float32 in the batch, with feature_dtype fp16/bf16)."""
 import sys
 
 import numpy as np
 
 from mpignn.data import load_dataset
-from mpignn.data.features import normalize_rows
+from mpignn.data.features import transform_rows
 from mpignn.mpi import allreduce_max, allreduce_sum, run_main
 from mpignn.runtime import bootstrap, load_local_graph, make_loader, shutdown
 
 DATASET = "synthetic:num_nodes=3000,avg_degree=10,num_features=6"
 
 
-def main(root: str, cache_size: str, feature_norm: str) -> None:
+def main(root: str, cache_size: str, feature_norm: str, feature_dtype: str) -> None:
+    import torch
+
     rt = bootstrap(threads=1)
-    graph = load_local_graph(rt, DATASET, root, fanouts=[4, 3], cache_size=cache_size, feature_norm=feature_norm)
+    graph = load_local_graph(rt, DATASET, root, fanouts=[4, 3], cache_size=cache_size, feature_norm=feature_norm,
+                             feature_dtype=feature_dtype)
     features = graph.features
     rows = len(features.cache_gid)
     assert rows > 0 and graph.cache_rows >= rows, (rows, graph.cache_rows)
@@ -24,14 +28,19 @@ def main(root: str, cache_size: str, feature_norm: str) -> None:
     assert not own.any(), "own nodes cached"
     assert graph.cache_mib == allreduce_max(rt.comm, [features.cache_bytes / 2**20])[0] > 0
     whole = load_dataset(DATASET, root)
-    expected = normalize_rows(whole.x, feature_norm)
+    assert features.row_bytes == 6 * (4 if feature_dtype == "fp32" else 2)
+    expected = transform_rows(whole.x, feature_norm, "fp32")
     if feature_norm == "row":
         assert not np.allclose(expected, whole.x) and np.allclose(np.abs(expected).sum(1), 1, atol=1e-5)
+    if feature_dtype != "fp32":  # what the batch holds: the rounded value, widened
+        expected = torch.from_numpy(expected).to(getattr(torch, {"fp16": "float16", "bf16": "bfloat16"}[
+            feature_dtype])).float().numpy()
     node_map = np.load(graph.folder / "node_map.npy")  # old id -> partition-order id
     inverse = np.empty_like(node_map)
     inverse[node_map] = np.arange(len(node_map))
     loader = make_loader(rt, graph, "train", batch_size=256)
     for batch in loader:
+        assert batch.x.dtype == torch.float32
         assert np.array_equal(batch.x.numpy(), expected[inverse[batch.n_id.numpy()]]), "wrong feature rows"
     hits, remote = allreduce_sum(rt.comm, [features.cache_hits, features.remote_rows])
     assert remote > 0 and hits > 0, (hits, remote)
@@ -41,4 +50,4 @@ def main(root: str, cache_size: str, feature_norm: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main, *sys.argv[1:4]))
+    sys.exit(run_main(main, *sys.argv[1:5]))
