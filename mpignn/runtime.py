@@ -210,7 +210,7 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
     part_id = 0 if replicated else rt.rank
     problem, part = "", None
     try:
-        part = load_partition(folder, part_id)
+        part = load_partition(folder, part_id, mmap=True)
     except MpignnError as exc:
         problem = str(exc)
     check_all(comm, not problem, problem, PartitionFormatError)

@@ -146,9 +146,16 @@ def check_matches(meta: PartitionMeta, folder: str | os.PathLike, *, num_parts: 
                                    "HINT: pass the matching --dataset, or partition this dataset")
 
 
+# The arrays that grow with the part's edges and features; `load_partition(mmap=True)` maps them.
+MAPPED_FILES = ("x", "col")
+
+
 def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = True,
-                   mmap_features: bool = False) -> LocalPart:
+                   mmap: bool = False) -> LocalPart:
     """Read one part (memory in proportion to the part), checking sizes and, with `verify`, checksums.
+
+    `mmap` maps the features and the column array read-only instead of reading them: their pages are the
+    page cache's, loaded as sampling touches them and dropped under memory pressure, not the process's own.
 
     Raises:
         PartitionFormatError: a file is missing, truncated, fails its checksum or cannot be parsed.
@@ -173,7 +180,7 @@ def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = Tr
         if verify and sha256_file(path) != expected[name]["sha256"]:
             raise PartitionFormatError(f"{path} fails its sha256 checksum (corrupt). {hint}")
         try:
-            arrays[name] = load_npy(path, mmap=mmap_features and name == "x")
+            arrays[name] = load_npy(path, mmap=mmap and name in MAPPED_FILES)
         except (ValueError, OSError, EOFError) as exc:
             raise PartitionFormatError(f"{path} cannot be read ({exc}). {hint}") from None
     n_own = meta.part_offsets[part_id + 1] - meta.part_offsets[part_id]

@@ -199,6 +199,9 @@ def warm_up() -> None:
     """Compile every kernel (or load it from numba's cache) on tiny inputs."""
     one = np.zeros(1, dtype=np.int64)
     counts, nbrs = sample_rows(np.array([0, 1], dtype=np.int64), one, one, one, 1, mix_seed(0, 0))
+    mapped = np.zeros(1, dtype=np.int64)  # a memory-mapped part's column array is read-only: its own signature
+    mapped.flags.writeable = False
+    sample_rows(np.array([0, 1], dtype=np.int64), mapped, one, one, 1, mix_seed(0, 0))
     scratch = np.full(1, -1, dtype=np.int64)
     n_id = np.empty(2, dtype=np.int64)
     _, n = relabel(nbrs, scratch, n_id, 0)

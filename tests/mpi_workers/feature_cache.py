@@ -20,6 +20,8 @@ def main(root: str, cache_size: str, feature_norm: str, feature_dtype: str) -> N
     graph = load_local_graph(rt, DATASET, root, fanouts=[4, 3], cache_size=cache_size, feature_norm=feature_norm,
                              feature_dtype=feature_dtype)
     features = graph.features
+    assert isinstance(graph.part.col, np.memmap), "the part's columns are not memory-mapped"
+    assert isinstance(graph.part.x, np.memmap) == (feature_norm == "none" and feature_dtype == "fp32")
     rows = len(features.cache_gid)
     assert rows > 0 and graph.cache_rows >= rows, (rows, graph.cache_rows)
     if cache_size != "auto":
