@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["atomic_dir", "atomic_path", "write_json", "read_json", "sha256_file", "load_npy", "save_npy"]
+__all__ = ["atomic_dir", "atomic_path", "replace_dir", "write_json", "read_json", "sha256_file", "load_npy", "save_npy"]
 
 
 @contextlib.contextmanager
@@ -42,21 +42,26 @@ def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
-        if final.exists():
-            old = final.with_name(f".{final.name}.old-{os.getpid()}")
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            try:
-                os.replace(tmp, final)
-            except OSError:
-                # Another process (rank 0 of another host on a shared disk) renamed the same content into
-                # place first; callers write deterministic content, so theirs is as good as ours.
-                if not final.is_dir():
-                    raise
+        replace_dir(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def replace_dir(tmp: Path, final: Path) -> None:
+    """Rename the complete folder `tmp` to `final`; an old `final` is moved aside first and removed after."""
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            # Another process (rank 0 of another host on a shared disk) renamed the same content into
+            # place first; callers write deterministic content, so theirs is as good as ours.
+            if not final.is_dir():
+                raise
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

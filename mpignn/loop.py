@@ -269,7 +269,7 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
         "remote_feature_bytes": int(total["remote_feature_bytes"]),
         "remote_structure_bytes": int(total["remote_structure_bytes"]),
         "cache_hit_rate": (total["cache_hits"] / total["remote_rows"]) if total["remote_rows"] else 0.0,
-        "cache_rows": graph.cache_rows, "cache_mib": graph.cache_mib,
+        "cache_rows": graph.cache_rows, "cache_mib": graph.cache_mib, "graph_mib": graph.graph_mib,
         "peak_rss_mb": slowest[5], "load_peak_rss_mb": slowest[6], "world_size": rt.world_size,
     }
     if graph.links is not None:  # link prediction: pair metrics in place of the node metrics

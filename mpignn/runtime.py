@@ -34,6 +34,7 @@ from mpignn.log import setup_logging
 from mpignn.mpi import (Topology, allreduce_max, allreduce_sum, ceil_split, check_all, check_launcher, chunk_bounds,
                         root_first, topology, world)
 from mpignn.partition import LocalPart, check_matches, load_partition, partition_graph, read_meta
+from mpignn.partition.deliver import deliver_partition
 from mpignn.partition.links import has_link_split, load_link_split, train_pairs
 from mpignn.report import peak_rss_mb
 from mpignn.sampling import kernels
@@ -122,6 +123,7 @@ class LocalGraph:
     load_peak_rss_mb: float = 0.0  # this rank's peak memory by the end of start-up (imports, part, cache)
     cache_rows: int = 0  # remote feature rows cached, the most on any rank
     cache_mib: float = 0.0  # their MiB, the most on any rank
+    graph_mib: float = 0.0  # memory that depends on the graph (part arrays, one sampling thread's id map, cache)
     links: dict | None = None  # link prediction: this rank's train_pos and held-out pairs (partition.links)
 
     @property
@@ -179,9 +181,11 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
     except MpignnError as exc:
         raise mark_agreed(exc) from None
     num_parts = 1 if replicated else rt.world_size
+    part_id = 0 if replicated else rt.rank
     link_params = None if links is None else {**links, "seed": seed}
     if partitions:
         folder = Path(partitions)
+        deliver_partition(comm, folder, part_id)  # to hosts that do not see rank 0's folder
         problem = ""
         try:
             check_matches(read_meta(folder), folder, num_parts=num_parts, dataset=key)
@@ -204,10 +208,10 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
                 log.info("partitioned %s into %d parts (%s): edge cut %.1f%%, %.1fs", key, num_parts, method,
                          rep["edge_cut_pct"], rep["seconds"])
                 del graph
+        deliver_partition(comm, folder, part_id)
     # numba writes its on-disk cache when it compiles: one rank per host compiles, the others then load.
     with root_first(comm, per_host=True, timeout=prep_timeout, what="compiling the sampling kernels"):
         kernels.warm_up()
-    part_id = 0 if replicated else rt.rank
     problem, part = "", None
     try:
         part = load_partition(folder, part_id, mmap=True)
@@ -238,8 +242,11 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
     if link_params is not None:
         pairs = {**load_link_split(folder, np.asarray(meta.part_offsets), part_id),
                  "train_pos": train_pairs(part.rowptr, part.col, part.lo)}
+    cache_bytes = features.cache_bytes if cache_rows else 0
+    graph_mib = allreduce_max(comm, [(part.nbytes + sampler.scratch_bytes + cache_bytes) / 2**20])[0]
     return LocalGraph(part=part, sampler=sampler, features=features, replicated=replicated, folder=folder,
-                      load_peak_rss_mb=peak_rss_mb(), cache_rows=cache_rows, cache_mib=cache_mib, links=pairs)
+                      load_peak_rss_mb=peak_rss_mb(), cache_rows=cache_rows, cache_mib=cache_mib,
+                      graph_mib=float(graph_mib), links=pairs)
 
 
 def _device_table(x: np.ndarray, device: str) -> Any:

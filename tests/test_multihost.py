@@ -35,6 +35,28 @@ def test_distributed_sampling_across_hosts(tmp_path):
     assert rc == 0 and len(ok_ranks(out)) == 2, out[-3000:]
 
 
+@pytest.mark.parametrize("per_host", [1, 2])
+def test_partition_delivered_to_hosts_without_it(tmp_path, per_host):
+    """Each host has a folder of its own (node-local disks): rank 0's partition reaches the other host's leader
+    for its ranks, checked by sha256; a corrupt file is refused on every rank and the old folder kept."""
+    rc, out = _multihost(2, per_host, [sys.executable, str(WORKERS / "deliver.py"), str(tmp_path)])
+    assert rc == 0 and len(ok_ranks(out)) == 2 * per_host, out[-3000:]
+
+
+def test_training_with_a_partition_on_one_host_only(tmp_path):
+    """No shared filesystem: each host mounts its own empty --root (a private tmpfs); rank 0 prepares and
+    partitions, the other host receives its part over MPI, and training runs."""
+    root = tmp_path / "root"
+    root.mkdir()
+    train = (f"mount -t tmpfs none {root} && exec {sys.executable} -m mpignn.train --root {root} --dataset "
+             "synthetic:num_nodes=4000,avg_degree=8,num_features=8 --epochs 1 --hidden 16 --batch-size 128 "
+             "--fanout 5,5")
+    rc, out = _multihost(2, 1, ["unshare", "--mount", "sh", "-c", train])
+    assert rc == 0 and "final test accuracy" in out and "2 ranks on 2 hosts" in out, out[-3000:]
+    assert "sent 1 part(s)" in out and "its host does not see the folder" in out, out[-3000:]
+    assert not list(root.iterdir()), "the ranks wrote outside their private --root"
+
+
 def test_training_across_hosts_with_node_local_prep(tmp_path):
     rc, out = _multihost(2, 2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--local-prep",
                                 "--dataset", "synthetic:num_nodes=4000,avg_degree=8,num_features=8", "--epochs", "1",

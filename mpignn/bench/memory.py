@@ -1,7 +1,9 @@
 """`python -m mpignn.bench.memory`: peak memory per stage, each stage in a process of its own: load (generate
 or read the dataset; a synthetic graph goes to an npy folder, features in chunks), partition (1 and N parts)
 and train (one epoch on 1 rank and on N ranks, max over ranks), beside the graph's size: its structure as an
-int64 CSR and its features. Peaks are each process's maximum resident set (ru_maxrss).
+int64 CSR and its features. Peaks are each process's maximum resident set (ru_maxrss). `graph MiB` is what a
+training rank holds that depends on the graph (part arrays, one sampling thread's id map, feature cache; the
+most on any rank), beside 1/N of the one-rank figure plus the cache.
 
     python -m mpignn.bench.memory --ranks 2 [--method metis] [-- more mpignn.train flags]
 """
@@ -71,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                                     str(folders[ranks]), "--epochs", "1", *args.extra])[-1]
             rows.append({"stage": "train", "config": f"{ranks} rank{'s' * (ranks > 1)}",
                          "part": part_mib(folders[ranks]), "startup": rec["load_peak_rss_mb"],
+                         "graph_mib": rec["graph_mib"], "cache": rec["cache_mib"],
                          "peak": rec["peak_rss_mb"],
                          "seconds": rec.get("epoch_s")})
             print(f"  done: train on {ranks} ranks", flush=True)
@@ -81,12 +84,16 @@ def main(argv: list[str] | None = None) -> int:
         if row["stage"] == "train":
             row["steps"] = row["peak"] - row["startup"]
             row["share"] = row["peak"] / one_rank
+    one = rows[-2]
+    for row, ranks in ((one, 1), (rows[-1], args.ranks)):  # the graph's memory: 1/N of one rank's + the cache
+        row["bound"] = one["graph_mib"] / ranks + row["cache"]
     print(f"{args.dataset}: structure (int64 CSR) {csr_mib:.0f} MiB, features {size['x_mib']:.0f} MiB; peak MiB "
           "per process (train: max over ranks)")
     print(table(rows, [("stage", "stage", "s"), ("config", "config", "s"), ("graph", "graph", "s"),
                        ("seconds", "s", ".1f"), ("part", "part arrays", ".0f"), ("startup", "start-up peak", ".0f"),
                        ("steps", "added by steps", ".0f"), ("peak", "peak", ".0f"), ("per_csr", "peak / CSR", ".2f"),
-                       ("share", "peak / 1 rank", ".2f")]))
+                       ("share", "peak / 1 rank", ".2f"), ("graph_mib", "graph MiB", ".0f"),
+                       ("cache", "of it cache", ".0f"), ("bound", "1/N + cache", ".0f")]))
     if args.json:
         for row in rows:
             print(json.dumps({**row, "csr_mib": csr_mib, "x_mib": size["x_mib"], "nodes": size["nodes"],

@@ -80,6 +80,11 @@ class LocalPart:
         return self.meta.part_offsets[self.part_id]
 
     @property
+    def nbytes(self) -> int:
+        """Bytes of the part's arrays (mapped ones included: they are the part's share of the graph)."""
+        return sum(int(getattr(self, name).nbytes) for name in PART_FILES)
+
+    @property
     def hi(self) -> int:
         return self.meta.part_offsets[self.part_id + 1]
 

@@ -85,6 +85,12 @@ class NeighborSampler:
         self._direct = relabel == "array" or self._own == (0, self.num_nodes)
         self._local = threading.local()
 
+    @property
+    def scratch_bytes(self) -> int:
+        """Bytes of one sampling thread's id map: global-node-sized with relabel 'array', part-sized otherwise
+        (plus a hash table sized by the batch, not counted)."""
+        return 8 * (self.num_nodes if self.relabel == "array" else self._own[1])
+
     def _scratch(self) -> np.ndarray:
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
