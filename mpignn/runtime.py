@@ -191,8 +191,8 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
             check_matches(read_meta(folder), folder, num_parts=num_parts, dataset=key)
             if link_params is not None and not has_link_split(folder, link_params):
                 raise PartitionFormatError(f"expected held-out edges {link_params} in {folder}/links; found "
-                                           "none or others. HINT: partition with python -m mpignn.partition --task link and the same "
-                                           "--seed and --link-* flags, or drop --partitions")
+                                           "none or others. HINT: partition with python -m mpignn.partition "
+                                           "--task link and the same --seed and --link-* flags, or drop --partitions")
         except MpignnError as exc:
             problem = str(exc)
         check_all(comm, not problem, problem, PartitionFormatError)
@@ -243,7 +243,7 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
         pairs = {**load_link_split(folder, np.asarray(meta.part_offsets), part_id),
                  "train_pos": train_pairs(part.rowptr, part.col, part.lo)}
     cache_bytes = features.cache_bytes if cache_rows else 0
-    graph_mib = allreduce_max(comm, [(part.nbytes + sampler.scratch_bytes + cache_bytes) / 2**20])[0]
+    graph_mib = allreduce_max(comm, [(part.training_bytes + sampler.scratch_bytes + cache_bytes) / 2**20])[0]
     return LocalGraph(part=part, sampler=sampler, features=features, replicated=replicated, folder=folder,
                       load_peak_rss_mb=peak_rss_mb(), cache_rows=cache_rows, cache_mib=cache_mib,
                       graph_mib=float(graph_mib), links=pairs)

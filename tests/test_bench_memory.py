@@ -24,6 +24,6 @@ def test_memory_bench_rows_per_stage(tmp_path):
     assert two["part"] < one["part"]  # each of 2 parts holds fewer array bytes than the whole graph
     assert one["share"] == 1.0 and two["share"] == pytest.approx(two["peak"] / one["peak"])
     # the graph's memory: part arrays + id map + cache, against 1/N of one rank's plus the cache
-    assert one["cache"] == 0 and one["bound"] == one["graph_mib"] > one["part"] * 0.99
+    assert one["cache"] == 0 and one["bound"] == one["graph_mib"] > one["part"] * 0.9
     assert two["bound"] == pytest.approx(one["graph_mib"] / 2 + two["cache"])
-    assert two["graph_mib"] >= two["part"] + two["cache"] - 0.01
+    assert two["cache"] < two["graph_mib"] < two["part"] + two["cache"] + 1  # + the id map; no unread arrays

@@ -56,8 +56,10 @@ def test_part_map_gives_the_array_map_batches_while_growing(graph, own):
 
 def test_memory_does_not_depend_on_the_node_count(graph):
     """A sampler told the graph has 2^40 nodes allocates its part and its batch, nothing of that size; auto
-    keeps the array map while it is small."""
-    assert NeighborSampler(PartOwned(graph, 1000, 3000), graph.num_nodes, [5]).relabel == "array"
+    takes the part map for a part of any graph, the array where the sampler owns every node."""
+    assert NeighborSampler(PartOwned(graph, 1000, 3000), graph.num_nodes, [5]).relabel == "part"
+    whole = NeighborSampler(LocalHops(graph.rowptr, graph.col), graph.num_nodes, [5])
+    assert whole.relabel == "array" and whole.scratch_bytes == 8 * graph.num_nodes
     huge = NeighborSampler(PartOwned(graph, 1000, 3000), 2**40, [5, 5])
     assert huge.relabel == "part"
     small = NeighborSampler(LocalHops(graph.rowptr, graph.col), graph.num_nodes, [5, 5], relabel="array")

@@ -80,9 +80,9 @@ class LocalPart:
         return self.meta.part_offsets[self.part_id]
 
     @property
-    def nbytes(self) -> int:
-        """Bytes of the part's arrays (mapped ones included: they are the part's share of the graph)."""
-        return sum(int(getattr(self, name).nbytes) for name in PART_FILES)
+    def training_bytes(self) -> int:
+        """Bytes of the arrays training reads (mapped ones included: sampling touches all of them)."""
+        return sum(int(getattr(self, name).nbytes) for name in TRAINING_FILES)
 
     @property
     def hi(self) -> int:
@@ -151,16 +151,18 @@ def check_matches(meta: PartitionMeta, folder: str | os.PathLike, *, num_parts: 
                                    "HINT: pass the matching --dataset, or partition this dataset")
 
 
-# The arrays that grow with the part's edges and features; `load_partition(mmap=True)` maps them.
-MAPPED_FILES = ("x", "col")
+# What training reads of a part; `load_partition(mmap=True)` maps the big ones (features, columns) and the
+# ones training never reads (original ids, halo), so only what sampling touches becomes resident.
+TRAINING_FILES = ("rowptr", "col", "x", "y", "train_idx", "val_idx", "test_idx")
+MAPPED_FILES = ("x", "col", "orig_id", "halo_gid", "halo_deg")
 
 
 def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = True,
                    mmap: bool = False) -> LocalPart:
     """Read one part (memory in proportion to the part), checking sizes and, with `verify`, checksums.
 
-    `mmap` maps the features and the column array read-only instead of reading them: their pages are the
-    page cache's, loaded as sampling touches them and dropped under memory pressure, not the process's own.
+    `mmap` maps MAPPED_FILES read-only instead of reading them: their pages are the page cache's, loaded as
+    they are touched and dropped under memory pressure, not the process's own.
 
     Raises:
         PartitionFormatError: a file is missing, truncated, fails its checksum or cannot be parsed.

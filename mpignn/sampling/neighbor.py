@@ -54,7 +54,7 @@ class LocalHops:
 
 
 ARRAY_MAP_BYTES = 64 << 20
-"""Largest global array map "auto" keeps (8M nodes): beyond it a thread's map would outgrow its part."""
+"""Largest global array map "auto" keeps for a source without rows of its own (8M nodes)."""
 
 
 class NeighborSampler:
@@ -64,23 +64,25 @@ class NeighborSampler:
     picks it: "array", one int64 per global node (0.9 GB per thread on papers100M); "part", one int64 per node
     of the source's own rows (the rank's part) plus, for other nodes, an open-addressing hash table sized by the
     largest batch so far (twice the remote nodes it reached, 16 bytes a slot), so memory follows the part and
-    the batch; "auto" (default), the array while it takes at most ARRAY_MAP_BYTES, else the part map. Both give
-    the same batches; owning every node (one process) the part map is the array map. With a part of a 2M-node
-    graph, hash lookups made sampling 16-18% slower (README, benchmarks), hence auto.
+    the batch; "auto" (default), the array where the source owns every node (one process, replicated) or has no
+    rows of its own (then while it takes at most ARRAY_MAP_BYTES), else the part map. Both give the same
+    batches. With a part of a 2M-node graph, hash lookups made sampling 16-18% slower, a small share of a
+    training step (README, benchmarks): the part map keeps a rank's memory in proportion to its part.
     """
 
     def __init__(self, source: HopSource, num_nodes: int, fanouts: Sequence[int], relabel: str = "auto") -> None:
         if relabel not in ("auto", "part", "array"):
             raise ValueError(f"relabel must be 'auto', 'part' or 'array'; got {relabel!r}")
+        local = getattr(source, "local", source)  # DistributedHops wraps the rank's LocalHops
+        rowptr = getattr(local, "rowptr", None)
+        self._own = (int(local.lo), len(rowptr) - 1) if rowptr is not None else (0, 0)
         if relabel == "auto":
-            relabel = "array" if 8 * int(num_nodes) <= ARRAY_MAP_BYTES else "part"
+            whole = self._own == (0, int(num_nodes))
+            relabel = "array" if whole or (rowptr is None and 8 * int(num_nodes) <= ARRAY_MAP_BYTES) else "part"
         self.source = source
         self.num_nodes = int(num_nodes)
         self.fanouts = list(fanouts)
         self.relabel = relabel
-        local = getattr(source, "local", source)  # DistributedHops wraps the rank's LocalHops
-        rowptr = getattr(local, "rowptr", None)
-        self._own = (int(local.lo), len(rowptr) - 1) if rowptr is not None else (0, 0)
         # Owning every node (one process, --replicated): the part map is the array map; skip the range checks.
         self._direct = relabel == "array" or self._own == (0, self.num_nodes)
         self._local = threading.local()
