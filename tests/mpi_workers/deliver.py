@@ -34,6 +34,7 @@ def main(base: str) -> None:
         held = sorted(p.name for p in folder.glob("part-*"))
         assert len(held) == topo.local_size, held  # only this host's parts
     assert deliver.deliver_partition(comm, folder, comm.rank) == {}, "a complete host received again"
+    assert deliver.deliver_partition(comm, folder, comm.size + comm.rank) == {}, "parts the folder lacks"
     # A part corrupt at the sender: the receiving host refuses it on every rank and keeps what it had.
     victim = comm.size - 1
     if comm.rank == 0:
