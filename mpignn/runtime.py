@@ -242,8 +242,8 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
     if link_params is not None:
         pairs = {**load_link_split(folder, np.asarray(meta.part_offsets), part_id),
                  "train_pos": train_pairs(part.rowptr, part.col, part.lo)}
-    cache_bytes = features.cache_bytes if cache_rows else 0
-    graph_mib = allreduce_max(comm, [(part.training_bytes + sampler.scratch_bytes + cache_bytes) / 2**20])[0]
+    graph_bytes = part.training_bytes + sampler.scratch_bytes + features.cache_bytes
+    graph_mib = allreduce_max(comm, [graph_bytes / 2**20])[0]
     return LocalGraph(part=part, sampler=sampler, features=features, replicated=replicated, folder=folder,
                       load_peak_rss_mb=peak_rss_mb(), cache_rows=cache_rows, cache_mib=cache_mib,
                       graph_mib=float(graph_mib), links=pairs)

@@ -151,18 +151,18 @@ def test_row_normalisation_matches_pyg_and_leaves_the_input_alone(tmp_path):
     from torch_geometric.data import Data
     from torch_geometric.transforms import NormalizeFeatures
 
-    from mpignn.data.features import normalize_rows
+    from mpignn.data.features import transform_rows
 
     rng = np.random.default_rng(0)
     x = (rng.random((300, 20)) < 0.2).astype(np.float32) * rng.integers(1, 4, (300, 20)).astype(np.float32)
     x[5] = 0
     np.save(tmp_path / "x.npy", x)
     mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
-    out = normalize_rows(mapped, "row")
+    out = transform_rows(mapped, "row")
     ref = NormalizeFeatures()(Data(x=torch.from_numpy(x.copy()))).x.numpy()
     assert out.dtype == np.float32 and np.allclose(out, ref, atol=1e-7)
     assert not out[5].any() and np.array_equal(np.load(tmp_path / "x.npy"), x)
-    assert normalize_rows(x, "none") is x
+    assert transform_rows(x, "none") is x
 
 
 @pytest.mark.parametrize("norm", ["none", "row"])

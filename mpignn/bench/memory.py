@@ -77,14 +77,13 @@ def main(argv: list[str] | None = None) -> int:
                          "peak": rec["peak_rss_mb"],
                          "seconds": rec.get("epoch_s")})
             print(f"  done: train on {ranks} ranks", flush=True)
-    one_rank = rows[-2]["peak"]
+    one = rows[-2]  # training on 1 rank
     for row in rows:
         row["graph"] = graph
         row["per_csr"] = row["peak"] / csr_mib
         if row["stage"] == "train":
             row["steps"] = row["peak"] - row["startup"]
-            row["share"] = row["peak"] / one_rank
-    one = rows[-2]
+            row["share"] = row["peak"] / one["peak"]
     for row, ranks in ((one, 1), (rows[-1], args.ranks)):  # the graph's memory: 1/N of one rank's + the cache
         row["bound"] = one["graph_mib"] / ranks + row["cache"]
     print(f"{args.dataset}: structure (int64 CSR) {csr_mib:.0f} MiB, features {size['x_mib']:.0f} MiB; peak MiB "

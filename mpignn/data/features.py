@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["FEATURE_NORMS", "FEATURE_DTYPES", "transform_rows", "normalize_rows", "to_bf16_bits"]
+__all__ = ["FEATURE_NORMS", "FEATURE_DTYPES", "transform_rows", "to_bf16_bits"]
 
 FEATURE_NORMS = ("none", "row")
 FEATURE_DTYPES = ("fp32", "fp16", "bf16")
@@ -43,11 +43,6 @@ def transform_rows(x: np.ndarray, norm: str = "none", dtype: str = "fp32") -> np
             rows = (rows / sums).astype(np.float32)
         out[lo:lo + _CHUNK_ROWS] = to_bf16_bits(rows) if dtype == "bf16" else rows
     return out
-
-
-def normalize_rows(x: np.ndarray, norm: str) -> np.ndarray:
-    """`transform_rows` with the dtype kept at float32."""
-    return transform_rows(x, norm, "fp32")
 
 
 def to_bf16_bits(rows: np.ndarray) -> np.ndarray:

@@ -96,8 +96,7 @@ class NeighborSampler:
     def _scratch(self) -> np.ndarray:
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
-            size = self.num_nodes if self.relabel == "array" else self._own[1]
-            scratch = np.full(size, -1, dtype=np.int64)
+            scratch = np.full(self.scratch_bytes // 8, -1, dtype=np.int64)
             self._local.scratch = scratch
         return scratch
 
