@@ -135,6 +135,9 @@ class TrainConfig:
     (= fp32)."""
     eval_every: int = 1
     """Evaluate val/test every N epochs (and always after the last)."""
+    evals_per_epoch: int = 1
+    """Evaluate val/test K times per epoch, after each K-th of its steps (time to accuracy then resolves to
+    a fraction of an epoch); more than 1 needs --eval-every 1."""
     metrics_out: str = ""
     """Append one JSON line per epoch to this file."""
     checkpoint_dir: str = ""
@@ -153,11 +156,14 @@ class TrainConfig:
     def __post_init__(self) -> None:
         self.fanouts = parse_fanout(self.fanout)
         positive = {"epochs": self.epochs, "batch_size": self.batch_size, "hidden": self.hidden,
-                    "eval_every": self.eval_every}
+                    "eval_every": self.eval_every, "evals_per_epoch": self.evals_per_epoch}
         for name, value in positive.items():
             if value < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be a positive int; got {value}. "
                                   f"HINT: e.g. --{name.replace('_', '-')} {getattr(TrainConfig, name)}")
+        if self.evals_per_epoch > 1 and self.eval_every != 1:
+            raise ConfigError(f"--evals-per-epoch {self.evals_per_epoch} evaluates inside every epoch, so it needs "
+                              f"--eval-every 1; got --eval-every {self.eval_every}. HINT: drop one of them")
         if not (0 < self.link_val and 0 < self.link_test and self.link_val + self.link_test < 1):
             raise ConfigError(f"--link-val and --link-test must be positive shares that sum below 1; got "
                               f"{self.link_val} and {self.link_test}. HINT: e.g. --link-val 0.05 --link-test 0.1")

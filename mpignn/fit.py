@@ -16,7 +16,7 @@ from mpignn.report import BestEpoch, append_jsonl, correct_counter, format_epoch
 from mpignn.schedule import attach_lr_schedule
 from mpignn.stopping import EXIT_STOPPED, StopSignal, requeue
 
-__all__ = ["check_flags", "fit"]
+__all__ = ["check_flags", "fit", "eval_steps"]
 
 log = logging.getLogger(__name__)
 
@@ -73,26 +73,41 @@ def fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn.
     ddp, timer = wrap_ddp(model, comm, rt.device)
     log.info("%d train steps per epoch, %s", steps, "bf16 autocast" if bf16 else "fp32")
     rec: dict[str, Any] | None = None
+    ends = eval_steps(steps, cfg.evals_per_epoch)
     for epoch in range(first_epoch, cfg.epochs):
         resumed_here = epoch == first_epoch
-        rec = run_epoch(rt, epoch, ddp, optimizer, loaders, bf16=bf16, timer=timer, graph=graph,
-                        evaluate_now=epoch == cfg.epochs - 1 or (epoch + 1) % cfg.eval_every == 0, stop=stop,
-                        start_step=first_step if resumed_here else 0, carry=carry if resumed_here else None,
-                        metric=metric, hits_k=cfg.hits_k)
-        if "stopped_step" in rec:
-            return _stopped(cfg, rt, stop, rec, model, optimizer, best)
-        best.update(rec)
-        rec.update(best.fields())
-        if rt.rank == 0:
-            log.info(format_epoch(rec))
-            if cfg.metrics_out:
-                append_jsonl(cfg.metrics_out, rec)
+        start = first_step if resumed_here else 0
+        for end in [e for e in ends if e > start] or ends[-1:]:
+            last = end == ends[-1]
+            rec = run_epoch(rt, epoch, ddp, optimizer, loaders, bf16=bf16, timer=timer, graph=graph,
+                            evaluate_now=not last or epoch == cfg.epochs - 1 or (epoch + 1) % cfg.eval_every == 0,
+                            stop=stop, start_step=start, end_step=None if last else end,
+                            carry=carry if resumed_here and start == first_step else None, metric=metric,
+                            hits_k=cfg.hits_k)
+            if "stopped_step" in rec:
+                return _stopped(cfg, rt, stop, rec, model, optimizer, best)
+            if not last:
+                rec["step"] = end
+            best.update(rec)
+            rec.update(best.fields())
+            if rt.rank == 0:
+                log.info(format_epoch(rec))
+                if cfg.metrics_out:
+                    append_jsonl(cfg.metrics_out, rec)
+            start = end
         if cfg.checkpoint_dir:
             save_state(comm, cfg.checkpoint_dir, epoch=epoch + 1, step=0, model=model, optimizer=optimizer,
                        device=rt.device, extra={"config": cfg.to_dict(), "best": best.to_dict()})
     if rt.rank == 0 and rec is not None:
         print(format_final(best, rec, rt.world_size), flush=True)
     return 0
+
+
+def eval_steps(steps: int, evals_per_epoch: int) -> list[int]:
+    """The steps after which an epoch of `steps` steps is evaluated `evals_per_epoch` times, evenly (the
+    last is always the epoch's end; never more evaluations than steps)."""
+    k = max(1, min(evals_per_epoch, steps))
+    return sorted({-(-i * steps // k) for i in range(1, k + 1)}) if steps else [0]
 
 
 def _stopped(cfg: Any, rt: Any, stop: Any, rec: dict[str, Any], model: torch.nn.Module,

@@ -112,17 +112,18 @@ class NodeLoader:
         self.capped = 0 < max_steps < self.steps
         if self.capped:
             self.steps = max_steps
-        self.epoch, self.start_step = 0, 0
+        self.epoch, self.start_step, self.end_step = 0, 0, None
         self.times = LoaderTimes()
         self.uploader = Uploader(self.device)
 
     def __len__(self) -> int:
         return self.steps
 
-    def set_epoch(self, epoch: int, start_step: int = 0) -> None:
+    def set_epoch(self, epoch: int, start_step: int = 0, end_step: int | None = None) -> None:
         """Use epoch `epoch`'s shuffle and random streams (call before iterating, as with DistributedSampler);
-        the next pass starts at `start_step` (a run resumed mid-epoch), with the batches it would have had."""
-        self.epoch, self.start_step = epoch, start_step
+        the next pass yields steps [start_step, end_step) of the epoch (a run resumed mid-epoch, or evaluated
+        inside it) with the batches a whole pass would have had there."""
+        self.epoch, self.start_step, self.end_step = epoch, start_step, end_step
 
     def _batches(self) -> list[np.ndarray]:
         seeds = self.seeds
@@ -171,7 +172,7 @@ class NodeLoader:
         return data
 
     def __iter__(self) -> Iterator[Data]:
-        batches = self._batches()
+        batches = self._batches()[:self.end_step]
         self.times = LoaderTimes()
         first = min(self.start_step, len(batches))
         if not self.prefetch or len(batches) - first < 2:

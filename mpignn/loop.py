@@ -108,7 +108,7 @@ def _count_correct(pred: torch.Tensor, labels: torch.Tensor) -> float:
 
 def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Optimizer, *, device: str,
                 bf16: bool = False, timer: AllreduceTimer | None = None, progress: bool = False,
-                comm: Any = None, stop: Any = None, start_step: int = 0,
+                comm: Any = None, stop: Any = None, start_step: int = 0, end_step: int | None = None,
                 metric: Callable[[torch.Tensor, torch.Tensor], float] | None = None) -> dict[str, float]:
     """Collective over `comm` (when given; every rank runs the same steps): train one epoch.
 
@@ -122,6 +122,7 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
     Args:
         start_step: skip the steps before it (resume in the middle of an epoch; mpignn's loader, told by
             `set_epoch(epoch, start_step)`, does not even draw them).
+        end_step: leave before this step (None: at the loader's end), e.g. to evaluate inside the epoch.
         metric: counts correct predictions (pred, labels); default: equal labels.
     Returns:
         sums: loss_sum, correct, seeds, steps, compute_s, allreduce_s, and stopped_step (-1: not stopped).
@@ -135,6 +136,8 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
     for step, batch in enumerate(loader, start=getattr(loader, "start_step", 0)):
         if step < start_step:  # a loader that cannot start later draws the done steps again
             continue
+        if end_step is not None and step >= end_step:  # the same step on every rank: no collective is left
+            break
         t0 = time.perf_counter()
         n = batch.edge_label.numel() if "edge_label" in batch else batch.batch_size  # labelled items
         wants_stop = float(stop is not None and stop.requested)
@@ -211,7 +214,8 @@ def evaluate(model: torch.nn.Module, loader: Any, *, device: str, bf16: bool = F
 
 def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
               loaders: dict[str, Any], *, bf16: bool, timer: AllreduceTimer | None, evaluate_now: bool,
-              graph: Any, stop: Any = None, start_step: int = 0, carry: dict[str, float] | None = None,
+              graph: Any, stop: Any = None, start_step: int = 0, end_step: int | None = None,
+              carry: dict[str, float] | None = None,
               metric: Callable[[torch.Tensor, torch.Tensor], float] | None = None,
               hits_k: int = 10) -> dict[str, Any]:
     """Collective over `rt.comm`: train one epoch (and evaluate val/test on every rank's share when
@@ -220,7 +224,9 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
 
     Resuming mid-epoch, `start_step` skips the steps done before the stop and `carry` holds their summed
     loss_sum/correct/seeds (over all ranks; rank 0 adds them). When `stop` ends the epoch early (see
-    `train_epoch`), nothing is evaluated and the record has `stopped_step` and `partial` (those sums)."""
+    `train_epoch`), nothing is evaluated and the record has `stopped_step` and `partial` (those sums).
+    With `end_step` the pass trains steps [start_step, end_step) only (an evaluation inside the epoch); the
+    record's `epochs_done` says how far training got (epoch 1 step 50 of 100 -> 1.5)."""
     from mpignn.report import peak_rss_mb
 
     features, hops = graph.features, graph.sampler.source
@@ -228,10 +234,13 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
     struct0 = getattr(hops, "bytes_received", 0)
     start = time.perf_counter()
     for name, loader in loaders.items():
-        loader.set_epoch(epoch, start_step if name == "train" else 0)
+        if name == "train":
+            loader.set_epoch(epoch, start_step, end_step)
+        else:
+            loader.set_epoch(epoch)
     sums = train_epoch(model, loaders["train"], optimizer, device=rt.device, bf16=bf16, timer=timer,
                        progress=rt.rank == 0 and sys.stderr.isatty(), comm=rt.comm, stop=stop,
-                       start_step=start_step, metric=metric)
+                       start_step=start_step, end_step=end_step, metric=metric)
     if carry and rt.rank == 0:
         for key in ("loss_sum", "correct", "seeds", "edges"):
             sums[key] += carry.get(key, 0.0)
@@ -249,6 +258,7 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
             res = evaluate(model, loaders[split], device=rt.device, bf16=bf16, metric=metric)
             ev[f"{split}_correct"], ev[f"{split}_seeds"] = res["correct"], res["seeds"]
     times = loaders["train"].times
+    steps = len(loaders["train"])
     local = {**{k: sums[k] for k in ("loss_sum", "correct", "seeds", "edges")}, **ev,
              "remote_feature_bytes": features.bytes_received - feat_bytes0,
              "remote_structure_bytes": getattr(hops, "bytes_received", 0) - struct0,
@@ -260,7 +270,8 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
                                       times.wait_s]).tolist()
     frac = lambda a, b: (total[a] / total[b]) if total[b] else None  # noqa: E731
     rec = {
-        "epoch": epoch, "loss": frac("loss_sum", "seeds") or 0.0, "train_acc": frac("correct", "seeds"),
+        "epoch": epoch, "epochs_done": epoch + min(end_step or steps, steps) / max(steps, 1),
+        "loss": frac("loss_sum", "seeds") or 0.0, "train_acc": frac("correct", "seeds"),
         "val_acc": frac("val_correct", "val_seeds") if evaluate_now else None,
         "test_acc": frac("test_correct", "test_seeds") if evaluate_now else None,
         "epoch_s": slowest[0], "seeds_per_s": total["seeds"] / slowest[0] if slowest[0] else 0.0,

@@ -32,7 +32,8 @@ def format_epoch(rec: dict[str, Any]) -> str:
     else:
         scores = (f"acc train {acc(rec['train_acc'])} val {acc(rec['val_acc'])} test {acc(rec['test_acc'])} | "
                   f"{rec['epoch_s']:.2f}s {rec['seeds_per_s']:.0f} seeds/s")
-    return (f"epoch {rec['epoch']:3d} | loss {rec['loss']:.4f} | {scores} | sample {rec['sample_s']:.2f} exch {rec['exchange_s']:.2f} "
+    where = f"epoch {rec['epoch']:3d}" + (f" step {rec['step']}" if "step" in rec else "")
+    return (f"{where} | loss {rec['loss']:.4f} | {scores} | sample {rec['sample_s']:.2f} exch {rec['exchange_s']:.2f} "
             f"compute {rec['compute_s']:.2f} allreduce {rec['allreduce_s']:.2f} wait {rec['wait_s']:.2f} | remote "
             f"{rec['remote_feature_bytes'] / 2**20:.1f}+{rec['remote_structure_bytes'] / 2**20:.1f} MiB "
             f"cache hit {rec['cache_hit_rate']:.2f} | peak {rec['peak_rss_mb']:.0f} MiB")

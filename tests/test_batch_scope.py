@@ -67,11 +67,12 @@ def test_steps_per_epoch_on_two_ranks(tmp_path, scope, halves):
 def test_time_to_accuracy_table(capsys):
     from mpignn.bench.__main__ import _time_to_accuracy
 
-    def recs(times, accs):
-        return [{"epoch": i, "epoch_s": t, "val_acc": a, "test_acc": a - 0.01, "seeds_per_s": 100.0}
-                for i, (t, a) in enumerate(zip(times, accs))]
+    def recs(times, accs, per_epoch=1):
+        return [{"epoch": i // per_epoch, "epochs_done": (i + 1) / per_epoch, "epoch_s": t, "val_acc": a,
+                 "test_acc": a - 0.01, "seeds_per_s": 100.0} for i, (t, a) in enumerate(zip(times, accs))]
 
-    curves = [("one", recs([4, 4, 4], [0.5, 0.8, 0.85])), ("two", recs([2, 2, 2], [0.6, 0.79, 0.81])),
+    # "two" is evaluated twice per epoch: it passes the target half-way through its second epoch
+    curves = [("one", recs([4, 4, 4], [0.5, 0.8, 0.85])), ("two", recs([1] * 6, [0.5, 0.6, 0.81, 0.79, 0.9, 0.9], 2)),
               ("never", recs([1, 1], [0.1, 0.2]))]
     args = argparse.Namespace(target_acc="auto", dataset="d", fanout="5", batch_size=8, hidden=4, lr=0.1,
                               precision="fp32", max_epochs=3, plot="")
@@ -79,8 +80,45 @@ def test_time_to_accuracy_table(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert "0.8000" in lines[0]
     one, two, never = lines[3].split(), lines[4].split(), lines[5].split()
-    assert one[1:4] == ["yes", "8.00", "2"] and two[1:4] == ["yes", "6.00", "3"] and never[1] == "no"
-    assert two[6] == "0.75"
+    assert one[1:4] == ["yes", "8.00", "2.00"] and two[1:4] == ["yes", "3.00", "1.50"] and never[1] == "no"
+    assert two[6] == "0.38"
+
+
+@pytest.mark.parametrize("steps,k,ends", [(10, 1, [10]), (10, 4, [3, 5, 8, 10]), (3, 8, [1, 2, 3]), (0, 2, [0])])
+def test_evaluations_inside_an_epoch_split_its_steps_evenly(steps, k, ends):
+    from mpignn.fit import eval_steps
+
+    assert eval_steps(steps, k) == ends
+
+
+def test_evals_per_epoch_needs_eval_every_one():
+    from mpignn.config import parse
+    from mpignn.errors import ConfigError
+
+    assert parse(["--evals-per-epoch", "4"]).evals_per_epoch == 4
+    with pytest.raises(ConfigError, match=r"--evals-per-epoch 4 .* needs --eval-every 1; got --eval-every 2\. HINT"):
+        parse(["--evals-per-epoch", "4", "--eval-every", "2"])
+    with pytest.raises(ConfigError, match="--evals-per-epoch must be a positive int"):
+        parse(["--evals-per-epoch", "0"])
+
+
+def test_a_pass_can_end_inside_the_epoch_with_the_whole_pass_batches():
+    from mpignn.data import make_synthetic
+    from mpignn.data.synthetic import SyntheticSpec
+    from mpignn.exchange import FeatureStore
+    from mpignn.loader import NodeLoader
+    from mpignn.sampling import LocalHops, NeighborSampler
+
+    g = make_synthetic(SyntheticSpec(num_nodes=2000, avg_degree=5, num_features=4))
+    sampler = NeighborSampler(LocalHops(g.rowptr, g.col), g.num_nodes, [3])
+    loader = NodeLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 64, seed=1)
+    loader.set_epoch(1)
+    whole = [b.n_id.tolist() for b in loader]
+    parts = []
+    for a, b in [(0, 2), (2, 5), (5, None)]:
+        loader.set_epoch(1, a, b)
+        parts += [batch.n_id.tolist() for batch in loader]
+    assert parts == whole and len(whole) > 5
 
 
 def test_max_steps_takes_that_many_full_batches_of_a_fresh_shuffle():
