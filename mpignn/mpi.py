@@ -25,7 +25,7 @@ from mpignn.errors import LaunchError, MpignnError, is_agreed, mark_agreed
 __all__ = [
     "Topology", "world", "topology", "whoami", "check_launcher", "chunk_bounds", "ceil_split", "steps_per_epoch",
     "pad_to_steps", "root_first", "run_once", "check_all", "alltoallv", "allreduce_sum", "allreduce_max", "run_main",
-    "RootFailedError", "print0", "thread_budget", "MAX_COUNT", "rendezvous_endpoint",
+    "RootFailedError", "print0", "thread_budget", "MAX_COUNT", "exchange_counts", "rendezvous_endpoint",
 ]
 
 thread_budget = _env.thread_budget
@@ -371,7 +371,25 @@ MAX_COUNT = 2**31 - 1
 _ALLTOALLV_TAG = 7102
 
 
-def alltoallv(comm: Any, send: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def exchange_counts(comm: Any, counts: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Collective over `comm`, one Alltoall: (rows this rank receives from each rank, whether the exchange of
+    `counts` rows must go in pieces; the same answer on every rank).
+
+    With each count goes a flag: this rank sends more than MAX_COUNT // size rows in all. No rank sends or
+    receives more than MAX_COUNT rows unless some rank raised it (a rank receiving more gets more than
+    MAX_COUNT // size from one sender), and every rank sees every flag: one collective, not two.
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    mine = np.empty((comm.size, 2), dtype=np.int64)
+    mine[:, 0] = counts
+    mine[:, 1] = int(counts.sum()) > MAX_COUNT // comm.size
+    theirs = np.empty_like(mine)
+    comm.Alltoall(mine, theirs)
+    return np.ascontiguousarray(theirs[:, 0]), bool(theirs[:, 1].any())
+
+
+def alltoallv(comm: Any, send: np.ndarray, counts: np.ndarray, recv_counts: np.ndarray | None = None,
+              pieces: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Collective over `comm`: send `counts[r]` rows of `send` (grouped by destination, in rank order) to each
     rank r; every rank must call it, also with nothing to send.
 
@@ -382,17 +400,17 @@ def alltoallv(comm: Any, send: np.ndarray, counts: np.ndarray) -> tuple[np.ndarr
     Args:
         send: array of rows (1-D, or N-D with fixed trailing dimensions), ordered by destination rank.
         counts: rows for each destination, length `comm.size`.
+        recv_counts, pieces: when every rank knows what it receives (a reply to an exchange with the same
+            counts, reversed: pass that one's `exchange_counts`), no counts travel: one collective, not two.
     Returns:
         (received rows grouped by source rank, rows received from each rank).
     """
-    from mpi4py import MPI
-
     send = np.ascontiguousarray(send)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
-    recv_counts = np.empty_like(counts)
-    comm.Alltoall(counts, recv_counts)
+    if recv_counts is None or pieces is None:
+        recv_counts, pieces = exchange_counts(comm, counts)
+    recv_counts = np.ascontiguousarray(recv_counts, dtype=np.int64)
     recv = np.empty((int(recv_counts.sum()),) + send.shape[1:], dtype=send.dtype)
-    pieces = comm.allreduce(max(int(counts.sum()), int(recv_counts.sum())) > MAX_COUNT, op=MPI.LOR)
     row = _row_type(send)
     try:
         sdispl = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)

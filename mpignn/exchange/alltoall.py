@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from mpignn.mpi import alltoallv
+from mpignn.mpi import alltoallv, exchange_counts
 
 __all__ = ["MpiAlltoall", "TorchAlltoall", "make_alltoall"]
 
@@ -18,13 +18,16 @@ class MpiAlltoall:
     def __init__(self, comm: Any) -> None:
         self.comm = comm
 
-    def __call__(self, send: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Collective: rows grouped by destination -> (rows grouped by source, rows from each source)."""
-        return alltoallv(self.comm, send, counts)
+    def __call__(self, send: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+        """Collective: ids grouped by destination -> (ids grouped by source, ids from each source, whether
+        replies with these counts go in pieces: `mpignn.mpi.exchange_counts`)."""
+        recv_counts, pieces = exchange_counts(self.comm, counts)
+        return alltoallv(self.comm, send, counts, recv_counts, pieces)[0], recv_counts, pieces
 
-    def rows(self, send: np.ndarray, send_counts: np.ndarray, recv_counts: np.ndarray) -> np.ndarray:
-        """Collective: like `__call__` when both sides already know the counts (feature rows answering ids)."""
-        return alltoallv(self.comm, send, send_counts)[0]
+    def rows(self, send: np.ndarray, send_counts: np.ndarray, recv_counts: np.ndarray,
+             pieces: bool | None = None) -> np.ndarray:
+        """Collective: rows answering ids, both sides knowing the counts (one collective with `pieces` given)."""
+        return alltoallv(self.comm, send, send_counts, recv_counts, pieces)[0]
 
 
 class TorchAlltoall(MpiAlltoall):
@@ -41,7 +44,7 @@ class TorchAlltoall(MpiAlltoall):
         self.torch, self.device = torch, torch.device(device)
         self.group = torch.distributed.new_group()
 
-    def rows(self, send: Any, send_counts: np.ndarray, recv_counts: np.ndarray) -> Any:
+    def rows(self, send: Any, send_counts: np.ndarray, recv_counts: np.ndarray, pieces: bool | None = None) -> Any:
         """Collective: tensor rows in, tensor rows out on `device` (numpy in, numpy out)."""
         torch = self.torch
         as_numpy = isinstance(send, np.ndarray)

@@ -83,8 +83,8 @@ class FeatureStore:
         """Collective: rows of remote `gids` (any order) from their owners."""
         comm = self.comm
         _, order, counts = group_by_owner(gids, self.part_offsets, comm.size)
-        asked, asked_counts = self.alltoall(gids[order], counts)
-        got = self.alltoall.rows(_take(self.x, asked - self.lo), asked_counts, counts)
+        asked, asked_counts, pieces = self.alltoall(gids[order], counts)
+        got = self.alltoall.rows(_take(self.x, asked - self.lo), asked_counts, counts, pieces)
         self.bytes_received += _nbytes(got)
         out = self._empty_rows(len(gids))
         _put(out, order, got)

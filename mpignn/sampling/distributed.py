@@ -1,7 +1,8 @@
 """Partition-aware hops: own targets are sampled from the rank's CSR, remote targets by their owners.
 
-Per hop, the frontier is grouped by owner and three all-to-alls run over `comm` (ids out; counts and
-neighbour ids back). Every rank takes part in every hop, also with nothing to ask, so nothing deadlocks.
+Per hop, the frontier is grouped by owner and two variable all-to-alls run over `comm` (the requester's seed
+and ids out; counts and neighbour ids back), each after one Alltoall of its sizes: four collectives a hop.
+Every rank takes part in every hop, also with nothing to ask, so nothing deadlocks.
 The owner draws with the requester's seed and the kernels seed per node id, so the result equals what one
 process holding the whole graph would draw.
 """
@@ -35,9 +36,7 @@ def _place(out: np.ndarray, out_offsets: np.ndarray, positions: np.ndarray, coun
     """Copy consecutive segments (`counts` long) of `values` to where targets `positions` start in `out`."""
     if len(values) == 0:
         return
-    src_start = np.zeros(len(counts), dtype=np.int64)
-    np.cumsum(counts[:-1], out=src_start[1:])
-    shift = np.repeat(out_offsets[positions] - src_start, counts)
+    shift = np.repeat(out_offsets[positions] - _starts(counts), counts)
     out[np.arange(len(values), dtype=np.int64) + shift] = values
 
 
@@ -52,34 +51,52 @@ class DistributedHops:
         self.bytes_received = 0
 
     def sample(self, gids: np.ndarray, fanout: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        comm, rank = self.comm, self.comm.rank
-        owner, order, send_counts = group_by_owner(gids, self.part_offsets, comm.size)
+        comm, rank, size = self.comm, self.comm.rank, self.comm.size
+        owner, order, send_counts = group_by_owner(gids, self.part_offsets, size)
         own_pos = order[owner[order] == rank]
         remote_pos = order[owner[order] != rank]
         send_counts[rank] = 0  # own targets are sampled here, not sent
-        seeds = np.empty(comm.size, dtype=np.int64)
-        comm.Allgather(np.array([seed], dtype=np.int64), seeds)
-        asked, asked_counts = alltoallv(comm, gids[remote_pos], send_counts)
-        # Answer each requesting rank with its own seed.
-        answers_c, answers_n, per_src_total = [], [], np.zeros(comm.size, dtype=np.int64)
-        start = 0
-        for src in range(comm.size):
-            seg = asked[start:start + asked_counts[src]]
-            start += asked_counts[src]
-            c, n = self.local.sample(seg, fanout, int(seeds[src]))
-            answers_c.append(c)
-            answers_n.append(n)
-            per_src_total[src] = len(n)
-        back_counts, _ = alltoallv(comm, np.concatenate(answers_c), asked_counts)
-        back_nbrs, _ = alltoallv(comm, np.concatenate(answers_n), per_src_total)
-        self.bytes_received += 8 * (len(asked) + len(back_counts) + len(back_nbrs))
+        # Two exchanges per hop. Out: to each peer [seed, its ids...] (the owner draws with the requester's
+        # seed). Back: from each owner [count per id..., neighbours...].
+        out_counts = send_counts + 1
+        out_counts[rank] = 0
+        out = np.full(int(out_counts.sum()), seed, dtype=np.int64)
+        is_id = np.ones(len(out), dtype=bool)
+        is_id[_starts(out_counts)[np.arange(size) != rank]] = False
+        out[is_id] = gids[remote_pos]
+        asked, asked_counts = alltoallv(comm, out, out_counts)
+        answers, answer_counts = [], np.zeros(size, dtype=np.int64)
+        for src, start in zip(range(size), _starts(asked_counts)):
+            if asked_counts[src]:
+                c, n = self.local.sample(asked[start + 1:start + asked_counts[src]], fanout, int(asked[start]))
+                answers += [c, n]
+                answer_counts[src] = len(c) + len(n)
+        back, back_from = alltoallv(comm, np.concatenate(answers) if answers else _EMPTY, answer_counts)
+        self.bytes_received += 8 * (len(asked) + len(back))
+        back_counts, back_nbrs = [], []
+        for dest, start in zip(range(size), _starts(back_from)):
+            asked_here = int(send_counts[dest])
+            back_counts.append(back[start:start + asked_here])
+            back_nbrs.append(back[start + asked_here:start + back_from[dest]])
+        back_c = np.concatenate(back_counts) if back_counts else _EMPTY
+        back_n = np.concatenate(back_nbrs) if back_nbrs else _EMPTY
         own_counts, own_nbrs = self.local.sample(gids[own_pos], fanout, seed)
         counts = np.empty(len(gids), dtype=np.int64)
         counts[own_pos] = own_counts
-        counts[remote_pos] = back_counts
+        counts[remote_pos] = back_c
         offsets = np.zeros(len(gids) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         nbrs = np.empty(offsets[-1], dtype=np.int64)
         _place(nbrs, offsets, own_pos, own_counts, own_nbrs)
-        _place(nbrs, offsets, remote_pos, back_counts, back_nbrs)
+        _place(nbrs, offsets, remote_pos, back_c, back_n)
         return counts, nbrs
+
+
+_EMPTY = np.empty(0, dtype=np.int64)
+
+
+def _starts(counts: np.ndarray) -> np.ndarray:
+    """Where each of consecutive segments of `counts` lengths starts."""
+    starts = np.zeros(len(counts), dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    return starts
