@@ -138,6 +138,9 @@ class TrainConfig:
     evals_per_epoch: int = 1
     """Evaluate val/test K times per epoch, after each K-th of its steps (time to accuracy then resolves to
     a fraction of an epoch); more than 1 needs --eval-every 1."""
+    target_val: float = 0.0
+    """Stop once the validation accuracy (AUC for --task link) reaches this (0: never; time-to-accuracy runs).
+    Inside an epoch (--evals-per-epoch) the test split is then evaluated only where validation reaches it."""
     metrics_out: str = ""
     """Append one JSON line per epoch to this file."""
     checkpoint_dir: str = ""
@@ -172,6 +175,9 @@ class TrainConfig:
                               f"{self.hits_k}. HINT: e.g. --link-tails 100 --hits-k 10")
         if self.warmup_epochs < 0:
             raise ConfigError(f"--warmup-epochs must be >= 0; got {self.warmup_epochs}. HINT: e.g. --warmup-epochs 1")
+        if not 0 <= self.target_val <= 1:
+            raise ConfigError(f"--target-val must be a score in [0, 1] (0: none); got {self.target_val}. "
+                              "HINT: e.g. --target-val 0.97")
         if not self.lr > 0:
             raise ConfigError(f"--lr must be positive; got {self.lr}. HINT: e.g. --lr 0.003")
         self.cache_size = parse_cache_size(self.cache_size)

@@ -83,7 +83,7 @@ def fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn.
                             evaluate_now=not last or epoch == cfg.epochs - 1 or (epoch + 1) % cfg.eval_every == 0,
                             stop=stop, start_step=start, end_step=None if last else end,
                             carry=carry if resumed_here and start == first_step else None, metric=metric,
-                            hits_k=cfg.hits_k)
+                            hits_k=cfg.hits_k, test_if=cfg.target_val if cfg.target_val and not last else None)
             if "stopped_step" in rec:
                 return _stopped(cfg, rt, stop, rec, model, optimizer, best)
             if not last:
@@ -95,9 +95,19 @@ def fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn.
                 if cfg.metrics_out:
                     append_jsonl(cfg.metrics_out, rec)
             start = end
-        if cfg.checkpoint_dir:
-            save_state(comm, cfg.checkpoint_dir, epoch=epoch + 1, step=0, model=model, optimizer=optimizer,
-                       device=rt.device, extra={"config": cfg.to_dict(), "best": best.to_dict()})
+            val = rec.get(f"val_{best.metric}")
+            reached = bool(cfg.target_val) and val is not None and val >= cfg.target_val
+            if reached:
+                break
+        if cfg.checkpoint_dir:  # after the epoch, or where the target was reached inside it
+            done = start == ends[-1]
+            save_state(comm, cfg.checkpoint_dir, epoch=epoch + 1 if done else epoch, step=0 if done else start,
+                       model=model, optimizer=optimizer, device=rt.device,
+                       extra={"config": cfg.to_dict(), "best": best.to_dict()})
+        if reached:
+            log.info("validation %s %.4f reached --target-val %.4f after %.2f epochs: stopping", best.metric, val,
+                     cfg.target_val, rec["epochs_done"])
+            break
     if rt.rank == 0 and rec is not None:
         print(format_final(best, rec, rt.world_size), flush=True)
     return 0

@@ -215,7 +215,7 @@ def evaluate(model: torch.nn.Module, loader: Any, *, device: str, bf16: bool = F
 def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
               loaders: dict[str, Any], *, bf16: bool, timer: AllreduceTimer | None, evaluate_now: bool,
               graph: Any, stop: Any = None, start_step: int = 0, end_step: int | None = None,
-              carry: dict[str, float] | None = None,
+              carry: dict[str, float] | None = None, test_if: float | None = None,
               metric: Callable[[torch.Tensor, torch.Tensor], float] | None = None,
               hits_k: int = 10) -> dict[str, Any]:
     """Collective over `rt.comm`: train one epoch (and evaluate val/test on every rank's share when
@@ -226,7 +226,8 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
     loss_sum/correct/seeds (over all ranks; rank 0 adds them). When `stop` ends the epoch early (see
     `train_epoch`), nothing is evaluated and the record has `stopped_step` and `partial` (those sums).
     With `end_step` the pass trains steps [start_step, end_step) only (an evaluation inside the epoch); the
-    record's `epochs_done` says how far training got (epoch 1 step 50 of 100 -> 1.5)."""
+    record's `epochs_done` says how far training got (epoch 1 step 50 of 100 -> 1.5). With `test_if`, the
+    test split is evaluated only when the validation score reaches it (else the record's test score is None)."""
     from mpignn.report import peak_rss_mb
 
     features, hops = graph.features, graph.sampler.source
@@ -248,15 +249,22 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
     evaluate_now = evaluate_now and not stopped
     train_s = time.perf_counter() - start
     ev = {"val_correct": 0.0, "val_seeds": 0.0, "test_correct": 0.0, "test_seeds": 0.0}
-    links = {}
+    links: dict[str, Any] = {}
+    test_now = evaluate_now
     if evaluate_now and graph.links is not None:
         for split in ("val", "test"):
-            part = evaluate_links(model, loaders[split], device=rt.device, bf16=bf16, hits_k=hits_k)
-            links[split] = part.summary(rt.comm)
+            if split == "val" or test_now:
+                part = evaluate_links(model, loaders[split], device=rt.device, bf16=bf16, hits_k=hits_k)
+                links[split] = part.summary(rt.comm)
+                test_now = test_if is None or links["val"]["auc"] >= test_if
     elif evaluate_now:
         for split in ("val", "test"):
-            res = evaluate(model, loaders[split], device=rt.device, bf16=bf16, metric=metric)
-            ev[f"{split}_correct"], ev[f"{split}_seeds"] = res["correct"], res["seeds"]
+            if split == "val" or test_now:
+                res = evaluate(model, loaders[split], device=rt.device, bf16=bf16, metric=metric)
+                ev[f"{split}_correct"], ev[f"{split}_seeds"] = res["correct"], res["seeds"]
+            if split == "val" and test_if is not None:
+                correct, seen = allreduce_sum(rt.comm, [res["correct"], res["seeds"]]).tolist()
+                test_now = bool(seen) and correct / seen >= test_if
     times = loaders["train"].times
     steps = len(loaders["train"])
     local = {**{k: sums[k] for k in ("loss_sum", "correct", "seeds", "edges")}, **ev,
@@ -273,7 +281,7 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
         "epoch": epoch, "epochs_done": epoch + min(end_step or steps, steps) / max(steps, 1),
         "loss": frac("loss_sum", "seeds") or 0.0, "train_acc": frac("correct", "seeds"),
         "val_acc": frac("val_correct", "val_seeds") if evaluate_now else None,
-        "test_acc": frac("test_correct", "test_seeds") if evaluate_now else None,
+        "test_acc": frac("test_correct", "test_seeds") if test_now else None,
         "epoch_s": slowest[0], "seeds_per_s": total["seeds"] / slowest[0] if slowest[0] else 0.0,
         "sample_s": slowest[1], "exchange_s": slowest[2], "compute_s": slowest[3], "allreduce_s": slowest[4],
         "wait_s": slowest[7],
@@ -287,9 +295,9 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
         del rec["val_acc"], rec["test_acc"], rec["seeds_per_s"]
         rec["edges_per_s"] = total["edges"] / slowest[0] if slowest[0] else 0.0
         for split in ("val", "test"):
-            rec[f"{split}_auc"] = links[split]["auc"] if links else None
-        rec["test_mrr"] = links["test"]["mrr"] if links else None
-        rec[f"test_hits@{hits_k}"] = links["test"]["hits"] if links else None
+            rec[f"{split}_auc"] = links[split]["auc"] if split in links else None
+        rec["test_mrr"] = links["test"]["mrr"] if "test" in links else None
+        rec[f"test_hits@{hits_k}"] = links["test"]["hits"] if "test" in links else None
     if stopped:
         rec["stopped_step"] = int(sums["stopped_step"])
         rec["partial"] = {key: total[key] for key in ("loss_sum", "correct", "seeds", "edges")}

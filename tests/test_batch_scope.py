@@ -76,7 +76,7 @@ def test_time_to_accuracy_table(capsys):
               ("never", recs([1, 1], [0.1, 0.2]))]
     args = argparse.Namespace(target_acc="auto", dataset="d", fanout="5", batch_size=8, hidden=4, lr=0.1,
                               precision="fp32", max_epochs=3, plot="")
-    assert _time_to_accuracy(args, curves) == 0
+    assert _time_to_accuracy(args, curves, 0.8) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "0.8000" in lines[0]
     one, two, never = lines[3].split(), lines[4].split(), lines[5].split()
