@@ -140,7 +140,7 @@ class TrainConfig:
     a fraction of an epoch); more than 1 needs --eval-every 1."""
     target_val: float = 0.0
     """Stop once the validation accuracy (AUC for --task link) reaches this (0: never; time-to-accuracy runs).
-    Inside an epoch (--evals-per-epoch) the test split is then evaluated only where validation reaches it."""
+    The test split is then evaluated only where validation reaches it, and after the last epoch."""
     metrics_out: str = ""
     """Append one JSON line per epoch to this file."""
     checkpoint_dir: str = ""

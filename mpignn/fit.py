@@ -79,11 +79,12 @@ def fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn.
         start = first_step if resumed_here else 0
         for end in [e for e in ends if e > start] or ends[-1:]:
             last = end == ends[-1]
+            final = last and epoch == cfg.epochs - 1  # the run's last evaluation always scores the test split
             rec = run_epoch(rt, epoch, ddp, optimizer, loaders, bf16=bf16, timer=timer, graph=graph,
                             evaluate_now=not last or epoch == cfg.epochs - 1 or (epoch + 1) % cfg.eval_every == 0,
                             stop=stop, start_step=start, end_step=None if last else end,
                             carry=carry if resumed_here and start == first_step else None, metric=metric,
-                            hits_k=cfg.hits_k, test_if=cfg.target_val if cfg.target_val and not last else None)
+                            hits_k=cfg.hits_k, test_if=cfg.target_val if cfg.target_val and not final else None)
             if "stopped_step" in rec:
                 return _stopped(cfg, rt, stop, rec, model, optimizer, best)
             if not last:
