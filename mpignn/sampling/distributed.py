@@ -56,13 +56,13 @@ class DistributedHops:
         own_pos = order[owner[order] == rank]
         remote_pos = order[owner[order] != rank]
         send_counts[rank] = 0  # own targets are sampled here, not sent
-        # Two exchanges per hop. Out: to each peer [seed, its ids...] (the owner draws with the requester's
-        # seed). Back: from each owner [count per id..., neighbours...].
-        out_counts = send_counts + 1
-        out_counts[rank] = 0
+        # Two exchanges per hop. Out: to each owner asked [seed, its ids...] (the owner draws with the
+        # requester's seed). Back: from each owner [count per id..., neighbours...].
+        asks = send_counts > 0
+        out_counts = np.where(asks, send_counts + 1, 0)
         out = np.full(int(out_counts.sum()), seed, dtype=np.int64)
         is_id = np.ones(len(out), dtype=bool)
-        is_id[_starts(out_counts)[np.arange(size) != rank]] = False
+        is_id[_starts(out_counts)[asks]] = False
         out[is_id] = gids[remote_pos]
         asked, asked_counts = alltoallv(comm, out, out_counts)
         answers, answer_counts = [], np.zeros(size, dtype=np.int64)
