@@ -24,10 +24,10 @@ __all__ = ["save_checkpoint", "load_checkpoint", "save_state", "resume_state", "
 
 CHECKPOINT = "checkpoint.pt"
 FORMAT = 2
-MODEL_KEYS = ("dataset", "model", "hidden", "fanout")
+MODEL_KEYS = ("dataset", "model", "hidden", "fanout", "embed_dim")
 """Flags the saved weights' shapes depend on: a resume that changes one is refused."""
 REPLAY_KEYS = ("seed", "batch_size", "batch_scope", "lr", "lr_scaling", "warmup_epochs", "weight_decay",
-               "dropout", "precision", "replicated", "partition_method")
+               "dropout", "precision", "replicated", "partition_method", "embed_lr")
 """Flags a bit-for-bit replay needs unchanged: a resume that changes one is allowed, with a warning."""
 
 

@@ -133,6 +133,12 @@ class TrainConfig:
     """fp32, bf16 (autocast: 1.7x faster epochs on CPUs with bf16 matrix units, same accuracy in
     `python -m mpignn.bench.epoch`, but a peak that grows over the first epochs: see the README), or auto
     (= fp32)."""
+    embed_dim: int = 0
+    """Learnable numbers per node, appended to its features (nodes without useful features learn a row each):
+    each rank holds its nodes' rows, batches fetch remote rows from their owners, and the owners update the
+    rows a step touched with sparse Adagrad (`mpignn.exchange.embedding`). 0: none."""
+    embed_lr: float = 0.1
+    """Learning rate of the embeddings' sparse Adagrad."""
     eval_every: int = 1
     """Evaluate val/test every N epochs (and always after the last)."""
     evals_per_epoch: int = 1
@@ -175,6 +181,12 @@ class TrainConfig:
                               f"{self.hits_k}. HINT: e.g. --link-tails 100 --hits-k 10")
         if self.warmup_epochs < 0:
             raise ConfigError(f"--warmup-epochs must be >= 0; got {self.warmup_epochs}. HINT: e.g. --warmup-epochs 1")
+        if self.embed_dim < 0 or not self.embed_lr > 0:
+            raise ConfigError(f"--embed-dim must be >= 0 and --embed-lr positive; got {self.embed_dim} and "
+                              f"{self.embed_lr}. HINT: e.g. --embed-dim 64 --embed-lr 0.1")
+        if self.embed_dim and self.replicated:
+            raise ConfigError("--embed-dim keeps each node's row on its owner, and --replicated has no owners. "
+                              "HINT: drop --replicated (partitioned training) or --embed-dim")
         if not 0 <= self.target_val <= 1:
             raise ConfigError(f"--target-val must be a score in [0, 1] (0: none); got {self.target_val}. "
                               "HINT: e.g. --target-val 0.97")

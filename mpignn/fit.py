@@ -12,6 +12,7 @@ import torch
 from mpignn.checkpoint import CHECKPOINT, resume_state, save_state
 from mpignn.errors import ConfigError
 from mpignn.loop import optimize_for_device, run_epoch, wrap_ddp
+from mpignn.mpi import check_all
 from mpignn.report import BestEpoch, append_jsonl, correct_counter, format_epoch, format_final
 from mpignn.schedule import attach_lr_schedule
 from mpignn.stopping import EXIT_STOPPED, StopSignal, requeue
@@ -54,6 +55,8 @@ def fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn.
         first_epoch, first_step = info["epoch"], info["step"]
         best = BestEpoch.from_dict(info["extra"].get("best", {}), best.metric)
         carry = info["extra"].get("partial") if first_step else None
+        if getattr(graph, "embedding", None) is not None:
+            _resume_rows(cfg, rt, graph, first_epoch, first_step)
         log.info("resumed from %s at epoch %d step %d (%s)", cfg.checkpoint_dir, first_epoch, first_step,
                  "RNG states restored" if info["same_world"] else "another world size: fresh RNG states, the "
                  "data order differs from an uninterrupted run")
@@ -86,7 +89,7 @@ def fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn.
                             carry=carry if resumed_here and start == first_step else None, metric=metric,
                             hits_k=cfg.hits_k, test_if=cfg.target_val if cfg.target_val and not final else None)
             if "stopped_step" in rec:
-                return _stopped(cfg, rt, stop, rec, model, optimizer, best)
+                return _stopped(cfg, rt, graph, stop, rec, model, optimizer, best)
             if not last:
                 rec["step"] = end
             best.update(rec)
@@ -102,9 +105,8 @@ def fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn.
                 break
         if cfg.checkpoint_dir:  # after the epoch, or where the target was reached inside it
             done = start == ends[-1]
-            save_state(comm, cfg.checkpoint_dir, epoch=epoch + 1 if done else epoch, step=0 if done else start,
-                       model=model, optimizer=optimizer, device=rt.device,
-                       extra={"config": cfg.to_dict(), "best": best.to_dict()})
+            _save(cfg, rt, graph, epoch=epoch + 1 if done else epoch, step=0 if done else start, model=model,
+                  optimizer=optimizer, extra={"config": cfg.to_dict(), "best": best.to_dict()})
         if reached:
             log.info("validation %s %.4f reached --target-val %.4f after %.2f epochs: stopping", best.metric, val,
                      cfg.target_val, rec["epochs_done"])
@@ -114,6 +116,38 @@ def fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn.
     return 0
 
 
+def _rows_file(cfg: Any, rank: int) -> Path:
+    return Path(cfg.checkpoint_dir) / f"embedding-rank{rank}.npz"
+
+
+def _save(cfg: Any, rt: Any, graph: Any, *, epoch: int, step: int, model: torch.nn.Module,
+          optimizer: torch.optim.Optimizer, extra: dict[str, Any]) -> None:
+    """Collective over `rt.comm`: each rank's learnable rows (tagged with the epoch and step), then the
+    checkpoint; a resume checks that both belong together."""
+    if getattr(graph, "embedding", None) is not None:
+        graph.embedding.save(_rows_file(cfg, rt.rank), epoch=epoch, step=step)
+    save_state(rt.comm, cfg.checkpoint_dir, epoch=epoch, step=step, model=model, optimizer=optimizer,
+               device=rt.device, extra=extra)
+
+
+def _resume_rows(cfg: Any, rt: Any, graph: Any, epoch: int, step: int) -> None:
+    """Collective over `rt.comm`: load each rank's learnable rows saved with the checkpoint being resumed."""
+    problem = ""
+    try:
+        tags = graph.embedding.load(_rows_file(cfg, rt.rank))
+        if tags != {"epoch": epoch, "step": step}:
+            problem = (f"{_rows_file(cfg, rt.rank)} belongs to epoch {tags.get('epoch')} step {tags.get('step')}, "
+                       f"the checkpoint to epoch {epoch} step {step}. HINT: the run stopped while saving; "
+                       "resume from an older copy of the folder or start afresh")
+    except FileNotFoundError:
+        problem = (f"{cfg.checkpoint_dir} holds no learnable rows for rank {rt.rank}: it was saved without "
+                   "--embed-dim or on fewer ranks. HINT: resume with the --embed-dim and number of ranks it was "
+                   "saved with")
+    except ValueError as exc:
+        problem = str(exc)
+    check_all(rt.comm, not problem, problem, ConfigError)
+
+
 def eval_steps(steps: int, evals_per_epoch: int) -> list[int]:
     """The steps after which an epoch of `steps` steps is evaluated `evals_per_epoch` times, evenly (the
     last is always the epoch's end; never more evaluations than steps)."""
@@ -121,15 +155,14 @@ def eval_steps(steps: int, evals_per_epoch: int) -> list[int]:
     return sorted({-(-i * steps // k) for i in range(1, k + 1)}) if steps else [0]
 
 
-def _stopped(cfg: Any, rt: Any, stop: Any, rec: dict[str, Any], model: torch.nn.Module,
+def _stopped(cfg: Any, rt: Any, graph: Any, stop: Any, rec: dict[str, Any], model: torch.nn.Module,
              optimizer: torch.optim.Optimizer, best: BestEpoch) -> int:
     """Collective over `rt.comm`: save where the run stopped, say so on rank 0, requeue if asked."""
     epoch, step = rec["epoch"], rec["stopped_step"]
     log.info("stopping at epoch %d step %d", epoch, step)  # on every rank with MPIGNN_LOG_RANKS=all
     if cfg.checkpoint_dir:
-        save_state(rt.comm, cfg.checkpoint_dir, epoch=epoch, step=step, model=model, optimizer=optimizer,
-                   device=rt.device, extra={"config": cfg.to_dict(), "best": best.to_dict(),
-                                            "partial": rec["partial"]})
+        _save(cfg, rt, graph, epoch=epoch, step=step, model=model, optimizer=optimizer,
+              extra={"config": cfg.to_dict(), "best": best.to_dict(), "partial": rec["partial"]})
         where = f"checkpoint in {cfg.checkpoint_dir}; resume with --resume"
     else:
         where = "nothing saved (no --checkpoint-dir)"

@@ -17,7 +17,8 @@ from mpignn.metrics import LinkScores
 from mpignn.models import forward_batch
 from mpignn.mpi import allreduce_max, allreduce_sum
 
-__all__ = ["optimize_for_device", "wrap_ddp", "AllreduceTimer", "train_epoch", "evaluate", "autocast", "run_epoch"]
+__all__ = ["optimize_for_device", "wrap_ddp", "AllreduceTimer", "train_epoch", "evaluate", "autocast", "run_epoch",
+           "with_rows"]
 
 
 class AllreduceTimer:
@@ -102,6 +103,15 @@ def _progress(show: bool, step: int, steps: int, loss: float) -> None:
         sys.stderr.flush()
 
 
+def with_rows(batch: Any, embedding: Any, device: str, train: bool = True) -> None:
+    """Collective when `embedding` is given (every rank, every batch, empty ones too): append the batch
+    nodes' learnable rows to `batch.x` (they take gradients in training)."""
+    if embedding is None:
+        return
+    rows = embedding.pull(batch.n_id.cpu().numpy(), device)
+    batch.x = torch.cat([batch.x.float(), rows if train else rows.detach()], dim=1)
+
+
 def _count_correct(pred: torch.Tensor, labels: torch.Tensor) -> float:
     return float((pred == labels).sum())
 
@@ -109,7 +119,7 @@ def _count_correct(pred: torch.Tensor, labels: torch.Tensor) -> float:
 def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Optimizer, *, device: str,
                 bf16: bool = False, timer: AllreduceTimer | None = None, progress: bool = False,
                 comm: Any = None, stop: Any = None, start_step: int = 0, end_step: int | None = None,
-                metric: Callable[[torch.Tensor, torch.Tensor], float] | None = None) -> dict[str, float]:
+                embedding: Any = None, metric: Callable[[torch.Tensor, torch.Tensor], float] | None = None) -> dict[str, float]:
     """Collective over `comm` (when given; every rank runs the same steps): train one epoch.
 
     Every step, the ranks sum (seeds in this step, stop requested) in one tiny MPI all-reduce (about 10 us on
@@ -123,6 +133,7 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
         start_step: skip the steps before it (resume in the middle of an epoch; mpignn's loader, told by
             `set_epoch(epoch, start_step)`, does not even draw them).
         end_step: leave before this step (None: at the loader's end), e.g. to evaluate inside the epoch.
+        embedding: a NodeEmbedding whose rows follow the features (collective: pulled and stepped each step).
         metric: counts correct predictions (pred, labels); default: equal labels.
     Returns:
         sums: loss_sum, correct, seeds, steps, compute_s, allreduce_s, and stopped_step (-1: not stopped).
@@ -148,6 +159,7 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
             sums["stopped_step"] = step
             break
         optimizer.zero_grad(set_to_none=True)
+        with_rows(batch, embedding, device)
         with autocast(device, bf16):
             logits = forward_batch(model, batch)
         if "edge_label" in batch:  # link prediction: one logit per labelled pair
@@ -166,6 +178,8 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
             loss = loss + _empty_loss(model)
         loss.backward()
         optimizer.step()
+        if embedding is not None:
+            embedding.step()  # collective: the rows' gradients to their owners, updated there
         synchronize(device)  # kernels are queued work: the step's compute ends when the device is done
         sums["seeds"] += n
         sums["steps"] += 1
@@ -179,13 +193,14 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
 
 @torch.no_grad()
 def evaluate_links(model: torch.nn.Module, loader: Any, *, device: str, bf16: bool = False,
-                   hits_k: int = 10) -> LinkScores:
+                   hits_k: int = 10, embedding: Any = None) -> LinkScores:
     """This rank's scores of its held-out pairs (positives, fixed negatives, K tails each); reduce them with
     `LinkScores.summary` (collective)."""
     model.eval()
     module = getattr(model, "module", model)
     scores = LinkScores(hits_k)
     for batch in loader:
+        with_rows(batch, embedding, device, train=False)
         if batch.num_pos:
             with autocast(device, bf16):
                 logits = forward_batch(module, batch)
@@ -196,13 +211,15 @@ def evaluate_links(model: torch.nn.Module, loader: Any, *, device: str, bf16: bo
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, loader: Any, *, device: str, bf16: bool = False,
-             metric: Callable[[torch.Tensor, torch.Tensor], float] | None = None) -> dict[str, float]:
+             metric: Callable[[torch.Tensor, torch.Tensor], float] | None = None,
+             embedding: Any = None) -> dict[str, float]:
     """Accuracy sums over the loader's seeds: correct (counted by `metric`, default equal labels), seeds."""
     model.eval()
     module = getattr(model, "module", model)  # no DDP in evaluation: there are no gradients to sync
     correct = seen = 0.0
     for batch in loader:
         n = batch.batch_size
+        with_rows(batch, embedding, device, train=False)  # collective: before skipping an empty batch
         if not n:
             continue
         with autocast(device, bf16):
@@ -230,7 +247,8 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
     test split is evaluated only when the validation score reaches it (else the record's test score is None)."""
     from mpignn.report import peak_rss_mb
 
-    features, hops = graph.features, graph.sampler.source
+    features, hops, emb = graph.features, graph.sampler.source, getattr(graph, "embedding", None)
+    emb_bytes0 = emb.bytes_received + emb.bytes_sent if emb is not None else 0
     feat_bytes0, hit0, rows0 = features.bytes_received, features.cache_hits, features.remote_rows
     struct0 = getattr(hops, "bytes_received", 0)
     start = time.perf_counter()
@@ -241,7 +259,7 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
             loader.set_epoch(epoch)
     sums = train_epoch(model, loaders["train"], optimizer, device=rt.device, bf16=bf16, timer=timer,
                        progress=rt.rank == 0 and sys.stderr.isatty(), comm=rt.comm, stop=stop,
-                       start_step=start_step, end_step=end_step, metric=metric)
+                       start_step=start_step, end_step=end_step, embedding=emb, metric=metric)
     if carry and rt.rank == 0:
         for key in ("loss_sum", "correct", "seeds", "edges"):
             sums[key] += carry.get(key, 0.0)
@@ -254,13 +272,14 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
     if evaluate_now and graph.links is not None:
         for split in ("val", "test"):
             if split == "val" or test_now:
-                part = evaluate_links(model, loaders[split], device=rt.device, bf16=bf16, hits_k=hits_k)
+                part = evaluate_links(model, loaders[split], device=rt.device, bf16=bf16, hits_k=hits_k,
+                                      embedding=emb)
                 links[split] = part.summary(rt.comm)
                 test_now = test_if is None or links["val"]["auc"] >= test_if
     elif evaluate_now:
         for split in ("val", "test"):
             if split == "val" or test_now:
-                res = evaluate(model, loaders[split], device=rt.device, bf16=bf16, metric=metric)
+                res = evaluate(model, loaders[split], device=rt.device, bf16=bf16, metric=metric, embedding=emb)
                 ev[f"{split}_correct"], ev[f"{split}_seeds"] = res["correct"], res["seeds"]
             if split == "val" and test_if is not None:
                 correct, seen = allreduce_sum(rt.comm, [res["correct"], res["seeds"]]).tolist()
@@ -270,6 +289,7 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
     local = {**{k: sums[k] for k in ("loss_sum", "correct", "seeds", "edges")}, **ev,
              "remote_feature_bytes": features.bytes_received - feat_bytes0,
              "remote_structure_bytes": getattr(hops, "bytes_received", 0) - struct0,
+             "embedding_bytes": (emb.bytes_received + emb.bytes_sent if emb is not None else 0) - emb_bytes0,
              "cache_hits": features.cache_hits - hit0, "remote_rows": features.remote_rows - rows0}
     keys = sorted(local)
     total = dict(zip(keys, allreduce_sum(rt.comm, [local[k] for k in keys]).tolist()))
@@ -287,6 +307,7 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
         "wait_s": slowest[7],
         "remote_feature_bytes": int(total["remote_feature_bytes"]),
         "remote_structure_bytes": int(total["remote_structure_bytes"]),
+        "embedding_bytes": int(total["embedding_bytes"]),
         "cache_hit_rate": (total["cache_hits"] / total["remote_rows"]) if total["remote_rows"] else 0.0,
         "cache_rows": graph.cache_rows, "cache_mib": graph.cache_mib, "graph_mib": graph.graph_mib,
         "peak_rss_mb": slowest[5], "load_peak_rss_mb": slowest[6], "world_size": rt.world_size,

@@ -36,7 +36,8 @@ def format_epoch(rec: dict[str, Any]) -> str:
     return (f"{where} | loss {rec['loss']:.4f} | {scores} | sample {rec['sample_s']:.2f} exch {rec['exchange_s']:.2f} "
             f"compute {rec['compute_s']:.2f} allreduce {rec['allreduce_s']:.2f} wait {rec['wait_s']:.2f} | remote "
             f"{rec['remote_feature_bytes'] / 2**20:.1f}+{rec['remote_structure_bytes'] / 2**20:.1f} MiB "
-            f"cache hit {rec['cache_hit_rate']:.2f} | peak {rec['peak_rss_mb']:.0f} MiB")
+            + (f"rows {rec['embedding_bytes'] / 2**20:.1f} MiB " if rec.get("embedding_bytes") else "")
+            + f"cache hit {rec['cache_hit_rate']:.2f} | peak {rec['peak_rss_mb']:.0f} MiB")
 
 
 def append_jsonl(path: str, rec: dict[str, Any]) -> None:

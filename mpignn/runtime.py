@@ -28,6 +28,7 @@ from mpignn.data.features import FEATURE_DTYPES, FEATURE_NORMS, transform_rows
 from mpignn.env import bound_onednn_cache, mem_available_bytes, thread_budget, tune_allocator
 from mpignn.errors import ConfigError, LaunchError, MpignnError, PartitionFormatError, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
+from mpignn.exchange.embedding import NodeEmbedding
 from mpignn.exchange.features import FeatureStore
 from mpignn.loader import LinkSeeds, NodeLoader
 from mpignn.log import setup_logging
@@ -42,8 +43,8 @@ from mpignn.sampling.access import access_frequency
 from mpignn.sampling.distributed import DistributedHops
 from mpignn.sampling.neighbor import LocalHops, NeighborSampler
 
-__all__ = ["Runtime", "LocalGraph", "bootstrap", "load_local_graph", "make_loader", "reduce_sums", "shutdown",
-           "rank_batch_size", "overlap", "cache_budget"]
+__all__ = ["Runtime", "LocalGraph", "bootstrap", "load_local_graph", "attach_embedding", "make_loader", "reduce_sums",
+           "shutdown", "rank_batch_size", "overlap", "cache_budget"]
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ class LocalGraph:
     cache_mib: float = 0.0  # their MiB, the most on any rank
     graph_mib: float = 0.0  # memory that depends on the graph (part arrays, one sampling thread's id map, cache)
     links: dict | None = None  # link prediction: this rank's train_pos and held-out pairs (partition.links)
+    embedding: NodeEmbedding | None = None  # learnable rows of this rank's nodes (`attach_embedding`)
 
     @property
     def num_classes(self) -> int:
@@ -132,7 +134,8 @@ class LocalGraph:
 
     @property
     def num_features(self) -> int:
-        return self.part.meta.num_features
+        """Numbers per node a batch carries: the features, then the learnable rows if any."""
+        return self.part.meta.num_features + (self.embedding.dim if self.embedding is not None else 0)
 
 
 def _auto_folder(root: str, key: str, method: str, num_parts: int, seed: int) -> Path:
@@ -247,6 +250,21 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
     return LocalGraph(part=part, sampler=sampler, features=features, replicated=replicated, folder=folder,
                       load_peak_rss_mb=peak_rss_mb(), cache_rows=cache_rows, cache_mib=cache_mib,
                       graph_mib=float(graph_mib), links=pairs)
+
+
+def attach_embedding(rt: Runtime, graph: LocalGraph, dim: int, *, lr: float = 0.1, seed: int = 0) -> None:
+    """Collective over `rt.comm`: give every node `dim` learnable numbers, held by its owner (this rank's
+    rows: its part), on a communicator of their own; batches then carry them after the features (`mpignn.loop`
+    pulls them and steps them). Not for a replicated graph (no owners)."""
+    if graph.replicated and rt.world_size > 1:
+        raise mark_agreed(ConfigError("learnable rows need owners; a replicated graph has none. HINT: "
+                                      "partitioned training (no --replicated)"))
+    part = graph.part
+    comm = rt.comm.Dup() if rt.world_size > 1 else None
+    graph.embedding = NodeEmbedding(part.hi - part.lo, dim, lo=part.lo,
+                                    part_offsets=np.asarray(part.meta.part_offsets), comm=comm, lr=lr, seed=seed)
+    held = graph.embedding.weight.nbytes + sum(a.nbytes for a in graph.embedding.optimizer.state().values())
+    graph.graph_mib += float(allreduce_max(rt.comm, [held / 2**20])[0])
 
 
 def _device_table(x: np.ndarray, device: str) -> Any:

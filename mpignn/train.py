@@ -40,7 +40,7 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
     import torch
 
     from mpignn.models import build_model
-    from mpignn.runtime import bootstrap, load_local_graph, make_loader, shutdown
+    from mpignn.runtime import attach_embedding, bootstrap, load_local_graph, make_loader, shutdown
 
     log = logging.getLogger("mpignn.train")
     rt = bootstrap(cfg.device, cfg.backend, cfg.threads, tune_process=True)  # process-wide tuning: CLI only
@@ -52,6 +52,8 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
                              cache_size=cfg.cache_size, local_prep=cfg.local_prep, prep_timeout=cfg.prep_timeout,
                              exchange=cfg.exchange, links=cfg.link_params, feature_norm=cfg.feature_norm,
                              feature_dtype=cfg.feature_dtype)
+    if cfg.embed_dim:
+        attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)
     loaders = {split: make_loader(rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope,
                                   seed=cfg.seed, prefetch=cfg.prefetch, negatives=cfg.negatives,
                                   max_steps=cfg.max_steps)

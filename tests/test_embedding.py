@@ -54,3 +54,37 @@ def test_save_and_load_round_trip_and_refuse_other_rows(tmp_path):
 @pytest.mark.parametrize("n,optimizer", [(2, "adagrad"), (3, "adam")])
 def test_distributed_rows_train_as_one_process(n, optimizer):
     run_mpi("embedding.py", n, optimizer, timeout=120)
+
+
+@pytest.mark.mpi
+def test_train_with_learnable_rows_checkpoints_and_resumes_them(tmp_path):
+    """--embed-dim on 2 ranks: rows travel (bytes in the metrics), each rank checkpoints its rows, a resumed
+    run ends with the rows and weights of the uninterrupted one, and another world size is refused."""
+    import json
+    import sys
+
+    from _mpirun import run_mpi_raw
+
+    args = [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--dataset",
+            "synthetic:num_nodes=2000,avg_degree=6,num_features=4", "--hidden", "16", "--batch-size", "128",
+            "--fanout", "4,4", "--embed-dim", "8"]
+
+    def train(n, folder, *extra, rc=0):
+        code, out = run_mpi_raw(n, [*args, "--checkpoint-dir", str(tmp_path / folder), *extra], timeout=150)
+        assert code == rc, out[-3000:]
+        return out
+
+    train(2, "full", "--epochs", "2", "--metrics-out", str(tmp_path / "m.jsonl"))
+    recs = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert len(recs) == 2 and all(r["embedding_bytes"] > 0 for r in recs)
+    train(2, "ck", "--epochs", "1")
+    train(2, "ck", "--epochs", "2", "--resume")
+    for rank in (0, 1):
+        a, b = (np.load(tmp_path / d / f"embedding-rank{rank}.npz") for d in ("full", "ck"))
+        assert np.array_equal(a["weight"], b["weight"]) and np.array_equal(a["sum"], b["sum"])
+        assert int(a["tag_epoch"]) == 2 and not np.array_equal(a["weight"], NodeEmbedding(
+            len(a["weight"]), 8, lo=int(a["lo"])).weight), "rows never trained"
+    full, ck = (torch.load(tmp_path / d / "checkpoint.pt", weights_only=True)["model"] for d in ("full", "ck"))
+    assert all(torch.equal(full[k], ck[k]) for k in full)
+    out = train(3, "ck", "--epochs", "3", "--resume", rc=1)
+    assert "HINT" in out and out.count("embedding-rank") + out.count("learnable rows") >= 1, out[-2000:]

@@ -165,13 +165,15 @@ class NodeEmbedding:
         np.add.at(summed, inverse, grad_all)
         self.optimizer.update(self.weight, rows, summed)
 
-    def save(self, path: str) -> None:
-        """This rank's rows and optimizer state to `path` (npz, written whole or not at all)."""
+    def save(self, path: str, **tags: int) -> None:
+        """This rank's rows and optimizer state to `path` (npz, written whole or not at all), with integer
+        `tags` (e.g. the epoch and step of the checkpoint it belongs to)."""
         with atomic_path(path, ".npz") as tmp:
-            np.savez(tmp, weight=self.weight, lo=np.array(self.lo), **self.optimizer.state())
+            np.savez(tmp, weight=self.weight, lo=np.array(self.lo), **self.optimizer.state(),
+                     **{f"tag_{k}": np.array(v) for k, v in tags.items()})
 
-    def load(self, path: str) -> None:
-        """Rows and optimizer state saved by `save` for the same rows (no pickles are read)."""
+    def load(self, path: str) -> dict[str, int]:
+        """Rows and optimizer state saved by `save` for the same rows (no pickles are read); returns the tags."""
         with np.load(path, allow_pickle=False) as saved:
             if int(saved["lo"]) != self.lo or saved["weight"].shape != self.weight.shape:
                 raise ValueError(f"{path} holds rows from {int(saved['lo'])} of shape {saved['weight'].shape}; "
@@ -179,3 +181,4 @@ class NodeEmbedding:
                                  "with the partition and --embed-dim the run was saved with")
             self.weight[...] = saved["weight"]
             self.optimizer.load({k: saved[k] for k in saved.files if k not in ("weight", "lo")})
+            return {k[4:]: int(saved[k]) for k in saved.files if k.startswith("tag_")}
