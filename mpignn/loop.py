@@ -140,7 +140,7 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
     """
     model.train()
     sums = {"loss_sum": 0.0, "correct": 0.0, "seeds": 0.0, "steps": 0.0, "compute_s": 0.0, "allreduce_s": 0.0,
-            "stopped_step": -1.0, "edges": 0.0}
+            "stopped_step": -1.0, "edges": 0.0, "nodes": 0.0}
     reduce_before, agree_s = (timer.seconds if timer else 0.0), 0.0
     world = comm.size if comm is not None else 1
     count = metric or _count_correct
@@ -183,6 +183,7 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
         synchronize(device)  # kernels are queued work: the step's compute ends when the device is done
         sums["seeds"] += n
         sums["steps"] += 1
+        sums["nodes"] += batch.num_nodes  # the nodes this step computed on (seeds and sampled neighbours)
         sums["compute_s"] += time.perf_counter() - t0
         _progress(progress, step + 1, len(loader), float(loss_sum.detach()) / max(n, 1))
     # The per-step agreement is a collective too: where a rank waits for a slower one, it waits there.
@@ -286,7 +287,7 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
                 test_now = bool(seen) and correct / seen >= test_if
     times = loaders["train"].times
     steps = len(loaders["train"])
-    local = {**{k: sums[k] for k in ("loss_sum", "correct", "seeds", "edges")}, **ev,
+    local = {**{k: sums[k] for k in ("loss_sum", "correct", "seeds", "edges", "nodes", "steps")}, **ev,
              "remote_feature_bytes": features.bytes_received - feat_bytes0,
              "remote_structure_bytes": getattr(hops, "bytes_received", 0) - struct0,
              "embedding_bytes": (emb.bytes_received + emb.bytes_sent if emb is not None else 0) - emb_bytes0,
@@ -305,6 +306,9 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
         "epoch_s": slowest[0], "seeds_per_s": total["seeds"] / slowest[0] if slowest[0] else 0.0,
         "sample_s": slowest[1], "exchange_s": slowest[2], "compute_s": slowest[3], "allreduce_s": slowest[4],
         "wait_s": slowest[7],
+        # per rank and step: where a batch is split over ranks, each rank's share of the seeds still reaches
+        # more than its share of the nodes (neighbourhoods overlap), which is the work that does not shrink
+        "nodes_per_step": total["nodes"] / total["steps"] if total["steps"] else 0.0,
         "remote_feature_bytes": int(total["remote_feature_bytes"]),
         "remote_structure_bytes": int(total["remote_structure_bytes"]),
         "embedding_bytes": int(total["embedding_bytes"]),

@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows, [("config", "config", "s"), ("epoch_s", "epoch s", ".2f"), ("seeds_per_s", unit, ".0f"),
                        ("speedup", "x 1x1", ".2f"), ("sample_s", "sample", ".2f"), ("exchange_s", "exchange", ".2f"),
                        ("compute_s", "compute", ".2f"), ("allreduce_s", "allreduce", ".2f"), ("wait_s", "wait", ".2f"),
+                       ("nodes_per_step", "nodes/step", ".0f"),
                        ("feat_mib", "feat MiB", ".1f"), ("remote_mib", "remote MiB", ".1f"),
                        ("cache_hit_rate", "cache hit", ".2f"), ("peak_rss_mb", "peak MiB", ".0f")]))
     if args.plot:
