@@ -119,7 +119,8 @@ def _count_correct(pred: torch.Tensor, labels: torch.Tensor) -> float:
 def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Optimizer, *, device: str,
                 bf16: bool = False, timer: AllreduceTimer | None = None, progress: bool = False,
                 comm: Any = None, stop: Any = None, start_step: int = 0, end_step: int | None = None,
-                embedding: Any = None, metric: Callable[[torch.Tensor, torch.Tensor], float] | None = None) -> dict[str, float]:
+                embedding: Any = None,
+                metric: Callable[[torch.Tensor, torch.Tensor], float] | None = None) -> dict[str, float]:
     """Collective over `comm` (when given; every rank runs the same steps): train one epoch.
 
     Every step, the ranks sum (seeds in this step, stop requested) in one tiny MPI all-reduce (about 10 us on
