@@ -88,3 +88,14 @@ def test_train_with_learnable_rows_checkpoints_and_resumes_them(tmp_path):
     assert all(torch.equal(full[k], ck[k]) for k in full)
     out = train(3, "ck", "--epochs", "3", "--resume", rc=1)
     assert "HINT" in out and out.count("embedding-rank") + out.count("learnable rows") >= 1, out[-2000:]
+
+
+def test_embed_flags_are_checked_before_anything_runs():
+    from mpignn.config import parse
+    from mpignn.errors import ConfigError
+
+    assert parse(["--embed-dim", "16"]).embed_dim == 16
+    with pytest.raises(ConfigError, match="--embed-dim must be >= 0 and --embed-lr positive; got -1.*HINT"):
+        parse(["--embed-dim", "-1"])
+    with pytest.raises(ConfigError, match="--replicated has no owners. HINT"):
+        parse(["--embed-dim", "8", "--replicated"])
