@@ -20,6 +20,20 @@ else:  # Python 3.10 (the default of many clusters' images): tomllib's origin, i
 __all__ = ["TrainConfig", "build_parser", "parse", "parse_fanout", "parse_cache_size"]
 
 
+def parse_edge_fanout(text: str, layers: int) -> dict[str, list[int]]:
+    """`TYPE=F1,F2;TYPE=...` -> {TYPE: fanouts}, each as long as --fanout (checked against the graph's edge
+    types once it is loaded: `data.hetero.hop_fanouts`)."""
+    out: dict[str, list[int]] = {}
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        name, sep, values = item.partition("=")
+        fan = parse_fanout(values) if sep and name.strip() else []
+        if len(fan) != layers:
+            raise ConfigError(f"--edge-fanout takes TYPE=F1,...,F{layers} (one fanout per layer, as --fanout); "
+                              f"got '{item}'. HINT: e.g. --edge-fanout 'actor__to__movie={','.join(['5'] * layers)}'")
+        out[name.strip()] = fan
+    return out
+
+
 def parse_fanout(text: str | Sequence[int]) -> list[int]:
     """'15,10,5' -> [15, 10, 5]; -1 means all neighbours."""
     try:
@@ -74,6 +88,9 @@ class TrainConfig:
     fanout: str = "15,10,5"
     """Neighbours sampled per layer, outermost last; -1 takes all (leading -1: write --fanout=-1,-1, or
     argparse reads the value as a flag). Its length is the number of layers."""
+    edge_fanout: str = ""
+    """Heterogeneous graphs: fanouts of some edge types in place of --fanout, as TYPE=F1,F2,... per edge type
+    (TYPE is src__relation__dst, e.g. actor__to__movie=5,5), several separated by ';'."""
     hidden: int = 256
     lr: float = 0.003
     dropout: float = 0.0
@@ -81,7 +98,8 @@ class TrainConfig:
     weight_decay: float = 0.0
     """L2 penalty of Adam."""
     model: str = "sage"
-    """sage (GraphSAGE), gcn or gat."""
+    """sage (GraphSAGE), gcn or gat; on a heterogeneous graph sage (a SAGE conv per edge type, summed per
+    node type) or rgcn."""
     task: str = "node"
     """node (classify the labelled nodes) or link (predict held-out edges: rank 0 holds out --link-val and
     --link-test of the undirected edges before partitioning; metrics AUC, MRR and Hits@K)."""
@@ -164,6 +182,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.fanouts = parse_fanout(self.fanout)
+        self.edge_fanouts = parse_edge_fanout(self.edge_fanout, len(self.fanouts))
         positive = {"epochs": self.epochs, "batch_size": self.batch_size, "hidden": self.hidden,
                     "eval_every": self.eval_every, "evals_per_epoch": self.evals_per_epoch}
         for name, value in positive.items():
@@ -202,7 +221,7 @@ class TrainConfig:
                    "lr_scaling": ("none", "linear", "sqrt"), "task": ("node", "link"),
                    "decoder": ("dot", "mlp"), "negatives": ("uniform", "tail"), "feature_norm": ("none", "row"),
                    "feature_dtype": ("fp32", "fp16", "bf16"),
-                   "partition_method": ("metis", "kaminpar", "random", "auto"), "model": ("sage", "gcn", "gat")}
+                   "partition_method": ("metis", "kaminpar", "random", "auto"), "model": ("sage", "gcn", "gat", "rgcn")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}; got "

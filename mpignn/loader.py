@@ -92,17 +92,20 @@ class NodeLoader:
             it the surplus steps are empty (evaluation: every seed counts once).
         max_steps: at most this many steps per epoch (0: all): the first max_steps batches of each epoch's
             shuffle. The cap is the same on every rank, so the agreed step count stays agreed.
+        layout: a `hetero_batch.HeteroLayout` for a heterogeneous graph: batches are then PyG `HeteroData`
+            (seeds first in the target type; `batch.y`, `batch.batch_size` and `batch.n_id` on the batch too).
     """
 
     def __init__(self, sampler: NeighborSampler, features: FeatureStore, seeds: np.ndarray, batch_size: int, *,
                  shuffle: bool = True, drop_last: bool = False, seed: int = 0, comm: Any = None,
                  device: str | torch.device = "cpu", prefetch: bool = False, wrap: bool = True,
-                 max_steps: int = 0) -> None:
+                 max_steps: int = 0, layout: Any = None) -> None:
         self.sampler, self.features = sampler, features
         self.links = seeds if isinstance(seeds, LinkSeeds) else None
         self.seeds = np.arange(len(seeds), dtype=np.int64) if self.links else np.asarray(seeds, dtype=np.int64)
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.seed, self.device, self.prefetch, self.wrap = seed, torch.device(device), prefetch, wrap
+        self.layout = layout
         self.rank = comm.rank if comm is not None else 0
         if comm is not None and comm.size > 1:
             self.steps = steps_per_epoch(comm, len(self.seeds), batch_size, drop_last)
@@ -154,6 +157,10 @@ class NodeLoader:
         x = rows if buffer is not None else (torch.from_numpy(x) if isinstance(x, np.ndarray) else x)
         if x.dtype == torch.uint16:  # a bf16 feature table holds bfloat16 bits (data.features)
             x = x.view(torch.bfloat16)
+        if self.layout is not None:  # heterogeneous: cut by type into PyG's HeteroData
+            data = self.layout.split(x, torch.from_numpy(y), out.n_id, out.row, out.col, out.edge_type,
+                                     out.num_sampled_nodes, out.num_sampled_edges, out.batch_size)
+            return self._finish(data, x, t0, t1)
         edge_index = pinned_empty((2, len(out.row)), torch.int64, self.device)
         edge_index[0].numpy()[:], edge_index[1].numpy()[:] = out.row, out.col
         data = Data(x=x, y=torch.from_numpy(y), edge_index=edge_index, n_id=torch.from_numpy(out.n_id))
@@ -164,6 +171,9 @@ class NodeLoader:
             data.edge_label_index = torch.from_numpy(out.edge_label_index)
             data.edge_label = torch.from_numpy(labels)
             data.num_pos, data.num_tails = num_pos, num_tails
+        return self._finish(data, x, t0, t1)
+
+    def _finish(self, data: Any, x: torch.Tensor, t0: float, t1: float) -> Any:
         data = self.uploader.upload(data)
         if not self.features.on_host:
             synchronize(x.device)  # a device exchange is queued work until here

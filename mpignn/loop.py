@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any, Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -105,11 +106,19 @@ def _progress(show: bool, step: int, steps: int, loss: float) -> None:
 
 def with_rows(batch: Any, embedding: Any, device: str, train: bool = True) -> None:
     """Collective when `embedding` is given (every rank, every batch, empty ones too): append the batch
-    nodes' learnable rows to `batch.x` (they take gradients in training)."""
+    nodes' learnable rows to `batch.x` (they take gradients in training). On a heterogeneous batch only the
+    featureless types' rows are pulled, and they are those types' input."""
     if embedding is None:
         return
-    rows = embedding.pull(batch.n_id.cpu().numpy(), device)
-    batch.x = torch.cat([batch.x.float(), rows if train else rows.detach()], dim=1)
+    bare = getattr(batch, "featureless", None)
+    if bare is None:
+        rows = embedding.pull(batch.n_id.cpu().numpy(), device)
+        batch.x = torch.cat([batch.x.float(), rows if train else rows.detach()], dim=1)
+        return
+    ids = [batch[t].n_id.cpu().numpy() for t in bare]
+    rows = embedding.pull(np.concatenate(ids) if ids else np.empty(0, dtype=np.int64), device)
+    for t, part in zip(bare, torch.split(rows if train else rows.detach(), [len(i) for i in ids])):
+        batch[t].x = part
 
 
 def _count_correct(pred: torch.Tensor, labels: torch.Tensor) -> float:

@@ -25,11 +25,13 @@ from mpignn import dist
 from mpignn.config import parse_cache_size
 from mpignn.data import check_known, dataset_key, load_dataset
 from mpignn.data.features import FEATURE_DTYPES, FEATURE_NORMS, transform_rows
+from mpignn.data.hetero import HeteroSchema, hop_fanouts
 from mpignn.env import bound_onednn_cache, mem_available_bytes, thread_budget, tune_allocator
 from mpignn.errors import ConfigError, LaunchError, MpignnError, PartitionFormatError, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
 from mpignn.exchange.embedding import NodeEmbedding
 from mpignn.exchange.features import FeatureStore
+from mpignn.hetero_batch import HeteroLayout
 from mpignn.loader import LinkSeeds, NodeLoader
 from mpignn.log import setup_logging
 from mpignn.mpi import (Topology, allreduce_max, allreduce_sum, ceil_split, check_all, check_launcher, chunk_bounds,
@@ -127,6 +129,19 @@ class LocalGraph:
     graph_mib: float = 0.0  # memory that depends on the graph (part arrays, one sampling thread's id map, cache)
     links: dict | None = None  # link prediction: this rank's train_pos and held-out pairs (partition.links)
     embedding: NodeEmbedding | None = None  # learnable rows of this rank's nodes (`attach_embedding`)
+    layout: HeteroLayout | None = None  # heterogeneous graphs: how batches are cut by type (HeteroData)
+
+    @property
+    def schema(self) -> HeteroSchema | None:
+        return self.layout.schema if self.layout is not None else None
+
+    def in_channels(self) -> int | dict[str, int]:
+        """A model's input width: `num_features`, or per node type on a heterogeneous graph (its features;
+        a featureless type its learnable rows, or the constant 1-column input without them)."""
+        if self.layout is None:
+            return self.num_features
+        emb = self.embedding.dim if self.embedding is not None else 1
+        return {t: d or emb for t, d in zip(self.schema.node_types, self.schema.feature_dims)}
 
     @property
     def num_classes(self) -> int:
@@ -147,7 +162,7 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
                      method: str = "metis", replicated: bool = False, seed: int = 0, fanouts: Sequence[int] = (15,),
                      cache_size: int | str = 0, local_prep: bool = False, prep_timeout: float | None = None,
                      exchange: str = "auto", links: dict | None = None, feature_norm: str = "none",
-                     feature_dtype: str = "fp32") -> LocalGraph:
+                     feature_dtype: str = "fp32", edge_fanouts: dict[str, Sequence[int]] | None = None) -> LocalGraph:
     """Collective over `rt.comm`: make sure a partition exists and load this rank's part.
 
     Without `partitions`, rank 0 (of each host with `local_prep`) prepares the dataset and partitions it into
@@ -162,6 +177,8 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
     `feature_norm` ("none" or "row") and `feature_dtype` ("fp32", "fp16" or "bf16": the table, the cache and
     the exchange in that dtype; batches arrive as float32) transform each rank's own feature rows after loading
     (`data.features.transform_rows`), so fetched and cached rows arrive transformed; the partition stays raw.
+    A heterogeneous graph (`data.hetero`) samples each edge type with its own fanout (`edge_fanouts`, see
+    `data.hetero.hop_fanouts`) and its loaders give `HeteroData` batches (`hetero_batch`).
 
     Raises:
         PartitionFormatError / DatasetError: on every rank alike.
@@ -223,7 +240,14 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
     check_all(comm, not problem, problem, PartitionFormatError)
     part.x = transform_rows(part.x, feature_norm, feature_dtype)
     meta = part.meta
-    local = LocalHops(part.rowptr, part.col, part.lo)
+    schema = HeteroSchema.from_json(meta.hetero) if meta.hetero else None
+    try:
+        fanouts = hop_fanouts(fanouts, edge_fanouts, schema)
+        if schema is not None and links is not None:
+            raise ConfigError("link prediction on a heterogeneous graph is not supported yet. HINT: --task node")
+    except MpignnError as exc:
+        raise mark_agreed(exc) from None
+    local = LocalHops(part.rowptr, part.col, part.lo, part.type_rowptr, schema.num_etypes if schema else 1)
     if replicated or rt.world_size == 1:
         source: Any = local
         features = FeatureStore(part.x, part.y, part.lo)
@@ -249,7 +273,8 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
     graph_mib = allreduce_max(comm, [graph_bytes / 2**20])[0]
     return LocalGraph(part=part, sampler=sampler, features=features, replicated=replicated, folder=folder,
                       load_peak_rss_mb=peak_rss_mb(), cache_rows=cache_rows, cache_mib=cache_mib,
-                      graph_mib=float(graph_mib), links=pairs)
+                      graph_mib=float(graph_mib), links=pairs,
+                      layout=HeteroLayout(schema, *meta.type_blocks()) if schema is not None else None)
 
 
 def attach_embedding(rt: Runtime, graph: LocalGraph, dim: int, *, lr: float = 0.1, seed: int = 0) -> None:
@@ -319,7 +344,9 @@ def _build_cache(rt: Runtime, local: LocalHops, part: LocalPart, fanouts: Sequen
     the budget, fetch the rows; rank 0 logs the budget. Returns (rows, MiB) of the largest cache of any rank."""
     comm = rt.comm
     t0 = time.perf_counter()
-    gids, fetches = access_frequency(comm, local, np.asarray(part.meta.part_offsets), seeds, fanouts,
+    # per-edge-type fanouts (heterogeneous graphs) are estimated as their sum over the types
+    per_hop = [f if np.ndim(f) == 0 else (-1 if min(f) < 0 else int(sum(f))) for f in fanouts]
+    gids, fetches = access_frequency(comm, local, np.asarray(part.meta.part_offsets), seeds, per_hop,
                                      _ESTIMATE_BATCH)
     remote = (gids < part.lo) | (gids >= part.hi)
     gids, fetches = gids[remote], fetches[remote]
@@ -388,7 +415,7 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
         batch_size = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
     return NodeLoader(sampler, graph.features, seeds, batch_size, shuffle=train if shuffle is None else shuffle,
                       seed=seed, comm=rt.comm, device=rt.device, prefetch=overlap(rt, talks, prefetch),
-                      wrap=train, max_steps=max_steps if train else 0)
+                      wrap=train, max_steps=max_steps if train else 0, layout=graph.layout)
 
 
 def _link_seeds(rt: Runtime, graph: LocalGraph, split: str, negatives: str) -> LinkSeeds:

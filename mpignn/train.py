@@ -51,15 +51,18 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
                              replicated=cfg.replicated, seed=cfg.seed, fanouts=cfg.fanouts,
                              cache_size=cfg.cache_size, local_prep=cfg.local_prep, prep_timeout=cfg.prep_timeout,
                              exchange=cfg.exchange, links=cfg.link_params, feature_norm=cfg.feature_norm,
-                             feature_dtype=cfg.feature_dtype)
+                             feature_dtype=cfg.feature_dtype, edge_fanouts=cfg.edge_fanouts)
     if cfg.embed_dim:
         attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)
     loaders = {split: make_loader(rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope,
                                   seed=cfg.seed, prefetch=cfg.prefetch, negatives=cfg.negatives,
                                   max_steps=cfg.max_steps)
                for split in ("train", "val", "test")}
-    model = build_model(cfg.model, graph.num_features, cfg.hidden, graph.num_classes, cfg.num_layers,
-                        cfg.dropout, task=cfg.task, decoder=cfg.decoder).to(rt.device)
+    try:
+        model = build_model(cfg.model, graph.in_channels(), cfg.hidden, graph.num_classes, cfg.num_layers,
+                            cfg.dropout, task=cfg.task, decoder=cfg.decoder, schema=graph.schema).to(rt.device)
+    except ConfigError as exc:  # the graph's kind decides, the same on every rank
+        raise mark_agreed(exc) from None
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     code = fit(cfg, rt, graph, loaders, model, optimizer, stop)
     shutdown()

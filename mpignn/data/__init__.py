@@ -1,7 +1,7 @@
 """Datasets behind one registry, so `--dataset NAME` means the same in every command.
 
 Names: `synthetic[:key=value,...]` (embedded default, no files), `npz:PATH`, `npy:FOLDER` (memory-mapped),
-Cora / CiteSeer / PubMed and Tolokers[:split=K] (torch-geometric), ogbn-arxiv / ogbn-products /
+Cora / CiteSeer / PubMed, Tolokers[:split=K] and IMDB (heterogeneous) (torch-geometric), ogbn-arxiv / ogbn-products /
 ogbn-papers100M (ogb's raw files). Must not import torch-geometric at module level.
 """
 from __future__ import annotations
@@ -12,15 +12,16 @@ from mpignn.data.cache import load_cache, save_cache
 from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.npy import load_npy_folder
 from mpignn.data.npz import load_npz, save_npz
-from mpignn.data.public import (HETEROPHILOUS, OGB, PLANETOID, heterophilous_key, load_heterophilous, load_ogb,
-                                load_planetoid)
+from mpignn.data.public import (HETERO, HETEROPHILOUS, OGB, PLANETOID, heterophilous_key, load_hetero_public,
+                                load_heterophilous, load_ogb, load_planetoid)
 from mpignn.data.synthetic import SyntheticSpec, make_synthetic, parse_synthetic
 from mpignn.errors import DatasetError
 
 __all__ = ["GraphData", "csr_from_edges", "load_dataset", "prepare_dataset", "dataset_key", "make_synthetic",
            "SyntheticSpec", "save_npz", "KNOWN", "check_known"]
 
-KNOWN = ("synthetic", "npz:PATH", "npy:FOLDER", *PLANETOID, *(f"{n}[:split=K]" for n in HETEROPHILOUS), *OGB)
+KNOWN = ("synthetic", "npz:PATH", "npy:FOLDER", *PLANETOID, *(f"{n}[:split=K]" for n in HETEROPHILOUS), *HETERO,
+         *OGB)
 
 
 def _public_key(name: str) -> str | None:
@@ -29,7 +30,7 @@ def _public_key(name: str) -> str | None:
     Raises:
         DatasetError: a known name with options it does not take.
     """
-    lowered = {n.lower(): n for n in (*PLANETOID, *HETEROPHILOUS, *OGB)}
+    lowered = {n.lower(): n for n in (*PLANETOID, *HETEROPHILOUS, *HETERO, *OGB)}
     base, sep, options = name.partition(":")
     known = lowered.get(base.lower())
     if known in HETEROPHILOUS:
@@ -77,6 +78,8 @@ def load_dataset(name: str, root: str = "data", mmap: bool = False) -> GraphData
         graph = load_planetoid(key, root)
     elif key.partition(":")[0] in HETEROPHILOUS:
         graph = load_heterophilous(key, root)
+    elif key in HETERO:
+        graph = load_hetero_public(key, root)
     else:
         graph = load_ogb(key, root)
     save_cache(root, graph)

@@ -3,6 +3,7 @@ is built by a compiled counting sort, not by sorting int64 keys)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -27,6 +28,9 @@ class GraphData:
     test_idx: np.ndarray
     num_classes: int
     meta: dict = field(default_factory=dict)
+    # heterogeneous graphs (`mpignn.data.hetero`): each edge's type, rows sorted by it, and the types' schema
+    edge_type: np.ndarray | None = None  # int8 [num_edges]
+    schema: Any = None  # HeteroSchema
 
     @property
     def num_nodes(self) -> int:

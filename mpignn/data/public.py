@@ -14,11 +14,12 @@ from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.ogb_raw import OGB, load_ogb
 from mpignn.errors import DatasetError
 
-__all__ = ["PLANETOID", "HETEROPHILOUS", "OGB", "load_planetoid", "load_heterophilous", "heterophilous_key",
-           "load_ogb"]
+__all__ = ["PLANETOID", "HETEROPHILOUS", "HETERO", "OGB", "load_planetoid", "load_heterophilous",
+           "heterophilous_key", "load_ogb", "load_hetero_public"]
 
 PLANETOID = ("Cora", "CiteSeer", "PubMed")
 HETEROPHILOUS = ("Tolokers",)
+HETERO = ("IMDB",)  # heterogeneous; the target type is the one PyG labels
 _NUM_SPLITS = 10  # HeterophilousGraphDataset ships 10 fixed train/val/test splits
 
 
@@ -86,3 +87,33 @@ def load_heterophilous(key: str, root: str) -> GraphData:
             raise _missing_error(name, raw_dir, missing, exc) from None
         raise
     return _from_pyg(key, data, data.train_mask[:, split], data.val_mask[:, split], data.test_mask[:, split])
+
+
+_IMDB_FILES = ["adjM.npz", "features_0.npz", "features_1.npz", "features_2.npz", "labels.npy",
+               "train_val_test_idx.npz"]
+
+
+def load_hetero_public(name: str, root: str) -> GraphData:
+    """IMDB (movies, directors, actors; movie genre) from `root/IMDB/raw` (downloaded if absent), through
+    PyG's loader and `data.hetero.build_hetero`."""
+    from torch_geometric.datasets import IMDB
+
+    from mpignn.data.hetero import build_hetero
+
+    folder = os.path.join(root, name)
+    raw_dir = os.path.join(folder, "raw")
+    missing = [f for f in _IMDB_FILES if not os.path.exists(os.path.join(raw_dir, f))]
+    try:
+        data = IMDB(folder)[0]
+    except Exception as exc:  # offline download failures come in many types
+        if missing:
+            raise _missing_error(name, raw_dir, missing, exc) from None
+        raise
+    target = next(t for t in data.node_types if "y" in data[t])
+    store = data[target]
+    as_idx = lambda mask: np.flatnonzero(mask.numpy()).astype(np.int64)  # noqa: E731
+    return build_hetero(name, {t: data[t].num_nodes for t in data.node_types},
+                        {et: data[et].edge_index.numpy() for et in data.edge_types},
+                        {t: data[t].x.numpy() for t in data.node_types if "x" in data[t]}, target,
+                        store.y.numpy(), {"train_idx": as_idx(store.train_mask), "val_idx": as_idx(store.val_mask),
+                                          "test_idx": as_idx(store.test_mask)})

@@ -64,4 +64,8 @@ def format_report(rep: dict) -> str:
         "  part   nodes      halo",
     ]
     lines += [f"  {p:4d} {n:8d} {h:9d}" for p, (n, h) in enumerate(zip(rep["nodes"], rep["halo"]))]
+    for name, counts in (rep.get("type_nodes") or {}).items():
+        mean = sum(counts) / len(counts)
+        lines.append(f"  type {name}: nodes per part {counts}, balance max/avg "
+                     f"{max(counts) / mean if mean else 1.0:.3f}")
     return "\n".join(lines)

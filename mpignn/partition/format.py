@@ -15,6 +15,9 @@ any id is then one binary search over `part_offsets` (works for ids on any devic
         x.npy              float32 [n_p, F]
         y.npy              int64 [n_p]
         train_idx.npy  val_idx.npy  test_idx.npy   global ids of own nodes in each split
+        type_rowptr.npy    int64 [n_p * T + 1]: heterogeneous graphs only; row v's in-edges of edge type e are
+                           col[type_rowptr[v*T+e]:type_rowptr[v*T+e+1]] (rows sorted by edge type); own nodes
+                           of each node type are one contiguous run (META.json: parts[p].type_counts, hetero)
         orig_id.npy        int64 [n_p]: original id of each own node
         halo_gid.npy       int64 [h_p]: sorted ids of other parts' nodes that own nodes link to
         halo_deg.npy       int64 [h_p]: how many own edges come from each halo node (cache ranking)
@@ -31,11 +34,12 @@ import numpy as np
 from mpignn.errors import PartitionFormatError
 from mpignn.fileio import load_npy, read_json, sha256_file
 
-__all__ = ["FORMAT_VERSION", "PART_FILES", "PartitionMeta", "LocalPart", "read_meta",
+__all__ = ["FORMAT_VERSION", "PART_FILES", "HETERO_FILES", "PartitionMeta", "LocalPart", "read_meta",
            "load_partition", "part_dir", "check_matches", "report"]
 
 FORMAT_VERSION = 1
 PART_FILES = ("rowptr", "col", "x", "y", "train_idx", "val_idx", "test_idx", "orig_id", "halo_gid", "halo_deg")
+HETERO_FILES = ("type_rowptr",)  # heterogeneous graphs: [n_p * edge types + 1] runs of each row's edge types
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,15 @@ class PartitionMeta:
     part_offsets: tuple[int, ...]
     edge_cut: int
     parts: tuple[dict, ...] = field(repr=False)
+    hetero: dict | None = None  # HeteroSchema.to_json() of a heterogeneous graph
+
+    def type_blocks(self) -> tuple[np.ndarray, np.ndarray]:
+        """(first global id, node type) of each block of one part's nodes of one type, in id order (empty
+        blocks included): `data.hetero.type_of` reads any id's type from them."""
+        counts = np.array([p["type_counts"] for p in self.parts], dtype=np.int64)  # [parts, types]
+        starts = np.asarray(self.part_offsets[:-1], dtype=np.int64)[:, None] + np.cumsum(counts, 1) - counts
+        kinds = np.broadcast_to(np.arange(counts.shape[1]), counts.shape)
+        return starts.reshape(-1), np.ascontiguousarray(kinds).reshape(-1)
 
     def owner_of(self, gids: np.ndarray) -> np.ndarray:
         return np.searchsorted(np.asarray(self.part_offsets), gids, side="right") - 1
@@ -74,6 +87,7 @@ class LocalPart:
     orig_id: np.ndarray
     halo_gid: np.ndarray
     halo_deg: np.ndarray
+    type_rowptr: np.ndarray | None = None  # heterogeneous graphs (HETERO_FILES)
 
     @property
     def lo(self) -> int:
@@ -82,7 +96,8 @@ class LocalPart:
     @property
     def training_bytes(self) -> int:
         """Bytes of the arrays training reads (mapped ones included: sampling touches all of them)."""
-        return sum(int(getattr(self, name).nbytes) for name in TRAINING_FILES)
+        arrays = [getattr(self, name) for name in TRAINING_FILES + HETERO_FILES]
+        return sum(int(a.nbytes) for a in arrays if a is not None)
 
     @property
     def hi(self) -> int:
@@ -106,6 +121,9 @@ def report(meta: dict, seconds: float) -> dict:
         "node_balance": _balance([p["nodes"] for p in parts]), "edge_balance": _balance([p["edges"] for p in parts]),
         "train_balance": _balance([p["train"] for p in parts]), "halo": [p["halo"] for p in parts],
         "nodes": [p["nodes"] for p in parts], "seconds": seconds,
+        # heterogeneous graphs: nodes of each type per part, and each type's balance
+        "type_nodes": ({t: [p["type_counts"][k] for p in parts] for k, t in enumerate(meta["hetero"]["node_types"])}
+                       if meta.get("hetero") else None),
     }
 
 
@@ -132,7 +150,7 @@ def read_meta(folder: str | os.PathLike) -> PartitionMeta:
                              num_parts=int(raw["num_parts"]), num_nodes=int(raw["num_nodes"]),
                              num_edges=int(raw["num_edges"]), num_features=int(raw["num_features"]),
                              num_classes=int(raw["num_classes"]), part_offsets=tuple(raw["part_offsets"]),
-                             edge_cut=int(raw["edge_cut"]), parts=tuple(raw["parts"]))
+                             edge_cut=int(raw["edge_cut"]), parts=tuple(raw["parts"]), hetero=raw.get("hetero"))
     except PartitionFormatError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -176,10 +194,12 @@ def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = Tr
     hint = f"HINT: re-create the folder with python -m mpignn.partition --out {folder} --force"
     expected = meta.parts[part_id]["files"]
     arrays = {}
-    for name in PART_FILES:
+    for name in PART_FILES + (HETERO_FILES if meta.hetero else ()):
         path = pdir / f"{name}.npy"
         if not path.is_file():
             raise PartitionFormatError(f"{path} is missing. {hint}")
+        if name not in expected:
+            raise PartitionFormatError(f"META.json lists no size or checksum for {path}. {hint}")
         size = path.stat().st_size
         if size != expected[name]["bytes"]:
             raise PartitionFormatError(f"{path} has {size} bytes, META.json says {expected[name]['bytes']} "

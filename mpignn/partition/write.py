@@ -17,7 +17,8 @@ from mpignn.data.graph import GraphData
 from mpignn.data.npyio import NpyWriter, iter_chunks, read_rows, rows_per_chunk
 from mpignn.errors import ConfigError
 from mpignn.fileio import atomic_dir, save_npy, sha256_file, write_json
-from mpignn.partition.format import FORMAT_VERSION, PART_FILES, part_dir
+from mpignn.data.hetero import type_rowptr
+from mpignn.partition.format import FORMAT_VERSION, HETERO_FILES, PART_FILES, part_dir
 
 __all__ = ["write_partition"]
 
@@ -77,12 +78,17 @@ def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike,
     parts = np.asarray(parts, dtype=np.int64)
     order, node_map, offsets = _renumber(parts, num_parts)
     deg = np.diff(np.asarray(graph.rowptr))
+    schema = graph.schema
+    if schema is not None:  # heterogeneous: per-(row, edge type) degrees and each node's type
+        te = schema.num_etypes
+        typed_deg = np.diff(type_rowptr(graph.rowptr, graph.edge_type, te)).reshape(-1, te)
+        node_type = np.repeat(np.arange(len(schema.node_counts)), schema.node_counts)
     y = np.asarray(graph.y)
     split_sets = {k: node_map[np.asarray(getattr(graph, k))] for k in ("train_idx", "val_idx", "test_idx")}
     with atomic_dir(out) as tmp:
         save_npy(tmp / "node_map.npy", node_map)
         folders = [part_dir(tmp, p) for p in range(num_parts)]
-        writers, x_writers = [], []
+        writers, x_writers, type_counts = [], [], []
         for p, folder in enumerate(folders):
             folder.mkdir()
             own_old = order[offsets[p]:offsets[p + 1]]
@@ -90,6 +96,11 @@ def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike,
             np.cumsum(deg[own_old], out=rowptr[1:])
             lo, hi = int(offsets[p]), int(offsets[p + 1])
             save_npy(folder / "rowptr.npy", rowptr)
+            if schema is not None:  # own nodes keep old-id order, so each type is one contiguous run
+                typed = np.zeros(len(own_old) * te + 1, dtype=np.int64)
+                np.cumsum(typed_deg[own_old].reshape(-1), out=typed[1:])
+                save_npy(folder / "type_rowptr.npy", typed)
+                type_counts.append(np.bincount(node_type[own_old], minlength=len(schema.node_counts)).tolist())
             save_npy(folder / "y.npy", y[own_old])
             save_npy(folder / "orig_id.npy", own_old)
             for k, v in split_sets.items():
@@ -97,6 +108,8 @@ def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike,
             writers.append(NpyWriter(folder / "col.npy", (int(rowptr[-1]),), np.int64))
             x_writers.append(NpyWriter(folder / "x.npy", (len(own_old), graph.num_features), np.float32))
         del order, deg
+        if schema is not None:
+            del typed_deg, node_type
         try:
             _stream_rows(graph, parts, node_map, writers, x_writers)
         finally:
@@ -114,17 +127,22 @@ def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike,
             save_npy(folder / "halo_deg.npy", counter[halo_gid])
             counter[halo_gid] = 0
             edge_cut += cut
+            names = PART_FILES + (HETERO_FILES if schema is not None else ())
             files = {name: {"bytes": (folder / f"{name}.npy").stat().st_size,
-                            "sha256": sha256_file(folder / f"{name}.npy")} for name in PART_FILES}
+                            "sha256": sha256_file(folder / f"{name}.npy")} for name in names}
             counts = {k: int(((v >= lo) & (v < hi)).sum()) for k, v in split_sets.items()}
             summaries.append({"nodes": hi - lo, "edges": writers[p].shape[0], "train": counts["train_idx"],
                               "val": counts["val_idx"], "test": counts["test_idx"], "halo": len(halo_gid),
                               "cut_edges": cut, "files": files})
+            if schema is not None:
+                summaries[-1]["type_counts"] = type_counts[p]
         meta = {
             "format": FORMAT_VERSION, "dataset": dataset, "method": method, "seed": seed, "num_parts": num_parts,
             "num_nodes": graph.num_nodes, "num_edges": graph.num_edges, "num_features": graph.num_features,
             "num_classes": graph.num_classes, "part_offsets": offsets.tolist(), "edge_cut": edge_cut,
             "parts": summaries,
         }
+        if schema is not None:
+            meta["hetero"] = schema.to_json()
         write_json(tmp / "META.json", meta)
     return meta

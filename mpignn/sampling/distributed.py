@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from mpignn.mpi import alltoallv
-from mpignn.sampling.neighbor import LocalHops
+from mpignn.sampling.neighbor import Fanout, LocalHops
 
 __all__ = ["DistributedHops", "owner_of", "group_by_owner"]
 
@@ -49,9 +49,10 @@ class DistributedHops:
         self.local = local
         self.part_offsets = np.asarray(part_offsets, dtype=np.int64)
         self.bytes_received = 0
+        self.num_etypes = local.num_etypes
 
-    def sample(self, gids: np.ndarray, fanout: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        comm, rank, size = self.comm, self.comm.rank, self.comm.size
+    def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        comm, rank, size, t = self.comm, self.comm.rank, self.comm.size, self.num_etypes
         owner, order, send_counts = group_by_owner(gids, self.part_offsets, size)
         own_pos = order[owner[order] == rank]
         remote_pos = order[owner[order] != rank]
@@ -75,21 +76,21 @@ class DistributedHops:
         self.bytes_received += 8 * (len(asked) + len(back))
         back_counts, back_nbrs = [], []
         for dest, start in zip(range(size), _starts(back_from)):
-            asked_here = int(send_counts[dest])
+            asked_here = int(send_counts[dest]) * t  # a count per asked id and edge type
             back_counts.append(back[start:start + asked_here])
             back_nbrs.append(back[start + asked_here:start + back_from[dest]])
         back_c = np.concatenate(back_counts) if back_counts else _EMPTY
         back_n = np.concatenate(back_nbrs) if back_nbrs else _EMPTY
         own_counts, own_nbrs = self.local.sample(gids[own_pos], fanout, seed)
-        counts = np.empty(len(gids), dtype=np.int64)
-        counts[own_pos] = own_counts
-        counts[remote_pos] = back_c
+        counts = np.empty((len(gids), t), dtype=np.int64)
+        counts[own_pos] = own_counts.reshape(-1, t)
+        counts[remote_pos] = back_c.reshape(-1, t)
         offsets = np.zeros(len(gids) + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
+        np.cumsum(counts.sum(1), out=offsets[1:])
         nbrs = np.empty(offsets[-1], dtype=np.int64)
-        _place(nbrs, offsets, own_pos, own_counts, own_nbrs)
-        _place(nbrs, offsets, remote_pos, back_c, back_n)
-        return counts, nbrs
+        _place(nbrs, offsets, own_pos, own_counts.reshape(-1, t).sum(1), own_nbrs)
+        _place(nbrs, offsets, remote_pos, back_c.reshape(-1, t).sum(1), back_n)
+        return counts.reshape(-1), nbrs
 
 
 _EMPTY = np.empty(0, dtype=np.int64)

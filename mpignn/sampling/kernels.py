@@ -31,20 +31,24 @@ def mix_seed(seed, salt):
 
 
 @njit(cache=True, parallel=True, nogil=True)
-def sample_rows(rowptr, col, rows, gids, fanout, seed):
-    """Uniformly sample up to `fanout` in-neighbours of each row without replacement (all when deg <= fanout,
-    all when fanout < 0).
+def sample_rows(rowptr, col, rows, gids, fanouts, seed):
+    """Uniformly sample up to `fanouts[i % len(fanouts)]` in-neighbours of row i without replacement (all when
+    the degree is at most that, all when it is < 0).
 
     Args:
         rowptr, col: CSR (int64) of the rows this caller owns.
         rows: local row of each target; gids: its global id (seeds its random stream).
+        fanouts: int64 array; one entry for plain rows, one per edge type where each target is a run of rows,
+            one per edge type (heterogeneous graphs: `LocalHops`).
     Returns:
         (counts[i] = neighbours drawn for target i, neighbours concatenated in target order).
     """
     n = rows.shape[0]
     counts = np.empty(n, dtype=np.int64)
+    kinds = fanouts.shape[0]
     for i in prange(n):
         deg = rowptr[rows[i] + 1] - rowptr[rows[i]]
+        fanout = fanouts[i % kinds]
         counts[i] = deg if fanout < 0 or deg <= fanout else fanout
     offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
@@ -198,10 +202,13 @@ def clear_table(scratch, lo, table, shift, n_id, n_count, in_table):
 def warm_up() -> None:
     """Compile every kernel (or load it from numba's cache) on tiny inputs."""
     one = np.zeros(1, dtype=np.int64)
-    counts, nbrs = sample_rows(np.array([0, 1], dtype=np.int64), one, one, one, 1, mix_seed(0, 0))
+    counts, nbrs = sample_rows(np.array([0, 1], dtype=np.int64), one, one, one, one + 1, mix_seed(0, 0))
     mapped = np.zeros(1, dtype=np.int64)  # a memory-mapped part's column array is read-only: its own signature
     mapped.flags.writeable = False
-    sample_rows(np.array([0, 1], dtype=np.int64), mapped, one, one, 1, mix_seed(0, 0))
+    sample_rows(np.array([0, 1], dtype=np.int64), mapped, one, one, one + 1, mix_seed(0, 0))
+    mapped_ptr = np.zeros(2, dtype=np.int64)  # a mapped part's per-edge-type row pointers
+    mapped_ptr.flags.writeable = False
+    sample_rows(mapped_ptr, mapped, one, one, one, mix_seed(0, 0))
     scratch = np.full(1, -1, dtype=np.int64)
     n_id = np.empty(2, dtype=np.int64)
     _, n = relabel(nbrs, scratch, n_id, 0)

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, Union
 
 import numpy as np
 
 from mpignn.config import parse_fanout
 from mpignn.sampling import kernels
 
-__all__ = ["SampleOutput", "HopSource", "LocalHops", "NeighborSampler", "parse_fanout", "ARRAY_MAP_BYTES"]
+__all__ = ["SampleOutput", "HopSource", "LocalHops", "NeighborSampler", "parse_fanout", "ARRAY_MAP_BYTES",
+           "Fanout", "fanout_array"]
 
 
 @dataclass
@@ -33,24 +34,56 @@ class SampleOutput:
     num_sampled_nodes: list[int]
     num_sampled_edges: list[int]
     edge_label_index: np.ndarray | None = None  # from sample_from_edges: the pairs, in batch-local ids
+    edge_type: np.ndarray | None = None  # int64 [E], heterogeneous graphs: each edge's type (index)
 
 
 class HopSource(Protocol):
-    def sample(self, gids: np.ndarray, fanout: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        """(counts per target, neighbour gids concatenated in target order)."""
+    num_etypes: int
+
+    def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """(counts per target and edge type [len(gids) * num_etypes], neighbour gids concatenated in that
+        order: target by target, each target's edge types in order)."""
         ...
 
 
-class LocalHops:
-    """Neighbours from a CSR whose rows are the global ids [lo, lo + num_rows)."""
+Fanout = Union[int, Sequence[int]]
+"""One hop's fanout: one number for every edge type, or one per edge type (-1: all)."""
 
-    def __init__(self, rowptr: np.ndarray, col: np.ndarray, lo: int = 0) -> None:
+
+def fanout_array(fanout: Fanout, num_etypes: int) -> np.ndarray:
+    """int64 [num_etypes] fanouts of one hop (an int applies to every edge type)."""
+    out = np.broadcast_to(np.asarray(fanout, dtype=np.int64).reshape(-1), (num_etypes,))
+    return np.ascontiguousarray(out)
+
+
+class LocalHops:
+    """Neighbours from a CSR whose rows are the global ids [lo, lo + num_rows).
+
+    A heterogeneous graph adds `type_rowptr` [num_rows * num_etypes + 1]: each row's in-edges sorted by edge
+    type, so row v's edges of type e are `col[type_rowptr[v * T + e]:type_rowptr[v * T + e + 1]]` and each
+    (target, edge type) is one row of the same kernel, with its own fanout and random stream. A homogeneous
+    graph is the case T = 1.
+    """
+
+    def __init__(self, rowptr: np.ndarray, col: np.ndarray, lo: int = 0, type_rowptr: np.ndarray | None = None,
+                 num_etypes: int = 1) -> None:
         self.rowptr = np.ascontiguousarray(rowptr, dtype=np.int64)
         self.col = np.ascontiguousarray(col, dtype=np.int64)
         self.lo = int(lo)
+        self.num_etypes = int(num_etypes)
+        if self.num_etypes > 1 and type_rowptr is None:
+            raise ValueError("num_etypes > 1 needs type_rowptr")
+        self.type_rowptr = None if type_rowptr is None else np.ascontiguousarray(type_rowptr, dtype=np.int64)
 
-    def sample(self, gids: np.ndarray, fanout: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        return kernels.sample_rows(self.rowptr, self.col, gids - self.lo, gids, fanout, seed)
+    def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        t = self.num_etypes
+        fanouts = fanout_array(fanout, t)
+        if t == 1:
+            return kernels.sample_rows(self.rowptr, self.col, gids - self.lo, gids, fanouts, seed)
+        kinds = np.arange(t, dtype=np.int64)
+        rows = ((gids - self.lo) * t)[:, None] + kinds
+        keys = (gids * t)[:, None] + kinds
+        return kernels.sample_rows(self.type_rowptr, self.col, rows.reshape(-1), keys.reshape(-1), fanouts, seed)
 
 
 ARRAY_MAP_BYTES = 64 << 20
@@ -70,7 +103,7 @@ class NeighborSampler:
     training step (README, benchmarks): the part map keeps a rank's memory in proportion to its part.
     """
 
-    def __init__(self, source: HopSource, num_nodes: int, fanouts: Sequence[int], relabel: str = "auto") -> None:
+    def __init__(self, source: HopSource, num_nodes: int, fanouts: Sequence[Fanout], relabel: str = "auto") -> None:
         if relabel not in ("auto", "part", "array"):
             raise ValueError(f"relabel must be 'auto', 'part' or 'array'; got {relabel!r}")
         local = getattr(source, "local", source)  # DistributedHops wraps the rank's LocalHops
@@ -140,8 +173,9 @@ class NeighborSampler:
         if n_count != len(seeds):
             self._clear(n_id, n_count)
             raise ValueError("seed nodes must be distinct")
-        rows, cols = [], []
+        rows, cols, types = [], [], []
         num_nodes, num_edges = [n_count], []
+        t = getattr(self.source, "num_etypes", 1)
         f_lo, f_hi = 0, n_count
         try:
             for hop, fanout in enumerate(self.fanouts):
@@ -152,7 +186,9 @@ class NeighborSampler:
                     n_id = grown
                 src, n_count = self._map(nbrs, n_id, n_count)
                 rows.append(src)
-                cols.append(np.repeat(np.arange(f_lo, f_hi, dtype=np.int64), counts))
+                cols.append(np.repeat(np.arange(f_lo, f_hi, dtype=np.int64).repeat(t), counts))
+                if t > 1:
+                    types.append(np.repeat(np.tile(np.arange(t, dtype=np.int64), f_hi - f_lo), counts))
                 num_nodes.append(n_count - f_hi)
                 num_edges.append(len(nbrs))
                 f_lo, f_hi = f_hi, n_count
@@ -161,7 +197,8 @@ class NeighborSampler:
         empty = np.empty(0, dtype=np.int64)
         return SampleOutput(n_id=n_id[:n_count].copy(), row=np.concatenate(rows) if rows else empty,
                             col=np.concatenate(cols) if cols else empty, batch_size=len(seeds),
-                            num_sampled_nodes=num_nodes, num_sampled_edges=num_edges)
+                            num_sampled_nodes=num_nodes, num_sampled_edges=num_edges,
+                            edge_type=(np.concatenate(types) if types else empty) if t > 1 else None)
 
     def sample_from_edges(self, src: np.ndarray, dst: np.ndarray, seed: int) -> SampleOutput:
         """Sample around both endpoints of the pairs (src[i], dst[i]); the seeds are the distinct endpoints,

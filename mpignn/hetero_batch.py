@@ -1,0 +1,71 @@
+"""A sampled batch of a heterogeneous graph as PyG's `HeteroData`, so PyG heterogeneous models take it as is.
+
+Sampling and the exchange run on one global id space (`mpignn.data.hetero`); here the batch is cut by node
+type (read from the id blocks of the partition) and edge type (from the sampler). Within each type nodes keep
+the batch order, so the target type's first `batch_size` nodes are the seeds and every type's nodes and every
+edge type's edges stay grouped by hop: `num_sampled_nodes` / `num_sampled_edges` per type give the per-hop
+counts PyG's `trim_to_layer` and mpignn's hetero models read.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch_geometric.data import HeteroData
+
+from mpignn.data.hetero import HeteroSchema, type_of
+
+__all__ = ["HeteroLayout"]
+
+
+class HeteroLayout:
+    """How to cut a batch of global ids by type.
+
+    Args:
+        schema: the graph's types.
+        starts, kinds: first global id and node type of each id block (`PartitionMeta.type_blocks`).
+    """
+
+    def __init__(self, schema: HeteroSchema, starts: np.ndarray, kinds: np.ndarray) -> None:
+        self.schema, self.starts, self.kinds = schema, np.asarray(starts), np.asarray(kinds)
+        self.target = schema.type_index(schema.target)
+
+    def node_types(self, gids: np.ndarray) -> np.ndarray:
+        return type_of(gids, self.starts, self.kinds)
+
+    def split(self, x: torch.Tensor, y: torch.Tensor, n_id: np.ndarray, row: np.ndarray, col: np.ndarray,
+              edge_type: np.ndarray, num_sampled_nodes: list[int], num_sampled_edges: list[int],
+              batch_size: int) -> HeteroData:
+        """The batch (x [nodes, padded features] in batch order, edges as batch indices) by type. Featureless
+        types get a constant one-column input (`mpignn.loop.with_rows` replaces it by learnable rows)."""
+        schema, hops = self.schema, len(num_sampled_edges)
+        ntype = self.node_types(n_id)
+        node_hop = np.repeat(np.arange(hops + 1), num_sampled_nodes)
+        edge_hop = np.repeat(np.arange(hops), num_sampled_edges)
+        order = np.argsort(ntype, kind="stable")
+        per_type = np.bincount(ntype, minlength=len(schema.node_types))
+        local = np.empty(len(n_id), dtype=np.int64)
+        local[order] = np.arange(len(n_id)) - np.repeat(np.cumsum(per_type) - per_type, per_type)
+        data = HeteroData()
+        bounds = np.concatenate([[0], np.cumsum(per_type)])
+        for k, name in enumerate(schema.node_types):
+            idx = order[bounds[k]:bounds[k + 1]]
+            store = data[name]
+            dim = schema.feature_dims[k]
+            pick = torch.from_numpy(idx)
+            store.x = x[pick, :dim].float() if dim else torch.ones(len(idx), 1)
+            store.n_id = torch.from_numpy(n_id[idx])
+            store.num_sampled_nodes = np.bincount(node_hop[idx], minlength=hops + 1).tolist()
+            if k == self.target:
+                store.y = y[pick]
+                store.batch_size = batch_size
+        for e, (src, rel, dst) in enumerate(schema.edge_types):
+            m = np.flatnonzero(edge_type == e)
+            store = data[src, rel, dst]
+            store.edge_index = torch.from_numpy(np.stack([local[row[m]], local[col[m]]]))
+            store.num_sampled_edges = np.bincount(edge_hop[m], minlength=hops).tolist()
+        # What the training loop reads of any batch: the seeds' count and labels, every node's global id.
+        data.batch_size = batch_size
+        data.y = data[schema.target].y
+        data.n_id = torch.from_numpy(n_id)
+        data.featureless = [t for t, d in zip(schema.node_types, schema.feature_dims) if not d]
+        return data
