@@ -1,6 +1,7 @@
 """`npz:PATH`: the user's own graph in one .npz file, validated key by key before anything is built. numpy only.
 
-Keys: edge_index int [2, E] (source, target), x float [N, F], y int [N], train_idx, val_idx, test_idx (int node
+A file with edge_index__S__R__D keys is a heterogeneous graph (`data.npz_hetero`). Keys: edge_index int [2, E]
+(source, target), x float [N, F], y int [N], train_idx, val_idx, test_idx (int node
 ids). Optional: num_classes (int scalar). Read with allow_pickle=False; dtypes and shapes are checked from the .npy
 headers before any array is read, so a file that declares absurd sizes fails without allocating them.
 """
@@ -172,6 +173,10 @@ def load_npz(path: str) -> GraphData:
         headers = _headers(path)
     except _UNREADABLE as exc:
         raise _fail(path, f"not a readable .npz file ({exc})", "write it with np.savez") from None
+    from mpignn.data.npz_hetero import is_hetero_npz, load_hetero_npz
+
+    if is_hetero_npz(headers):
+        return load_hetero_npz(path, headers)
     n = _check_headers(path, headers)
     # Keys beyond the format are never read, so they cannot cost memory or hold pickles.
     arrays = _read(path, [k for k in (*NPZ_KEYS, "num_classes") if k in headers])
@@ -196,7 +201,12 @@ def load_npz(path: str) -> GraphData:
 
 
 def save_npz(path: str, graph: GraphData) -> None:
-    """Write `graph` in the npz format (atomically), e.g. to turn any graph into a user dataset."""
+    """Write `graph` in the npz format (atomically), e.g. to turn any graph into a user dataset; a
+    heterogeneous graph in its own format (`data.npz_hetero`)."""
+    if graph.schema is not None:
+        from mpignn.data.npz_hetero import save_hetero_npz
+
+        return save_hetero_npz(path, graph)
     tmp = f"{path}.tmp-{os.getpid()}.npz"
     np.savez(tmp, edge_index=graph.edge_index(), x=graph.x, y=graph.y, train_idx=graph.train_idx,
              val_idx=graph.val_idx, test_idx=graph.test_idx, num_classes=np.int64(graph.num_classes))

@@ -1,0 +1,121 @@
+"""`npz:PATH` for heterogeneous graphs: one .npz whose keys name the types, validated like the homogeneous
+format (headers first, then ranges, splits and labels). numpy only.
+
+Keys (T a node type, S__R__D an edge type from S to D with relation R; names without "__" of their own):
+    num_nodes__T        int scalar, one per node type (global ids follow the order of these keys)
+    x__T                float [num_nodes__T, F_T], optional: a type without it is featureless
+    edge_index__S__R__D int [2, E] (source ids of type S, target ids of type D, each local to its type)
+    y__T                int [num_nodes__T]: labels of the classified (target) type, exactly one such key
+    train_idx, val_idx, test_idx   int 1-D ids of target-type nodes (local to the type)
+    num_classes         optional int scalar
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from mpignn.data.graph import GraphData
+from mpignn.data.hetero import build_hetero, edge_type_name
+from mpignn.data.npz import _SPLITS, _check_dtype, _check_labels, _check_splits, _fail, _read
+
+__all__ = ["is_hetero_npz", "load_hetero_npz", "save_hetero_npz"]
+
+_HINT = "see 'Heterogeneous graphs (npz)' in the README for the keys, dtypes and shapes"
+
+
+def is_hetero_npz(headers: dict) -> bool:
+    return any(k.startswith("edge_index__") for k in headers)
+
+
+def _names(key: str, prefix: str, parts: int, path: str) -> list[str]:
+    names = key[len(prefix):].split("__")
+    if len(names) != parts or not all(names):
+        raise _fail(path, f"key {key} must be {prefix}{'__'.join(['NAME'] * parts)}", _HINT)
+    return names
+
+
+def load_hetero_npz(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype]]) -> GraphData:
+    """Read and validate a heterogeneous npz (`headers` from `npz._headers`).
+
+    Raises:
+        DatasetError: a missing or malformed key, an edge type naming an unknown node type, features or labels
+            of the wrong length, ids out of range, bad splits or labels, NaN or infinite features.
+    """
+    counts_keys = [k for k in headers if k.startswith("num_nodes__")]
+    if not counts_keys:
+        raise _fail(path, "no num_nodes__T keys (one node count per node type)", _HINT)
+    y_keys = [k for k in headers if k.startswith("y__")]
+    if len(y_keys) != 1:
+        raise _fail(path, f"exactly one y__T key (labels of the classified type) is needed; found "
+                          f"{', '.join(y_keys) or 'none'}", _HINT)
+    missing = [k for k in _SPLITS if k not in headers]
+    if missing:
+        raise _fail(path, f"missing key(s) {', '.join(missing)}", _HINT)
+    for key in (*counts_keys, *(k for k in headers if k.startswith(("edge_index__", "y__"))), *_SPLITS):
+        shape, dtype = headers[key]
+        _check_dtype(path, key, shape, dtype, "int", "[2, E]" if key.startswith("edge_index__") else "1-D")
+    for key in (k for k in headers if k.startswith("x__")):
+        _check_dtype(path, key, *headers[key], "float", "[N, F]")
+    arrays = _read(path, [k for k in headers if k.startswith(("num_nodes__", "x__", "edge_index__", "y__"))
+                          or k in (*_SPLITS, "num_classes")])
+    counts = {_names(k, "num_nodes__", 1, path)[0]: int(arrays[k].reshape(-1)[0]) for k in counts_keys}
+    for t, n in counts.items():
+        if n < 1:
+            raise _fail(path, f"num_nodes__{t} must be >= 1; got {n}", _HINT)
+    x = {}
+    for key in (k for k in arrays if k.startswith("x__")):
+        t = _names(key, "x__", 1, path)[0]
+        if t not in counts or arrays[key].ndim != 2 or arrays[key].shape[0] != counts[t]:
+            raise _fail(path, f"{key} must be [num_nodes__{t}, F] for a node type with a num_nodes__ key; got "
+                              f"shape {arrays[key].shape}", _HINT)
+        with np.errstate(over="ignore"):
+            x[t] = np.ascontiguousarray(arrays[key], dtype=np.float32)
+        if not np.isfinite(x[t]).all():
+            raise _fail(path, f"{key} has NaN or infinite values (as float32)", "impute or drop them")
+    edges = {}
+    for key in (k for k in arrays if k.startswith("edge_index__")):
+        et = tuple(_names(key, "edge_index__", 3, path))
+        if arrays[key].ndim != 2 or arrays[key].shape[0] != 2:
+            raise _fail(path, f"{key} must be an int [2, E] array; got shape {arrays[key].shape}",
+                        "stack sources and targets: np.stack([src, dst])")
+        edges[et] = arrays[key]
+    target = _names(y_keys[0], "y__", 1, path)[0]
+    if target not in counts:
+        raise _fail(path, f"{y_keys[0]} labels a type without a num_nodes__{target} key", _HINT)
+    y = arrays[y_keys[0]].astype(np.int64).reshape(-1)
+    if len(y) != counts[target]:
+        raise _fail(path, f"{y_keys[0]} must hold num_nodes__{target} = {counts[target]} labels; got {len(y)}",
+                    _HINT)
+    splits = {k: arrays[k].astype(np.int64) for k in _SPLITS}
+    _check_splits(path, splits, counts[target])
+    num_classes = _check_labels(path, {"y": y, **({"num_classes": arrays["num_classes"]}
+                                                  if "num_classes" in arrays else {})}, splits, counts[target])
+    name = "npz-" + os.path.splitext(os.path.basename(path))[0]
+    graph = build_hetero(name, counts, edges, x, target, y, splits, num_classes)
+    graph.meta = {"path": os.path.abspath(path)}
+    return graph
+
+
+def save_hetero_npz(path: str, graph: GraphData) -> None:
+    """Write a heterogeneous GraphData in this format (atomically)."""
+    schema = graph.schema
+    offsets = schema.offsets
+    arrays: dict[str, np.ndarray] = {}
+    for k, t in enumerate(schema.node_types):
+        arrays[f"num_nodes__{t}"] = np.int64(schema.node_counts[k])
+        if schema.feature_dims[k]:
+            arrays[f"x__{t}"] = graph.x[offsets[k]:offsets[k + 1], :schema.feature_dims[k]]
+    src, dst = graph.edge_index()
+    for e, et in enumerate(schema.edge_types):
+        m = graph.edge_type == e
+        s, d = schema.type_index(et[0]), schema.type_index(et[2])
+        arrays[f"edge_index__{edge_type_name(et)}"] = np.stack([src[m] - offsets[s], dst[m] - offsets[d]])
+    lo = offsets[schema.type_index(schema.target)]
+    arrays[f"y__{schema.target}"] = graph.y[lo:lo + schema.node_counts[schema.type_index(schema.target)]]
+    for key in _SPLITS:
+        arrays[key] = getattr(graph, key) - lo
+    arrays["num_classes"] = np.int64(graph.num_classes)
+    tmp = f"{path}.tmp-{os.getpid()}.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
