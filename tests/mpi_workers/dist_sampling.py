@@ -1,10 +1,13 @@
-"""Distributed sampling and feature exchange equal single-process results on the whole graph."""
+"""Distributed sampling and feature exchange equal single-process results on the whole graph (method
+"hetero": a heterogeneous graph, per-edge-type fanouts and edge types included)."""
 import sys
 
 import numpy as np
 
 from mpignn.data import make_synthetic
+from mpignn.data.hetero import type_rowptr
 from mpignn.data.synthetic import SyntheticSpec
+from mpignn.data.synthetic_hetero import make_user_item
 from mpignn.exchange.features import FeatureStore
 from mpignn.mpi import run_main, world
 from mpignn.partition import load_partition, partition_graph
@@ -14,7 +17,11 @@ from mpignn.sampling.distributed import DistributedHops
 
 def main(folder: str, method: str, cache: int) -> None:
     comm = world()
-    graph = make_synthetic(SyntheticSpec(num_nodes=3000, avg_degree=10, num_features=5))
+    hetero = method == "hetero"
+    if hetero:
+        graph, method = make_user_item(num_items=2000, num_users=600, edges_per_item=5), "metis"
+    else:
+        graph = make_synthetic(SyntheticSpec(num_nodes=3000, avg_degree=10, num_features=5))
     if comm.rank == 0:
         partition_graph(graph, comm.size, folder, method=method, seed=1, force=True)
     comm.Barrier()
@@ -27,10 +34,15 @@ def main(folder: str, method: str, cache: int) -> None:
     whole_rowptr = np.zeros(graph.num_nodes + 1, dtype=np.int64)
     np.cumsum(np.diff(graph.rowptr)[inverse], out=whole_rowptr[1:])
     whole_col = np.concatenate([node_map[graph.col[graph.rowptr[o]:graph.rowptr[o + 1]]] for o in inverse])
-    fanouts = [4, 3, 2]
-    dist = NeighborSampler(DistributedHops(comm, LocalHops(part.rowptr, part.col, part.lo), offsets),
-                           graph.num_nodes, fanouts)
-    single = NeighborSampler(LocalHops(whole_rowptr, whole_col), graph.num_nodes, fanouts)
+    fanouts, typed, t = [4, 3, 2], None, 1
+    if hetero:  # per-edge-type fanouts; the whole graph's (row, edge type) runs in new ids
+        t = graph.schema.num_etypes
+        fanouts = [[4, -1], [3, 2], [2, 5]]
+        runs = np.diff(type_rowptr(graph.rowptr, graph.edge_type, t)).reshape(-1, t)[inverse]
+        typed = np.concatenate([[0], np.cumsum(runs.reshape(-1))])
+    dist = NeighborSampler(DistributedHops(comm, LocalHops(part.rowptr, part.col, part.lo, part.type_rowptr, t),
+                                           offsets), graph.num_nodes, fanouts)
+    single = NeighborSampler(LocalHops(whole_rowptr, whole_col, 0, typed, t), graph.num_nodes, fanouts)
     store = FeatureStore(part.x, part.y, part.lo, offsets, comm)
     store.build_cache(part.halo_gid[np.argsort(-part.halo_deg, kind="stable")][:cache])
     # uneven batches: rank r asks for r*7 seeds (rank 0 for none) and all ranks still take part
@@ -38,6 +50,12 @@ def main(folder: str, method: str, cache: int) -> None:
         seeds = part.train_idx[:comm.rank * 7 + step]
         a, b = dist.sample(seeds, 11 + step), single.sample(seeds, 11 + step)
         assert np.array_equal(a.n_id, b.n_id) and np.array_equal(a.row, b.row) and np.array_equal(a.col, b.col)
+        if hetero:
+            assert np.array_equal(a.edge_type, b.edge_type)
+            src_type = graph.schema.type_index  # every edge's source is of its edge type's source type
+            kinds = np.searchsorted(graph.schema.offsets, inverse[a.n_id[a.row]], side="right") - 1
+            want = np.array([src_type(graph.schema.edge_types[e][0]) for e in a.edge_type], dtype=np.int64)
+            assert np.array_equal(kinds, want)
         x, y = store.gather(a.n_id)
         assert np.array_equal(x, graph.x[inverse[a.n_id]]), "feature rows differ"
         assert np.array_equal(y[:len(seeds)], graph.y[inverse[seeds]])
