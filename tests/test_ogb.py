@@ -199,3 +199,60 @@ def test_corrupt_raw_files_are_named(tmp_path):
     make_arxiv(tmp_path, g)
     with pytest.raises(DatasetError, match=r"ogbn_arxiv: edges must be \[2, E\] node ids in \[0, 30\).*HINT"):
         load_dataset("ogbn-arxiv", str(tmp_path))
+
+
+def _text_gz(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        f.write(text)
+
+
+def make_mag(root, seed=0):
+    """ogbn-mag's heterogeneous csv.gz layout (ogb/io/read_graph_raw.py read_csv_heterograph_raw,
+    read_node_label_hetero, read_nodesplitidx_split_hetero), small: types and relations as in the release."""
+    rng = np.random.default_rng(seed)
+    counts = {"author": 30, "field_of_study": 10, "institution": 5, "paper": 40}
+    rels = {("author", "affiliated_with", "institution"): 20, ("author", "writes", "paper"): 60,
+            ("paper", "cites", "paper"): 50, ("paper", "has_topic", "field_of_study"): 45}
+    folder, raw = root / "ogbn_mag", root / "ogbn_mag" / "raw"
+    _text_gz(raw / "num-node-dict.csv.gz", ",".join(counts) + "\n" + ",".join(map(str, counts.values())) + "\n")
+    _text_gz(raw / "triplet-type-list.csv.gz", "".join(",".join(t) + "\n" for t in rels))
+    _text_gz(raw / "nodetype-has-label.csv.gz", ",".join(counts) + "\nFalse,False,False,True\n")
+    edges = {}
+    for (h, r, t), e in rels.items():
+        edges[(h, r, t)] = np.stack([rng.integers(0, counts[h], e), rng.integers(0, counts[t], e)])
+        _csv_gz(raw / "relations" / f"{h}___{r}___{t}" / "edge.csv.gz", edges[(h, r, t)].T)
+        _csv_gz(raw / "relations" / f"{h}___{r}___{t}" / "num-edge-list.csv.gz", [[e]])
+    x = rng.normal(size=(40, 6)).astype(np.float32)
+    y = rng.integers(0, 349, 40)
+    _csv_gz(raw / "node-feat" / "paper" / "node-feat.csv.gz", x, fmt="%.8f")
+    _csv_gz(raw / "node-label" / "paper" / "node-label.csv.gz", y.reshape(-1, 1))
+    split = folder / "split" / "time"
+    _text_gz(split / "nodetype-has-split.csv.gz", ",".join(counts) + "\nFalse,False,False,True\n")
+    for part, idx in (("train", np.arange(20)), ("valid", np.arange(20, 30)), ("test", np.arange(30, 40))):
+        _csv_gz(split / "paper" / f"{part}.csv.gz", idx.reshape(-1, 1))
+    return counts, edges, x, y
+
+
+def test_mag_heterogeneous_layout(tmp_path):
+    counts, edges, x, y = make_mag(tmp_path)
+    graph = load_dataset("ogbn-mag", str(tmp_path))
+    schema = graph.schema
+    assert schema.node_types == tuple(sorted(counts)) and schema.target == "paper"
+    assert schema.feature_dims == (0, 0, 0, 6) and graph.num_classes == 349
+    names = {"__".join(e) for e in schema.edge_types}
+    assert {"author__writes__paper", "paper__rev_writes__author", "paper__cites__paper",
+            "field_of_study__rev_has_topic__paper"} <= names and len(names) == 7
+    lo = schema.offsets[schema.type_index("paper")]
+    assert np.allclose(graph.x[lo:lo + 40, :6], x) and np.array_equal(graph.y[lo:], y)
+    assert np.array_equal(graph.train_idx, np.arange(20) + lo)
+    # every author -> paper "writes" edge arrives at its paper, typed as writes
+    writes = schema.edge_types.index(("author", "writes", "paper"))
+    a0 = schema.offsets[schema.type_index("author")]
+    for s, d in edges[("author", "writes", "paper")].T:
+        row = slice(graph.rowptr[lo + d], graph.rowptr[lo + d + 1])
+        assert (a0 + s) in graph.col[row][graph.edge_type[row] == writes]
+    (tmp_path / "ogbn_mag" / "raw" / "node-label" / "paper" / "node-label.csv.gz").unlink()
+    shutil.rmtree(cache_dir(str(tmp_path), "ogbn-mag"))
+    with pytest.raises(DatasetError, match="node-label.csv.gz missing"):
+        load_dataset("ogbn-mag", str(tmp_path))

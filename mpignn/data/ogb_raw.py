@@ -21,7 +21,7 @@ from mpignn.errors import DatasetError
 
 __all__ = ["OGB", "OgbInfo", "ogb_info", "ogb_files", "load_ogb"]
 
-OGB = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
+OGB = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M", "ogbn-mag")
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ class OgbInfo:
     binary: bool
     """True: raw/data.npz + raw/node-label.npz; False: raw/*.csv.gz."""
     num_classes: int
+    hetero: bool = False
+    """True: ogb's heterogeneous layout (num-node-dict, triplet-type-list, relations/, per-type folders)."""
 
 
 def _master_csv() -> str:
@@ -57,11 +59,16 @@ def ogb_info(name: str) -> OgbInfo:
     column = rows[0].index(name)
     field = {row[0]: row[column] for row in rows[1:]}
     return OgbInfo(name=name, folder=name.replace("-", "_"), url=field["url"], download_name=field["download_name"],
-                   split=field["split"], binary=field["binary"] == "True", num_classes=int(field["num classes"]))
+                   split=field["split"], binary=field["binary"] == "True", num_classes=int(field["num classes"]),
+                   hetero=field.get("is hetero") == "True")
 
 
 def ogb_files(info: OgbInfo) -> list[str]:
-    """The files mpignn reads, relative to ROOT/<folder> (ogb's layout)."""
+    """The files mpignn reads, relative to ROOT/<folder> (ogb's layout); of a heterogeneous graph the index
+    files, which name the per-type and per-relation files (`_read_hetero` checks those)."""
+    if info.hetero:
+        return [f"raw/{f}.csv.gz" for f in ("num-node-dict", "triplet-type-list", "nodetype-has-label")] + [
+            f"split/{info.split}/nodetype-has-split.csv.gz"]
     raw = ["raw/data.npz", "raw/node-label.npz"] if info.binary else [
         f"raw/{f}.csv.gz" for f in ("edge", "num-node-list", "num-edge-list", "node-feat", "node-label")]
     return raw + [f"split/{info.split}/{s}.csv.gz" for s in ("train", "valid", "test")]
@@ -82,6 +89,60 @@ def _download(info: OgbInfo, root: str) -> None:
         os.replace(os.path.join(staging, info.download_name), os.path.join(root, info.folder))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _table(path: str) -> dict[str, list]:
+    """A csv.gz with a header row -> {column: values} (ogb's per-type index files)."""
+    import pandas as pd
+
+    frame = pd.read_csv(path, compression="gzip")
+    return {str(k): frame[k].tolist() for k in frame.keys()}
+
+
+def _read_hetero(folder: str, info: OgbInfo) -> GraphData:
+    """ogbn-mag's layout: types and relations sorted by name as ogb sorts them; every relation also gets its
+    reverse (`rev_<relation>`; a relation within one type is made undirected instead), as PyG's
+    `ToUndirected` does for OGB_MAG, so messages reach the labelled type from every type."""
+    from mpignn.data.hetero import build_hetero
+
+    raw = os.path.join(folder, "raw")
+    counts = {t: int(v[0]) for t, v in sorted(_table(os.path.join(raw, "num-node-dict.csv.gz")).items())}
+    triplets = sorted(tuple(str(v) for v in row) for row in _csv(os.path.join(raw, "triplet-type-list.csv.gz"), str))
+    labelled = [t for t, v in _table(os.path.join(raw, "nodetype-has-label.csv.gz")).items() if bool(v[0])]
+    if len(labelled) != 1 or labelled[0] not in counts:
+        raise _corrupt(folder, f"expected one labelled node type; nodetype-has-label names {labelled}")
+    target = labelled[0]
+
+    def need(*parts: str) -> str:
+        path = os.path.join(folder, *parts)
+        if not os.path.isfile(path):
+            raise DatasetError(f"{folder} is incomplete: {os.path.relpath(path, folder)} missing. HINT: copy it "
+                               f"from ogb's release zip ({info.url}), or remove the folder to download it again")
+        return path
+
+    edges: dict[tuple[str, str, str], np.ndarray] = {}
+    for h, r, t in triplets:
+        if h not in counts or t not in counts:
+            raise _corrupt(folder, f"relation {h}___{r}___{t} names a node type num-node-dict lacks")
+        ei = _csv(need("raw", "relations", f"{h}___{r}___{t}", "edge.csv.gz"), np.int64).T
+        if h == t:
+            edges[(h, r, t)] = np.concatenate([ei, ei[::-1]], axis=1)
+        else:
+            edges[(h, r, t)], edges[(t, f"rev_{r}", h)] = ei, ei[::-1]
+    x = {t: _csv(p, np.float32) for t in counts
+         if os.path.isfile(p := os.path.join(raw, "node-feat", t, "node-feat.csv.gz"))}
+    y = _csv(need("raw", "node-label", target, "node-label.csv.gz"), np.int64).reshape(-1)
+    split = {key: _csv(need("split", info.split, target, f"{part}.csv.gz"), np.int64).reshape(-1)
+             for key, part in (("train_idx", "train"), ("val_idx", "valid"), ("test_idx", "test"))}
+    for key, idx in split.items():
+        if idx.size and (idx.min() < 0 or idx.max() >= counts[target]):
+            raise _corrupt(folder, f"the {key[:-4]} split has {target} ids outside [0, {counts[target]})")
+    if len(y) != counts[target] or (y.size and (y.min() < 0 or y.max() >= info.num_classes)):
+        raise _corrupt(folder, f"expected {counts[target]} {target} labels in [0, {info.num_classes})")
+    try:
+        return build_hetero(info.name, counts, edges, x, target, y, split, info.num_classes)
+    except DatasetError as exc:
+        raise _corrupt(folder, str(exc).split(". HINT")[0]) from None
 
 
 def _csv(path: str, dtype: type | None) -> np.ndarray:
@@ -141,6 +202,8 @@ def load_ogb(name: str, root: str) -> GraphData:
         raise DatasetError(f"{folder} is incomplete: {', '.join(missing)} missing (mpignn reads raw/ and split/, "
                            "never processed/). HINT: copy the missing files from ogb's release zip "
                            f"({info.url}), or remove the folder so it is downloaded again")
+    if info.hetero:
+        return _read_hetero(folder, info)
     n, edge_index, x, labels = _read_raw(folder, info)
     if edge_index.shape[0] != 2 or (edge_index.size and (edge_index.min() < 0 or edge_index.max() >= n)):
         raise _corrupt(folder, f"edges must be [2, E] node ids in [0, {n}); got shape {edge_index.shape}")
