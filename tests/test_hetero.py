@@ -128,6 +128,8 @@ def test_partition_keeps_types_contiguous_and_reports_them(graph, tmp_path):
     rep = partition_graph(graph, 2, tmp_path / "p", seed=0)
     assert "type item: nodes per part" in format_report(rep)
     assert [sum(c) for c in rep["type_nodes"].values()] == list(graph.schema.node_counts)
+    assert sum(rep["type_cut"].values()) == rep["edge_cut"] > 0
+    assert "edge type user__rated_by__item:" in format_report(rep)
     node_map = np.load(tmp_path / "p" / "node_map.npy")
     t = graph.schema.num_etypes
     whole = np.diff(type_rowptr(graph.rowptr, graph.edge_type, t)).reshape(-1, t)

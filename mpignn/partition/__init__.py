@@ -68,4 +68,6 @@ def format_report(rep: dict) -> str:
         mean = sum(counts) / len(counts)
         lines.append(f"  type {name}: nodes per part {counts}, balance max/avg "
                      f"{max(counts) / mean if mean else 1.0:.3f}")
+    for name, cut in (rep.get("type_cut") or {}).items():
+        lines.append(f"  edge type {name}: {cut} cut edges")
     return "\n".join(lines)

@@ -124,6 +124,8 @@ def report(meta: dict, seconds: float) -> dict:
         # heterogeneous graphs: nodes of each type per part, and each type's balance
         "type_nodes": ({t: [p["type_counts"][k] for p in parts] for k, t in enumerate(meta["hetero"]["node_types"])}
                        if meta.get("hetero") else None),
+        "type_cut": ({"__".join(e): sum(p["cut_by_edge_type"][k] for p in parts)
+                      for k, e in enumerate(meta["hetero"]["edge_types"])} if meta.get("hetero") else None),
     }
 
 

@@ -115,12 +115,18 @@ def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike,
         finally:
             for w in writers + x_writers:
                 w.close()
-        edge_cut, summaries = 0, []
+        edge_cut, summaries, type_cut = 0, [], []
         counter = np.zeros(graph.num_nodes, dtype=np.int64)
         for p, folder in enumerate(folders):
             lo, hi = int(offsets[p]), int(offsets[p + 1])
             col = np.load(folder / "col.npy", mmap_mode="r", allow_pickle=False)
             cut = sum(_count_remote(chunk, lo, hi, counter) for _, chunk in iter_chunks(col))
+            if schema is not None:  # cut edges of each edge type, from the runs of type_rowptr
+                runs = np.diff(np.load(folder / "type_rowptr.npy"))
+                etype = np.repeat(np.tile(np.arange(te, dtype=np.int8), hi - lo), runs)
+                remote = (col < lo) | (col >= hi)
+                type_cut.append(np.bincount(etype[remote], minlength=te).tolist())
+                del runs, etype, remote
             del col
             halo_gid = np.flatnonzero(counter)
             save_npy(folder / "halo_gid.npy", halo_gid)
@@ -136,6 +142,7 @@ def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike,
                               "cut_edges": cut, "files": files})
             if schema is not None:
                 summaries[-1]["type_counts"] = type_counts[p]
+                summaries[-1]["cut_by_edge_type"] = type_cut[p]
         meta = {
             "format": FORMAT_VERSION, "dataset": dataset, "method": method, "seed": seed, "num_parts": num_parts,
             "num_nodes": graph.num_nodes, "num_edges": graph.num_edges, "num_features": graph.num_features,

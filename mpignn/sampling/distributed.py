@@ -1,7 +1,8 @@
 """Partition-aware hops: own targets are sampled from the rank's CSR, remote targets by their owners.
 
 Per hop, the frontier is grouped by owner and two variable all-to-alls run over `comm` (the requester's seed
-and ids out; counts and neighbour ids back), each after one Alltoall of its sizes: four collectives a hop.
+and ids out; counts (one per id and edge type) and neighbour ids back), each after one Alltoall of its sizes:
+four collectives a hop, whatever the number of edge types.
 Every rank takes part in every hop, also with nothing to ask, so nothing deadlocks.
 The owner draws with the requester's seed and the kernels seed per node id, so the result equals what one
 process holding the whole graph would draw.

@@ -38,8 +38,8 @@ def sample_rows(rowptr, col, rows, gids, fanouts, seed):
     Args:
         rowptr, col: CSR (int64) of the rows this caller owns.
         rows: local row of each target; gids: its global id (seeds its random stream).
-        fanouts: int64 array; one entry for plain rows, one per edge type where each target is a run of rows,
-            one per edge type (heterogeneous graphs: `LocalHops`).
+        fanouts: int64 array: one entry for plain rows; one per edge type where each target is a run of
+            rows, one row per edge type (heterogeneous graphs, see `LocalHops`).
     Returns:
         (counts[i] = neighbours drawn for target i, neighbours concatenated in target order).
     """
