@@ -38,8 +38,8 @@ def test_synthetic_options_and_errors():
 def test_unknown_dataset():
     with pytest.raises(DatasetError, match="unknown dataset 'Coraa'.*HINT"):
         load_dataset("Coraa")
-    with pytest.raises(DatasetError, match="unknown dataset 'IMDB'"):  # heterogeneous: the README says not yet
-        load_dataset("IMDB")
+    with pytest.raises(DatasetError, match="unknown dataset 'DBLP'.*IMDB"):  # the known list names IMDB
+        load_dataset("DBLP")
 
 
 @needs_shared
