@@ -26,14 +26,17 @@ def main(argv: Sequence[str] | None = None, *, keep_handler: bool = False) -> in
 
 def _train(argv: Sequence[str] | None, stop: Any) -> int:
     from mpignn.config import parse
-    from mpignn.errors import ConfigError, mark_agreed
+    from mpignn.errors import ConfigError, DatasetError, mark_agreed
 
     try:
         cfg = parse(argv)  # the same flags fail the same way on every rank, before any collective
+        from mpignn.data import check_known
+
+        check_known(cfg.dataset)  # before torch is imported: a misspelt name fails in a second
         from mpignn.fit import check_flags, fit
 
         check_flags(cfg)
-    except ConfigError as exc:
+    except (ConfigError, DatasetError) as exc:
         raise mark_agreed(exc) from None
     import logging
 
