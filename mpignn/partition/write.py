@@ -14,10 +14,10 @@ import numpy as np
 from numba import njit
 
 from mpignn.data.graph import GraphData
+from mpignn.data.hetero import type_rowptr
 from mpignn.data.npyio import NpyWriter, iter_chunks, read_rows, rows_per_chunk
 from mpignn.errors import ConfigError
 from mpignn.fileio import atomic_dir, save_npy, sha256_file, write_json
-from mpignn.data.hetero import type_rowptr
 from mpignn.partition.format import FORMAT_VERSION, HETERO_FILES, PART_FILES, part_dir
 
 __all__ = ["write_partition"]
