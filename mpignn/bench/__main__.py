@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="which of: 1x1, 1xall, metis+cache, metis, random+cache, random, replicated, "
                              "metis+cache+prefetch (batches produced in a loader thread: --prefetch on), "
                              "rank-batch (--batch-scope rank: --batch-size seeds per rank), rank-batch+sqrt-lr "
-                             "(and --lr-scaling sqrt); any of them + fp16 or + bf16 (--feature-dtype), e.g. "
-                             "metis+bf16")
+                             "or rank-batch+linear-lr (and --lr-scaling sqrt or linear); any of them + fp16 or "
+                             "+ bf16 (--feature-dtype), e.g. metis+bf16")
     parser.add_argument("--plot", default="bench_split.png", help="PNG of the time split ('' for none)")
     parser.add_argument("--no-bind", action="store_true", help="leave core binding to the launcher's defaults")
     parser.add_argument("--target-acc", default="", help="time to this validation accuracy (a float, or auto)")
@@ -73,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
              "replicated": (f"{n} ranks replicated", n, ["--replicated"], share),
              "metis+cache+prefetch": (f"{n} ranks metis+cache, prefetch", n, [*cache, "--prefetch", "on"], share),
              "rank-batch": (f"{n} ranks metis+cache, batch per rank", n, [*cache, "--batch-scope", "rank"], share),
-             "rank-batch+sqrt-lr": (f"{n} ranks metis+cache, batch per rank, sqrt lr", n,
-                                    [*cache, "--batch-scope", "rank", "--lr-scaling", "sqrt"], share)}
+             **{f"rank-batch+{rule}-lr": (f"{n} ranks metis+cache, batch per rank, {rule} lr", n,
+                                          [*cache, "--batch-scope", "rank", "--lr-scaling", rule], share)
+                for rule in ("sqrt", "linear")}}
     configs = []
     for name in args.configs.split(","):
         base, _, dtype = name.rpartition("+") if name.endswith(("+fp16", "+bf16")) else (name, "", "")
