@@ -95,17 +95,26 @@ def test_half_precision_features_halve_the_traffic(tmp_path):
 
 def test_heterogeneous_graph_trains_with_learnable_rows_of_the_featureless_type(tmp_path):
     """The user-item graph's signal is only in the featureless users: with --embed-dim, 2 ranks classify the
-    items (chance is 0.25); the rows travel (bytes in the metrics) and are checkpointed per rank."""
+    items (chance is 0.25); the rows travel (bytes in the metrics), are checkpointed per rank and resume: a
+    resumed run ends as the uninterrupted one does."""
     from mpignn.data import save_npz
     from mpignn.data.synthetic_hetero import make_user_item
 
     save_npz(str(tmp_path / "ui.npz"), make_user_item(num_items=3000, num_users=800))
     metrics, ckpt = tmp_path / "m.jsonl", tmp_path / "ckpt"
-    acc, out = train(2, tmp_path, "--dataset", f"npz:{tmp_path / 'ui.npz'}", "--epochs", "2", "--fanout", "8,4",
-                     "--batch-size", "256", "--hidden", "32", "--lr", "0.01", "--embed-dim", "16",
-                     "--edge-fanout", "user__rated_by__item=4,2", "--model", "rgcn",
-                     "--metrics-out", str(metrics), "--checkpoint-dir", str(ckpt))
+    flags = ["--dataset", f"npz:{tmp_path / 'ui.npz'}", "--fanout", "8,4", "--batch-size", "256", "--hidden", "32",
+             "--lr", "0.01", "--embed-dim", "16", "--edge-fanout", "user__rated_by__item=4,2", "--model", "rgcn"]
+    acc, out = train(2, tmp_path, *flags, "--epochs", "2", "--metrics-out", str(metrics), "--checkpoint-dir",
+                     str(ckpt))
     rows = [json.loads(l) for l in metrics.read_text().splitlines()]
     assert acc >= 0.8, out[-3000:]
     assert rows[-1]["embedding_bytes"] > 0 and rows[-1]["remote_feature_bytes"] > 0
     assert sorted(p.name for p in ckpt.glob("embedding-rank*.npz")) == ["embedding-rank0.npz", "embedding-rank1.npz"]
+    # resumed for a third epoch, the run ends where an uninterrupted 3-epoch run ends
+    last = {}
+    for name, extra in (("resumed", ["--checkpoint-dir", str(ckpt), "--resume"]), ("whole", [])):
+        _, out = train(2, tmp_path, *flags, "--epochs", "3", "--metrics-out", str(tmp_path / name), *extra)
+        last[name] = json.loads((tmp_path / name).read_text().splitlines()[-1])
+        assert ("resumed from" in out) == bool(extra), out[-3000:]
+    assert last["resumed"]["epoch"] == last["whole"]["epoch"] == 2
+    assert (last["resumed"]["loss"], last["resumed"]["test_acc"]) == (last["whole"]["loss"], last["whole"]["test_acc"])
