@@ -13,7 +13,10 @@ measured in a calibration run of its own) it measures time to accuracy instead: 
 first included, trains until its validation accuracy reaches A (`mpignn.train --target-val`) or
 `--max-epochs`, evaluating `--evals-per-epoch` times per epoch, and the table gives the training time and
 epochs until then, the test accuracy there, and the time as a share of the first row's; the plot shows
-accuracy against training time.
+accuracy against training time. With `--seeds 0,1,2` every configuration trains once per seed and the target
+and times are means over the seeds: where one run crosses a target near its plateau is partly chance (a
+configuration that trains the same steps as the first row lands a quarter epoch before or after it), and a
+single seed compares those coin flips, not the configurations.
 """
 from __future__ import annotations
 
@@ -51,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--evals-per-epoch", type=int, default=4,
                         help="with --target-acc: validation this many times per epoch (the time to accuracy "
                              "resolves to that fraction of an epoch)")
+    parser.add_argument("--seeds", default="0",
+                        help="with --target-acc: train each configuration once per seed (comma-separated); the "
+                             "auto target and the times are means over the seeds")
     parser.add_argument("--lr", type=float, default=0.003)
     parser.add_argument("--task", default="node", help="node, or link (edges/s in place of seeds/s)")
     parser.add_argument("--max-steps", type=int, default=0,
@@ -58,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-args", default="", help="more mpignn.train flags for every row, as one string "
                                                           "(e.g. '--link-test 0.01 --link-tails 1')")
     args = parser.parse_args(argv)
+    try:
+        seeds = [int(v) for v in args.seeds.split(",")]
+    except ValueError:
+        parser.error(f"--seeds takes comma-separated integers, e.g. 0,1,2; got '{args.seeds}'")
     cores = len(os.sched_getaffinity(0))
     n = args.ranks
     cache = ["--cache-size", str(args.cache_size)]
@@ -91,9 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = args.root or tmp
 
-        def train(ranks: int, extra: list[str], bind: int, epochs: int, evals: list[str]) -> list[dict]:
-            common = ["--dataset", args.dataset, "--root", root, "--epochs", str(epochs), "--fanout",
-                      args.fanout, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
+        def train(ranks: int, extra: list[str], bind: int, epochs: int, evals: list[str], seed: int) -> list[dict]:
+            common = ["--dataset", args.dataset, "--root", root, "--seed", str(seed), "--epochs", str(epochs),
+                      "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
                       "--precision", args.precision, "--lr", str(args.lr), "--task", args.task,
                       "--max-steps", str(args.max_steps), *shlex.split(args.train_args), *evals]
             recs = run_train(ranks, [*common, *extra], cores_per_rank=0 if args.no_bind else bind)
@@ -108,14 +118,16 @@ def main(argv: list[str] | None = None) -> int:
             target = args.target_acc
             if target == "auto":  # calibration: the first configuration's validation accuracy after 2 epochs
                 _, ranks, extra, bind = configs[0]
-                target = str(train(ranks, extra, bind, 2, ["--eval-every", "2"])[-1]["val_acc"])
-                print(f"  target: {float(target):.4f} (validation accuracy of {configs[0][0]} after 2 epochs)",
-                      flush=True)
+                accs = [train(ranks, extra, bind, 2, ["--eval-every", "2"], seed)[-1]["val_acc"] for seed in seeds]
+                target = str(sum(accs) / len(accs))
+                print(f"  target: {float(target):.4f} (validation accuracy of {configs[0][0]} after 2 epochs"
+                      + (f", mean of seeds {args.seeds})" if len(seeds) > 1 else ")"), flush=True)
             evals = ["--eval-every", "1", "--evals-per-epoch", str(args.evals_per_epoch), "--target-val", target]
         for name, ranks, extra, bind in configs:
-            recs = train(ranks, extra, bind, args.max_epochs if timing else args.epochs, evals)
-            rows.append({"config": name, **recs[-1]})
-            curves.append((name, recs))
+            runs = [train(ranks, extra, bind, args.max_epochs if timing else args.epochs, evals, seed)
+                    for seed in (seeds if timing else seeds[:1])]
+            rows.append({"config": name, **runs[0][-1]})
+            curves.append((name, runs))
             print(f"  done: {name}", flush=True)
     if timing:
         return _time_to_accuracy(args, curves, float(target))
@@ -138,36 +150,52 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[dict]]], target: float) -> int:
-    """Print, per configuration, the training time (sum of the times between evaluations) until validation
-    accuracy first reached `target`, and plot accuracy against training time."""
+def _reach(recs: list[dict], target: float) -> dict | None:
+    """Where one run's validation accuracy first reached `target`: training seconds (summed between
+    evaluations), epochs, and the accuracies there; None if it never did."""
+    elapsed = 0.0
+    for rec in recs:
+        elapsed += rec["epoch_s"]
+        if rec["val_acc"] is not None and rec["val_acc"] >= target:
+            return {"seconds": elapsed, "epochs": rec["epochs_done"], "val_acc": rec["val_acc"],
+                    "test_acc": rec["test_acc"]}
+    return None
+
+
+def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[list[dict]]]], target: float) -> int:
+    """Print, per configuration, the training time until validation accuracy first reached `target` (the
+    mean over its seeds' runs, given only where every run reached it), and plot accuracy against time."""
+    mean = lambda values: sum(values) / len(values)  # noqa: E731
     rows = []
-    for name, recs in curves:
-        elapsed, row = 0.0, {"config": name, "reached": "no"}
-        for rec in recs:
-            elapsed += rec["epoch_s"]
-            if rec["val_acc"] is not None and rec["val_acc"] >= target:
-                row.update(reached="yes", seconds=elapsed, epochs=rec["epochs_done"], val_acc=rec["val_acc"],
-                           test_acc=rec["test_acc"])
-                break
-        row["seeds_per_s"] = recs[-1]["seeds_per_s"]
-        row["feat_mib"] = recs[-1].get("remote_feature_bytes", 0) / 2**20
+    for name, runs in curves:
+        hits = [_reach(recs, target) for recs in runs]
+        got = [h for h in hits if h is not None]
+        row = {"config": name, "reached": "yes" if len(got) == len(runs) else f"{len(got)}/{len(runs)}" if got
+               else "no", "per_seed": "/".join(f"{h['seconds']:.2f}" if h else "-" for h in hits),
+               "seeds_per_s": mean([recs[-1]["seeds_per_s"] for recs in runs]),
+               "feat_mib": mean([recs[-1].get("remote_feature_bytes", 0) for recs in runs]) / 2**20}
+        if len(got) == len(runs):  # a mean over the runs that made it would flatter a configuration
+            row.update({key: mean([h[key] for h in got]) for key in ("seconds", "epochs", "val_acc", "test_acc")})
         rows.append(row)
     base = rows[0].get("seconds")
     for row in rows:
         row["vs_first"] = row["seconds"] / base if base and "seconds" in row else None
     print(f"{args.dataset}: fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, lr {args.lr}, "
-          f"{args.precision}; time to validation accuracy {target:.4f} (up to {args.max_epochs} epochs)")
-    print(table(rows, [("config", "config", "s"), ("reached", "reached", "s"), ("seconds", "train s", ".2f"),
-                       ("epochs", "epochs", ".2f"), ("val_acc", "val acc", ".4f"), ("test_acc", "test acc", ".4f"),
-                       ("vs_first", "time / first", ".2f"), ("seeds_per_s", "seeds/s", ".0f"),
-                       ("feat_mib", "feat MiB/epoch", ".1f")]))
+          f"{args.precision}; time to validation accuracy {target:.4f} (up to {args.max_epochs} epochs"
+          + (f"; means over seeds {args.seeds})" if len(curves[0][1]) > 1 else ")"))
+    columns = [("config", "config", "s"), ("reached", "reached", "s"), ("seconds", "train s", ".2f"),
+               ("epochs", "epochs", ".2f"), ("val_acc", "val acc", ".4f"), ("test_acc", "test acc", ".4f"),
+               ("vs_first", "time / first", ".2f"), ("seeds_per_s", "seeds/s", ".0f"),
+               ("feat_mib", "feat MiB/epoch", ".1f")]
+    if len(curves[0][1]) > 1:
+        columns.append(("per_seed", "train s per seed", "s"))
+    print(table(rows, columns))
     if args.plot:
         _plot_curves(curves, target, args.plot)
     return 0
 
 
-def _plot_curves(curves: list[tuple[str, list[dict]]], target: float, path: str) -> None:
+def _plot_curves(curves: list[tuple[str, list[list[dict]]]], target: float, path: str) -> None:
     try:
         import matplotlib
 
@@ -177,14 +205,15 @@ def _plot_curves(curves: list[tuple[str, list[dict]]], target: float, path: str)
         print("(no plot: pip install matplotlib, or -e .[bench])")
         return
     fig, ax = plt.subplots(figsize=(8, 5))
-    for name, recs in curves:
-        t, xs, ys = 0.0, [], []
-        for rec in recs:
-            t += rec["epoch_s"]
-            if rec["val_acc"] is not None:
-                xs.append(t)
-                ys.append(rec["val_acc"])
-        ax.plot(xs, ys, marker="o", label=name)
+    for k, (name, runs) in enumerate(curves):
+        for i, recs in enumerate(runs):  # one colour per configuration, one line per seed
+            t, xs, ys = 0.0, [], []
+            for rec in recs:
+                t += rec["epoch_s"]
+                if rec["val_acc"] is not None:
+                    xs.append(t)
+                    ys.append(rec["val_acc"])
+            ax.plot(xs, ys, marker="o", color=f"C{k}", label=name if i == 0 else None)
     ax.axhline(target, color="grey", linestyle="--", linewidth=1)
     ax.set_xlabel("training seconds (slowest rank, evaluation excluded)")
     ax.set_ylabel("validation accuracy")
