@@ -24,6 +24,7 @@ import argparse
 import os
 import shlex
 import tempfile
+from statistics import fmean as mean
 
 from mpignn.bench._common import run_train, table
 from mpignn.config import TrainConfig
@@ -165,7 +166,6 @@ def _reach(recs: list[dict], target: float) -> dict | None:
 def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[list[dict]]]], target: float) -> int:
     """Print, per configuration, the training time until validation accuracy first reached `target` (the
     mean over its seeds' runs, given only where every run reached it), and plot accuracy against time."""
-    mean = lambda values: sum(values) / len(values)  # noqa: E731
     rows = []
     for name, runs in curves:
         hits = [_reach(recs, target) for recs in runs]
