@@ -70,8 +70,8 @@ def test_time_to_accuracy_table(capsys):
                  "test_acc": a - 0.01, "seeds_per_s": 100.0} for i, (t, a) in enumerate(zip(times, accs))]
 
     # "two" is evaluated twice per epoch: it passes the target half-way through its second epoch
-    curves = [("one", recs([4, 4, 4], [0.5, 0.8, 0.85])), ("two", recs([1] * 6, [0.5, 0.6, 0.81, 0.79, 0.9, 0.9], 2)),
-              ("never", recs([1, 1], [0.1, 0.2]))]
+    curves = [("one", [recs([4, 4, 4], [0.5, 0.8, 0.85])]),
+              ("two", [recs([1] * 6, [0.5, 0.6, 0.81, 0.79, 0.9, 0.9], 2)]), ("never", [recs([1, 1], [0.1, 0.2])])]
     args = argparse.Namespace(target_acc="auto", dataset="d", fanout="5", batch_size=8, hidden=4, lr=0.1,
                               precision="fp32", max_epochs=3, plot="")
     assert _time_to_accuracy(args, curves, 0.8) == 0
@@ -80,6 +80,14 @@ def test_time_to_accuracy_table(capsys):
     one, two, never = lines[3].split(), lines[4].split(), lines[5].split()
     assert one[1:4] == ["yes", "8.00", "2.00"] and two[1:4] == ["yes", "3.00", "1.50"] and never[1] == "no"
     assert two[6] == "0.38"
+    # several seeds: means where every seed reached the target, each seed's time, and k/n where some did not
+    curves = [("one", [recs([4, 4, 4], [0.5, 0.8, 0.85]), recs([4, 4, 4], [0.5, 0.7, 0.85])]),
+              ("some", [recs([1, 1], [0.9, 0.9]), recs([1, 1], [0.1, 0.2])])]
+    assert _time_to_accuracy(args, curves, 0.8) == 0
+    lines = capsys.readouterr().out.splitlines()
+    one, some = lines[3].split(), lines[4].split()
+    assert one[1:4] == ["yes", "10.00", "2.50"] and one[-1] == "8.00/12.00"
+    assert some[1:3] == ["1/2", "-"] and some[-1] == "1.00/-"
 
 
 @pytest.mark.parametrize("steps,k,ends", [(10, 1, [10]), (10, 4, [3, 5, 8, 10]), (3, 8, [1, 2, 3]), (0, 2, [0])])

@@ -182,7 +182,7 @@ def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[lis
         row["vs_first"] = row["seconds"] / base if base and "seconds" in row else None
     print(f"{args.dataset}: fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, lr {args.lr}, "
           f"{args.precision}; time to validation accuracy {target:.4f} (up to {args.max_epochs} epochs"
-          + (f"; means over seeds {args.seeds})" if len(curves[0][1]) > 1 else ")"))
+          + (f"; means over {len(curves[0][1])} seeds)" if len(curves[0][1]) > 1 else ")"))
     columns = [("config", "config", "s"), ("reached", "reached", "s"), ("seconds", "train s", ".2f"),
                ("epochs", "epochs", ".2f"), ("val_acc", "val acc", ".4f"), ("test_acc", "test acc", ".4f"),
                ("vs_first", "time / first", ".2f"), ("seeds_per_s", "seeds/s", ".0f"),
