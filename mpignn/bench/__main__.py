@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             if target == "auto":  # calibration: the first configuration's validation accuracy after 2 epochs
                 _, ranks, extra, bind = configs[0]
                 accs = [train(ranks, extra, bind, 2, ["--eval-every", "2"], seed)[-1]["val_acc"] for seed in seeds]
-                target = str(sum(accs) / len(accs))
+                target = str(mean(accs))
                 print(f"  target: {float(target):.4f} (validation accuracy of {configs[0][0]} after 2 epochs"
                       + (f", mean of seeds {args.seeds})" if len(seeds) > 1 else ")"), flush=True)
             evals = ["--eval-every", "1", "--evals-per-epoch", str(args.evals_per_epoch), "--target-val", target]
@@ -166,7 +166,7 @@ def _reach(recs: list[dict], target: float) -> dict | None:
 def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[list[dict]]]], target: float) -> int:
     """Print, per configuration, the training time until validation accuracy first reached `target` (the
     mean over its seeds' runs, given only where every run reached it), and plot accuracy against time."""
-    rows = []
+    rows, several = [], len(curves[0][1]) > 1
     for name, runs in curves:
         hits = [_reach(recs, target) for recs in runs]
         got = [h for h in hits if h is not None]
@@ -182,12 +182,12 @@ def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[lis
         row["vs_first"] = row["seconds"] / base if base and "seconds" in row else None
     print(f"{args.dataset}: fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, lr {args.lr}, "
           f"{args.precision}; time to validation accuracy {target:.4f} (up to {args.max_epochs} epochs"
-          + (f"; means over {len(curves[0][1])} seeds)" if len(curves[0][1]) > 1 else ")"))
+          + (f"; means over {len(curves[0][1])} seeds)" if several else ")"))
     columns = [("config", "config", "s"), ("reached", "reached", "s"), ("seconds", "train s", ".2f"),
                ("epochs", "epochs", ".2f"), ("val_acc", "val acc", ".4f"), ("test_acc", "test acc", ".4f"),
                ("vs_first", "time / first", ".2f"), ("seeds_per_s", "seeds/s", ".0f"),
                ("feat_mib", "feat MiB/epoch", ".1f")]
-    if len(curves[0][1]) > 1:
+    if several:
         columns.append(("per_seed", "train s per seed", "s"))
     print(table(rows, columns))
     if args.plot:
