@@ -83,3 +83,27 @@ def test_time_to_accuracy_calibrates_then_trains_every_row_to_the_target(tmp_pat
         assert row[9] != "-", row  # the test accuracy where it reached the target
         per_seed = [float(v) for v in row[-1].split("/")]
         assert len(per_seed) == 2 and abs(sum(per_seed) / 2 - float(row[6])) < 0.06, row  # the mean of the seeds
+
+
+def test_floor_row_takes_the_slowest_rank():
+    from mpignn.bench.floor import _row
+
+    row = _row("2 ranks", [{"times": [0.1, 0.1, 1.0], "rows": 60.0}, {"times": [0.2, 0.1, 1.5], "rows": 70.0}])
+    assert row["seconds"] == pytest.approx(1.8) and row["compute"] == 1.5 and row["rows"] == 70.0
+    assert row["all_rows"] == 130.0
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_floor_bench_prints_one_rank_and_communication_free_rows(tmp_path):
+    cmd = [sys.executable, "-m", "mpignn.bench.floor", "--dataset",
+           "synthetic:num_nodes=4000,avg_degree=8,num_features=16", "--ranks", "2", "--steps", "3",
+           "--batch-size", "256", "--hidden", "32", "--fanout", "5,5", "--root", str(tmp_path)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {line.split("  ")[0].strip(): line.split()[-7:] for line in out.stdout.splitlines()}
+    one, two = rows["1 rank x 1 thread"], rows["2 ranks x 1 thread, no communication"]
+    assert "1 rank x 2 threads" in rows and one[1] == "1.00"
+    # a rank's half of the batch computes fewer layer-1 rows than the whole batch on one rank; the last
+    # column adds the ranks' rows (the overlap shows as a sum above the one-rank count on real graphs)
+    assert float(two[5]) < float(one[5]) and float(two[6]) > float(two[5])

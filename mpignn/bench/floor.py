@@ -1,0 +1,154 @@
+"""`python -m mpignn.bench.floor`: how fast N ranks could train a graph if communication were free.
+
+Each of N ranks (one core each) holds the whole graph, samples its METIS part's share of the global batch
+and runs forward and backward alone: no sampling collectives, no feature exchange, no gradient all-reduce.
+Beside it, 1 rank x N threads trains global batches of the same size. Both rows run the same loop (sample,
+gather, forward, backward, Adam; no prefetch thread). The gap is what neighbourhood overlap costs (a rank's
+share of the seeds reaches more than its share of the nodes: the `layer-1 rows` column) against what N
+threads gain, before any communication. Where the floor row is not clearly faster than 1 x N, no exchange or
+overlap work can make N ranks x 1 thread beat 1 rank x N threads on that machine.
+
+Example: python -m mpignn.bench.floor --dataset npz:sbm200k.npz --ranks 2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mpignn.bench._common import _binding, table
+
+
+def _prepare(dataset: str, root: str, parts: int, seed: int) -> Path:
+    """The METIS partition the training runs use (made here when absent)."""
+    from mpignn.data import dataset_key, load_dataset
+    from mpignn.partition import partition_graph
+    from mpignn.runtime import _auto_folder
+
+    folder = _auto_folder(root, dataset_key(dataset), "metis", parts, seed)
+    if not (folder / "META.json").is_file():
+        partition_graph(load_dataset(dataset, root), parts, folder, method="metis", seed=seed,
+                        dataset=dataset_key(dataset), force=True)
+    return folder
+
+
+def _worker(args: argparse.Namespace) -> None:
+    """One rank: the whole graph from every part, seeds from part `rank` (all parts with one rank)."""
+    import torch
+    from mpi4py import MPI
+
+    from mpignn.env import tune_allocator
+    from mpignn.models.sampled import SampledGNN
+    from mpignn.partition.format import load_partition, read_meta
+    from mpignn.sampling.neighbor import LocalHops, NeighborSampler
+
+    tune_allocator()
+    torch.set_num_threads(args.threads)
+    comm = MPI.COMM_WORLD
+    meta = read_meta(args.folder)
+    parts = [load_partition(args.folder, p, mmap=True) for p in range(meta.num_parts)]
+    rowptr = np.concatenate([parts[0].rowptr] + [p.rowptr[1:] + off for p, off in
+                                                  zip(parts[1:], np.cumsum([len(q.col) for q in parts])[:-1])])
+    col = np.concatenate([p.col for p in parts])
+    x = np.concatenate([np.asarray(p.x) for p in parts])
+    y = np.concatenate([np.asarray(p.y) for p in parts])
+    train = parts[comm.rank].train_idx if comm.size > 1 else np.concatenate([p.train_idx for p in parts])
+    fanout = [int(f) for f in args.fanout.split(",")]
+    sampler = NeighborSampler(LocalHops(rowptr, col), meta.num_nodes, fanout)
+    torch.manual_seed(0)
+    model = SampledGNN("sage", x.shape[1], args.hidden, int(meta.num_classes), len(fanout))
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    share = -(-args.batch_size // comm.size)  # each rank's ceiling-division share of the global batch
+    rng = np.random.default_rng(comm.rank)
+    times, rows = np.zeros(3), 0
+    warmup = 3
+    for step in range(warmup + args.steps):
+        if step == warmup:
+            times[:], rows = 0.0, 0
+        seeds = rng.choice(train, min(share, len(train)), replace=False)
+        t0 = time.perf_counter()
+        out = sampler.sample(seeds, step)
+        t1 = time.perf_counter()
+        feats = np.take(x, out.n_id, axis=0)
+        t2 = time.perf_counter()
+        edge_index = torch.from_numpy(np.stack([out.row, out.col]))
+        logits = model(torch.from_numpy(feats), edge_index, out.num_sampled_nodes, out.num_sampled_edges)
+        loss = torch.nn.functional.cross_entropy(logits, torch.from_numpy(y[out.n_id[:len(seeds)]]))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        times += [t1 - t0, t2 - t1, time.perf_counter() - t2]
+        rows += sum(out.num_sampled_nodes[:-1])
+    per_rank = comm.gather({"times": times.tolist(), "rows": rows / args.steps}, root=0)
+    if comm.rank == 0:
+        print(json.dumps(per_rank), flush=True)
+
+
+def _launch(folder: Path, ranks: int, threads: int, args: argparse.Namespace) -> list[dict]:
+    exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    if exe is None:
+        raise RuntimeError("no mpiexec found; pip install mpich (or load your site MPI)")
+    launcher, pin = _binding(exe, ranks, threads)
+    cmd = [exe, *launcher, "-n", str(ranks), sys.executable, "-m", "mpignn.bench.floor", "--worker",
+           "--folder", str(folder), "--threads", str(threads), "--steps", str(args.steps), "--fanout", args.fanout,
+           "--batch-size", str(args.batch_size), "--hidden", str(args.hidden), "--lr", str(args.lr)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=pin, timeout=3600)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _row(name: str, per_rank: list[dict]) -> dict:
+    """The slowest rank's seconds (the others would wait for it at the all-reduce)."""
+    slowest = max(per_rank, key=lambda r: sum(r["times"]))
+    sample, gather, compute = slowest["times"]
+    return {"config": name, "seconds": sample + gather + compute, "sample": sample, "gather": gather,
+            "compute": compute, "rows": slowest["rows"], "all_rows": sum(r["rows"] for r in per_rank)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mpignn.bench.floor", description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="synthetic")
+    parser.add_argument("--root", default="", help="dataset root (default: a temporary folder)")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=20, help="timed steps (after 3 warm-up steps)")
+    parser.add_argument("--fanout", default="15,10,5")
+    parser.add_argument("--batch-size", type=int, default=1024, help="global batch")
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--lr", type=float, default=0.003)
+    parser.add_argument("--seed", type=int, default=0, help="the partition's seed (as mpignn.train --seed)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        _worker(args)
+        return 0
+    n = args.ranks
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.root or tmp
+        rows = [_row("1 rank x 1 thread", _launch(_prepare(args.dataset, root, 1, args.seed), 1, 1, args)),
+                _row(f"1 rank x {n} threads", _launch(_prepare(args.dataset, root, 1, args.seed), 1, n, args)),
+                _row(f"{n} ranks x 1 thread, no communication",
+                     _launch(_prepare(args.dataset, root, n, args.seed), n, 1, args))]
+    for row in rows:
+        row["vs_first"] = row["seconds"] / rows[0]["seconds"]
+    print(f"{args.dataset}: {args.steps} steps of a {args.batch_size}-seed global batch, fanout {args.fanout}, "
+          f"hidden {args.hidden}; seconds of the slowest rank")
+    print(table(rows, [("config", "config", "s"), ("seconds", "seconds", ".2f"), ("vs_first", "x 1x1", ".2f"),
+                       ("sample", "sample", ".2f"), ("gather", "gather", ".2f"), ("compute", "compute", ".2f"),
+                       ("rows", "layer-1 rows/rank", ".0f"), ("all_rows", "layer-1 rows, all ranks", ".0f")]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
