@@ -49,12 +49,9 @@ def run_train(np_: int, args: list[str], timeout: float = 3600, *, cores_per_ran
     With `cores_per_rank`, each rank is confined to that many cores (see `_binding`), so a row labelled
     "1 thread" really has one core and N ranks really have N.
     """
-    import shutil
     import tempfile
 
-    exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
-    if exe is None:
-        raise RuntimeError("no mpiexec found; pip install mpich (or load your site MPI)")
+    exe = mpiexec()
     launcher_args, pin = _binding(exe, np_, cores_per_rank)
     with tempfile.TemporaryDirectory() as tmp:
         metrics = Path(tmp) / "metrics.jsonl"
@@ -65,6 +62,16 @@ def run_train(np_: int, args: list[str], timeout: float = 3600, *, cores_per_ran
         if out.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
         return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
+def mpiexec() -> str:
+    """The launcher beside this interpreter (the mpich wheel's), else the one on PATH."""
+    import shutil
+
+    exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    if exe is None:
+        raise RuntimeError("no mpiexec found; pip install mpich (or load your site MPI)")
+    return exe
 
 
 def _binding(exe: str, np_: int, cores: int) -> tuple[list[str], object]:

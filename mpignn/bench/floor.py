@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpignn.bench._common import _binding, table
+from mpignn.bench._common import _binding, mpiexec, table
 
 
 def _prepare(dataset: str, root: str, parts: int, seed: int) -> Path:
@@ -93,9 +92,7 @@ def _worker(args: argparse.Namespace) -> None:
 
 
 def _launch(folder: Path, ranks: int, threads: int, args: argparse.Namespace) -> list[dict]:
-    exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
-    if exe is None:
-        raise RuntimeError("no mpiexec found; pip install mpich (or load your site MPI)")
+    exe = mpiexec()
     launcher, pin = _binding(exe, ranks, threads)
     cmd = [exe, *launcher, "-n", str(ranks), sys.executable, "-m", "mpignn.bench.floor", "--worker",
            "--folder", str(folder), "--threads", str(threads), "--steps", str(args.steps), "--fanout", args.fanout,
