@@ -153,7 +153,8 @@ class LocalGraph:
         return self.part.meta.num_features + (self.embedding.dim if self.embedding is not None else 0)
 
 
-def _auto_folder(root: str, key: str, method: str, num_parts: int, seed: int) -> Path:
+def auto_folder(root: str, key: str, method: str, num_parts: int, seed: int) -> Path:
+    """Where training without --partitions keeps the partition it makes (benchmarks reuse it)."""
     safe = key.replace("/", "_").replace(":", "_").replace(",", "_").replace("=", "")
     return Path(root) / "mpignn-parts" / f"{safe}-{method}-{num_parts}p-s{seed}"
 
@@ -217,7 +218,7 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
             problem = str(exc)
         check_all(comm, not problem, problem, PartitionFormatError)
     else:
-        folder = _auto_folder(root, key + ("-links" if links else ""), method, num_parts, seed)
+        folder = auto_folder(root, key + ("-links" if links else ""), method, num_parts, seed)
         ready = lambda: (folder / "META.json").is_file() and (  # noqa: E731
             link_params is None or has_link_split(folder, link_params))
         with root_first(comm, per_host=local_prep, timeout=prep_timeout, what=f"preparing {dataset}") as first:

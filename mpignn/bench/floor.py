@@ -30,9 +30,9 @@ def _prepare(dataset: str, root: str, parts: int, seed: int) -> Path:
     """The METIS partition the training runs use (made here when absent)."""
     from mpignn.data import dataset_key, load_dataset
     from mpignn.partition import partition_graph
-    from mpignn.runtime import _auto_folder
+    from mpignn.runtime import auto_folder
 
-    folder = _auto_folder(root, dataset_key(dataset), "metis", parts, seed)
+    folder = auto_folder(root, dataset_key(dataset), "metis", parts, seed)
     if not (folder / "META.json").is_file():
         partition_graph(load_dataset(dataset, root), parts, folder, method="metis", seed=seed,
                         dataset=dataset_key(dataset), force=True)
