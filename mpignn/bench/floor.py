@@ -133,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     n = args.ranks
     with tempfile.TemporaryDirectory() as tmp:
         root = args.root or tmp
-        rows = [_row("1 rank x 1 thread", _launch(_prepare(args.dataset, root, 1, args.seed), 1, 1, args)),
-                _row(f"1 rank x {n} threads", _launch(_prepare(args.dataset, root, 1, args.seed), 1, n, args)),
+        whole = _prepare(args.dataset, root, 1, args.seed)
+        rows = [_row("1 rank x 1 thread", _launch(whole, 1, 1, args)),
+                _row(f"1 rank x {n} threads", _launch(whole, 1, n, args)),
                 _row(f"{n} ranks x 1 thread, no communication",
                      _launch(_prepare(args.dataset, root, n, args.seed), n, 1, args))]
     for row in rows:
