@@ -229,13 +229,15 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
                 log.info("partitioned %s into %d parts (%s): edge cut %.1f%%, %.1fs", key, num_parts, method,
                          rep["edge_cut_pct"], rep["seconds"])
                 del graph
-        deliver_partition(comm, folder, part_id)
+        deliver_partition(comm, folder, part_id, force=force)
     # numba writes its on-disk cache when it compiles: one rank per host compiles, the others then load.
     with root_first(comm, per_host=True, timeout=prep_timeout, what="compiling the sampling kernels"):
         kernels.warm_up()
-    problem, part = "", None
+    problem, part, held_out = "", None, None
     try:
         part = load_partition(folder, part_id, mmap=True)
+        if link_params is not None:  # checked here, so a bad file fails on every rank alike
+            held_out = load_link_split(folder, np.asarray(part.meta.part_offsets), part_id)
     except MpignnError as exc:
         problem = str(exc)
     check_all(comm, not problem, problem, PartitionFormatError)
@@ -268,8 +270,7 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
         cache_rows, cache_mib = _build_cache(rt, local, part, fanouts, features, cache_size, seeds)
     pairs = None
     if link_params is not None:
-        pairs = {**load_link_split(folder, np.asarray(meta.part_offsets), part_id),
-                 "train_pos": train_pairs(part.rowptr, part.col, part.lo)}
+        pairs = {**held_out, "train_pos": train_pairs(part.rowptr, part.col, part.lo)}
     graph_bytes = part.training_bytes + sampler.scratch_bytes + features.cache_bytes
     graph_mib = allreduce_max(comm, [graph_bytes / 2**20])[0]
     return LocalGraph(part=part, sampler=sampler, features=features, replicated=replicated, folder=folder,

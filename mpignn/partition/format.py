@@ -33,6 +33,7 @@ import numpy as np
 
 from mpignn.errors import PartitionFormatError
 from mpignn.fileio import load_npy, read_json, sha256_file
+from mpignn.partition.validate import check_meta, check_part
 
 __all__ = ["FORMAT_VERSION", "PART_FILES", "HETERO_FILES", "PartitionMeta", "LocalPart", "read_meta",
            "load_partition", "part_dir", "check_matches", "report"]
@@ -178,20 +179,25 @@ MAPPED_FILES = ("x", "col", "orig_id", "halo_gid", "halo_deg")
 
 
 def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = True,
-                   mmap: bool = False) -> LocalPart:
+                   mmap: bool = False, check: bool = True) -> LocalPart:
     """Read one part (memory in proportion to the part), checking sizes and, with `verify`, checksums.
 
     `mmap` maps MAPPED_FILES read-only instead of reading them: their pages are the page cache's, loaded as
-    they are touched and dropped under memory pressure, not the process's own.
+    they are touched and dropped under memory pressure, not the process's own. `check` (leave it on: only
+    `bench.partcheck` turns it off, to time it) checks the contents the kernels rely on (`validate.check_part`):
+    a folder whose checksums match its own META.json is not trusted whole.
 
     Raises:
-        PartitionFormatError: a file is missing, truncated, fails its checksum or cannot be parsed.
+        PartitionFormatError: a file is missing, truncated, fails its checksum or cannot be parsed, or its
+            contents break what the kernels rely on (the message names the file and the fault).
     """
     folder = Path(folder)
     meta = read_meta(folder)
     if not 0 <= part_id < meta.num_parts:
         raise PartitionFormatError(f"{folder} has parts 0..{meta.num_parts - 1}; part {part_id} asked for. "
                                    f"HINT: run with mpirun -np {meta.num_parts}")
+    if check:
+        check_meta(meta, folder)
     pdir = part_dir(folder, part_id)
     hint = f"HINT: re-create the folder with python -m mpignn.partition --out {folder} --force"
     expected = meta.parts[part_id]["files"]
@@ -213,6 +219,8 @@ def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = Tr
         except (ValueError, OSError, EOFError) as exc:
             raise PartitionFormatError(f"{path} cannot be read ({exc}). {hint}") from None
     n_own = meta.part_offsets[part_id + 1] - meta.part_offsets[part_id]
-    if len(arrays["rowptr"]) != n_own + 1 or len(arrays["x"]) != n_own:
-        raise PartitionFormatError(f"{pdir} holds {len(arrays['x'])} nodes, META.json says {n_own}. {hint}")
+    if arrays["rowptr"].shape[:1] != (n_own + 1,) or arrays["x"].shape[:1] != (n_own,):  # 0-d arrays too
+        raise PartitionFormatError(f"{pdir} holds {arrays['x'].shape[:1]} nodes, META.json says {n_own}. {hint}")
+    if check:
+        check_part(meta, part_id, arrays, pdir, folder)
     return LocalPart(meta=meta, part_id=part_id, **arrays)

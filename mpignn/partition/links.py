@@ -16,6 +16,7 @@ import numpy as np
 from mpignn.data.links import LinkSplit, undirected_pairs
 from mpignn.errors import PartitionFormatError
 from mpignn.fileio import atomic_dir, load_npy, read_json, save_npy, write_json
+from mpignn.partition.validate import check_link_arrays
 
 __all__ = ["save_link_split", "has_link_split", "load_link_split", "train_pairs"]
 
@@ -40,20 +41,29 @@ def load_link_split(folder: str | os.PathLike, part_offsets: np.ndarray, part_id
     """This part's held-out pairs: {name: array} for the names above, rows whose first node it owns.
 
     Raises:
-        PartitionFormatError: the folder has no link split, or a file is unreadable.
+        PartitionFormatError: the folder has no link split, or a file is unreadable, of another dtype or
+            shape, or holds an id outside [0, N) (`validate.check_link_arrays`).
     """
     links = Path(folder) / "links"
     if not (links / "SPLIT.json").is_file():
         raise PartitionFormatError(f"expected held-out edges in {links}; found none. HINT: let mpignn make the "
                                    "partition for --task link (drop --partitions), or delete the folder to redo it")
     lo, hi = int(part_offsets[part_id]), int(part_offsets[part_id + 1])
+    arrays = {}
+    for name in _NAMES:
+        try:
+            arrays[name] = load_npy(links / f"{name}.npy")
+        except (ValueError, OSError, EOFError) as exc:
+            raise PartitionFormatError(f"{links / name}.npy cannot be read ({exc}). HINT: delete {links} and "
+                                       "partition again for --task link") from None
+    check_link_arrays(arrays, links, int(part_offsets[-1]), folder)  # ids reach the sampler as seeds
     out = {}
     for split in ("val", "test"):
-        pos = load_npy(links / f"{split}_pos.npy")
+        pos = arrays[f"{split}_pos"]
         mine = (pos[0] >= lo) & (pos[0] < hi)
         out[f"{split}_pos"] = pos[:, mine]
-        out[f"{split}_neg"] = load_npy(links / f"{split}_neg.npy")[:, mine]
-        out[f"{split}_neg_tails"] = load_npy(links / f"{split}_neg_tails.npy")[mine]
+        out[f"{split}_neg"] = arrays[f"{split}_neg"][:, mine]
+        out[f"{split}_neg_tails"] = arrays[f"{split}_neg_tails"][mine]
     return out
 
 

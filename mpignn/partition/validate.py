@@ -1,0 +1,221 @@
+"""Contents checks of a partition folder: what the numba sampling kernels, the feature store and the loaders
+index with, checked once at load time so that a folder whose checksums match its own META.json still cannot
+steer a kernel out of bounds. Vectorised numpy; big (mapped) arrays are scanned in chunks of CHUNK elements, so
+memory stays bounded. numpy only: must not import torch, torch-geometric or numba.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from mpignn.errors import PartitionFormatError
+
+__all__ = ["CHUNK", "DTYPES", "check_meta", "check_part", "check_link_arrays"]
+
+CHUNK = 1 << 20  # elements per pass over a big array (8 MiB of int64); tests lower it to exercise the chunks
+
+# The exact dtype (native byte order) of every part file; anything else is refused, not converted.
+DTYPES = {"rowptr": np.dtype(np.int64), "col": np.dtype(np.int64), "x": np.dtype(np.float32),
+          "y": np.dtype(np.int64), "train_idx": np.dtype(np.int64), "val_idx": np.dtype(np.int64),
+          "test_idx": np.dtype(np.int64), "orig_id": np.dtype(np.int64), "halo_gid": np.dtype(np.int64),
+          "halo_deg": np.dtype(np.int64), "type_rowptr": np.dtype(np.int64)}
+
+
+def _hint(folder: str | os.PathLike) -> str:
+    return f"HINT: re-create the folder with python -m mpignn.partition --out {folder} --force"
+
+
+def _fail(where: Any, expected: str, got: str, folder: str | os.PathLike) -> PartitionFormatError:
+    return PartitionFormatError(f"{where}: expected {expected}, got {got}. {_hint(folder)}")
+
+
+def _chunks(a: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    flat = a.reshape(-1)
+    for lo in range(0, len(flat), CHUNK):
+        yield lo, flat[lo:lo + CHUNK]
+
+
+def _first_outside(a: np.ndarray, lo: int, hi: int) -> tuple[int, int] | None:
+    """(flat index, value) of the first element of `a` outside [lo, hi), or None; chunked min/max, so a
+    mapped array is read once without a mask of its size."""
+    for start, chunk in _chunks(a):
+        if len(chunk) and (int(chunk.min()) < lo or int(chunk.max()) >= hi):
+            i = int(np.flatnonzero((chunk < lo) | (chunk >= hi))[0])
+            return start + i, int(chunk[i])
+    return None
+
+
+def _check_range(path: Path, a: np.ndarray, lo: int, hi: int, what: str, folder: Path) -> None:
+    bad = _first_outside(a, lo, hi)
+    if bad is not None:
+        raise _fail(path, f"{what} in [{lo}, {hi})", f"{bad[1]} at index {bad[0]}", folder)
+
+
+def _check_ptr(path: Path, ptr: np.ndarray, end: int, what: str, folder: Path) -> None:
+    """A CSR pointer: starts at 0, never falls, ends at `end` (the length of what it points into)."""
+    if ptr[0] != 0 or ptr[-1] != end:
+        raise _fail(path, f"{what} from 0 to {end} (the length of col.npy)", f"{int(ptr[0])} .. {int(ptr[-1])}",
+                    folder)
+    falls = np.flatnonzero(ptr[1:] < ptr[:-1])
+    if len(falls):
+        i = int(falls[0])
+        raise _fail(path, f"{what} never decreasing (monotone)", f"{int(ptr[i])} then {int(ptr[i + 1])} at index {i}",
+                    folder)
+
+
+def check_meta(meta: Any, folder: str | os.PathLike) -> None:
+    """Check the numbers of META.json that ownership and type lookups rely on.
+
+    Raises:
+        PartitionFormatError: part_offsets are not 0 .. num_nodes in order, or the type counts do not add up.
+    """
+    path = Path(folder) / "META.json"
+    try:
+        offsets = np.asarray(meta.part_offsets, dtype=np.int64).reshape(-1)
+    except (TypeError, ValueError, OverflowError):
+        offsets = np.zeros(0, dtype=np.int64)
+    if (meta.num_nodes < 1 or len(offsets) != meta.num_parts + 1 or offsets[0] != 0
+            or offsets[-1] != meta.num_nodes or (np.diff(offsets) < 0).any()):
+        raise _fail(path, f"part_offsets rising from 0 to num_nodes={meta.num_nodes} over {meta.num_parts} parts",
+                    f"{list(meta.part_offsets)[:8]}{' ...' if len(offsets) > 8 else ''}", folder)
+    if len(meta.parts) != meta.num_parts:
+        raise _fail(path, f"{meta.num_parts} entries in parts", str(len(meta.parts)), folder)
+    if meta.hetero:
+        types = len(meta.hetero["node_types"])
+        for p, info in enumerate(meta.parts):
+            counts = info.get("type_counts")
+            if (not isinstance(counts, list) or len(counts) != types or min(counts, default=0) < 0
+                    or sum(counts) != offsets[p + 1] - offsets[p]):
+                raise _fail(path, f"parts[{p}].type_counts: {types} counts >= 0 adding up to the part's "
+                            f"{int(offsets[p + 1] - offsets[p])} nodes", repr(counts), folder)
+
+
+def check_part(meta: Any, part_id: int, arrays: Mapping[str, np.ndarray], pdir: str | os.PathLike,
+               folder: str | os.PathLike) -> None:
+    """Check one part's arrays against each other and META.json before any kernel reads them.
+
+    Dtypes and shapes exact; rowptr (and type_rowptr) monotone from 0 to len(col); col, orig_id and halo ids
+    in [0, N); labels in [-1, C) (-1: unlabelled), split ids owned by the part and labelled in [0, C); halo
+    ids sorted, unique and not owned; heterogeneous type runs consistent with rowptr and the edge types'
+    source and target node types.
+
+    Raises:
+        PartitionFormatError: naming the file and the fault.
+    """
+    pdir, folder = Path(pdir), Path(folder)
+    lo, hi = int(meta.part_offsets[part_id]), int(meta.part_offsets[part_id + 1])
+    n, big_n = hi - lo, int(meta.num_nodes)
+    for name, a in arrays.items():
+        want = DTYPES[name]
+        if a.dtype != want:
+            raise _fail(pdir / f"{name}.npy", f"dtype {want.str} ({want.name})", a.dtype.str, folder)
+    x, col = arrays["x"], arrays["col"]
+    shapes = {"rowptr": (n + 1,), "x": (n, int(meta.num_features)), "y": (n,), "orig_id": (n,),
+              "col": (len(col),), "halo_deg": (len(arrays["halo_gid"]),)}
+    for name in ("train_idx", "val_idx", "test_idx", "halo_gid"):
+        shapes[name] = (arrays[name].size,)
+    for name, shape in shapes.items():
+        if arrays[name].shape != shape:
+            raise _fail(pdir / f"{name}.npy", f"shape {shape}", str(arrays[name].shape), folder)
+    if not x.flags.c_contiguous:
+        raise _fail(pdir / "x.npy", "rows in C order", "Fortran order", folder)
+    _check_ptr(pdir / "rowptr.npy", arrays["rowptr"], len(col), "rowptr", folder)
+    _check_range(pdir / "col.npy", col, 0, big_n, "node ids", folder)
+    _check_range(pdir / "orig_id.npy", arrays["orig_id"], 0, big_n, "original ids", folder)
+    classes = int(meta.num_classes)
+    y = arrays["y"]
+    _check_range(pdir / "y.npy", y, -1, classes, "labels (-1: unlabelled)", folder)
+    for name in ("train_idx", "val_idx", "test_idx"):
+        ids = arrays[name]
+        _check_range(pdir / f"{name}.npy", ids, lo, hi, f"ids owned by part {part_id}", folder)
+        if len(ids) and y[ids - lo].min() < 0:
+            i = int(np.flatnonzero(y[ids - lo] < 0)[0])
+            raise _fail(pdir / f"{name}.npy", f"labelled nodes (y.npy in [0, {classes}))",
+                        f"node {int(ids[i])} with label {int(y[ids[i] - lo])}", folder)
+    _check_halo(pdir, arrays["halo_gid"], arrays["halo_deg"], lo, hi, big_n, folder)
+    if "type_rowptr" in arrays and meta.hetero:
+        _check_types(meta, part_id, arrays, pdir, folder)
+
+
+def _check_halo(pdir: Path, gid: np.ndarray, deg: np.ndarray, lo: int, hi: int, big_n: int, folder: Path) -> None:
+    _check_range(pdir / "halo_gid.npy", gid, 0, big_n, "node ids", folder)
+    rises = np.flatnonzero(gid[1:] <= gid[:-1])
+    if len(rises):
+        i = int(rises[0])
+        raise _fail(pdir / "halo_gid.npy", "ids sorted and unique", f"{int(gid[i])} then {int(gid[i + 1])}", folder)
+    a, b = np.searchsorted(gid, [lo, hi])
+    if b > a:
+        raise _fail(pdir / "halo_gid.npy", f"only other parts' ids (outside [{lo}, {hi}))", f"own id {int(gid[a])}",
+                    folder)
+    _check_range(pdir / "halo_deg.npy", deg, 1, 2**62, "edge counts", folder)
+
+
+def _check_types(meta: Any, part_id: int, arrays: Mapping[str, np.ndarray], pdir: Path, folder: Path) -> None:
+    """type_rowptr: one run per (row, edge type), the runs of row v between rowptr[v] and rowptr[v+1]; an
+    edge type's runs empty on rows of other node types than its target, its sources of its source type."""
+    from mpignn.data.hetero import type_of
+
+    path = pdir / "type_rowptr.npy"
+    rowptr, tptr, col = arrays["rowptr"], arrays["type_rowptr"], arrays["col"]
+    h = meta.hetero
+    te, n = len(h["edge_types"]), len(rowptr) - 1
+    if tptr.shape != (n * te + 1,):
+        raise _fail(path, f"shape ({n * te + 1},) (rows x {te} edge types + 1)", str(tptr.shape), folder)
+    _check_ptr(path, tptr, len(col), "type_rowptr", folder)
+    if not np.array_equal(tptr[::te], rowptr):
+        v = int(np.flatnonzero(tptr[::te] != rowptr)[0])
+        raise _fail(path, f"row {v}'s runs to start at rowptr[{v}]={int(rowptr[v])}", str(int(tptr[v * te])), folder)
+    names = list(h["node_types"])
+    src = np.array([names.index(e[0]) for e in h["edge_types"]], dtype=np.int64)
+    dst = np.array([names.index(e[2]) for e in h["edge_types"]], dtype=np.int64)
+    counts = np.asarray(meta.parts[part_id]["type_counts"], dtype=np.int64)
+    row_type = np.repeat(np.arange(len(counts)), counts)
+    runs = np.diff(tptr).reshape(n, te)
+    wrong = (runs > 0) & (row_type[:, None] != dst[None, :])
+    if wrong.any():
+        v, e = (int(i) for i in np.argwhere(wrong)[0])
+        raise _fail(path, f"no edges of type {'__'.join(h['edge_types'][e])} into row {v} (a {names[row_type[v]]})",
+                    f"{int(runs[v, e])}", folder)
+    starts, kinds = meta.type_blocks()
+    step = max(1, CHUNK // max(1, te))
+    for r0 in range(0, n, step):  # rows in chunks: the per-edge type arrays stay bounded
+        r1 = min(n, r0 + step)
+        e0 = int(tptr[r0 * te])
+        etype = np.repeat(np.tile(np.arange(te), r1 - r0), np.diff(tptr[r0 * te:r1 * te + 1]))
+        bad = np.flatnonzero(type_of(np.asarray(col[e0:e0 + len(etype)]), starts, kinds) != src[etype])
+        if len(bad):
+            i = int(bad[0])
+            raise _fail(pdir / "col.npy", f"sources of type {h['edge_types'][etype[i]][0]} in the "
+                        f"{'__'.join(h['edge_types'][etype[i]])} runs", f"node {int(col[e0 + i])} at index {e0 + i}",
+                        folder)
+
+
+def check_link_arrays(links: Mapping[str, np.ndarray], where: str | os.PathLike, num_nodes: int,
+                      folder: str | os.PathLike) -> None:
+    """Check held-out link arrays ({name: array} of `partition.links`): int64, [2, k] pairs and [k, K] tails
+    with one row per positive, every id in [0, num_nodes).
+
+    Raises:
+        PartitionFormatError: naming the file and the fault.
+    """
+    where = Path(where)
+    for split in ("val", "test"):
+        k = None
+        for kind in ("pos", "neg", "neg_tails"):
+            name = f"{split}_{kind}"
+            a, path = links[name], where / f"{name}.npy"
+            if a.dtype != np.int64:
+                raise _fail(path, "dtype <i8 (int64)", a.dtype.str, folder)
+            if kind == "neg_tails":
+                ok = a.ndim == 2 and a.shape[0] == k
+                want = f"shape ({k}, K): one row of tails per positive"
+            else:
+                ok = a.ndim == 2 and a.shape[0] == 2 and (k is None or a.shape[1] == k)
+                want = f"shape (2, {'k' if k is None else k}): (source, target) pairs, one per positive"
+            if not ok:
+                raise _fail(path, want, str(a.shape), folder)
+            k = a.shape[1] if k is None else k
+            _check_range(path, a, 0, num_nodes, "node ids", folder)
