@@ -1,7 +1,8 @@
 """Link prediction metrics, exact across ranks: AUC from all ranks' scores, MRR and Hits@K from summed ranks.
 
-An average of per-rank AUCs is not the AUC of the union, so the scores themselves are gathered (one float
-and one label per scored pair: small next to the features a batch moves). MRR and Hits@K are means over
+An average of per-rank AUCs is not the AUC of the union, and gathering the scores would hold every score on
+every rank; so each rank counts, for its positives, the negatives of every rank below them (the Mann-Whitney
+U), with the sorted negatives passed round a ring in bounded chunks. MRR and Hits@K are means over
 positives, reduced as sums. numpy and mpi4py only.
 """
 from __future__ import annotations
@@ -10,7 +11,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["auc", "gather_scores", "positive_ranks", "LinkScores"]
+__all__ = ["AUC_CHUNK", "auc", "global_auc", "positive_ranks", "LinkScores"]
+
+AUC_CHUNK = 1 << 18
+"""Negatives per message of `global_auc` (2 MiB): what a rank holds of another rank's scores at a time."""
+_AUC_TAG = 2511
 
 
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -30,17 +35,54 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
     return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 
-def gather_scores(comm: Any, scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Collective over `comm`: every rank's (scores, labels), concatenated in rank order, on every rank."""
+def global_auc(comm: Any, scores: np.ndarray, labels: np.ndarray, chunk: int = AUC_CHUNK) -> float:
+    """Collective over `comm`: every rank must call it, in the same order. The AUC of all ranks' (scores,
+    labels) together, exactly as `auc` of their concatenation, holding only this rank's scores and one chunk
+    of another rank's at a time.
+
+    U counts, over every positive, the negatives below it (a tie counts half). Each rank sorts its negatives
+    and sends them round a ring (step s: to rank + s, from rank - s) in messages of at most `chunk`; every
+    rank counts its positives' wins against each chunk by binary search, and the counts are summed.
+
+    Returns:
+        U / (positives x negatives), NaN when either class is absent on every rank.
+    """
     from mpi4py import MPI
 
-    local = np.stack([np.asarray(scores, dtype=np.float64), np.asarray(labels, dtype=np.float64)], axis=1)
-    counts = np.array(comm.allgather(local.size), dtype=np.int64)
-    out = np.empty(int(counts.sum()), dtype=np.float64)
-    displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    comm.Allgatherv(local.reshape(-1), [out, (counts, displs), MPI.DOUBLE])
-    both = out.reshape(-1, 2)
-    return both[:, 0], both[:, 1]
+    scores = np.asarray(scores, dtype=np.float64)
+    is_pos = np.asarray(labels) > 0.5
+    pos, neg = scores[is_pos], scores[~is_pos]
+    neg.sort()  # in place: a copy already
+    counts = [int(c) for c in comm.allgather(len(neg))]
+    twice_u = _twice_wins(pos, neg)
+    size = len(counts)
+    rank = comm.Get_rank() if size > 1 else 0
+    buf = np.empty(min(chunk, max(counts)), dtype=np.float64)
+    for step in range(1, size):
+        dest, src = (rank + step) % size, (rank - step) % size
+        sends, recvs = range(0, len(neg), chunk), range(0, counts[src], chunk)
+        for i in range(max(len(sends), len(recvs))):
+            req = None
+            if i < len(sends):
+                req = comm.Isend([neg[sends[i]:sends[i] + chunk], MPI.DOUBLE], dest, _AUC_TAG)
+            if i < len(recvs):
+                got = buf[:min(chunk, counts[src] - recvs[i])]
+                comm.Recv([got, MPI.DOUBLE], src, _AUC_TAG)
+                twice_u += _twice_wins(pos, got)
+            if req is not None:
+                req.Wait()
+    total = np.empty(3, dtype=np.int64)
+    comm.Allreduce(np.array([twice_u, len(pos), len(neg)], dtype=np.int64), total, op=MPI.SUM)
+    twice_u, n_pos, n_neg = (int(v) for v in total)
+    if not n_pos or not n_neg:
+        return float("nan")
+    return twice_u / (2 * n_pos * n_neg)  # exact integers, one rounding: the same float as `auc`'s rank sum
+
+
+def _twice_wins(pos: np.ndarray, sorted_neg: np.ndarray) -> int:
+    """2 x (negatives below each positive, ties counting half), summed: an integer, so sums stay exact."""
+    below = int(np.searchsorted(sorted_neg, pos, side="left").sum())
+    return below + int(np.searchsorted(sorted_neg, pos, side="right").sum())
 
 
 def positive_ranks(pos: np.ndarray, tails: np.ndarray) -> np.ndarray:
@@ -73,8 +115,8 @@ class LinkScores:
         from mpignn.mpi import allreduce_sum
 
         cat = lambda parts: np.concatenate(parts) if parts else np.empty(0)  # noqa: E731
-        scores, labels = gather_scores(comm, cat(self.scores), cat(self.labels))
+        area = global_auc(comm, cat(self.scores), cat(self.labels))
         ranks = cat(self.ranks)
         n, rr, hits = allreduce_sum(comm, [len(ranks), (1.0 / ranks).sum(), (ranks <= self.hits_k).sum()])
-        return {"auc": auc(scores, labels), "mrr": rr / n if n else float("nan"),
+        return {"auc": area, "mrr": rr / n if n else float("nan"),
                 "hits": hits / n if n else float("nan")}
