@@ -126,6 +126,9 @@ class TrainConfig:
     seed: int = 0
     partitions: str = ""
     """A partition folder from `python -m mpignn.partition`; empty: partition on rank 0 under --root."""
+    force: bool = False
+    """Let partition delivery replace what sits at the partition path on a host even when it is not an mpignn
+    partition folder (refused otherwise, so nothing mpignn did not write is deleted)."""
     partition_method: str = "metis"
     replicated: bool = False
     """Keep the whole graph on every rank and split the training nodes (small graphs)."""

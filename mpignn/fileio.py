@@ -6,14 +6,75 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
+import re
 import shutil
+import socket
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["atomic_dir", "atomic_path", "replace_dir", "write_json", "read_json", "sha256_file", "load_npy", "save_npy"]
+__all__ = ["atomic_dir", "atomic_path", "replace_dir", "write_json", "read_json", "sha256_file", "load_npy", "save_npy",
+           "temp_name", "remove_leftovers", "this_host"]
+
+log = logging.getLogger(__name__)
+
+# `.NAME.KIND-PID@HOST[.ext]`: every temporary name mpignn makes beside a file or folder NAME says which process
+# on which host made it, so a later run can tell the leftovers of a killed one from a writer still at work.
+_TEMP_KINDS = ("tmp", "old", "incoming", "parhip")
+_TEMP = re.compile(r"^\.(?P<final>.+)\.(?P<kind>" + "|".join(_TEMP_KINDS) +
+                   r")-(?P<pid>\d+)@(?P<host>[A-Za-z0-9_-]+)(?P<ext>\.[A-Za-z0-9]+)?$")
+
+
+def this_host() -> str:
+    """This host's name as temporary names carry it (letters, digits, '-' and '_' only)."""
+    return re.sub(r"[^A-Za-z0-9-]", "_", socket.gethostname()) or "_"
+
+
+def temp_name(final: str | os.PathLike, kind: str, suffix: str = "") -> Path:
+    """The temporary name of kind `kind` (tmp, old, incoming, parhip) beside `final` for this process."""
+    final = Path(final)
+    return final.with_name(f".{final.name}.{kind}-{os.getpid()}@{this_host()}{suffix}")
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, under another user
+        return True
+    return True
+
+
+def remove_leftovers(final: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files and folders beside `final` (`temp_name`) left by killed processes: only
+    those made on this host by a process that no longer runs, never a live one's or another host's (a
+    shared filesystem). Logs each one; returns what was removed."""
+    final = Path(final)
+    removed: list[Path] = []
+    if not final.parent.is_dir():
+        return removed
+    host = this_host()
+    for entry in sorted(final.parent.glob(glob_escape(f".{final.name}.") + "*-*@*")):
+        m = _TEMP.match(entry.name)
+        if m is None or m["final"] != final.name or m["host"] != host or _alive(int(m["pid"])):
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        except FileNotFoundError:  # another rank of this host removed it first
+            continue
+        removed.append(entry)
+        log.warning("removed %s: left by a killed run (pid %s on this host is gone)", entry, m["pid"])
+    return removed
 
 
 @contextlib.contextmanager
@@ -21,7 +82,7 @@ def atomic_path(final: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside `final`; on success rename it over `final`, on failure delete it."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}{suffix}")
+    tmp = temp_name(final, "tmp", suffix)
     try:
         yield tmp
         os.replace(tmp, final)
@@ -37,7 +98,7 @@ def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
     with one writer's (identical) content."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    tmp = temp_name(final, "tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
@@ -50,7 +111,7 @@ def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
 def replace_dir(tmp: Path, final: Path) -> None:
     """Rename the complete folder `tmp` to `final`; an old `final` is moved aside first and removed after."""
     if final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        old = temp_name(final, "old")
         os.replace(final, old)
         os.replace(tmp, final)
         shutil.rmtree(old, ignore_errors=True)

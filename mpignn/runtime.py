@@ -23,7 +23,7 @@ import numpy as np
 
 from mpignn import dist
 from mpignn.config import parse_cache_size
-from mpignn.data import check_known, dataset_key, load_dataset
+from mpignn.data import check_known, dataset_key, dataset_source, load_dataset
 from mpignn.data.features import FEATURE_DTYPES, FEATURE_NORMS, transform_rows
 from mpignn.data.hetero import HeteroSchema, hop_fanouts
 from mpignn.env import bound_onednn_cache, mem_available_bytes, thread_budget, tune_allocator
@@ -153,9 +153,15 @@ class LocalGraph:
         return self.part.meta.num_features + (self.embedding.dim if self.embedding is not None else 0)
 
 
-def auto_folder(root: str, key: str, method: str, num_parts: int, seed: int) -> Path:
-    """Where training without --partitions keeps the partition it makes (benchmarks reuse it)."""
+def auto_folder(root: str, key: str, method: str, num_parts: int, seed: int, source: str = "") -> Path:
+    """Where training without --partitions keeps the partition it makes (benchmarks reuse it). A `source`
+    (`data.dataset_source`) other than the key adds its digest to the name: a regenerated npz, or another file
+    at the same relative path, gets a partition of its own."""
+    import hashlib
+
     safe = key.replace("/", "_").replace(":", "_").replace(",", "_").replace("=", "")
+    if source and source != key:
+        safe += "-" + hashlib.sha256(source.encode()).hexdigest()[:12]
     return Path(root) / "mpignn-parts" / f"{safe}-{method}-{num_parts}p-s{seed}"
 
 
@@ -163,12 +169,15 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
                      method: str = "metis", replicated: bool = False, seed: int = 0, fanouts: Sequence[int] = (15,),
                      cache_size: int | str = 0, local_prep: bool = False, prep_timeout: float | None = None,
                      exchange: str = "auto", links: dict | None = None, feature_norm: str = "none",
-                     feature_dtype: str = "fp32", edge_fanouts: dict[str, Sequence[int]] | None = None) -> LocalGraph:
+                     feature_dtype: str = "fp32", edge_fanouts: dict[str, Sequence[int]] | None = None,
+                     force: bool = False) -> LocalGraph:
     """Collective over `rt.comm`: make sure a partition exists and load this rank's part.
 
     Without `partitions`, rank 0 (of each host with `local_prep`) prepares the dataset and partitions it into
     one part per rank (one part in total when `replicated`) under `root/mpignn-parts/`, once; later runs
-    reuse it. With `partitions`, the folder must match the dataset and world size. `exchange` picks the
+    reuse it while the dataset's files are the same (`auto_folder`). With `partitions`, the folder must match
+    the dataset and world size. A host that does not see the folder receives it (`deliver_partition`), which
+    refuses to replace anything there but an mpignn partition folder unless `force`. `exchange` picks the
     feature transport: auto/mpi (MPI on host buffers) or torch (torch.distributed, e.g. NCCL).
     `cache_size` (rows, or "auto": sized by free memory, see `cache_budget`) bounds the cache of the remote
     feature rows that sampling from this rank's training nodes is expected to fetch most; 0: no cache.
@@ -206,7 +215,7 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
     link_params = None if links is None else {**links, "seed": seed}
     if partitions:
         folder = Path(partitions)
-        deliver_partition(comm, folder, part_id)  # to hosts that do not see rank 0's folder
+        deliver_partition(comm, folder, part_id, force=force)  # to hosts that do not see rank 0's folder
         problem = ""
         try:
             check_matches(read_meta(folder), folder, num_parts=num_parts, dataset=key)
@@ -218,7 +227,9 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
             problem = str(exc)
         check_all(comm, not problem, problem, PartitionFormatError)
     else:
-        folder = auto_folder(root, key + ("-links" if links else ""), method, num_parts, seed)
+        # rank 0's view of the files (other hosts may not see them): path and content, not the name as typed
+        source = comm.bcast(dataset_source(dataset) if comm.rank == 0 else None, root=0)
+        folder = auto_folder(root, key + ("-links" if links else ""), method, num_parts, seed, source)
         ready = lambda: (folder / "META.json").is_file() and (  # noqa: E731
             link_params is None or has_link_split(folder, link_params))
         with root_first(comm, per_host=local_prep, timeout=prep_timeout, what=f"preparing {dataset}") as first:

@@ -54,7 +54,7 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
                              replicated=cfg.replicated, seed=cfg.seed, fanouts=cfg.fanouts,
                              cache_size=cfg.cache_size, local_prep=cfg.local_prep, prep_timeout=cfg.prep_timeout,
                              exchange=cfg.exchange, links=cfg.link_params, feature_norm=cfg.feature_norm,
-                             feature_dtype=cfg.feature_dtype, edge_fanouts=cfg.edge_fanouts)
+                             feature_dtype=cfg.feature_dtype, edge_fanouts=cfg.edge_fanouts, force=cfg.force)
     if cfg.embed_dim:
         attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)
     loaders = {split: make_loader(rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope,

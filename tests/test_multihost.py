@@ -42,6 +42,13 @@ def test_partition_delivered_to_hosts_without_it(tmp_path):
     assert rc == 0 and len(ok_ranks(out)) == 4, out[-3000:]
 
 
+def test_delivery_refuses_a_folder_mpignn_did_not_write(tmp_path):
+    """The other host holds a folder of the user's at the partition path: refused on every rank, its files
+    kept; with force it is replaced, and a killed delivery's leftover (dead pid) on that host is removed."""
+    rc, out = _multihost(2, 1, [sys.executable, str(WORKERS / "deliver_refuse.py"), str(tmp_path)])
+    assert rc == 0 and len(ok_ranks(out)) == 2, out[-3000:]
+
+
 def test_training_with_a_partition_on_one_host_only(tmp_path):
     """No shared filesystem: each host mounts its own empty --root (a private tmpfs); rank 0 prepares and
     partitions, the other host receives its part over MPI, and training runs."""

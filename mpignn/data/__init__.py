@@ -6,9 +6,10 @@ ogbn-papers100M (ogb's raw files). Must not import torch-geometric at module lev
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from mpignn.data.cache import load_cache, save_cache
+from mpignn.data.cache import fingerprint, load_cache, save_cache
 from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.npy import load_npy_folder
 from mpignn.data.npz import load_npz, save_npz
@@ -17,8 +18,8 @@ from mpignn.data.public import (HETERO, HETEROPHILOUS, OGB, PLANETOID, heterophi
 from mpignn.data.synthetic import SyntheticSpec, make_synthetic, parse_synthetic
 from mpignn.errors import DatasetError
 
-__all__ = ["GraphData", "csr_from_edges", "load_dataset", "prepare_dataset", "dataset_key", "make_synthetic",
-           "SyntheticSpec", "save_npz", "KNOWN", "check_known"]
+__all__ = ["GraphData", "csr_from_edges", "load_dataset", "prepare_dataset", "dataset_key", "dataset_source",
+           "make_synthetic", "SyntheticSpec", "save_npz", "KNOWN", "check_known"]
 
 KNOWN = ("synthetic", "npz:PATH", "npy:FOLDER", *PLANETOID, *(f"{n}[:split=K]" for n in HETEROPHILOUS), *HETERO,
          *OGB)
@@ -50,6 +51,19 @@ def dataset_key(name: str) -> str:
         changed = [f"{k}={v}" for k, v in spec.__dict__.items() if getattr(defaults, k) != v]
         return "synthetic" + (":" + ",".join(changed) if changed else "")
     return _canonical(name)
+
+
+def dataset_source(name: str) -> str:
+    """What an automatic partition of the dataset is keyed by: for `npz:` and `npy:` the `dataset_key`, the
+    absolute path and a content fingerprint (`cache.fingerprint`: size, mtime, hash), so a regenerated file,
+    or the same relative path typed in another working directory, is another source; for synthetic graphs
+    their canonical parameters and for public datasets their canonical name (`dataset_key`). Reads the
+    files' stat and samples; not collective (under MPI one rank computes it and broadcasts it)."""
+    key = dataset_key(name)
+    if name.startswith(("npz:", "npy:")):
+        path = os.path.abspath(name[4:])
+        return f"{key}|{path}|{fingerprint(path)}"
+    return key
 
 
 def check_known(name: str) -> None:

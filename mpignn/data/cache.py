@@ -1,51 +1,124 @@
 """The preprocessed-graph cache under `<root>/mpignn-cache/<name>/`: npy files plus meta.json, written as a
-whole folder and renamed into place, so a crash never leaves a cache that a later run trusts."""
+whole folder and renamed into place, so a crash never leaves a cache that a later run trusts; meta.json lists
+each array's size and content hash, and a cache whose arrays do not match it is rebuilt, not used. Also the
+content fingerprints that key automatic partitions to a dataset's files. numpy only (no torch).
+"""
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 from pathlib import Path
 
 from mpignn.data.graph import GraphData
 from mpignn.data.hetero import HeteroSchema
-from mpignn.fileio import atomic_dir, load_npy, read_json, save_npy, write_json
+from mpignn.fileio import atomic_dir, load_npy, read_json, remove_leftovers, save_npy, write_json
 
-__all__ = ["cache_dir", "save_cache", "load_cache"]
+__all__ = ["cache_dir", "save_cache", "load_cache", "content_hash", "fingerprint"]
+
+log = logging.getLogger(__name__)
 
 _ARRAYS = ("rowptr", "col", "x", "y", "train_idx", "val_idx", "test_idx")
-FORMAT = 1
+FORMAT = 2  # 2: meta.json["files"] holds each array's bytes and content hash (format 1 caches are rebuilt)
+# Files up to this size are hashed whole; larger ones by SAMPLE_BYTES at the start, the middle and the end
+# (with the size), so checking a multi-GiB feature file costs 3 MiB of reads.
+FULL_HASH_BYTES = 64 << 20
+SAMPLE_BYTES = 1 << 20
 
 
 def cache_dir(root: str, name: str) -> Path:
     return Path(root) / "mpignn-cache" / name.replace("/", "_").replace(":", "_")
 
 
+def content_hash(path: str | os.PathLike) -> str:
+    """sha256 of the file's size and content: all of it up to FULL_HASH_BYTES, else three samples."""
+    size = os.stat(path).st_size
+    h = hashlib.sha256(f"{size}|".encode())
+    with open(path, "rb") as f:
+        if size <= FULL_HASH_BYTES:
+            while block := f.read(1 << 22):
+                h.update(block)
+        else:
+            for start in (0, (size - SAMPLE_BYTES) // 2, size - SAMPLE_BYTES):
+                f.seek(start)
+                h.update(f.read(SAMPLE_BYTES))
+    return h.hexdigest()
+
+
+def fingerprint(path: str | os.PathLike) -> str:
+    """A short content fingerprint of a file, or of a folder's files (not its subfolders): the absolute path,
+    then each file's name, size, mtime and `content_hash`. A path that cannot be read gets a fingerprint of
+    its own (loading it then reports the problem)."""
+    path = Path(os.path.abspath(path))
+    h = hashlib.sha256(str(path).encode())
+    try:
+        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+        for file in files:
+            st = file.stat()
+            h.update(f"|{file.name}|{st.st_size}|{st.st_mtime_ns}|{content_hash(file)}".encode())
+    except OSError as exc:
+        h.update(f"|unreadable: {exc.strerror}".encode())
+    return h.hexdigest()[:16]
+
+
 def save_cache(root: str, graph: GraphData) -> Path:
     final = cache_dir(root, graph.name)
+    remove_leftovers(final)  # what killed writers of this host left beside it
     with atomic_dir(final) as tmp:
-        for key in _ARRAYS:
+        names = [*_ARRAYS, *(("edge_type",) if graph.schema is not None else ())]
+        for key in names:
             save_npy(tmp / f"{key}.npy", getattr(graph, key))
-        if graph.schema is not None:
-            save_npy(tmp / "edge_type.npy", graph.edge_type)
+        files = {key: {"bytes": (tmp / f"{key}.npy").stat().st_size, "hash": content_hash(tmp / f"{key}.npy")}
+                 for key in names}
         write_json(tmp / "meta.json", {"format": FORMAT, "name": graph.name, "num_classes": graph.num_classes,
                                        "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
-                                       "meta": graph.meta,
+                                       "meta": graph.meta, "files": files,
                                        "hetero": graph.schema.to_json() if graph.schema is not None else None})
     return final
 
 
+def _mismatch(folder: Path, meta: dict, names: list[str]) -> str:
+    """The first array that does not match meta.json's manifest ('' when all do)."""
+    files = meta.get("files")
+    if not isinstance(files, dict):
+        return "meta.json lists no array sizes and hashes"
+    for key in names:
+        path, info = folder / f"{key}.npy", files.get(key)
+        if not isinstance(info, dict):
+            return f"meta.json lists no {key}.npy"
+        try:
+            size = path.stat().st_size
+            if size != info.get("bytes"):
+                return f"{key}.npy has {size} bytes, meta.json says {info.get('bytes')}"
+            if content_hash(path) != info.get("hash"):
+                return f"{key}.npy does not match its hash in meta.json"
+        except OSError as exc:
+            return f"{key}.npy cannot be read ({exc.strerror})"
+    return ""
+
+
 def load_cache(root: str, name: str, mmap: bool = False) -> GraphData | None:
-    """The cached graph, or None when there is no complete cache (meta.json is written last)."""
+    """The cached graph, or None when there is no complete cache (meta.json is written last) or its arrays do
+    not match meta.json (logged: the caller then rebuilds it)."""
     folder = cache_dir(root, name)
     meta_path = folder / "meta.json"
     if not meta_path.is_file():
         return None
-    meta = read_json(meta_path)
-    if meta.get("format") != FORMAT or not all(os.path.isfile(folder / f"{k}.npy") for k in _ARRAYS):
+    try:
+        meta = read_json(meta_path)
+    except (OSError, ValueError) as exc:
+        log.warning("dataset cache %s: unreadable meta.json (%s); rebuilding it", folder, exc)
         return None
-    arrays = {k: load_npy(folder / f"{k}.npy", mmap=mmap) for k in _ARRAYS}
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        log.warning("dataset cache %s has format %s, this mpignn writes %d; rebuilding it", folder,
+                    meta.get("format") if isinstance(meta, dict) else "?", FORMAT)
+        return None
+    names = [*_ARRAYS, *(("edge_type",) if meta.get("hetero") else ())]
+    problem = _mismatch(folder, meta, names)
+    if problem:
+        log.warning("dataset cache %s: %s; rebuilding it", folder, problem)
+        return None
+    arrays = {k: load_npy(folder / f"{k}.npy", mmap=mmap) for k in names}
     if meta.get("hetero"):
-        if not os.path.isfile(folder / "edge_type.npy"):
-            return None
-        arrays["edge_type"] = load_npy(folder / "edge_type.npy", mmap=mmap)
         arrays["schema"] = HeteroSchema.from_json(meta["hetero"])
     return GraphData(name=meta["name"], num_classes=int(meta["num_classes"]), meta=meta.get("meta", {}), **arrays)

@@ -28,21 +28,29 @@ def partition_graph(graph: GraphData, num_parts: int, out: str | os.PathLike, *,
     Raises:
         DatasetError: `links` leaves no edge to hold out or to train on.
     """
+    import shutil
     import time
     from pathlib import Path
 
     from mpignn.data.links import split_links
+    from mpignn.fileio import remove_leftovers, temp_name
     from mpignn.partition.links import save_link_split
 
     if method == DEFAULT_METHOD:
         method = default_method()
-    workdir = Path(out).absolute().parent  # for KaMinPar's input file: beside the output, not in a tmpfs
-    workdir.mkdir(parents=True, exist_ok=True)
+    final = Path(out).absolute()
+    final.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(final)  # what killed runs of this host left beside `out` (a partitioner killed for memory)
+    # KaMinPar's input file: beside the output (not in a tmpfs), named for `remove_leftovers`
+    workdir = temp_name(final, "parhip")
     start = time.perf_counter()
     held_out = None
     if links is not None:
         graph, held_out = split_links(graph, links["val"], links["test"], links["seed"], links["num_tails"])
-    parts = assign_parts(graph, num_parts, method, seed, workdir=workdir, threads=threads)
+    try:
+        parts = assign_parts(graph, num_parts, method, seed, workdir=workdir, threads=threads)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     assign_s = time.perf_counter() - start
     meta = write_partition(graph, parts, out, num_parts=num_parts, method=method, seed=seed,
                            dataset=dataset or graph.name, force=force)

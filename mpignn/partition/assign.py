@@ -102,6 +102,8 @@ def kaminpar_parts(graph: GraphData, num_parts: int, seed: int, workdir: str | o
         return np.zeros(graph.num_nodes, dtype=np.int64)
     rowptr, col = _undirected(graph)
     threads = threads if threads > 0 else len(os.sched_getaffinity(0))
+    if workdir is not None:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=workdir, prefix=".mpignn-parhip-") as tmp:
         path = Path(tmp) / "graph.parhip"
         write_parhip(path, rowptr, col)

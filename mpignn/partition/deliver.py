@@ -5,7 +5,8 @@ every host where that path holds no folder, or another partition, receives from 
 load: META.json, the held-out edges (`links/`) and their parts, file by file in chunks, each checked against
 its sha256, into a temporary folder that is renamed into place only when all of it arrived intact. Hosts that
 see the folder (a shared filesystem, or an earlier delivery) receive nothing. `node_map.npy` (original ids,
-needed only to read results back) stays with the writer.
+needed only to read results back) stays with the writer. Only an mpignn partition folder (or nothing) is
+ever replaced: anything else at that path is refused on every rank, unless `force`.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from mpignn.errors import PartitionFormatError
-from mpignn.fileio import replace_dir, sha256_file
+from mpignn.fileio import remove_leftovers, replace_dir, sha256_file, temp_name
 from mpignn.mpi import check_all
 from mpignn.partition.format import part_dir
 
@@ -34,14 +35,19 @@ CHUNK_BYTES = 1 << 26  # per message; tests lower it to exercise many chunks
 _TAG = 7201
 
 
-def deliver_partition(comm: Any, folder: str | os.PathLike, part_id: int) -> dict[int, int]:
+def deliver_partition(comm: Any, folder: str | os.PathLike, part_id: int, *, force: bool = False) -> dict[int, int]:
     """Collective over `comm`: make `folder` (the same path on every rank) hold `part_id` on every host.
+
+    A receiving host's leader first removes what killed deliveries of this host left beside the folder
+    (`fileio.remove_leftovers`).
 
     Returns, on rank 0, {leader rank: bytes sent} for the hosts that received files ({} elsewhere, and when
     every host already sees the folder, or rank 0 has none: the usual checks then report it).
 
     Raises:
-        PartitionFormatError: on every rank, when a host could not write or received a corrupt file.
+        PartitionFormatError: on every rank, when a host could not write or received a corrupt file, or when
+            `folder` on a receiving host holds something other than an mpignn partition folder and `force`
+            is not set (nothing is then changed there).
     """
     from mpi4py import MPI
 
@@ -57,6 +63,8 @@ def deliver_partition(comm: Any, folder: str | os.PathLike, part_id: int) -> dic
         fits = local.rank == 0 and all(0 <= k < len(meta.get("parts", ())) for k in parts)
         if fits and comm.rank != 0 and not _complete(folder, meta, set(parts)):  # other part counts: checks refuse
             want = sorted(set(parts))
+        refused = _foreign(folder) if want is not None and not force else ""
+        check_all(comm, not refused, refused, PartitionFormatError)
         wants = comm.gather(want, root=0)
         sent: dict[int, int] = {}
         problem = ""
@@ -73,6 +81,26 @@ def deliver_partition(comm: Any, folder: str | os.PathLike, part_id: int) -> dic
         return sent
     finally:
         local.Free()
+
+
+def _foreign(folder: Path) -> str:
+    """Why `folder` must not be replaced by a delivery ('' when it is absent, empty, or an mpignn partition
+    folder: a META.json with a format, parts and part offsets)."""
+    what = ""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        what = "a file or link, not a folder"
+    elif folder.is_dir() and any(folder.iterdir()):
+        try:
+            meta = json.loads((folder / "META.json").read_text())
+            if not (isinstance(meta, dict) and {"format", "parts", "part_offsets"} <= meta.keys()):
+                what = "a META.json that is not an mpignn partition's"
+        except (OSError, ValueError):
+            what = "a folder without an mpignn META.json"
+    if not what:
+        return ""
+    return (f"expected {folder} on {socket.gethostname()} to be absent or an mpignn partition folder, got {what}; "
+            "refusing to replace it with rank 0's partition. HINT: point --partitions (or --root) at a path of its "
+            "own, or pass --force to replace what is there")
 
 
 def _read_meta(folder: Path) -> dict | None:
@@ -137,9 +165,10 @@ def _receive(comm: Any, folder: Path) -> str:
 
     manifest = comm.recv(source=0, tag=_TAG)
     where = f"on {socket.gethostname()}"
-    tmp = folder.with_name(f".{folder.name}.incoming-{os.getpid()}")
+    tmp = temp_name(folder, "incoming")
     problem = ""
     try:
+        remove_leftovers(folder)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     except OSError as exc:
