@@ -1,0 +1,301 @@
+"""Parse the public datasets' raw files in mpignn itself, so that reading them can never run code.
+
+Owns Planetoid's `ind.*` pickles (an unpickler that allows only the exact numpy/scipy-csr/defaultdict globals
+those files name, rebuilt into inert stand-ins), Tolokers' npz and IMDB's scipy npz/npy files (numpy with
+`allow_pickle=False`). Builds arrays the way PyG's `read_planetoid_data`, `HeterophilousGraphDataset.process`
+and `IMDB.process` do. Imports numpy only: no torch, no torch-geometric, no scipy.
+"""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+from collections import defaultdict
+from itertools import product
+from typing import Any
+
+import numpy as np
+
+from mpignn.errors import DatasetError
+
+__all__ = ["PLANETOID_PARTS", "read_planetoid", "read_heterophilous", "read_imdb",
+           "IMDB_FILES", "IMDB_NODE_TYPES"]
+
+PLANETOID_PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
+IMDB_FILES = ("adjM.npz", "features_0.npz", "features_1.npz", "features_2.npz", "labels.npy",
+              "train_val_test_idx.npz")
+IMDB_NODE_TYPES = ("movie", "director", "actor")  # the order of adjM's rows, as IMDB.process slices it
+
+
+class _Csr:
+    """What a pickled scipy csr_matrix becomes here: its state dict, nothing executed."""
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state
+
+
+class _NdarrayName:
+    """What the global `numpy.ndarray` becomes: a name `_reconstruct` accepts, not a constructor to call."""
+
+
+def _reconstruct(cls: Any, shape: Any, typecode: Any) -> np.ndarray:
+    # numpy pickles an array as _reconstruct(ndarray, (0,), b"b") followed by ndarray.__setstate__.
+    if cls is not _NdarrayName:
+        raise pickle.UnpicklingError(f"array reconstruction of {cls!r}")
+    return np.ndarray((0,), dtype=np.uint8)
+
+
+def _dtype(spec: Any, align: Any = 0, copy: Any = 1) -> np.dtype:
+    dtype = np.dtype(spec, bool(align), bool(copy))
+    if dtype.hasobject or dtype.kind not in "biuf":
+        raise pickle.UnpicklingError(f"dtype {spec!r} (only bool, int and float arrays are allowed)")
+    return dtype
+
+
+def _list(*args: Any) -> list:
+    if args and args[0] is not None:
+        raise pickle.UnpicklingError("list() with arguments")
+    return list()
+
+
+def _encode(text: Any, encoding: Any = "utf-8") -> bytes:
+    # Python 3 pickles raw array bytes at protocol 2 as _codecs.encode(str, "latin1").
+    if not (isinstance(text, str) and encoding in ("latin1", "latin-1")):
+        raise pickle.UnpicklingError("_codecs.encode other than of a str to latin1")
+    return text.encode("latin1")
+
+
+def _defaultdict(factory: Any = None) -> defaultdict:
+    if factory is not _list and factory is not None:
+        raise pickle.UnpicklingError("defaultdict with a factory other than list")
+    return defaultdict(list)
+
+
+# (module, name) -> the object handed to the pickle. Python 2 and 3 spellings, old and new module paths.
+_ALLOWED: dict[tuple[str, str], Any] = {
+    ("numpy", "ndarray"): _NdarrayName,
+    ("numpy", "dtype"): _dtype,
+    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+    ("scipy.sparse.csr", "csr_matrix"): _Csr,
+    ("scipy.sparse._csr", "csr_matrix"): _Csr,
+    ("collections", "defaultdict"): _defaultdict,
+    ("__builtin__", "list"): _list,
+    ("builtins", "list"): _list,
+    ("_codecs", "encode"): _encode,
+}
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return _ALLOWED[(module, name)]
+        except KeyError:
+            raise pickle.UnpicklingError(f"global {module}.{name} is not an array, csr matrix or adjacency "
+                                         "list") from None
+
+
+def _bad(path: str, what: str) -> DatasetError:
+    return DatasetError(f"{path}: expected a Planetoid raw file (numpy arrays, a scipy csr matrix or a dict of "
+                        f"neighbour lists), got {what}. HINT: replace it with the original file from "
+                        "https://github.com/kimiyoung/planetoid (data/), or delete it to download it again")
+
+
+def _unpickle(path: str) -> Any:
+    with open(path, "rb") as f:
+        blob = f.read()
+    try:
+        return _RestrictedUnpickler(io.BytesIO(blob), encoding="latin1").load()
+    except Exception as exc:  # any malformed or refused pickle is the file's fault
+        raise _bad(path, f"{type(exc).__name__}: {str(exc)[:160]}".replace("\n", " ")) from None
+
+
+def _dense(path: str, obj: Any) -> np.ndarray:
+    """A pickled matrix as a dense float32 array (csr densified as PyG's `todense()` does)."""
+    if isinstance(obj, _Csr):
+        state = obj.state if isinstance(obj.state, dict) else {}
+        shape = state.get("_shape", state.get("shape"))
+        parts = [state.get(k) for k in ("data", "indices", "indptr")]
+        if not (isinstance(shape, tuple) and len(shape) == 2 and all(isinstance(p, np.ndarray) for p in parts)):
+            raise _bad(path, "a csr matrix without data/indices/indptr/shape")
+        data, indices, indptr = parts
+        rows, cols = int(shape[0]), int(shape[1])
+        if (indptr.ndim != 1 or len(indptr) != rows + 1 or indptr[0] != 0 or np.any(np.diff(indptr) < 0)
+                or indptr[-1] != len(indices) or len(data) != len(indices)
+                or (len(indices) and (indices.min() < 0 or indices.max() >= cols))):
+            raise _bad(path, f"an inconsistent {rows}x{cols} csr matrix")
+        out = np.zeros((rows, cols), dtype=np.float32)
+        row_of = np.repeat(np.arange(rows), np.diff(indptr))
+        np.add.at(out, (row_of, indices), data.astype(np.float32))  # todense() sums duplicates too
+        return out
+    if isinstance(obj, np.ndarray) and obj.ndim == 2:
+        return obj.astype(np.float32)
+    raise _bad(path, f"a {type(obj).__name__} where a 2-d matrix belongs")
+
+
+def _test_index(path: str) -> np.ndarray:
+    try:
+        with open(path, encoding="ascii") as f:
+            return np.array([int(line) for line in f if line.strip()], dtype=np.int64)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: expected one integer per line, got {str(exc)[:80]}. HINT: replace it with "
+                           "the original file from https://github.com/kimiyoung/planetoid (data/)") from None
+
+
+def _edges_from_graph(path: str, graph: Any, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """PyG's `edge_index_from_dict`: every listed pair, self-loops removed, duplicates merged."""
+    if not isinstance(graph, dict):
+        raise _bad(path, f"a {type(graph).__name__} where the adjacency dict belongs")
+    rows: list[int] = []
+    cols: list[int] = []
+    for key, value in graph.items():
+        if not (isinstance(key, int) and isinstance(value, list) and all(isinstance(v, int) for v in value)):
+            raise _bad(path, "an adjacency entry that is not int -> list of ints")
+        rows += [key] * len(value)
+        cols += value
+    src = np.array(rows, dtype=np.int64)
+    dst = np.array(cols, dtype=np.int64)
+    if len(src) and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= num_nodes):
+        raise _bad(path, f"node ids outside 0..{num_nodes - 1}")
+    keep = src != dst
+    # coalesce(sort_by_row=False) orders by (target, source); the CSR built later sorts anyway.
+    key = np.unique(dst[keep] * num_nodes + src[keep])
+    return key % num_nodes, key // num_nodes
+
+
+def read_planetoid(raw_dir: str, name: str) -> dict[str, np.ndarray]:
+    """Read Cora / CiteSeer / PubMed from `raw_dir/ind.<name>.*` as PyG's `read_planetoid_data` builds them.
+
+    Returns:
+        dict of x float32 [N, F], y int64 [N], src / dst int64 (edges), train_idx / val_idx / test_idx int64.
+    Raises:
+        DatasetError: a file that is not what Planetoid ships (including any pickle naming other globals).
+    """
+    paths = {p: os.path.join(raw_dir, f"ind.{name.lower()}.{p}") for p in PLANETOID_PARTS}
+    loaded = {p: _unpickle(paths[p]) for p in ("x", "tx", "allx", "y", "ty", "ally", "graph")}
+    tx, allx = _dense(paths["tx"], loaded["tx"]), _dense(paths["allx"], loaded["allx"])
+    y, ty, ally = (_dense(paths[p], loaded[p]) for p in ("y", "ty", "ally"))
+    test_index = _test_index(paths["test.index"])
+    if not len(test_index) or len(test_index) != len(tx) or len(ty) != len(tx) or len(ally) != len(allx) \
+            or tx.shape[1] != allx.shape[1] or ty.shape[1] != ally.shape[1]:
+        raise _bad(paths["tx"], f"parts of mismatched sizes (tx {tx.shape}, allx {allx.shape}, ty {ty.shape}, "
+                                f"ally {ally.shape}, {len(test_index)} test ids)")
+    sorted_test = np.sort(test_index)
+    if name.lower() == "citeseer":
+        # CiteSeer has isolated test-range ids that the files leave out: PyG adds them as zero rows.
+        lo, span = int(test_index.min()), int(test_index.max() - test_index.min()) + 1
+        tx_ext = np.zeros((span, tx.shape[1]), dtype=np.float32)
+        tx_ext[sorted_test - lo] = tx
+        ty_ext = np.zeros((span, ty.shape[1]), dtype=np.float32)
+        ty_ext[sorted_test - lo] = ty
+        tx, ty = tx_ext, ty_ext
+    x = np.concatenate([allx, tx])
+    labels = np.concatenate([ally, ty])
+    if test_index.min() < 0 or test_index.max() >= len(x):
+        raise DatasetError(f"{paths['test.index']}: expected test ids in 0..{len(x) - 1}, got "
+                           f"{int(test_index.min())}..{int(test_index.max())}. HINT: replace it with the original")
+    x[test_index] = x[sorted_test]
+    y_idx = labels.argmax(axis=1).astype(np.int64)
+    y_idx[test_index] = y_idx[sorted_test]
+    num_nodes = len(y_idx)
+    src, dst = _edges_from_graph(paths["graph"], loaded["graph"], num_nodes)
+    train_n = len(y)
+    as_ids = lambda ids: np.unique(ids[ids < num_nodes]).astype(np.int64)  # noqa: E731 (index_to_mask semantics)
+    return {"x": x, "y": y_idx, "src": src, "dst": dst, "train_idx": as_ids(np.arange(train_n)),
+            "val_idx": as_ids(np.arange(train_n, train_n + 500)), "test_idx": as_ids(test_index)}
+
+
+def _npz(path: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            missing = [k for k in keys if k not in z.files]
+            if missing:
+                raise ValueError(f"no {', '.join(missing)} in {', '.join(z.files)}")
+            return {k: z[k] for k in keys}
+    except Exception as exc:  # a pickled member, a bad zip or a missing key: all the file's fault
+        raise DatasetError(f"{path}: expected an npz of plain arrays {', '.join(keys)}, got "
+                           f"{type(exc).__name__}: {str(exc)[:160]}. HINT: replace it with the dataset's "
+                           "original file, or delete it to download it again") from None
+
+
+def read_heterophilous(path: str) -> dict[str, np.ndarray]:
+    """Read a heterophilous-graphs npz (Tolokers) as `HeterophilousGraphDataset.process` does.
+
+    Returns:
+        dict of x, y, src / dst (each stored edge in both directions, duplicates merged) and the masks
+        train_masks / val_masks / test_masks bool [num_splits, N].
+    Raises:
+        DatasetError: a pickled member, a missing array, or edges naming nodes that do not exist.
+    """
+    keys = ("node_features", "node_labels", "edges", "train_masks", "val_masks", "test_masks")
+    raw = _npz(path, keys)
+    x, edges = raw["node_features"], raw["edges"]
+    n = len(x)
+    if edges.ndim != 2 or edges.shape[1] != 2 or (edges.size and (edges.min() < 0 or edges.max() >= n)):
+        raise DatasetError(f"{path}: expected edges [E, 2] with ids in 0..{n - 1}, got shape {edges.shape}. "
+                           "HINT: replace it with the dataset's original file")
+    src = edges[:, 0].astype(np.int64)
+    dst = edges[:, 1].astype(np.int64)
+    key = np.unique(np.concatenate([src * n + dst, dst * n + src]))  # to_undirected: both ways, coalesced
+    return {"x": x, "y": raw["node_labels"], "src": key // n, "dst": key % n,
+            **{k: raw[k].astype(bool) for k in ("train_masks", "val_masks", "test_masks")}}
+
+
+def _csr(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
+    """A scipy `save_npz` csr file as (data, indices, indptr, shape), read with allow_pickle=False."""
+    raw = _npz(path, ("data", "indices", "indptr", "format", "shape"))
+    fmt = raw["format"].item()
+    fmt = fmt.decode("ascii", "replace") if isinstance(fmt, bytes) else str(fmt)
+    rows, cols = (int(v) for v in raw["shape"])
+    indptr, indices = raw["indptr"].astype(np.int64), raw["indices"].astype(np.int64)
+    if (fmt != "csr" or len(indptr) != rows + 1 or indptr[0] != 0 or np.any(np.diff(indptr) < 0)
+            or indptr[-1] != len(indices) or len(raw["data"]) != len(indices)
+            or (len(indices) and (indices.min() < 0 or indices.max() >= cols))):
+        raise DatasetError(f"{path}: expected a consistent scipy csr matrix, got format '{fmt}' shape "
+                           f"{rows}x{cols}. HINT: replace it with the dataset's original file")
+    return raw["data"], indices, indptr, (rows, cols)
+
+
+def _csr_dense(path: str) -> np.ndarray:
+    data, indices, indptr, (rows, cols) = _csr(path)
+    out = np.zeros((rows, cols), dtype=np.float32)
+    np.add.at(out, (np.repeat(np.arange(rows), np.diff(indptr)), indices), data.astype(np.float32))
+    return out
+
+
+def read_imdb(raw_dir: str) -> dict[str, Any]:
+    """Read MAGNN's IMDB files as PyG's `IMDB.process` builds them (without scipy or pickles).
+
+    Returns:
+        dict with counts {type: N}, x {type: float32 [N, F]}, edges {(src, "to", dst): int64 [2, E]} in PyG's
+        order (source types then target types, each block's entries in stored order), y int64 and the
+        movies' train_idx / val_idx / test_idx.
+    Raises:
+        DatasetError: a pickled member or an inconsistent matrix.
+    """
+    p = lambda f: os.path.join(raw_dir, f)  # noqa: E731
+    x = {t: _csr_dense(p(f"features_{i}.npz")) for i, t in enumerate(IMDB_NODE_TYPES)}
+    counts = {t: len(x[t]) for t in IMDB_NODE_TYPES}
+    try:
+        y = np.load(p("labels.npy"), allow_pickle=False).astype(np.int64)
+    except Exception as exc:
+        raise DatasetError(f"{p('labels.npy')}: expected a plain int npy, got {type(exc).__name__}: "
+                           f"{str(exc)[:160]}. HINT: replace it with the dataset's original file") from None
+    split = _npz(p("train_val_test_idx.npz"), ("train_idx", "val_idx", "test_idx"))
+    _, indices, indptr, shape = _csr(p("adjM.npz"))
+    total = sum(counts.values())
+    if shape != (total, total) or len(y) != counts["movie"]:
+        raise DatasetError(f"{p('adjM.npz')}: expected {total}x{total} for {counts} nodes and {counts['movie']} "
+                           f"labels, got {shape[0]}x{shape[1]} and {len(y)}. HINT: use the original files")
+    start = dict(zip(IMDB_NODE_TYPES, np.cumsum([0, *counts.values()])[:-1].tolist()))
+    row_of = np.repeat(np.arange(total), np.diff(indptr))
+    edges: dict[tuple[str, str, str], np.ndarray] = {}
+    for src, dst in product(IMDB_NODE_TYPES, IMDB_NODE_TYPES):
+        r0, c0 = start[src], start[dst]
+        sel = ((row_of >= r0) & (row_of < r0 + counts[src]) & (indices >= c0) & (indices < c0 + counts[dst]))
+        if sel.any():  # stored order within each row, as scipy's slicing and tocoo() keep it
+            edges[(src, "to", dst)] = np.stack([row_of[sel] - r0, indices[sel] - c0]).astype(np.int64)
+    movies = counts["movie"]
+    as_ids = lambda ids: np.unique(ids.astype(np.int64)[(ids >= 0) & (ids < movies)])  # noqa: E731
+    return {"counts": counts, "x": x, "edges": edges, "y": y, "train_idx": as_ids(split["train_idx"]),
+            "val_idx": as_ids(split["val_idx"]), "test_idx": as_ids(split["test_idx"])}
