@@ -59,6 +59,8 @@ FAULTS = {  # name: (file, change, fault named in the message)
     "rowptr end": ("rowptr", _set(-1, -3), "from 0 to"),
     "col 1e12": ("col", _set(5, 10**12), "got 1000000000000 at index 5"),
     "col -7": ("col", _set(-1, -7), "got -7 at index"),
+    "col int64 min": ("col", _set(0, -2**63), "got -9223372036854775808 at index 0"),
+    "split id int64 max": ("val_idx", _set(0, 2**63 - 1), "got 9223372036854775807 at index 0"),
     "label 99": ("y", _set(3, 99), "labels (-1: unlabelled) in [-1, 8), got 99 at index 3"),
     "label -5": ("y", _set(0, -5), "got -5 at index 0"),
     "split id of another part": ("train_idx", _set(0, 0), "ids owned by part 1 in [1000, 2000), got 0"),
@@ -101,13 +103,30 @@ def test_checks_scan_big_arrays_in_chunks(folders, tmp_path, monkeypatch):
     """With tiny chunks the scan still finds a bad id in the last chunk, at its index, and passes good parts."""
     monkeypatch.setattr(validate, "CHUNK", 7)
     for part in (0, 1):
-        load_partition(folders / "p2", part, mmap=True)
-        load_partition(folders / "hetero", part, mmap=True)
+        for verify in (True, False):  # ids range-checked during the checksum read, or by the chunked scan
+            load_partition(folders / "p2", part, mmap=True, verify=verify)
+            load_partition(folders / "hetero", part, mmap=True, verify=verify)
     crafted = _craft(folders / "p2", tmp_path / "c", 0, "col", _set(-1, 2000))
     n = len(np.load(crafted / "part-000" / "col.npy"))
-    with pytest.raises(PartitionFormatError, match=rf"part-000/col\.npy: expected node ids in \[0, 2000\), got "
-                                                   rf"2000 at index {n - 1}\."):
-        load_partition(crafted, 0, mmap=True)
+    for verify in (True, False):
+        with pytest.raises(PartitionFormatError, match=rf"part-000/col\.npy: expected node ids in \[0, 2000\), "
+                                                       rf"got 2000 at index {n - 1}\."):
+            load_partition(crafted, 0, mmap=True, verify=verify)
+
+
+@pytest.mark.parametrize("array", [np.array([3, -1, 7]), np.arange(100_003), np.arange(5, dtype=np.int32),
+                                   np.zeros(0, np.int64), np.asfortranarray(np.ones((3, 3), np.int64))])
+def test_checksum_read_also_gives_the_unsigned_max(tmp_path, array):
+    """One read gives the same sha256 as the plain checksum, and the max of int64 files read unsigned
+    (a negative id is huge), across chunk edges; None where the file is no C-order int64 array."""
+    from mpignn.fileio import sha256_file
+
+    path = tmp_path / "a.npy"
+    np.save(path, array, allow_pickle=False)
+    digest, top = validate.sha256_and_max(path, chunk=4096)
+    assert digest == sha256_file(path)
+    c_int64 = array.dtype == np.int64 and array.flags.c_contiguous and array.ndim == 1
+    assert top == (int(array.view(np.uint64).max(initial=0)) if c_int64 else None)
 
 
 def test_meta_part_offsets_are_checked(folders, tmp_path):
@@ -188,3 +207,11 @@ def test_crafted_folder_fails_on_every_rank_with_exit_1(folders, tmp_path):
     lines = re.findall(r"mpignn: error: \[rank (\d)\] (.*?part-001/col\.npy: expected node ids in \[0, 2000\), "
                        r"got 1000000000000 at index 5\. HINT)", out)
     assert {r for r, _ in lines} == {"0", "1"}, out[-3000:]
+
+
+def test_partcheck_bench_prints_the_cost_table(folders, capsys):
+    from mpignn.bench.partcheck import main
+
+    assert main(["--folder", str(folders / "hetero"), "--parts", "0,1", "--repeat", "1"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line[:1].isdigit()]
+    assert [r[0] for r in rows] == ["0", "1"] and all(float(r[5]) > 0 and 0 < float(r[6]) < 100 for r in rows), rows

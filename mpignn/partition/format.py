@@ -22,6 +22,10 @@ any id is then one binary search over `part_offsets` (works for ids on any devic
         halo_gid.npy       int64 [h_p]: sorted ids of other parts' nodes that own nodes link to
         halo_deg.npy       int64 [h_p]: how many own edges come from each halo node (cache ranking)
       part-001/ ...
+
+Loading trusts none of it on its checksums alone: `validate.py` checks the dtypes and shapes above exactly,
+and the contents the kernels index with (pointers monotone to len(col), ids in [0, N) or the part's own, labels
+in [-1, C) with -1 = unlabelled, never inside a split), and raises PartitionFormatError naming the file.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ import numpy as np
 
 from mpignn.errors import PartitionFormatError
 from mpignn.fileio import load_npy, read_json, sha256_file
-from mpignn.partition.validate import check_meta, check_part
+from mpignn.partition.validate import SCANNED, check_meta, check_part, sha256_and_max
 
 __all__ = ["FORMAT_VERSION", "PART_FILES", "HETERO_FILES", "PartitionMeta", "LocalPart", "read_meta",
            "load_partition", "part_dir", "check_matches", "report"]
@@ -201,7 +205,7 @@ def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = Tr
     pdir = part_dir(folder, part_id)
     hint = f"HINT: re-create the folder with python -m mpignn.partition --out {folder} --force"
     expected = meta.parts[part_id]["files"]
-    arrays = {}
+    arrays, scanned = {}, {}  # scanned: the id arrays' max, read with their checksum (validate.SCANNED)
     for name in PART_FILES + (HETERO_FILES if meta.hetero else ()):
         path = pdir / f"{name}.npy"
         if not path.is_file():
@@ -212,8 +216,10 @@ def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = Tr
         if size != expected[name]["bytes"]:
             raise PartitionFormatError(f"{path} has {size} bytes, META.json says {expected[name]['bytes']} "
                                        f"(truncated or replaced). {hint}")
-        if verify and sha256_file(path) != expected[name]["sha256"]:
-            raise PartitionFormatError(f"{path} fails its sha256 checksum (corrupt). {hint}")
+        if verify:
+            digest, scanned[name] = sha256_and_max(path) if check and name in SCANNED else (sha256_file(path), None)
+            if digest != expected[name]["sha256"]:
+                raise PartitionFormatError(f"{path} fails its sha256 checksum (corrupt). {hint}")
         try:
             arrays[name] = load_npy(path, mmap=mmap and name in MAPPED_FILES)
         except (ValueError, OSError, EOFError) as exc:
@@ -222,5 +228,5 @@ def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = Tr
     if arrays["rowptr"].shape[:1] != (n_own + 1,) or arrays["x"].shape[:1] != (n_own,):  # 0-d arrays too
         raise PartitionFormatError(f"{pdir} holds {arrays['x'].shape[:1]} nodes, META.json says {n_own}. {hint}")
     if check:
-        check_part(meta, part_id, arrays, pdir, folder)
+        check_part(meta, part_id, arrays, pdir, folder, scanned)
     return LocalPart(meta=meta, part_id=part_id, **arrays)

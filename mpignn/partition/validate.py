@@ -5,6 +5,7 @@ memory stays bounded. numpy only: must not import torch, torch-geometric or numb
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -13,7 +14,7 @@ import numpy as np
 
 from mpignn.errors import PartitionFormatError
 
-__all__ = ["CHUNK", "DTYPES", "check_meta", "check_part", "check_link_arrays"]
+__all__ = ["CHUNK", "DTYPES", "SCANNED", "check_meta", "check_part", "check_link_arrays", "sha256_and_max"]
 
 CHUNK = 1 << 20  # elements per pass over a big array (8 MiB of int64); tests lower it to exercise the chunks
 
@@ -39,16 +40,58 @@ def _chunks(a: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
 
 
 def _first_outside(a: np.ndarray, lo: int, hi: int) -> tuple[int, int] | None:
-    """(flat index, value) of the first element of `a` outside [lo, hi), or None; chunked min/max, so a
-    mapped array is read once without a mask of its size."""
+    """(flat index, value) of the first element of int64 `a` outside [lo, hi), or None.
+
+    One pass per chunk: v lies in [lo, hi) exactly when (v - lo) mod 2**64, read unsigned, is below hi - lo,
+    so one unsigned max finds ids below and above the range alike (a mapped array is read once, with no mask
+    of its size)."""
+    width = np.uint64(hi - lo)
     for start, chunk in _chunks(a):
-        if len(chunk) and (int(chunk.min()) < lo or int(chunk.max()) >= hi):
-            i = int(np.flatnonzero((chunk < lo) | (chunk >= hi))[0])
+        shifted = (chunk if lo == 0 else chunk - np.int64(lo)).view(np.uint64)
+        if len(chunk) and shifted.max() >= width:
+            i = int(np.flatnonzero(shifted >= width)[0])
             return start + i, int(chunk[i])
     return None
 
 
-def _check_range(path: Path, a: np.ndarray, lo: int, hi: int, what: str, folder: Path) -> None:
+# Id arrays whose range check can ride on the checksum's read of the file (`sha256_and_max`): col above all,
+# the biggest array after x, is then range-checked without a second pass or a page fault per mapped page.
+SCANNED = ("col", "orig_id", "halo_gid")
+
+
+def sha256_and_max(path: str | os.PathLike, chunk: int = 1 << 22) -> tuple[str, int | None]:
+    """(sha256 of the file, the unsigned max of its elements read as uint64) in one read of the file; the max
+    is None unless the file is a C-order little-endian int64 .npy. A negative id reads as a huge unsigned
+    value, so `max < N` checks [0, N) for every element."""
+    digest = hashlib.sha256()
+    top, data = None, -1
+    with open(path, "rb") as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            shape, fortran, dtype = read[version](f)
+            if dtype == np.dtype("<i8") and not fortran and f.tell() % 8 == 0:
+                data, top = 8 * int(np.prod(shape, dtype=np.int64)), 0
+        except (ValueError, KeyError, OSError, EOFError):
+            pass
+        head = f.tell() if data >= 0 else 0
+        f.seek(0)
+        digest.update(f.read(head))
+        buf = bytearray(chunk)
+        view = memoryview(buf)
+        while n := f.readinto(buf):
+            digest.update(view[:n])
+            take = min(n, max(0, data)) // 8
+            if take:
+                top = max(top, int(np.frombuffer(buf, dtype=np.uint64, count=take).max()))
+                data -= 8 * take
+    return digest.hexdigest(), (top if data == 0 else None)
+
+
+def _check_range(path: Path, a: np.ndarray, lo: int, hi: int, what: str, folder: Path,
+                 scanned_max: int | None = None) -> None:
+    if lo == 0 and scanned_max is not None and scanned_max < hi:
+        return  # the checksum's read found every element in range
     bad = _first_outside(a, lo, hi)
     if bad is not None:
         raise _fail(path, f"{what} in [{lo}, {hi})", f"{bad[1]} at index {bad[0]}", folder)
@@ -94,13 +137,14 @@ def check_meta(meta: Any, folder: str | os.PathLike) -> None:
 
 
 def check_part(meta: Any, part_id: int, arrays: Mapping[str, np.ndarray], pdir: str | os.PathLike,
-               folder: str | os.PathLike) -> None:
+               folder: str | os.PathLike, scanned: Mapping[str, int | None] | None = None) -> None:
     """Check one part's arrays against each other and META.json before any kernel reads them.
 
     Dtypes and shapes exact; rowptr (and type_rowptr) monotone from 0 to len(col); col, orig_id and halo ids
     in [0, N); labels in [-1, C) (-1: unlabelled), split ids owned by the part and labelled in [0, C); halo
     ids sorted, unique and not owned; heterogeneous type runs consistent with rowptr and the edge types'
-    source and target node types.
+    source and target node types. `scanned` ({name: max} of SCANNED arrays, from `sha256_and_max`) spares
+    the range scan of an array whose checksum read already found it in range.
 
     Raises:
         PartitionFormatError: naming the file and the fault.
@@ -123,8 +167,9 @@ def check_part(meta: Any, part_id: int, arrays: Mapping[str, np.ndarray], pdir: 
     if not x.flags.c_contiguous:
         raise _fail(pdir / "x.npy", "rows in C order", "Fortran order", folder)
     _check_ptr(pdir / "rowptr.npy", arrays["rowptr"], len(col), "rowptr", folder)
-    _check_range(pdir / "col.npy", col, 0, big_n, "node ids", folder)
-    _check_range(pdir / "orig_id.npy", arrays["orig_id"], 0, big_n, "original ids", folder)
+    scanned = scanned or {}
+    _check_range(pdir / "col.npy", col, 0, big_n, "node ids", folder, scanned.get("col"))
+    _check_range(pdir / "orig_id.npy", arrays["orig_id"], 0, big_n, "original ids", folder, scanned.get("orig_id"))
     classes = int(meta.num_classes)
     y = arrays["y"]
     _check_range(pdir / "y.npy", y, -1, classes, "labels (-1: unlabelled)", folder)
@@ -135,13 +180,14 @@ def check_part(meta: Any, part_id: int, arrays: Mapping[str, np.ndarray], pdir: 
             i = int(np.flatnonzero(y[ids - lo] < 0)[0])
             raise _fail(pdir / f"{name}.npy", f"labelled nodes (y.npy in [0, {classes}))",
                         f"node {int(ids[i])} with label {int(y[ids[i] - lo])}", folder)
-    _check_halo(pdir, arrays["halo_gid"], arrays["halo_deg"], lo, hi, big_n, folder)
+    _check_halo(pdir, arrays["halo_gid"], arrays["halo_deg"], lo, hi, big_n, folder, scanned.get("halo_gid"))
     if "type_rowptr" in arrays and meta.hetero:
         _check_types(meta, part_id, arrays, pdir, folder)
 
 
-def _check_halo(pdir: Path, gid: np.ndarray, deg: np.ndarray, lo: int, hi: int, big_n: int, folder: Path) -> None:
-    _check_range(pdir / "halo_gid.npy", gid, 0, big_n, "node ids", folder)
+def _check_halo(pdir: Path, gid: np.ndarray, deg: np.ndarray, lo: int, hi: int, big_n: int, folder: Path,
+                scanned_max: int | None) -> None:
+    _check_range(pdir / "halo_gid.npy", gid, 0, big_n, "node ids", folder, scanned_max)
     rises = np.flatnonzero(gid[1:] <= gid[:-1])
     if len(rises):
         i = int(rises[0])
