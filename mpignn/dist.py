@@ -17,6 +17,7 @@ import torch
 
 from mpignn import env as _env
 from mpignn.errors import LaunchError
+from mpignn.mpi_store import MPIStore, listening_tcp_store
 
 __all__ = ["Hardware", "Choice", "detect_hardware", "choose", "init_process_group", "apply_threads",
            "destroy_process_group", "device_id_accepted"]
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 DEVICES = ("auto", "cpu", "cuda", "xpu")
 BACKENDS = ("auto", "gloo", "mpi", "nccl", "xccl", "ccl")
+_mpi_store: MPIStore | None = None  # the default group's store; destroy_process_group stops its thread
 
 
 @dataclass(frozen=True)
@@ -161,9 +163,11 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
                        choice: Choice, timeout_s: float = 600.0) -> None:
     """Collective over `comm`: initialise torch.distributed with no hand-set MASTER_ADDR/MASTER_PORT.
 
-    Rank 0 picks an address the other hosts reach (`mpi.rendezvous_endpoint`: never loopback across hosts) and
-    a port the kernel reports free, and broadcasts both over MPI; values already in the environment win. The
-    `mpi` backend needs no rendezvous.
+    Rank 0 picks an address the other hosts reach (`mpi.rendezvous_endpoint`: never loopback across hosts)
+    and broadcasts it over MPI; gloo binds its interface on that subnet. The store (the key-value table the
+    ranks meet in) goes over MPI (`mpi_store.MPIStore`): no TCP port is opened for it, so no neighbour can
+    read or change it. A MASTER_PORT set by hand on rank 0 is honoured with a TCPStore listening on exactly
+    MASTER_ADDR:MASTER_PORT (not all interfaces). The `mpi` backend needs no rendezvous.
     """
     dist = torch.distributed
     if dist.is_initialized():
@@ -181,8 +185,8 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
     if choice.backend != "mpi":
         from mpignn.mpi import rendezvous_endpoint
 
-        addr, port, ifname = rendezvous_endpoint(comm)  # across hosts never a loopback address
-        changed = _env.export_torch_env({"MASTER_ADDR": addr, "MASTER_PORT": port, "RANK": rank,
+        addr, ifname = rendezvous_endpoint(comm)  # across hosts never a loopback address
+        changed = _env.export_torch_env({"MASTER_ADDR": addr, "RANK": rank,
                                          "WORLD_SIZE": world_size, "LOCAL_RANK": local_rank,
                                          "LOCAL_WORLD_SIZE": local_size,
                                          **({"GLOO_SOCKET_IFNAME": ifname} if ifname else {})})
@@ -194,9 +198,15 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
         kwargs["device_id"] = torch.device(choice.device)
     if choice.backend == "mpi":
         dist.init_process_group("mpi", timeout=timeout)
+        return
+    global _mpi_store
+    user_port = comm.bcast(_env.user_master_port(), root=0)  # rank 0's environment decides, for all
+    if user_port:
+        store = listening_tcp_store(comm, addr, user_port, world_size, timeout)
     else:
-        dist.init_process_group(choice.backend, init_method="env://", rank=rank, world_size=world_size,
-                                timeout=timeout, **kwargs)
+        store = _mpi_store = MPIStore(comm, timeout)
+    dist.init_process_group(choice.backend, store=store, rank=rank, world_size=world_size, timeout=timeout,
+                            **kwargs)
 
 
 def device_id_accepted(choice: Choice, torch_version: str) -> bool:
@@ -215,5 +225,10 @@ def device_id_accepted(choice: Choice, torch_version: str) -> bool:
 
 
 def destroy_process_group() -> None:
+    """Tear down torch.distributed and stop the MPI store's serving thread on rank 0."""
+    global _mpi_store
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+    if _mpi_store is not None:
+        _mpi_store.close()
+        _mpi_store = None

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 __all__ = ["LaunchInfo", "detect", "export_torch_env", "thread_budget", "cpus_available", "mem_available_bytes",
-           "foreign_launcher_size", "free_port", "slurm_job_id", "host_address", "tune_allocator",
+           "foreign_launcher_size", "listen_socket", "slurm_job_id", "host_address", "tune_allocator",
            "bound_onednn_cache", "Interface", "socket_ifname", "ipv4_interfaces", "pick_shared_address",
-           "user_master_addr"]
+           "user_master_addr", "user_master_port"]
 
 
 @dataclass(frozen=True)
@@ -232,11 +232,24 @@ def slurm_job_id(env: Mapping[str, str] | None = None) -> str:
     return (os.environ if env is None else env).get("SLURM_JOB_ID", "")
 
 
-def free_port() -> int:
-    """A TCP port free right now on this host (bind to port 0 and read what the kernel chose)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
+def listen_socket(address: str, port: int = 0) -> socket.socket:
+    """A TCP socket bound to exactly `address` (never all interfaces) and already listening.
+
+    Port 0 lets the kernel choose; read it from `getsockname()`. The caller keeps the socket open and hands it
+    on (TCPStore's `master_listen_fd`): a port that was closed and bound again could be taken in between.
+
+    Raises:
+        OSError: the address is not this host's, or the port is taken.
+    """
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.bind((address, port))
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def host_address() -> str:
@@ -292,6 +305,12 @@ def user_master_addr(env: Mapping[str, str] | None = None) -> str | None:
     """MASTER_ADDR as the user set it (it wins over the address mpignn would pick), else None."""
     env = os.environ if env is None else env
     return env.get("MASTER_ADDR") or None
+
+
+def user_master_port(env: Mapping[str, str] | None = None) -> str | None:
+    """MASTER_PORT as the user set it (the store then listens there, on MASTER_ADDR only), else None."""
+    env = os.environ if env is None else env
+    return env.get("MASTER_PORT") or None
 
 
 def ipv4_interfaces() -> list[Interface]:

@@ -126,12 +126,12 @@ def check_launcher() -> None:
             "(`python -m mpi4py --mpi-lib-version` names it)"))
 
 
-def rendezvous_endpoint(comm: Any) -> tuple[str, int, str | None]:
-    """Collective over `comm`: every rank must call it, in the same order. Rank 0's (address, port) for a TCP
-    rendezvous (torch.distributed's MASTER_ADDR/MASTER_PORT), the same on every rank, and this rank's own
-    interface on that address's subnet (for GLOO_SOCKET_IFNAME; None on one host).
+def rendezvous_endpoint(comm: Any) -> tuple[str, str | None]:
+    """Collective over `comm`: every rank must call it, in the same order. Rank 0's address the other hosts
+    reach (MASTER_ADDR), the same on every rank, and this rank's own interface on that address's subnet (for
+    GLOO_SOCKET_IFNAME; None on one host). No port: the store goes over MPI (`mpignn.mpi_store`).
 
-    The port is one the kernel reports free on rank 0's host. The address: a MASTER_ADDR set on rank 0;
+    The address: a MASTER_ADDR set on rank 0;
     else on one host, what the host name resolves to; across hosts never a loopback address (a host name
     mapped to 127.0.1.1 in /etc/hosts is common), but the IPv4 address of the interface named by
     MPIGNN_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, else one of rank 0's addresses on a subnet
@@ -146,21 +146,21 @@ def rendezvous_endpoint(comm: Any) -> tuple[str, int, str | None]:
     leader = local.rank == 0
     local.Free()
     reports = comm.gather(_env.ipv4_interfaces() if leader and comm.rank != 0 else None, root=0)
-    answer: tuple[str, int, str, str] = ("", 0, "", "")
+    answer: tuple[str, str, str] = ("", "", "")
     if comm.rank == 0:
         try:
             address, network = _choose_address([r for r in reports[1:] if r is not None])
-            answer = (address, _env.free_port(), network, "")
+            answer = (address, network, "")
         except LaunchError as exc:
-            answer = ("", 0, "", str(exc))
-    address, port, network, problem = comm.bcast(answer, root=0)
+            answer = ("", "", str(exc))
+    address, network, problem = comm.bcast(answer, root=0)
     if problem:
         raise mark_agreed(LaunchError(problem))
     ifname = None
     if network:  # the gloo transport binds what the host name resolves to unless told: tell it the same subnet
         own = [i for i in _env.ipv4_interfaces() if ipaddress.ip_address(i.address) in ipaddress.ip_network(network)]
         ifname = own[0].name if own else None
-    return address, port, ifname
+    return address, ifname
 
 
 def _choose_address(others: list[list[_env.Interface]]) -> tuple[str, str]:

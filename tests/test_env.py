@@ -59,10 +59,6 @@ def test_thread_budget():
     assert env.thread_budget(8, cpus=2, host_cpus=64) == (2, False)  # bound by the launcher: the mask is ours
 
 
-def test_free_port_is_a_port():
-    assert 0 < env.free_port() < 65536
-
-
 def test_onednn_cache_is_bounded_unless_the_user_set_it(monkeypatch):
     monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
     env.bound_onednn_cache()

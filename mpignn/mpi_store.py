@@ -1,0 +1,244 @@
+"""A torch.distributed Store whose keys travel over MPI, so the rendezvous opens no TCP port at all.
+
+Owns `MPIStore` (rank 0 keeps the keys; a thread there answers the other ranks over a private duplicate of
+the communicator) and `listening_tcp_store` (a hand-set MASTER_PORT: a TCPStore on exactly that address).
+Imports torch, mpignn.env and mpignn.errors (mpi4py only inside functions); never torch-geometric.
+"""
+from __future__ import annotations
+
+import atexit
+import datetime
+import threading
+import time
+from typing import Any
+
+import torch
+
+from mpignn import env as _env
+from mpignn.errors import LaunchError
+
+__all__ = ["MPIStore", "listening_tcp_store"]
+
+_REQUEST, _REPLY = 0x6D70, 0x6D71  # tags on the store's own duplicate communicator
+_MISSING = object()
+
+
+class _Keys:
+    """Rank 0's table. `apply` answers at once, or returns `_MISSING` for a get/wait whose keys are not there yet."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.changed = threading.Condition()
+        self.version = 0
+
+    def apply(self, op: str, args: tuple) -> Any:
+        with self.changed:
+            data = self.data
+            if op in ("get", "wait"):
+                keys = args if op == "wait" else args[:1]
+                if not all(k in data for k in keys):
+                    return _MISSING
+                return data[args[0]] if op == "get" else None
+            if op == "check":
+                return all(k in data for k in args)
+            if op == "num_keys":
+                return len(data)
+            if op == "delete_key":
+                found = data.pop(args[0], None) is not None
+            elif op == "set":
+                data[args[0]] = args[1]
+            elif op == "add":
+                total = int(data.get(args[0], b"0")) + int(args[1])
+                data[args[0]] = str(total).encode()
+            elif op == "compare_set":
+                key, expected, desired = args
+                current = data.get(key)
+                if current is None:
+                    if expected:
+                        return expected  # TCPStore's answer for a missing key and a non-empty expectation
+                    data[key] = desired
+                elif current == expected:
+                    data[key] = desired
+            else:
+                raise ValueError(f"unknown store operation {op!r}")
+            self.version += 1
+            self.changed.notify_all()
+            if op == "delete_key":
+                return found
+            if op == "add":
+                return total
+            return data[args[0]] if op == "compare_set" else None
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+class MPIStore(torch.distributed.Store):
+    """Collective over `comm` to create: a key-value store for `init_process_group(store=...)` over MPI.
+
+    Rank 0 holds the keys. A daemon thread there polls a duplicate of `comm` for the other ranks' requests
+    (sleeping up to 5 ms, 50 ms after a quiet second, so it costs no core) and answers get/wait as soon as their keys exist.
+    Nothing listens on a socket, so no neighbour on the host or the network can read, set or delete a key.
+    Needs MPI_THREAD_MULTIPLE (mpi4py asks for it by default). `close()` stops the thread; it also runs at exit.
+
+    Args:
+        comm: the communicator of the ranks that will form the process group (rank 0 owns the keys).
+        timeout: how long a get or wait waits for its keys before raising `torch.distributed.DistStoreError`.
+    """
+
+    def __init__(self, comm: Any, timeout: datetime.timedelta) -> None:
+        super().__init__()
+        self._comm = comm.Dup()
+        self._wait_s = timeout.total_seconds()
+        self._lock = threading.Lock()  # one request in flight per rank (torch may call from several threads)
+        self._seq = 0
+        self._stop = threading.Event()
+        self._keys = _Keys() if self._comm.rank == 0 else None
+        self._thread: threading.Thread | None = None
+        if self._keys is not None and self._comm.size > 1:
+            self._thread = threading.Thread(target=self._serve, name="mpignn-store", daemon=True)
+            self._thread.start()
+        atexit.register(self.close)  # before mpi4py's finaliser (atexit runs last-registered first)
+
+    # -- torch.distributed.Store -------------------------------------------------------------------------------
+    def set(self, key: str, value: Any) -> None:
+        self._call("set", (key, _as_bytes(value)))
+
+    def get(self, key: str) -> bytes:
+        return self._call("get", (key,))
+
+    def add(self, key: str, amount: int) -> int:
+        return self._call("add", (key, int(amount)))
+
+    def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
+        return self._call("compare_set", (key, _as_bytes(expected), _as_bytes(desired)))
+
+    def wait(self, keys: list[str], timeout: datetime.timedelta | None = None) -> None:
+        self._call("wait", tuple(keys), timeout.total_seconds() if timeout is not None else None)
+
+    def check(self, keys: list[str]) -> bool:
+        return self._call("check", tuple(keys))
+
+    def delete_key(self, key: str) -> bool:
+        return self._call("delete_key", (key,))
+
+    def num_keys(self) -> int:
+        return self._call("num_keys", ())
+
+    def close(self) -> None:
+        """Stop rank 0's serving thread (the other ranks must be done with the store)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    # -- plumbing ----------------------------------------------------------------------------------------------
+    def _call(self, op: str, args: tuple, wait_s: float | None = None) -> Any:
+        wait_s = self._wait_s if wait_s is None or wait_s <= 0 else wait_s
+        if self._keys is not None:
+            return self._local(op, args, wait_s)
+        with self._lock:
+            return self._remote(op, args, wait_s)
+
+    def _local(self, op: str, args: tuple, wait_s: float) -> Any:
+        deadline = time.monotonic() + wait_s
+        with self._keys.changed:
+            while (answer := self._keys.apply(op, args)) is _MISSING:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise self._timeout(op, args, wait_s)
+                self._keys.changed.wait(left)
+        return answer
+
+    def _remote(self, op: str, args: tuple, wait_s: float) -> Any:
+        self._seq += 1
+        self._comm.send((self._seq, op, args), dest=0, tag=_REQUEST)
+        deadline = time.monotonic() + wait_s
+        pause = 0.0
+        while True:
+            if self._comm.iprobe(source=0, tag=_REPLY):
+                seq, answer = self._comm.recv(source=0, tag=_REPLY)
+                if seq != self._seq:  # a late answer to a request that already timed out
+                    continue
+                if isinstance(answer, Exception):
+                    raise answer
+                return answer
+                continue
+            if time.monotonic() > deadline:
+                raise self._timeout(op, args, wait_s)
+            time.sleep(pause)
+            pause = min(pause * 2 or 1e-5, 5e-3)
+
+    def _serve(self) -> None:
+        from mpi4py import MPI
+
+        status = MPI.Status()
+        pending: list[tuple[int, int, str, tuple]] = []
+        seen = -1
+        pause, last_busy = 0.0, time.monotonic()
+        while not self._stop.is_set():
+            busy = False
+            while self._comm.iprobe(source=MPI.ANY_SOURCE, tag=_REQUEST, status=status):
+                source = status.Get_source()
+                seq, op, args = self._comm.recv(source=source, tag=_REQUEST)
+                pending.append((source, seq, op, args))
+                busy = True
+            if pending and (busy or seen != self._keys.version):
+                seen = self._keys.version
+                waiting = []
+                for source, seq, op, args in pending:
+                    try:
+                        answer = self._keys.apply(op, args)
+                    except (ValueError, TypeError) as exc:  # a malformed request answers with the error
+                        answer = exc
+                    if answer is _MISSING:
+                        waiting.append((source, seq, op, args))
+                    else:
+                        self._comm.send((seq, answer), dest=source, tag=_REPLY)
+                        busy = True
+                pending = waiting
+            if busy:
+                last_busy = time.monotonic()
+            cap = 5e-3 if time.monotonic() - last_busy < 1.0 else 5e-2  # a lazy NCCL init may come much later
+            pause = 0.0 if busy else min(pause * 2 or 1e-5, cap)
+            time.sleep(pause)
+
+    def _timeout(self, op: str, args: tuple, wait_s: float) -> Exception:
+        return torch.distributed.DistStoreError(
+            f"expected the key(s) {list(args[:1] if op == 'get' else args)} of the MPI rendezvous store within "
+            f"{wait_s:.0f} s; got none (rank {self._comm.rank}). HINT: a rank did not reach "
+            "init_process_group: look for an earlier error on another rank")
+
+
+def listening_tcp_store(comm: Any, address: str, port: str, world_size: int,
+                        timeout: datetime.timedelta) -> torch.distributed.TCPStore:
+    """Collective over `comm`: a TCPStore on exactly `address:port` (a hand-set MASTER_ADDR/MASTER_PORT).
+
+    Rank 0 binds and listens on that address alone (not all interfaces) and hands the socket to the store
+    (`master_listen_fd`), so no other process can take the port in between; the others connect after it
+    listens. Rank 0's bind error reaches every rank.
+
+    Raises:
+        LaunchError: on every rank alike, when rank 0 cannot listen there.
+    """
+    sock, problem = None, ""
+    if comm.rank == 0:
+        try:
+            if not port.isdigit() or not 0 < int(port) < 65536:
+                raise OSError(f"MASTER_PORT={port!r} is not a port number (1-65535)")
+            sock = _env.listen_socket(address, int(port))
+        except OSError as exc:
+            problem = (f"expected to listen on MASTER_ADDR:MASTER_PORT {address}:{port} on rank 0's host; got "
+                       f"{exc.strerror or exc}. HINT: unset MASTER_PORT (mpignn then needs no port), or "
+                       "choose a free port and an address of rank 0's host")
+    problem = comm.bcast(problem, root=0)
+    if problem:
+        from mpignn.mpi import mark_agreed
+
+        raise mark_agreed(LaunchError(problem))
+    if sock is None:
+        return torch.distributed.TCPStore(address, int(port), world_size, False, timeout)
+    # detach(): the store's event loop owns the fd from here on (and closes it); Python must not.
+    return torch.distributed.TCPStore(address, int(port), world_size, True, timeout, wait_for_workers=False,
+                                      master_listen_fd=sock.detach())
