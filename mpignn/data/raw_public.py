@@ -110,13 +110,18 @@ def _unpickle(path: str) -> Any:
         raise _bad(path, f"{type(exc).__name__}: {str(exc)[:160]}".replace("\n", " ")) from None
 
 
+def _plain(obj: Any) -> bool:
+    # checked again after loading, whatever the dtype's pickled state said
+    return type(obj) is np.ndarray and obj.dtype.kind in "biuf" and not obj.dtype.hasobject
+
+
 def _dense(path: str, obj: Any) -> np.ndarray:
     """A pickled matrix as a dense float32 array (csr densified as PyG's `todense()` does)."""
     if isinstance(obj, _Csr):
         state = obj.state if isinstance(obj.state, dict) else {}
         shape = state.get("_shape", state.get("shape"))
         parts = [state.get(k) for k in ("data", "indices", "indptr")]
-        if not (isinstance(shape, tuple) and len(shape) == 2 and all(isinstance(p, np.ndarray) for p in parts)):
+        if not (isinstance(shape, tuple) and len(shape) == 2 and all(_plain(p) for p in parts)):
             raise _bad(path, "a csr matrix without data/indices/indptr/shape")
         data, indices, indptr = parts
         rows, cols = int(shape[0]), int(shape[1])
@@ -128,7 +133,7 @@ def _dense(path: str, obj: Any) -> np.ndarray:
         row_of = np.repeat(np.arange(rows), np.diff(indptr))
         np.add.at(out, (row_of, indices), data.astype(np.float32))  # todense() sums duplicates too
         return out
-    if isinstance(obj, np.ndarray) and obj.ndim == 2:
+    if _plain(obj) and obj.ndim == 2:
         return obj.astype(np.float32)
     raise _bad(path, f"a {type(obj).__name__} where a 2-d matrix belongs")
 
