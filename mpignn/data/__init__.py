@@ -1,7 +1,7 @@
 """Datasets behind one registry, so `--dataset NAME` means the same in every command.
 
 Names: `synthetic[:key=value,...]` (embedded default, no files), `npz:PATH`, `npy:FOLDER` (memory-mapped),
-Cora / CiteSeer / PubMed, Tolokers[:split=K] and IMDB (heterogeneous) (raw files parsed in `public`), ogbn-arxiv / ogbn-products /
+Cora / CiteSeer / PubMed, Tolokers[:split=K] and IMDB (heterogeneous) (their raw files), ogbn-arxiv / ogbn-products /
 ogbn-papers100M (ogb's raw files). Must not import torch-geometric at module level.
 """
 from __future__ import annotations
