@@ -126,6 +126,13 @@ class MPIStore(torch.distributed.Store):
     def num_keys(self) -> int:
         return self._call("num_keys", ())
 
+    def clone(self) -> MPIStore:
+        """The same store (new_group asks for a clone; calls are serialised, so one object serves all)."""
+        return self
+
+    deleteKey = delete_key  # noqa: N815  the C++ trampoline looks these two up by their C++ names
+    getNumKeys = num_keys  # noqa: N815
+
     def close(self) -> None:
         """Stop rank 0's serving thread (the other ranks must be done with the store)."""
         self._stop.set()

@@ -30,6 +30,9 @@ def main() -> None:
         assert store.compare_set("cas", b"wrong", b"two") == b"one"
         assert store.compare_set("cas", b"one", b"two") == b"two"
         assert store.num_keys() == 3 and store.delete_key("cas") and not store.delete_key("cas")
+        via_cpp = dist.PrefixStore("p/", store)  # C++ calls reach the Python methods (deleteKey, getNumKeys)
+        via_cpp.set("k", b"v")
+        assert via_cpp.num_keys() == 3 and via_cpp.delete_key("k") and store.num_keys() == 2
     comm.Barrier()
     assert store.num_keys() == 2, store.num_keys()
     start = time.monotonic()

@@ -1,4 +1,4 @@
-"""MPI-driven rendezvous (no MASTER_ADDR/PORT by hand), then an all-reduce over gloo."""
+"""MPI-driven rendezvous (no MASTER_ADDR/PORT by hand), then an all-reduce over gloo, in the default group and a new one."""
 import sys
 
 import torch
@@ -15,6 +15,9 @@ def main() -> None:
     dist.all_reduce(t)
     n = topo.world_size
     assert t.item() == n * (n + 1) / 2, t
+    group = dist.new_group(list(range(n)))  # a second group meets through the same (MPI) store
+    dist.all_reduce(t, group=group)
+    assert t.item() == n * n * (n + 1) / 2, t
     assert topo.local_size == n and topo.num_hosts == 1, topo
     destroy_process_group()
     print(f"MPIGNN-OK rank={topo.rank}", flush=True)
