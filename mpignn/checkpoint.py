@@ -1,28 +1,41 @@
-"""Checkpoints: model, optimizer, every rank's RNG state, the position (epoch, step) and the config, written
-atomically on rank 0 and read back with `torch.load(weights_only=True)` (tensors, numbers and strings only:
-nothing arbitrary is unpickled), on any world size.
+"""Checkpoints: model, optimizer, every rank's RNG state and learnable rows, the position (epoch, step) and the
+config, committed as one generation and read back with `torch.load(weights_only=True)` / npz without pickles.
 
+A generation is a folder; it counts once its manifest, written last, is in it:
+
+    DIR/gen-000007/embedding-rank{R}.npz   each rank's learnable rows (--embed-dim), written by that rank
+    DIR/gen-000007/checkpoint.pt           model, optimizer, stacked RNG states, extra (each host's rank 0)
+    DIR/gen-000007/manifest.json           generation, epoch, step, world size, sha256 of every file above
+    DIR/checkpoint.pt                      the older single-file format, resumed when no generation is complete
+
+Every file is fsync'd before its rename and the folder after it; the previous generations stay until a new one
+is complete (the newest `keep` are kept). A resume agrees over MPI that every rank loaded the same one.
 With the same world size a resumed run replays the uninterrupted one bit for bit: the sampling streams are
-derived from (seed, epoch, rank, step), and the torch RNGs (CPU and the rank's device), which dropout uses,
-are restored per rank. Numpy's and Python's global RNGs are not used by training.
+derived from (seed, epoch, rank, step), and the torch RNGs (CPU and the rank's device) are restored per rank.
 """
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from mpignn.errors import ConfigError, MpignnError
-from mpignn.fileio import atomic_path
-from mpignn.mpi import check_all
+from mpignn.errors import ConfigError, MpignnError, mark_agreed
+from mpignn.fileio import atomic_path, fsync_dir, fsync_file, sha256_file, write_durable
+from mpignn.mpi import allreduce_max, check_all, topology
 
 __all__ = ["save_checkpoint", "load_checkpoint", "save_state", "resume_state", "check_compatible", "rng_state",
-           "set_rng_state", "CHECKPOINT", "MODEL_KEYS", "REPLAY_KEYS"]
+           "set_rng_state", "generations", "latest_checkpoint", "CHECKPOINT", "MANIFEST", "MODEL_KEYS",
+           "REPLAY_KEYS"]
 
 CHECKPOINT = "checkpoint.pt"
+MANIFEST = "manifest.json"
 FORMAT = 2
 MODEL_KEYS = ("dataset", "model", "hidden", "fanout", "embed_dim")
 """Flags the saved weights' shapes depend on: a resume that changes one is refused."""
@@ -56,42 +69,51 @@ def set_rng_state(state: dict[str, torch.Tensor], device: str = "cpu") -> None:
         module.set_rng_state(state["device"].to(torch.uint8).clone(), torch.device(device))
 
 
+def _state(epoch: int, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+           extra: dict[str, Any] | None, rng: dict[str, torch.Tensor] | None) -> dict[str, Any]:
+    return {"format": FORMAT, "epoch": int(epoch), "step": int(step),
+            "model": getattr(model, "module", model).state_dict(), "optimizer": optimizer.state_dict(),
+            "rng": rng or {}, "extra": extra or {}}
+
+
 def save_checkpoint(folder: str | os.PathLike, epoch: int, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer, extra: dict[str, Any] | None = None, *, step: int = 0,
                     rng: dict[str, torch.Tensor] | None = None) -> Path:
-    """Write `folder/checkpoint.pt`: training continues at (`epoch`, `step`); the previous file stays until
-    the new one is complete (temp file, then rename). Not collective (see `save_state`).
+    """Write the single file `folder/checkpoint.pt` (training continues at (`epoch`, `step`)): temp file,
+    fsync, rename, fsync of the folder. Not collective; training saves generations (`save_state`).
 
     Args:
         rng: per-rank RNG states stacked along dim 0 ({"cpu": [world_size, n], "device": ...}).
         extra: numbers, strings, lists and dicts only (the config, the best epoch, partial sums).
     """
-    module = getattr(model, "module", model)
     path = Path(folder) / CHECKPOINT
     with atomic_path(path) as tmp:
-        torch.save({"format": FORMAT, "epoch": int(epoch), "step": int(step), "model": module.state_dict(),
-                    "optimizer": optimizer.state_dict(), "rng": rng or {}, "extra": extra or {}}, tmp)
+        torch.save(_state(epoch, step, model, optimizer, extra, rng), tmp)
+        fsync_file(tmp)
+    fsync_dir(path.parent)
     return path
 
 
-def load_checkpoint(folder: str | os.PathLike, model: torch.nn.Module,
-                    optimizer: torch.optim.Optimizer | None = None,
-                    config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Restore model (and optimizer) state; returns {"epoch", "step" (where training continues), "rng",
-    "extra", "replay_changes"}. Files of the first format (no "format" key) stored the finished epoch: they
-    continue after it. With `config`, the flags are checked first (`check_compatible`).
-
-    Raises:
-        ConfigError: no checkpoint in `folder`, one made with other model flags, or one that is corrupt or
-            made for another model.
-    """
-    path = Path(folder) / CHECKPOINT
+def _read(folder: Path, sha256: str | None = None) -> dict[str, Any]:
+    """The state in `folder/checkpoint.pt` (tensors only), its bytes checked against `sha256` when given."""
+    path = folder / CHECKPOINT
     if not path.is_file():
         raise ConfigError(f"--resume expected {CHECKPOINT} in {folder}; found none. HINT: check --checkpoint-dir, "
                           "or drop --resume to start fresh")
+    try:
+        data = path.read_bytes()
+        if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+            raise ValueError(f"its sha256 is not the one in {MANIFEST}")
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # unpickling refusals, truncation and checksums all mean "unusable"
+        raise ConfigError(f"cannot resume from {path}: {type(exc).__name__}: {str(exc)[:200]}. HINT: the file "
+                          "is corrupt; delete its folder to resume from the generation before it") from None
+
+
+def _apply(path: Path, state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+           config: dict[str, Any] | None) -> dict[str, Any]:
     changes: list[str] = []
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
         if config is not None:
             changes = check_compatible(state.get("extra", {}).get("config", {}), config)
         getattr(model, "module", model).load_state_dict(state["model"])
@@ -99,14 +121,55 @@ def load_checkpoint(folder: str | os.PathLike, model: torch.nn.Module,
             optimizer.load_state_dict(state["optimizer"])
     except ConfigError:
         raise
-    except Exception as exc:  # unpickling refusals, truncation and shape mismatches all mean "unusable"
+    except Exception as exc:  # shape mismatches: another model
         raise ConfigError(f"cannot resume from {path}: {type(exc).__name__}: {str(exc)[:200]}. HINT: the file "
-                          "is corrupt or from another model/flags; delete it or use the original flags") from None
-    if "format" not in state:
+                          "is from another model/flags; use the original flags or another --checkpoint-dir") from None
+    if "format" not in state:  # the first format stored the finished epoch: continue after it
         return {"epoch": int(state["epoch"]) + 1, "step": 0, "rng": {}, "extra": state.get("extra", {}),
                 "replay_changes": changes}
     return {"epoch": int(state["epoch"]), "step": int(state["step"]), "rng": state.get("rng", {}),
             "extra": state.get("extra", {}), "replay_changes": changes}
+
+
+def load_checkpoint(folder: str | os.PathLike, model: torch.nn.Module,
+                    optimizer: torch.optim.Optimizer | None = None,
+                    config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Restore model (and optimizer) state from `folder/checkpoint.pt` (a generation's folder, or an older
+    run's `--checkpoint-dir`); returns {"epoch", "step" (where training continues), "rng", "extra",
+    "replay_changes"}. Files of the first format (no "format" key) stored the finished epoch: they continue
+    after it. With `config`, the flags are checked first (`check_compatible`). Not collective.
+
+    Raises:
+        ConfigError: no checkpoint in `folder`, one made with other model flags, or one that is corrupt or
+            made for another model.
+    """
+    folder = Path(folder)
+    return _apply(folder / CHECKPOINT, _read(folder), model, optimizer, config)
+
+
+def _number(path: Path) -> int | None:
+    name = path.name
+    return int(name[4:]) if name.startswith("gen-") and name[4:].isdigit() else None
+
+
+def _numbered(folder: Path) -> list[tuple[int, Path]]:
+    if not folder.is_dir():
+        return []
+    return sorted((n, p) for p in folder.iterdir() if (n := _number(p)) is not None and p.is_dir())
+
+
+def generations(folder: str | os.PathLike) -> list[Path]:
+    """The complete generations in `folder` (those with a manifest), oldest first. Not collective."""
+    return [p for _, p in _numbered(Path(folder)) if (p / MANIFEST).is_file()]
+
+
+def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
+    """The folder whose checkpoint.pt a resume loads: the newest complete generation, else `folder` itself
+    when it holds a checkpoint of the older single-file format; None when there is neither."""
+    found = generations(folder)
+    if found:
+        return found[-1]
+    return Path(folder) if (Path(folder) / CHECKPOINT).is_file() else None
 
 
 def check_compatible(saved: dict[str, Any], config: dict[str, Any]) -> list[str]:
@@ -123,41 +186,179 @@ def check_compatible(saved: dict[str, Any], config: dict[str, Any]) -> list[str]
     return diff(REPLAY_KEYS)
 
 
+def _rows_name(rank: int) -> str:
+    return f"embedding-rank{rank}.npz"
+
+
 def save_state(comm: Any, folder: str | os.PathLike, *, epoch: int, step: int, model: torch.nn.Module,
-               optimizer: torch.optim.Optimizer, device: str, extra: dict[str, Any]) -> None:
-    """Collective over `comm`: gather every rank's RNG states on rank 0, which writes the checkpoint; returns
-    once the file is in place on every rank (so no rank exits before it is written)."""
+               optimizer: torch.optim.Optimizer, device: str, extra: dict[str, Any], rows: Any = None,
+               keep: int = 2) -> Path:
+    """Collective over `comm`: commit one generation in `folder` (see the module docstring) and return its
+    folder, once it is complete for every rank (so no rank exits before it is written).
+
+    Each rank writes its learnable `rows` (a NodeEmbedding, or None); rank 0 gathers the RNG states and
+    serializes the checkpoint, which the first rank of every host writes (so node-local folders get it),
+    then the manifest. The generations before the newest `keep` are removed only after that.
+
+    Raises:
+        ConfigError: a write failed on some rank (a full disk, ...), raised on every rank alike; the new
+            generation is removed and the earlier ones stay as they were.
+    """
+    topo = topology(comm)
+    writer = topo.local_rank == 0
+    folder = Path(folder)
+    number = int(allreduce_max(comm, [max((n for n, _ in _numbered(folder)), default=0)])[0]) + 1
+    gen = folder / f"gen-{number:06d}"
+    problem, rows_sha = "", None
+    try:
+        gen.mkdir(parents=True, exist_ok=True)
+        if rows is not None:
+            rows.save(gen / _rows_name(comm.rank), epoch=epoch, step=step)
+            rows_sha = sha256_file(gen / _rows_name(comm.rank))
+    except OSError as exc:
+        problem = f"{type(exc).__name__}: {exc}"
     mine = {k: v.numpy() for k, v in rng_state(device).items()}
-    states = comm.gather(mine, root=0)
+    gathered = comm.gather((problem, rows_sha, mine), root=0)
+    data, manifest = b"", None
     if comm.rank == 0:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        rng = {k: torch.from_numpy(np.stack([s[k] for s in states])) for k in mine}
-        save_checkpoint(folder, epoch, model, optimizer, {**extra, "world_size": comm.size}, step=step, rng=rng)
-    comm.Barrier()
+        problem = next((f"rank {r}: {p}" for r, (p, _, _) in enumerate(gathered) if p), "")
+        if not problem:
+            rng = {k: torch.from_numpy(np.stack([g[2][k] for g in gathered])) for k in mine}
+            buf = io.BytesIO()
+            torch.save(_state(epoch, step, model, optimizer, {**extra, "world_size": comm.size}, rng), buf)
+            data = buf.getvalue()
+            files = {_rows_name(r): sha for r, (_, sha, _) in enumerate(gathered) if sha is not None}
+            files[CHECKPOINT] = hashlib.sha256(data).hexdigest()
+            manifest = {"format": FORMAT, "generation": number, "epoch": int(epoch), "step": int(step),
+                        "world_size": comm.size, "files": files}
+    # the other hosts' first ranks write the same bytes (their folder may be node-local)
+    problem, manifest, shipped = comm.bcast((problem, manifest, data if topo.num_hosts > 1 else None), root=0)
+    if not problem and writer:
+        payload = data if comm.rank == 0 else shipped
+        text = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
+        try:
+            write_durable(gen / CHECKPOINT, lambda f: f.write(payload))
+            write_durable(gen / MANIFEST, lambda f: f.write(text))  # last: the generation counts from here
+            fsync_dir(folder)
+        except OSError as exc:
+            problem = f"rank {comm.rank}: {type(exc).__name__}: {exc}"
+    failed = [p for p in comm.allgather(problem) if p]
+    if failed:
+        if writer:
+            shutil.rmtree(gen, ignore_errors=True)
+        kept = generations(folder)
+        raise mark_agreed(ConfigError(
+            f"--checkpoint-dir expected room for checkpoint {gen.name} in {folder}; got {failed[0]}. HINT: free "
+            "space there or use another --checkpoint-dir; " +
+            (f"the previous checkpoint {kept[-1].name} is kept and resumes" if kept else "nothing older was saved")))
+    if writer:
+        _prune(folder, number, keep)
+    return gen
+
+
+def _prune(folder: Path, newest: int, keep: int) -> None:
+    """Remove the complete generations before the newest `keep` and unfinished ones older than `newest`
+    (left by a killed save); each manifest goes first, so a half-removed folder never counts as complete."""
+    complete = [n for n, p in _numbered(folder) if (p / MANIFEST).is_file()]
+    oldest_kept = complete[-keep] if len(complete) >= keep else 0
+    for n, path in _numbered(folder):
+        if n < newest and (n < oldest_kept or not (path / MANIFEST).is_file()):
+            try:
+                (path / MANIFEST).unlink(missing_ok=True)
+                fsync_dir(path)
+            except OSError:
+                pass
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _load_rows(rows: Any, where: Path, manifest: dict[str, Any], rank: int, epoch: int, step: int) -> None:
+    path = where / _rows_name(rank)
+    if not path.is_file():
+        raise ConfigError(f"--resume expected {path} (the learnable rows of rank {rank}); found none: it was "
+                          "saved without --embed-dim or on fewer ranks. HINT: resume with the --embed-dim and "
+                          "number of ranks it was saved with")
+    expected = manifest.get("files", {}).get(path.name)
+    if expected is not None and sha256_file(path) != expected:
+        raise ConfigError(f"--resume expected {path} to match the sha256 in {MANIFEST}; it differs (corrupt). "
+                          f"HINT: delete {where} to resume from the checkpoint before it")
+    try:
+        tags = rows.load(path)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    except Exception as exc:
+        raise ConfigError(f"cannot resume from {path}: {type(exc).__name__}: {str(exc)[:200]}. HINT: the file "
+                          f"is corrupt; delete {where} to resume from the checkpoint before it") from None
+    if tags != {"epoch": epoch, "step": step}:
+        raise ConfigError(f"{path} belongs to epoch {tags.get('epoch')} step {tags.get('step')}, the checkpoint "
+                          f"to epoch {epoch} step {step}. HINT: the run stopped while saving; resume from an "
+                          "older copy of the folder or start afresh")
+
+
+def _describe_ranks(idents: list[tuple[str, int, int, str]]) -> str:
+    seen: dict[tuple[str, int, int, str], list[int]] = {}
+    for rank, ident in enumerate(idents):
+        seen.setdefault(ident, []).append(rank)
+    parts = []
+    for (name, epoch, step, digest), ranks in seen.items():
+        who = ",".join(map(str, ranks[:8])) + (",..." if len(ranks) > 8 else "")
+        parts.append(f"rank {who}: {name} (epoch {epoch} step {step}, sha256 {digest})")
+    return "; ".join(parts)
 
 
 def resume_state(comm: Any, folder: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 config: dict[str, Any], device: str) -> dict[str, Any]:
-    """Collective over `comm`: every rank loads the checkpoint, checks it against `config` (refusing another
-    model shape with the same ConfigError on every rank), and restores its RNG states: its own with the
-    same world size; on another world size, fresh states seeded from (seed, epoch, step, rank), since the
-    data order differs anyway.
+                 config: dict[str, Any], device: str, rows: Any = None) -> dict[str, Any]:
+    """Collective over `comm`: every rank loads the newest complete checkpoint in `folder` (its own view:
+    node-local folders differ), the ranks agree that it is the same one (name, epoch, step and the hash of
+    its manifest), then each checks it against `config`, restores model, optimizer and `rows` (a
+    NodeEmbedding, or None), and its RNG states: its own with the same world size; on another world size,
+    fresh states seeded from (seed, epoch, step, rank), since the data order differs anyway.
 
     Returns:
         load_checkpoint's dict (with "replay_changes": flags that differ, see check_compatible), plus
-        "same_world" (whether the RNG states were restored).
+        "same_world" (whether the RNG states were restored) and "generation" (the folder name loaded).
+
+    Raises:
+        ConfigError: on every rank alike: no checkpoint, a corrupt one, other model flags, or ranks that
+            found different checkpoints (a stale node-local folder).
     """
-    problem, info = "", None
+    problem, state, ident, manifest = "", {}, None, {}
+    where = latest_checkpoint(folder)
     try:
-        info = load_checkpoint(folder, model, optimizer, config)
+        if where is None:
+            raise ConfigError(f"--resume expected a checkpoint in {folder} (gen-*/{MANIFEST} or {CHECKPOINT}); "
+                              "found none. HINT: check --checkpoint-dir, or drop --resume to start fresh")
+        if where == Path(folder):  # the older single-file format
+            state, name, digest = _read(where), CHECKPOINT, sha256_file(where / CHECKPOINT)
+        else:
+            raw = (where / MANIFEST).read_bytes()
+            manifest, name, digest = json.loads(raw), where.name, hashlib.sha256(raw).hexdigest()
+            state = _read(where, manifest["files"][CHECKPOINT])
+        ident = (name, int(state["epoch"]), int(state.get("step", 0)), digest[:12])
+    except MpignnError as exc:
+        problem = str(exc)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        problem = (f"cannot resume from {where}/{MANIFEST}: {type(exc).__name__}: {str(exc)[:200]}. HINT: the "
+                   f"manifest is corrupt; delete {where} to resume from the checkpoint before it")
+    check_all(comm, not problem, problem, ConfigError)
+    idents = comm.allgather(ident)
+    if len(set(idents)) > 1:
+        raise mark_agreed(ConfigError(
+            f"--resume expects every rank to load the same checkpoint; got {_describe_ranks(idents)}. HINT: the "
+            "hosts' --checkpoint-dir hold different checkpoints (a node-local folder left behind?): copy the "
+            "newest gen-* folder to every host's --checkpoint-dir, or use one shared folder"))
+    assert where is not None
+    problem, info = "", {}
+    try:
+        info = _apply(where / CHECKPOINT, state, model, optimizer, config)
+        if rows is not None:
+            _load_rows(rows, where, manifest, comm.rank, info["epoch"], info["step"])
     except MpignnError as exc:
         problem = str(exc)
     check_all(comm, not problem, problem, ConfigError)
-    assert info is not None
     rng = info["rng"]
     same_world = bool(rng) and int(rng["cpu"].shape[0]) == comm.size
     if same_world:
         set_rng_state({k: v[comm.rank] for k, v in rng.items()}, device)
     else:
         torch.manual_seed(hash((config.get("seed", 0), info["epoch"], info["step"], comm.rank)) % 2**63)
-    return {**info, "same_world": same_world}
+    return {**info, "same_world": same_world, "generation": idents[0][0]}

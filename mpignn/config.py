@@ -171,11 +171,14 @@ class TrainConfig:
     metrics_out: str = ""
     """Append one JSON line per epoch to this file."""
     checkpoint_dir: str = ""
-    """Save model, optimizer, every rank's RNG state and the config after each epoch (and on SIGUSR2) here
-    (rank 0, atomically)."""
+    """Save model, optimizer, every rank's RNG state and learnable rows and the config after each epoch (and on
+    SIGUSR2) here, as one generation (gen-*: fsync'd files, a manifest written last)."""
     resume: bool = False
     """Continue from the checkpoint in --checkpoint-dir (after the last epoch, or at the step where SIGUSR2
     stopped the run)."""
+    keep_checkpoints: int = 2
+    """Checkpoints (generations, gen-* in --checkpoint-dir) to keep; an older one is removed only once a newer
+    one is complete, so a crash while saving leaves the one before."""
     requeue: bool = False
     """On SIGUSR2 (Slurm's --signal=USR2@T), after the checkpoint, run `scontrol requeue $SLURM_JOB_ID`; with
     it a run also resumes by itself when --checkpoint-dir holds a checkpoint (the requeued job reruns the
@@ -231,6 +234,9 @@ class TrainConfig:
                                   f"'{getattr(self, name)}'. HINT: --{name.replace('_', '-')} {allowed[0]}")
         if self.resume and not self.checkpoint_dir:
             raise ConfigError("--resume needs --checkpoint-dir. HINT: pass the folder of the earlier run")
+        if self.keep_checkpoints < 1:
+            raise ConfigError(f"--keep-checkpoints expected at least 1; got {self.keep_checkpoints}. HINT: "
+                              "--keep-checkpoints 2 (the default)")
         if self.partitions and self.replicated:
             raise ConfigError("--partitions and --replicated exclude each other. HINT: drop one")
 

@@ -13,12 +13,12 @@ import shutil
 import socket
 from glob import escape as glob_escape
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
 
 __all__ = ["atomic_dir", "atomic_path", "replace_dir", "write_json", "read_json", "sha256_file", "load_npy", "save_npy",
-           "temp_name", "remove_leftovers", "this_host"]
+           "write_durable", "fsync_file", "fsync_dir", "temp_name", "remove_leftovers", "this_host"]
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +123,38 @@ def replace_dir(tmp: Path, final: Path) -> None:
             # place first; callers write deterministic content, so theirs is as good as ours.
             if not final.is_dir():
                 raise
+
+
+def write_durable(final: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
+    """Write `final` so that it survives a crash of the host: `write(f)` fills a temporary file, which is
+    fsync'd, renamed over `final`, and the folder fsync'd (the rename itself is then on disk too).
+
+    Raises:
+        OSError: the disk is full or failing; `final` is then as it was, and the temporary file is gone.
+    """
+    final = Path(final)
+    with atomic_path(final) as tmp:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+    fsync_dir(final.parent)
+    return final
+
+
+def fsync_file(path: str | os.PathLike) -> None:
+    """Flush a written file's content to disk (before renaming it into place)."""
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def fsync_dir(folder: str | os.PathLike) -> None:
+    """Flush a folder's entries (new names, renames, removals) to disk."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

@@ -4,15 +4,13 @@ checkpoints, and stop in agreement on SIGUSR2. Built on loop, checkpoint, report
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from mpignn.checkpoint import CHECKPOINT, resume_state, save_state
+from mpignn.checkpoint import latest_checkpoint, resume_state, save_state
 from mpignn.errors import ConfigError
 from mpignn.loop import optimize_for_device, run_epoch, wrap_ddp
-from mpignn.mpi import check_all
 from mpignn.report import BestEpoch, append_jsonl, correct_counter, format_epoch, format_final
 from mpignn.schedule import attach_lr_schedule
 from mpignn.stopping import EXIT_STOPPED, StopSignal, requeue
@@ -34,7 +32,7 @@ def _wants_resume(cfg: Any, comm: Any) -> bool:
     """Collective over `comm`: --resume, or --requeue with a checkpoint present (rank 0 looks, all agree)."""
     if cfg.resume or not cfg.requeue:
         return bool(cfg.resume)
-    found = (Path(cfg.checkpoint_dir) / CHECKPOINT).is_file() if comm.rank == 0 else None
+    found = latest_checkpoint(cfg.checkpoint_dir) is not None if comm.rank == 0 else None
     return bool(comm.bcast(found, root=0))
 
 
@@ -51,13 +49,13 @@ def fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn.
     metric = None if link else correct_counter(cfg.dataset)
     first_epoch, first_step, carry = 0, 0, None
     if _wants_resume(cfg, comm):
-        info = resume_state(comm, cfg.checkpoint_dir, model, optimizer, cfg.to_dict(), rt.device)
+        info = resume_state(comm, cfg.checkpoint_dir, model, optimizer, cfg.to_dict(), rt.device,
+                            rows=getattr(graph, "embedding", None))
         first_epoch, first_step = info["epoch"], info["step"]
         best = BestEpoch.from_dict(info["extra"].get("best", {}), best.metric)
         carry = info["extra"].get("partial") if first_step else None
-        if getattr(graph, "embedding", None) is not None:
-            _resume_rows(cfg, rt, graph, first_epoch, first_step)
-        log.info("resumed from %s at epoch %d step %d (%s)", cfg.checkpoint_dir, first_epoch, first_step,
+        log.info("resumed from %s (%s) at epoch %d step %d (%s)", cfg.checkpoint_dir, info["generation"],
+                 first_epoch, first_step,
                  "RNG states restored" if info["same_world"] else "another world size: fresh RNG states, the "
                  "data order differs from an uninterrupted run")
         if info["replay_changes"] and rt.rank == 0:
@@ -116,36 +114,12 @@ def fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn.
     return 0
 
 
-def _rows_file(cfg: Any, rank: int) -> Path:
-    return Path(cfg.checkpoint_dir) / f"embedding-rank{rank}.npz"
-
-
 def _save(cfg: Any, rt: Any, graph: Any, *, epoch: int, step: int, model: torch.nn.Module,
           optimizer: torch.optim.Optimizer, extra: dict[str, Any]) -> None:
-    """Collective over `rt.comm`: each rank's learnable rows (tagged with the epoch and step), then the
-    checkpoint; a resume checks that both belong together."""
-    if getattr(graph, "embedding", None) is not None:
-        graph.embedding.save(_rows_file(cfg, rt.rank), epoch=epoch, step=step)
+    """Collective over `rt.comm`: one checkpoint generation (each rank's learnable rows, tagged with the epoch
+    and step, and the model, optimizer and RNG states), keeping the newest --keep-checkpoints."""
     save_state(rt.comm, cfg.checkpoint_dir, epoch=epoch, step=step, model=model, optimizer=optimizer,
-               device=rt.device, extra=extra)
-
-
-def _resume_rows(cfg: Any, rt: Any, graph: Any, epoch: int, step: int) -> None:
-    """Collective over `rt.comm`: load each rank's learnable rows saved with the checkpoint being resumed."""
-    problem = ""
-    try:
-        tags = graph.embedding.load(_rows_file(cfg, rt.rank))
-        if tags != {"epoch": epoch, "step": step}:
-            problem = (f"{_rows_file(cfg, rt.rank)} belongs to epoch {tags.get('epoch')} step {tags.get('step')}, "
-                       f"the checkpoint to epoch {epoch} step {step}. HINT: the run stopped while saving; "
-                       "resume from an older copy of the folder or start afresh")
-    except FileNotFoundError:
-        problem = (f"{cfg.checkpoint_dir} holds no learnable rows for rank {rt.rank}: it was saved without "
-                   "--embed-dim or on fewer ranks. HINT: resume with the --embed-dim and number of ranks it was "
-                   "saved with")
-    except ValueError as exc:
-        problem = str(exc)
-    check_all(rt.comm, not problem, problem, ConfigError)
+               device=rt.device, extra=extra, rows=getattr(graph, "embedding", None), keep=cfg.keep_checkpoints)
 
 
 def eval_steps(steps: int, evals_per_epoch: int) -> list[int]:

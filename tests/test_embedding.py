@@ -64,6 +64,7 @@ def test_train_with_learnable_rows_checkpoints_and_resumes_them(tmp_path):
     import sys
 
     from _mpirun import run_mpi_raw
+    from mpignn.checkpoint import latest_checkpoint
 
     args = [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--dataset",
             "synthetic:num_nodes=2000,avg_degree=6,num_features=4", "--hidden", "16", "--batch-size", "128",
@@ -80,11 +81,12 @@ def test_train_with_learnable_rows_checkpoints_and_resumes_them(tmp_path):
     train(2, "ck", "--epochs", "1")
     train(2, "ck", "--epochs", "2", "--resume")
     for rank in (0, 1):
-        a, b = (np.load(tmp_path / d / f"embedding-rank{rank}.npz") for d in ("full", "ck"))
+        a, b = (np.load(latest_checkpoint(tmp_path / d) / f"embedding-rank{rank}.npz") for d in ("full", "ck"))
         assert np.array_equal(a["weight"], b["weight"]) and np.array_equal(a["sum"], b["sum"])
         assert int(a["tag_epoch"]) == 2 and not np.array_equal(a["weight"], NodeEmbedding(
             len(a["weight"]), 8, lo=int(a["lo"])).weight), "rows never trained"
-    full, ck = (torch.load(tmp_path / d / "checkpoint.pt", weights_only=True)["model"] for d in ("full", "ck"))
+    full, ck = (torch.load(latest_checkpoint(tmp_path / d) / "checkpoint.pt", weights_only=True)["model"]
+                for d in ("full", "ck"))
     assert all(torch.equal(full[k], ck[k]) for k in full)
     out = train(3, "ck", "--epochs", "3", "--resume", rc=1)
     assert "HINT" in out and out.count("embedding-rank") + out.count("learnable rows") >= 1, out[-2000:]

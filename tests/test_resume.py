@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from _mpirun import mpi_cmd, run_mpi_raw
+from mpignn.checkpoint import latest_checkpoint
 
 pytestmark = pytest.mark.mpi
 
@@ -30,7 +31,7 @@ def _train(n, root, *extra, rc=0):
 
 
 def _weights(folder):
-    return torch.load(folder / "checkpoint.pt", weights_only=True)["model"]
+    return torch.load(latest_checkpoint(folder) / "checkpoint.pt", weights_only=True)["model"]
 
 
 def _learned(path, epoch_ends=False):
@@ -62,7 +63,7 @@ def test_resume_replays_the_uninterrupted_run_bit_for_bit(tmp_path):
     # epoch 0's record of the stopped run covers only its last third (it evaluated inside the epoch)
     assert _learned(tmp_path / "full.jsonl")[1:] == _learned(tmp_path / "ck.jsonl", epoch_ends=True)[1:]
 
-    state = torch.load(tmp_path / "ck" / "checkpoint.pt", weights_only=True)  # safe to load: tensors only
+    state = torch.load(latest_checkpoint(tmp_path / "ck") / "checkpoint.pt", weights_only=True)  # tensors only
     assert state["rng"]["cpu"].shape[0] == 2 and state["extra"]["config"]["hidden"] == 16
 
     # another world size continues from the same checkpoint (the data order differs, so results do too)
@@ -119,7 +120,7 @@ def test_sigusr2_stops_every_rank_at_one_step_saves_and_resume_finishes(tmp_path
     epoch, step = int(stops[0].split()[1]), int(stops[0].split()[3])
     print(f"stopped at epoch {epoch} step {step}")  # mid-epoch (step > 0) in the runs here
     assert f"stopped by SIGUSR2 at epoch {epoch} step {step}; checkpoint in {ck}; resume with --resume" in out
-    saved = torch.load(ck / "checkpoint.pt", weights_only=True)
+    saved = torch.load(latest_checkpoint(ck) / "checkpoint.pt", weights_only=True)
     assert (saved["epoch"], saved["step"]) == (epoch, step)
     out = _train(2, tmp_path, "--epochs", "3", "--batch-size", "16", "--checkpoint-dir", str(ck), "--resume")
     assert f"at epoch {epoch} step {step} (RNG states restored)" in out and "final test accuracy" in out

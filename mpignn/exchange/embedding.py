@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from mpignn.fileio import atomic_path
+from mpignn.fileio import write_durable
 from mpignn.mpi import alltoallv, exchange_counts
 from mpignn.sampling.distributed import group_by_owner
 
@@ -166,11 +166,15 @@ class NodeEmbedding:
         self.optimizer.update(self.weight, rows, summed)
 
     def save(self, path: str, **tags: int) -> None:
-        """This rank's rows and optimizer state to `path` (npz, written whole or not at all), with integer
-        `tags` (e.g. the epoch and step of the checkpoint it belongs to)."""
-        with atomic_path(path, ".npz") as tmp:
-            np.savez(tmp, weight=self.weight, lo=np.array(self.lo), **self.optimizer.state(),
-                     **{f"tag_{k}": np.array(v) for k, v in tags.items()})
+        """This rank's rows and optimizer state to `path` (npz, written whole or not at all, fsync'd before
+        its rename), with integer `tags` (e.g. the epoch and step of the checkpoint it belongs to).
+
+        Raises:
+            OSError: the disk is full or failing; `path` is then as it was.
+        """
+        arrays = {"weight": self.weight, "lo": np.array(self.lo), **self.optimizer.state(),
+                  **{f"tag_{k}": np.array(v) for k, v in tags.items()}}
+        write_durable(path, lambda f: np.savez(f, **arrays))
 
     def load(self, path: str) -> dict[str, int]:
         """Rows and optimizer state saved by `save` for the same rows (no pickles are read); returns the tags."""
