@@ -185,6 +185,11 @@ class TrainConfig:
     same command). Needs --checkpoint-dir."""
     prep_timeout: float = 3600.0
     """Seconds the other ranks wait for rank 0 to prepare the dataset before giving up."""
+    collective_timeout: float = 300.0
+    """Seconds any collective of training (the step agreement, the gradient all-reduce, the feature and
+    sampling exchanges, evaluation, checkpoint saves) may wait; past it the job ends, naming the ranks that
+    stopped answering (a stopped or hung process), instead of hanging until the wall-clock limit. Also
+    torch.distributed's process-group timeout."""
 
     def __post_init__(self) -> None:
         self.fanouts = parse_fanout(self.fanout)
@@ -220,6 +225,9 @@ class TrainConfig:
         self.cache_size = parse_cache_size(self.cache_size)
         if self.threads < 0:
             raise ConfigError(f"--threads must be >= 0; got {self.threads}. HINT: 0 means automatic")
+        if not 0 < self.collective_timeout < float("inf"):
+            raise ConfigError(f"--collective-timeout must be positive seconds; got {self.collective_timeout}. "
+                              "HINT: e.g. --collective-timeout 300")
         if self.max_steps < 0:
             raise ConfigError(f"--max-steps must be >= 0; got {self.max_steps}. HINT: 0 means every batch")
         choices = {"precision": ("auto", "fp32", "bf16"), "exchange": ("auto", "mpi", "torch"),

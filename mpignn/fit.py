@@ -14,6 +14,7 @@ from mpignn.loop import optimize_for_device, run_epoch, wrap_ddp
 from mpignn.report import BestEpoch, append_jsonl, correct_counter, format_epoch, format_final
 from mpignn.schedule import attach_lr_schedule
 from mpignn.stopping import EXIT_STOPPED, StopSignal, requeue
+from mpignn.watchdog import Watchdog, bounded
 
 __all__ = ["check_flags", "fit", "eval_steps"]
 
@@ -33,13 +34,27 @@ def _wants_resume(cfg: Any, comm: Any) -> bool:
     if cfg.resume or not cfg.requeue:
         return bool(cfg.resume)
     found = latest_checkpoint(cfg.checkpoint_dir) is not None if comm.rank == 0 else None
-    return bool(comm.bcast(found, root=0))
+    with bounded("resume check (bcast)"):
+        return bool(comm.bcast(found, root=0))
 
 
 def fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn.Module,
         optimizer: torch.optim.Optimizer, stop: StopSignal | None = None) -> int:
     """Collective over `rt.comm`: train epochs `cfg.epochs`, resuming when asked; returns the exit code:
     0, or EXIT_STOPPED (75) when `stop` was requested on any rank (after the checkpoint, if any, is saved).
+
+    On several ranks a `Watchdog` bounds every collective by `cfg.collective_timeout` seconds meanwhile: a
+    rank that stops answering ends the job (MPI Abort) with a message naming it, instead of a hang.
+    """
+    if rt.world_size == 1:
+        return _fit(cfg, rt, graph, loaders, model, optimizer, stop)
+    with Watchdog(rt.comm, cfg.collective_timeout):
+        return _fit(cfg, rt, graph, loaders, model, optimizer, stop)
+
+
+def _fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn.Module,
+         optimizer: torch.optim.Optimizer, stop: StopSignal | None = None) -> int:
+    """`fit` without the watchdog.
 
     The reported test accuracy is the one at the best validation epoch (the OGB protocol); each epoch record
     carries best_epoch, best_val_acc and test_acc_at_best_val so far.
@@ -118,8 +133,10 @@ def _save(cfg: Any, rt: Any, graph: Any, *, epoch: int, step: int, model: torch.
           optimizer: torch.optim.Optimizer, extra: dict[str, Any]) -> None:
     """Collective over `rt.comm`: one checkpoint generation (each rank's learnable rows, tagged with the epoch
     and step, and the model, optimizer and RNG states), keeping the newest --keep-checkpoints."""
-    save_state(rt.comm, cfg.checkpoint_dir, epoch=epoch, step=step, model=model, optimizer=optimizer,
-               device=rt.device, extra=extra, rows=getattr(graph, "embedding", None), keep=cfg.keep_checkpoints)
+    with bounded("checkpoint save (rank 0 writes, the others wait)"):
+        save_state(rt.comm, cfg.checkpoint_dir, epoch=epoch, step=step, model=model, optimizer=optimizer,
+                   device=rt.device, extra=extra, rows=getattr(graph, "embedding", None),
+                   keep=cfg.keep_checkpoints)
 
 
 def eval_steps(steps: int, evals_per_epoch: int) -> list[int]:

@@ -17,6 +17,7 @@ from mpignn.device import synchronize
 from mpignn.metrics import LinkScores
 from mpignn.models import forward_batch
 from mpignn.mpi import allreduce_max, allreduce_sum
+from mpignn.watchdog import bounded
 
 __all__ = ["optimize_for_device", "wrap_ddp", "AllreduceTimer", "train_epoch", "evaluate", "autocast", "run_epoch",
            "with_rows"]
@@ -41,12 +42,13 @@ class AllreduceTimer:
             synchronize(self.device)  # the bucket's gradients are computed: that time is backward's
             start = time.perf_counter()
             buf = bucket.buffer()
-            if self.use_mpi:
-                from mpi4py import MPI
+            with bounded("DDP gradient all-reduce"):  # torch's own timeout bounds it too on NCCL/gloo
+                if self.use_mpi:
+                    from mpi4py import MPI
 
-                self.comm.Allreduce(MPI.IN_PLACE, buf.numpy(), op=MPI.SUM)
-            else:
-                torch.distributed.all_reduce(buf)
+                    self.comm.Allreduce(MPI.IN_PLACE, buf.numpy(), op=MPI.SUM)
+                else:
+                    torch.distributed.all_reduce(buf)
             buf.div_(self.comm.size)
             synchronize(self.device)
             self.seconds += time.perf_counter() - start

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from mpignn.watchdog import bounded
+
 __all__ = ["AUC_CHUNK", "auc", "global_auc", "positive_ranks", "LinkScores"]
 
 AUC_CHUNK = 1 << 18
@@ -53,26 +55,27 @@ def global_auc(comm: Any, scores: np.ndarray, labels: np.ndarray, chunk: int = A
     is_pos = np.asarray(labels) > 0.5
     pos, neg = scores[is_pos], scores[~is_pos]
     neg.sort()  # in place: a copy already
-    counts = [int(c) for c in comm.allgather(len(neg))]
-    twice_u = _twice_wins(pos, neg)
-    size = len(counts)
-    rank = comm.Get_rank() if size > 1 else 0
-    buf = np.empty(min(chunk, max(counts)), dtype=np.float64)
-    for step in range(1, size):
-        dest, src = (rank + step) % size, (rank - step) % size
-        sends, recvs = range(0, len(neg), chunk), range(0, counts[src], chunk)
-        for i in range(max(len(sends), len(recvs))):
-            req = None
-            if i < len(sends):
-                req = comm.Isend([neg[sends[i]:sends[i] + chunk], MPI.DOUBLE], dest, _AUC_TAG)
-            if i < len(recvs):
-                got = buf[:min(chunk, counts[src] - recvs[i])]
-                comm.Recv([got, MPI.DOUBLE], src, _AUC_TAG)
-                twice_u += _twice_wins(pos, got)
-            if req is not None:
-                req.Wait()
-    total = np.empty(3, dtype=np.int64)
-    comm.Allreduce(np.array([twice_u, len(pos), len(neg)], dtype=np.int64), total, op=MPI.SUM)
+    with bounded("global_auc (ring of sorted negatives)"):
+        counts = [int(c) for c in comm.allgather(len(neg))]
+        twice_u = _twice_wins(pos, neg)
+        size = len(counts)
+        rank = comm.Get_rank() if size > 1 else 0
+        buf = np.empty(min(chunk, max(counts)), dtype=np.float64)
+        for step in range(1, size):
+            dest, src = (rank + step) % size, (rank - step) % size
+            sends, recvs = range(0, len(neg), chunk), range(0, counts[src], chunk)
+            for i in range(max(len(sends), len(recvs))):
+                req = None
+                if i < len(sends):
+                    req = comm.Isend([neg[sends[i]:sends[i] + chunk], MPI.DOUBLE], dest, _AUC_TAG)
+                if i < len(recvs):
+                    got = buf[:min(chunk, counts[src] - recvs[i])]
+                    comm.Recv([got, MPI.DOUBLE], src, _AUC_TAG)
+                    twice_u += _twice_wins(pos, got)
+                if req is not None:
+                    req.Wait()
+        total = np.empty(3, dtype=np.int64)
+        comm.Allreduce(np.array([twice_u, len(pos), len(neg)], dtype=np.int64), total, op=MPI.SUM)
     twice_u, n_pos, n_neg = (int(v) for v in total)
     if not n_pos or not n_neg:
         return float("nan")

@@ -21,6 +21,7 @@ import numpy as np
 
 from mpignn import env as _env
 from mpignn.errors import LaunchError, MpignnError, is_agreed, mark_agreed
+from mpignn.watchdog import bounded
 
 __all__ = [
     "Topology", "world", "topology", "whoami", "check_launcher", "chunk_bounds", "ceil_split", "steps_per_epoch",
@@ -228,7 +229,8 @@ def steps_per_epoch(comm: Any, num_local: int, batch_size: int, drop_last: bool 
     fewest items sets it (floor), and the others leave their surplus out this epoch.
     """
     steps = num_local // batch_size if drop_last else -(-num_local // batch_size)
-    return int(comm.allreduce(steps, op=_op("MIN" if drop_last else "MAX")))
+    with bounded("steps_per_epoch (allreduce)"):
+        return int(comm.allreduce(steps, op=_op("MIN" if drop_last else "MAX")))
 
 
 def pad_to_steps(indices: np.ndarray, steps: int, batch_size: int, drop_last: bool = False) -> list[np.ndarray]:
@@ -356,9 +358,10 @@ def check_all(comm: Any, ok: bool, message: str, error: type[MpignnError] = Mpig
     The message of the lowest failing rank is used, prefixed with that rank, so no rank is left waiting in
     the next collective while another has already raised.
     """
-    if comm.allreduce(bool(ok), op=_op("LAND")):
-        return
-    failed = [(r, m) for r, m in enumerate(comm.allgather(None if ok else message)) if m is not None]
+    with bounded("check_all (allreduce)"):
+        if comm.allreduce(bool(ok), op=_op("LAND")):
+            return
+        failed = [(r, m) for r, m in enumerate(comm.allgather(None if ok else message)) if m is not None]
     rank, first = failed[0]
     prefix = f"rank {rank}: " if comm.size > 1 else ""
     raise mark_agreed(error(prefix + first))
@@ -384,7 +387,8 @@ def exchange_counts(comm: Any, counts: np.ndarray) -> tuple[np.ndarray, bool]:
     mine[:, 0] = counts
     mine[:, 1] = int(counts.sum()) > MAX_COUNT // comm.size
     theirs = np.empty_like(mine)
-    comm.Alltoall(mine, theirs)
+    with bounded("exchange_counts (Alltoall)"):
+        comm.Alltoall(mine, theirs)
     return np.ascontiguousarray(theirs[:, 0]), bool(theirs[:, 1].any())
 
 
@@ -415,10 +419,11 @@ def alltoallv(comm: Any, send: np.ndarray, counts: np.ndarray, recv_counts: np.n
     try:
         sdispl = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         rdispl = np.concatenate([[0], np.cumsum(recv_counts)[:-1]]).astype(np.int64)
-        if not pieces:
-            comm.Alltoallv([send, (counts, sdispl), row], [recv, (recv_counts, rdispl), row])
-        else:
-            _alltoallv_pieces(comm, send, counts, sdispl, recv, recv_counts, rdispl, row)
+        with bounded("alltoallv"):
+            if not pieces:
+                comm.Alltoallv([send, (counts, sdispl), row], [recv, (recv_counts, rdispl), row])
+            else:
+                _alltoallv_pieces(comm, send, counts, sdispl, recv, recv_counts, rdispl, row)
     finally:
         row.Free()
     return recv, recv_counts
@@ -471,7 +476,8 @@ def allreduce_sum(comm: Any, values: np.ndarray | Sequence[float]) -> np.ndarray
     """Collective over `comm`: element-wise sum of a small float64 vector (metrics as sums, not means)."""
     local = np.asarray(values, dtype=np.float64)
     out = np.empty_like(local)
-    comm.Allreduce(local, out, op=_op("SUM"))
+    with bounded("allreduce_sum"):
+        comm.Allreduce(local, out, op=_op("SUM"))
     return out
 
 
@@ -479,7 +485,8 @@ def allreduce_max(comm: Any, values: np.ndarray | Sequence[float]) -> np.ndarray
     """Collective over `comm`: element-wise max of a small float64 vector (slowest rank's time, peak memory)."""
     local = np.asarray(values, dtype=np.float64)
     out = np.empty_like(local)
-    comm.Allreduce(local, out, op=_op("MAX"))
+    with bounded("allreduce_max"):
+        comm.Allreduce(local, out, op=_op("MAX"))
     return out
 
 

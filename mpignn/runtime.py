@@ -74,7 +74,7 @@ class Runtime:
 
 
 def bootstrap(device: str = "auto", backend: str = "auto", threads: int = 0, *, logging_setup: bool = True,
-              comm: Any = None, tune_process: bool = False) -> Runtime:
+              comm: Any = None, tune_process: bool = False, collective_timeout: float = 600.0) -> Runtime:
     """Collective over COMM_WORLD (or `comm`): topology, logging, thread budget, device, torch.distributed.
 
     Args:
@@ -82,6 +82,7 @@ def bootstrap(device: str = "auto", backend: str = "auto", threads: int = 0, *, 
             malloc keeps freed memory (`env.tune_allocator`, steps ran 1.8x faster) and oneDNN's primitive
             cache is capped (`env.bound_onednn_cache`). Off by default: both change the whole process, the
             rest of your program included. Turn it on before any torch compute runs.
+        collective_timeout: seconds a torch.distributed collective may wait (the process group's timeout).
     Raises:
         LaunchError: on every rank alike, when the device or backend is not there, or when the wrong `mpirun`
             started the job (MPI sees one process while the launcher started several).
@@ -108,7 +109,8 @@ def bootstrap(device: str = "auto", backend: str = "auto", threads: int = 0, *, 
         error = str(exc)
     check_all(comm, not error, error, LaunchError)
     if topo.world_size > 1:
-        dist.init_process_group(comm, topo.rank, topo.world_size, topo.local_rank, topo.local_size, choice)
+        dist.init_process_group(comm, topo.rank, topo.world_size, topo.local_rank, topo.local_size, choice,
+                                timeout_s=collective_timeout)
     log.info("%d ranks on %d hosts, %d threads each, device %s, backend %s", topo.world_size, topo.num_hosts,
              threads, choice.device, choice.backend)
     return Runtime(comm=comm, topo=topo, choice=choice, threads=threads)

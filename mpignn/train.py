@@ -25,11 +25,13 @@ def main(argv: Sequence[str] | None = None, *, keep_handler: bool = False) -> in
 
 
 def _train(argv: Sequence[str] | None, stop: Any) -> int:
-    from mpignn.config import parse
+    from mpignn.config import TrainConfig, build_parser
     from mpignn.errors import ConfigError, DatasetError, mark_agreed
 
+    ns = None
     try:
-        cfg = parse(argv)  # the same flags fail the same way on every rank, before any collective
+        ns = build_parser().parse_args(argv)
+        cfg = TrainConfig.from_args(ns)  # the same flags fail the same way on every rank, before any collective
         from mpignn.data import check_known
 
         check_known(cfg.dataset)  # before torch is imported: a misspelt name fails in a second
@@ -37,6 +39,11 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
 
         check_flags(cfg)
     except (ConfigError, DatasetError) as exc:
+        if ns is not None and ns.config:  # each rank read its own copy of the file: unagreed, so with MPI up
+            from mpignn.mpi import world  # run_main aborts the job instead of leaving the others waiting
+
+            world()
+            raise
         raise mark_agreed(exc) from None
     import logging
 
@@ -46,7 +53,8 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
     from mpignn.runtime import attach_embedding, bootstrap, load_local_graph, make_loader, shutdown
 
     log = logging.getLogger("mpignn.train")
-    rt = bootstrap(cfg.device, cfg.backend, cfg.threads, tune_process=True)  # process-wide tuning: CLI only
+    rt = bootstrap(cfg.device, cfg.backend, cfg.threads, tune_process=True,  # process-wide tuning: CLI only
+                   collective_timeout=cfg.collective_timeout)
     if rt.rank == 0:
         log.info("config %s", json.dumps(cfg.to_dict(), sort_keys=True))
     torch.manual_seed(cfg.seed)

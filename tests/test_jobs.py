@@ -68,3 +68,20 @@ def test_script_exit_code_reflects_failure(tmp_path):
     rc, out = run_cmd(["bash", str(ROOT / "jobs" / "cpu.sbatch"), "--dataset", "no-such-dataset", "--root",
                        str(tmp_path)], timeout=120, env=_slurm(tmp_path), cwd=ROOT)
     assert rc != 0 and "unknown dataset" in out and "== done" not in out
+
+
+def test_srun_kills_the_step_on_a_bad_exit(tmp_path):
+    """`launch` under srun passes --kill-on-bad-exit=1: a dead rank ends the step instead of leaving the others
+    blocked (srun's own default keeps them running)."""
+    shim_dir = tmp_path / "bin"
+    shim_dir.mkdir()
+    shim = shim_dir / "srun"
+    shim.write_text('#!/bin/bash\nprintf "%s\\n" "$@"\n')  # records srun's arguments, one per line
+    shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+    env = dict(os.environ, SLURM_NTASKS="2", SLURM_CPUS_PER_TASK="1", PATH=f"{shim_dir}:{os.environ['PATH']}")
+    env.pop("MPIGNN_LAUNCHER", None)
+    script = f'source "{ROOT / "jobs" / "_common.sh"}" && launch python -m mpignn.train'
+    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    args = res.stdout.split("\n")
+    assert res.returncode == 0 and "--kill-on-bad-exit=1" in args, res.stdout + res.stderr
+    assert args.index("--kill-on-bad-exit=1") < args.index("python"), args

@@ -1,0 +1,236 @@
+"""Bounded waits: which collective each thread is in and since when (`bounded`), and a watchdog thread that
+ends the job when one waits longer than the bound, naming the ranks that stopped answering.
+
+MPI layer: stdlib and mpi4py only (imported lazily), never torch and never another mpignn module's helpers;
+`mpignn.mpi` marks its collective helpers here, and `mpignn.fit` starts the watchdog for training.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+__all__ = ["Watchdog", "bounded", "watching"]
+
+_PING, _PONG = 7201, 7202
+
+
+class _Slot:
+    """One thread's state: the collective it is in ("" when none) and since when (0.0 when none)."""
+
+    __slots__ = ("what", "since", "thread")
+
+    def __init__(self, thread: str) -> None:
+        self.what, self.since, self.thread = "", 0.0, thread
+
+
+_local = threading.local()
+_slots: list[_Slot] = []
+_slots_lock = threading.Lock()
+_active: "Watchdog | None" = None
+
+
+def _slot() -> _Slot:
+    slot = getattr(_local, "slot", None)
+    if slot is None:
+        slot = _local.slot = _Slot(threading.current_thread().name)
+        with _slots_lock:
+            _slots.append(slot)
+    return slot
+
+
+class _Mark:
+    """Marks one collective on this thread while the block runs; nested marks restart the clock (each
+    collective is bounded on its own) and put the outer name back on exit."""
+
+    __slots__ = ("slot", "what", "outer")
+
+    def __init__(self, slot: _Slot, what: str) -> None:
+        self.slot, self.what, self.outer = slot, what, ""
+
+    def __enter__(self) -> None:
+        slot = self.slot
+        self.outer = slot.what
+        slot.since = time.monotonic()
+        slot.what = self.what
+
+    def __exit__(self, *exc: Any) -> None:
+        slot = self.slot
+        slot.what = self.outer
+        slot.since = time.monotonic() if self.outer else 0.0
+
+
+class _Unwatched:
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+_UNWATCHED = _Unwatched()
+
+
+def bounded(what: str) -> Any:
+    """A context manager marking the block as the collective `what` on this thread (a few hundred ns; a no-op
+    unless a Watchdog runs). Not collective itself."""
+    if _active is None:
+        return _UNWATCHED
+    return _Mark(_slot(), what)
+
+
+def watching() -> "Watchdog | None":
+    """The running Watchdog of this process, if any."""
+    return _active
+
+
+class Watchdog:
+    """A daemon thread that wakes every `tick` seconds, answers other ranks' liveness pings, and, when a
+    thread of this rank has been in one collective for more than `timeout` seconds, pings every other rank
+    on its own communicator, waits `grace` seconds for the replies, prints which ranks did not answer (the
+    ones stopped, hung in the kernel or gone) and calls MPI Abort, which ends every rank of the job.
+
+    A stopped process answers nothing (all its threads are stopped); a live rank busy computing answers from
+    this thread (torch and MPI release the GIL). Needs MPI_THREAD_MULTIPLE (mpi4py's default) to ping;
+    without it the job still ends at the bound, without the names.
+    """
+
+    def __init__(self, comm: Any, timeout: float, *, grace: float | None = None, tick: float | None = None,
+                 on_expiry: Callable[[str], None] | None = None) -> None:
+        """Collective over `comm`: every rank must call it, in the same order (duplicates `comm`, gathers
+        each rank's host and pid for the message).
+
+        Args:
+            timeout: seconds one collective may last on any thread of this rank.
+            grace: seconds to wait for the other ranks' replies once it expired (default: 3 to 10).
+            tick: seconds between checks (default: timeout / 20, between 0.05 and 1).
+            on_expiry: called with the message instead of printing it and aborting (tests).
+        """
+        from mpi4py import MPI
+
+        if not timeout > 0:
+            raise ValueError(f"the collective timeout must be positive seconds; got {timeout}")
+        self.timeout = float(timeout)
+        self.grace = float(grace) if grace is not None else min(10.0, max(3.0, self.timeout / 4))
+        self.tick = float(tick) if tick is not None else min(1.0, max(0.05, self.timeout / 20))
+        self.comm = comm.Dup()
+        self.rank, self.size = self.comm.rank, self.comm.size
+        self.where = self.comm.allgather((socket.gethostname(), os.getpid()))
+        self.can_ping = MPI.Query_thread() == MPI.THREAD_MULTIPLE
+        self.on_expiry = on_expiry
+        self.expired = ""
+        self._sends: list[Any] = []
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mpignn-watchdog", daemon=True)
+
+    def start(self) -> "Watchdog":
+        """Start watching (every collective marked with `bounded` in this process); returns self."""
+        global _active
+        _active = self
+        atexit.register(self.stop)  # before mpi4py finalises MPI: the thread must not call into it then
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching and join the thread (not collective)."""
+        global _active
+        if _active is self:
+            _active = None
+        self._halt.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.tick + self.grace + 5)
+        atexit.unregister(self.stop)
+
+    def __enter__(self) -> "Watchdog":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        while not self._halt.wait(self.tick):
+            if self.can_ping:
+                self._answer()
+            late = self._late()
+            if late is not None and not self._halt.is_set():
+                self._expire(*late)
+                return
+
+    def _late(self) -> tuple[str, str, float] | None:
+        """(collective, thread, seconds) of a collective past the bound, if any."""
+        now = time.monotonic()
+        with _slots_lock:
+            slots = list(_slots)
+        for slot in slots:
+            since = slot.since
+            if since and now - since > self.timeout:
+                what = slot.what
+                if slot.since == since:  # still the same collective (not one that just ended)
+                    return what, slot.thread, now - since
+        return None
+
+    def _answer(self) -> None:
+        """Reply to every liveness ping waiting for this rank."""
+        from mpi4py import MPI
+
+        status = MPI.Status()
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_PING, status=status):
+            src = status.Get_source()
+            self.comm.Recv([bytearray(1), MPI.BYTE], source=src, tag=_PING)
+            self._sends.append(self.comm.Isend([b"\x01", MPI.BYTE], dest=src, tag=_PONG))
+        self._sends = [r for r in self._sends if not r.Test()]
+
+    def silent_ranks(self) -> list[int]:
+        """Ping every other rank and return those that do not answer within `grace` seconds (this thread's
+        side of the liveness check; the other ranks' watchdog threads answer)."""
+        from mpi4py import MPI
+
+        peers = [r for r in range(self.size) if r != self.rank]
+        self._sends += [self.comm.Isend([b"\x01", MPI.BYTE], dest=r, tag=_PING) for r in peers]
+        answered: set[int] = set()
+        status = MPI.Status()
+        deadline = time.monotonic() + self.grace
+        while len(answered) < len(peers) and time.monotonic() < deadline:
+            self._answer()  # others may be asking at the same moment
+            while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_PONG, status=status):
+                src = status.Get_source()
+                self.comm.Recv([bytearray(1), MPI.BYTE], source=src, tag=_PONG)
+                answered.add(src)
+            time.sleep(0.02)
+        return [r for r in peers if r not in answered]
+
+    def _expire(self, what: str, thread: str, waited: float) -> None:
+        host, pid = self.where[self.rank]
+        head = (f"[rank {self.rank}] expected every collective to finish within --collective-timeout "
+                f"{self.timeout:g}s; got {waited:.0f}s in {what} (thread {thread}, rank {self.rank} pid {pid} on "
+                f"{host})")
+        if not self.can_ping:
+            tail = ("; which rank stopped is unknown (MPI is not thread-multiple here). HINT: look for a stopped "
+                    "or hung rank; raise --collective-timeout if a collective can take that long")
+        else:
+            silent = self.silent_ranks()
+            if silent:
+                names = ", ".join(f"rank {r} (pid {self.where[r][1]} on {self.where[r][0]})" for r in silent)
+                tail = (f"; {names} stopped answering (no reply in {self.grace:g}s: stopped, hung in the kernel "
+                        "or gone). Ending the job. HINT: look at that host (`ps -o stat,pid` shows T for stopped, "
+                        "D for stuck I/O); raise --collective-timeout if a collective can take that long")
+            else:
+                tail = ("; every rank answers, so they wait in different collectives or one is slow. Ending the "
+                        "job. HINT: raise --collective-timeout if a collective can take that long")
+        message = f"mpignn: error: {head}{tail}"
+        self.expired = message
+        if self.on_expiry is not None:
+            self.on_expiry(message)
+            return
+        print(message, file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        time.sleep(0.5)  # let the launcher forward the message before Abort ends every process
+        from mpi4py import MPI
+
+        MPI.COMM_WORLD.Abort(1)
