@@ -121,14 +121,17 @@ def _sum_by_id(ids: np.ndarray, values: np.ndarray, own_range: tuple[int, int]) 
     array is sized by the global node count (a dense one per rank was 1.9 GB on papers100M). Each id's
     values are added in input order on either path, so the sums are those of one global bincount."""
     lo, hi = own_range
-    own = (ids >= lo) & (ids < hi)
+    rel = ids - lo
+    own = rel.view(np.uint64) < hi - lo  # one compare: ids below the part wrap round to huge
     if own.all():
-        return _sum_own(ids, values, lo, hi)
+        return _sum_own(rel, values, lo, hi)
     if own.any():
-        own_ids, own_sums = _sum_own(ids[own], values[own], lo, hi)
-        ids, values = ids[~own], values[~own]
+        own_ids, own_sums = _sum_own(rel[own], values[own], lo, hi)
+        far_mask = ~own
+        ids, values = ids[far_mask], values[far_mask]
     else:  # no copies: a hop's answers from other ranks are often all remote
         own_ids, own_sums = ids[:0], values[:0]
+    del rel, own
     far, far_inverse = np.unique(ids, return_inverse=True)
     far_sums = np.bincount(far_inverse, weights=values, minlength=len(far))
     cut = int(np.searchsorted(far, lo))  # remote ids below the part, then above it
@@ -136,13 +139,13 @@ def _sum_by_id(ids: np.ndarray, values: np.ndarray, own_range: tuple[int, int]) 
             np.concatenate([far_sums[:cut], own_sums, far_sums[cut:]]))
 
 
-def _sum_own(ids: np.ndarray, values: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """`_sum_by_id` of ids in [lo, hi)."""
-    if len(ids) * 8 >= hi - lo:
-        sums = np.bincount(ids - lo, weights=values, minlength=hi - lo)
+def _sum_own(rel: np.ndarray, values: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_sum_by_id` of own ids, given as `rel` = id - lo."""
+    if len(rel) * 8 >= hi - lo:
+        sums = np.bincount(rel, weights=values, minlength=hi - lo)
         hit = np.zeros(hi - lo, dtype=bool)
-        hit[ids - lo] = True
+        hit[rel] = True
         keep = np.flatnonzero(hit)
         return keep + lo, sums[keep]
-    uniq, inverse = np.unique(ids, return_inverse=True)
-    return uniq, np.bincount(inverse, weights=values, minlength=len(uniq))
+    uniq, inverse = np.unique(rel, return_inverse=True)
+    return uniq + lo, np.bincount(inverse, weights=values, minlength=len(uniq))
