@@ -226,11 +226,11 @@ def _check_types(meta: Any, part_id: int, arrays: Mapping[str, np.ndarray], pdir
         raise _fail(path, f"no edges of type {'__'.join(h['edge_types'][e])} into row {v} (a {names[row_type[v]]})",
                     f"{int(runs[v, e])}", folder)
     starts, kinds = meta.type_blocks()
-    step = max(1, CHUNK // max(1, te))
-    for r0 in range(0, n, step):  # rows in chunks: the per-edge type arrays stay bounded
-        r1 = min(n, r0 + step)
+    # rows in chunks of about CHUNK edges (one row's edges at least): the per-edge arrays stay bounded
+    cuts = np.unique(np.append(np.searchsorted(rowptr, np.arange(0, len(col), CHUNK), side="right") - 1, n))
+    for r0, r1 in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
         e0 = int(tptr[r0 * te])
-        etype = np.repeat(np.tile(np.arange(te), r1 - r0), np.diff(tptr[r0 * te:r1 * te + 1]))
+        etype = np.repeat(np.tile(np.arange(te, dtype=np.int32), r1 - r0), np.diff(tptr[r0 * te:r1 * te + 1]))
         bad = np.flatnonzero(type_of(np.asarray(col[e0:e0 + len(etype)]), starts, kinds) != src[etype])
         if len(bad):
             i = int(bad[0])
