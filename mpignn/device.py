@@ -18,14 +18,17 @@ def accelerator(device: str | torch.device) -> Any:
 
 
 def synchronize(device: str | torch.device) -> None:
-    """Wait for the device's queued work, so a host clock read after it measures the work itself.
+    """Wait for the calling thread's current stream, so a host clock read after it measures the work itself.
 
     NCCL/xccl collectives and kernels return when queued; without this, their time lands in whatever stage
     next waits on the device. One call per stage border costs microseconds against milliseconds of work.
-    """
+    Only the current stream, never the whole device: a device-wide sync would also wait for another
+    thread's work (the loader's copies on their side stream) and book it in this stage. Collectives that
+    DDP or a blocking torch.distributed call made this stream wait for are covered."""
     mod = accelerator(device)
     if mod is not None:
-        mod.synchronize(torch.device(device))
+        dev = torch.device(device)
+        mod.current_stream(dev).synchronize()
 
 
 def pinned_empty(shape: Sequence[int], dtype: torch.dtype, device: str | torch.device) -> torch.Tensor:
@@ -34,10 +37,21 @@ def pinned_empty(shape: Sequence[int], dtype: torch.dtype, device: str | torch.d
 
 
 def _widen(data: Any) -> Any:
-    x = getattr(data, "x", None)
-    if x is not None and x.dtype in (torch.float16, torch.bfloat16):
-        data.x = x.float()
+    """Half-precision node features (`--feature-dtype`) to float32, in every node store (Data or HeteroData)."""
+    for store in getattr(data, "node_stores", ()):
+        x = store.get("x") if hasattr(store, "get") else None
+        if x is not None and x.dtype in (torch.float16, torch.bfloat16):
+            store.x = x.float()
     return data
+
+
+def _on_device(data: Any) -> bool:
+    """Whether any node store's features already live on an accelerator (`--exchange torch`)."""
+    for store in getattr(data, "node_stores", ()):
+        x = store.get("x") if hasattr(store, "get") else None
+        if isinstance(x, torch.Tensor) and x.device.type != "cpu":
+            return True
+    return False
 
 
 class Uploader:
@@ -56,21 +70,30 @@ class Uploader:
 
     def upload(self, data: Any) -> Any:
         """`data` on the device, its half-precision features (`--feature-dtype`) widened to float32 there:
-        the copy moves half the bytes, and the widening runs on the side stream too."""
+        the copy moves half the bytes, and the widening runs on the side stream too.
+
+        Features already on the device (`--exchange torch`) were written by the caller's current stream
+        (`index_copy_` of the gathered rows): the side stream waits for it before reading them."""
         if self.mod is None:
             return _widen(data)
+        current = self.mod.current_stream(self.device)
         with self.mod.stream(self.stream):
+            if _on_device(data):
+                self.stream.wait_stream(current)
             data = _widen(data.to(self.device, non_blocking=True))
         self.stream.synchronize()
         return data
 
     def adopt(self, data: Any) -> Any:
+        """In the compute thread: order the compute stream after the side stream's copies, and mark the
+        batch's tensors as used by it (their memory is not handed to the next copy while kernels read it)."""
         if self.mod is None:
             return data
         compute = self.mod.current_stream(self.device)
+        compute.wait_stream(self.stream)
 
         def mark(t: torch.Tensor) -> torch.Tensor:
-            if t.device.type == self.device.type:
+            if t.device.type == self.device.type and t.device.type != "cpu":
                 t.record_stream(compute)
             return t
 
