@@ -5,6 +5,10 @@ type (read from the id blocks of the partition) and edge type (from the sampler)
 the batch order, so the target type's first `batch_size` nodes are the seeds and every type's nodes and every
 edge type's edges stay grouped by hop: `num_sampled_nodes` / `num_sampled_edges` per type give the per-hop
 counts PyG's `trim_to_layer` and mpignn's hetero models read.
+
+Features stay in the table's dtype here: for an accelerator they are cut into pinned host buffers (or on the
+device, for a device table) and `mpignn.device.Uploader` copies and widens them on the device, as for
+homogeneous batches. Imports torch and torch-geometric; never the training loop.
 """
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ import torch
 from torch_geometric.data import HeteroData
 
 from mpignn.data.hetero import HeteroSchema, type_of
+from mpignn.device import pinned_empty
+from mpignn.exchange.features import _index
 
 __all__ = ["HeteroLayout"]
 
@@ -34,9 +40,13 @@ class HeteroLayout:
 
     def split(self, x: torch.Tensor, y: torch.Tensor, n_id: np.ndarray, row: np.ndarray, col: np.ndarray,
               edge_type: np.ndarray, num_sampled_nodes: list[int], num_sampled_edges: list[int],
-              batch_size: int) -> HeteroData:
+              batch_size: int, device: str | torch.device = "cpu") -> HeteroData:
         """The batch (x [nodes, padded features] in batch order, edges as batch indices) by type. Featureless
-        types get a constant one-column input (`mpignn.loop.with_rows` replaces it by learnable rows)."""
+        types get a constant one-column input (`mpignn.loop.with_rows` replaces it by learnable rows).
+
+        Each type's features keep x's dtype (half precision is widened after the copy, by the Uploader). For
+        an accelerator `device` a host x is cut into pinned buffers, so the copy is asynchronous, and a device
+        x (`--exchange torch`) is cut on its device."""
         schema, hops = self.schema, len(num_sampled_edges)
         ntype = self.node_types(n_id)
         node_hop = np.repeat(np.arange(hops + 1), num_sampled_nodes)
@@ -47,12 +57,13 @@ class HeteroLayout:
         local[order] = np.arange(len(n_id)) - np.repeat(np.cumsum(per_type) - per_type, per_type)
         data = HeteroData()
         bounds = np.concatenate([[0], np.cumsum(per_type)])
+        pin = torch.device(device).type != "cpu"
         for k, name in enumerate(schema.node_types):
             idx = order[bounds[k]:bounds[k + 1]]
             store = data[name]
             dim = schema.feature_dims[k]
             pick = torch.from_numpy(idx)
-            store.x = x[pick, :dim].float() if dim else torch.ones(len(idx), 1)
+            store.x = _rows(x, idx, dim, device) if dim else _ones(len(idx), device)
             store.n_id = torch.from_numpy(n_id[idx])
             store.num_sampled_nodes = np.bincount(node_hop[idx], minlength=hops + 1).tolist()
             if k == self.target:
@@ -61,7 +72,11 @@ class HeteroLayout:
         for e, (src, rel, dst) in enumerate(schema.edge_types):
             m = np.flatnonzero(edge_type == e)
             store = data[src, rel, dst]
-            store.edge_index = torch.from_numpy(np.stack([local[row[m]], local[col[m]]]))
+            if pin:
+                store.edge_index = pinned_empty((2, len(m)), torch.int64, device)
+                store.edge_index[0].numpy()[:], store.edge_index[1].numpy()[:] = local[row[m]], local[col[m]]
+            else:
+                store.edge_index = torch.from_numpy(np.stack([local[row[m]], local[col[m]]]))
             store.num_sampled_edges = np.bincount(edge_hop[m], minlength=hops).tolist()
         # What the training loop reads of any batch: the seeds' count and labels, every node's global id.
         data.batch_size = batch_size
@@ -69,3 +84,21 @@ class HeteroLayout:
         data.n_id = torch.from_numpy(n_id)
         data.featureless = [t for t, d in zip(schema.node_types, schema.feature_dims) if not d]
         return data
+
+
+def _rows(x: torch.Tensor, idx: np.ndarray, dim: int, device: str | torch.device) -> torch.Tensor:
+    """x[idx, :dim] in x's dtype: on x's device when x is on an accelerator, else in a pinned buffer for an
+    accelerator `device`, else (CPU training) a plain host tensor."""
+    if x.device.type != "cpu":
+        return torch.index_select(x[:, :dim], 0, _index(idx, x.device))
+    pick = torch.from_numpy(idx)
+    if torch.device(device).type == "cpu":
+        return x[pick, :dim]
+    out = pinned_empty((len(idx), dim), x.dtype, device)
+    return torch.index_select(x[:, :dim], 0, pick, out=out)
+
+
+def _ones(n: int, device: str | torch.device) -> torch.Tensor:
+    if torch.device(device).type == "cpu":
+        return torch.ones(n, 1)
+    return pinned_empty((n, 1), torch.float32, device).fill_(1.0)

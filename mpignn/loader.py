@@ -159,7 +159,8 @@ class NodeLoader:
             x = x.view(torch.bfloat16)
         if self.layout is not None:  # heterogeneous: cut by type into PyG's HeteroData
             data = self.layout.split(x, torch.from_numpy(y), out.n_id, out.row, out.col, out.edge_type,
-                                     out.num_sampled_nodes, out.num_sampled_edges, out.batch_size)
+                                     out.num_sampled_nodes, out.num_sampled_edges, out.batch_size,
+                                     device=self.device)
             return self._finish(data, x, t0, t1)
         edge_index = pinned_empty((2, len(out.row)), torch.int64, self.device)
         edge_index[0].numpy()[:], edge_index[1].numpy()[:] = out.row, out.col
@@ -167,6 +168,7 @@ class NodeLoader:
         data.batch_size = out.batch_size
         data.num_sampled_nodes = out.num_sampled_nodes
         data.num_sampled_edges = out.num_sampled_edges
+        data.in_degree = torch.from_numpy(out.in_degree)  # the model's CSR pointers: no bincount on the device
         if self.links is not None:
             data.edge_label_index = torch.from_numpy(out.edge_label_index)
             data.edge_label = torch.from_numpy(labels)
