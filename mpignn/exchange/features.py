@@ -126,9 +126,16 @@ class FeatureStore:
 
 
 def _index(idx: np.ndarray, device: Any) -> Any:
+    """`idx` as an int64 tensor on `device`. For an accelerator the ids go through a pinned buffer and copy
+    without blocking, on the caller's current stream: a blocking copy from pageable memory would sync the
+    default stream (every thread's) and the host with it. Torch's pinned allocator keeps the buffer until
+    the copy is done."""
     import torch
 
-    return torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64)).to(device)
+    ids = torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64))
+    if torch.device(device).type == "cpu":
+        return ids
+    return ids.pin_memory().to(device, non_blocking=True)
 
 
 def _take(table: Any, idx: np.ndarray, out: Any = None) -> Any:
