@@ -429,7 +429,8 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
     if train:
         batch_size = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
     return NodeLoader(sampler, graph.features, seeds, batch_size, shuffle=train if shuffle is None else shuffle,
-                      seed=seed, comm=rt.comm, device=rt.device, prefetch=overlap(rt, talks, prefetch),
+                      seed=seed, comm=rt.comm, device=rt.device,
+                      prefetch=overlap(rt, talks, prefetch, device_exchange=not graph.features.on_host),
                       wrap=train, max_steps=max_steps if train else 0, layout=graph.layout)
 
 
@@ -460,21 +461,31 @@ def rank_batch_size(batch_size: int, world_size: int, rank: int, scope: str = "g
 OVERLAP_MIN_THREADS = 4
 
 
-def overlap(rt: Runtime, talks: bool, mode: str = "auto") -> bool:
+def overlap(rt: Runtime, talks: bool, mode: str = "auto", device_exchange: bool = False) -> bool:
     """Whether a loader produces the next batch in a background thread.
 
     One part (nothing collective in the loader): always, unless `mode` is off. Several parts: the thread
     runs the sampling and exchange collectives (on their own communicator), which needs MPI_THREAD_MULTIPLE;
     `auto` turns it on where compute leaves a core free: on a GPU or XPU (the host thread mostly waits for
-    the device), or with at least OVERLAP_MIN_THREADS threads per rank.
+    the device), or with at least OVERLAP_MIN_THREADS threads per rank. Never with rows exchanged by
+    torch.distributed (`device_exchange`, `--exchange torch`): the thread's all_to_all and DDP's all-reduce
+    would be two communicators in flight on one device from two threads, which NCCL does not order (it can
+    hang), and the gathers would share the compute stream anyway.
 
     Raises:
-        ConfigError: `mode` is on, the loader talks to other ranks and MPI lacks MPI_THREAD_MULTIPLE.
+        ConfigError: `mode` is on, the loader talks to other ranks and MPI lacks MPI_THREAD_MULTIPLE, or
+            the rows go by torch.distributed.
     """
     if mode == "off":
         return False
     if not talks:
         return True
+    if device_exchange:
+        if mode == "on":
+            raise mark_agreed(ConfigError("--prefetch on cannot run with --exchange torch across parts: expected "
+                              "one thread issuing device collectives, got a loader thread beside DDP's. "
+                              "HINT: --prefetch auto (off here) or --exchange mpi"))
+        return False
     from mpi4py import MPI
 
     threaded = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
