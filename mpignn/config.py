@@ -170,6 +170,9 @@ class TrainConfig:
     The test split is then evaluated only where validation reaches it, and after the last epoch."""
     metrics_out: str = ""
     """Append one JSON line per epoch to this file."""
+    tensorboard: str = ""
+    """Write each epoch record's numbers as TensorBoard scalars into this folder, from rank 0 (step: the
+    evaluations so far, epoch + 1 with one per epoch). Needs pip install mpignn[tensorboard]."""
     checkpoint_dir: str = ""
     """Save model, optimizer, every rank's RNG state and learnable rows and the config after each epoch (and on
     SIGUSR2) here, as one generation (gen-*: fsync'd files, a manifest written last)."""

@@ -14,6 +14,7 @@ from mpignn.loop import optimize_for_device, run_epoch, wrap_ddp
 from mpignn.report import BestEpoch, append_jsonl, correct_counter, format_epoch, format_final
 from mpignn.schedule import attach_lr_schedule
 from mpignn.stopping import EXIT_STOPPED, StopSignal, requeue
+from mpignn.tensorboard_log import ScalarLog, eval_index, require
 from mpignn.watchdog import Watchdog, bounded
 
 __all__ = ["check_flags", "fit", "eval_steps"]
@@ -27,6 +28,8 @@ def check_flags(cfg: Any) -> None:
     if cfg.requeue and not cfg.checkpoint_dir:
         raise ConfigError("--requeue expects --checkpoint-dir (the requeued job resumes from it); got none. "
                           "HINT: add --checkpoint-dir DIR")
+    if cfg.tensorboard:  # up front, before any data is loaded: the optional package is installed
+        require()
 
 
 def _wants_resume(cfg: Any, comm: Any) -> bool:
@@ -89,6 +92,7 @@ def _fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn
     ddp, timer = wrap_ddp(model, comm, rt.device)
     log.info("%d train steps per epoch, %s", steps, "bf16 autocast" if bf16 else "fp32")
     rec: dict[str, Any] | None = None
+    tb = ScalarLog(cfg.tensorboard) if cfg.tensorboard and rt.rank == 0 else None
     ends = eval_steps(steps, cfg.evals_per_epoch)
     for epoch in range(first_epoch, cfg.epochs):
         resumed_here = epoch == first_epoch
@@ -111,6 +115,8 @@ def _fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn
                 log.info(format_epoch(rec))
                 if cfg.metrics_out:
                     append_jsonl(cfg.metrics_out, rec)
+                if tb is not None:
+                    tb.write(rec, step=eval_index(epoch, ends, end))
             start = end
             val = rec.get(f"val_{best.metric}")
             reached = bool(cfg.target_val) and val is not None and val >= cfg.target_val

@@ -1,0 +1,69 @@
+"""--tensorboard DIR: rank 0's event file read back with TensorBoard's own reader, and the one-line error
+naming the extra when the package is missing."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mpignn.errors import ConfigError
+from mpignn.report import FIELDS
+
+SMALL = "synthetic:num_nodes=2000,avg_degree=6,num_features=4"
+
+
+def test_scalars_and_steps_read_back(tmp_path):
+    pytest.importorskip("tensorboard", reason="pip install mpignn[tensorboard] (in the test extra)")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tb, metrics = tmp_path / "tb", tmp_path / "m.jsonl"
+    cmd = [sys.executable, "-m", "mpignn.train", "--dataset", SMALL, "--root", str(tmp_path / "data"),
+           "--epochs", "2", "--evals-per-epoch", "2", "--batch-size", "256", "--fanout", "4,3", "--hidden", "16",
+           "--tensorboard", str(tb), "--metrics-out", str(metrics)]
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert len(records) == 4  # two evaluations in each of two epochs
+
+    acc = EventAccumulator(str(tb))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    for name in FIELDS:  # every numeric field the report formats, under its section
+        assert any(t.endswith("/" + name) for t in tags), (name, sorted(tags))
+    for tag in ("loss/loss", "score/val_acc", "score/test_acc", "time/sample_s", "time/epoch_s",
+                "bytes/remote_feature_bytes", "throughput/seeds_per_s", "memory/peak_rss_mb"):
+        assert tag in tags
+    loss = acc.Scalars("loss/loss")
+    assert [e.step for e in loss] == [1, 2, 3, 4]  # each evaluation inside an epoch has its own step
+    for tag in ("loss/loss", "score/val_acc", "run/epochs_done", "memory/peak_rss_mb", "time/compute_s"):
+        got = [e.value for e in acc.Scalars(tag)]
+        want = [r[tag.split("/")[1]] for r in records]
+        assert got == pytest.approx(want, rel=1e-6, abs=1e-6), tag
+    done = [e.value for e in acc.Scalars("run/epochs_done")]
+    assert 0 < done[0] < 1 == done[1] < done[2] < 2 == done[3]  # mid-epoch, end, mid-epoch, end
+
+
+def test_missing_package_fails_up_front_naming_the_extra(monkeypatch):
+    from mpignn.config import parse
+    from mpignn.fit import check_flags
+
+    for name in [m for m in sys.modules if m == "tensorboard" or m.startswith("tensorboard.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # `import tensorboard...` raises ImportError
+    cfg = parse(["--dataset", SMALL, "--tensorboard", "tb"])
+    with pytest.raises(ConfigError) as err:
+        check_flags(cfg)
+    msg = str(err.value)
+    assert "\n" not in msg and "pip install mpignn[tensorboard]" in msg and "--tensorboard" in msg
+    check_flags(parse(["--dataset", SMALL]))  # without the flag nothing is imported or refused
+
+
+def test_missing_package_cli_exits_with_one_line(tmp_path):
+    """The whole CLI: exit code 1 and the message, before any data is loaded."""
+    code = ("import sys; sys.modules['tensorboard'] = None; from mpignn.train import cli; "
+            f"sys.argv = ['mpignn.train', '--dataset', '{SMALL}', '--root', {str(tmp_path / 'data')!r}, "
+            f"'--tensorboard', {str(tmp_path / 'tb')!r}]; cli()")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "pip install mpignn[tensorboard]" in out.stdout + out.stderr
+    assert not (tmp_path / "data").exists() and not (tmp_path / "tb").exists()
