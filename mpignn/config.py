@@ -228,6 +228,9 @@ class TrainConfig:
         self.cache_size = parse_cache_size(self.cache_size)
         if self.threads < 0:
             raise ConfigError(f"--threads must be >= 0; got {self.threads}. HINT: 0 means automatic")
+        if self.device == "xpu" and self.backend in ("gloo", "mpi"):  # their process groups take no XPU tensors
+            raise ConfigError(f"expected --backend xccl, ccl or auto with --device xpu; got --backend {self.backend}, "
+                              "which takes CPU (and CUDA) tensors only. HINT: --backend auto, or --device cpu")
         if not 0 < self.collective_timeout < float("inf"):
             raise ConfigError(f"--collective-timeout must be positive seconds; got {self.collective_timeout}. "
                               "HINT: e.g. --collective-timeout 300")

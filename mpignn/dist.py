@@ -7,20 +7,21 @@ from __future__ import annotations
 
 import datetime
 import importlib
+import importlib.util
 import logging
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
 from mpignn import env as _env
-from mpignn.errors import LaunchError
+from mpignn.errors import ConfigError, LaunchError
 from mpignn.mpi_store import MPIStore, listening_tcp_store
 
-__all__ = ["Hardware", "Choice", "detect_hardware", "choose", "init_process_group", "apply_threads",
-           "destroy_process_group", "device_id_accepted"]
+__all__ = ["Hardware", "Choice", "DeviceId", "detect_hardware", "visible_devices", "choose", "init_process_group",
+           "apply_threads", "destroy_process_group", "device_id_accepted"]
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +49,17 @@ class Choice:
 
     device: str  # "cpu", "cuda:3", "xpu:1"
     backend: str
+    shared_by: int = 1  # node-local ranks computing in this device's memory (this one included)
 
     @property
     def device_type(self) -> str:
         return self.device.split(":")[0]
+
+
+# A device as plain data: (physical, instance). `physical` names the chip NCCL keys its ranks on (the PCI
+# address); `instance` names the memory a rank computes in (the device's UUID; a MIG slice's own UUID, so MIG
+# slices of one GPU share `physical` but not `instance`). Gathered over MPI, compared by `choose`.
+DeviceId = tuple[str, str]
 
 
 def _has_module(name: str) -> bool:
@@ -59,6 +67,14 @@ def _has_module(name: str) -> bool:
         importlib.import_module(name)
         return True
     except Exception:  # a broken optional install counts as absent
+        return False
+
+
+def _installed(name: str) -> bool:
+    """Whether `name` can be imported, without importing it (its import may load native libraries)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
         return False
 
 
@@ -84,42 +100,92 @@ def detect_hardware() -> Hardware:
         xpu_devices=xpu,
         has_nccl=bool(cuda) and dist.is_nccl_available(),
         has_xccl=bool(getattr(dist, "is_xccl_available", lambda: False)()),
-        has_ccl=_has_module("oneccl_bindings_for_pytorch") if xpu or has_ipex else False,
+        # found, not imported: importing it loads a second oneCCL next to torch's own (xccl); it is imported
+        # in init_process_group, only when the backend is ccl
+        has_ccl=_installed("oneccl_bindings_for_pytorch") if xpu or has_ipex else False,
         has_ipex=has_ipex,
         has_mpi_backend=dist.is_mpi_available(),
     )
 
 
-def choose(device: str, backend: str, hw: Hardware, local_rank: int, local_size: int = 1) -> Choice:
+def _resolve(device: str, hw: Hardware) -> str:
+    if device == "auto":
+        return "cuda" if hw.cuda_devices else "xpu" if hw.xpu_devices else "cpu"
+    return device
+
+
+def _identity(kind: str, index: int, props: Any, mask: list[str]) -> DeviceId:
+    """(physical, instance) of device `index` from its torch properties; where torch gives no UUID or PCI
+    address, the launcher's visibility mask names the device (entry `index`), else its name and index."""
+    named = mask[index] if index < len(mask) else f"{getattr(props, 'name', kind)}#{index}"
+    uuid = getattr(props, "uuid", None)
+    instance = str(uuid) if uuid not in (None, "") else named
+    bus = getattr(props, "pci_bus_id", None)
+    if bus is None:
+        physical = instance
+    else:
+        physical = f"{getattr(props, 'pci_domain_id', 0):04x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}"
+    return physical, instance
+
+
+def visible_devices(device: str, hw: Hardware) -> tuple[DeviceId, ...]:
+    """The identities of the devices of the kind `device` resolves to (auto: CUDA, else XPU) that this
+    process sees, in torch's order; () on CPU or where they cannot be read (then `choose` counts devices).
+    Local only: the caller gathers them over the host's ranks."""
+    kind = _resolve(device, hw)
+    count = {"cuda": hw.cuda_devices, "xpu": hw.xpu_devices}.get(kind, 0)
+    if not count:
+        return ()
+    mod = getattr(torch, kind)
+    mask = _env.visibility_mask(kind)
+    try:
+        return tuple(_identity(kind, i, mod.get_device_properties(i), mask) for i in range(count))
+    except Exception:  # an old torch or driver without these properties: fall back to counting
+        return ()
+
+
+def choose(device: str, backend: str, hw: Hardware, local_rank: int, local_size: int = 1,
+           peers: Sequence[Sequence[DeviceId]] | None = None) -> Choice:
     """Pick the device and backend: CUDA -> nccl, Intel XPU -> xccl (else ccl), CPU -> gloo.
 
-    One accelerator per node-local rank (`local_rank % devices`). NCCL refuses two ranks on one GPU
-    ("Duplicate GPU detected"), so with more node-local ranks than GPUs `auto` takes gloo instead (on the
-    same device tensors) and an explicit nccl is refused. Explicit requests are honoured or refused.
+    Each node-local rank takes device `local_rank % count` of those it sees. Whether ranks share a device is
+    decided by identities, not counts: `peers[r]` lists the devices node-local rank r sees (`visible_devices`,
+    gathered over the host). With `srun --gpus-per-task=1` or a per-rank CUDA_VISIBLE_DEVICES each rank sees
+    one GPU, and they are distinct. NCCL refuses two ranks on one GPU ("Duplicate GPU detected"; MPS does not
+    change that), and keys GPUs on the PCI address, so MIG slices of one GPU count as one GPU for NCCL: `auto`
+    takes gloo then (on the same device tensors) and an explicit nccl is refused. For memory a MIG slice is
+    its own device (`Choice.shared_by`, which divides the feature-cache budget). Without `peers` (or where a
+    rank's identities are unknown) ranks share GPUs when the host has more ranks than this rank sees GPUs.
 
     Raises:
         LaunchError: the requested device or backend is not available here.
+        ConfigError: XPU with gloo or mpi (neither process group takes XPU tensors).
     """
     if device not in DEVICES:
         raise LaunchError(f"--device must be one of {', '.join(DEVICES)}; got '{device}'. HINT: use --device auto")
     if backend not in BACKENDS:
         raise LaunchError(f"--backend must be one of {', '.join(BACKENDS)}; got '{backend}'. "
                           "HINT: use --backend auto")
-    if device == "auto":
-        device = "cuda" if hw.cuda_devices else "xpu" if hw.xpu_devices else "cpu"
+    device = _resolve(device, hw)
     if device == "cuda" and not hw.cuda_devices:
         raise LaunchError("--device cuda asked for, but torch sees no CUDA device. HINT: check "
                           "CUDA_VISIBLE_DEVICES and that a CUDA build of torch is installed, or use --device cpu")
     if device == "xpu" and not hw.xpu_devices:
         raise LaunchError("--device xpu asked for, but torch sees no XPU. HINT: load the oneAPI environment and "
                           "install an XPU build of torch (pip install -e .[xpu]), or use --device cpu")
-    shared = device == "cuda" and local_size > hw.cuda_devices
+    if device == "xpu" and backend in ("gloo", "mpi"):
+        raise ConfigError(f"expected --backend xccl, ccl or auto with --device xpu; got --backend {backend}, whose "
+                          "process group takes CPU (and CUDA) tensors only, so DDP's first broadcast would fail. "
+                          "HINT: --backend auto (xccl, else ccl), or --device cpu to train over gloo")
+    count = hw.cuda_devices if device == "cuda" else hw.xpu_devices
+    same_chip, shared_by = _sharing(device, count, local_rank, local_size, peers)
+    shared = device == "cuda" and same_chip > 1
     if backend == "auto":
         backend = "gloo" if shared else _default_backend(device, hw)
     if backend == "nccl" and shared:
-        raise LaunchError(f"--backend nccl needs one GPU per rank, but {local_size} ranks share {hw.cuda_devices} "
-                          f"GPU(s) on this host. HINT: start at most {hw.cuda_devices} rank(s) per host, or use "
-                          "--backend gloo (or auto)")
+        raise LaunchError(f"--backend nccl needs one GPU per rank, but {same_chip} ranks on this host use one GPU "
+                          "(the same device, or MIG slices of one GPU). HINT: one rank per GPU (srun "
+                          "--gpus-per-task=1, or fewer ranks per host), or use --backend gloo (or auto)")
     available = {"gloo": True, "mpi": hw.has_mpi_backend, "nccl": hw.has_nccl, "xccl": hw.has_xccl,
                  "ccl": hw.has_ccl}
     if not available[backend]:
@@ -130,8 +196,20 @@ def choose(device: str, backend: str, hw: Hardware, local_rank: int, local_size:
         raise LaunchError(f"--backend nccl needs --device cuda; got --device {device}. HINT: use --backend gloo")
     if device == "cpu":
         return Choice("cpu", backend)
-    count = hw.cuda_devices if device == "cuda" else hw.xpu_devices
-    return Choice(f"{device}:{local_rank % count}", backend)
+    return Choice(f"{device}:{local_rank % count}", backend, shared_by)
+
+
+def _sharing(device: str, count: int, local_rank: int, local_size: int,
+             peers: Sequence[Sequence[DeviceId]] | None) -> tuple[int, int]:
+    """(node-local ranks on this rank's physical chip, node-local ranks in this rank's device memory)."""
+    if device == "cpu":
+        return 1, 1
+    if peers is None or local_rank >= len(peers) or not peers[local_rank]:
+        sharing = -(-max(1, local_size) // max(1, count)) if local_size > count else 1
+        return sharing, sharing
+    taken = [ids[r % len(ids)] for r, ids in enumerate(peers) if ids]
+    mine = peers[local_rank][local_rank % len(peers[local_rank])]
+    return sum(t[0] == mine[0] for t in taken), sum(t[1] == mine[1] for t in taken)
 
 
 def _default_backend(device: str, hw: Hardware) -> str:
@@ -176,12 +254,16 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
         torch.cuda.set_device(torch.device(choice.device))
     elif choice.device_type == "xpu":
         torch.xpu.set_device(torch.device(choice.device))
-    if choice.backend == "ccl":
-        importlib.import_module("oneccl_bindings_for_pytorch")  # registers the "ccl" backend
     if choice.backend in ("ccl", "xccl"):
-        # oneCCL under an MPI launcher does not learn its node-local placement by itself.
-        os.environ.setdefault("CCL_LOCAL_RANK", str(local_rank))
-        os.environ.setdefault("CCL_LOCAL_SIZE", str(local_size))
+        from mpignn.mpi import library_version
+
+        # oneCCL reads its node-local placement only with CCL_PROCESS_LAUNCHER=none (env.ccl_env); values the
+        # user set stay.
+        os.environ.update(_env.ccl_env(local_rank, local_size, library_version()))
+    if choice.backend == "ccl":
+        # registers the "ccl" backend; imported only for it: xccl is torch's own oneCCL, and a second oneCCL
+        # library in the same process is asking for symbol clashes
+        importlib.import_module("oneccl_bindings_for_pytorch")
     if choice.backend != "mpi":
         from mpignn.mpi import rendezvous_endpoint
 

@@ -16,7 +16,7 @@ from typing import Callable, Mapping
 __all__ = ["LaunchInfo", "detect", "export_torch_env", "thread_budget", "cpus_available", "mem_available_bytes",
            "foreign_launcher_size", "listen_socket", "slurm_job_id", "host_address", "tune_allocator",
            "bound_onednn_cache", "Interface", "socket_ifname", "ipv4_interfaces", "pick_shared_address",
-           "user_master_addr", "user_master_port"]
+           "user_master_addr", "user_master_port", "visibility_mask", "ccl_env"]
 
 
 @dataclass(frozen=True)
@@ -353,3 +353,48 @@ def pick_shared_address(root: list[Interface], others: list[list[Interface]]) ->
         if all(any(not o.is_loopback and ipaddress.ip_address(o.address) in net for o in host) for host in others):
             return iface
     return None
+
+
+# The variable through which a launcher (srun --gpus-per-task, a wrapper script) narrows the devices a process
+# sees; entry i of its comma-separated list names the device torch numbers i in that process.
+_MASK_VARS = {"cuda": "CUDA_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
+
+
+def visibility_mask(kind: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """The entries of CUDA_VISIBLE_DEVICES (kind "cuda") or ZE_AFFINITY_MASK ("xpu"), [] when unset.
+
+    Entry i names what this process calls device i (an index, a UUID, a MIG UUID, or "card.tile"), so two
+    processes whose masks give their device 0 different names see different devices."""
+    env = os.environ if env is None else env
+    value = env.get(_MASK_VARS.get(kind, ""), "").strip()
+    return [v.strip() for v in value.split(",") if v.strip()] if value else []
+
+
+def ccl_env(local_rank: int, local_size: int, mpi_library: str,
+            env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The oneCCL variables to set for a job started by an MPI launcher; those the user set are left out.
+
+    oneCCL reads CCL_LOCAL_RANK/CCL_LOCAL_SIZE only with CCL_PROCESS_LAUNCHER=none; its default launcher
+    (hydra) reads MPI_LOCALRANKID/MPI_LOCALNRANKS, which Open MPI and srun do not set. So the node-local
+    placement, taken from the MPI communicator, goes with CCL_PROCESS_LAUNCHER=none. oneCCL's MPI transport
+    loads an MPICH-ABI libmpi (MPICH, Intel MPI, Cray MPICH): under one, the transport and its key-value
+    store go over MPI (CCL_ATL_TRANSPORT=mpi, CCL_KVS_MODE=mpi, as ALCF's Aurora settings do); under
+    another MPI (Open MPI) the transport is libfabric (ofi). CCL_ZE_IPC_EXCHANGE is left to the site: which of
+    pidfd (needs Linux >= 5.6 and ptrace rights), drmfd or sockets works depends on the kernel and container.
+
+    Args:
+        local_rank, local_size: this rank's place on its host (`mpi.topology`).
+        mpi_library: the MPI library's version string (`mpi.library_version()`); env: read, never changed.
+    Returns:
+        {variable: value} for the caller to write.
+    """
+    env = os.environ if env is None else env
+    lib = mpi_library.lower()
+    mpich_abi = "mpich" in lib or "intel(r) mpi" in lib or "intel mpi" in lib
+    wanted: dict[str, str] = {}
+    if env.get("CCL_PROCESS_LAUNCHER", "none").strip().lower() == "none":
+        wanted.update(CCL_PROCESS_LAUNCHER="none", CCL_LOCAL_RANK=str(local_rank), CCL_LOCAL_SIZE=str(local_size))
+    wanted["CCL_ATL_TRANSPORT"] = "mpi" if mpich_abi else "ofi"
+    if env.get("CCL_ATL_TRANSPORT", wanted["CCL_ATL_TRANSPORT"]) == "mpi":
+        wanted["CCL_KVS_MODE"] = "mpi"
+    return {k: v for k, v in wanted.items() if k not in env}

@@ -27,6 +27,7 @@ __all__ = [
     "Topology", "world", "topology", "whoami", "check_launcher", "chunk_bounds", "ceil_split", "steps_per_epoch",
     "pad_to_steps", "root_first", "run_once", "check_all", "alltoallv", "allreduce_sum", "allreduce_max", "run_main",
     "RootFailedError", "print0", "thread_budget", "MAX_COUNT", "exchange_counts", "rendezvous_endpoint",
+    "library_version",
 ]
 
 thread_budget = _env.thread_budget
@@ -54,6 +55,13 @@ def world() -> Any:
     from mpi4py import MPI
 
     return MPI.COMM_WORLD
+
+
+def library_version() -> str:
+    """The MPI library's version string (`MPI_Get_library_version`), e.g. "MPICH Version: 4.2.0 ..."."""
+    from mpi4py import MPI
+
+    return MPI.Get_library_version()
 
 
 @dataclass(frozen=True)

@@ -101,13 +101,18 @@ def bootstrap(device: str = "auto", backend: str = "auto", threads: int = 0, *, 
     if tune_process:
         tune_allocator()
         bound_onednn_cache()
-    error = ""
+    error, kind = "", LaunchError
     choice = dist.Choice("cpu", "gloo")
+    hw = dist.detect_hardware()
+    # which devices each rank sees, by identity (one allgather at start-up): ranks that each see one GPU
+    # (srun --gpus-per-task=1, a per-rank CUDA_VISIBLE_DEVICES) do not share it
+    seen = comm.allgather((topo.host_rank, dist.visible_devices(device, hw) if device in dist.DEVICES else ()))
+    peers = [ids for host, ids in seen if host == topo.host_rank]  # in local-rank order (topology's split key)
     try:
-        choice = dist.choose(device, backend, dist.detect_hardware(), topo.local_rank, topo.local_size)
+        choice = dist.choose(device, backend, hw, topo.local_rank, topo.local_size, peers)
     except MpignnError as exc:
-        error = str(exc)
-    check_all(comm, not error, error, LaunchError)
+        error, kind = str(exc), type(exc)
+    check_all(comm, not error, error, kind)
     if topo.world_size > 1:
         dist.init_process_group(comm, topo.rank, topo.world_size, topo.local_rank, topo.local_size, choice,
                                 timeout_s=collective_timeout)
@@ -394,7 +399,7 @@ def _spare_memory(rt: Runtime, features: FeatureStore) -> tuple[int | None, int]
 
     mod = accelerator(features.x.device)
     free, _ = mod.mem_get_info(features.x.device)
-    return int(free), max(1, -(-rt.topo.local_size // max(1, mod.device_count())))
+    return int(free), rt.choice.shared_by  # ranks of this host computing in this device's memory
 
 
 def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[int] | None = None, *,
