@@ -108,14 +108,18 @@ def wrap_ddp(model: torch.nn.Module, comm: Any, device: str) -> tuple[torch.nn.M
 def optimize_for_device(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: str,
                         bf16: bool) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     """On Intel XPU with intel-extension-for-pytorch installed, apply `ipex.optimize` to model and optimizer
-    (as Intel's examples do); elsewhere return them unchanged."""
+    (as Intel's examples do); elsewhere return them unchanged.
+
+    Always with dtype float32, `bf16` or not: `dtype=bfloat16` turns the weights themselves into bf16, so DDP
+    would all-reduce bf16 gradients and checkpoints would hold bf16 weights. bf16 compute comes from
+    autocast (`autocast`), which keeps fp32 weights; IPEX's bf16 dtype is for inference."""
     if torch.device(device).type != "xpu":
         return model, optimizer
     try:
         import intel_extension_for_pytorch as ipex
     except ImportError:
         return model, optimizer
-    return ipex.optimize(model, optimizer=optimizer, dtype=torch.bfloat16 if bf16 else torch.float32)
+    return ipex.optimize(model, optimizer=optimizer, dtype=torch.float32)
 
 
 def autocast(device: str, bf16: bool) -> contextlib.AbstractContextManager:
