@@ -42,8 +42,12 @@ setup(
         # for Intel macOS, Windows or ppc64le, where its sdist needs a C++20 compiler, CMake >= 3.21, TBB and
         # network access (its CMakeLists clones KaMinPar's main branch).
         "kaminpar": ["kaminpar>=3.7.3"],
-        # Intel GPUs (Data Center GPU Max): install the IPEX/oneCCL builds matching your torch from Intel's index.
-        "xpu": ["intel-extension-for-pytorch", "oneccl-bindings-for-pytorch"],
+        # Intel GPUs (Data Center GPU Max) on torch 2.5-2.8 XPU builds: IPEX and the oneCCL bindings each pin one
+        # torch minor (2.5.10+xpu: torch 2.5.1 ... 2.8.10+xpu: 2.8); Intel made no XPU build for torch 2.4, so
+        # with mpignn's torch>=2.4 the first is 2.5.10. Install them from Intel's index (pip install -e .[xpu]
+        # --extra-index-url https://pytorch-extension.intel.com/release-whl/stable/xpu/us/). torch >= 2.8 needs
+        # neither (native xccl). tests/test_device.py checks the README's version matrix against these floors.
+        "xpu": ["intel-extension-for-pytorch>=2.5.10", "oneccl-bindings-for-pytorch>=2.5.0"],
     },
     entry_points={"console_scripts": ["mpignn-train=mpignn.train:cli", "mpignn-partition=mpignn.partition.cli:cli"]},
 )
