@@ -435,7 +435,7 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
         batch_size = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
     return NodeLoader(sampler, graph.features, seeds, batch_size, shuffle=train if shuffle is None else shuffle,
                       seed=seed, comm=rt.comm, device=rt.device,
-                      prefetch=overlap(rt, talks, prefetch, device_exchange=not graph.features.on_host),
+                      prefetch=overlap(rt, talks, prefetch, device_exchange=_rows_on_device(graph.features)),
                       wrap=train, max_steps=max_steps if train else 0, layout=graph.layout)
 
 
@@ -473,9 +473,10 @@ def overlap(rt: Runtime, talks: bool, mode: str = "auto", device_exchange: bool 
     runs the sampling and exchange collectives (on their own communicator), which needs MPI_THREAD_MULTIPLE;
     `auto` turns it on where compute leaves a core free: on a GPU or XPU (the host thread mostly waits for
     the device), or with at least OVERLAP_MIN_THREADS threads per rank. Never with rows exchanged by
-    torch.distributed (`device_exchange`, `--exchange torch`): the thread's all_to_all and DDP's all-reduce
-    would be two communicators in flight on one device from two threads, which NCCL does not order (it can
-    hang), and the gathers would share the compute stream anyway.
+    torch.distributed on a GPU/XPU (`device_exchange`, `--exchange torch` there): the thread's all_to_all
+    and DDP's all-reduce would be two communicators in flight on one device from two threads, which NCCL
+    does not order (it can hang), and the gathers would share the compute stream anyway. (On CPU the rows
+    go over gloo and DDP over MPI: no device, the thread stays allowed.)
 
     Raises:
         ConfigError: `mode` is on, the loader talks to other ranks and MPI lacks MPI_THREAD_MULTIPLE, or
@@ -487,8 +488,8 @@ def overlap(rt: Runtime, talks: bool, mode: str = "auto", device_exchange: bool 
         return True
     if device_exchange:
         if mode == "on":
-            raise mark_agreed(ConfigError("--prefetch on cannot run with --exchange torch across parts: expected "
-                              "one thread issuing device collectives, got a loader thread beside DDP's. "
+            raise mark_agreed(ConfigError("--prefetch on cannot run with --exchange torch on a GPU/XPU across parts: "
+                              "expected one thread issuing device collectives, got a loader thread beside DDP's. "
                               "HINT: --prefetch auto (off here) or --exchange mpi"))
         return False
     from mpi4py import MPI
@@ -501,6 +502,11 @@ def overlap(rt: Runtime, talks: bool, mode: str = "auto", device_exchange: bool 
         return True
     spare = rt.choice.device_type != "cpu" or rt.threads >= OVERLAP_MIN_THREADS
     return threaded and spare
+
+
+def _rows_on_device(features: FeatureStore) -> bool:
+    """Whether the feature rows are a tensor on an accelerator (exchanged by NCCL/xccl or gloo there)."""
+    return not features.on_host and features.x.device.type != "cpu"
 
 
 def reduce_sums(rt: Runtime, values: dict[str, float]) -> dict[str, float]:

@@ -262,6 +262,14 @@ def test_no_prefetch_with_device_exchange():
     assert overlap(rt, False, "on", device_exchange=True) is True  # one part: nothing collective in the thread
     with pytest.raises(ConfigError, match="HINT: --prefetch auto"):
         overlap(rt, True, "on", device_exchange=True)
+    # make_loader's test: rows in a tensor on an accelerator ("meta" stands for one); on CPU the rows go
+    # over gloo beside DDP's MPI all-reduce, no device involved, and a thread stays allowed.
+    from mpignn.runtime import _rows_on_device
+
+    y = np.zeros(4, dtype=np.int64)
+    assert _rows_on_device(FeatureStore(torch.empty(4, 2, device="meta"), y, 0))
+    assert not _rows_on_device(FeatureStore(torch.zeros(4, 2), y, 0))
+    assert not _rows_on_device(FeatureStore(np.zeros((4, 2), np.float32), y, 0))
 
 
 def test_hetero_batch_is_not_widened_on_the_host(monkeypatch):
