@@ -1,0 +1,228 @@
+"""`python -m mpignn.info`: the versions and environment to paste into a bug report; under `mpirun -np N`
+also one line per rank (host, local rank, the device and backend it would pick, bound cores), gathered to
+rank 0. A probe that fails prints "not installed" or the error; nothing here may stop the report. Imports
+torch and the optional packages inside functions only, each guarded.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from typing import Any, Callable, Sequence
+
+__all__ = ["main", "cli", "versions", "devices", "backends", "launcher", "report_env", "rank_line", "cores_text",
+           "report_lines"]
+
+MISSING = "not installed"
+# (label, distribution name): the distribution's metadata is read, its module is not imported
+DISTRIBUTIONS = (("torch-geometric", "torch-geometric"), ("mpi4py", "mpi4py"), ("mpich wheel", "mpich"),
+                 ("numba", "numba"), ("numpy", "numpy"), ("pymetis", "pymetis"), ("kaminpar", "kaminpar"),
+                 ("ogb", "ogb"), ("tensorboard", "tensorboard"),
+                 ("intel-extension-for-pytorch", "intel-extension-for-pytorch"),
+                 ("oneccl-bindings-for-pytorch", "oneccl-bindings-for-pytorch"))
+# Shown, never acted on: the variables that shape threads, devices, the network and the launcher. Prefixes,
+# not everything, so that tokens and paths of unrelated tools stay out of a pasted report.
+ENV_PREFIXES = ("MPIGNN_", "OMP_", "MKL_", "KMP_", "NUMBA_", "CUDA_VISIBLE", "CUDA_DEVICE", "NCCL_", "GLOO_",
+                "TORCH_DISTRIBUTED", "TORCH_NCCL", "PYTORCH_CUDA_ALLOC", "ZE_", "ONEAPI_DEVICE", "CCL_", "FI_",
+                "I_MPI_", "UCX_", "MPICH_", "MPIR_CVAR_", "OMPI_MCA_", "MASTER_ADDR", "MASTER_PORT",
+                "SLURM_JOB_ID", "SLURM_NTASKS", "SLURM_NNODES", "SLURM_CPUS", "SLURM_GPUS", "SLURM_PROCID",
+                "PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
+
+
+def _safe(probe: Callable[[], str]) -> str:
+    """The probe's answer; "not installed" for a missing module, else the error in one line."""
+    try:
+        return probe()
+    except (ImportError, importlib.metadata.PackageNotFoundError):
+        return MISSING
+    except Exception as exc:  # a broken install must not hide the rest of the report
+        return f"error: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+
+
+def _dist_version(name: str) -> str:
+    return importlib.metadata.version(name)
+
+
+def _mpignn() -> str:
+    import mpignn
+
+    where = os.path.dirname(os.path.abspath(mpignn.__file__))
+    text = f"{mpignn.__version__} ({where}"
+    try:
+        commit = subprocess.run(["git", "-C", where, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10)
+        if commit.returncode == 0 and commit.stdout.strip():
+            dirty = subprocess.run(["git", "-C", where, "status", "--porcelain", "--untracked-files=no", "."],
+                                   capture_output=True, text=True, timeout=10).stdout.strip()
+            text += f", git {commit.stdout.strip()}{' with local changes' if dirty else ''}"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return text + ")"
+
+
+def _torch() -> str:
+    import torch
+
+    builds = [f"{name} {getattr(torch.version, name, None) or 'none'}" for name in ("cuda", "hip", "xpu")]
+    return f"{torch.__version__} ({', '.join(builds)}; {torch.get_num_threads()} threads)"
+
+
+def _mpi_library() -> str:
+    from mpi4py import MPI
+
+    lines = [" ".join(line.split()) for line in MPI.Get_library_version().splitlines() if line.strip()]
+    major, minor = MPI.Get_version()
+    return f"{lines[0] if lines else '?'} (MPI {major}.{minor})"
+
+
+def _mpiexec() -> str:
+    return shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec") or "none found"
+
+
+def versions() -> list[tuple[str, str]]:
+    """(label, version) of mpignn, Python, the OS and every (optional) package mpignn uses."""
+    rows = [("mpignn", _safe(_mpignn)),
+            ("python", f"{platform.python_version()} ({platform.python_implementation()}) {sys.executable}"),
+            ("os", _safe(lambda: f"{platform.platform()} ({platform.machine()})")),
+            ("torch", _safe(_torch))]
+    rows += [(label, _safe(lambda name=name: _dist_version(name))) for label, name in DISTRIBUTIONS]
+    rows += [("mpi library", _safe(_mpi_library)), ("mpiexec", _mpiexec())]
+    return rows
+
+
+def devices() -> list[tuple[str, str]]:
+    """("devices", counts) and one row per CUDA/XPU device torch sees."""
+    try:
+        import torch
+    except Exception:
+        return [("devices", f"unknown (torch {MISSING})")]
+    rows: list[tuple[str, str]] = []
+    counts = []
+    for kind in ("cuda", "xpu"):
+        mod = getattr(torch, kind, None)
+        count = _safe(lambda mod=mod: str(mod.device_count() if mod is not None and mod.is_available() else 0))
+        counts.append(f"{kind} {count}")
+        if count.isdigit():
+            for i in range(int(count)):
+                rows.append((f"  {kind}:{i}", _safe(lambda mod=mod, i=i: str(mod.get_device_name(i)))))
+    return [("devices", ", ".join(counts) + f"; cpus {os.cpu_count()}")] + rows
+
+
+def backends() -> str:
+    """Which torch.distributed backends this torch build offers ("gloo yes, nccl no, ...")."""
+    def probe() -> str:
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            return "torch.distributed is not available in this build"
+        found = {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(), "mpi": dist.is_mpi_available(),
+                 "xccl": bool(getattr(dist, "is_xccl_available", lambda: False)()),
+                 "ccl": importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None}
+        return ", ".join(f"{name} {'yes' if ok else 'no'}" for name, ok in found.items())
+
+    return _safe(probe)
+
+
+def launcher() -> str:
+    """The launcher mpignn detects from the environment (`mpignn.env.detect`)."""
+    def probe() -> str:
+        from mpignn import env
+
+        info = env.detect()
+        return (f"{info.launcher} (rank {info.rank} of {info.world_size}, local {info.local_rank} of "
+                f"{info.local_size}, host {info.host_rank} of {info.num_hosts})")
+
+    return _safe(probe)
+
+
+def report_env(environ: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """The relevant environment variables (ENV_PREFIXES), sorted."""
+    environ = dict(os.environ) if environ is None else environ
+    return sorted((k, v) for k, v in environ.items() if k.startswith(ENV_PREFIXES))
+
+
+def cores_text(cores: set[int] | None = None) -> str:
+    """The cores this process may run on (`os.sched_getaffinity`), as ranges: "0-3,8"."""
+    if cores is None:
+        if not hasattr(os, "sched_getaffinity"):
+            return "unknown (no sched_getaffinity here)"
+        cores = os.sched_getaffinity(0)
+    spans: list[list[int]] = []
+    for c in sorted(cores):
+        if spans and c == spans[-1][1] + 1:
+            spans[-1][1] = c
+        else:
+            spans.append([c, c])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans) or "none"
+
+
+def _pick(local_rank: int, local_size: int) -> str:
+    """The device and backend `--device auto --backend auto` would give this rank (`mpignn.dist.choose`)."""
+    def probe() -> str:
+        from mpignn import dist
+
+        choice = dist.choose("auto", "auto", dist.detect_hardware(), local_rank, local_size)
+        return f"{choice.device} backend={choice.backend}"
+
+    return _safe(probe)
+
+
+def rank_line(rank: int, world_size: int, host: str, local_rank: int, local_size: int) -> str:
+    """This rank's line: where it runs, what it would compute on, which cores it is bound to."""
+    return (f"rank {rank}/{world_size} host={host} local={local_rank}/{local_size} "
+            f"device={_pick(local_rank, local_size)} cores={cores_text()}")
+
+
+def _world() -> tuple[Any, str]:
+    """(COMM_WORLD or None, why not)."""
+    try:
+        from mpignn.mpi import world
+
+        return world(), ""
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def report_lines(rank_lines: Sequence[str], mpi_problem: str = "") -> list[str]:
+    """The whole report, rank 0's view, one "key: value" per line."""
+    rows = versions() + devices() + [("backends", backends()), ("launcher", launcher())]
+    if mpi_problem:
+        rows.append(("mpi", f"unavailable ({mpi_problem}); single process"))
+    rows += [("env", f"{k}={v}") for k, v in report_env()] or [("env", "(none of the relevant variables set)")]
+    width = max(len(k) for k, _ in rows)
+    lines = ["mpignn info: paste everything below into a bug report"]
+    lines += [f"{k + ':':<{width + 1}} {v}" for k, v in rows]
+    lines.append(f"ranks: {len(rank_lines)}")
+    return lines + list(rank_lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Collective over COMM_WORLD when MPI is up (one gather); print the report on rank 0. Returns 0."""
+    import argparse
+    import socket
+
+    argparse.ArgumentParser(prog="python -m mpignn.info", description=__doc__.splitlines()[0]).parse_args(argv)
+    comm, problem = _world()
+    if comm is None:
+        print("\n".join(report_lines([rank_line(0, 1, socket.gethostname(), 0, 1)], problem)), flush=True)
+        return 0
+    from mpignn.mpi import topology
+
+    topo = topology(comm)
+    mine = rank_line(topo.rank, topo.world_size, topo.host, topo.local_rank, topo.local_size)
+    everyone = comm.gather(mine, root=0)
+    if topo.rank == 0:
+        print("\n".join(report_lines(everyone)), flush=True)
+    return 0
+
+
+def cli() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()
