@@ -160,8 +160,35 @@ def with_rows(batch: Any, embedding: Any, device: str, train: bool = True) -> No
         batch[t].x = part
 
 
-def _count_correct(pred: torch.Tensor, labels: torch.Tensor) -> float:
-    return float((pred == labels).sum())
+def _count_correct(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return (pred == labels).sum()  # stays on the device: `_MetricSums` reads it once per epoch
+
+
+class _MetricSums:
+    """Per-step metric sums that cost no device->host transfer per step.
+
+    On the CPU a value is added to the Python float at once (reading a CPU tensor costs nothing, and the sums
+    stay exactly as before). On an accelerator a tensor is added into a running tensor on the device, read
+    once by `flush` at the end of the pass; plain floats (e.g. an ogb evaluator's count) are added at once.
+    """
+
+    def __init__(self, sums: dict[str, float], device: str) -> None:
+        self.sums, self.on_host = sums, torch.device(device).type == "cpu"
+        self.pending: dict[str, torch.Tensor] = {}
+
+    def add(self, key: str, value: float | torch.Tensor) -> None:
+        if self.on_host or not isinstance(value, torch.Tensor):
+            self.sums[key] += float(value)
+            return
+        prev = self.pending.get(key)
+        self.pending[key] = value if prev is None else prev + value
+
+    def flush(self) -> dict[str, float]:
+        """Add the device sums into `sums` (one read per key per pass) and return `sums`."""
+        for key, value in self.pending.items():
+            self.sums[key] += value.item()
+        self.pending.clear()
+        return self.sums
 
 
 def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Optimizer, *, device: str,
@@ -193,6 +220,7 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
     reduce_before, agree_s = (timer.seconds if timer else 0.0), 0.0
     world = comm.size if comm is not None else 1
     count = metric or _count_correct
+    metric_sums = _MetricSums(sums, device)
     for step, batch in enumerate(loader, start=getattr(loader, "start_step", 0)):
         if step < start_step:  # a loader that cannot start later draws the done steps again
             continue
@@ -220,8 +248,8 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
         loss = loss_sum * (world / max(step_seeds, 1))
         if n:
             pred = (logits > 0).to(labels.dtype) if "edge_label" in batch else logits.argmax(-1)
-            sums["correct"] += count(pred, labels)
-            sums["loss_sum"] += float(loss_sum.detach())
+            metric_sums.add("correct", count(pred, labels))
+            metric_sums.add("loss_sum", loss_sum.detach())
             sums["edges"] += getattr(batch, "num_pos", 0)
         else:
             loss = loss + _empty_loss(model)
@@ -234,7 +262,9 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
         sums["steps"] += 1
         sums["nodes"] += batch.num_nodes  # the nodes this step computed on (seeds and sampled neighbours)
         sums["compute_s"] += time.perf_counter() - t0
-        _progress(progress, step + 1, len(loader), float(loss_sum.detach()) / max(n, 1))
+        if progress:  # reading the loss waits for the device: only where the bar is shown (a tty)
+            _progress(progress, step + 1, len(loader), float(loss_sum.detach()) / max(n, 1))
+    metric_sums.flush()
     # The per-step agreement is a collective too: where a rank waits for a slower one, it waits there.
     sums["allreduce_s"] = (timer.seconds - reduce_before if timer else 0.0) + agree_s
     sums["compute_s"] -= sums["allreduce_s"]
@@ -266,7 +296,8 @@ def evaluate(model: torch.nn.Module, loader: Any, *, device: str, bf16: bool = F
     """Accuracy sums over the loader's seeds: correct (counted by `metric`, default equal labels), seeds."""
     model.eval()
     module = getattr(model, "module", model)  # no DDP in evaluation: there are no gradients to sync
-    correct = seen = 0.0
+    sums = {"correct": 0.0, "seeds": 0.0}
+    metric_sums = _MetricSums(sums, device)
     for batch in loader:
         n = batch.batch_size
         with_rows(batch, embedding, device, train=False)  # collective: before skipping an empty batch
@@ -274,9 +305,9 @@ def evaluate(model: torch.nn.Module, loader: Any, *, device: str, bf16: bool = F
             continue
         with autocast(device, bf16):
             logits = forward_batch(module, batch)
-        correct += (metric or _count_correct)(logits.argmax(-1), batch.y[:n])
-        seen += n
-    return {"correct": correct, "seeds": seen}
+        metric_sums.add("correct", (metric or _count_correct)(logits.argmax(-1), batch.y[:n]))
+        sums["seeds"] += n
+    return metric_sums.flush()
 
 
 def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

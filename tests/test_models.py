@@ -54,12 +54,37 @@ def test_bf16_autocast_stays_close_to_fp32(batch):
     torch.testing.assert_close(out.float(), ref, rtol=0.05, atol=0.05)
 
 
-def test_portable_kernel_matches_pyg(batch, monkeypatch):
-    """The kernel CUDA and XPU take (gather + index_add_) gives PyG's outputs and gradients too."""
+def _args(batch, in_degree):
+    return (batch.x, batch.edge_index, batch.num_sampled_nodes, batch.num_sampled_edges,
+            batch.in_degree if in_degree else None)
+
+
+@pytest.mark.parametrize("in_degree", [True, False], ids=["sampler-degrees", "no-degrees"])
+@pytest.mark.parametrize("kernel", ["cpu_reduce", "cusparse", "scatter"])
+def test_every_kernel_matches_pyg(batch, monkeypatch, kernel, in_degree):
+    """Each device's kernel (the CUDA one is cuSPARSE's product there; its Python runs here with CPU's plain
+    CSR product), fed by the sampler's in-degrees or not, gives PyG's outputs and gradients."""
     from mpignn.models import aggregate
 
-    monkeypatch.setattr(aggregate, "_has_fused_kernel", lambda device: False)
-    test_trimmed_forward_and_gradients_match_pyg(batch, "sage")
+    monkeypatch.setattr(aggregate, "kernel_for", lambda device: kernel)
+    torch.manual_seed(0)
+    model = SampledGNN("sage", 16, 32, 5, num_layers=3)
+    out = model(*_args(batch, in_degree))
+    ref = _untrimmed(model, batch)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    out.square().sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    ref.square().sum().backward()
+    for got, want in zip(grads, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-5)
+
+
+def test_sampler_degrees_give_the_same_model_outputs_bit_for_bit(batch):
+    """On CPU the counts from the sampler and those found from the edges build the same CSR: equal outputs."""
+    torch.manual_seed(0)
+    model = SampledGNN("sage", 16, 32, 5, num_layers=3)
+    torch.testing.assert_close(model(*_args(batch, True)), model(*_args(batch, False)), rtol=0, atol=0)
 
 
 def test_fused_and_portable_kernels_agree_in_bf16(batch, monkeypatch):
@@ -67,10 +92,37 @@ def test_fused_and_portable_kernels_agree_in_bf16(batch, monkeypatch):
 
     torch.manual_seed(0)
     model = SampledGNN("sage", 16, 32, 5, num_layers=3)
-    args = (batch.x, batch.edge_index, batch.num_sampled_nodes, batch.num_sampled_edges)
     outs = []
-    for fused in (True, False):
-        monkeypatch.setattr(aggregate, "_has_fused_kernel", lambda device, f=fused: f)
+    for kernel in ("cpu_reduce", "cusparse", "scatter"):
+        monkeypatch.setattr(aggregate, "kernel_for", lambda device, k=kernel: k)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            outs.append(model(*args).float())
+            outs.append(model(*_args(batch, True)).float())
     torch.testing.assert_close(outs[0], outs[1], rtol=0.05, atol=0.05)
+    torch.testing.assert_close(outs[0], outs[2], rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("kernel", ["cusparse", "scatter"])
+def test_device_kernels_accumulate_bf16_in_fp32(monkeypatch, kernel):
+    """Under bf16 the device kernels sum in fp32: every sparse product / index_add_ runs on fp32 tensors,
+    and the mean of 4096 bf16 neighbours is the exact mean rounded once to bf16."""
+    from mpignn.models import aggregate
+
+    monkeypatch.setattr(aggregate, "kernel_for", lambda device: kernel)
+    dtypes = []
+    sparse_mm, index_add = torch.sparse.mm, torch.Tensor.index_add_
+    monkeypatch.setattr(torch.sparse, "mm", lambda a, b, *r: dtypes.append(b.dtype) or sparse_mm(a, b, *r))
+    monkeypatch.setattr(torch.Tensor, "index_add_", lambda t, *a: dtypes.append(t.dtype) or index_add(t, *a))
+    deg, n_src = 4096, 5000
+    gen = torch.Generator().manual_seed(0)
+    row = torch.randint(0, n_src, (2 * deg,), generator=gen)
+    col = torch.arange(2).repeat_interleave(deg)
+    x = (1.0 + torch.rand(n_src, 8, generator=gen)).bfloat16()
+    adj = aggregate.MeanAdjacency(row, col, 2, n_src, torch.tensor([deg, deg]))
+    got = adj.mean(x)
+    grad = adj.mean_t(torch.ones(2, 8, dtype=torch.bfloat16))
+    assert got.dtype == grad.dtype == torch.bfloat16 and dtypes and set(dtypes) == {torch.float32}
+    exact = torch.stack([x[row[:deg]].double().mean(0), x[row[deg:]].double().mean(0)])
+    torch.testing.assert_close(got.double(), exact, rtol=2 ** -8, atol=0)
+    want = torch.zeros(n_src, dtype=torch.float64).index_add_(0, row, torch.full((2 * deg,), 1.0 / deg,
+                                                                                  dtype=torch.float64))
+    torch.testing.assert_close(grad[:, 0].double(), want, rtol=2 ** -8, atol=0)

@@ -43,11 +43,11 @@ def build_model(name: str, in_channels: int | Mapping[str, int], hidden: int, ou
 
 
 def encode(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes,
-           num_sampled_edges) -> torch.Tensor:
+           num_sampled_edges, in_degree: torch.Tensor | None = None) -> torch.Tensor:
     """Output rows of the batch's seed nodes (the first num_sampled_nodes[0]), computing only what each
-    layer needs."""
+    layer needs (`in_degree`: the sampler's per-target edge counts, used by SampledGNN)."""
     if isinstance(getattr(model, "module", model), SampledGNN):
-        return model(x, edge_index, num_sampled_nodes, num_sampled_edges)
+        return model(x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree)
     out = model(x, edge_index, num_sampled_nodes_per_hop=num_sampled_nodes,
                 num_sampled_edges_per_hop=num_sampled_edges)
     return out[:num_sampled_nodes[0]]
@@ -59,5 +59,6 @@ def forward_batch(model: torch.nn.Module, data) -> torch.Tensor:
         return model(data)
     if isinstance(getattr(model, "module", model), LinkModel):
         return model(data.x, data.edge_index, data.num_sampled_nodes, data.num_sampled_edges,
-                     data.edge_label_index)
-    return encode(model, data.x, data.edge_index, data.num_sampled_nodes, data.num_sampled_edges)
+                     data.edge_label_index, getattr(data, "in_degree", None))
+    return encode(model, data.x, data.edge_index, data.num_sampled_nodes, data.num_sampled_edges,
+                  getattr(data, "in_degree", None))

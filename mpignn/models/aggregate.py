@@ -1,9 +1,9 @@
 """Mean aggregation over one sampled hop (targets <- sources), and its transpose for backward.
 
-The one place that picks a kernel by device: on CPU a CSR sparse-dense product with `reduce="sum"` (no
-[edges x features] message tensor; PyTorch implements that `reduce` only for CSR on CPU), elsewhere (CUDA,
-XPU) a portable gather + `index_add_`, which is what PyG's SAGEConv does on GPUs without torch-sparse. Both
-compute the same sums (tests/test_models.py runs both on CPU); callers never branch on the device.
+The one place that picks a kernel by device: CPU, a CSR product with `reduce="sum"` (PyTorch has that
+`reduce` for CSR on CPU only); CUDA, cuSPARSE's CSR product (`torch.sparse.mm`) in fp32; other devices
+(XPU), a portable gather + `index_add_` into fp32. Callers never branch on the device. No host syncs: the
+in-degrees come from the sampler, or from the sorted targets on the device. Imports torch only.
 """
 from __future__ import annotations
 
@@ -11,7 +11,21 @@ import warnings
 
 import torch
 
-__all__ = ["MeanAdjacency"]
+__all__ = ["MeanAdjacency", "kernel_for"]
+
+
+def kernel_for(device: torch.device) -> str:
+    """Which kernel aggregates on `device`: "cpu_reduce", "cusparse" or "scatter".
+
+    "cpu_reduce": `torch.sparse.mm(csr, x, "sum")`, no [edges x features] temporary, accumulates bf16 in fp32.
+    "cusparse": `torch.sparse.mm(csr, x)` on CUDA (cuSPARSE SpMM, CSR ALG2 in PyTorch, documented as
+    deterministic): no [edges x features] temporary, no atomics, run in fp32 so bf16 autocast accumulates in
+    fp32; the transpose is an explicit second CSR (sources x targets), so backward is deterministic too.
+    "scatter": gather + `index_add_` into an fp32 output (any device; atomics on GPUs, so not bit-for-bit).
+    """
+    if device.type == "cpu":
+        return "cpu_reduce"
+    return "cusparse" if device.type == "cuda" else "scatter"
 
 
 class MeanAdjacency:
@@ -20,44 +34,66 @@ class MeanAdjacency:
     `mean(x)` is the mean over each target's in-neighbours ([n_src, F] -> [n_dst, F]); `mean_t(g)` applies
     the transposed weights ([n_dst, F] -> [n_src, F]), the gradient of `mean`. Edges must be grouped by
     target in ascending order (mpignn's loader emits them so; `SampledGNN` sorts other inputs).
+    `in_degree` (optional, at least n_dst entries): each target's number of edges, as the sampler gives it
+    (`SampleOutput.in_degree`); without it the pointer is found by a binary search over `col`.
     """
 
-    def __init__(self, row: torch.Tensor, col: torch.Tensor, n_dst: int, n_src: int) -> None:
+    def __init__(self, row: torch.Tensor, col: torch.Tensor, n_dst: int, n_src: int,
+                 in_degree: torch.Tensor | None = None) -> None:
         self.row, self.col, self.n_dst, self.n_src = row, col, int(n_dst), int(n_src)
-        counts = torch.bincount(col, minlength=self.n_dst)
+        self.kernel = kernel_for(row.device)
+        if in_degree is None:  # sorted targets: the CSR pointer is a search, no bincount (a host sync on GPUs)
+            steps = torch.arange(self.n_dst + 1, dtype=col.dtype, device=col.device)
+            self._crow = torch.searchsorted(col, steps)
+            counts = self._crow.diff()
+        else:
+            counts = in_degree[:self.n_dst].to(device=row.device, dtype=torch.long)
+            self._crow = None
+            if self.kernel != "scatter":
+                self._crow = torch.zeros(self.n_dst + 1, dtype=torch.long, device=row.device)
+                torch.cumsum(counts, 0, out=self._crow[1:])
         self.weight = (1.0 / counts.clamp(min=1).to(torch.float32))[col]
-        self.fused = _has_fused_kernel(row.device)
-        self._crow = None
-        if self.fused:
-            self._crow = torch.zeros(self.n_dst + 1, dtype=torch.long, device=row.device)
-            torch.cumsum(counts, 0, out=self._crow[1:])
+        self._t: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
-        if self.fused:
-            return torch.sparse.mm(self._csr(x.dtype), x, "sum")
+        if self.kernel == "cpu_reduce":
+            return torch.sparse.mm(_csr(self._crow, self.row, self.weight.to(x.dtype), self.n_dst, self.n_src),
+                                   x, "sum")
+        if self.kernel == "cusparse":
+            csr = _csr(self._crow, self.row, self.weight, self.n_dst, self.n_src)
+            return torch.sparse.mm(csr, x.float()).to(x.dtype)
         return _scatter_mean(x, self.row, self.col, self.weight, self.n_dst)
 
     def mean_t(self, grad: torch.Tensor) -> torch.Tensor:
-        if self.fused:
-            return torch.sparse.mm(self._csr(grad.dtype).t().to_sparse_csr(), grad, "sum")
+        if self.kernel == "cpu_reduce":
+            csr = _csr(self._crow, self.row, self.weight.to(grad.dtype), self.n_dst, self.n_src)
+            return torch.sparse.mm(csr.t().to_sparse_csr(), grad, "sum")
+        if self.kernel == "cusparse":
+            crow_t, col_t, weight_t = self._transposed()
+            return torch.sparse.mm(_csr(crow_t, col_t, weight_t, self.n_src, self.n_dst), grad.float()).to(grad.dtype)
         return _scatter_mean(grad, self.col, self.row, self.weight, self.n_src)
 
-    def _csr(self, dtype: torch.dtype) -> torch.Tensor:
-        with warnings.catch_warnings():  # torch warns on every CSR tensor built; this product is tested
-            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-            return torch.sparse_csr_tensor(self._crow, self.row, self.weight.to(dtype),
-                                           size=(self.n_dst, self.n_src), check_invariants=False)
+    def _transposed(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(pointer, targets, weights) of the sources x targets CSR: a stable sort by source, its pointer by a
+        binary search (deterministic, no host sync)."""
+        if self._t is None:
+            order = torch.argsort(self.row, stable=True)
+            rows = self.row[order]
+            steps = torch.arange(self.n_src + 1, dtype=rows.dtype, device=rows.device)
+            self._t = (torch.searchsorted(rows, steps), self.col[order], self.weight[order])
+        return self._t
 
 
-def _has_fused_kernel(device: torch.device) -> bool:
-    """`torch.sparse.mm(csr, x, "sum")` exists for CSR on CPU only (PyTorch's docs of `reduce`)."""
-    return device.type == "cpu"
+def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, n_rows: int, n_cols: int) -> torch.Tensor:
+    with warnings.catch_warnings():  # torch warns on every CSR tensor built; these products are tested
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(crow, col, values, size=(n_rows, n_cols), check_invariants=False)
 
 
 def _scatter_mean(x: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, weight: torch.Tensor,
                   n_out: int) -> torch.Tensor:
-    """out[dst[i]] += weight[i] * x[src[i]]: the portable kernel (any device, any float dtype)."""
-    out = torch.zeros((n_out,) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
+    """out[dst[i]] += weight[i] * x[src[i]], summed in fp32 (bf16 atomics would round every addition)."""
+    out = torch.zeros((n_out,) + tuple(x.shape[1:]), dtype=torch.float32, device=x.device)
     if src.numel():
-        out.index_add_(0, dst, x.index_select(0, src) * weight.to(x.dtype).unsqueeze(1))
-    return out
+        out.index_add_(0, dst, x.index_select(0, src).float() * weight.unsqueeze(1))
+    return out.to(x.dtype)

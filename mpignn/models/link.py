@@ -27,10 +27,11 @@ class LinkModel(torch.nn.Module):
                                         torch.nn.Linear(hidden, 1)) if decoder == "mlp" else None)
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes: Sequence[int],
-                num_sampled_edges: Sequence[int], edge_label_index: torch.Tensor) -> torch.Tensor:
+                num_sampled_edges: Sequence[int], edge_label_index: torch.Tensor,
+                in_degree: torch.Tensor | None = None) -> torch.Tensor:
         from mpignn.models import encode
 
-        z = encode(self.encoder, x, edge_index, num_sampled_nodes, num_sampled_edges)
+        z = encode(self.encoder, x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree)
         a, b = z[edge_label_index[0]], z[edge_label_index[1]]
         if self.mlp is None:
             return (a * b).sum(-1)

@@ -24,7 +24,10 @@ class SampleOutput:
 
     `n_id` holds global ids, seeds first, then each hop's new nodes. Edge i runs from local node `row[i]` (the
     sampled neighbour, the message source) to `col[i]` (its target); edges are grouped by hop, so
-    `num_sampled_nodes` / `num_sampled_edges` let PyG's `trim_to_layer` drop finished hops.
+    `num_sampled_nodes` / `num_sampled_edges` let PyG's `trim_to_layer` drop finished hops. Within a hop, edges
+    are grouped by target in ascending order, and `in_degree[v]` is target v's number of edges (all edge types),
+    for the sum(num_sampled_nodes[:-1]) nodes some hop targets: the CSR pointer of each hop is its running sum,
+    so a model needs no bincount (a host sync on GPUs).
     """
 
     n_id: np.ndarray
@@ -35,6 +38,7 @@ class SampleOutput:
     num_sampled_edges: list[int]
     edge_label_index: np.ndarray | None = None  # from sample_from_edges: the pairs, in batch-local ids
     edge_type: np.ndarray | None = None  # int64 [E], heterogeneous graphs: each edge's type (index)
+    in_degree: np.ndarray | None = None  # int64 [sum(num_sampled_nodes[:-1])], see above
 
 
 class HopSource(Protocol):
@@ -173,7 +177,7 @@ class NeighborSampler:
         if n_count != len(seeds):
             self._clear(n_id, n_count)
             raise ValueError("seed nodes must be distinct")
-        rows, cols, types = [], [], []
+        rows, cols, types, degrees = [], [], [], []
         num_nodes, num_edges = [n_count], []
         t = getattr(self.source, "num_etypes", 1)
         f_lo, f_hi = 0, n_count
@@ -186,6 +190,7 @@ class NeighborSampler:
                     n_id = grown
                 src, n_count = self._map(nbrs, n_id, n_count)
                 rows.append(src)
+                degrees.append(counts if t == 1 else counts.reshape(-1, t).sum(1))
                 cols.append(np.repeat(np.arange(f_lo, f_hi, dtype=np.int64).repeat(t), counts))
                 if t > 1:
                     types.append(np.repeat(np.tile(np.arange(t, dtype=np.int64), f_hi - f_lo), counts))
@@ -198,7 +203,8 @@ class NeighborSampler:
         return SampleOutput(n_id=n_id[:n_count].copy(), row=np.concatenate(rows) if rows else empty,
                             col=np.concatenate(cols) if cols else empty, batch_size=len(seeds),
                             num_sampled_nodes=num_nodes, num_sampled_edges=num_edges,
-                            edge_type=(np.concatenate(types) if types else empty) if t > 1 else None)
+                            edge_type=(np.concatenate(types) if types else empty) if t > 1 else None,
+                            in_degree=np.concatenate(degrees) if degrees else empty)
 
     def sample_from_edges(self, src: np.ndarray, dst: np.ndarray, seed: int) -> SampleOutput:
         """Sample around both endpoints of the pairs (src[i], dst[i]); the seeds are the distinct endpoints,

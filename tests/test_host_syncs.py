@@ -1,0 +1,134 @@
+"""Tier 1: no device->host transfer per training step (issue #30 item 5), counted on CPU with a fake device.
+
+A "host read" is any Python-level call that would copy a device tensor to the host and wait for it:
+`.item()`, `.tolist()`, `.cpu()`, `.numpy()`, `float()`, `int()`, `bool()`. The loop runs with
+`device="cuda"` on CPU tensors, its device layer (`synchronize`) replaced by a counter, so the code path
+taken is the accelerator's while every read is visible here.
+"""
+import numpy as np
+import pytest
+import torch
+
+from mpignn import loop
+from mpignn.data import make_synthetic
+from mpignn.data.synthetic import SyntheticSpec
+from mpignn.exchange import FeatureStore
+from mpignn.loader import NodeLoader
+from mpignn.models import forward_batch
+from mpignn.models.sampled import SampledGNN
+from mpignn.sampling import LocalHops, NeighborSampler
+
+READS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__")
+
+
+@pytest.fixture(scope="module")
+def batches():
+    g = make_synthetic(SyntheticSpec(num_nodes=3000, avg_degree=8, num_features=16))
+    sampler = NeighborSampler(LocalHops(g.rowptr, g.col), g.num_nodes, [5, 4, 3])
+    return list(NodeLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 32, seed=1))
+
+
+@pytest.fixture
+def host_reads(monkeypatch):
+    """A list that gets one entry per host read of a tensor while the test runs."""
+    seen = []
+    for name in READS:
+        original = getattr(torch.Tensor, name)
+
+        def spy(self, *args, _name=name, _original=original, **kwargs):
+            seen.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, spy)
+    return seen
+
+
+def _train(batches, steps, host_reads, monkeypatch):
+    syncs = []
+    monkeypatch.setattr(loop, "synchronize", lambda device: syncs.append(device))  # the fake device layer
+    torch.manual_seed(0)
+    model = SampledGNN("sage", 16, 16, 8, num_layers=3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # Adam reads its step counter (a host tensor)
+    host_reads.clear()
+    sums = loop.train_epoch(model, batches[:steps], optimizer, device="cuda")
+    return sums, list(host_reads), syncs
+
+
+def test_train_epoch_reads_the_metrics_once_per_epoch_not_per_step(batches, host_reads, monkeypatch):
+    few, reads_few, _ = _train(batches, 2, host_reads, monkeypatch)
+    many, reads_many, syncs = _train(batches, 8, host_reads, monkeypatch)
+    assert many["steps"] == 8 and len(syncs) == 8
+    assert reads_many == reads_few, f"host reads grow with the steps: {reads_few} -> {reads_many}"
+    assert len(reads_many) <= 2, reads_many  # loss_sum and correct, at the end of the epoch
+    assert many["seeds"] == sum(b.batch_size for b in batches[:8])
+    assert 0 <= many["correct"] <= many["seeds"] and many["loss_sum"] > 0
+
+
+def test_device_sums_equal_the_cpu_sums(batches, monkeypatch):
+    """The accelerator path (sums kept as tensors) and the CPU path (Python floats per step) agree."""
+    monkeypatch.setattr(loop, "synchronize", lambda device: None)
+    results = []
+    for device in ("cpu", "cuda"):
+        torch.manual_seed(0)
+        model = SampledGNN("sage", 16, 16, 8, num_layers=3)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        results.append(loop.train_epoch(model, batches[:6], optimizer, device=device))
+    cpu, dev = results
+    assert dev["correct"] == cpu["correct"] and dev["seeds"] == cpu["seeds"]
+    assert dev["loss_sum"] == pytest.approx(cpu["loss_sum"], rel=1e-6)
+    ev = [loop.evaluate(model, batches[:6], device=d) for d in ("cpu", "cuda")]
+    assert ev[0] == ev[1]
+
+
+def test_evaluate_reads_once_per_pass(batches, host_reads):
+    model = SampledGNN("sage", 16, 16, 8, num_layers=3)
+    counts = []
+    for steps in (2, 8):
+        host_reads.clear()
+        res = loop.evaluate(model, batches[:steps], device="cuda")
+        counts.append(len(host_reads))
+        assert res["seeds"] == sum(b.batch_size for b in batches[:steps])
+    assert counts[0] == counts[1] <= 1, counts
+
+
+@pytest.mark.parametrize("kernel", ["cpu_reduce", "cusparse", "scatter"])
+def test_model_step_makes_no_host_read_and_no_bincount(batches, host_reads, monkeypatch, kernel):
+    """With the sampler's in-degrees, forward and backward read nothing back and count nothing (bincount
+    sizes its output from the data: a host sync on GPUs), on every kernel's path."""
+    from mpignn.models import aggregate
+
+    monkeypatch.setattr(aggregate, "kernel_for", lambda device: kernel)
+
+    def no_bincount(*args, **kwargs):
+        raise AssertionError("bincount called")
+
+    monkeypatch.setattr(torch, "bincount", no_bincount)
+    model = SampledGNN("sage", 16, 16, 8, num_layers=3)
+    host_reads.clear()
+    for batch in batches[:3]:
+        forward_batch(model, batch).square().sum().backward()
+    assert host_reads == []
+
+
+def test_sampler_ships_each_targets_in_degree():
+    """`in_degree` covers every node some hop targets, equals the count of its edges, and the edges are
+    grouped by target in ascending order (what the model's CSR pointer assumes); heterogeneous rows sum
+    their edge types."""
+    g = make_synthetic(SyntheticSpec(num_nodes=2000, avg_degree=6, num_features=4))
+    sampler = NeighborSampler(LocalHops(g.rowptr, g.col), g.num_nodes, [4, 3, 2])
+    out = sampler.sample(np.arange(0, 200, 7), seed=5)
+    targets = sum(out.num_sampled_nodes[:-1])
+    assert out.in_degree.dtype == np.int64 and len(out.in_degree) == targets
+    np.testing.assert_array_equal(out.in_degree, np.bincount(out.col, minlength=targets))
+    for lo, hi in zip(np.cumsum([0] + out.num_sampled_edges[:-1]), np.cumsum(out.num_sampled_edges)):
+        assert np.all(np.diff(out.col[lo:hi]) >= 0)
+    # two edge types: each row's in-edges split by type; the degrees still count all of them
+    t = 2
+    degree = np.diff(g.rowptr)
+    type_rowptr = np.empty(g.num_nodes * t + 1, dtype=np.int64)
+    type_rowptr[0::t] = g.rowptr
+    type_rowptr[1::t] = g.rowptr[:-1] + degree // 2
+    hetero = NeighborSampler(LocalHops(g.rowptr, g.col, type_rowptr=type_rowptr, num_etypes=t), g.num_nodes,
+                             [[2, 1], [1, 1]])
+    out = hetero.sample(np.arange(0, 100, 3), seed=2)
+    np.testing.assert_array_equal(out.in_degree, np.bincount(out.col, minlength=sum(out.num_sampled_nodes[:-1])))
