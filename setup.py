@@ -1,5 +1,21 @@
 """mpignn: MPI-native distributed GNN training. See README.md."""
+import os
+import shutil
+
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+
+class CleanBuildPy(build_py):
+    """Empty build/lib/mpignn before copying: setuptools keeps files there from earlier builds, so a module
+    since removed from the tree would still ship in the next wheel built in the same checkout."""
+
+    def run(self) -> None:
+        target = os.path.abspath(os.path.join(self.build_lib, "mpignn"))
+        if not getattr(self, "editable_mode", False) and target != os.path.abspath("mpignn"):
+            shutil.rmtree(target, ignore_errors=True)
+        super().run()
+
 
 setup(
     name="mpignn",
@@ -49,5 +65,6 @@ setup(
         # neither (native xccl). tests/test_device.py checks the README's version matrix against these floors.
         "xpu": ["intel-extension-for-pytorch>=2.5.10", "oneccl-bindings-for-pytorch>=2.5.0"],
     },
+    cmdclass={"build_py": CleanBuildPy},
     entry_points={"console_scripts": ["mpignn-train=mpignn.train:cli", "mpignn-partition=mpignn.partition.cli:cli"]},
 )

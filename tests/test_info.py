@@ -1,6 +1,7 @@
 """`python -m mpignn.info`: the bug-report block (every key, on one process and under mpiexec -n 2, one line
 per rank) and that a missing optional package (even torch) prints "not installed" instead of failing."""
 import importlib.metadata
+import os
 import re
 import subprocess
 import sys
@@ -21,7 +22,8 @@ def _keys(out: str) -> dict[str, str]:
 
 def test_one_process_prints_every_key(tmp_path):
     out = subprocess.run([sys.executable, "-m", "mpignn.info"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=120, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "MPIGNN_LOG_LEVEL": "INFO"})
+                         timeout=120, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "MPIGNN_LOG_LEVEL": "INFO",
+                                           **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}})
     assert out.returncode == 0, out.stdout + out.stderr
     keys = _keys(out.stdout)
     assert set(KEYS) <= set(keys), sorted(set(KEYS) - set(keys))
