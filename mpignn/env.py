@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 __all__ = ["LaunchInfo", "detect", "export_torch_env", "thread_budget", "cpus_available", "mem_available_bytes",
-           "foreign_launcher_size", "listen_socket", "slurm_job_id", "host_address", "tune_allocator",
+           "foreign_launcher_size", "listen_socket", "slurm_job_id", "host_address",
            "bound_onednn_cache", "Interface", "socket_ifname", "ipv4_interfaces", "pick_shared_address",
            "user_master_addr", "user_master_port", "visibility_mask", "ccl_env"]
 
@@ -194,26 +194,6 @@ def mem_available_bytes(proc: str = "/proc", cgroup_root: str = "/sys/fs/cgroup"
     except (OSError, ValueError, IndexError):
         pass
     return available
-
-
-def tune_allocator() -> bool:
-    """Keep freed memory in glibc's heap instead of unmapping it.
-
-    GNN steps allocate and free tensors of tens of MB each; by default glibc maps and unmaps each one, and
-    the kernel zeroes every fresh page: measured here, half of a training step's time was system time. With
-    mmap off and trimming raised, a step ran 1.8x faster (fp32 and bf16). Returns False where this is not
-    glibc. MPIGNN_MALLOC=system leaves the allocator alone.
-    """
-    if os.environ.get("MPIGNN_MALLOC", "") == "system":
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    m_trim_threshold, m_mmap_max = -1, -4
-    return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 1 << 30))
 
 
 def bound_onednn_cache(capacity: int = 16) -> None:

@@ -347,6 +347,7 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
     stopped = sums["stopped_step"] >= 0
     evaluate_now = evaluate_now and not stopped
     train_s = time.perf_counter() - start
+    train_peak = peak_rss_mb()  # the process's peak so far: where it rises again below, evaluation raised it
     ev = {"val_correct": 0.0, "val_seeds": 0.0, "test_correct": 0.0, "test_seeds": 0.0}
     links: dict[str, Any] = {}
     test_now = evaluate_now
@@ -376,7 +377,7 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
     total = dict(zip(keys, allreduce_sum(rt.comm, [local[k] for k in keys]).tolist()))
     slowest = allreduce_max(rt.comm, [train_s, times.sample_s, times.exchange_s, sums["compute_s"],
                                       sums["allreduce_s"], peak_rss_mb(), graph.load_peak_rss_mb,
-                                      times.wait_s]).tolist()
+                                      times.wait_s, train_peak]).tolist()
     frac = lambda a, b: (total[a] / total[b]) if total[b] else None  # noqa: E731
     rec = {
         "epoch": epoch, "epochs_done": epoch + min(end_step or steps, steps) / max(steps, 1),
@@ -394,7 +395,8 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
         "embedding_bytes": int(total["embedding_bytes"]),
         "cache_hit_rate": (total["cache_hits"] / total["remote_rows"]) if total["remote_rows"] else 0.0,
         "cache_rows": graph.cache_rows, "cache_mib": graph.cache_mib, "graph_mib": graph.graph_mib,
-        "peak_rss_mb": slowest[5], "load_peak_rss_mb": slowest[6], "world_size": rt.world_size,
+        "peak_rss_mb": slowest[5], "load_peak_rss_mb": slowest[6], "train_peak_rss_mb": slowest[8],
+        "world_size": rt.world_size,
     }
     if graph.links is not None:  # link prediction: pair metrics in place of the node metrics
         del rec["val_acc"], rec["test_acc"], rec["seeds_per_s"]

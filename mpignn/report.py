@@ -15,7 +15,7 @@ BEST_FIELDS = ("best_epoch", "best_val_acc", "test_acc_at_best_val")
 FIELDS = ("epoch", "epochs_done", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "seeds_per_s", "sample_s",
           "exchange_s", "compute_s", "allreduce_s", "wait_s", "nodes_per_step", "remote_feature_bytes",
           "remote_structure_bytes", "embedding_bytes", "cache_hit_rate", "graph_mib", "peak_rss_mb",
-          "load_peak_rss_mb", "world_size", *BEST_FIELDS)
+          "load_peak_rss_mb", "train_peak_rss_mb", "world_size", *BEST_FIELDS)
 
 
 def peak_rss_mb() -> float:

@@ -26,7 +26,8 @@ from mpignn.config import parse_cache_size
 from mpignn.data import check_known, dataset_key, dataset_source, load_dataset
 from mpignn.data.features import FEATURE_DTYPES, FEATURE_NORMS, transform_rows
 from mpignn.data.hetero import HeteroSchema, hop_fanouts
-from mpignn.env import bound_onednn_cache, mem_available_bytes, thread_budget, tune_allocator
+from mpignn.allocator import tune_allocator
+from mpignn.env import bound_onednn_cache, mem_available_bytes, thread_budget
 from mpignn.errors import ConfigError, LaunchError, MpignnError, PartitionFormatError, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
 from mpignn.exchange.embedding import NodeEmbedding
@@ -79,7 +80,8 @@ def bootstrap(device: str = "auto", backend: str = "auto", threads: int = 0, *, 
 
     Args:
         tune_process: also apply mpignn's process-wide tuning, as `python -m mpignn.train` does: glibc's
-            malloc keeps freed memory (`env.tune_allocator`, steps ran 1.8x faster) and oneDNN's primitive
+            malloc keeps freed heap memory and mmaps only blocks of 4 MiB and more (`allocator.tune_allocator`:
+            fast steps, a flat peak over many epochs) and oneDNN's primitive
             cache is capped (`env.bound_onednn_cache`). Off by default: both change the whole process, the
             rest of your program included. Turn it on before any torch compute runs.
         collective_timeout: seconds a torch.distributed collective may wait (the process group's timeout).

@@ -7,7 +7,7 @@ import pytest
 # mpi, env, log, config: stdlib (+ mpi4py/numpy for mpi); data .. exchange: numpy/numba/pymetis, no torch.
 NO_TORCH = ["mpignn", "mpignn.mpi", "mpignn.env", "mpignn.log", "mpignn.config", "mpignn.errors", "mpignn.fileio",
             "mpignn.data", "mpignn.partition", "mpignn.sampling", "mpignn.sampling.access", "mpignn.exchange",
-            "mpignn.watchdog", "mpignn.info", "mpignn.tensorboard_log"]
+            "mpignn.watchdog", "mpignn.info", "mpignn.tensorboard_log", "mpignn.allocator"]
 NO_PYG = ["mpignn.dist", "mpignn.mpi_store", "mpignn.checkpoint"]
 
 

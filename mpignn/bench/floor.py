@@ -44,7 +44,7 @@ def _worker(args: argparse.Namespace) -> None:
     import torch
     from mpi4py import MPI
 
-    from mpignn.env import tune_allocator
+    from mpignn.allocator import tune_allocator
     from mpignn.models.sampled import SampledGNN
     from mpignn.partition.format import load_partition, read_meta
     from mpignn.sampling.neighbor import LocalHops, NeighborSampler
