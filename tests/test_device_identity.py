@@ -5,18 +5,11 @@ import re
 import pytest
 import torch
 
+from _devices import DEVICE
 from _mpirun import ROOT, run_mpi
 from mpignn import dist
 
 
-def _device_type() -> str | None:
-    if torch.cuda.is_available():
-        return "cuda"
-    xpu = getattr(torch, "xpu", None)
-    return "xpu" if xpu is not None and xpu.is_available() else None
-
-
-DEVICE = _device_type()
 CUDA_COUNT = torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 

@@ -9,25 +9,17 @@ import sys
 import pytest
 import torch
 
+from _devices import DEVICE, device_type, needs_device
 from _mpirun import SHARED, run_mpi, run_mpi_raw
 
 pytestmark = pytest.mark.gpu
 
 
-def _device_type() -> str | None:
-    if torch.cuda.is_available():
-        return "cuda"
-    xpu = getattr(torch, "xpu", None)
-    return "xpu" if xpu is not None and xpu.is_available() else None
-
-
 def _count() -> int:
-    kind = _device_type()
+    kind = device_type()
     return 0 if kind is None else getattr(torch, kind).device_count()
 
 
-DEVICE = _device_type()
-needs_device = pytest.mark.skipif(DEVICE is None, reason="no CUDA or XPU device visible to torch")
 COLLECTIVE = {"cuda": "nccl", "xpu": "xccl"}.get(DEVICE or "", "")
 
 

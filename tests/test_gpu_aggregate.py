@@ -6,18 +6,11 @@ import copy
 import pytest
 import torch
 
+from _devices import DEVICE, needs_device
+
 pytestmark = pytest.mark.gpu
 
 
-def _device_type() -> str | None:
-    if torch.cuda.is_available():
-        return "cuda"
-    xpu = getattr(torch, "xpu", None)
-    return "xpu" if xpu is not None and xpu.is_available() else None
-
-
-DEVICE = _device_type()
-needs_device = pytest.mark.skipif(DEVICE is None, reason="no CUDA or XPU device visible to torch")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
 
 
