@@ -18,6 +18,7 @@ import torch
 
 from mpignn import env as _env
 from mpignn.errors import ConfigError, LaunchError
+from mpignn.mpi import library_version, rendezvous_endpoint
 from mpignn.mpi_store import MPIStore, listening_tcp_store
 
 __all__ = ["Hardware", "Choice", "DeviceId", "detect_hardware", "visible_devices", "choose", "init_process_group",
@@ -255,8 +256,6 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
     elif choice.device_type == "xpu":
         torch.xpu.set_device(torch.device(choice.device))
     if choice.backend in ("ccl", "xccl"):
-        from mpignn.mpi import library_version
-
         # oneCCL reads its node-local placement only with CCL_PROCESS_LAUNCHER=none (env.ccl_env); values the
         # user set stay.
         os.environ.update(_env.ccl_env(local_rank, local_size, library_version()))
@@ -265,8 +264,6 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
         # library in the same process is asking for symbol clashes
         importlib.import_module("oneccl_bindings_for_pytorch")
     if choice.backend != "mpi":
-        from mpignn.mpi import rendezvous_endpoint
-
         addr, ifname = rendezvous_endpoint(comm)  # across hosts never a loopback address
         changed = _env.export_torch_env({"MASTER_ADDR": addr, "RANK": rank,
                                          "WORLD_SIZE": world_size, "LOCAL_RANK": local_rank,

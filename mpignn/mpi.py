@@ -32,19 +32,8 @@ __all__ = [
 
 thread_budget = _env.thread_budget
 
-# The torch-facing helpers live in mpignn.dist (which imports torch); they are reachable from here too,
-# imported on first use, so `import mpignn.mpi` stays free of torch. They stay out of __all__: a star import
-# resolves every name in it, and would import torch.
-_LAZY = {"init_process_group": "init_process_group", "choose_device": "choose", "apply_threads": "apply_threads",
-         "detect_hardware": "detect_hardware"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from mpignn import dist
-
-        return getattr(dist, _LAZY[name])
-    raise AttributeError(f"module 'mpignn.mpi' has no attribute '{name}'")
+# The torch-facing helpers (init_process_group, choose, apply_threads, detect_hardware) live in mpignn.dist,
+# one layer up: import them from there. This module never imports mpignn.dist (tests/test_layering.py).
 
 log = logging.getLogger(__name__)
 _READY_TAG = 7101
