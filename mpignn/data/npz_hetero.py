@@ -17,7 +17,7 @@ import numpy as np
 
 from mpignn.data.graph import GraphData
 from mpignn.data.hetero import build_hetero, edge_type_name
-from mpignn.data.npz import _SPLITS, _check_dtype, _check_labels, _check_splits, _fail, _read
+from mpignn.data.npz_checks import SPLIT_KEYS, check_dtype, check_labels, check_splits, npz_error, read_arrays
 
 __all__ = ["is_hetero_npz", "load_hetero_npz", "save_hetero_npz"]
 
@@ -31,12 +31,12 @@ def is_hetero_npz(headers: dict) -> bool:
 def _names(key: str, prefix: str, parts: int, path: str) -> list[str]:
     names = key[len(prefix):].split("__")
     if len(names) != parts or not all(names):
-        raise _fail(path, f"key {key} must be {prefix}{'__'.join(['NAME'] * parts)}", _HINT)
+        raise npz_error(path, f"key {key} must be {prefix}{'__'.join(['NAME'] * parts)}", _HINT)
     return names
 
 
 def load_hetero_npz(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype]]) -> GraphData:
-    """Read and validate a heterogeneous npz (`headers` from `npz._headers`).
+    """Read and validate a heterogeneous npz (`headers` from `npz_checks.read_headers`).
 
     Raises:
         DatasetError: a missing or malformed key, an edge type naming an unknown node type, features or labels
@@ -44,53 +44,53 @@ def load_hetero_npz(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtyp
     """
     counts_keys = [k for k in headers if k.startswith("num_nodes__")]
     if not counts_keys:
-        raise _fail(path, "no num_nodes__T keys (one node count per node type)", _HINT)
+        raise npz_error(path, "no num_nodes__T keys (one node count per node type)", _HINT)
     y_keys = [k for k in headers if k.startswith("y__")]
     if len(y_keys) != 1:
-        raise _fail(path, f"exactly one y__T key (labels of the classified type) is needed; found "
-                          f"{', '.join(y_keys) or 'none'}", _HINT)
-    missing = [k for k in _SPLITS if k not in headers]
+        raise npz_error(path, f"exactly one y__T key (labels of the classified type) is needed; found "
+                              f"{', '.join(y_keys) or 'none'}", _HINT)
+    missing = [k for k in SPLIT_KEYS if k not in headers]
     if missing:
-        raise _fail(path, f"missing key(s) {', '.join(missing)}", _HINT)
-    for key in (*counts_keys, *(k for k in headers if k.startswith(("edge_index__", "y__"))), *_SPLITS):
+        raise npz_error(path, f"missing key(s) {', '.join(missing)}", _HINT)
+    for key in (*counts_keys, *(k for k in headers if k.startswith(("edge_index__", "y__"))), *SPLIT_KEYS):
         shape, dtype = headers[key]
-        _check_dtype(path, key, shape, dtype, "int", "[2, E]" if key.startswith("edge_index__") else "1-D")
+        check_dtype(path, key, shape, dtype, "int", "[2, E]" if key.startswith("edge_index__") else "1-D")
     for key in (k for k in headers if k.startswith("x__")):
-        _check_dtype(path, key, *headers[key], "float", "[N, F]")
-    arrays = _read(path, [k for k in headers if k.startswith(("num_nodes__", "x__", "edge_index__", "y__"))
-                          or k in (*_SPLITS, "num_classes")])
+        check_dtype(path, key, *headers[key], "float", "[N, F]")
+    arrays = read_arrays(path, [k for k in headers if k.startswith(("num_nodes__", "x__", "edge_index__", "y__"))
+                                or k in (*SPLIT_KEYS, "num_classes")])
     counts = {_names(k, "num_nodes__", 1, path)[0]: int(arrays[k].reshape(-1)[0]) for k in counts_keys}
     for t, n in counts.items():
         if n < 1:
-            raise _fail(path, f"num_nodes__{t} must be >= 1; got {n}", _HINT)
+            raise npz_error(path, f"num_nodes__{t} must be >= 1; got {n}", _HINT)
     x = {}
     for key in (k for k in arrays if k.startswith("x__")):
         t = _names(key, "x__", 1, path)[0]
         if t not in counts or arrays[key].ndim != 2 or arrays[key].shape[0] != counts[t]:
-            raise _fail(path, f"{key} must be [num_nodes__{t}, F] for a node type with a num_nodes__ key; got "
-                              f"shape {arrays[key].shape}", _HINT)
+            raise npz_error(path, f"{key} must be [num_nodes__{t}, F] for a node type with a num_nodes__ key; got "
+                                  f"shape {arrays[key].shape}", _HINT)
         with np.errstate(over="ignore"):
             x[t] = np.ascontiguousarray(arrays[key], dtype=np.float32)
         if not np.isfinite(x[t]).all():
-            raise _fail(path, f"{key} has NaN or infinite values (as float32)", "impute or drop them")
+            raise npz_error(path, f"{key} has NaN or infinite values (as float32)", "impute or drop them")
     edges = {}
     for key in (k for k in arrays if k.startswith("edge_index__")):
         et = tuple(_names(key, "edge_index__", 3, path))
         if arrays[key].ndim != 2 or arrays[key].shape[0] != 2:
-            raise _fail(path, f"{key} must be an int [2, E] array; got shape {arrays[key].shape}",
-                        "stack sources and targets: np.stack([src, dst])")
+            raise npz_error(path, f"{key} must be an int [2, E] array; got shape {arrays[key].shape}",
+                            "stack sources and targets: np.stack([src, dst])")
         edges[et] = arrays[key]
     target = _names(y_keys[0], "y__", 1, path)[0]
     if target not in counts:
-        raise _fail(path, f"{y_keys[0]} labels a type without a num_nodes__{target} key", _HINT)
+        raise npz_error(path, f"{y_keys[0]} labels a type without a num_nodes__{target} key", _HINT)
     y = arrays[y_keys[0]].astype(np.int64).reshape(-1)
     if len(y) != counts[target]:
-        raise _fail(path, f"{y_keys[0]} must hold num_nodes__{target} = {counts[target]} labels; got {len(y)}",
-                    _HINT)
-    splits = {k: arrays[k].astype(np.int64) for k in _SPLITS}
-    _check_splits(path, splits, counts[target])
-    num_classes = _check_labels(path, {"y": y, **({"num_classes": arrays["num_classes"]}
-                                                  if "num_classes" in arrays else {})}, splits, counts[target])
+        raise npz_error(path, f"{y_keys[0]} must hold num_nodes__{target} = {counts[target]} labels; got {len(y)}",
+                        _HINT)
+    splits = {k: arrays[k].astype(np.int64) for k in SPLIT_KEYS}
+    check_splits(path, splits, counts[target])
+    num_classes = check_labels(path, {"y": y, **({"num_classes": arrays["num_classes"]}
+                                                 if "num_classes" in arrays else {})}, splits, counts[target])
     name = "npz-" + os.path.splitext(os.path.basename(path))[0]
     graph = build_hetero(name, counts, edges, x, target, y, splits, num_classes)
     graph.meta = {"path": os.path.abspath(path)}
@@ -113,7 +113,7 @@ def save_hetero_npz(path: str, graph: GraphData) -> None:
         arrays[f"edge_index__{edge_type_name(et)}"] = np.stack([src[m] - offsets[s], dst[m] - offsets[d]])
     lo = offsets[schema.type_index(schema.target)]
     arrays[f"y__{schema.target}"] = graph.y[lo:lo + schema.node_counts[schema.type_index(schema.target)]]
-    for key in _SPLITS:
+    for key in SPLIT_KEYS:
         arrays[key] = getattr(graph, key) - lo
     arrays["num_classes"] = np.int64(graph.num_classes)
     tmp = f"{path}.tmp-{os.getpid()}.npz"

@@ -1,0 +1,105 @@
+"""Checks shared by the npz formats (`data.npz`, homogeneous, and `data.npz_hetero`): .npy headers read without
+the array data, dtype checks, reading only the named keys, split and label checks, and the one-line error.
+
+numpy and mpignn.errors / data.splits only; imports neither npz module (both import this one).
+"""
+from __future__ import annotations
+
+import zipfile
+import zlib
+
+import numpy as np
+
+from mpignn.data.splits import split_problem
+from mpignn.errors import DatasetError
+
+__all__ = ["SPLIT_KEYS", "NPZ_HINT", "UNREADABLE", "npz_error", "read_headers", "check_dtype", "read_arrays",
+           "check_splits", "check_labels"]
+
+SPLIT_KEYS = ("train_idx", "val_idx", "test_idx")
+NPZ_HINT = "see 'Your own graph (npz)' in the README for the expected keys, dtypes and shapes"
+UNREADABLE = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, NotImplementedError)
+
+
+def npz_error(path: str, problem: str, hint: str = NPZ_HINT) -> DatasetError:
+    return DatasetError(f"{path}: {problem}. HINT: {hint}")
+
+
+def read_headers(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Shape and dtype of every array in the file, read from the .npy headers only (no array data)."""
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    found = {}
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            if not info.filename.endswith(".npy"):
+                continue
+            key = info.filename[:-4]
+            with zf.open(info) as fp:
+                try:
+                    version = np.lib.format.read_magic(fp)
+                    if version not in readers:  # 3.0 only adds utf-8 field names, which no key here has
+                        raise ValueError(f"npy format version {version}")
+                    shape, _, dtype = readers[version](fp)
+                except UNREADABLE as exc:
+                    raise npz_error(path, f"key {key} is not a readable .npy array ({exc})",
+                                    "write the file with np.savez / np.savez_compressed") from None
+            found[key] = (tuple(shape), dtype)
+    return found
+
+
+def check_dtype(path: str, key: str, shape: tuple[int, ...], dtype: np.dtype, want: str, form: str) -> None:
+    """Reject non-numeric dtypes (object arrays above all: mpignn never unpickles) and wrong kinds."""
+    ok = dtype.kind in "iu" if want == "int" else dtype.kind == "f"
+    if ok:
+        return
+    target = "np.int64" if want == "int" else "np.float32"
+    hint = f"save np.asarray({key}, dtype={target})"
+    if dtype.hasobject:
+        got = "dtype object (pickled Python objects, which mpignn never loads)"
+    else:
+        got = f"{dtype} with shape {shape}"
+        if dtype.kind == "b" and key in SPLIT_KEYS:
+            hint = f"{key} holds node ids, not a mask: save np.flatnonzero(mask)"
+    raise npz_error(path, f"{key} must be {'an' if want == 'int' else 'a'} {want} {form} array; got {got}", hint)
+
+
+def read_arrays(path: str, keys: list[str]) -> dict[str, np.ndarray]:
+    """The named arrays only (allow_pickle=False): keys beyond the format are never read."""
+    arrays = {}
+    with np.load(path, allow_pickle=False) as f:
+        for key in keys:
+            try:
+                arrays[key] = f[key]
+            except UNREADABLE as exc:
+                raise npz_error(path, f"key {key} is truncated or corrupt ({exc})",
+                                "write the file again with np.savez") from None
+    return arrays
+
+
+def check_splits(path: str, splits: dict[str, np.ndarray], n: int) -> None:
+    problem = split_problem(splits, n)
+    if problem:
+        raise npz_error(path, *problem)
+
+
+def check_labels(path: str, arrays: dict[str, np.ndarray], splits: dict[str, np.ndarray], n: int) -> int:
+    """Label range against num_classes; returns num_classes."""
+    y = arrays["y"]
+    if "num_classes" in arrays:
+        num_classes, origin = int(arrays["num_classes"].reshape(-1)[0]), "num_classes"
+    else:
+        num_classes, origin = int(y.max()) + 1, "y.max() + 1 (no num_classes key)"
+    if not 2 <= num_classes <= n:
+        raise npz_error(path, f"num_classes must be between 2 and the node count {n}; got {num_classes} from "
+                              f"{origin}", "save num_classes=np.int64(C) with labels 0 .. C-1")
+    if y.min() < -1 or y.max() >= num_classes:
+        raise npz_error(path, f"y must lie in [-1, {num_classes}) (-1 = unlabelled, num_classes from {origin}); "
+                              f"got min {y.min()}, max {y.max()}", "labels are 0 .. num_classes-1; raise "
+                                                                    "num_classes or fix y")
+    for key, idx in splits.items():
+        unlabelled = idx[y[idx] < 0]
+        if unlabelled.size:
+            raise npz_error(path, f"{key} has {unlabelled.size} unlabelled node(s) (y = -1), e.g. {unlabelled[0]}; "
+                                  f"split nodes need labels in [0, {num_classes})",
+                            "drop unlabelled nodes from the splits, or label them")
+    return num_classes
