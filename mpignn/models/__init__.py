@@ -10,7 +10,7 @@ import torch
 from mpignn.errors import ConfigError
 from mpignn.models.hetero import HETERO_MODELS, HeteroGNN
 from mpignn.models.link import DECODERS, LinkModel
-from mpignn.models.sampled import SampledGNN
+from mpignn.models.sampled import SampledGNN, encode
 
 __all__ = ["HeteroGNN", "MODELS", "DECODERS", "build_model", "forward_batch", "encode", "SampledGNN", "LinkModel"]
 
@@ -40,17 +40,6 @@ def build_model(name: str, in_channels: int | Mapping[str, int], hidden: int, ou
     else:
         raise ConfigError(f"--model must be one of {', '.join(MODELS)}; got '{name}'. HINT: --model sage")
     return LinkModel(encoder, hidden, decoder) if task == "link" else encoder
-
-
-def encode(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes,
-           num_sampled_edges, in_degree: torch.Tensor | None = None) -> torch.Tensor:
-    """Output rows of the batch's seed nodes (the first num_sampled_nodes[0]), computing only what each
-    layer needs (`in_degree`: the sampler's per-target edge counts, used by SampledGNN)."""
-    if isinstance(getattr(model, "module", model), SampledGNN):
-        return model(x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree)
-    out = model(x, edge_index, num_sampled_nodes_per_hop=num_sampled_nodes,
-                num_sampled_edges_per_hop=num_sampled_edges)
-    return out[:num_sampled_nodes[0]]
 
 
 def forward_batch(model: torch.nn.Module, data) -> torch.Tensor:

@@ -10,6 +10,8 @@ from typing import Sequence
 
 import torch
 
+from mpignn.models.sampled import encode
+
 __all__ = ["LinkModel", "DECODERS"]
 
 DECODERS = ("dot", "mlp")
@@ -29,8 +31,6 @@ class LinkModel(torch.nn.Module):
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes: Sequence[int],
                 num_sampled_edges: Sequence[int], edge_label_index: torch.Tensor,
                 in_degree: torch.Tensor | None = None) -> torch.Tensor:
-        from mpignn.models import encode
-
         z = encode(self.encoder, x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree)
         a, b = z[edge_label_index[0]], z[edge_label_index[1]]
         if self.mlp is None:

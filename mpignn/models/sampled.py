@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from mpignn.models.aggregate import MeanAdjacency
 
-__all__ = ["SampledGNN"]
+__all__ = ["SampledGNN", "encode"]
 
 
 class SampledGNN(torch.nn.Module):
@@ -134,3 +134,13 @@ def _sorted_by_target(edge_index: torch.Tensor) -> torch.Tensor:
         return edge_index
     return edge_index[:, torch.argsort(col, stable=True)]
 
+
+def encode(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes,
+           num_sampled_edges, in_degree: torch.Tensor | None = None) -> torch.Tensor:
+    """Output rows of the batch's seed nodes (the first num_sampled_nodes[0]), computing only what each
+    layer needs (`in_degree`: the sampler's per-target edge counts, used by SampledGNN)."""
+    if isinstance(getattr(model, "module", model), SampledGNN):
+        return model(x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree)
+    out = model(x, edge_index, num_sampled_nodes_per_hop=num_sampled_nodes,
+                num_sampled_edges_per_hop=num_sampled_edges)
+    return out[:num_sampled_nodes[0]]
