@@ -18,7 +18,7 @@ from torch_geometric.data import HeteroData
 
 from mpignn.data.hetero import HeteroSchema, type_of
 from mpignn.device import pinned_empty
-from mpignn.exchange.features import _index
+from mpignn.exchange.features import device_index
 
 __all__ = ["HeteroLayout"]
 
@@ -90,7 +90,7 @@ def _rows(x: torch.Tensor, idx: np.ndarray, dim: int, device: str | torch.device
     """x[idx, :dim] in x's dtype: on x's device when x is on an accelerator, else in a pinned buffer for an
     accelerator `device`, else (CPU training) a plain host tensor."""
     if x.device.type != "cpu":
-        return torch.index_select(x[:, :dim], 0, _index(idx, x.device))
+        return torch.index_select(x[:, :dim], 0, device_index(idx, x.device))
     pick = torch.from_numpy(idx)
     if torch.device(device).type == "cpu":
         return x[pick, :dim]

@@ -19,7 +19,7 @@ import numpy as np
 
 from mpignn.fileio import write_durable
 from mpignn.mpi import alltoallv, exchange_counts
-from mpignn.sampling.distributed import group_by_owner
+from mpignn.partition.format import group_by_owner
 
 __all__ = ["NodeEmbedding", "SparseAdagrad", "SparseAdam", "init_rows"]
 

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from mpignn.exchange.alltoall import MpiAlltoall
-from mpignn.sampling.distributed import group_by_owner
+from mpignn.partition.format import group_by_owner
 
-__all__ = ["FeatureStore"]
+__all__ = ["FeatureStore", "device_index"]
 
 
 class FeatureStore:
@@ -125,7 +125,7 @@ class FeatureStore:
         return x, y
 
 
-def _index(idx: np.ndarray, device: Any) -> Any:
+def device_index(idx: np.ndarray, device: Any) -> Any:
     """`idx` as an int64 tensor on `device`. For an accelerator the ids go through a pinned buffer and copy
     without blocking, on the caller's current stream: a blocking copy from pageable memory would sync the
     default stream (every thread's) and the host with it. Torch's pinned allocator keeps the buffer until
@@ -146,7 +146,7 @@ def _take(table: Any, idx: np.ndarray, out: Any = None) -> Any:
         return np.take(table, idx, axis=0, out=out, mode="clip")  # "raise" would buffer; ids are checked
     import torch
 
-    return torch.index_select(table, 0, _index(idx, table.device), out=out)
+    return torch.index_select(table, 0, device_index(idx, table.device), out=out)
 
 
 def _put(out: Any, pos: np.ndarray, rows: Any) -> None:
@@ -154,7 +154,7 @@ def _put(out: Any, pos: np.ndarray, rows: Any) -> None:
     if isinstance(out, np.ndarray):
         out[pos] = rows
     elif len(pos):
-        out.index_copy_(0, _index(pos, out.device), rows)
+        out.index_copy_(0, device_index(pos, out.device), rows)
 
 
 def _nbytes(rows: Any) -> int:

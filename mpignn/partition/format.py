@@ -40,7 +40,7 @@ from mpignn.fileio import load_npy, read_json, sha256_file
 from mpignn.partition.validate import SCANNED, check_meta, check_part, sha256_and_max
 
 __all__ = ["FORMAT_VERSION", "PART_FILES", "HETERO_FILES", "PartitionMeta", "LocalPart", "read_meta",
-           "load_partition", "part_dir", "check_matches", "report"]
+           "load_partition", "part_dir", "check_matches", "report", "owner_of", "group_by_owner"]
 
 FORMAT_VERSION = 1
 PART_FILES = ("rowptr", "col", "x", "y", "train_idx", "val_idx", "test_idx", "orig_id", "halo_gid", "halo_deg")
@@ -72,8 +72,18 @@ class PartitionMeta:
         kinds = np.broadcast_to(np.arange(counts.shape[1]), counts.shape)
         return starts.reshape(-1), np.ascontiguousarray(kinds).reshape(-1)
 
-    def owner_of(self, gids: np.ndarray) -> np.ndarray:
-        return np.searchsorted(np.asarray(self.part_offsets), gids, side="right") - 1
+
+def owner_of(gids: np.ndarray, part_offsets: np.ndarray) -> np.ndarray:
+    """Owning part (rank) of each global id: parts own contiguous id ranges [offsets[p], offsets[p+1])."""
+    return np.searchsorted(part_offsets, gids, side="right") - 1
+
+
+def group_by_owner(gids: np.ndarray, part_offsets: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray,
+                                                                                    np.ndarray]:
+    """(owner of each id, a stable order that groups ids by owner, ids per owner): the send layout of an
+    all-to-all request."""
+    owner = owner_of(gids, part_offsets)
+    return owner, np.argsort(owner, kind="stable"), np.bincount(owner, minlength=size).astype(np.int64)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from mpignn.mpi import alltoallv
-from mpignn.sampling.distributed import group_by_owner
+from mpignn.partition.format import group_by_owner
 from mpignn.sampling.neighbor import LocalHops
 
 __all__ = ["access_frequency"]

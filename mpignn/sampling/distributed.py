@@ -14,22 +14,10 @@ from typing import Any
 import numpy as np
 
 from mpignn.mpi import alltoallv
+from mpignn.partition.format import group_by_owner
 from mpignn.sampling.neighbor import Fanout, LocalHops
 
-__all__ = ["DistributedHops", "owner_of", "group_by_owner"]
-
-
-def owner_of(gids: np.ndarray, part_offsets: np.ndarray) -> np.ndarray:
-    """Owning rank of each global id (parts own contiguous id ranges)."""
-    return np.searchsorted(part_offsets, gids, side="right") - 1
-
-
-def group_by_owner(gids: np.ndarray, part_offsets: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray,
-                                                                                    np.ndarray]:
-    """(owner of each id, a stable order that groups ids by owner, ids per owner): the send layout of an
-    all-to-all request."""
-    owner = owner_of(gids, part_offsets)
-    return owner, np.argsort(owner, kind="stable"), np.bincount(owner, minlength=size).astype(np.int64)
+__all__ = ["DistributedHops"]
 
 
 def _place(out: np.ndarray, out_offsets: np.ndarray, positions: np.ndarray, counts: np.ndarray,
