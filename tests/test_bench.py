@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from mpignn.bench._common import _binding
+from mpignn.bench._common import binding
 
 
 def _fake_launcher(tmp_path, banner):
@@ -17,15 +17,15 @@ def _fake_launcher(tmp_path, banner):
 
 
 def test_binding_per_launcher(tmp_path):
-    assert _binding(_fake_launcher(tmp_path, "HYDRA build details:"), 2, 1) == (["-bind-to", "core:1"], None)
-    assert _binding(_fake_launcher(tmp_path, "mpiexec (Open MPI) 4.1.5"), 2, 1) == (["--bind-to", "core"], None)
-    assert _binding(_fake_launcher(tmp_path, "something else"), 2, 1) == ([], None)
-    assert _binding("unused", 1, 0) == ([], None)  # 0 = unbound
-    assert _binding("unused", 1, 10_000) == ([], None)  # more cores than the machine: unbound
+    assert binding(_fake_launcher(tmp_path, "HYDRA build details:"), 2, 1) == (["-bind-to", "core:1"], None)
+    assert binding(_fake_launcher(tmp_path, "mpiexec (Open MPI) 4.1.5"), 2, 1) == (["--bind-to", "core"], None)
+    assert binding(_fake_launcher(tmp_path, "something else"), 2, 1) == ([], None)
+    assert binding("unused", 1, 0) == ([], None)  # 0 = unbound
+    assert binding("unused", 1, 10_000) == ([], None)  # more cores than the machine: unbound
 
 
 def test_one_rank_is_pinned_to_its_cores():
-    _, pin = _binding("unused", 1, 1)
+    _, pin = binding("unused", 1, 1)
     code = "import os; print(len(os.sched_getaffinity(0)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=pin, check=True)
     assert out.stdout.strip() == "1"

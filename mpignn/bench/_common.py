@@ -46,13 +46,13 @@ def table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
 def run_train(np_: int, args: list[str], timeout: float = 3600, *, cores_per_rank: int = 0) -> list[dict]:
     """`mpiexec -n np_ python -m mpignn.train ARGS --metrics-out TMP`; returns the per-epoch records.
 
-    With `cores_per_rank`, each rank is confined to that many cores (see `_binding`), so a row labelled
+    With `cores_per_rank`, each rank is confined to that many cores (see `binding`), so a row labelled
     "1 thread" really has one core and N ranks really have N.
     """
     import tempfile
 
     exe = mpiexec()
-    launcher_args, pin = _binding(exe, np_, cores_per_rank)
+    launcher_args, pin = binding(exe, np_, cores_per_rank)
     with tempfile.TemporaryDirectory() as tmp:
         metrics = Path(tmp) / "metrics.jsonl"
         cmd = [exe, *launcher_args, "-n", str(np_), sys.executable, "-m", "mpignn.train", *args,
@@ -74,7 +74,7 @@ def mpiexec() -> str:
     return exe
 
 
-def _binding(exe: str, np_: int, cores: int) -> tuple[list[str], object]:
+def binding(exe: str, np_: int, cores: int) -> tuple[list[str], object]:
     """(launcher arguments, preexec function) that confine each rank to `cores` cores.
 
     One rank: the launcher and its child inherit an affinity mask of the first `cores` allowed CPUs (any MPI).

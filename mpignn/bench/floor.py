@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpignn.bench._common import _binding, mpiexec, table
+from mpignn.bench._common import binding, mpiexec, table
 
 
 def _prepare(dataset: str, root: str, parts: int, seed: int) -> Path:
@@ -93,7 +93,7 @@ def _worker(args: argparse.Namespace) -> None:
 
 def _launch(folder: Path, ranks: int, threads: int, args: argparse.Namespace) -> list[dict]:
     exe = mpiexec()
-    launcher, pin = _binding(exe, ranks, threads)
+    launcher, pin = binding(exe, ranks, threads)
     cmd = [exe, *launcher, "-n", str(ranks), sys.executable, "-m", "mpignn.bench.floor", "--worker",
            "--folder", str(folder), "--threads", str(threads), "--steps", str(args.steps), "--fanout", args.fanout,
            "--batch-size", str(args.batch_size), "--hidden", str(args.hidden), "--lr", str(args.lr)]
