@@ -237,7 +237,7 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", *, partition
         check_all(comm, not problem, problem, PartitionFormatError)
     else:
         # rank 0's view of the files (other hosts may not see them): path and content, not the name as typed
-        source = comm.bcast(dataset_source(dataset) if comm.rank == 0 else None, root=0)
+        source = comm.bcast(dataset_source(dataset, root) if comm.rank == 0 else None, root=0)
         folder = auto_folder(root, key + ("-links" if links else ""), method, num_parts, seed, source)
         ready = lambda: (folder / "META.json").is_file() and (  # noqa: E731
             link_params is None or has_link_split(folder, link_params))

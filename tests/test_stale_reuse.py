@@ -113,3 +113,20 @@ def test_an_altered_cora_cache_is_rebuilt_from_the_raw_files(tmp_path):
     again = load_dataset("Cora", str(tmp_path))
     assert np.array_equal(np.asarray(again.x), np.asarray(good.x))
     assert os.path.getsize(x_path) == size, "the cache was not rewritten"
+
+
+@needs_cora
+def test_replaced_public_raw_files_are_read_again_not_a_stale_cache(tmp_path, caplog):
+    shutil.copytree(SHARED / "datasets" / "Cora", tmp_path / "Cora")
+    root = str(tmp_path)
+    source = dataset_source("Cora", root)
+    good = load_dataset("Cora", root)
+    assert dataset_source("Cora", root) == source  # loading (and caching) changes no raw file
+    index = tmp_path / "Cora" / "raw" / "ind.cora.test.index"
+    ids = index.read_text().split()
+    index.write_text("\n".join(ids[1:] + ids[:1]) + "\n")  # the same ids in another order: other test rows
+    assert dataset_source("Cora", root) != source, "an automatic partition would reuse the old graph"
+    with caplog.at_level("WARNING", logger="mpignn.data.cache"):
+        again = load_dataset("Cora", root)
+    assert "other files" in caplog.text
+    assert not np.array_equal(np.asarray(again.x), np.asarray(good.x))  # read from the new files

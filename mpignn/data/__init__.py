@@ -6,6 +6,8 @@ ogbn-papers100M (ogb's raw files). Must not import torch-geometric at module lev
 """
 from __future__ import annotations
 
+import hashlib
+
 import os
 from typing import Any
 
@@ -53,17 +55,40 @@ def dataset_key(name: str) -> str:
     return _canonical(name)
 
 
-def dataset_source(name: str) -> str:
+def dataset_source(name: str, root: str = "data") -> str:
     """What an automatic partition of the dataset is keyed by: for `npz:` and `npy:` the `dataset_key`, the
     absolute path and a content fingerprint (`cache.fingerprint`: size, mtime, hash), so a regenerated file,
     or the same relative path typed in another working directory, is another source; for synthetic graphs
-    their canonical parameters and for public datasets their canonical name (`dataset_key`). Reads the
+    their canonical parameters; for public datasets their canonical name and, once their folder exists,
+    `raw_fingerprint` (a first download therefore partitions again on the next run). Reads the
     files' stat and samples; not collective (under MPI one rank computes it and broadcasts it)."""
     key = dataset_key(name)
     if name.startswith(("npz:", "npy:")):
         path = os.path.abspath(name[4:])
         return f"{key}|{path}|{fingerprint(path)}"
+    if _public_key(name) is not None and os.path.isdir(public_folder(key, root)):
+        return f"{key}|{raw_fingerprint(key, root)}"
     return key
+
+
+def public_folder(key: str, root: str) -> str:
+    """The folder a public dataset's files live in under `root` (its raw files, ogb's split/ too)."""
+    base = key.partition(":")[0]
+    if base in HETEROPHILOUS:
+        return os.path.join(root, base.lower().replace("-", "_"))
+    return os.path.join(root, base.replace("-", "_") if base in OGB else base)
+
+
+def raw_fingerprint(key: str, root: str) -> str:
+    """A fingerprint of a public dataset's files (`cache.fingerprint` of each, PyG's processed/ and hidden
+    folders left out): the cache built from them and automatic partitions are keyed by it, so replaced raw
+    files are read again instead of a stale cache being trusted."""
+    h = hashlib.sha256()
+    for folder, subfolders, files in os.walk(public_folder(key, root)):
+        subfolders[:] = sorted(d for d in subfolders if d != "processed" and not d.startswith("."))
+        for file in sorted(files):
+            h.update(f"{fingerprint(os.path.join(folder, file))}|".encode())
+    return h.hexdigest()[:16]
 
 
 def check_known(name: str) -> None:
@@ -85,7 +110,9 @@ def load_dataset(name: str, root: str = "data", mmap: bool = False) -> GraphData
     if name.startswith("npy:"):
         return load_npy_folder(name[4:])
     key = _canonical(name)
-    cached = load_cache(root, key, mmap=mmap)
+    # Without its folder (raw files removed after caching) the cache is all there is: it is used as it is.
+    present = os.path.isdir(public_folder(key, root))
+    cached = load_cache(root, key, mmap=mmap, source=raw_fingerprint(key, root) if present else None)
     if cached is not None:
         return cached
     if key in PLANETOID:
@@ -96,7 +123,7 @@ def load_dataset(name: str, root: str = "data", mmap: bool = False) -> GraphData
         graph = load_hetero_public(key, root)
     else:
         graph = load_ogb(key, root)
-    save_cache(root, graph)
+    save_cache(root, graph, source=raw_fingerprint(key, root))  # after a download: the files as they are now
     return graph
 
 

@@ -61,7 +61,7 @@ def fingerprint(path: str | os.PathLike) -> str:
     return h.hexdigest()[:16]
 
 
-def save_cache(root: str, graph: GraphData) -> Path:
+def save_cache(root: str, graph: GraphData, source: str = "") -> Path:
     final = cache_dir(root, graph.name)
     remove_leftovers(final)  # what killed writers of this host left beside it
     with atomic_dir(final) as tmp:
@@ -72,7 +72,7 @@ def save_cache(root: str, graph: GraphData) -> Path:
                  for key in names}
         write_json(tmp / "meta.json", {"format": FORMAT, "name": graph.name, "num_classes": graph.num_classes,
                                        "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
-                                       "meta": graph.meta, "files": files,
+                                       "meta": graph.meta, "files": files, "source": source,
                                        "hetero": graph.schema.to_json() if graph.schema is not None else None})
     return final
 
@@ -97,9 +97,10 @@ def _mismatch(folder: Path, meta: dict, names: list[str]) -> str:
     return ""
 
 
-def load_cache(root: str, name: str, mmap: bool = False) -> GraphData | None:
-    """The cached graph, or None when there is no complete cache (meta.json is written last) or its arrays do
-    not match meta.json (logged: the caller then rebuilds it)."""
+def load_cache(root: str, name: str, mmap: bool = False, source: str | None = None) -> GraphData | None:
+    """The cached graph, or None when there is no complete cache (meta.json is written last), its arrays do
+    not match meta.json, or it was built from other files than `source` fingerprints (logged: the caller then
+    rebuilds it)."""
     folder = cache_dir(root, name)
     meta_path = folder / "meta.json"
     if not meta_path.is_file():
@@ -112,6 +113,10 @@ def load_cache(root: str, name: str, mmap: bool = False) -> GraphData | None:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         log.warning("dataset cache %s has format %s, this mpignn writes %d; rebuilding it", folder,
                     meta.get("format") if isinstance(meta, dict) else "?", FORMAT)
+        return None
+    if source is not None and meta.get("source") != source:
+        log.warning("dataset cache %s was built from other files than those under %s now; rebuilding it",
+                    folder, root)
         return None
     names = [*_ARRAYS, *(("edge_type",) if meta.get("hetero") else ())]
     problem = _mismatch(folder, meta, names)
