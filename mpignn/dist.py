@@ -18,8 +18,9 @@ import torch
 
 from mpignn import env as _env
 from mpignn.errors import ConfigError, LaunchError
-from mpignn.mpi import library_version, rendezvous_endpoint
+from mpignn.mpi import library_version
 from mpignn.mpi_store import MPIStore, listening_tcp_store
+from mpignn.rendezvous import rendezvous_endpoint
 
 __all__ = ["Hardware", "Choice", "DeviceId", "detect_hardware", "visible_devices", "choose", "init_process_group",
            "apply_threads", "destroy_process_group", "device_id_accepted"]
@@ -242,7 +243,7 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
                        choice: Choice, timeout_s: float = 600.0) -> None:
     """Collective over `comm`: initialise torch.distributed with no hand-set MASTER_ADDR/MASTER_PORT.
 
-    Rank 0 picks an address the other hosts reach (`mpi.rendezvous_endpoint`: never loopback across hosts)
+    Rank 0 picks an address the other hosts reach (`rendezvous.rendezvous_endpoint`: never loopback across hosts)
     and broadcasts it over MPI; gloo binds its interface on that subnet. The store (the key-value table the
     ranks meet in) goes over MPI (`mpi_store.MPIStore`): no TCP port is opened for it, so no neighbour can
     read or change it. A MASTER_PORT set by hand on rank 0 is honoured with a TCPStore listening on exactly

@@ -241,7 +241,7 @@ def listening_tcp_store(comm: Any, address: str, port: str, world_size: int,
                        "choose a free port and an address of rank 0's host")
     problem = comm.bcast(problem, root=0)
     if problem:
-        from mpignn.mpi import mark_agreed
+        from mpignn.errors import mark_agreed
 
         raise mark_agreed(LaunchError(problem))
     if sock is None:

@@ -152,24 +152,24 @@ def debian_host(monkeypatch):
 
 
 def test_rank0_address_across_hosts_is_routable(debian_host):
-    from mpignn import mpi
+    from mpignn import rendezvous
     from mpignn.errors import LaunchError
 
     other = [_ifaces(LO, ("docker0", "172.18.0.1", 16), ("eth0", "10.0.0.2", 24))]
-    assert mpi._choose_address(other) == ("10.0.0.1", "10.0.0.0/24")
-    assert mpi._choose_address([]) == ("127.0.1.1", "")  # one host: loopback is right
+    assert rendezvous._choose_address(other) == ("10.0.0.1", "10.0.0.0/24")
+    assert rendezvous._choose_address([]) == ("127.0.1.1", "")  # one host: loopback is right
     debian_host.setenv("NCCL_SOCKET_IFNAME", "docker")  # NCCL-style prefix
-    assert mpi._choose_address(other) == ("172.17.0.1", "172.17.0.0/16")
+    assert rendezvous._choose_address(other) == ("172.17.0.1", "172.17.0.0/16")
     debian_host.setenv("MPIGNN_SOCKET_IFNAME", "eth9")
     with pytest.raises(LaunchError, match=r"MPIGNN_SOCKET_IFNAME=eth9 should name.*got interfaces lo 127.0.0.1/8"):
-        mpi._choose_address(other)
+        rendezvous._choose_address(other)
     debian_host.setenv("MPIGNN_SOCKET_IFNAME", "lo")
     with pytest.raises(LaunchError, match="non-loopback"):
-        mpi._choose_address(other)
+        rendezvous._choose_address(other)
     debian_host.delenv("MPIGNN_SOCKET_IFNAME")
     debian_host.delenv("NCCL_SOCKET_IFNAME")
     with pytest.raises(LaunchError, match=r"subnet all 2 hosts share.*resolves to 127.0.1.1.*HINT: set "
                                           r"MPIGNN_SOCKET_IFNAME"):
-        mpi._choose_address([_ifaces(LO, ("eth0", "10.9.0.2", 24))])
+        rendezvous._choose_address([_ifaces(LO, ("eth0", "10.9.0.2", 24))])
     debian_host.setenv("MASTER_ADDR", "10.0.0.1")  # the user's choice wins, checked or not
-    assert mpi._choose_address([_ifaces(LO)]) == ("10.0.0.1", "")
+    assert rendezvous._choose_address([_ifaces(LO)]) == ("10.0.0.1", "")

@@ -19,8 +19,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "mpignn"
 # today's code needs them.
 LAYERS: list[tuple[str, ...]] = [
     ("mpignn", "mpignn.errors", "mpignn.fileio", "mpignn.allocator", "mpignn.log", "mpignn.env", "mpignn.config",
-     "mpignn.watchdog", "mpignn.mpi"),
-    ("mpignn.dist", "mpignn.mpi_store"),
+     "mpignn.watchdog", "mpignn.mpi.topology", "mpignn.mpi.splits", "mpignn.mpi.prep", "mpignn.mpi.collectives",
+     "mpignn.mpi.run", "mpignn.mpi"),
+    ("mpignn.dist", "mpignn.mpi_store", "mpignn.rendezvous"),
     ("mpignn.data",),
     ("mpignn.partition",),
     ("mpignn.sampling", "mpignn.exchange"),

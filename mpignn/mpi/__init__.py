@@ -1,0 +1,27 @@
+"""MPI helpers any HPC program can use: topology, work splits, rank-0-first preparation, checked collectives,
+all-to-all on numpy buffers, and `run_main` (abort the job on an uncaught exception); one module per job.
+
+Imports only the stdlib, numpy, mpi4py (lazily: importing does not initialise MPI), `mpignn.errors`,
+`mpignn.env` and `mpignn.watchdog`; never torch, torch-geometric, numba or any other part of mpignn.
+"""
+from __future__ import annotations
+
+from mpignn import env as _env
+from mpignn.mpi.collectives import MAX_COUNT, allreduce_max, allreduce_sum, alltoallv, check_all, exchange_counts
+from mpignn.mpi.prep import RootFailedError, root_first, run_once
+from mpignn.mpi.run import print0, run_main
+from mpignn.mpi.splits import ceil_split, chunk_bounds, pad_to_steps, steps_per_epoch
+from mpignn.mpi.topology import Topology, check_launcher, library_version, topology, whoami, world
+
+__all__ = [
+    "Topology", "world", "topology", "whoami", "check_launcher", "chunk_bounds", "ceil_split", "steps_per_epoch",
+    "pad_to_steps", "root_first", "run_once", "check_all", "alltoallv", "allreduce_sum", "allreduce_max", "run_main",
+    "RootFailedError", "print0", "thread_budget", "MAX_COUNT", "exchange_counts", "library_version",
+]
+
+thread_budget = _env.thread_budget
+
+# The torch-facing helpers (init_process_group, choose, apply_threads, detect_hardware) live in mpignn.dist,
+# and the rendezvous address choice in mpignn.rendezvous, one layer up: import them from there. This package
+# never imports either (tests/test_layering.py). MAX_COUNT here is a copy: to lower the piece size (tests do),
+# set mpignn.mpi.collectives.MAX_COUNT, which alltoallv reads.

@@ -1,0 +1,155 @@
+"""Checked collectives on numpy buffers: `check_all` (every rank raises alike), `exchange_counts` and
+`alltoallv` (rows of any dtype; in pieces past MPI's int counts, `MAX_COUNT`), `allreduce_sum`/`allreduce_max`.
+
+Imports numpy, mpi4py (lazily), `mpignn.errors`, `mpignn.watchdog` and `mpignn.mpi.topology`; never torch,
+nor any other part of mpignn.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from mpignn.errors import MpignnError, mark_agreed
+from mpignn.mpi.topology import mpi_op
+from mpignn.watchdog import bounded
+
+__all__ = ["check_all", "MAX_COUNT", "exchange_counts", "alltoallv", "allreduce_sum", "allreduce_max"]
+
+
+def check_all(comm: Any, ok: bool, message: str, error: type[MpignnError] = MpignnError) -> None:
+    """Collective over `comm`: raise the same `error` on every rank if `ok` is False on any rank.
+
+    The message of the lowest failing rank is used, prefixed with that rank, so no rank is left waiting in
+    the next collective while another has already raised.
+    """
+    with bounded("check_all (allreduce)"):
+        if comm.allreduce(bool(ok), op=mpi_op("LAND")):
+            return
+        failed = [(r, m) for r, m in enumerate(comm.allgather(None if ok else message)) if m is not None]
+    rank, first = failed[0]
+    prefix = f"rank {rank}: " if comm.size > 1 else ""
+    raise mark_agreed(error(prefix + first))
+
+
+# The most rows one MPI call moves: MPI's counts and displacements are C ints. Exchanges whose rows (in a
+# row datatype, so 2-D arrays count rows, not elements) exceed it on any rank go out in pieces of at most this
+# many rows. Tests lower it to exercise the pieces on small arrays.
+MAX_COUNT = 2**31 - 1
+_ALLTOALLV_TAG = 7102
+
+
+def exchange_counts(comm: Any, counts: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Collective over `comm`, one Alltoall: (rows this rank receives from each rank, whether the exchange of
+    `counts` rows must go in pieces; the same answer on every rank).
+
+    With each count goes a flag: this rank sends more than MAX_COUNT // size rows in all. No rank sends or
+    receives more than MAX_COUNT rows unless some rank raised it (a rank receiving more gets more than
+    MAX_COUNT // size from one sender), and every rank sees every flag: one collective, not two.
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    mine = np.empty((comm.size, 2), dtype=np.int64)
+    mine[:, 0] = counts
+    mine[:, 1] = int(counts.sum()) > MAX_COUNT // comm.size
+    theirs = np.empty_like(mine)
+    with bounded("exchange_counts (Alltoall)"):
+        comm.Alltoall(mine, theirs)
+    return np.ascontiguousarray(theirs[:, 0]), bool(theirs[:, 1].any())
+
+
+def alltoallv(comm: Any, send: np.ndarray, counts: np.ndarray, recv_counts: np.ndarray | None = None,
+              pieces: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Collective over `comm`: send `counts[r]` rows of `send` (grouped by destination, in rank order) to each
+    rank r; every rank must call it, also with nothing to send.
+
+    Rows travel as one MPI datatype each, so an exchange needs pieces only when some rank sends or receives
+    more than `MAX_COUNT` rows; then every rank (they agree on it) sends each peer its rows in point-to-point
+    messages of at most `MAX_COUNT` rows, straight from and into the arrays (no extra copies).
+
+    Args:
+        send: array of rows (1-D, or N-D with fixed trailing dimensions), ordered by destination rank.
+        counts: rows for each destination, length `comm.size`.
+        recv_counts, pieces: when every rank knows what it receives (a reply to an exchange with the same
+            counts, reversed: pass that one's `exchange_counts`), no counts travel: one collective, not two.
+    Returns:
+        (received rows grouped by source rank, rows received from each rank).
+    """
+    send = np.ascontiguousarray(send)
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    if recv_counts is None or pieces is None:
+        recv_counts, pieces = exchange_counts(comm, counts)
+    recv_counts = np.ascontiguousarray(recv_counts, dtype=np.int64)
+    recv = np.empty((int(recv_counts.sum()),) + send.shape[1:], dtype=send.dtype)
+    row = _row_type(send)
+    try:
+        sdispl = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        rdispl = np.concatenate([[0], np.cumsum(recv_counts)[:-1]]).astype(np.int64)
+        with bounded("alltoallv"):
+            if not pieces:
+                comm.Alltoallv([send, (counts, sdispl), row], [recv, (recv_counts, rdispl), row])
+            else:
+                _alltoallv_pieces(comm, send, counts, sdispl, recv, recv_counts, rdispl, row)
+    finally:
+        row.Free()
+    return recv, recv_counts
+
+
+def _row_type(array: np.ndarray) -> Any:
+    """A committed MPI datatype for one row of `array` (the caller frees it): the element type from mpi4py's
+    public NumPy mapping, else raw bytes (dtypes MPI has no name for, e.g. structured ones)."""
+    from mpi4py import MPI
+    from mpi4py.util import dtlib
+
+    width = int(np.prod(array.shape[1:], dtype=np.int64)) if array.ndim > 1 else 1
+    try:
+        base = dtlib.from_numpy_dtype(array.dtype)
+        if base.extent != array.dtype.itemsize:
+            raise ValueError("padded datatype")
+    except (ValueError, KeyError, TypeError):
+        base, width = MPI.BYTE, width * array.dtype.itemsize
+    if width > 2**31 - 1:
+        raise ValueError(f"alltoallv rows must hold at most 2**31-1 elements; got {width}. HINT: reshape so "
+                         "rows are narrower (rows are what travels)")
+    return base.Create_contiguous(width).Commit()
+
+
+def _alltoallv_pieces(comm: Any, send: np.ndarray, counts: np.ndarray, sdispl: np.ndarray, recv: np.ndarray,
+                      recv_counts: np.ndarray, rdispl: np.ndarray, row: Any) -> None:
+    """Every peer pair exchanges its rows in messages of at most MAX_COUNT rows. Messages of one pair match in
+    posting order (MPI's non-overtaking rule), so one tag suffices; all receives are posted before any wait."""
+    from mpi4py import MPI
+
+    me, reqs = comm.rank, []
+    for src in range(comm.size):
+        if src != me:
+            for lo, hi in _pieces(int(rdispl[src]), int(recv_counts[src])):
+                reqs.append(comm.Irecv([recv[lo:hi], hi - lo, row], source=src, tag=_ALLTOALLV_TAG))
+    for dest in range(comm.size):
+        if dest != me:
+            for lo, hi in _pieces(int(sdispl[dest]), int(counts[dest])):
+                reqs.append(comm.Isend([send[lo:hi], hi - lo, row], dest=dest, tag=_ALLTOALLV_TAG))
+    mine = int(counts[me])
+    recv[int(rdispl[me]):int(rdispl[me]) + mine] = send[int(sdispl[me]):int(sdispl[me]) + mine]
+    MPI.Request.Waitall(reqs)
+
+
+def _pieces(start: int, count: int) -> list[tuple[int, int]]:
+    return [(lo, min(lo + MAX_COUNT, start + count)) for lo in range(start, start + count, MAX_COUNT)]
+
+
+def allreduce_sum(comm: Any, values: np.ndarray | Sequence[float]) -> np.ndarray:
+    """Collective over `comm`: element-wise sum of a small float64 vector (metrics as sums, not means)."""
+    local = np.asarray(values, dtype=np.float64)
+    out = np.empty_like(local)
+    with bounded("allreduce_sum"):
+        comm.Allreduce(local, out, op=mpi_op("SUM"))
+    return out
+
+
+def allreduce_max(comm: Any, values: np.ndarray | Sequence[float]) -> np.ndarray:
+    """Collective over `comm`: element-wise max of a small float64 vector (slowest rank's time, peak memory)."""
+    local = np.asarray(values, dtype=np.float64)
+    out = np.empty_like(local)
+    with bounded("allreduce_max"):
+        comm.Allreduce(local, out, op=mpi_op("MAX"))
+    return out

@@ -1,0 +1,112 @@
+"""Rank-0-first preparation: `root_first`, `run_once` and `RootFailedError` (a first rank's failure reaches
+every rank; nobody hangs).
+
+Imports the stdlib, mpi4py (lazily), `mpignn.errors` and `mpignn.mpi.topology`; never torch, nor any other
+part of mpignn.
+"""
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from typing import Any, Callable, Iterator
+
+from mpignn.errors import LaunchError, MpignnError, mark_agreed
+from mpignn.mpi.topology import mpi_op
+
+__all__ = ["RootFailedError", "root_first", "run_once"]
+
+_READY_TAG = 7101
+
+
+class RootFailedError(MpignnError):
+    """Rank 0 (of the job or of a host) failed while preparing; raised on every rank."""
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _send_status(group: Any, status: tuple[bool, str]) -> None:
+    reqs = [group.isend(status, dest=r, tag=_READY_TAG) for r in range(1, group.size)]
+    for req in reqs:
+        req.wait()
+
+
+def _wait_status(group: Any, timeout: float | None, what: str) -> tuple[bool, str]:
+    """Poll for rank 0's status instead of blocking, so a stuck rank 0 becomes a clear error."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = 0.001
+    while not group.Iprobe(source=0, tag=_READY_TAG):
+        if deadline is not None and time.monotonic() > deadline:
+            raise LaunchError(f"waited {timeout:.0f}s for rank 0 to finish {what}; got no ready signal. "
+                              "HINT: look at rank 0's log, or raise the timeout for slow downloads.")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+    return group.recv(source=0, tag=_READY_TAG)
+
+
+def _finish(comm: Any, ok: bool, message: str, own: BaseException | None = None) -> None:
+    """Every rank learns whether any first rank failed (per-host mode has several), and raises alike."""
+    if comm.allreduce(ok, op=mpi_op("LAND")):
+        return
+    messages = [m for m in comm.allgather(None if ok else message) if m]
+    if own is not None:
+        raise mark_agreed(own)
+    raise mark_agreed(RootFailedError(messages[0]))
+
+
+def _group(comm: Any, per_host: bool) -> Any:
+    from mpi4py import MPI
+
+    return comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank) if per_host else comm
+
+
+@contextlib.contextmanager
+def root_first(comm: Any, *, per_host: bool = False, timeout: float | None = None,
+               what: str = "its preparation") -> Iterator[bool]:
+    """Collective over `comm`: rank 0 runs the block first, the others wait for its ready signal, then run it.
+
+    The usual body downloads or preprocesses when its files are missing and loads them otherwise, so rank 0
+    does the one-time work and the rest only load. With `per_host`, rank 0 of each host goes first (for
+    node-local disks). A failure on a first rank reaches every rank, which raises RootFailedError naming the
+    rank, host and cause; nobody hangs. `timeout` (seconds) bounds the wait for a stuck first rank.
+
+    Yields:
+        True on the rank(s) that go first.
+    """
+    group = _group(comm, per_host)
+    try:
+        if group.rank == 0:
+            failure: BaseException | None = None
+            try:
+                yield True
+            except BaseException as exc:
+                failure = exc
+            message = "" if failure is None else (
+                f"rank {comm.rank} on {socket.gethostname()} failed during {what}: {_describe(failure)}")
+            _send_status(group, (failure is None, message))
+            _finish(comm, failure is None, message, failure)
+        else:
+            ok, message = _wait_status(group, timeout, what)
+            _finish(comm, ok, message)
+            yield False
+    finally:
+        if per_host:
+            group.Free()
+
+
+def run_once(comm: Any, fn: Callable[[], Any], *, per_host: bool = False, timeout: float | None = None,
+             what: str = "its one-time job") -> Any:
+    """Collective over `comm`: run `fn` on rank 0 only (of the job, or of each host) and return its result
+    (which must be picklable) on every rank of that group. Failures propagate as in `root_first`."""
+    result = None
+    with root_first(comm, per_host=per_host, timeout=timeout, what=what) as first:
+        if first:
+            result = fn()
+    group = _group(comm, per_host)
+    try:
+        return group.bcast(result, root=0)
+    finally:
+        if per_host:
+            group.Free()

@@ -1,0 +1,87 @@
+"""Running a program on every rank: `run_main` (one line per rank for an agreed error, traceback, root cause
+and `COMM_WORLD.Abort` for any other) and `print0`.
+
+Imports the stdlib, mpi4py (lazily, and only when MPI is running), `mpignn.env`, `mpignn.errors` and
+`mpignn.mpi.topology`; never torch, nor any other part of mpignn.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+from mpignn import env as _env
+from mpignn.errors import MpignnError, is_agreed
+from mpignn.mpi.topology import world
+
+__all__ = ["run_main", "print0"]
+
+
+def print0(*args: Any, rank: int | None = None, **kwargs: Any) -> None:
+    """print() on global rank 0 only (rank from MPI if not given); flushes so batch logs stay in order."""
+    if rank is None:
+        rank = world().rank
+    if rank == 0:
+        print(*args, flush=True, **kwargs)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def run_main(main: Callable[..., int | None], *args: Any, **kwargs: Any) -> int:
+    """Run `main` and turn any failure into a clean, job-wide exit.
+
+    - MpignnError raised on every rank alike (after a checked collective): each rank prints one line and
+      exits 1, so every rank states the problem.
+    - Any other exception: the rank prints its traceback and a summary (rank, host, pid, exception) and calls
+      `COMM_WORLD.Abort(1)`, which ends every rank instead of leaving them blocked in a collective.
+    Returns main's exit code (and exits with it when run as a program).
+    """
+    rank, host = _rank_for_messages(), socket.gethostname()
+    try:
+        code = main(*args, **kwargs)
+        return 0 if code is None else int(code)
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        agreed = is_agreed(exc)
+        if isinstance(exc, MpignnError):
+            print(f"mpignn: error: [rank {rank}] {_one_line(exc)}", file=sys.stderr, flush=True)
+        else:
+            traceback.print_exc()
+            print(f"mpignn: root cause: rank {rank} on {host} (pid {os.getpid()}) raised "
+                  f"{type(exc).__name__}: {_one_line(exc)}", file=sys.stderr, flush=True)
+        if agreed or not _mpi_running() or _world_size() == 1:
+            return 1
+        _abort(1)
+        return 1
+
+
+def _mpi_running() -> bool:
+    mod = sys.modules.get("mpi4py.MPI")
+    return mod is not None and mod.Is_initialized() and not mod.Is_finalized()
+
+
+def _world_size() -> int:
+    return sys.modules["mpi4py.MPI"].COMM_WORLD.size
+
+
+def _rank_for_messages() -> int:
+    if _mpi_running():
+        return sys.modules["mpi4py.MPI"].COMM_WORLD.rank
+    return _env.detect().rank
+
+
+def _abort(code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if _mpi_running() and _world_size() > 1:
+        # Abort makes the launcher kill every process at once; give it a moment to forward what this rank
+        # just printed, or the traceback and the root-cause line can be lost.
+        time.sleep(0.5)
+        sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(code)
+    os._exit(code)

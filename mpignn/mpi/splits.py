@@ -1,0 +1,68 @@
+"""Splitting work over ranks: `chunk_bounds`, `ceil_split`, equal step counts (`steps_per_epoch`,
+`pad_to_steps`).
+
+Imports numpy, `mpignn.watchdog` and `mpignn.mpi.topology`; never torch, nor any other part of mpignn.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from mpignn.mpi.topology import mpi_op
+from mpignn.watchdog import bounded
+
+__all__ = ["chunk_bounds", "ceil_split", "steps_per_epoch", "pad_to_steps"]
+
+
+def chunk_bounds(n: int, size: int, rank: int) -> tuple[int, int]:
+    """[start, stop) of `rank`'s chunk when n items are cut into exactly `size` chunks by ceiling division.
+
+    The first `n % size` chunks hold one item more than the rest; chunk sizes differ by at most one, and with
+    fewer items than ranks the trailing chunks are empty.
+    """
+    if size < 1 or not 0 <= rank < size:
+        raise ValueError(f"need 0 <= rank < size; got rank={rank}, size={size}")
+    base, extra = divmod(int(n), size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+def ceil_split(items: Sequence | np.ndarray | int, size: int, rank: int) -> Any:
+    """`rank`'s share of `items` (or of `range(items)` for an int); see `chunk_bounds`."""
+    if isinstance(items, (int, np.integer)):
+        return range(*chunk_bounds(int(items), size, rank))
+    start, stop = chunk_bounds(len(items), size, rank)
+    return items[start:stop]
+
+
+def steps_per_epoch(comm: Any, num_local: int, batch_size: int, drop_last: bool = False) -> int:
+    """Collective over `comm`: the number of steps every rank runs, so DDP never waits on a rank that stopped.
+
+    Policy: without drop_last the rank with the most items sets the count (ceil(n / batch_size)) and the
+    others cut their items into that many smaller batches (`pad_to_steps`); with drop_last the rank with the
+    fewest items sets it (floor), and the others leave their surplus out this epoch.
+    """
+    steps = num_local // batch_size if drop_last else -(-num_local // batch_size)
+    with bounded("steps_per_epoch (allreduce)"):
+        return int(comm.allreduce(steps, op=mpi_op("MIN" if drop_last else "MAX")))
+
+
+def pad_to_steps(indices: np.ndarray, steps: int, batch_size: int, drop_last: bool = False) -> list[np.ndarray]:
+    """Cut `indices` into exactly `steps` batches of at most `batch_size` items.
+
+    With at least `steps` items they are spread evenly (sizes differ by at most one; each item once). With
+    fewer, items wrap around so no batch is empty. With no items at all the batches are empty and the caller
+    still takes part in every collective. drop_last takes `steps` full batches and leaves the rest out.
+    """
+    n = len(indices)
+    if drop_last:
+        return [indices[i * batch_size:(i + 1) * batch_size] for i in range(steps)]
+    if n == 0:
+        return [indices[:0] for _ in range(steps)]
+    if n >= steps:
+        if -(-n // steps) > batch_size:
+            raise ValueError(f"{n} items do not fit {steps} batches of {batch_size}; use steps_per_epoch()")
+        bounds = [chunk_bounds(n, steps, i) for i in range(steps)]
+        return [indices[a:b] for a, b in bounds]
+    return [indices[i % n:i % n + 1] for i in range(steps)]

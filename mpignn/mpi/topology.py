@@ -1,0 +1,107 @@
+"""Where a rank sits: `world`, `Topology`/`topology`/`whoami`, the wrong-launcher check, and `mpi_op`.
+
+Imports the stdlib, mpi4py (lazily: importing does not initialise MPI), `mpignn.env` and `mpignn.errors`;
+never torch, nor any other part of mpignn.
+"""
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from mpignn import env as _env
+from mpignn.errors import LaunchError, mark_agreed
+
+__all__ = ["Topology", "world", "library_version", "mpi_op", "topology", "whoami", "check_launcher"]
+
+
+def world() -> Any:
+    """`MPI.COMM_WORLD` (initialises MPI on first use)."""
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def library_version() -> str:
+    """The MPI library's version string (`MPI_Get_library_version`), e.g. "MPICH Version: 4.2.0 ..."."""
+    from mpi4py import MPI
+
+    return MPI.Get_library_version()
+
+
+def mpi_op(name: str) -> Any:
+    """The MPI reduction operation called `name` ("SUM", "MAX", "MIN", "LAND"), importing mpi4py.MPI only now."""
+    from mpi4py import MPI
+
+    return getattr(MPI, name)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where this rank sits: globally, on its host, and which host."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_size: int
+    host_rank: int
+    num_hosts: int
+    host: str
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+
+def topology(comm: Any) -> Topology:
+    """Collective over `comm`: every rank must call it, in the same order.
+
+    Local rank and size come from a shared-memory split of `comm`, not from environment variables, so they are
+    right under any launcher. Hosts are numbered by the global rank of their first rank.
+    """
+    from mpi4py import MPI
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    try:
+        leaders = comm.allgather(comm.rank if local.rank == 0 else -1)
+        leader_ranks = sorted(r for r in leaders if r >= 0)
+        my_leader = local.bcast(comm.rank if local.rank == 0 else None, root=0)
+        return Topology(rank=comm.rank, world_size=comm.size, local_rank=local.rank, local_size=local.size,
+                        host_rank=leader_ranks.index(my_leader), num_hosts=len(leader_ranks),
+                        host=socket.gethostname())
+    finally:
+        local.Free()
+
+
+def whoami() -> Topology:
+    """This process's topology: from MPI when mpi4py is installed, else from the launcher's environment.
+
+    Under MPI this is collective over COMM_WORLD. When MPI finds one process but a launcher's variables say
+    more, the wrong `mpirun` started this program; that is raised as a LaunchError.
+    """
+    try:
+        comm = world()
+    except ImportError:
+        info = _env.detect()
+        return Topology(info.rank, info.world_size, info.local_rank, info.local_size, info.host_rank,
+                        info.num_hosts, socket.gethostname())
+    check_launcher()
+    return topology(comm)
+
+
+def check_launcher() -> None:
+    """Refuse to run when the wrong `mpirun` started this process: MPI sees one process (a singleton) while
+    an MPI launcher's variables (Open MPI, PMIx, PMI) say it started more.
+
+    Not a collective: under that fault every process is alone in its COMM_WORLD, and each raises alike.
+
+    Raises:
+        LaunchError: the wrong launcher; the message names the fix.
+    """
+    expected = _env.foreign_launcher_size()
+    if expected > 1 and world().size == 1:
+        raise mark_agreed(LaunchError(
+            f"expected MPI to see the {expected} processes the launcher started; got 1 (this is launcher rank "
+            f"{_env.detect().rank}, alone in its MPI world, so every process would train and prepare data as "
+            "rank 0 of 1). HINT: launch with the mpirun/mpiexec of the MPI that mpi4py was built against "
+            "(`python -m mpi4py --mpi-lib-version` names it)"))

@@ -1,0 +1,55 @@
+"""`mpignn.mpi` is MPI only (issue #26 item 2): a package of small modules by job that imports nothing of torch,
+PyG, numba or the rest of mpignn beyond errors/env/watchdog, keeps today's public names, and runs its helpers on
+2 ranks in an interpreter where torch cannot be imported."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+
+import pytest
+
+from _mpirun import ROOT, run_mpi
+
+PACKAGE = ROOT / "mpignn" / "mpi"
+# `from mpignn.mpi import X` keeps working for each of these (rendezvous_endpoint moved to mpignn.rendezvous).
+PUBLIC = {"Topology", "world", "topology", "whoami", "check_launcher", "chunk_bounds", "ceil_split",
+          "steps_per_epoch", "pad_to_steps", "root_first", "run_once", "check_all", "alltoallv", "allreduce_sum",
+          "allreduce_max", "run_main", "RootFailedError", "print0", "thread_budget", "MAX_COUNT", "exchange_counts",
+          "library_version"}
+ALLOWED = {"mpignn.errors", "mpignn.env", "mpignn.watchdog"}
+
+
+def test_mpi_is_a_package_of_small_modules_importing_only_errors_env_watchdog():
+    files = sorted(PACKAGE.glob("*.py"))
+    assert PACKAGE.is_dir() and len(files) >= 5, files
+    for path in files:
+        assert len(path.read_text().splitlines()) < 400, f"{path.name} has 400 lines or more"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:  # `from mpignn import env`: the module
+                names = [f"mpignn.{a.name}" for a in node.names] if node.module == "mpignn" else [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                assert top not in ("torch", "torch_geometric", "numba", "pymetis"), f"{path.name} imports {name}"
+                if top == "mpignn" and name != "mpignn":
+                    assert name in ALLOWED or name.startswith("mpignn.mpi."), f"{path.name} imports {name}"
+
+
+def test_public_names_are_re_exported_explicitly_without_torch():
+    code = ("import sys; sys.modules['torch'] = None; import mpignn.mpi as m; "
+            "print(' '.join(sorted(m.__all__))); print(hasattr(m, '__getattr__'), hasattr(m, 'rendezvous_endpoint'));"
+            "print(all(getattr(m, x) is not None for x in m.__all__))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    names, flags, present = out.stdout.splitlines()
+    assert set(names.split()) == PUBLIC
+    assert flags == "False False" and present == "True"
+
+
+@pytest.mark.mpi
+def test_helpers_run_on_two_ranks_with_torch_unimportable(tmp_path):
+    run_mpi("mpi_without_torch.py", 2, tmp_path, timeout=90)
