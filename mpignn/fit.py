@@ -10,7 +10,8 @@ import torch
 
 from mpignn.checkpoint import latest_checkpoint, resume_state, save_state
 from mpignn.errors import ConfigError
-from mpignn.loop import optimize_for_device, run_epoch, wrap_ddp
+from mpignn.ddp import optimize_for_device, wrap_ddp
+from mpignn.loop import run_epoch
 from mpignn.report import BestEpoch, append_jsonl, correct_counter, format_epoch, format_final
 from mpignn.schedule import attach_lr_schedule
 from mpignn.stopping import EXIT_STOPPED, StopSignal, requeue

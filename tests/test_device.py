@@ -62,7 +62,7 @@ class _Rt:
     ("cpu", 8, False, "off", False),
 ])
 def test_overlap_decision(device, threads, talks, mode, expected):
-    from mpignn.runtime import overlap
+    from mpignn.prefetch import overlap
 
     assert overlap(_Rt(device, threads), talks, mode) is expected
 
@@ -228,7 +228,7 @@ def test_device_allreduce_hook_is_asynchronous_and_timed_by_events(fake_accel):
     device-wide synchronize; device events on the last bucket only, read when `seconds` is, not per bucket."""
     import torch.distributed as tdist
 
-    from mpignn.loop import AllreduceTimer
+    from mpignn.ddp import AllreduceTimer
 
     tdist.init_process_group("gloo", store=tdist.HashStore(), rank=0, world_size=1)
     try:
@@ -253,7 +253,7 @@ def test_no_prefetch_with_device_exchange():
     """Item 2: a loader thread's NCCL all_to_all beside DDP's all-reduce can hang: auto never picks it, and
     --prefetch on is refused with a hint (an agreed error: every rank has the same configuration)."""
     from mpignn.errors import ConfigError
-    from mpignn.runtime import overlap
+    from mpignn.prefetch import overlap
 
     rt = _Rt("cuda:0", 1)
     assert overlap(rt, True, "auto", device_exchange=False) is True
@@ -264,7 +264,7 @@ def test_no_prefetch_with_device_exchange():
         overlap(rt, True, "on", device_exchange=True)
     # make_loader's test: rows in a tensor on an accelerator ("meta" stands for one); on CPU the rows go
     # over gloo beside DDP's MPI all-reduce, no device involved, and a thread stays allowed.
-    from mpignn.runtime import _rows_on_device
+    from mpignn.prefetch import rows_on_device as _rows_on_device
 
     y = np.zeros(4, dtype=np.int64)
     assert _rows_on_device(FeatureStore(torch.empty(4, 2, device="meta"), y, 0))
@@ -395,7 +395,7 @@ def test_device_identities_from_uuid_and_pci_address_or_from_the_visibility_mask
 
 def test_a_device_table_cache_budget_is_divided_by_the_ranks_on_that_device_only(monkeypatch):
     """4 ranks, each on its own GPU: each rank's cache may take the GPU's whole share (not a quarter)."""
-    from mpignn import runtime
+    from mpignn import cache_policy, runtime
     from mpignn.mpi import Topology
 
     fake = types.SimpleNamespace(mem_get_info=lambda d: (8 << 30, 80 << 30), device_count=lambda: 1)
@@ -404,12 +404,12 @@ def test_a_device_table_cache_budget_is_divided_by_the_ranks_on_that_device_only
     topo = Topology(0, 4, 0, 4, 0, 1, "h")
     for shared_by in (1, 4):
         rt = runtime.Runtime(None, topo, Choice("cuda:0", "nccl", shared_by), 1)
-        assert runtime._spare_memory(rt, features) == (8 << 30, shared_by)
+        assert cache_policy.spare_memory(rt, features) == (8 << 30, shared_by)
 
 
 def test_ipex_keeps_fp32_weights_under_bf16_autocast(monkeypatch, tmp_path):
     """ipex.optimize(dtype=bf16) would make the weights bf16: DDP all-reduces and checkpoints would be bf16."""
-    from mpignn.loop import optimize_for_device
+    from mpignn.ddp import optimize_for_device
 
     _fake_module(tmp_path, monkeypatch, "intel_extension_for_pytorch",
                  "calls = []\ndef optimize(model, optimizer=None, dtype=None):\n"

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("mpignn.data",),
     ("mpignn.partition",),
     ("mpignn.sampling", "mpignn.exchange"),
-    ("mpignn.device", "mpignn.loader", "mpignn.hetero_batch"),
+    ("mpignn.device", "mpignn.ddp", "mpignn.loader", "mpignn.hetero_batch"),
     ("mpignn.models",),
     ("mpignn.metrics", "mpignn.report", "mpignn.checkpoint", "mpignn.schedule", "mpignn.stopping",
      "mpignn.tensorboard_log", "mpignn.loop", "mpignn.fit", "mpignn.runtime"),

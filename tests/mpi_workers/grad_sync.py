@@ -7,7 +7,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mpignn.loop import train_epoch, wrap_ddp
+from mpignn.ddp import wrap_ddp
+from mpignn.loop import train_epoch
 from mpignn.models import build_model
 from mpignn.mpi import root_first, run_main
 from mpignn.runtime import bootstrap, load_local_graph, make_loader
