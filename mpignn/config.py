@@ -10,6 +10,9 @@ import sys
 from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
+from mpignn.choices import (BATCH_SCOPES, DECODERS, DEFAULT_METHOD, EXCHANGES, FEATURE_DTYPES, FEATURE_NORMS,
+                            LR_SCALINGS, MODELS, NEGATIVES, PARTITION_METHODS, PRECISIONS, PREFETCH_MODES, TASKS,
+                            check_choice, parse_cache_size)
 from mpignn.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -44,18 +47,6 @@ def parse_fanout(text: str | Sequence[int]) -> list[int]:
         raise ConfigError(f"--fanout must list one positive int (or -1 for all) per layer; got '{text}'. "
                           "HINT: use e.g. --fanout 15,10,5")
     return values
-
-
-def parse_cache_size(value: int | str) -> int | str:
-    """'auto' stays 'auto'; a count of rows (int or digits) becomes an int >= 0."""
-    if value == "auto":
-        return value
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    raise ConfigError(f"--cache-size must be auto or a row count >= 0; got {value!r}. "
-                      "HINT: --cache-size auto (sized by free memory), e.g. --cache-size 50000, or 0 for no cache")
 
 
 @dataclass(kw_only=True)
@@ -236,18 +227,17 @@ class TrainConfig:
                               "HINT: e.g. --collective-timeout 300")
         if self.max_steps < 0:
             raise ConfigError(f"--max-steps must be >= 0; got {self.max_steps}. HINT: 0 means every batch")
-        choices = {"precision": ("auto", "fp32", "bf16"), "exchange": ("auto", "mpi", "torch"),
-                   "prefetch": ("auto", "on", "off"), "batch_scope": ("global", "rank"),
-                   "lr_scaling": ("none", "linear", "sqrt"), "task": ("node", "link"),
-                   "decoder": ("dot", "mlp"), "negatives": ("uniform", "tail"), "feature_norm": ("none", "row"),
-                   "feature_dtype": ("fp32", "fp16", "bf16"),
-                   "partition_method": ("metis", "kaminpar", "random", "auto"), "model": ("sage", "gcn", "gat", "rgcn")}
+        choices = {"precision": PRECISIONS, "exchange": EXCHANGES, "prefetch": PREFETCH_MODES,
+                   "batch_scope": BATCH_SCOPES, "lr_scaling": LR_SCALINGS, "task": TASKS, "decoder": DECODERS,
+                   "negatives": NEGATIVES, "feature_norm": FEATURE_NORMS, "feature_dtype": FEATURE_DTYPES,
+                   "partition_method": (*PARTITION_METHODS, DEFAULT_METHOD), "model": MODELS}
         for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}; got "
-                                  f"'{getattr(self, name)}'. HINT: --{name.replace('_', '-')} {allowed[0]}")
+            check_choice(name, getattr(self, name), allowed)
         if self.resume and not self.checkpoint_dir:
             raise ConfigError("--resume needs --checkpoint-dir. HINT: pass the folder of the earlier run")
+        if self.requeue and not self.checkpoint_dir:
+            raise ConfigError("--requeue expects --checkpoint-dir (the requeued job resumes from it); got none. "
+                              "HINT: add --checkpoint-dir DIR")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"--keep-checkpoints expected at least 1; got {self.keep_checkpoints}. HINT: "
                               "--keep-checkpoints 2 (the default)")

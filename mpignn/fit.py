@@ -9,7 +9,6 @@ from typing import Any
 import torch
 
 from mpignn.checkpoint import latest_checkpoint, resume_state, save_state
-from mpignn.errors import ConfigError
 from mpignn.ddp import optimize_for_device, wrap_ddp
 from mpignn.loop import run_epoch
 from mpignn.report import BestEpoch, append_jsonl, correct_counter, format_epoch, format_final
@@ -24,11 +23,8 @@ log = logging.getLogger(__name__)
 
 
 def check_flags(cfg: Any) -> None:
-    """Refuse flag combinations the epoch loop cannot honour (not collective: the flags are the same
-    everywhere)."""
-    if cfg.requeue and not cfg.checkpoint_dir:
-        raise ConfigError("--requeue expects --checkpoint-dir (the requeued job resumes from it); got none. "
-                          "HINT: add --checkpoint-dir DIR")
+    """Refuse what the epoch loop needs beyond the flags themselves (those are checked once, by `TrainConfig`):
+    an optional package. Not collective: the flags are the same everywhere."""
     if cfg.tensorboard:  # up front, before any data is loaded: the optional package is installed
         require()
 

@@ -36,8 +36,10 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
 
         check_known(cfg.dataset)  # before torch is imported: a misspelt name fails in a second
         from mpignn.fit import check_flags, fit
+        from mpignn.graph_options import GraphOptions
 
         check_flags(cfg)
+        options = GraphOptions.from_config(cfg)  # the graph's flags in one value, made once
     except (ConfigError, DatasetError) as exc:
         if ns is not None and ns.config:  # each rank read its own copy of the file: unagreed, so with MPI up
             from mpignn.mpi import world  # run_main aborts the job instead of leaving the others waiting
@@ -50,7 +52,7 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
     import torch
 
     from mpignn.models import build_model
-    from mpignn.runtime import attach_embedding, bootstrap, load_local_graph, make_loader, shutdown
+    from mpignn.runtime import attach_embedding, bootstrap, build_local_graph, make_loader, shutdown
 
     log = logging.getLogger("mpignn.train")
     rt = bootstrap(cfg.device, cfg.backend, cfg.threads, tune_process=True,  # process-wide tuning: CLI only
@@ -58,13 +60,9 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
     if rt.rank == 0:
         log.info("config %s", json.dumps(cfg.to_dict(), sort_keys=True))
     torch.manual_seed(cfg.seed)
-    graph = load_local_graph(rt, cfg.dataset, cfg.root, partitions=cfg.partitions, method=cfg.partition_method,
-                             replicated=cfg.replicated, seed=cfg.seed, fanouts=cfg.fanouts,
-                             cache_size=cfg.cache_size, local_prep=cfg.local_prep, prep_timeout=cfg.prep_timeout,
-                             exchange=cfg.exchange, links=cfg.link_params, feature_norm=cfg.feature_norm,
-                             feature_dtype=cfg.feature_dtype, edge_fanouts=cfg.edge_fanouts, force=cfg.force)
+    graph = build_local_graph(rt, options)
     if cfg.embed_dim:
-        attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)
+        graph = attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)
     loaders = {split: make_loader(rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope,
                                   seed=cfg.seed, prefetch=cfg.prefetch, negatives=cfg.negatives,
                                   max_steps=cfg.max_steps)

@@ -81,7 +81,7 @@ def test_the_estimate_follows_what_sampling_fetches():
 
 
 def test_budget_respects_the_memory_share_and_the_row_cap():
-    from mpignn.runtime import AUTO_CACHE_FALLBACK_ROWS, AUTO_CACHE_MEMORY_SHARE, cache_budget
+    from mpignn.cache_policy import AUTO_CACHE_FALLBACK_ROWS, AUTO_CACHE_MEMORY_SHARE, cache_budget
 
     gib = 2**30
     # auto: a quarter of 8 GiB over 4 ranks, in 400-byte rows, when enough nodes are worth it

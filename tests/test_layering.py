@@ -20,12 +20,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "mpignn"
 LAYERS: list[tuple[str, ...]] = [
     ("mpignn", "mpignn.errors", "mpignn.fileio", "mpignn.allocator", "mpignn.log", "mpignn.env", "mpignn.config",
      "mpignn.watchdog", "mpignn.mpi.topology", "mpignn.mpi.splits", "mpignn.mpi.prep", "mpignn.mpi.collectives",
-     "mpignn.mpi.run", "mpignn.mpi"),
+     "mpignn.mpi.run", "mpignn.mpi", "mpignn.choices", "mpignn.graph_options"),
     ("mpignn.dist", "mpignn.mpi_store", "mpignn.rendezvous"),
     ("mpignn.data",),
-    ("mpignn.partition",),
+    ("mpignn.partition", "mpignn.part_source"),
     ("mpignn.sampling", "mpignn.exchange"),
-    ("mpignn.device", "mpignn.ddp", "mpignn.loader", "mpignn.hetero_batch"),
+    ("mpignn.device", "mpignn.ddp", "mpignn.loader", "mpignn.hetero_batch", "mpignn.cache_policy", "mpignn.prefetch"),
     ("mpignn.models",),
     ("mpignn.metrics", "mpignn.report", "mpignn.checkpoint", "mpignn.schedule", "mpignn.stopping",
      "mpignn.tensorboard_log", "mpignn.loop", "mpignn.fit", "mpignn.runtime"),
@@ -169,7 +169,8 @@ def private_imports(imports: list[Import]) -> list[str]:
 # mpi, env, log, config: stdlib (+ mpi4py/numpy for mpi); data .. exchange: numpy/numba/pymetis, no torch.
 NO_TORCH = ["mpignn", "mpignn.mpi", "mpignn.env", "mpignn.log", "mpignn.config", "mpignn.errors", "mpignn.fileio",
             "mpignn.data", "mpignn.partition", "mpignn.sampling", "mpignn.sampling.access", "mpignn.exchange",
-            "mpignn.watchdog", "mpignn.info", "mpignn.tensorboard_log", "mpignn.allocator"]
+            "mpignn.watchdog", "mpignn.info", "mpignn.tensorboard_log", "mpignn.allocator", "mpignn.choices",
+            "mpignn.graph_options", "mpignn.part_source", "mpignn.prefetch"]
 NO_PYG = ["mpignn.dist", "mpignn.mpi_store", "mpignn.checkpoint"]
 
 

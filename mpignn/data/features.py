@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from mpignn.choices import FEATURE_DTYPES, FEATURE_NORMS, check_choice  # there: config reads them without numpy
+
 __all__ = ["FEATURE_NORMS", "FEATURE_DTYPES", "transform_rows", "to_bf16_bits"]
 
-FEATURE_NORMS = ("none", "row")
-FEATURE_DTYPES = ("fp32", "fp16", "bf16")
 _STORAGE = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
 
 _CHUNK_ROWS = 1 << 16  # bounds the float64 row sums of a memory-mapped table
@@ -28,10 +28,8 @@ def transform_rows(x: np.ndarray, norm: str = "none", dtype: str = "fp32") -> np
     features such as bag-of-words; all-zero rows stay zero). A new array is returned otherwise: a
     memory-mapped (read-only) table is never written to.
     """
-    if norm not in FEATURE_NORMS:
-        raise ValueError(f"unknown feature norm {norm!r}; expected one of {FEATURE_NORMS}")
-    if dtype not in FEATURE_DTYPES:
-        raise ValueError(f"unknown feature dtype {dtype!r}; expected one of {FEATURE_DTYPES}")
+    check_choice("feature_norm", norm, FEATURE_NORMS)
+    check_choice("feature_dtype", dtype, FEATURE_DTYPES)
     if norm == "none" and dtype == "fp32" and x.dtype == np.float32:
         return x
     out = np.empty(x.shape, dtype=_STORAGE[dtype])

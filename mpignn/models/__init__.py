@@ -7,14 +7,13 @@ from typing import Any, Mapping
 
 import torch
 
+from mpignn.choices import MODELS  # there: config reads it without torch
 from mpignn.errors import ConfigError
 from mpignn.models.hetero import HETERO_MODELS, HeteroGNN
 from mpignn.models.link import DECODERS, LinkModel
 from mpignn.models.sampled import SampledGNN, encode
 
 __all__ = ["HeteroGNN", "MODELS", "DECODERS", "build_model", "forward_batch", "encode", "SampledGNN", "LinkModel"]
-
-MODELS = ("sage", "gcn", "gat", "rgcn")
 
 
 def build_model(name: str, in_channels: int | Mapping[str, int], hidden: int, out_channels: int, num_layers: int,

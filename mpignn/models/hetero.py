@@ -13,9 +13,9 @@ from typing import Any, Mapping
 import torch
 import torch.nn.functional as F
 
-__all__ = ["HeteroGNN", "HETERO_MODELS"]
+from mpignn.choices import HETERO_MODELS  # there: config reads it without torch
 
-HETERO_MODELS = ("sage", "rgcn")
+__all__ = ["HeteroGNN", "HETERO_MODELS"]
 
 
 def _key(edge_type: tuple[str, str, str]) -> str:

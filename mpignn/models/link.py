@@ -10,11 +10,10 @@ from typing import Sequence
 
 import torch
 
+from mpignn.choices import DECODERS  # there: config reads it without torch
 from mpignn.models.sampled import encode
 
 __all__ = ["LinkModel", "DECODERS"]
-
-DECODERS = ("dot", "mlp")
 
 
 class LinkModel(torch.nn.Module):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mpignn.choices import DEFAULT_METHOD, PARTITION_METHODS as METHODS  # auto: default_method()
 from mpignn.data.graph import GraphData, symmetrized
 from mpignn.data.npyio import release_pages
 from mpignn.errors import ConfigError
@@ -17,11 +18,6 @@ from mpignn.mpi import chunk_bounds
 from mpignn.partition.parhip import write_parhip
 
 __all__ = ["assign_parts", "METHODS", "DEFAULT_METHOD", "default_method"]
-
-METHODS = ("metis", "kaminpar", "random")
-DEFAULT_METHOD = "auto"
-"""auto: kaminpar when it is installed (faster, less memory; see the README's partitioner comparison), else
-metis."""
 
 
 def default_method() -> str:

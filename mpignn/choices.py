@@ -1,0 +1,58 @@
+"""The allowed values of every choice flag, defined once, and the one check of a choice and of --cache-size.
+
+Owners (data.features, partition.assign, models, exchange, the loader policies) import their tuple from here,
+and so does config: config must import without torch, and several owners import it. Stdlib only: imports
+nothing but mpignn.errors.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from mpignn.errors import ConfigError
+
+__all__ = ["FEATURE_NORMS", "FEATURE_DTYPES", "PARTITION_METHODS", "DEFAULT_METHOD", "MODELS", "HETERO_MODELS",
+           "DECODERS", "EXCHANGES", "PREFETCH_MODES", "TASKS", "NEGATIVES", "BATCH_SCOPES", "LR_SCALINGS",
+           "PRECISIONS", "check_choice", "parse_cache_size"]
+
+FEATURE_NORMS = ("none", "row")  # data.features.transform_rows
+FEATURE_DTYPES = ("fp32", "fp16", "bf16")  # data.features.transform_rows
+PARTITION_METHODS = ("metis", "kaminpar", "random")  # partition.assign.assign_parts
+DEFAULT_METHOD = "auto"  # partition.assign.default_method resolves it
+MODELS = ("sage", "gcn", "gat", "rgcn")  # models.build_model
+HETERO_MODELS = ("sage", "rgcn")  # models.hetero.HeteroGNN
+DECODERS = ("dot", "mlp")  # models.link.LinkModel
+EXCHANGES = ("auto", "mpi", "torch")  # exchange.alltoall.make_alltoall
+PREFETCH_MODES = ("auto", "on", "off")  # prefetch.overlap
+TASKS = ("node", "link")
+NEGATIVES = ("uniform", "tail")  # loader.LinkSeeds
+BATCH_SCOPES = ("global", "rank")  # runtime.rank_batch_size
+LR_SCALINGS = ("none", "linear", "sqrt")  # schedule.attach_lr_schedule
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def check_choice(name: str, value: Any, allowed: Sequence[str]) -> str:
+    """`value` when it is one of `allowed`.
+
+    Raises:
+        ConfigError: naming the flag `--name` (underscores as dashes), the value and the first choice.
+    """
+    if value not in allowed:
+        flag = "--" + name.replace("_", "-")
+        raise ConfigError(f"{flag} must be one of {', '.join(allowed)}; got {value!r}. HINT: {flag} {allowed[0]}")
+    return value
+
+
+def parse_cache_size(value: int | str) -> int | str:
+    """'auto' stays 'auto'; a count of rows (int or digits) becomes an int >= 0.
+
+    Raises:
+        ConfigError: anything else.
+    """
+    if value == "auto":
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    raise ConfigError(f"--cache-size must be auto or a row count >= 0; got {value!r}. "
+                      "HINT: --cache-size auto (sized by free memory), e.g. --cache-size 50000, or 0 for no cache")

@@ -1,0 +1,86 @@
+"""`GraphOptions`: everything `runtime.build_local_graph` needs to know about this rank's graph, in one frozen value.
+
+Made once from the training config (`GraphOptions.from_config(cfg)`) or from keyword arguments (the Python
+API); its checks are the ones `TrainConfig` runs on the same flags (`choices`), so both paths refuse alike.
+Stdlib only: imports config, choices and errors, never torch or numpy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from mpignn.choices import (DEFAULT_METHOD, EXCHANGES, FEATURE_DTYPES, FEATURE_NORMS, PARTITION_METHODS,
+                            check_choice, parse_cache_size)
+from mpignn.config import parse_fanout
+
+__all__ = ["GraphOptions"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GraphOptions:
+    """Where the graph comes from, how it is partitioned, cached, exchanged and transformed, and task extras.
+
+    Raises:
+        ConfigError: a value the matching `python -m mpignn.train` flag would refuse (same message).
+    """
+
+    # data source
+    dataset: str = "synthetic"
+    """A dataset name (`data.KNOWN`)."""
+    root: str = "data"
+    """Folder for datasets, their caches and automatic partitions."""
+    # partition
+    partitions: str = ""
+    """A partition folder (`python -m mpignn.partition`); empty: rank 0 partitions under `root/mpignn-parts/`."""
+    method: str = "metis"
+    """Partitioner of an automatic partition: metis, kaminpar, random or auto."""
+    replicated: bool = False
+    """One part holding the whole graph on every rank."""
+    seed: int = 0
+    """Seeds the partitioner and the held-out edges of link prediction."""
+    local_prep: bool = False
+    """Rank 0 of every host prepares the partition (node-local disks), not rank 0 alone."""
+    prep_timeout: float | None = None
+    """Seconds the other ranks wait for the preparing rank (None: no bound)."""
+    force: bool = False
+    """Partition delivery may replace what is not an mpignn partition folder at the path."""
+    # sampling
+    fanouts: Sequence[int] = (15,)
+    """Neighbours sampled per layer (-1: all)."""
+    edge_fanouts: dict[str, Sequence[int]] | None = None
+    """Heterogeneous graphs: per edge type fanouts (`data.hetero.hop_fanouts`)."""
+    # cache and exchange
+    cache_size: int | str = 0
+    """Remote feature rows cached per rank (`cache_policy`): a row count, "auto", or 0 for none."""
+    exchange: str = "auto"
+    """Feature transport: auto/mpi (MPI on host buffers) or torch (torch.distributed, e.g. NCCL)."""
+    # features
+    feature_norm: str = "none"
+    """none, or row (each row scaled to sum 1), applied by each owner to its rows after loading."""
+    feature_dtype: str = "fp32"
+    """fp32, fp16 or bf16: the table, the cache and the exchange in that dtype (batches arrive as float32)."""
+    # task extras
+    links: dict[str, Any] | None = field(default=None)
+    """Link prediction: {"val", "test", "num_tails"} (held-out shares, negatives per held-out edge)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cache_size", parse_cache_size(self.cache_size))
+        object.__setattr__(self, "fanouts", tuple(parse_fanout(self.fanouts)))
+        check_choice("partition_method", self.method, (*PARTITION_METHODS, DEFAULT_METHOD))
+        check_choice("exchange", self.exchange, EXCHANGES)
+        check_choice("feature_norm", self.feature_norm, FEATURE_NORMS)
+        check_choice("feature_dtype", self.feature_dtype, FEATURE_DTYPES)
+
+    @property
+    def link_params(self) -> dict[str, Any] | None:
+        """The held-out edges' parameters as the partition stores them (`links` and the seed); None: node task."""
+        return None if self.links is None else {**self.links, "seed": self.seed}
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "GraphOptions":
+        """The graph options of a `config.TrainConfig` (its flags are checked already)."""
+        return cls(dataset=cfg.dataset, root=cfg.root, partitions=cfg.partitions, method=cfg.partition_method,
+                   replicated=cfg.replicated, seed=cfg.seed, local_prep=cfg.local_prep,
+                   prep_timeout=cfg.prep_timeout, force=cfg.force, fanouts=tuple(cfg.fanouts),
+                   edge_fanouts=cfg.edge_fanouts or None, cache_size=cfg.cache_size, exchange=cfg.exchange,
+                   feature_norm=cfg.feature_norm, feature_dtype=cfg.feature_dtype, links=cfg.link_params)

@@ -1,0 +1,134 @@
+"""Tier 1/2: the graph is built from one frozen GraphOptions value (issue #26 item 3). train.py passes that one
+value; load_local_graph(rt, dataset, root, **kwargs) builds it from its keywords; a flag is refused by one check
+with one message on both paths; the choice lists have one definition; attach_embedding returns a new graph."""
+from __future__ import annotations
+
+import dataclasses
+import types
+from pathlib import Path
+
+import pytest
+
+from mpignn.config import parse
+from mpignn.errors import ConfigError, is_agreed
+
+PACKAGE = Path(__file__).resolve().parent.parent / "mpignn"
+SMALL = "synthetic:num_nodes=400,avg_degree=4,num_features=4"
+
+
+def test_options_from_config_carry_every_graph_flag_and_are_frozen():
+    from mpignn.graph_options import GraphOptions
+
+    cfg = parse(["--dataset", SMALL, "--root", "/r", "--partition-method", "random", "--seed", "7",
+                 "--fanout", "4,3", "--cache-size", "123", "--local-prep", "--prep-timeout", "9", "--exchange", "mpi",
+                 "--task", "link", "--link-val", "0.1", "--link-test", "0.2", "--link-tails", "5",
+                 "--feature-norm", "row", "--feature-dtype", "bf16", "--force"])
+    opts = GraphOptions.from_config(cfg)
+    assert (opts.dataset, opts.root, opts.method, opts.seed, opts.fanouts) == (SMALL, "/r", "random", 7, (4, 3))
+    assert (opts.cache_size, opts.local_prep, opts.prep_timeout, opts.exchange) == (123, True, 9.0, "mpi")
+    assert (opts.feature_norm, opts.feature_dtype, opts.force, opts.replicated) == ("row", "bf16", True, False)
+    assert opts.links == {"val": 0.1, "test": 0.2, "num_tails": 5}
+    assert opts.link_params == {"val": 0.1, "test": 0.2, "num_tails": 5, "seed": 7}
+    assert opts.edge_fanouts is None and opts.partitions == ""
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.cache_size = 0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("flags, keywords", [
+    (["--feature-norm", "l2"], {"feature_norm": "l2"}),
+    (["--feature-dtype", "int8"], {"feature_dtype": "int8"}),
+    (["--exchange", "nccl"], {"exchange": "nccl"}),
+    (["--cache-size", "lots"], {"cache_size": "lots"}),
+    (["--partition-method", "spectral"], {"method": "spectral"}),
+])
+def test_a_bad_graph_flag_gets_one_message_from_the_cli_and_the_api(flags, keywords):
+    """One check per flag: TrainConfig and load_local_graph refuse alike (before any collective: `rt` is never
+    touched), and the API's error is agreed (every rank raises it)."""
+    from mpignn.runtime import load_local_graph
+
+    with pytest.raises(ConfigError) as cli:
+        parse(["--dataset", SMALL, *flags])
+    with pytest.raises(ConfigError) as api:
+        load_local_graph(types.SimpleNamespace(), SMALL, "data", **keywords)
+    assert str(cli.value) == str(api.value)
+    assert "HINT:" in str(api.value) and is_agreed(api.value)
+
+
+def test_load_local_graph_refuses_an_unknown_keyword_on_every_rank():
+    from mpignn.runtime import load_local_graph
+
+    with pytest.raises(ConfigError, match="expected GraphOptions fields") as err:
+        load_local_graph(types.SimpleNamespace(), SMALL, "data", cache_rows=5)
+    assert is_agreed(err.value)
+
+
+def test_choice_lists_have_one_definition_their_owners_use():
+    from mpignn import choices, models
+    from mpignn.data import features
+    from mpignn.models import hetero, link
+    from mpignn.partition import assign
+
+    assert features.FEATURE_NORMS is choices.FEATURE_NORMS and features.FEATURE_DTYPES is choices.FEATURE_DTYPES
+    assert assign.METHODS is choices.PARTITION_METHODS and assign.DEFAULT_METHOD is choices.DEFAULT_METHOD
+    assert models.MODELS is choices.MODELS and hetero.HETERO_MODELS is choices.HETERO_MODELS
+    assert link.DECODERS is choices.DECODERS
+    for flag, values in {"--feature-norm": choices.FEATURE_NORMS, "--feature-dtype": choices.FEATURE_DTYPES,
+                         "--partition-method": choices.PARTITION_METHODS, "--model": choices.MODELS,
+                         "--decoder": choices.DECODERS, "--exchange": choices.EXCHANGES,
+                         "--prefetch": choices.PREFETCH_MODES}.items():
+        for value in values:  # every value an owner takes, config takes
+            parse([flag, value])
+
+
+def test_flag_combinations_are_checked_where_the_flags_are_defined():
+    """--requeue without --checkpoint-dir was refused by fit.check_flags, after the config had taken it; and a
+    prefetch mode overlap() does not know was taken as auto."""
+    from mpignn.prefetch import overlap
+
+    with pytest.raises(ConfigError, match="--requeue expects --checkpoint-dir"):
+        parse(["--requeue"])
+    rt = types.SimpleNamespace(choice=types.SimpleNamespace(device_type="cpu"), threads=8)
+    with pytest.raises(ConfigError, match="--prefetch must be one of auto, on, off") as err:
+        overlap(rt, True, "sometimes")
+    assert is_agreed(err.value)
+
+
+def test_train_passes_one_options_object(monkeypatch):
+    """python -m mpignn.train builds the graph from GraphOptions.from_config(cfg), not from 15 loose fields."""
+    from mpignn import runtime, train
+    from mpignn.graph_options import GraphOptions
+
+    seen = []
+
+    class Built(Exception):
+        pass
+
+    def fake_build(rt, opts):
+        seen.append(opts)
+        raise Built
+
+    monkeypatch.setattr(runtime, "build_local_graph", fake_build)
+    argv = ["--dataset", SMALL, "--fanout", "3,2", "--cache-size", "0", "--feature-norm", "row", "--threads", "1"]
+    with pytest.raises(Built):
+        train.main(argv)
+    assert seen == [GraphOptions.from_config(parse(argv))]
+
+
+def test_attach_embedding_returns_a_new_graph_and_leaves_the_old_one(tmp_path):
+    from mpignn import runtime
+
+    rt = runtime.bootstrap(logging_setup=False)
+    graph = runtime.load_local_graph(rt, SMALL, str(tmp_path), fanouts=[2], cache_size=0)
+    with_rows = runtime.attach_embedding(rt, graph, 8, seed=1)
+    assert graph.embedding is None and with_rows.embedding is not None
+    assert (graph.num_features, with_rows.num_features) == (4, 12)
+    assert with_rows.graph_mib > graph.graph_mib and with_rows.part is graph.part
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        graph.embedding = with_rows.embedding  # type: ignore[misc]
+
+
+def test_runtime_is_split_by_responsibility():
+    """The cache and prefetch policies and the partition source have modules of their own; each stays small."""
+    for name in ("runtime", "cache_policy", "prefetch", "part_source", "graph_options", "choices", "config"):
+        lines = len((PACKAGE / f"{name}.py").read_text().splitlines())
+        assert lines < 400, f"mpignn/{name}.py has {lines} lines"
