@@ -30,7 +30,7 @@ def _prepare(dataset: str, root: str, parts: int, seed: int) -> Path:
     """The METIS partition the training runs use (made here when absent)."""
     from mpignn.data import dataset_key, load_dataset
     from mpignn.partition import partition_graph
-    from mpignn.runtime import auto_folder
+    from mpignn.part_source import auto_folder
 
     folder = auto_folder(root, dataset_key(dataset), "metis", parts, seed)
     if not (folder / "META.json").is_file():
