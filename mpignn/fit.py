@@ -4,6 +4,9 @@ checkpoints, and stop in agreement on SIGUSR2. Built on loop, checkpoint, report
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,7 +20,7 @@ from mpignn.stopping import EXIT_STOPPED, StopSignal, requeue
 from mpignn.tensorboard_log import ScalarLog, eval_index, require
 from mpignn.watchdog import Watchdog, bounded
 
-__all__ = ["check_flags", "fit", "eval_steps"]
+__all__ = ["check_flags", "fit", "eval_steps", "keep_best"]
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +65,13 @@ def _fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn
     link = cfg.task == "link"
     comm, best = rt.comm, BestEpoch(metric="auc" if link else "acc")
     metric = None if link else correct_counter(cfg.dataset)
-    first_epoch, first_step, carry = 0, 0, None
+    first_epoch, first_step, carry, stale = 0, 0, None, 0  # stale: evaluations since validation improved
     if _wants_resume(cfg, comm):
         info = resume_state(comm, cfg.checkpoint_dir, model, optimizer, cfg.to_dict(), rt.device,
                             rows=getattr(graph, "embedding", None))
         first_epoch, first_step = info["epoch"], info["step"]
         best = BestEpoch.from_dict(info["extra"].get("best", {}), best.metric)
+        stale = int(info["extra"].get("stale", 0))
         carry = info["extra"].get("partial") if first_step else None
         log.info("resumed from %s (%s) at epoch %d step %d (%s)", cfg.checkpoint_dir, info["generation"],
                  first_epoch, first_step,
@@ -106,7 +110,9 @@ def _fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn
                 return _stopped(cfg, rt, graph, stop, rec, model, optimizer, best)
             if not last:
                 rec["step"] = end
-            best.update(rec)
+            improved = best.update(rec)
+            if rec.get(f"val_{best.metric}") is not None:
+                stale = 0 if improved else stale + 1
             rec.update(best.fields())
             if rt.rank == 0:
                 log.info(format_epoch(rec))
@@ -117,15 +123,23 @@ def _fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn
             start = end
             val = rec.get(f"val_{best.metric}")
             reached = bool(cfg.target_val) and val is not None and val >= cfg.target_val
-            if reached:
+            patience_out = bool(cfg.patience) and stale >= cfg.patience  # same on every rank: val is reduced
+            if reached or patience_out:
                 break
         if cfg.checkpoint_dir:  # after the epoch, or where the target was reached inside it
             done = start == ends[-1]
-            _save(cfg, rt, graph, epoch=epoch + 1 if done else epoch, step=0 if done else start, model=model,
-                  optimizer=optimizer, extra={"config": cfg.to_dict(), "best": best.to_dict()})
+            gen = _save(cfg, rt, graph, epoch=epoch + 1 if done else epoch, step=0 if done else start,
+                        model=model, optimizer=optimizer,
+                        extra={"config": cfg.to_dict(), "best": best.to_dict(), "stale": stale})
+            if improved and rt.rank == 0:  # the weights just saved are the best validation's
+                keep_best(gen, cfg.checkpoint_dir)
         if reached:
             log.info("validation %s %.4f reached --target-val %.4f after %.2f epochs: stopping", best.metric, val,
                      cfg.target_val, rec["epochs_done"])
+            break
+        if patience_out:
+            log.info("validation %s has not improved for --patience %d evaluations (best %.4f at epoch %d): "
+                     "stopping after epoch %d", best.metric, cfg.patience, best.val_acc, best.epoch, epoch)
             break
     if rt.rank == 0 and rec is not None:
         print(format_final(best, rec, rt.world_size), flush=True)
@@ -133,13 +147,29 @@ def _fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn
 
 
 def _save(cfg: Any, rt: Any, graph: Any, *, epoch: int, step: int, model: torch.nn.Module,
-          optimizer: torch.optim.Optimizer, extra: dict[str, Any]) -> None:
+          optimizer: torch.optim.Optimizer, extra: dict[str, Any]) -> Path:
     """Collective over `rt.comm`: one checkpoint generation (each rank's learnable rows, tagged with the epoch
     and step, and the model, optimizer and RNG states), keeping the newest --keep-checkpoints."""
     with bounded("checkpoint save (rank 0 writes, the others wait)"):
-        save_state(rt.comm, cfg.checkpoint_dir, epoch=epoch, step=step, model=model, optimizer=optimizer,
+        return save_state(rt.comm, cfg.checkpoint_dir, epoch=epoch, step=step, model=model, optimizer=optimizer,
                    device=rt.device, extra=extra, rows=getattr(graph, "embedding", None),
                    keep=cfg.keep_checkpoints)
+
+
+def keep_best(gen: Path, checkpoint_dir: str) -> Path:
+    """Copy generation `gen` to `checkpoint_dir`/best (the best validation's weights, which pruning of gen-*
+    never removes; `load_checkpoint(DIR/best, model)` reads it). Copied under a temporary name, then renamed
+    over the previous best/, so a crash leaves the old copy or the new one. Not collective: rank 0 calls it."""
+    folder = Path(checkpoint_dir)
+    tmp, old, dest = folder / ".best-tmp", folder / ".best-old", folder / "best"
+    for stale_dir in (tmp, old):
+        shutil.rmtree(stale_dir, ignore_errors=True)
+    shutil.copytree(gen, tmp)
+    if dest.exists():
+        os.replace(dest, old)
+    os.replace(tmp, dest)
+    shutil.rmtree(old, ignore_errors=True)
+    return dest
 
 
 def eval_steps(steps: int, evals_per_epoch: int) -> list[int]:

@@ -1,0 +1,76 @@
+"""Defaults chosen by measurement (docs/training.md "Defaults and why"): --task link's own defaults apply only
+where no flag or --config key sets them; --patience stops a run that plateaus and reports (and keeps, with
+--checkpoint-dir) the best validation epoch."""
+import json
+import sys
+
+import pytest
+import torch
+
+from _mpirun import run_mpi_raw
+from mpignn.checkpoint import MANIFEST, generations
+from mpignn.config import LINK_DEFAULTS, TrainConfig, parse
+
+TINY = "synthetic:num_nodes=600,avg_degree=4,num_features=8"
+
+
+def test_link_defaults_apply_only_where_no_flag_was_given(tmp_path):
+    bare = parse(["--task", "link", "--dataset", "Cora"])
+    for name, value in LINK_DEFAULTS.items():
+        assert getattr(bare, name) == value, name
+    assert bare.feature_norm == "row" and bare.fanouts == [10, 10]  # not the node task's defaults
+    given = parse(["--task", "link", "--epochs", "3", "--feature-norm", "none", "--fanout", "4,4,4"])
+    assert (given.epochs, given.feature_norm, given.fanouts) == (3, "none", [4, 4, 4])
+    assert given.hidden == LINK_DEFAULTS["hidden"] and given.lr == LINK_DEFAULTS["lr"]  # the rest still apply
+    node = parse([])  # the node task keeps the dataclass's defaults
+    for name in ("feature_norm", "epochs", "fanout", "hidden", "lr", "eval_every", "dropout", "weight_decay"):
+        assert getattr(node, name) == getattr(TrainConfig, name), name
+    toml = tmp_path / "run.toml"
+    toml.write_text('task = "link"\nhidden = 48\n')
+    from_file = parse(["--config", str(toml), "--lr", "0.02"])
+    assert (from_file.hidden, from_file.lr, from_file.epochs) == (48, 0.02, LINK_DEFAULTS["epochs"])
+    assert parse(["--config", str(toml), "--task", "node"]).epochs == TrainConfig.epochs
+
+
+def test_patience_is_checked():
+    from mpignn.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--patience expected evaluations >= 0; got -1"):
+        parse(["--patience", "-1"])
+    assert TrainConfig().patience == 0 or TrainConfig().patience >= TrainConfig().epochs  # the bare run: all epochs
+
+
+@pytest.mark.mpi
+def test_patience_stops_a_plateau_and_keeps_the_best_epoch(tmp_path):
+    # lr 1e-30 leaves every weight as it is and whole neighbourhoods (-1) make evaluation deterministic, so
+    # validation never beats epoch 0: with --patience 2 the run stops after epoch 2, not 20.
+    metrics, ck = tmp_path / "m.jsonl", tmp_path / "ck"
+    rc, out = run_mpi_raw(1, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--dataset", TINY,
+                              "--epochs", "20", "--patience", "2", "--lr", "1e-30", "--fanout=-1,-1",
+                              "--hidden", "16", "--batch-size", "128", "--metrics-out", str(metrics),
+                              "--checkpoint-dir", str(ck)], timeout=180)
+    assert rc == 0, out[-4000:]
+    recs = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["epoch"] for r in recs] == [0, 1, 2], out[-3000:]
+    assert len({r["val_acc"] for r in recs}) == 1 and all(r["best_epoch"] == 0 for r in recs)
+    assert "has not improved for --patience 2 evaluations" in out, out[-3000:]
+    final = next(line for line in out.splitlines() if line.startswith("final test accuracy"))
+    assert f"final test accuracy {recs[0]['test_acc']:.4f} at best val epoch 0" in final, final
+    # gen-000001 (after epoch 0) was pruned by --keep-checkpoints 2; best/ still holds it
+    assert [g.name for g in generations(ck)] == ["gen-000002", "gen-000003"]
+    manifest = json.loads((ck / "best" / MANIFEST).read_text())
+    assert (manifest["generation"], manifest["epoch"]) == (1, 1), manifest
+    state = torch.load(ck / "best" / "checkpoint.pt", weights_only=True)
+    assert state["extra"]["best"]["epoch"] == 0 and state["extra"]["stale"] == 0
+
+
+def test_best_copy_replaces_the_previous_one(tmp_path):
+    from mpignn.fit import keep_best
+
+    for number in (1, 2):
+        gen = tmp_path / f"gen-{number:06d}"
+        gen.mkdir()
+        (gen / "checkpoint.pt").write_bytes(b"x" * number)
+        keep_best(gen, str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best", "gen-000001", "gen-000002"]
+    assert (tmp_path / "best" / "checkpoint.pt").read_bytes() == b"xx"
