@@ -219,17 +219,7 @@ def build_local_graph(rt: Runtime, opts: GraphOptions) -> LocalGraph:
         raise mark_agreed(exc) from None
     local = LocalHops(part.rowptr, part.col, part.lo, part.type_rowptr, schema.num_etypes if schema else 1)
     alone = opts.replicated or rt.world_size == 1
-    if alone:
-        source: Any = local
-        features = FeatureStore(part.x, part.y, part.lo)
-    else:
-        # Sampling and feature exchange talk on a communicator of their own, so a loader thread can run
-        # them while the training thread all-reduces gradients on `comm`.
-        data_comm = rt.comm.Dup()
-        source = DistributedHops(data_comm, local, np.asarray(meta.part_offsets))
-        transport = make_alltoall(opts.exchange, data_comm, rt.device)
-        table = part.x if opts.exchange != "torch" else _device_table(part.x, rt.device)
-        features = FeatureStore(table, part.y, part.lo, np.asarray(meta.part_offsets), data_comm, transport)
+    source, features = _sources(rt, opts, part, local, alone)
     sampler = NeighborSampler(source, meta.num_nodes, fanouts)
     cache_rows, cache_mib = 0, 0.0
     if not alone and opts.cache_size != 0:
@@ -245,6 +235,21 @@ def build_local_graph(rt: Runtime, opts: GraphOptions) -> LocalGraph:
                       load_peak_rss_mb=peak_rss_mb(), cache_rows=cache_rows, cache_mib=cache_mib,
                       graph_mib=float(graph_mib), links=pairs,
                       layout=HeteroLayout(schema, *meta.type_blocks()) if schema is not None else None)
+
+
+def _sources(rt: Runtime, opts: GraphOptions, part: LocalPart, local: LocalHops,
+             alone: bool) -> tuple[Any, FeatureStore]:
+    """(what the sampler reads neighbours from, the feature store): this rank's part alone, or, across parts,
+    both on a communicator of their own (collective over `rt.comm`: `Dup`), so a loader thread can sample and
+    exchange while the training thread all-reduces gradients on `rt.comm`."""
+    if alone:
+        return local, FeatureStore(part.x, part.y, part.lo)
+    offsets = np.asarray(part.meta.part_offsets)
+    data_comm = rt.comm.Dup()
+    transport = make_alltoall(opts.exchange, data_comm, rt.device)
+    table = part.x if opts.exchange != "torch" else _device_table(part.x, rt.device)
+    return (DistributedHops(data_comm, local, offsets),
+            FeatureStore(table, part.y, part.lo, offsets, data_comm, transport))
 
 
 def attach_embedding(rt: Runtime, graph: LocalGraph, dim: int, *, lr: float = 0.1, seed: int = 0) -> LocalGraph:
