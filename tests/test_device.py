@@ -164,11 +164,11 @@ class _FakeAccel:
 @pytest.fixture
 def fake_accel(monkeypatch):
     import mpignn.device
-    import mpignn.loop
+    import mpignn.ddp
 
     fake = _FakeAccel()
     monkeypatch.setattr(mpignn.device, "accelerator", lambda device: fake)
-    monkeypatch.setattr(mpignn.loop, "accelerator", lambda device: fake, raising=False)
+    monkeypatch.setattr(mpignn.ddp, "accelerator", lambda device: fake)
     return fake
 
 
