@@ -22,9 +22,11 @@ EXIT_STOPPED = 75
 class StopSignal:
     """Remember that `signum` (SIGUSR2 by default) arrived; the handler does nothing else.
 
-    Slurm's `--signal=USR2@120` (without `B:`) signals every task of the job steps, and Hydra's mpiexec
-    forwards SIGUSR2 to its ranks, so each rank usually sees it; one rank seeing it is enough, since the
-    ranks agree over MPI before stopping.
+    Slurm's `--signal=USR2@120` (without `B:`) signals the tasks of the job steps: under `srun` those are the
+    ranks, so each usually sees it; one rank seeing it is enough, since the ranks agree over MPI before
+    stopping. Hydra's mpiexec (the mpich wheel's 5.0.2) does not forward SIGUSR2: sent to mpiexec it kills the
+    job before any rank sees it, sent to its proxy it fails mpiexec and the ranks never see it. Under mpiexec,
+    signal the ranks themselves.
     """
 
     def __init__(self, signum: int = signal.SIGUSR2) -> None:
