@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 
 import os
-from typing import Any
 
 from mpignn.data.cache import fingerprint, load_cache, save_cache
 from mpignn.data.graph import GraphData, csr_from_edges
@@ -20,8 +19,8 @@ from mpignn.data.public import (HETERO, HETEROPHILOUS, OGB, PLANETOID, heterophi
 from mpignn.data.synthetic import SyntheticSpec, make_synthetic, parse_synthetic
 from mpignn.errors import DatasetError
 
-__all__ = ["GraphData", "csr_from_edges", "load_dataset", "prepare_dataset", "dataset_key", "dataset_source",
-           "make_synthetic", "SyntheticSpec", "save_npz", "KNOWN", "check_known"]
+__all__ = ["GraphData", "csr_from_edges", "load_dataset", "dataset_key", "dataset_source", "make_synthetic",
+           "SyntheticSpec", "save_npz", "KNOWN", "check_known"]
 
 KNOWN = ("synthetic", "npz:PATH", "npy:FOLDER", *PLANETOID, *(f"{n}[:split=K]" for n in HETEROPHILOUS), *HETERO,
          *OGB)
@@ -100,8 +99,9 @@ def check_known(name: str) -> None:
 
 
 def load_dataset(name: str, root: str = "data", mmap: bool = False) -> GraphData:
-    """Load a dataset, preprocessing and caching it on first use. Not collective: under MPI call it inside
-    `prepare_dataset` (rank 0 first) so only one rank downloads and writes the cache."""
+    """Load a dataset, preprocessing and caching it on first use. Not collective: under MPI let one rank call
+    it inside `mpignn.mpi.root_first`, as `part_source.ensure_partition` does, so only one rank downloads
+    and writes the cache."""
     check_known(name)
     if name.startswith("synthetic"):
         return make_synthetic(parse_synthetic(name.partition(":")[2]))
@@ -126,19 +126,3 @@ def load_dataset(name: str, root: str = "data", mmap: bool = False) -> GraphData
     save_cache(root, graph, source=raw_fingerprint(key, root))  # after a download: the files as they are now
     return graph
 
-
-def prepare_dataset(comm: Any, name: str, root: str = "data", *, per_host: bool = False,
-                    timeout: float | None = None, mmap: bool = False) -> GraphData:
-    """Collective over `comm`: rank 0 (of the job, or of each host with `per_host`) downloads and preprocesses,
-    the others wait for its ready signal and then load the cache; a failure on rank 0 is raised everywhere."""
-    from mpignn.mpi import check_all, root_first
-
-    problem = ""
-    try:
-        check_known(name)
-    except DatasetError as exc:
-        problem = str(exc)
-    check_all(comm, not problem, problem, DatasetError)
-    with root_first(comm, per_host=per_host, timeout=timeout, what=f"preparing dataset {name}"):
-        graph = load_dataset(name, root, mmap=mmap)
-    return graph
