@@ -32,13 +32,16 @@ from mpignn.mpi import allreduce_max, check_all, topology
 
 __all__ = ["save_checkpoint", "load_checkpoint", "save_state", "resume_state", "check_compatible", "rng_state",
            "set_rng_state", "generations", "latest_checkpoint", "CHECKPOINT", "MANIFEST", "MODEL_KEYS",
-           "REPLAY_KEYS"]
+           "TASK_MODEL_KEYS", "REPLAY_KEYS"]
 
 CHECKPOINT = "checkpoint.pt"
 MANIFEST = "manifest.json"
 FORMAT = 2
-MODEL_KEYS = ("dataset", "model", "hidden", "fanout", "embed_dim")
-"""Flags the saved weights' shapes depend on: a resume that changes one is refused."""
+MODEL_KEYS = ("dataset", "task", "model", "hidden", "fanout", "embed_dim")
+"""Flags the saved weights' shapes depend on: a resume that changes one is refused (--fanout: its length is the
+number of layers; --dataset: the input width, the classes and a heterogeneous graph's types)."""
+TASK_MODEL_KEYS = {"link": ("decoder",)}
+"""Model flags of one task only (a node classifier has no decoder, so a node run ignores --decoder)."""
 REPLAY_KEYS = ("seed", "batch_size", "batch_scope", "lr", "lr_scaling", "warmup_epochs", "weight_decay",
                "dropout", "precision", "replicated", "partition_method", "embed_lr")
 """Flags a bit-for-bit replay needs unchanged: a resume that changes one is allowed, with a warning."""
@@ -173,13 +176,15 @@ def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
 
 
 def check_compatible(saved: dict[str, Any], config: dict[str, Any]) -> list[str]:
-    """Raise ConfigError when a MODEL_KEYS flag differs from the checkpoint's config; return the REPLAY_KEYS
-    flags that differ (the run continues, but does not replay the uninterrupted one exactly)."""
+    """Raise ConfigError when a MODEL_KEYS flag (or a TASK_MODEL_KEYS flag of the run's task) differs from the
+    checkpoint's config, naming each; return the REPLAY_KEYS flags that differ (the run continues, but does
+    not replay the uninterrupted one exactly). A flag the checkpoint's config lacks (an older run) is not
+    compared."""
     def diff(keys: tuple[str, ...]) -> list[str]:
         return [f"--{k.replace('_', '-')} {config[k]} (checkpoint: {saved[k]})" for k in keys
                 if k in saved and k in config and saved[k] != config[k]]
 
-    changed = diff(MODEL_KEYS)
+    changed = diff(MODEL_KEYS + TASK_MODEL_KEYS.get(config.get("task", ""), ()))
     if changed:
         raise ConfigError(f"--resume expects the model flags of the checkpoint; got {', '.join(changed)}. HINT: "
                           "resume with the checkpoint's flags, or use another --checkpoint-dir to start fresh")

@@ -1,4 +1,9 @@
-"""Checkpoint contents: per-rank RNG states restore exactly, flag checks on resume, weights_only-safe files."""
+"""Checkpoint contents: per-rank RNG states restore exactly, flag checks on resume (a resume with other model
+flags fails with one line naming them, not inside torch's load_state_dict), weights_only-safe files."""
+import re
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -42,3 +47,53 @@ def test_resume_refuses_another_model_shape_and_names_replay_changes():
     with pytest.raises(ConfigError, match=r"got --hidden 32 \(checkpoint: 64\), --fanout 5,5 \(checkpoint: "
                                           r"10,10\)\. HINT: resume with the checkpoint's flags"):
         check_compatible(saved, {**saved, "hidden": 32, "fanout": "5,5"})
+
+
+@pytest.mark.parametrize("flag, value", [("dataset", "PubMed"), ("task", "node"), ("model", "gcn"), ("hidden", 32),
+                                         ("fanout", "10,10,10"), ("embed_dim", 8), ("decoder", "mlp")])
+def test_resume_refuses_each_flag_the_weights_shapes_depend_on(flag, value):
+    link = {"dataset": "Cora", "task": "link", "decoder": "dot", "model": "sage", "hidden": 64, "fanout": "10,10",
+            "embed_dim": 0, "lr": 0.01}
+    named = f"--{flag.replace('_', '-')} {value} (checkpoint: {link[flag]})"
+    with pytest.raises(ConfigError, match=f"^--resume expects the model flags of the checkpoint; got "
+                                          f"{re.escape(named)}\\. HINT: "):
+        check_compatible(link, {**link, flag: value})
+
+
+def test_a_node_resume_ignores_the_decoder_a_node_classifier_does_not_have():
+    node = {"dataset": "Cora", "task": "node", "decoder": "dot", "model": "sage", "hidden": 64, "fanout": "10,10"}
+    assert check_compatible(node, {**node, "decoder": "mlp"}) == []
+
+
+# A link run: its model has the most flags (the encoder's and the decoder's); 1 rank, no mpiexec.
+SMALL_LINK = ["--dataset", "synthetic:num_nodes=500,avg_degree=4,num_features=8", "--task", "link", "--hidden", "8",
+              "--fanout", "3,3", "--batch-size", "256"]
+
+
+def _train(folder, *extra):
+    cmd = [sys.executable, "-m", "mpignn.train", "--root", str(folder / "data"), "--checkpoint-dir",
+           str(folder / "ck"), *SMALL_LINK, *extra]
+    res = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=300)
+    return res.returncode, res.stdout + res.stderr
+
+
+@pytest.fixture(scope="module")
+def link_run(tmp_path_factory):
+    """A folder whose ck/ holds the checkpoint of one epoch of SMALL_LINK."""
+    folder = tmp_path_factory.mktemp("link-run")
+    code, out = _train(folder, "--epochs", "1")
+    assert code == 0, out[-3000:]
+    return folder
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--decoder", "mlp"], "--decoder mlp (checkpoint: dot)"),
+    (["--task", "node"], "--task node (checkpoint: link)"),
+    (["--fanout", "3,3,3"], "--fanout 3,3,3 (checkpoint: 3,3)"),  # one layer more
+])
+def test_resume_with_other_model_flags_fails_with_one_line_naming_them(link_run, flags, named):
+    code, out = _train(link_run, "--epochs", "2", "--resume", *flags)
+    errors = [line for line in out.splitlines() if "--resume expects" in line]
+    assert code == 1 and "Traceback" not in out, out[-3000:]
+    assert len(errors) == 1 and named in errors[0] and "HINT: resume with the checkpoint's flags" in errors[0], \
+        out[-3000:]
