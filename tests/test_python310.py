@@ -1,5 +1,6 @@
 """Python 3.10 (README and python_requires say 3.10+): the torch-free modules import there and `--config` TOML
-files parse (through tomli, which setup.py installs on 3.10 only). Skips when no 3.10 interpreter is found."""
+files parse (through tomli, which setup.py installs on 3.10 only; the first test skips when no 3.10 interpreter
+is found), and the wheel metadata setuptools builds says so to pip."""
 import os
 import shutil
 import subprocess
@@ -71,8 +72,27 @@ def test_torch_free_modules_and_config_files_on_python_310(tmp_path):
     assert out.returncode == 0 and "PY310-OK False True" in out.stdout, out.stdout + out.stderr
 
 
-def test_setup_installs_tomli_on_310_only():
-    text = (ROOT / "setup.py").read_text()
-    assert "python_requires=\">=3.10\"" in text
-    assert "\"tomli>=1.1; python_version < '3.11'\"" in text
-    assert sys.version_info >= (3, 10)
+def test_built_metadata_requires_310_and_tomli_on_310_only(tmp_path):
+    """What pip reads: the wheel metadata setuptools builds from a copy of the tree (the checkout is not touched)."""
+    from email.parser import Parser
+
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    src, out = tmp_path / "src", tmp_path / "out"
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, src / name)
+    shutil.copytree(ROOT / "mpignn", src / "mpignn", ignore=shutil.ignore_patterns("__pycache__", "*.nb?"))
+    out.mkdir()
+    built = subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta; "
+                            "print(build_meta.prepare_metadata_for_build_wheel(sys.argv[1]))", str(out)],
+                           capture_output=True, text=True, timeout=120, cwd=src)
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    meta = Parser().parsestr((out / built.stdout.split()[-1] / "METADATA").read_text())
+    python = SpecifierSet(meta["Requires-Python"])
+    assert "3.10.0" in python and "3.9.18" not in python, python
+    requires = [Requirement(r) for r in meta.get_all("Requires-Dist")]
+    (tomli,) = [r for r in requires if r.name == "tomli"]
+    assert tomli.marker.evaluate({"python_version": "3.10"}) and not tomli.marker.evaluate({"python_version": "3.11"})
+    assert "1.1" in tomli.specifier and "1.0" not in tomli.specifier
