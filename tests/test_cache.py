@@ -5,7 +5,7 @@ tests/test_cache_mpi.py)."""
 import numpy as np
 import pytest
 
-from mpignn.config import TrainConfig, build_parser, parse, parse_cache_size
+from mpignn.config import TrainConfig, parse, parse_cache_size
 from mpignn.env import mem_available_bytes
 from mpignn.errors import ConfigError
 
@@ -126,9 +126,15 @@ def test_bad_cache_size_flag_fails_before_anything_runs():
         parse(["--cache-size", "-5"])
 
 
-def test_help_says_how_auto_decides():
-    text = " ".join(build_parser().format_help().split())
-    assert "auto: a quarter of the memory the host has available" in text and "(default: 'auto')" in text
+def test_the_default_budget_is_a_quarter_of_the_hosts_memory_over_its_ranks():
+    """What --help promises when --cache-size is not given: a quarter of the memory the host has available,
+    split among its ranks, capped by the remote nodes worth caching."""
+    from mpignn.cache_policy import cache_budget
+
+    default, gib = parse([]).cache_size, 2**30
+    assert cache_budget(default, 512, reachable=10**9, worth=10**9, spare_bytes=32 * gib, ranks_sharing=8) \
+        == 32 * gib // 4 // 8 // 512
+    assert cache_budget(default, 512, reachable=10**9, worth=999, spare_bytes=32 * gib, ranks_sharing=8) == 999
 
 
 def test_mem_available_reads_meminfo_and_a_lower_cgroup_limit(tmp_path):
