@@ -70,11 +70,32 @@ def test_uniform_over_neighbours_chi_square():
     assert p > 0.001, f"chi-square p={p}: not uniform"
 
 
-def test_batch_cost_does_not_reset_the_graph(graph):
-    # The scratch map is cleaned after each batch: a later batch starts from a clean map.
-    sampler = NeighborSampler(LocalHops(graph.rowptr, graph.col), graph.num_nodes, [3])
-    sampler.sample(graph.train_idx[:100], 0)
-    assert (sampler._scratch() == -1).all()
+def _same_batch(a, b):
+    return all(np.array_equal(getattr(a, k), getattr(b, k)) for k in ("n_id", "row", "col", "in_degree")) and \
+        (a.num_sampled_nodes, a.num_sampled_edges) == (b.num_sampled_nodes, b.num_sampled_edges)
+
+
+@pytest.mark.parametrize("relabel", ["array", "part"])
+def test_a_batch_is_the_same_after_other_batches_as_on_a_fresh_sampler(graph, relabel):
+    # The id map is cleaned after each batch (also after refusing repeated seeds): nothing of an earlier batch,
+    # which shares nodes with this one, leaks into it. "part": this rank owns the first half of the nodes.
+    half = graph.num_nodes // 2
+    whole = relabel == "array"
+
+    def source():
+        return LocalHops(graph.rowptr, graph.col) if whole else \
+            LocalHops(graph.rowptr[:half + 1], graph.col[:graph.rowptr[half]], 0)
+
+    fanouts = [3, 2] if whole else [4]  # a part samples its own rows only: one hop from its seeds
+    seeds = graph.train_idx[graph.train_idx < half]
+    used = NeighborSampler(source(), graph.num_nodes, fanouts, relabel=relabel)
+    used.sample(seeds[:100], 0)
+    with pytest.raises(ValueError, match="distinct"):
+        used.sample(np.array([seeds[0], seeds[1], seeds[0]]), 1)
+    for step in range(3):
+        batch = seeds[50 + 40 * step:150 + 40 * step]  # overlaps the batch before it
+        fresh = NeighborSampler(source(), graph.num_nodes, fanouts, relabel=relabel)
+        assert _same_batch(used.sample(batch, 2 + step), fresh.sample(batch, 2 + step))
 
 
 def test_empty_seed_batch(graph):
