@@ -151,25 +151,50 @@ def debian_host(monkeypatch):
     return monkeypatch
 
 
-def test_rank0_address_across_hosts_is_routable(debian_host):
-    from mpignn import rendezvous
-    from mpignn.errors import LaunchError
+class _HostsComm:
+    """What `rendezvous_endpoint` sees on rank 0 when the first rank of each other host reports `others` (its
+    interfaces); rank 0 leads its own host."""
 
-    other = [_ifaces(LO, ("docker0", "172.18.0.1", 16), ("eth0", "10.0.0.2", 24))]
-    assert rendezvous._choose_address(other) == ("10.0.0.1", "10.0.0.0/24")
-    assert rendezvous._choose_address([]) == ("127.0.1.1", "")  # one host: loopback is right
+    rank = 0
+
+    def __init__(self, others):
+        self.others, self.size = others, 1 + len(others)
+
+    def Split_type(self, kind, key=0):
+        return self
+
+    def Free(self):
+        pass
+
+    def gather(self, value, root=0):
+        return [value, *self.others]
+
+    def bcast(self, value, root=0):
+        return value
+
+
+def test_rank0_address_across_hosts_is_routable(debian_host):
+    from mpignn.errors import LaunchError
+    from mpignn.rendezvous import rendezvous_endpoint
+
+    def endpoint(*others):
+        return rendezvous_endpoint(_HostsComm(list(others)))
+
+    other = _ifaces(LO, ("docker0", "172.18.0.1", 16), ("eth0", "10.0.0.2", 24))
+    assert endpoint(other) == ("10.0.0.1", "eth0")  # and gloo binds rank 0's interface on that subnet
+    assert endpoint() == ("127.0.1.1", None)  # one host: loopback is right
     debian_host.setenv("NCCL_SOCKET_IFNAME", "docker")  # NCCL-style prefix
-    assert rendezvous._choose_address(other) == ("172.17.0.1", "172.17.0.0/16")
+    assert endpoint(other) == ("172.17.0.1", "docker0")
     debian_host.setenv("MPIGNN_SOCKET_IFNAME", "eth9")
     with pytest.raises(LaunchError, match=r"MPIGNN_SOCKET_IFNAME=eth9 should name.*got interfaces lo 127.0.0.1/8"):
-        rendezvous._choose_address(other)
+        endpoint(other)
     debian_host.setenv("MPIGNN_SOCKET_IFNAME", "lo")
     with pytest.raises(LaunchError, match="non-loopback"):
-        rendezvous._choose_address(other)
+        endpoint(other)
     debian_host.delenv("MPIGNN_SOCKET_IFNAME")
     debian_host.delenv("NCCL_SOCKET_IFNAME")
     with pytest.raises(LaunchError, match=r"subnet all 2 hosts share.*resolves to 127.0.1.1.*HINT: set "
                                           r"MPIGNN_SOCKET_IFNAME"):
-        rendezvous._choose_address([_ifaces(LO, ("eth0", "10.9.0.2", 24))])
+        endpoint(_ifaces(LO, ("eth0", "10.9.0.2", 24)))
     debian_host.setenv("MASTER_ADDR", "10.0.0.1")  # the user's choice wins, checked or not
-    assert rendezvous._choose_address([_ifaces(LO)]) == ("10.0.0.1", "")
+    assert endpoint(_ifaces(LO)) == ("10.0.0.1", None)
