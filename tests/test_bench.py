@@ -45,6 +45,7 @@ def test_bench_prints_a_row_per_config(tmp_path):
     assert rows["1 rank x 1 thread"].split()[7] == "1.00"  # x 1x1 column of the baseline
 
 
+@pytest.mark.mpi
 def test_link_bench_caps_steps_and_passes_train_flags(tmp_path):
     cmd = [sys.executable, "-m", "mpignn.bench", "--dataset", "synthetic:num_nodes=3000,avg_degree=8,num_features=16",
            "--task", "link", "--ranks", "2", "--epochs", "1", "--batch-size", "128", "--hidden", "16",
@@ -64,6 +65,7 @@ def test_bench_names_an_unknown_config():
     assert out.returncode != 0 and "unknown 'metis+int8'" in out.stderr, out.stderr[-1000:]
 
 
+@pytest.mark.mpi
 def test_time_to_accuracy_calibrates_then_trains_every_row_to_the_target(tmp_path):
     """auto: calibration runs of the first row (one per seed) give the target, their mean; each seed's run of
     the row then stops where it reaches it, and the row reports the mean and each seed's time."""

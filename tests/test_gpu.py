@@ -66,6 +66,7 @@ def _final_acc(n, root, *args, timeout=600):
     return float(line[-1].split("accuracy")[1].split()[0])
 
 
+@pytest.mark.mpi
 @needs_device
 def test_one_gpu_trains_the_default_graph_to_the_cpu_accuracy(tmp_path):
     cpu = _final_acc(1, tmp_path, "--device", "cpu")
@@ -73,6 +74,7 @@ def test_one_gpu_trains_the_default_graph_to_the_cpu_accuracy(tmp_path):
     assert abs(dev - cpu) <= 0.01, (cpu, dev)
 
 
+@pytest.mark.mpi
 @needs_device
 @pytest.mark.skipif(not (SHARED / "datasets" / "Cora").is_dir(), reason="../shared/datasets is absent")
 def test_one_gpu_trains_cora_to_the_cpu_accuracy(tmp_path):
@@ -84,6 +86,7 @@ def test_one_gpu_trains_cora_to_the_cpu_accuracy(tmp_path):
     assert dev >= 0.75 and abs(dev - cpu) <= 0.02, (cpu, dev)
 
 
+@pytest.mark.mpi
 @needs_device
 @pytest.mark.parametrize("exchange", ["mpi", "torch"])
 def test_two_ranks_share_one_gpu_over_gloo(tmp_path, exchange):
@@ -95,17 +98,20 @@ def test_two_ranks_share_one_gpu_over_gloo(tmp_path, exchange):
     assert acc > 0.5 and last["remote_feature_bytes"] > 0 and last["allreduce_s"] > 0, last
 
 
+@pytest.mark.mpi
 @needs_device
 def test_one_rank_collective_process_group():
     run_mpi("device_collectives.py", 1, DEVICE, COLLECTIVE, timeout=120)
 
 
+@pytest.mark.mpi
 @needs_device
 @pytest.mark.skipif(_count() < 2, reason="needs 2 or more GPUs/XPUs on this host")
 def test_multi_gpu_collective_job():
     run_mpi("device_collectives.py", min(_count(), 4), DEVICE, COLLECTIVE, timeout=180)
 
 
+@pytest.mark.mpi
 @needs_device
 def test_stage_times_add_up_on_the_device(tmp_path):
     """With the device synchronised at stage borders, wait + compute + all-reduce cover the training time."""
@@ -129,6 +135,7 @@ def _train_records(tmp_path, name, *extra, n=2):
     return [json.loads(line) for line in metrics.read_text().splitlines()]
 
 
+@pytest.mark.mpi
 @needs_device
 @TWO
 def test_device_exchange_bf16_trains_as_the_host_exchange(tmp_path):
@@ -148,6 +155,7 @@ def test_device_exchange_bf16_trains_as_the_host_exchange(tmp_path):
     assert rc != 0 and out.count("HINT: --prefetch auto") == 2, out[-3000:]
 
 
+@pytest.mark.mpi
 @needs_device
 @TWO
 def test_device_event_stage_times_add_up_to_the_epoch(tmp_path):
