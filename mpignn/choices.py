@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from mpignn.errors import ConfigError
 
-__all__ = ["FEATURE_NORMS", "FEATURE_DTYPES", "PARTITION_METHODS", "DEFAULT_METHOD", "MODELS", "HETERO_MODELS",
+__all__ = ["FEATURE_NORMS", "FEATURE_DTYPES", "PARTITION_METHODS", "DEFAULT_METHOD", "PARTITION_DEFAULT", "MODELS", "HETERO_MODELS",
            "DECODERS", "EXCHANGES", "PREFETCH_MODES", "TASKS", "NEGATIVES", "BATCH_SCOPES", "LR_SCALINGS",
            "PRECISIONS", "check_choice", "parse_cache_size"]
 
@@ -18,13 +18,15 @@ FEATURE_NORMS = ("none", "row")  # data.features.transform_rows
 FEATURE_DTYPES = ("fp32", "fp16", "bf16")  # data.features.transform_rows
 PARTITION_METHODS = ("metis", "kaminpar", "random")  # partition.assign.assign_parts
 DEFAULT_METHOD = "auto"  # partition.assign.default_method resolves it
+PARTITION_DEFAULT = "metis"  # the one default of mpignn.train --partition-method and mpignn.partition --method
 MODELS = ("sage", "gcn", "gat", "rgcn")  # models.build_model
 HETERO_MODELS = ("sage", "rgcn")  # models.hetero.HeteroGNN
-DECODERS = ("dot", "mlp")  # models.link.LinkModel
+DECODERS = ("dot", "mlp")  # models.link.LinkModel (tasks.link)
 EXCHANGES = ("auto", "mpi", "torch")  # exchange.alltoall.make_alltoall
 PREFETCH_MODES = ("auto", "on", "off")  # prefetch.overlap
-TASKS = ("node", "link")
-NEGATIVES = ("uniform", "tail")  # loader.LinkSeeds
+# The task registry: a new task is a module with a `tasks.base.Task` subclass and one line here.
+TASKS = {"node": "mpignn.tasks.node:NodeTask", "link": "mpignn.tasks.link:LinkTask"}
+NEGATIVES = ("uniform", "tail")  # tasks.link.LinkSeeds
 BATCH_SCOPES = ("global", "rank")  # runtime.rank_batch_size
 LR_SCALINGS = ("none", "linear", "sqrt")  # schedule.attach_lr_schedule
 PRECISIONS = ("auto", "fp32", "bf16")

@@ -11,8 +11,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
 from mpignn.choices import (BATCH_SCOPES, DECODERS, DEFAULT_METHOD, EXCHANGES, FEATURE_DTYPES, FEATURE_NORMS,
-                            LR_SCALINGS, MODELS, NEGATIVES, PARTITION_METHODS, PRECISIONS, PREFETCH_MODES, TASKS,
-                            check_choice, parse_cache_size)
+                            LR_SCALINGS, MODELS, NEGATIVES, PARTITION_DEFAULT, PARTITION_METHODS, PRECISIONS,
+                            PREFETCH_MODES, TASKS, check_choice, parse_cache_size)
 from mpignn.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -20,7 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (the default of many clusters' images): tomllib's origin, installed by setup.py there
     import tomli as tomllib
 
-__all__ = ["LINK_DEFAULTS", "TrainConfig", "build_parser", "parse", "parse_fanout", "parse_cache_size"]
+__all__ = ["LINK_DEFAULTS", "TrainConfig", "build_parser", "field_docs", "parse", "parse_fanout", "parse_cache_size"]
 
 
 def parse_edge_fanout(text: str, layers: int) -> dict[str, list[int]]:
@@ -131,7 +131,11 @@ class TrainConfig:
     force: bool = False
     """Let partition delivery replace what sits at the partition path on a host even when it is not an mpignn
     partition folder (refused otherwise, so nothing mpignn did not write is deleted)."""
-    partition_method: str = "metis"
+    partition_method: str = PARTITION_DEFAULT
+    """Partitioner (here, of the automatic partition; python -m mpignn.partition --method has the same choices
+    and default): metis, the default, as pymetis is always installed and gives the same parts for the same seed
+    on every machine; kaminpar (pip install kaminpar), faster on graphs of many millions of nodes; random; or
+    auto (kaminpar where installed, else metis)."""
     replicated: bool = False
     """Keep the whole graph on every rank and split the training nodes (small graphs)."""
     cache_size: int | str = "auto"
@@ -246,7 +250,7 @@ class TrainConfig:
         if self.max_steps < 0:
             raise ConfigError(f"--max-steps must be >= 0; got {self.max_steps}. HINT: 0 means every batch")
         choices = {"precision": PRECISIONS, "exchange": EXCHANGES, "prefetch": PREFETCH_MODES,
-                   "batch_scope": BATCH_SCOPES, "lr_scaling": LR_SCALINGS, "task": TASKS, "decoder": DECODERS,
+                   "batch_scope": BATCH_SCOPES, "lr_scaling": LR_SCALINGS, "task": tuple(TASKS), "decoder": DECODERS,
                    "negatives": NEGATIVES, "feature_norm": FEATURE_NORMS, "feature_dtype": FEATURE_DTYPES,
                    "partition_method": (*PARTITION_METHODS, DEFAULT_METHOD), "model": MODELS}
         for name, allowed in choices.items():
@@ -265,13 +269,6 @@ class TrainConfig:
     @property
     def num_layers(self) -> int:
         return len(self.fanouts)
-
-    @property
-    def link_params(self) -> dict[str, Any] | None:
-        """What `runtime.load_local_graph(links=...)` holds out for --task link; None for node tasks."""
-        if self.task != "link":
-            return None
-        return {"val": self.link_val, "test": self.link_test, "num_tails": self.link_tails}
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -295,7 +292,7 @@ class TrainConfig:
         return cls(**values)
 
 
-def _field_docs() -> dict[str, str]:
+def field_docs() -> dict[str, str]:
     """The docstrings written under each field (read from the source, as torchtitan does)."""
     import ast
     import inspect
@@ -314,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mpignn.train",
                                      description="Distributed GNN training: mpirun -np N python -m mpignn.train")
     parser.add_argument("--config", help="TOML file of defaults (flags win)")
-    docs = _field_docs()
+    docs = field_docs()
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else None

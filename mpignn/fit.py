@@ -14,7 +14,7 @@ import torch
 from mpignn.checkpoint import latest_checkpoint, resume_state, save_state
 from mpignn.ddp import optimize_for_device, wrap_ddp
 from mpignn.loop import run_epoch
-from mpignn.report import BestEpoch, append_jsonl, correct_counter, format_epoch, format_final
+from mpignn.report import BestEpoch, append_jsonl, format_epoch, format_final
 from mpignn.schedule import attach_lr_schedule
 from mpignn.stopping import EXIT_STOPPED, StopSignal, requeue
 from mpignn.tensorboard_log import ScalarLog, eval_index, require
@@ -43,7 +43,8 @@ def _wants_resume(cfg: Any, comm: Any) -> bool:
 
 def fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn.Module,
         optimizer: torch.optim.Optimizer, stop: StopSignal | None = None) -> int:
-    """Collective over `rt.comm`: train epochs `cfg.epochs`, resuming when asked; returns the exit code:
+    """Collective over `rt.comm`: train `graph.task` for epochs `cfg.epochs`, resuming when asked; returns the
+    exit code:
     0, or EXIT_STOPPED (75) when `stop` was requested on any rank (after the checkpoint, if any, is saved).
 
     On several ranks a `Watchdog` bounds every collective by `cfg.collective_timeout` seconds meanwhile: a
@@ -62,9 +63,8 @@ def _fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn
     The reported test accuracy is the one at the best validation epoch (the OGB protocol); each epoch record
     carries best_epoch, best_val_acc and test_acc_at_best_val so far.
     """
-    link = cfg.task == "link"
-    comm, best = rt.comm, BestEpoch(metric="auc" if link else "acc")
-    metric = None if link else correct_counter(cfg.dataset)
+    task = graph.task
+    comm, best = rt.comm, BestEpoch(metric=task.metric)
     first_epoch, first_step, carry, stale = 0, 0, None, 0  # stale: evaluations since validation improved
     if _wants_resume(cfg, comm):
         info = resume_state(comm, cfg.checkpoint_dir, model, optimizer, cfg.to_dict(), rt.device,
@@ -101,11 +101,11 @@ def _fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn
         for end in [e for e in ends if e > start] or ends[-1:]:
             last = end == ends[-1]
             final = last and epoch == cfg.epochs - 1  # the run's last evaluation always scores the test split
-            rec = run_epoch(rt, epoch, ddp, optimizer, loaders, bf16=bf16, timer=timer, graph=graph,
+            rec = run_epoch(rt, epoch, ddp, optimizer, loaders, task=task, bf16=bf16, timer=timer, graph=graph,
                             evaluate_now=not last or epoch == cfg.epochs - 1 or (epoch + 1) % cfg.eval_every == 0,
                             stop=stop, start_step=start, end_step=None if last else end,
-                            carry=carry if resumed_here and start == first_step else None, metric=metric,
-                            hits_k=cfg.hits_k, test_if=cfg.target_val if cfg.target_val and not final else None)
+                            carry=carry if resumed_here and start == first_step else None,
+                            test_if=cfg.target_val if cfg.target_val and not final else None)
             if "stopped_step" in rec:
                 return _stopped(cfg, rt, graph, stop, rec, model, optimizer, best)
             if not last:
@@ -115,7 +115,7 @@ def _fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn
                 stale = 0 if improved else stale + 1
             rec.update(best.fields())
             if rt.rank == 0:
-                log.info(format_epoch(rec))
+                log.info(format_epoch(rec, task.describe(rec), task.unit))
                 if cfg.metrics_out:
                     append_jsonl(cfg.metrics_out, rec)
                 if tb is not None:
@@ -142,7 +142,7 @@ def _fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn
                      "stopping after epoch %d", best.metric, cfg.patience, best.val_acc, best.epoch, epoch)
             break
     if rt.rank == 0 and rec is not None:
-        print(format_final(best, rec, rt.world_size), flush=True)
+        print(format_final(best, rec, rt.world_size, task.metric_name), flush=True)
     return 0
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from mpignn.choices import (DEFAULT_METHOD, EXCHANGES, FEATURE_DTYPES, FEATURE_NORMS, PARTITION_METHODS,
-                            check_choice, parse_cache_size)
+from mpignn.choices import (DEFAULT_METHOD, EXCHANGES, FEATURE_DTYPES, FEATURE_NORMS, PARTITION_DEFAULT,
+                            PARTITION_METHODS, check_choice, parse_cache_size)
 from mpignn.config import parse_fanout
 
 __all__ = ["GraphOptions"]
@@ -32,8 +32,8 @@ class GraphOptions:
     # partition
     partitions: str = ""
     """A partition folder (`python -m mpignn.partition`); empty: rank 0 partitions under `root/mpignn-parts/`."""
-    method: str = "metis"
-    """Partitioner of an automatic partition: metis, kaminpar, random or auto."""
+    method: str = PARTITION_DEFAULT
+    """Partitioner of an automatic partition: metis, kaminpar, random or auto (`TrainConfig.partition_method`)."""
     replicated: bool = False
     """One part holding the whole graph on every rank."""
     seed: int = 0
@@ -61,7 +61,8 @@ class GraphOptions:
     """fp32, fp16 or bf16: the table, the cache and the exchange in that dtype (batches arrive as float32)."""
     # task extras
     links: dict[str, Any] | None = field(default=None)
-    """Link prediction: {"val", "test", "num_tails"} (held-out shares, negatives per held-out edge)."""
+    """What the partitioner holds out, the task's `partition_extras()`: for link prediction {"val", "test",
+    "num_tails"} (held-out shares, negatives per held-out edge); None: nothing."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cache_size", parse_cache_size(self.cache_size))
@@ -73,14 +74,14 @@ class GraphOptions:
 
     @property
     def link_params(self) -> dict[str, Any] | None:
-        """The held-out edges' parameters as the partition stores them (`links` and the seed); None: node task."""
+        """The held-out edges' parameters as the partition stores them (`links` and the seed); None: none."""
         return None if self.links is None else {**self.links, "seed": self.seed}
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "GraphOptions":
-        """The graph options of a `config.TrainConfig` (its flags are checked already)."""
+    def from_config(cls, cfg: Any, task: Any) -> "GraphOptions":
+        """The graph options of a `config.TrainConfig` (its flags are checked already) and its `tasks.Task`."""
         return cls(dataset=cfg.dataset, root=cfg.root, partitions=cfg.partitions, method=cfg.partition_method,
                    replicated=cfg.replicated, seed=cfg.seed, local_prep=cfg.local_prep,
                    prep_timeout=cfg.prep_timeout, force=cfg.force, fanouts=tuple(cfg.fanouts),
                    edge_fanouts=cfg.edge_fanouts or None, cache_size=cfg.cache_size, exchange=cfg.exchange,
-                   feature_norm=cfg.feature_norm, feature_dtype=cfg.feature_dtype, links=cfg.link_params)
+                   feature_norm=cfg.feature_norm, feature_dtype=cfg.feature_dtype, links=task.partition_extras())

@@ -22,48 +22,21 @@ from mpignn.mpi import chunk_bounds, pad_to_steps, steps_per_epoch
 from mpignn.sampling import kernels
 from mpignn.sampling.neighbor import NeighborSampler
 
-__all__ = ["NodeLoader", "LinkSeeds", "LoaderTimes"]
+__all__ = ["BatchLoader", "NodeSeeds", "LoaderTimes"]
 
 
-class LinkSeeds:
-    """Link prediction's seeds: positive pairs (global ids, [2, E]), each batch adding negatives.
+class NodeSeeds:
+    """Seeds that are node ids: each batch samples around its nodes, which come first in the batch."""
 
-    Training draws fresh negatives per batch from the batch's seed: `uniform` pairs (both ends uniform over
-    all `num_nodes` nodes, as PyG's binary negative sampling) or `tail` (each positive's source with a uniform
-    target), `ratio` per positive. Evaluation passes fixed negatives instead: `fixed_neg` [2, E] (one per
-    positive, for AUC) and `tails` [E, K] (targets per positive, for MRR/Hits@K). A batch's
-    `edge_label_index` lists positives, then negatives, then each positive's K tails (`num_pos`, `num_tails`
-    say where each part starts); `edge_label` is 1 for positives, else 0.
-    """
-
-    def __init__(self, pos: np.ndarray, num_nodes: int, *, negatives: str = "uniform", ratio: int = 1,
-                 fixed_neg: np.ndarray | None = None, tails: np.ndarray | None = None) -> None:
-        self.pos = np.asarray(pos, dtype=np.int64).reshape(2, -1)
-        self.num_nodes, self.negatives, self.ratio = int(num_nodes), negatives, int(ratio)
-        self.fixed_neg, self.tails = fixed_neg, tails
+    def __init__(self, ids: np.ndarray) -> None:
+        self.ids = np.asarray(ids, dtype=np.int64)
 
     def __len__(self) -> int:
-        return self.pos.shape[1]
+        return len(self.ids)
 
-    def pairs(self, items: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, int, int]:
-        """(pairs [2, P], labels [P], positives, tails per positive) of the positives `items`."""
-        pos = self.pos[:, items]
-        if self.fixed_neg is not None:
-            neg = self.fixed_neg[:, items]
-        else:
-            rng = np.random.default_rng(seed)
-            k = len(items) * self.ratio
-            src = np.tile(pos[0], self.ratio) if self.negatives == "tail" else rng.integers(0, self.num_nodes, k)
-            neg = np.stack([src, rng.integers(0, self.num_nodes, k)])
-        parts = [pos, neg]
-        k_tails = 0
-        if self.tails is not None:
-            k_tails = self.tails.shape[1]
-            parts.append(np.stack([np.repeat(pos[0], k_tails), self.tails[items].reshape(-1)]))
-        pairs = np.concatenate(parts, axis=1)
-        labels = np.zeros(pairs.shape[1], dtype=np.float32)
-        labels[:len(items)] = 1.0
-        return pairs, labels, len(items), k_tails
+    def draw(self, sampler: NeighborSampler, items: np.ndarray, seed: int) -> tuple[Any, dict[str, Any]]:
+        """(the sample around seeds `items` (positions in `ids`), what the batch carries besides)."""
+        return sampler.sample(self.ids[items], seed), {}
 
 
 @dataclass
@@ -76,18 +49,21 @@ class LoaderTimes:
     wait_s: float = 0.0
 
 
-class NodeLoader:
-    """Iterate over mini-batches of `seeds`: global ids of this rank's nodes, or its positive pairs
-    (`LinkSeeds`, link prediction: the batch samples around both ends of positives and negatives).
+class BatchLoader:
+    """Iterate over mini-batches sampled around `seeds`: global ids of this rank's nodes, or a seed source of a
+    task (e.g. `tasks.link.LinkSeeds`: positive pairs, each batch sampling around both ends of positives and
+    negatives). A seed source has `__len__` (the items that are shuffled and batched) and
+    `draw(sampler, items, seed) -> (sample, extras)`; the extras (arrays become tensors) are set on the batch.
 
     Args:
         sampler: the multi-hop sampler (local or distributed hops).
         features: where node features and labels come from.
-        seeds: global ids this rank trains (or evaluates) on, or a LinkSeeds.
+        seeds: global ids this rank trains (or evaluates) on, or a seed source.
         comm: when given, the step count is agreed over it (collective, in the constructor); required when
             the sampler or the features talk to other ranks.
-        prefetch: sample the next batch in a background thread while the current one trains; only allowed
-            when nothing here is collective (one part).
+        prefetch: sample, exchange and copy the next batch in a background thread while the current one
+            trains. Where the sampler or the features talk to other ranks, they must do so on a communicator
+            of their own (`runtime` gives them a `Dup`) and MPI must allow threads (`prefetch.overlap` decides).
         wrap: a rank with fewer seeds than steps repeats seeds (training: every DDP step has data); without
             it the surplus steps are empty (evaluation: every seed counts once).
         max_steps: at most this many steps per epoch (0: all): the first max_steps batches of each epoch's
@@ -101,8 +77,8 @@ class NodeLoader:
                  device: str | torch.device = "cpu", prefetch: bool = False, wrap: bool = True,
                  max_steps: int = 0, layout: Any = None) -> None:
         self.sampler, self.features = sampler, features
-        self.links = seeds if isinstance(seeds, LinkSeeds) else None
-        self.seeds = np.arange(len(seeds), dtype=np.int64) if self.links else np.asarray(seeds, dtype=np.int64)
+        self.source = seeds if hasattr(seeds, "draw") else NodeSeeds(seeds)
+        self.seeds = np.arange(len(self.source), dtype=np.int64)  # items: positions in the source
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.seed, self.device, self.prefetch, self.wrap = seed, torch.device(device), prefetch, wrap
         self.layout = layout
@@ -142,11 +118,7 @@ class NodeLoader:
     def _make(self, step: int, seeds: np.ndarray) -> Data:
         t0 = time.perf_counter()
         batch_seed = kernels.mix_seed(kernels.mix_seed(self.seed, self.epoch), self.rank * 1_000_003 + step)
-        if self.links is None:
-            out = self.sampler.sample(seeds, batch_seed)
-        else:
-            pairs, labels, num_pos, num_tails = self.links.pairs(seeds, batch_seed)
-            out = self.sampler.sample_from_edges(pairs[0], pairs[1], batch_seed)
+        out, extras = self.source.draw(self.sampler, seeds, batch_seed)
         t1 = time.perf_counter()
         buffer = None
         if self.features.on_host and self.device.type != "cpu":
@@ -161,7 +133,7 @@ class NodeLoader:
             data = self.layout.split(x, torch.from_numpy(y), out.n_id, out.row, out.col, out.edge_type,
                                      out.num_sampled_nodes, out.num_sampled_edges, out.batch_size,
                                      device=self.device)
-            return self._finish(data, x, t0, t1)
+            return self._finish(_carry(data, extras), x, t0, t1)
         edge_index = pinned_empty((2, len(out.row)), torch.int64, self.device)
         edge_index[0].numpy()[:], edge_index[1].numpy()[:] = out.row, out.col
         data = Data(x=x, y=torch.from_numpy(y), edge_index=edge_index, n_id=torch.from_numpy(out.n_id))
@@ -169,11 +141,7 @@ class NodeLoader:
         data.num_sampled_nodes = out.num_sampled_nodes
         data.num_sampled_edges = out.num_sampled_edges
         data.in_degree = torch.from_numpy(out.in_degree)  # the model's CSR pointers: no bincount on the device
-        if self.links is not None:
-            data.edge_label_index = torch.from_numpy(out.edge_label_index)
-            data.edge_label = torch.from_numpy(labels)
-            data.num_pos, data.num_tails = num_pos, num_tails
-        return self._finish(data, x, t0, t1)
+        return self._finish(_carry(data, extras), x, t0, t1)
 
     def _finish(self, data: Any, x: torch.Tensor, t0: float, t1: float) -> Any:
         data = self.uploader.upload(data)
@@ -203,6 +171,12 @@ class NodeLoader:
                 if step + 1 < len(batches):
                     pending = pool.submit(self._make, step + 1, batches[step + 1])
                 yield self.uploader.adopt(data)
+
+
+def _carry(data: Any, extras: dict[str, Any]) -> Any:
+    for key, value in extras.items():
+        setattr(data, key, torch.from_numpy(value) if isinstance(value, np.ndarray) else value)
+    return data
 
 
 def _torch_dtype(array: np.ndarray) -> torch.dtype:

@@ -1,36 +1,23 @@
-"""One training epoch and one evaluation pass (DDP and its timed gradient all-reduce are in `ddp`).
+"""One training epoch and its reduced record, for any `tasks.Task` (its forward, loss and evaluation; DDP and
+its timed gradient all-reduce are in `ddp`).
 
 Metrics come back as sums (loss x seeds, correct, seeds) so the caller reduces sums, never averages.
 """
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
+from mpignn.compute import MetricSums, autocast, empty_loss, with_rows
 from mpignn.ddp import AllreduceTimer
 from mpignn.device import synchronize
-from mpignn.metrics import LinkScores
-from mpignn.models import forward_batch
 from mpignn.mpi import allreduce_max, allreduce_sum
+from mpignn.tasks import Task
 
-__all__ = ["train_epoch", "evaluate", "autocast", "run_epoch", "with_rows"]
-
-
-def autocast(device: str, bf16: bool) -> contextlib.AbstractContextManager:
-    if not bf16:
-        return contextlib.nullcontext()
-    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
-
-
-def _empty_loss(model: torch.nn.Module) -> torch.Tensor:
-    """A zero loss touching every parameter: a rank with no seeds still joins DDP's all-reduce."""
-    return sum(p.sum() * 0.0 for p in model.parameters())  # type: ignore[return-value]
+__all__ = ["train_epoch", "run_epoch"]
 
 
 def _progress(show: bool, step: int, steps: int, loss: float) -> None:
@@ -43,60 +30,12 @@ def _progress(show: bool, step: int, steps: int, loss: float) -> None:
         sys.stderr.flush()
 
 
-def with_rows(batch: Any, embedding: Any, device: str, train: bool = True) -> None:
-    """Collective when `embedding` is given (every rank, every batch, empty ones too): append the batch
-    nodes' learnable rows to `batch.x` (they take gradients in training). On a heterogeneous batch only the
-    featureless types' rows are pulled, and they are those types' input."""
-    if embedding is None:
-        return
-    bare = getattr(batch, "featureless", None)
-    if bare is None:
-        rows = embedding.pull(batch.n_id.cpu().numpy(), device)
-        batch.x = torch.cat([batch.x.float(), rows if train else rows.detach()], dim=1)
-        return
-    ids = [batch[t].n_id.cpu().numpy() for t in bare]
-    rows = embedding.pull(np.concatenate(ids) if ids else np.empty(0, dtype=np.int64), device)
-    for t, part in zip(bare, torch.split(rows if train else rows.detach(), [len(i) for i in ids])):
-        batch[t].x = part
-
-
-def _count_correct(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return (pred == labels).sum()  # stays on the device: `_MetricSums` reads it once per epoch
-
-
-class _MetricSums:
-    """Per-step metric sums that cost no device->host transfer per step.
-
-    On the CPU a value is added to the Python float at once (reading a CPU tensor costs nothing, and the sums
-    stay exactly as before). On an accelerator a tensor is added into a running tensor on the device, read
-    once by `flush` at the end of the pass; plain floats (e.g. an ogb evaluator's count) are added at once.
-    """
-
-    def __init__(self, sums: dict[str, float], device: str) -> None:
-        self.sums, self.on_host = sums, torch.device(device).type == "cpu"
-        self.pending: dict[str, torch.Tensor] = {}
-
-    def add(self, key: str, value: float | torch.Tensor) -> None:
-        if self.on_host or not isinstance(value, torch.Tensor):
-            self.sums[key] += float(value)
-            return
-        prev = self.pending.get(key)
-        self.pending[key] = value if prev is None else prev + value
-
-    def flush(self) -> dict[str, float]:
-        """Add the device sums into `sums` (one read per key per pass) and return `sums`."""
-        for key, value in self.pending.items():
-            self.sums[key] += value.item()
-        self.pending.clear()
-        return self.sums
-
-
-def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Optimizer, *, device: str,
+def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Optimizer, *, task: Task, device: str,
                 bf16: bool = False, timer: AllreduceTimer | None = None, progress: bool = False,
                 comm: Any = None, stop: Any = None, start_step: int = 0, end_step: int | None = None,
-                embedding: Any = None,
-                metric: Callable[[torch.Tensor, torch.Tensor], float] | None = None) -> dict[str, float]:
-    """Collective over `comm` (when given; every rank runs the same steps): train one epoch.
+                embedding: Any = None) -> dict[str, float]:
+    """Collective over `comm` (when given; every rank runs the same steps): train one epoch of `task` (its
+    forward, loss and correct count; `Task.items` are the labelled items the loss is averaged over).
 
     Every step, the ranks sum (seeds in this step, stop requested) in one tiny MPI all-reduce (about 10 us on
     2 ranks here). Each rank's loss is the sum of its per-seed losses times world_size / (the step's seeds on
@@ -110,24 +49,23 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
             `set_epoch(epoch, start_step)`, does not even draw them).
         end_step: leave before this step (None: at the loader's end), e.g. to evaluate inside the epoch.
         embedding: a NodeEmbedding whose rows follow the features (collective: pulled and stepped each step).
-        metric: counts correct predictions (pred, labels); default: equal labels.
     Returns:
-        sums: loss_sum, correct, seeds, steps, compute_s, allreduce_s, and stopped_step (-1: not stopped).
+        sums: loss_sum, correct, seeds (labelled items), units (`Task.units`, what throughput counts), nodes,
+            steps, compute_s, allreduce_s, and stopped_step (-1: not stopped).
     """
     model.train()
     sums = {"loss_sum": 0.0, "correct": 0.0, "seeds": 0.0, "steps": 0.0, "compute_s": 0.0, "allreduce_s": 0.0,
-            "stopped_step": -1.0, "edges": 0.0, "nodes": 0.0}
+            "stopped_step": -1.0, "units": 0.0, "nodes": 0.0}
     reduce_before, agree_s = (timer.seconds if timer else 0.0), 0.0
     world = comm.size if comm is not None else 1
-    count = metric or _count_correct
-    metric_sums = _MetricSums(sums, device)
+    metric_sums = MetricSums(sums, device)
     for step, batch in enumerate(loader, start=getattr(loader, "start_step", 0)):
         if step < start_step:  # a loader that cannot start later draws the done steps again
             continue
         if end_step is not None and step >= end_step:  # the same step on every rank: no collective is left
             break
         t0 = time.perf_counter()
-        n = batch.edge_label.numel() if "edge_label" in batch else batch.batch_size  # labelled items
+        n = task.items(batch)
         wants_stop = float(stop is not None and stop.requested)
         t_agree = time.perf_counter()
         step_seeds, stops = allreduce_sum(comm, [n, wants_stop]).tolist() if world > 1 else (n, wants_stop)
@@ -138,21 +76,15 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
         optimizer.zero_grad(set_to_none=True)
         with_rows(batch, embedding, device)
         with autocast(device, bf16):
-            logits = forward_batch(model, batch)
-        if "edge_label" in batch:  # link prediction: one logit per labelled pair
-            labels = batch.edge_label
-            loss_sum = F.binary_cross_entropy_with_logits(logits.float(), labels, reduction="sum")
-        else:
-            labels = batch.y[:n]
-            loss_sum = F.cross_entropy(logits.float(), labels, reduction="sum")
+            logits = task.forward(model, batch)
+        loss_sum, pred, labels = task.loss(logits, batch, n)
         loss = loss_sum * (world / max(step_seeds, 1))
         if n:
-            pred = (logits > 0).to(labels.dtype) if "edge_label" in batch else logits.argmax(-1)
-            metric_sums.add("correct", count(pred, labels))
+            metric_sums.add("correct", task.count_correct(pred, labels))
             metric_sums.add("loss_sum", loss_sum.detach())
-            sums["edges"] += getattr(batch, "num_pos", 0)
+            sums["units"] += task.units(batch)
         else:
-            loss = loss + _empty_loss(model)
+            loss = loss + empty_loss(model)
         loss.backward()
         optimizer.step()
         if embedding is not None:
@@ -171,57 +103,16 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
     return sums
 
 
-@torch.no_grad()
-def evaluate_links(model: torch.nn.Module, loader: Any, *, device: str, bf16: bool = False,
-                   hits_k: int = 10, embedding: Any = None) -> LinkScores:
-    """This rank's scores of its held-out pairs (positives, fixed negatives, K tails each); reduce them with
-    `LinkScores.summary` (collective)."""
-    model.eval()
-    module = getattr(model, "module", model)
-    scores = LinkScores(hits_k)
-    for batch in loader:
-        with_rows(batch, embedding, device, train=False)
-        if batch.num_pos:
-            with autocast(device, bf16):
-                logits = forward_batch(module, batch)
-            scores.add(logits.float().cpu().numpy(), batch.edge_label.cpu().numpy(), batch.num_pos,
-                       batch.num_tails)
-    return scores
-
-
-@torch.no_grad()
-def evaluate(model: torch.nn.Module, loader: Any, *, device: str, bf16: bool = False,
-             metric: Callable[[torch.Tensor, torch.Tensor], float] | None = None,
-             embedding: Any = None) -> dict[str, float]:
-    """Accuracy sums over the loader's seeds: correct (counted by `metric`, default equal labels), seeds."""
-    model.eval()
-    module = getattr(model, "module", model)  # no DDP in evaluation: there are no gradients to sync
-    sums = {"correct": 0.0, "seeds": 0.0}
-    metric_sums = _MetricSums(sums, device)
-    for batch in loader:
-        n = batch.batch_size
-        with_rows(batch, embedding, device, train=False)  # collective: before skipping an empty batch
-        if not n:
-            continue
-        with autocast(device, bf16):
-            logits = forward_batch(module, batch)
-        metric_sums.add("correct", (metric or _count_correct)(logits.argmax(-1), batch.y[:n]))
-        sums["seeds"] += n
-    return metric_sums.flush()
-
-
 def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-              loaders: dict[str, Any], *, bf16: bool, timer: AllreduceTimer | None, evaluate_now: bool,
+              loaders: dict[str, Any], *, task: Task, bf16: bool, timer: AllreduceTimer | None, evaluate_now: bool,
               graph: Any, stop: Any = None, start_step: int = 0, end_step: int | None = None,
-              carry: dict[str, float] | None = None, test_if: float | None = None,
-              metric: Callable[[torch.Tensor, torch.Tensor], float] | None = None,
-              hits_k: int = 10) -> dict[str, Any]:
+              carry: dict[str, float] | None = None, test_if: float | None = None) -> dict[str, Any]:
     """Collective over `rt.comm`: train one epoch (and evaluate val/test on every rank's share when
-    `evaluate_now`), then reduce everything into one record (sums divided once; times are the max over
-    ranks; memory is the max over ranks).
+    `evaluate_now`, as `task.evaluate` does), then reduce everything into one record (sums divided once;
+    times are the max over ranks; memory is the max over ranks; the task's score fields as it gives them).
 
     Resuming mid-epoch, `start_step` skips the steps done before the stop and `carry` holds their summed
-    loss_sum/correct/seeds (over all ranks; rank 0 adds them). When `stop` ends the epoch early (see
+    loss_sum/correct/seeds/units (over all ranks; rank 0 adds them). When `stop` ends the epoch early (see
     `train_epoch`), nothing is evaluated and the record has `stopped_step` and `partial` (those sums).
     With `end_step` the pass trains steps [start_step, end_step) only (an evaluation inside the epoch); the
     record's `epochs_done` says how far training got (epoch 1 step 50 of 100 -> 1.5). With `test_if`, the
@@ -238,37 +129,20 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
             loader.set_epoch(epoch, start_step, end_step)
         else:
             loader.set_epoch(epoch)
-    sums = train_epoch(model, loaders["train"], optimizer, device=rt.device, bf16=bf16, timer=timer,
+    sums = train_epoch(model, loaders["train"], optimizer, task=task, device=rt.device, bf16=bf16, timer=timer,
                        progress=rt.rank == 0 and sys.stderr.isatty(), comm=rt.comm, stop=stop,
-                       start_step=start_step, end_step=end_step, embedding=emb, metric=metric)
+                       start_step=start_step, end_step=end_step, embedding=emb)
     if carry and rt.rank == 0:
-        for key in ("loss_sum", "correct", "seeds", "edges"):
+        for key in _CARRIED:
             sums[key] += carry.get(key, 0.0)
     stopped = sums["stopped_step"] >= 0
-    evaluate_now = evaluate_now and not stopped
     train_s = time.perf_counter() - start
     train_peak = peak_rss_mb()  # the process's peak so far: where it rises again below, evaluation raised it
-    ev = {"val_correct": 0.0, "val_seeds": 0.0, "test_correct": 0.0, "test_seeds": 0.0}
-    links: dict[str, Any] = {}
-    test_now = evaluate_now
-    if evaluate_now and graph.links is not None:
-        for split in ("val", "test"):
-            if split == "val" or test_now:
-                part = evaluate_links(model, loaders[split], device=rt.device, bf16=bf16, hits_k=hits_k,
-                                      embedding=emb)
-                links[split] = part.summary(rt.comm)
-                test_now = test_if is None or links["val"]["auc"] >= test_if
-    elif evaluate_now:
-        for split in ("val", "test"):
-            if split == "val" or test_now:
-                res = evaluate(model, loaders[split], device=rt.device, bf16=bf16, metric=metric, embedding=emb)
-                ev[f"{split}_correct"], ev[f"{split}_seeds"] = res["correct"], res["seeds"]
-            if split == "val" and test_if is not None:
-                correct, seen = allreduce_sum(rt.comm, [res["correct"], res["seeds"]]).tolist()
-                test_now = bool(seen) and correct / seen >= test_if
+    scores = task.evaluate(rt, model, loaders, now=evaluate_now and not stopped, bf16=bf16, embedding=emb,
+                           test_if=test_if)
     times = loaders["train"].times
     steps = len(loaders["train"])
-    local = {**{k: sums[k] for k in ("loss_sum", "correct", "seeds", "edges", "nodes", "steps")}, **ev,
+    local = {**{k: sums[k] for k in ("loss_sum", "correct", "seeds", "units", "nodes", "steps")},
              "remote_feature_bytes": features.bytes_received - feat_bytes0,
              "remote_structure_bytes": getattr(hops, "bytes_received", 0) - struct0,
              "embedding_bytes": (emb.bytes_received + emb.bytes_sent if emb is not None else 0) - emb_bytes0,
@@ -281,10 +155,8 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
     frac = lambda a, b: (total[a] / total[b]) if total[b] else None  # noqa: E731
     rec = {
         "epoch": epoch, "epochs_done": epoch + min(end_step or steps, steps) / max(steps, 1),
-        "loss": frac("loss_sum", "seeds") or 0.0, "train_acc": frac("correct", "seeds"),
-        "val_acc": frac("val_correct", "val_seeds") if evaluate_now else None,
-        "test_acc": frac("test_correct", "test_seeds") if test_now else None,
-        "epoch_s": slowest[0], "seeds_per_s": total["seeds"] / slowest[0] if slowest[0] else 0.0,
+        "loss": frac("loss_sum", "seeds") or 0.0, "train_acc": frac("correct", "seeds"), **scores,
+        "epoch_s": slowest[0], f"{task.unit}_per_s": total["units"] / slowest[0] if slowest[0] else 0.0,
         "sample_s": slowest[1], "exchange_s": slowest[2], "compute_s": slowest[3], "allreduce_s": slowest[4],
         "wait_s": slowest[7],
         # per rank and step: where a batch is split over ranks, each rank's share of the seeds still reaches
@@ -298,15 +170,11 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
         "peak_rss_mb": slowest[5], "load_peak_rss_mb": slowest[6], "train_peak_rss_mb": slowest[8],
         "world_size": rt.world_size,
     }
-    if graph.links is not None:  # link prediction: pair metrics in place of the node metrics
-        del rec["val_acc"], rec["test_acc"], rec["seeds_per_s"]
-        rec["edges_per_s"] = total["edges"] / slowest[0] if slowest[0] else 0.0
-        for split in ("val", "test"):
-            rec[f"{split}_auc"] = links[split]["auc"] if split in links else None
-        rec["test_mrr"] = links["test"]["mrr"] if "test" in links else None
-        rec[f"test_hits@{hits_k}"] = links["test"]["hits"] if "test" in links else None
     if stopped:
         rec["stopped_step"] = int(sums["stopped_step"])
-        rec["partial"] = {key: total[key] for key in ("loss_sum", "correct", "seeds", "edges")}
+        rec["partial"] = {key: total[key] for key in _CARRIED}
     return rec
 
+
+_CARRIED = ("loss_sum", "correct", "seeds", "units")
+"""The sums of a stopped epoch's done steps that a resumed run adds back (`run_epoch`'s `carry`)."""

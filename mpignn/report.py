@@ -24,18 +24,12 @@ def peak_rss_mb() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
-def format_epoch(rec: dict[str, Any]) -> str:
-    acc = lambda v: "  -  " if v is None else f"{v:.4f}"  # noqa: E731
-    if "edges_per_s" in rec:  # link prediction
-        hits = next(k for k in rec if k.startswith("test_hits@"))
-        scores = (f"auc val {acc(rec['val_auc'])} test {acc(rec['test_auc'])} mrr {acc(rec['test_mrr'])} "
-                  f"{hits[5:]} {acc(rec[hits])} | {rec['epoch_s']:.2f}s {rec['edges_per_s']:.0f} edges/s")
-    else:
-        scores = (f"acc train {acc(rec['train_acc'])} val {acc(rec['val_acc'])} test {acc(rec['test_acc'])} | "
-                  f"{rec['epoch_s']:.2f}s {rec['seeds_per_s']:.0f} seeds/s")
+def format_epoch(rec: dict[str, Any], scores: str, unit: str = "seeds") -> str:
+    """The epoch line: `scores` as the task words them (`Task.describe`), throughput in `unit`s per second."""
     where = f"epoch {rec['epoch']:3d}" + (f" step {rec['step']}" if "step" in rec else "")
-    return (f"{where} | loss {rec['loss']:.4f} | {scores} | sample {rec['sample_s']:.2f} exch {rec['exchange_s']:.2f} "
-            f"compute {rec['compute_s']:.2f} allreduce {rec['allreduce_s']:.2f} wait {rec['wait_s']:.2f} | remote "
+    return (f"{where} | loss {rec['loss']:.4f} | {scores} | {rec['epoch_s']:.2f}s {rec[f'{unit}_per_s']:.0f} "
+            f"{unit}/s | sample {rec['sample_s']:.2f} exch {rec['exchange_s']:.2f} compute {rec['compute_s']:.2f} "
+            f"allreduce {rec['allreduce_s']:.2f} wait {rec['wait_s']:.2f} | remote "
             f"{rec['remote_feature_bytes'] / 2**20:.1f}+{rec['remote_structure_bytes'] / 2**20:.1f} MiB "
             + (f"rows {rec['embedding_bytes'] / 2**20:.1f} MiB " if rec.get("embedding_bytes") else "")
             + f"cache hit {rec['cache_hit_rate']:.2f} | peak {rec['peak_rss_mb']:.0f} MiB")
@@ -107,9 +101,9 @@ def correct_counter(dataset: str) -> Callable[[Any, Any], float]:
     return count
 
 
-def format_final(best: BestEpoch, last: dict[str, Any], world_size: int) -> str:
-    """The last line of a run: the test score at the best validation epoch."""
-    name = {"acc": "accuracy", "auc": "AUC"}[best.metric]
+def format_final(best: BestEpoch, last: dict[str, Any], world_size: int, name: str = "") -> str:
+    """The last line of a run: the test score at the best validation epoch (`name`: the score in words)."""
+    name = name or {"acc": "accuracy", "auc": "AUC"}.get(best.metric, best.metric)
     last_test = last.get(f"test_{best.metric}") or 0.0
     if best.val_acc is None or best.test_acc is None:
         return f"final test {name} {last_test:.4f} (no validation {name}: last epoch) ({world_size} ranks)"

@@ -4,8 +4,9 @@
 
     rt = bootstrap()                                   # MPI topology, threads, device, torch.distributed
     graph = load_local_graph(rt, "synthetic")          # rank 0 prepares + partitions; each rank loads its part
-    # or: build_local_graph(rt, GraphOptions.from_config(cfg)), as python -m mpignn.train does
-    loader = make_loader(rt, graph, "train", [15, 10, 5], batch_size=1024)
+    # or: build_local_graph(rt, GraphOptions.from_config(cfg, task), task), as python -m mpignn.train does;
+    # load_local_graph(rt, "Cora", task=LinkTask()) for link prediction (mpignn.tasks)
+    loader = make_loader(rt, graph, "train", [15, 10, 5], batch_size=1024)   # graph.task's seeds of the split
     for epoch in range(3):
         loader.set_epoch(epoch)
         for batch in loader: ...                       # PyG Data on rt.device, seeds first
@@ -34,13 +35,13 @@ from mpignn.exchange.embedding import NodeEmbedding
 from mpignn.exchange.features import FeatureStore
 from mpignn.graph_options import GraphOptions
 from mpignn.hetero_batch import HeteroLayout
-from mpignn.loader import LinkSeeds, NodeLoader
+from mpignn.loader import BatchLoader
 from mpignn.log import setup_logging
 from mpignn.mpi import (Topology, allreduce_max, allreduce_sum, ceil_split, check_all, check_launcher, chunk_bounds,
                         root_first, topology, world)
 from mpignn.part_source import auto_folder, ensure_partition, load_part  # auto_folder: re-exported
 from mpignn.partition import LocalPart
-from mpignn.partition.links import train_pairs
+from mpignn.tasks import Task, make_task
 from mpignn.prefetch import overlap, rows_on_device
 from mpignn.report import peak_rss_mb
 from mpignn.sampling import kernels
@@ -138,7 +139,8 @@ class LocalGraph:
     cache_rows: int = 0  # remote feature rows cached, the most on any rank
     cache_mib: float = 0.0  # their MiB, the most on any rank
     graph_mib: float = 0.0  # memory that depends on the graph (part arrays, one sampling thread's id map, cache)
-    links: dict | None = None  # link prediction: this rank's train_pos and held-out pairs (partition.links)
+    task: Task | None = None  # what the loaders' seeds and the model's head are for (`tasks`)
+    task_data: dict | None = None  # this rank's arrays of the task (`Task.local_data`: e.g. held-out edges)
     embedding: NodeEmbedding | None = None  # learnable rows of this rank's nodes (`attach_embedding`)
     layout: HeteroLayout | None = None  # heterogeneous graphs: how batches are cut by type (HeteroData)
 
@@ -164,32 +166,36 @@ class LocalGraph:
         return self.part.meta.num_features + (self.embedding.dim if self.embedding is not None else 0)
 
 
-def load_local_graph(rt: Runtime, dataset: str, root: str = "data", **options: Any) -> LocalGraph:
-    """Collective over `rt.comm`: `build_local_graph` with `GraphOptions(dataset=..., root=..., **options)`.
+def load_local_graph(rt: Runtime, dataset: str, root: str = "data", task: Task | None = None,
+                     **options: Any) -> LocalGraph:
+    """Collective over `rt.comm`: `build_local_graph` for `task` (default node classification) with
+    `GraphOptions(dataset=..., root=..., links=task.partition_extras(), **options)`.
 
     The keyword arguments are `GraphOptions`' fields: partitions, method, replicated, seed, fanouts,
-    cache_size, local_prep, prep_timeout, exchange, links, feature_norm, feature_dtype, edge_fanouts, force.
+    cache_size, local_prep, prep_timeout, exchange, feature_norm, feature_dtype, edge_fanouts, force.
 
     Raises:
         ConfigError: an unknown keyword or a value `GraphOptions` refuses (on every rank alike).
     """
+    task = task or make_task()
     try:
-        opts = GraphOptions(dataset=dataset, root=root, **options)
+        opts = GraphOptions(dataset=dataset, root=root, links=task.partition_extras(), **options)
     except TypeError as exc:  # an unknown keyword: the same call on every rank
         raise mark_agreed(ConfigError(f"expected GraphOptions fields as keywords; got {exc}. HINT: see "
                                       "mpignn.graph_options.GraphOptions")) from None
     except MpignnError as exc:
         raise mark_agreed(exc) from None
-    return build_local_graph(rt, opts)
+    return build_local_graph(rt, opts, task)
 
 
-def build_local_graph(rt: Runtime, opts: GraphOptions) -> LocalGraph:
+def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None) -> LocalGraph:
     """Collective over `rt.comm`: make sure a partition exists, load this rank's part, and build its sampler,
-    feature store and cache as `opts` says.
+    feature store and cache as `opts` says, for `task` (default node classification; `opts.links` must be
+    its `partition_extras()`, as `GraphOptions.from_config(cfg, task)` makes them).
 
     Without `opts.partitions`, rank 0 (of each host with `local_prep`) prepares and partitions the dataset
-    once under `root/mpignn-parts/` (`auto_folder`), holding out link-prediction edges first when
-    `opts.links`; a host that does not see the folder receives it (`deliver_partition`). Each rank's own
+    once under `root/mpignn-parts/` (`auto_folder`), holding out what the task asks first (`opts.links`:
+    edges, for link prediction); a host that does not see the folder receives it (`deliver_partition`). Each rank's own
     feature rows are transformed after loading (`data.features.transform_rows`), so fetched and cached rows
     arrive transformed. A heterogeneous graph samples each edge type with its own fanout (`edge_fanouts`) and
     its loaders give `HeteroData` batches.
@@ -197,9 +203,13 @@ def build_local_graph(rt: Runtime, opts: GraphOptions) -> LocalGraph:
     Raises:
         PartitionFormatError / DatasetError / ConfigError: on every rank alike.
     """
+    task = task or make_task()
     try:
         check_known(opts.dataset)  # the same name fails the same way on every rank: no collective needed
         key = dataset_key(opts.dataset)
+        if opts.links != task.partition_extras():
+            raise ConfigError(f"GraphOptions.links {opts.links} differ from what the {task.name} task holds out "
+                              f"({task.partition_extras()}). HINT: GraphOptions.from_config(cfg, task)")
     except MpignnError as exc:
         raise mark_agreed(exc) from None
     part_id = 0 if opts.replicated else rt.rank
@@ -213,8 +223,7 @@ def build_local_graph(rt: Runtime, opts: GraphOptions) -> LocalGraph:
     schema = HeteroSchema.from_json(meta.hetero) if meta.hetero else None
     try:
         fanouts = hop_fanouts(opts.fanouts, opts.edge_fanouts, schema)
-        if schema is not None and opts.links is not None:
-            raise ConfigError("link prediction on a heterogeneous graph is not supported yet. HINT: --task node")
+        task.check_graph(schema)
     except MpignnError as exc:
         raise mark_agreed(exc) from None
     local = LocalHops(part.rowptr, part.col, part.lo, part.type_rowptr, schema.num_etypes if schema else 1)
@@ -223,17 +232,14 @@ def build_local_graph(rt: Runtime, opts: GraphOptions) -> LocalGraph:
     sampler = NeighborSampler(source, meta.num_nodes, fanouts)
     cache_rows, cache_mib = 0, 0.0
     if not alone and opts.cache_size != 0:
-        # link prediction seeds batches with both ends of edges (and uniform negatives): every own node
-        seeds = part.train_idx if opts.links is None else np.arange(part.lo, part.hi, dtype=np.int64)
-        cache_rows, cache_mib = build_cache(rt, local, part, fanouts, features, opts.cache_size, seeds)
-    pairs = None
-    if held_out is not None:
-        pairs = {**held_out, "train_pos": train_pairs(part.rowptr, part.col, part.lo)}
+        cache_rows, cache_mib = build_cache(rt, local, part, fanouts, features, opts.cache_size,
+                                           task.cache_seeds(part))
     graph_bytes = part.training_bytes + sampler.scratch_bytes + features.cache_bytes
     graph_mib = allreduce_max(rt.comm, [graph_bytes / 2**20])[0]
     return LocalGraph(part=part, sampler=sampler, features=features, replicated=opts.replicated, folder=folder,
                       load_peak_rss_mb=peak_rss_mb(), cache_rows=cache_rows, cache_mib=cache_mib,
-                      graph_mib=float(graph_mib), links=pairs,
+                      graph_mib=float(graph_mib), task=task,
+                      task_data=task.local_data(part, held_out),
                       layout=HeteroLayout(schema, *meta.type_blocks()) if schema is not None else None)
 
 
@@ -283,51 +289,47 @@ def _device_table(x: np.ndarray, device: str) -> Any:
 
 def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[int] | None = None, *,
                 batch_size: int = 1024, batch_scope: str = "global", shuffle: bool | None = None, seed: int = 0,
-                prefetch: str = "auto", negatives: str = "uniform", max_steps: int = 0) -> NodeLoader:
-    """Collective over `rt.comm` (agrees on the step count): a loader over this rank's `split` nodes
-    ("train", "val" or "test"), or its pairs when the graph was loaded for link prediction (batches then
-    carry `edge_label_index` and `edge_label`, as PyG's LinkNeighborLoader gives); in replicated mode each
-    rank takes a ceiling-division share of them.
+                prefetch: str = "auto", max_steps: int = 0) -> BatchLoader:
+    """Collective over `rt.comm` (agrees on the step count): a loader over this rank's seeds of `split`
+    ("train", "val" or "test") as `graph.task` gives them (`Task.seeds`: the split's nodes; for link
+    prediction its pairs, and batches then carry `edge_label_index` and `edge_label`, as PyG's
+    LinkNeighborLoader gives); in replicated mode each rank takes a ceiling-division share of them.
 
     Args:
         batch_size: seeds (nodes, or positive pairs) per step; for "train" with `batch_scope="global"` the
             global batch, of which this rank takes its ceiling-division share (`rank_batch_size`); per rank
-            otherwise. Held-out pairs each bring 1 + K negatives, so their batches hold fewer positives.
+            otherwise. Evaluation steps hold `Task.eval_batch_size` seeds (held-out pairs each bring 1 + K
+            negatives, so their batches hold fewer positives).
         prefetch: auto, on or off: produce batch k+1 in a thread while batch k computes; see `overlap`.
-        negatives: training negatives for link prediction, "uniform" or "tail" (see `LinkSeeds`).
         max_steps: for "train", at most this many steps per epoch (0: all), each epoch from a fresh shuffle.
     """
-    if graph.links is None:
-        seeds: Any = getattr(graph.part, f"{split}_idx")
-        if graph.replicated:
-            seeds = np.asarray(ceil_split(seeds, rt.world_size, rt.rank))
-    else:
-        seeds = _link_seeds(rt, graph, split, negatives)
-        if split != "train":
-            batch_size = max(1, 8 * batch_size // (2 + seeds.tails.shape[1]))
+    task = graph.task or make_task()
+    seeds = task.seeds(graph, split, _share(rt) if graph.replicated else _whole)
+    train = split == "train"
+    if not train:
+        batch_size = task.eval_batch_size(seeds, batch_size)
     sampler = graph.sampler
     if fanouts is not None and list(fanouts) != sampler.fanouts:
         sampler = NeighborSampler(sampler.source, sampler.num_nodes, fanouts)
     talks = rt.world_size > 1 and not graph.replicated
-    train = split == "train"
     if train:
         batch_size = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
-    return NodeLoader(sampler, graph.features, seeds, batch_size, shuffle=train if shuffle is None else shuffle,
-                      seed=seed, comm=rt.comm, device=rt.device,
-                      prefetch=overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)),
-                      wrap=train, max_steps=max_steps if train else 0, layout=graph.layout)
+    return BatchLoader(sampler, graph.features, seeds, batch_size, shuffle=train if shuffle is None else shuffle,
+                       seed=seed, comm=rt.comm, device=rt.device,
+                       prefetch=overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)),
+                       wrap=train, max_steps=max_steps if train else 0, layout=graph.layout)
 
 
-def _link_seeds(rt: Runtime, graph: LocalGraph, split: str, negatives: str) -> LinkSeeds:
-    arrays = graph.links
-    pos = arrays[f"{split}_pos"]
-    mine = np.asarray(ceil_split(np.arange(pos.shape[1]), rt.world_size, rt.rank)) if graph.replicated else None
-    pick = (lambda a, axis=1: a if mine is None else np.take(a, mine, axis=axis))  # noqa: E731
-    num_nodes = graph.part.meta.num_nodes
-    if split == "train":
-        return LinkSeeds(pick(pos), num_nodes, negatives=negatives)
-    return LinkSeeds(pick(pos), num_nodes, fixed_neg=pick(arrays[f"{split}_neg"]),
-                     tails=pick(arrays[f"{split}_neg_tails"], 0))
+def _whole(array: np.ndarray, axis: int) -> np.ndarray:
+    return array
+
+
+def _share(rt: Runtime) -> Any:
+    """`pick(array, axis)`: this rank's ceiling-division share along `axis` (every rank holds the whole graph)."""
+    def pick(array: np.ndarray, axis: int) -> np.ndarray:
+        return np.take(array, np.asarray(ceil_split(np.arange(array.shape[axis]), rt.world_size, rt.rank)),
+                       axis=axis)
+    return pick
 
 
 def rank_batch_size(batch_size: int, world_size: int, rank: int, scope: str = "global") -> int:

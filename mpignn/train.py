@@ -37,9 +37,11 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
         check_known(cfg.dataset)  # before torch is imported: a misspelt name fails in a second
         from mpignn.fit import check_flags, fit
         from mpignn.graph_options import GraphOptions
+        from mpignn.tasks import make_task
 
         check_flags(cfg)
-        options = GraphOptions.from_config(cfg)  # the graph's flags in one value, made once
+        task = make_task(cfg)  # what differs between tasks, as one object the pipeline asks
+        options = GraphOptions.from_config(cfg, task)  # the graph's flags in one value, made once
     except (ConfigError, DatasetError) as exc:
         if ns is not None and ns.config:  # each rank read its own copy of the file: unagreed, so with MPI up
             from mpignn.mpi import world  # run_main aborts the job instead of leaving the others waiting
@@ -51,7 +53,6 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
 
     import torch
 
-    from mpignn.models import build_model
     from mpignn.runtime import attach_embedding, bootstrap, build_local_graph, make_loader, shutdown
 
     log = logging.getLogger("mpignn.train")
@@ -60,16 +61,14 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
     if rt.rank == 0:
         log.info("config %s", json.dumps(cfg.to_dict(), sort_keys=True))
     torch.manual_seed(cfg.seed)
-    graph = build_local_graph(rt, options)
+    graph = build_local_graph(rt, options, task)
     if cfg.embed_dim:
         graph = attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)
     loaders = {split: make_loader(rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope,
-                                  seed=cfg.seed, prefetch=cfg.prefetch, negatives=cfg.negatives,
-                                  max_steps=cfg.max_steps)
+                                  seed=cfg.seed, prefetch=cfg.prefetch, max_steps=cfg.max_steps)
                for split in ("train", "val", "test")}
     try:
-        model = build_model(cfg.model, graph.in_channels(), cfg.hidden, graph.num_classes, cfg.num_layers,
-                            cfg.dropout, task=cfg.task, decoder=cfg.decoder, schema=graph.schema).to(rt.device)
+        model = task.build_model(cfg.model, graph, cfg.hidden, cfg.num_layers, cfg.dropout).to(rt.device)
     except ConfigError as exc:  # the graph's kind decides, the same on every rank
         raise mark_agreed(exc) from None
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

@@ -112,12 +112,12 @@ def test_a_pass_can_end_inside_the_epoch_with_the_whole_pass_batches():
     from mpignn.data import make_synthetic
     from mpignn.data.synthetic import SyntheticSpec
     from mpignn.exchange import FeatureStore
-    from mpignn.loader import NodeLoader
+    from mpignn.loader import BatchLoader
     from mpignn.sampling import LocalHops, NeighborSampler
 
     g = make_synthetic(SyntheticSpec(num_nodes=2000, avg_degree=5, num_features=4))
     sampler = NeighborSampler(LocalHops(g.rowptr, g.col), g.num_nodes, [3])
-    loader = NodeLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 64, seed=1)
+    loader = BatchLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 64, seed=1)
     loader.set_epoch(1)
     whole = [b.n_id.tolist() for b in loader]
     parts = []
@@ -133,13 +133,13 @@ def test_max_steps_takes_that_many_full_batches_of_a_fresh_shuffle():
     from mpignn.data import make_synthetic
     from mpignn.data.synthetic import SyntheticSpec
     from mpignn.exchange import FeatureStore
-    from mpignn.loader import NodeLoader
+    from mpignn.loader import BatchLoader
     from mpignn.sampling import LocalHops, NeighborSampler
 
     g = make_synthetic(SyntheticSpec(num_nodes=3000, avg_degree=5, num_features=4))
     sampler = NeighborSampler(LocalHops(g.rowptr, g.col), g.num_nodes, [3])
-    full = NodeLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 64, seed=1)
-    loader = NodeLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 64, seed=1, max_steps=3)
+    full = BatchLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 64, seed=1)
+    loader = BatchLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 64, seed=1, max_steps=3)
     assert len(full) > 3 and len(loader) == 3
     epochs = []
     for epoch in range(2):
@@ -149,7 +149,7 @@ def test_max_steps_takes_that_many_full_batches_of_a_fresh_shuffle():
         epochs.append(np.concatenate(batches))
     assert len(np.unique(epochs[0])) == 192 and set(epochs[0]) <= set(g.train_idx.tolist())
     assert not np.array_equal(np.sort(epochs[0]), np.sort(epochs[1]))  # another shuffle, other seeds
-    assert NodeLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 64, max_steps=10**6).steps == len(full)
+    assert BatchLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 64, max_steps=10**6).steps == len(full)
 
 
 def test_negative_max_steps_is_refused_with_a_hint():

@@ -28,12 +28,12 @@ def batch():
     from mpignn.data import make_synthetic
     from mpignn.data.synthetic import SyntheticSpec
     from mpignn.exchange import FeatureStore
-    from mpignn.loader import NodeLoader
+    from mpignn.loader import BatchLoader
     from mpignn.sampling import LocalHops, NeighborSampler
 
     g = make_synthetic(SyntheticSpec(num_nodes=4000, avg_degree=10, num_features=16))
     sampler = NeighborSampler(LocalHops(g.rowptr, g.col), g.num_nodes, [6, 4, 3])
-    return next(iter(NodeLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 64, seed=3)))
+    return next(iter(BatchLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 64, seed=3)))
 
 
 @needs_device
@@ -180,7 +180,7 @@ def test_hetero_batch_features_equal_on_device_and_host(table):
     from mpignn.data.synthetic_hetero import make_user_item
     from mpignn.exchange import FeatureStore
     from mpignn.hetero_batch import HeteroLayout
-    from mpignn.loader import NodeLoader
+    from mpignn.loader import BatchLoader
     from mpignn.sampling import LocalHops, NeighborSampler
 
     g = make_user_item(num_items=600, num_users=150, edges_per_item=6)
@@ -192,7 +192,7 @@ def test_hetero_batch_features_equal_on_device_and_host(table):
 
     def first(device, x):
         sampler = NeighborSampler(hops, g.num_nodes, [[3, 4], [2, 2]])
-        return next(iter(NodeLoader(sampler, FeatureStore(x, g.y, 0), g.train_idx, 60, shuffle=False,
+        return next(iter(BatchLoader(sampler, FeatureStore(x, g.y, 0), g.train_idx, 60, shuffle=False,
                                     device=device, layout=layout)))
 
     host, dev = first("cpu", x16), first(DEVICE, rows)

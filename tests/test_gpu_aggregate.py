@@ -19,12 +19,12 @@ def batch():
     from mpignn.data import make_synthetic
     from mpignn.data.synthetic import SyntheticSpec
     from mpignn.exchange import FeatureStore
-    from mpignn.loader import NodeLoader
+    from mpignn.loader import BatchLoader
     from mpignn.sampling import LocalHops, NeighborSampler
 
     g = make_synthetic(SyntheticSpec(num_nodes=4000, avg_degree=10, num_features=16))
     sampler = NeighborSampler(LocalHops(g.rowptr, g.col), g.num_nodes, [10, 8, 5])
-    return next(iter(NodeLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 256, seed=3)))
+    return next(iter(BatchLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 256, seed=3)))
 
 
 def _step(model, data):

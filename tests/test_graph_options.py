@@ -23,7 +23,9 @@ def test_options_from_config_carry_every_graph_flag_and_are_frozen():
                  "--fanout", "4,3", "--cache-size", "123", "--local-prep", "--prep-timeout", "9", "--exchange", "mpi",
                  "--task", "link", "--link-val", "0.1", "--link-test", "0.2", "--link-tails", "5",
                  "--feature-norm", "row", "--feature-dtype", "bf16", "--force"])
-    opts = GraphOptions.from_config(cfg)
+    from mpignn.tasks import make_task
+
+    opts = GraphOptions.from_config(cfg, make_task(cfg))
     assert (opts.dataset, opts.root, opts.method, opts.seed, opts.fanouts) == (SMALL, "/r", "random", 7, (4, 3))
     assert (opts.cache_size, opts.local_prep, opts.prep_timeout, opts.exchange) == (123, True, 9.0, "mpi")
     assert (opts.feature_norm, opts.feature_dtype, opts.force, opts.replicated) == ("row", "bf16", True, False)
@@ -103,7 +105,7 @@ def test_train_passes_one_options_object(monkeypatch):
     class Built(Exception):
         pass
 
-    def fake_build(rt, opts):
+    def fake_build(rt, opts, task):
         seen.append(opts)
         raise Built
 
@@ -111,7 +113,9 @@ def test_train_passes_one_options_object(monkeypatch):
     argv = ["--dataset", SMALL, "--fanout", "3,2", "--cache-size", "0", "--feature-norm", "row", "--threads", "1"]
     with pytest.raises(Built):
         train.main(argv)
-    assert seen == [GraphOptions.from_config(parse(argv))]
+    from mpignn.tasks import make_task
+
+    assert seen == [GraphOptions.from_config(parse(argv), make_task())]
 
 
 def test_attach_embedding_returns_a_new_graph_and_leaves_the_old_one(tmp_path):

@@ -13,7 +13,7 @@ from mpignn.data.synthetic_hetero import make_user_item
 from mpignn.errors import ConfigError, DatasetError
 from mpignn.exchange.features import FeatureStore
 from mpignn.hetero_batch import HeteroLayout
-from mpignn.loader import NodeLoader
+from mpignn.loader import BatchLoader
 from mpignn.models import build_model, forward_batch
 from mpignn.partition import format_report, load_partition, partition_graph
 from mpignn.sampling import LocalHops, NeighborSampler
@@ -30,7 +30,7 @@ def _loader(graph, fanouts, batch_size=60):
     t = graph.schema.num_etypes
     hops = LocalHops(graph.rowptr, graph.col, 0, type_rowptr(graph.rowptr, graph.edge_type, t), t)
     layout = HeteroLayout(graph.schema, graph.schema.offsets[:-1], np.arange(len(graph.schema.node_types)))
-    return NodeLoader(NeighborSampler(hops, graph.num_nodes, fanouts), FeatureStore(graph.x, graph.y, 0),
+    return BatchLoader(NeighborSampler(hops, graph.num_nodes, fanouts), FeatureStore(graph.x, graph.y, 0),
                       graph.train_idx, batch_size, shuffle=False, layout=layout)
 
 

@@ -13,7 +13,7 @@ from mpignn import loop
 from mpignn.data import make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.exchange import FeatureStore
-from mpignn.loader import NodeLoader
+from mpignn.loader import BatchLoader
 from mpignn.models import forward_batch
 from mpignn.models.sampled import SampledGNN
 from mpignn.sampling import LocalHops, NeighborSampler
@@ -25,7 +25,7 @@ READS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__")
 def batches():
     g = make_synthetic(SyntheticSpec(num_nodes=3000, avg_degree=8, num_features=16))
     sampler = NeighborSampler(LocalHops(g.rowptr, g.col), g.num_nodes, [5, 4, 3])
-    return list(NodeLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 32, seed=1))
+    return list(BatchLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 32, seed=1))
 
 
 @pytest.fixture

@@ -7,10 +7,12 @@ from mpignn.data import make_synthetic
 from mpignn.data.links import split_links, undirected_pairs
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.exchange import FeatureStore
-from mpignn.loader import LinkSeeds, NodeLoader
+from mpignn.loader import BatchLoader
 from mpignn.metrics import LinkScores, auc, positive_ranks
-from mpignn.models import build_model, forward_batch
+from mpignn.models import build_model
+from mpignn.models.link import LinkModel
 from mpignn.sampling import LocalHops, NeighborSampler
+from mpignn.tasks.link import LinkSeeds, score_pairs
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,7 @@ def test_split_holds_out_edges_without_leakage(graph):
 def test_edge_batches_label_pairs_in_batch_ids(graph):
     sampler = NeighborSampler(LocalHops(graph.rowptr, graph.col), graph.num_nodes, [4, 3])
     pos = undirected_pairs(graph.rowptr, graph.col)[:, :512]
-    loader = NodeLoader(sampler, FeatureStore(graph.x, graph.y, 0), LinkSeeds(pos, graph.num_nodes), 64, seed=2)
+    loader = BatchLoader(sampler, FeatureStore(graph.x, graph.y, 0), LinkSeeds(pos, graph.num_nodes), 64, seed=2)
     batch = next(iter(loader))
     eli, label = batch.edge_label_index, batch.edge_label
     assert eli.shape == (2, 128) and label.tolist() == [1.0] * 64 + [0.0] * 64
@@ -65,12 +67,12 @@ def test_link_model_scores_pairs_and_learns(graph, model, decoder):
     torch.manual_seed(0)
     sampler = NeighborSampler(LocalHops(graph.rowptr, graph.col), graph.num_nodes, [4, 3])
     pos = undirected_pairs(graph.rowptr, graph.col)
-    loader = NodeLoader(sampler, FeatureStore(graph.x, graph.y, 0), LinkSeeds(pos, graph.num_nodes), 256, seed=2)
-    net = build_model(model, 8, 32, 0, 2, task="link", decoder=decoder)
+    loader = BatchLoader(sampler, FeatureStore(graph.x, graph.y, 0), LinkSeeds(pos, graph.num_nodes), 256, seed=2)
+    net = LinkModel(build_model(model, 8, 32, 32, 2), 32, decoder)
     opt = torch.optim.Adam(net.parameters(), lr=0.01)
     losses = []
     for step, batch in zip(range(20), loader):
-        logits = forward_batch(net, batch)
+        logits = score_pairs(net, batch)
         assert logits.shape == (batch.edge_label.numel(),)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, batch.edge_label)
         opt.zero_grad()

@@ -5,7 +5,7 @@ import torch
 from mpignn.data import make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.exchange import FeatureStore
-from mpignn.loader import NodeLoader
+from mpignn.loader import BatchLoader
 from mpignn.models.sampled import SampledGNN
 from mpignn.sampling import LocalHops, NeighborSampler
 
@@ -14,7 +14,7 @@ from mpignn.sampling import LocalHops, NeighborSampler
 def batch():
     g = make_synthetic(SyntheticSpec(num_nodes=4000, avg_degree=10, num_features=16))
     sampler = NeighborSampler(LocalHops(g.rowptr, g.col), g.num_nodes, [6, 4, 3])
-    return next(iter(NodeLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 64, seed=3)))
+    return next(iter(BatchLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 64, seed=3)))
 
 
 def _untrimmed(model, batch):

@@ -134,11 +134,21 @@ def test_cli_generates_synthetic_into_a_mapped_folder_and_resolves_auto(tmp_path
 
     out = tmp_path / "parts"
     res = subprocess.run([sys.executable, "-m", "mpignn.partition", "--dataset", "synthetic:num_nodes=3000",
-                          "--num-parts", "2", "--out", str(out), "--root", str(tmp_path / "data"), "--json"],
-                         capture_output=True, text=True, timeout=120)
+                          "--num-parts", "2", "--out", str(out), "--root", str(tmp_path / "data"), "--json",
+                          "--method", "auto"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "data" / "mpignn-cache" / "synthetic_num_nodes3000.npy" / "x.npy").is_file()
     assert json.loads(res.stdout)["method"] == default_method() == read_meta(out).method
+
+
+def test_cli_and_training_partition_with_one_default_method():
+    """mpignn.partition without --method cuts the graph as training's automatic partition does."""
+    from mpignn.config import TrainConfig
+    from mpignn.graph_options import GraphOptions
+    from mpignn.partition.cli import build_parser
+
+    cli = build_parser().parse_args(["--num-parts", "2", "--out", "x"]).method
+    assert cli == TrainConfig().partition_method == GraphOptions().method == "metis"
 
 
 def test_streamed_folder_matches_in_memory_graph_and_halo(graph, parts, tmp_path):

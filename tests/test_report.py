@@ -57,21 +57,22 @@ def test_evaluate_counts_with_the_metric():
     from mpignn.data import make_synthetic
     from mpignn.data.synthetic import SyntheticSpec
     from mpignn.exchange import FeatureStore
-    from mpignn.loader import NodeLoader
-    from mpignn.loop import evaluate, train_epoch
+    from mpignn.loader import BatchLoader
+    from mpignn.loop import train_epoch
     from mpignn.models import build_model
     from mpignn.sampling import LocalHops, NeighborSampler
+    from mpignn.tasks.node import NodeTask, evaluate_nodes
 
     g = make_synthetic(SyntheticSpec(num_nodes=400, avg_degree=5, num_features=6))
-    loader = NodeLoader(NeighborSampler(LocalHops(g.rowptr, g.col), g.num_nodes, [3, 3]), FeatureStore(g.x, g.y, 0),
+    loader = BatchLoader(NeighborSampler(LocalHops(g.rowptr, g.col), g.num_nodes, [3, 3]), FeatureStore(g.x, g.y, 0),
                         g.test_idx, 32, shuffle=False, wrap=False)
     torch.manual_seed(0)
     model = build_model("sage", 6, 8, g.num_classes, 2)
-    train = NodeLoader(loader.sampler, loader.features, g.train_idx, 32)
+    train = BatchLoader(loader.sampler, loader.features, g.train_idx, 32)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     for epoch in range(3):
         train.set_epoch(epoch)
-        train_epoch(model, train, optimizer, device="cpu")
-    plain = evaluate(model, loader, device="cpu")
-    ogb = evaluate(model, loader, device="cpu", metric=correct_counter("ogbn-products"))
+        train_epoch(model, train, optimizer, task=NodeTask(), device="cpu")
+    plain = evaluate_nodes(model, loader, device="cpu")
+    ogb = evaluate_nodes(model, loader, device="cpu", metric=correct_counter("ogbn-products"))
     assert plain == ogb and plain["seeds"] == len(g.test_idx) and 0 < plain["correct"] < plain["seeds"]

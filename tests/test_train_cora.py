@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from _mpirun import SHARED
 from mpignn.data import load_dataset
 from mpignn.exchange import FeatureStore
-from mpignn.loader import NodeLoader
+from mpignn.loader import BatchLoader
 from mpignn.sampling import LocalHops, NeighborSampler
 
 pytestmark = pytest.mark.skipif(not (SHARED / "datasets" / "Cora").is_dir(), reason="../shared/datasets is absent")
@@ -23,8 +23,8 @@ def test_pyg_graphsage_on_cora(tmp_path):
     torch.manual_seed(0)
     sampler = NeighborSampler(LocalHops(g.rowptr, g.col), g.num_nodes, [10, 10])
     features = FeatureStore(g.x, g.y, 0)
-    train = NodeLoader(sampler, features, g.train_idx, 32, seed=0)
-    test = NodeLoader(sampler, features, g.test_idx, 256, shuffle=False, wrap=False)
+    train = BatchLoader(sampler, features, g.train_idx, 32, seed=0)
+    test = BatchLoader(sampler, features, g.test_idx, 256, shuffle=False, wrap=False)
     model = GraphSAGE(g.num_features, 64, 2, g.num_classes, dropout=0.5)
     opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
     for epoch in range(30):

@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --target-acc: train each configuration once per seed (comma-separated); the "
                              "auto target and the times are means over the seeds")
     parser.add_argument("--lr", type=float, default=0.003)
-    parser.add_argument("--task", default="node", help="node, or link (edges/s in place of seeds/s)")
+    parser.add_argument("--task", default="node", help="the --task of mpignn.train; the table shows its "
+                                                                  "throughput (seeds/s, edges/s) and its score")
     parser.add_argument("--max-steps", type=int, default=0,
                         help="training steps per epoch at most (0: all; e.g. for --task link on big graphs)")
     parser.add_argument("--train-args", default="", help="more mpignn.train flags for every row, as one string "
@@ -108,10 +109,11 @@ def main(argv: list[str] | None = None) -> int:
                       "--precision", args.precision, "--lr", str(args.lr), "--task", args.task,
                       "--max-steps", str(args.max_steps), *shlex.split(args.train_args), *evals]
             recs = run_train(ranks, [*common, *extra], cores_per_rank=0 if args.no_bind else bind)
-            for rec in recs:  # link prediction counts positive edges per second
-                rec.setdefault("seeds_per_s", rec.get("edges_per_s", 0.0))
-                rec.setdefault("val_acc", rec.get("val_auc"))
-                rec.setdefault("test_acc", rec.get("test_auc"))
+            for rec in recs:  # any task: its throughput (<unit>_per_s) and its scores (val_<metric>) by one name
+                rate = next(k for k in rec if k.endswith("_per_s"))
+                metric = next(k for k in rec if k.startswith("val_"))[len("val_"):]
+                rec.update(per_s=rec[rate], unit=rate[:-len("_per_s")] + "/s", metric=metric, val=rec[f"val_{metric}"],
+                           test=rec.get(f"test_{metric}"))
             return recs
 
         evals = ["--eval-every", str(args.epochs + 1)]
@@ -119,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             target = args.target_acc
             if target == "auto":  # calibration: the first configuration's validation accuracy after 2 epochs
                 _, ranks, extra, bind = configs[0]
-                accs = [train(ranks, extra, bind, 2, ["--eval-every", "2"], seed)[-1]["val_acc"] for seed in seeds]
+                accs = [train(ranks, extra, bind, 2, ["--eval-every", "2"], seed)[-1]["val"] for seed in seeds]
                 target = str(mean(accs))
                 print(f"  target: {float(target):.4f} (validation accuracy of {configs[0][0]} after 2 epochs"
                       + (f", mean of seeds {args.seeds})" if len(seeds) > 1 else ")"), flush=True)
@@ -132,15 +134,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  done: {name}", flush=True)
     if timing:
         return _time_to_accuracy(args, curves, float(target))
-    base = rows[0]["seeds_per_s"]
+    base = rows[0]["per_s"]
     for row in rows:
-        row["speedup"] = row["seeds_per_s"] / base
+        row["speedup"] = row["per_s"] / base
         row["remote_mib"] = (row["remote_feature_bytes"] + row["remote_structure_bytes"]) / 2**20
         row["feat_mib"] = row["remote_feature_bytes"] / 2**20
-    unit = "edges/s" if args.task == "link" else "seeds/s"
+    unit = rows[0]["unit"]
     print(f"{args.dataset}: {args.task} task, fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, "
           f"{args.precision}, epoch {args.epochs - 1} of {args.epochs}")
-    print(table(rows, [("config", "config", "s"), ("epoch_s", "epoch s", ".2f"), ("seeds_per_s", unit, ".0f"),
+    print(table(rows, [("config", "config", "s"), ("epoch_s", "epoch s", ".2f"), ("per_s", unit, ".0f"),
                        ("speedup", "x 1x1", ".2f"), ("sample_s", "sample", ".2f"), ("exchange_s", "exchange", ".2f"),
                        ("compute_s", "compute", ".2f"), ("allreduce_s", "allreduce", ".2f"), ("wait_s", "wait", ".2f"),
                        ("nodes_per_step", "nodes/step", ".0f"),
@@ -157,9 +159,9 @@ def _reach(recs: list[dict], target: float) -> dict | None:
     elapsed = 0.0
     for rec in recs:
         elapsed += rec["epoch_s"]
-        if rec["val_acc"] is not None and rec["val_acc"] >= target:
-            return {"seconds": elapsed, "epochs": rec["epochs_done"], "val_acc": rec["val_acc"],
-                    "test_acc": rec["test_acc"]}
+        if rec["val"] is not None and rec["val"] >= target:
+            return {"seconds": elapsed, "epochs": rec["epochs_done"], "val": rec["val"],
+                    "test": rec["test"]}
     return None
 
 
@@ -167,25 +169,28 @@ def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[lis
     """Print, per configuration, the training time until validation accuracy first reached `target` (the
     mean over its seeds' runs, given only where every run reached it), and plot accuracy against time."""
     rows, several = [], len(curves[0][1]) > 1
+    last = curves[0][1][0][-1]
+    metric = {"acc": "accuracy"}.get(last["metric"], last["metric"].upper())
     for name, runs in curves:
         hits = [_reach(recs, target) for recs in runs]
         got = [h for h in hits if h is not None]
         row = {"config": name, "reached": "yes" if len(got) == len(runs) else f"{len(got)}/{len(runs)}" if got
                else "no", "per_seed": "/".join(f"{h['seconds']:.2f}" if h else "-" for h in hits),
-               "seeds_per_s": mean([recs[-1]["seeds_per_s"] for recs in runs]),
+               "per_s": mean([recs[-1]["per_s"] for recs in runs]),
                "feat_mib": mean([recs[-1].get("remote_feature_bytes", 0) for recs in runs]) / 2**20}
         if len(got) == len(runs):  # a mean over the runs that made it would flatter a configuration
-            row.update({key: mean([h[key] for h in got]) for key in ("seconds", "epochs", "val_acc", "test_acc")})
+            row.update({key: mean([h[key] for h in got]) for key in ("seconds", "epochs", "val", "test")})
         rows.append(row)
     base = rows[0].get("seconds")
     for row in rows:
         row["vs_first"] = row["seconds"] / base if base and "seconds" in row else None
     print(f"{args.dataset}: fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, lr {args.lr}, "
-          f"{args.precision}; time to validation accuracy {target:.4f} (up to {args.max_epochs} epochs"
+          f"{args.precision}; time to validation {metric} {target:.4f} (up to {args.max_epochs} epochs"
           + (f"; means over {len(curves[0][1])} seeds)" if several else ")"))
     columns = [("config", "config", "s"), ("reached", "reached", "s"), ("seconds", "train s", ".2f"),
-               ("epochs", "epochs", ".2f"), ("val_acc", "val acc", ".4f"), ("test_acc", "test acc", ".4f"),
-               ("vs_first", "time / first", ".2f"), ("seeds_per_s", "seeds/s", ".0f"),
+               ("epochs", "epochs", ".2f"), ("val", f"val {last['metric']}", ".4f"),
+               ("test", f"test {last['metric']}", ".4f"), ("vs_first", "time / first", ".2f"),
+               ("per_s", last["unit"], ".0f"),
                ("feat_mib", "feat MiB/epoch", ".1f")]
     if several:
         columns.append(("per_seed", "train s per seed", "s"))
@@ -210,9 +215,9 @@ def _plot_curves(curves: list[tuple[str, list[list[dict]]]], target: float, path
             t, xs, ys = 0.0, [], []
             for rec in recs:
                 t += rec["epoch_s"]
-                if rec["val_acc"] is not None:
+                if rec["val"] is not None:
                     xs.append(t)
-                    ys.append(rec["val_acc"])
+                    ys.append(rec["val"])
             ax.plot(xs, ys, marker="o", color=f"C{k}", label=name if i == 0 else None)
     ax.axhline(target, color="grey", linestyle="--", linewidth=1)
     ax.set_xlabel("training seconds (slowest rank, evaluation excluded)")

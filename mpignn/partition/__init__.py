@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from mpignn.choices import PARTITION_DEFAULT
 from mpignn.data.graph import GraphData
 from mpignn.partition.assign import DEFAULT_METHOD, METHODS, assign_parts, default_method
 from mpignn.partition.format import LocalPart, PartitionMeta, check_matches, load_partition, part_dir, read_meta, report
@@ -16,7 +17,7 @@ __all__ = ["partition_graph", "load_partition", "read_meta", "check_matches", "P
            "METHODS", "DEFAULT_METHOD", "default_method", "part_dir", "format_report"]
 
 
-def partition_graph(graph: GraphData, num_parts: int, out: str | os.PathLike, *, method: str = "metis",
+def partition_graph(graph: GraphData, num_parts: int, out: str | os.PathLike, *, method: str = PARTITION_DEFAULT,
                     seed: int = 0, dataset: str | None = None, force: bool = False, threads: int = 1,
                     links: dict | None = None) -> dict:
     """Cut `graph` into `num_parts` parts and write them to `out`; returns the report (see format_report).

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from mpignn.config import TrainConfig
+from mpignn.choices import DEFAULT_METHOD, PARTITION_DEFAULT, PARTITION_METHODS, TASKS
+from mpignn.config import TrainConfig, field_docs
 from mpignn.errors import MpignnError
 
 if TYPE_CHECKING:
@@ -26,13 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--root", default="data", help="dataset root folder")
     parser.add_argument("--num-parts", type=int, required=True, help="number of parts (= ranks of the job)")
     parser.add_argument("--out", required=True, help="output folder (refused if it exists, unless --force)")
-    parser.add_argument("--method", default="auto", choices=["auto", "metis", "kaminpar", "random"],
-                        help="auto: kaminpar where it is installed (pip install kaminpar), else metis")
+    parser.add_argument("--method", default=PARTITION_DEFAULT, choices=[*PARTITION_METHODS, DEFAULT_METHOD],
+                        help=field_docs()["partition_method"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0,
                         help="kaminpar threads (0: all cores); only 1 gives the same parts for the same seed")
     defaults = TrainConfig()
-    parser.add_argument("--task", default="node", choices=["node", "link"],
+    parser.add_argument("--task", default="node", choices=list(TASKS),
                         help="link: first hold out --link-val and --link-test of the undirected edges (seeded by "
                              "--seed) and store them in OUT/links/, for mpignn.train --task link with the same "
                              "--seed and link flags")
@@ -83,11 +84,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               "it, or pick another --out", file=sys.stderr)
         return 1
     try:
-        links = None
-        if args.task == "link":  # the same checks and the same split parameters as mpignn.train --task link
-            cfg = TrainConfig(task="link", link_val=args.link_val, link_test=args.link_test,
-                              link_tails=args.link_tails)
-            links = {**cfg.link_params, "seed": args.seed}
+        # what the task holds out, with the same checks and parameters as mpignn.train --task T
+        from mpignn.tasks import make_task
+
+        extras = make_task(TrainConfig(task=args.task, link_val=args.link_val, link_test=args.link_test,
+                                       link_tails=args.link_tails)).partition_extras()
+        links = None if extras is None else {**extras, "seed": args.seed}
         start = time.perf_counter()
         graph = load_for_partitioning(args.dataset, args.root)
         load_s = time.perf_counter() - start

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from mpignn.ddp import wrap_ddp
 from mpignn.loop import train_epoch
 from mpignn.models import build_model
+from mpignn.tasks.node import NodeTask
 from mpignn.mpi import root_first, run_main
 from mpignn.runtime import bootstrap, load_local_graph, make_loader
 
@@ -39,7 +40,7 @@ def main(mode: str, exchange: str, num_train: int, root: str) -> None:
     ddp, _ = wrap_ddp(model, rt.comm, rt.device)
     seen = []
     tap = type("Tap", (), {"__iter__": lambda s: (seen.append(b) or b for b in loader), "__len__": lambda s: 1})
-    sums = train_epoch(ddp, tap(), torch.optim.SGD(model.parameters(), lr=0.0), device=rt.device, comm=rt.comm)
+    sums = train_epoch(ddp, tap(), torch.optim.SGD(model.parameters(), lr=0.0), task=NodeTask(), device=rt.device, comm=rt.comm)
     assert sums["steps"] == 1 and len(seen) == 1, sums
     b = seen[0]
     batches = rt.comm.allgather((b.n_id, b.edge_index, b.num_sampled_nodes, b.num_sampled_edges, b.batch_size))

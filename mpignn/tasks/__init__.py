@@ -1,0 +1,31 @@
+"""Graph learning tasks as data: each is a `Task` (`tasks.base`) the one pipeline asks what differs.
+
+The registry is `mpignn.choices.TASKS` (name -> "module:Class"), so config checks `--task` without torch;
+`make_task` imports the one asked for.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from mpignn.choices import TASKS, check_choice
+from mpignn.tasks.base import Task
+
+__all__ = ["Task", "make_task", "task_class"]
+
+
+def task_class(name: str) -> type[Task]:
+    """The `Task` subclass registered as `name`.
+
+    Raises:
+        ConfigError: an unknown name.
+    """
+    module, _, cls = TASKS[check_choice("task", name, tuple(TASKS))].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def make_task(cfg: Any = None, name: str = "node") -> Task:
+    """The task of a `config.TrainConfig` (`cfg.task`, its flags), or the task `name` with its defaults."""
+    if cfg is None:
+        return task_class(name)()
+    return task_class(cfg.task).from_config(cfg)

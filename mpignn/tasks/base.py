@@ -1,0 +1,103 @@
+"""The `Task` interface: everything that differs between graph learning tasks, asked by the one pipeline.
+
+The loader, the epoch loop, `fit`, `runtime` and the partitioner name no task; they call these methods. A new
+task is one module with a `Task` subclass plus one line in `mpignn.choices.TASKS`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from mpignn.compute import count_equal
+
+__all__ = ["Task", "Pick"]
+
+Pick = Callable[[np.ndarray, int], np.ndarray]
+"""`pick(array, axis)`: this rank's share of `array` along `axis` (its ceiling-division share when every rank
+holds the whole graph; the array itself otherwise)."""
+
+
+class Task:
+    """What a task decides, in the order the pipeline asks: what the partition holds out, which nodes batches
+    start from, what a batch carries, the model's head, the loss, the metrics and the record fields.
+
+    Attributes:
+        name: the `--task` value.
+        metric: the validation score `fit` keeps the best of (record field `val_<metric>`).
+        metric_name: that score in words, for the run's last line.
+        unit: what the throughput counts (record field `<unit>_per_s`).
+    """
+
+    name = ""
+    metric = "acc"
+    metric_name = "accuracy"
+    unit = "seeds"
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "Task":
+        """The task a `config.TrainConfig` asks for (its flags are checked already)."""
+        return cls()
+
+    # --- data ------------------------------------------------------------------------------------------------
+    def partition_extras(self) -> dict[str, Any] | None:
+        """What the partitioner holds out of the graph before cutting it (`GraphOptions.links`); None: nothing."""
+        return None
+
+    def check_graph(self, schema: Any) -> None:
+        """Raise ConfigError for a graph the task cannot run on (`schema`: a heterogeneous graph's, or None)."""
+
+    def cache_seeds(self, part: Any) -> np.ndarray:
+        """Global ids of the own nodes training batches start from: the remote-row cache is filled around them."""
+        return part.train_idx
+
+    def local_data(self, part: Any, held_out: dict[str, np.ndarray] | None) -> dict[str, np.ndarray] | None:
+        """This rank's arrays of the task (`LocalGraph.task_data`), from its part and its share of what the
+        partition held out (`partition_extras`; None when nothing was)."""
+        return held_out
+
+    def seeds(self, graph: Any, split: str, pick: Pick) -> Any:
+        """This rank's seed source of `split` ("train", "val", "test") for `loader.BatchLoader`: node ids, or an
+        object with `__len__`, `draw(sampler, items, seed)` and `attach(data, extra)`."""
+        raise NotImplementedError
+
+    def eval_batch_size(self, seeds: Any, batch_size: int) -> int:
+        """Seeds per evaluation step (a task whose seeds bring extra items per seed makes it smaller)."""
+        return batch_size
+
+    # --- model and loss --------------------------------------------------------------------------------------
+    def build_model(self, name: str, graph: Any, hidden: int, num_layers: int, dropout: float) -> torch.nn.Module:
+        raise NotImplementedError
+
+    def forward(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        """The logits the loss reads, of the batch's labelled items."""
+        raise NotImplementedError
+
+    def items(self, batch: Any) -> int:
+        """The batch's labelled items: the loss is their sum, averaged over all ranks' items of the step."""
+        return batch.batch_size
+
+    def units(self, batch: Any) -> int:
+        """What the batch adds to the throughput count (`unit`)."""
+        return self.items(batch)
+
+    def loss(self, logits: torch.Tensor, batch: Any, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(summed loss, predictions, labels) of the batch's `n` labelled items."""
+        raise NotImplementedError
+
+    def count_correct(self, pred: torch.Tensor, labels: torch.Tensor) -> Any:
+        """Correct predictions among `pred` (a tensor on the device, or a float)."""
+        return count_equal(pred, labels)
+
+    # --- evaluation and the record ---------------------------------------------------------------------------
+    def evaluate(self, rt: Any, model: torch.nn.Module, loaders: dict[str, Any], *, now: bool, bf16: bool,
+                 embedding: Any, test_if: float | None) -> dict[str, Any]:
+        """Collective over `rt.comm` when `now`: the record's score fields (`val_<metric>`, `test_<metric>` and
+        any others), reduced over the ranks; None where a split was not scored (not `now`, or the validation
+        score below `test_if` for the test split)."""
+        raise NotImplementedError
+
+    def describe(self, rec: dict[str, Any]) -> str:
+        """The scores of an epoch record as the epoch line prints them."""
+        raise NotImplementedError

@@ -1,0 +1,175 @@
+"""Link prediction: the partitioner holds out validation and test edges (`partition.links`); training seeds
+are each rank's remaining edges with fresh negatives per batch, the head a decoder over pairs of node
+embeddings, the loss binary cross-entropy, the scores AUC, MRR and Hits@K, exact across ranks (`metrics`)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mpignn.compute import autocast, with_rows
+from mpignn.errors import ConfigError
+from mpignn.metrics import LinkScores
+from mpignn.models import build_model
+from mpignn.models.link import LinkModel
+from mpignn.partition.links import train_pairs
+from mpignn.tasks.base import Pick, Task
+
+__all__ = ["LinkTask", "LinkSeeds", "evaluate_links", "score_pairs"]
+
+
+class LinkSeeds:
+    """Link prediction's seeds: positive pairs (global ids, [2, E]), each batch adding negatives.
+
+    Training draws fresh negatives per batch from the batch's seed: `uniform` pairs (both ends uniform over
+    all `num_nodes` nodes, as PyG's binary negative sampling) or `tail` (each positive's source with a uniform
+    target), `ratio` per positive. Evaluation passes fixed negatives instead: `fixed_neg` [2, E] (one per
+    positive, for AUC) and `tails` [E, K] (targets per positive, for MRR/Hits@K). A batch's
+    `edge_label_index` lists positives, then negatives, then each positive's K tails (`num_pos`, `num_tails`
+    say where each part starts); `edge_label` is 1 for positives, else 0.
+    """
+
+    def __init__(self, pos: np.ndarray, num_nodes: int, *, negatives: str = "uniform", ratio: int = 1,
+                 fixed_neg: np.ndarray | None = None, tails: np.ndarray | None = None) -> None:
+        self.pos = np.asarray(pos, dtype=np.int64).reshape(2, -1)
+        self.num_nodes, self.negatives, self.ratio = int(num_nodes), negatives, int(ratio)
+        self.fixed_neg, self.tails = fixed_neg, tails
+
+    def __len__(self) -> int:
+        return self.pos.shape[1]
+
+    def pairs(self, items: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """(pairs [2, P], labels [P], positives, tails per positive) of the positives `items`."""
+        pos = self.pos[:, items]
+        if self.fixed_neg is not None:
+            neg = self.fixed_neg[:, items]
+        else:
+            rng = np.random.default_rng(seed)
+            k = len(items) * self.ratio
+            src = np.tile(pos[0], self.ratio) if self.negatives == "tail" else rng.integers(0, self.num_nodes, k)
+            neg = np.stack([src, rng.integers(0, self.num_nodes, k)])
+        parts = [pos, neg]
+        k_tails = 0
+        if self.tails is not None:
+            k_tails = self.tails.shape[1]
+            parts.append(np.stack([np.repeat(pos[0], k_tails), self.tails[items].reshape(-1)]))
+        pairs = np.concatenate(parts, axis=1)
+        labels = np.zeros(pairs.shape[1], dtype=np.float32)
+        labels[:len(items)] = 1.0
+        return pairs, labels, len(items), k_tails
+
+    def draw(self, sampler: Any, items: np.ndarray, seed: int) -> tuple[Any, dict[str, Any]]:
+        """The sample around both ends of the pairs of positives `items`, and the pairs and labels the batch
+        carries (`edge_label_index` in the batch's local ids)."""
+        pairs, labels, num_pos, num_tails = self.pairs(items, seed)
+        out = sampler.sample_from_edges(pairs[0], pairs[1], seed)
+        return out, {"edge_label_index": out.edge_label_index, "edge_label": labels, "num_pos": num_pos,
+                     "num_tails": num_tails}
+
+
+class LinkTask(Task):
+    name = "link"
+    metric = "auc"
+    metric_name = "AUC"
+    unit = "edges"  # positive edges per second
+
+    def __init__(self, *, val: float = 0.05, test: float = 0.1, num_tails: int = 100, decoder: str = "dot",
+                 negatives: str = "uniform", hits_k: int = 10) -> None:
+        self.val, self.test, self.num_tails = val, test, num_tails
+        self.decoder, self.negatives, self.hits_k = decoder, negatives, hits_k
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "LinkTask":
+        return cls(val=cfg.link_val, test=cfg.link_test, num_tails=cfg.link_tails, decoder=cfg.decoder,
+                   negatives=cfg.negatives, hits_k=cfg.hits_k)
+
+    def partition_extras(self) -> dict[str, Any]:
+        return {"val": self.val, "test": self.test, "num_tails": self.num_tails}
+
+    def check_graph(self, schema: Any) -> None:
+        if schema is not None:
+            raise ConfigError("link prediction on a heterogeneous graph is not supported yet. HINT: --task node")
+
+    def cache_seeds(self, part: Any) -> np.ndarray:
+        # batches start from both ends of edges and from uniform negatives: every own node
+        return np.arange(part.lo, part.hi, dtype=np.int64)
+
+    def local_data(self, part: Any, held_out: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        """The held-out pairs and this rank's training edges (`train_pos`: each undirected edge once, at the
+        part owning its smaller end)."""
+        return {**held_out, "train_pos": train_pairs(part.rowptr, part.col, part.lo)}
+
+    def seeds(self, graph: Any, split: str, pick: Pick) -> LinkSeeds:
+        arrays, num_nodes = graph.task_data, graph.part.meta.num_nodes
+        pos = pick(arrays[f"{split}_pos"], 1)
+        if split == "train":
+            return LinkSeeds(pos, num_nodes, negatives=self.negatives)
+        return LinkSeeds(pos, num_nodes, fixed_neg=pick(arrays[f"{split}_neg"], 1),
+                         tails=pick(arrays[f"{split}_neg_tails"], 0))
+
+    def eval_batch_size(self, seeds: Any, batch_size: int) -> int:
+        return max(1, 8 * batch_size // (2 + seeds.tails.shape[1]))  # each positive brings 1 + K negatives
+
+    def build_model(self, name: str, graph: Any, hidden: int, num_layers: int, dropout: float) -> torch.nn.Module:
+        encoder = build_model(name, graph.in_channels(), hidden, hidden, num_layers, dropout, schema=graph.schema)
+        return LinkModel(encoder, hidden, self.decoder)
+
+    def forward(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        return score_pairs(model, batch)
+
+    def items(self, batch: Any) -> int:
+        return batch.edge_label.numel()
+
+    def units(self, batch: Any) -> int:
+        return batch.num_pos
+
+    def loss(self, logits: torch.Tensor, batch: Any, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        labels = batch.edge_label
+        loss_sum = F.binary_cross_entropy_with_logits(logits.float(), labels, reduction="sum")
+        return loss_sum, (logits > 0).to(labels.dtype), labels
+
+    def evaluate(self, rt: Any, model: torch.nn.Module, loaders: dict[str, Any], *, now: bool, bf16: bool,
+                 embedding: Any, test_if: float | None) -> dict[str, Any]:
+        scores: dict[str, dict[str, float]] = {}
+        test_now = now
+        for split in ("val", "test"):
+            if now and (split == "val" or test_now):
+                part = evaluate_links(model, loaders[split], device=rt.device, bf16=bf16,
+                                      hits_k=self.hits_k, embedding=embedding)
+                scores[split] = part.summary(rt.comm)
+                test_now = test_if is None or scores["val"]["auc"] >= test_if
+        test = scores.get("test", {})
+        return {"val_auc": scores["val"]["auc"] if "val" in scores else None, "test_auc": test.get("auc"),
+                "test_mrr": test.get("mrr"), f"test_hits@{self.hits_k}": test.get("hits")}
+
+    def describe(self, rec: dict[str, Any]) -> str:
+        acc = lambda v: "  -  " if v is None else f"{v:.4f}"  # noqa: E731
+        hits = f"test_hits@{self.hits_k}"
+        return (f"auc val {acc(rec['val_auc'])} test {acc(rec['test_auc'])} mrr {acc(rec['test_mrr'])} "
+                f"{hits[5:]} {acc(rec[hits])}")
+
+
+def score_pairs(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+    """One logit per pair of the batch's `edge_label_index`, by a `LinkModel`."""
+    return model(batch.x, batch.edge_index, batch.num_sampled_nodes, batch.num_sampled_edges,
+                 batch.edge_label_index, getattr(batch, "in_degree", None))
+
+
+@torch.no_grad()
+def evaluate_links(model: torch.nn.Module, loader: Any, *, device: str, bf16: bool = False,
+                   hits_k: int = 10, embedding: Any = None) -> LinkScores:
+    """This rank's scores of its held-out pairs (positives, fixed negatives, K tails each); reduce them with
+    `LinkScores.summary` (collective)."""
+    model.eval()
+    module = getattr(model, "module", model)
+    scores = LinkScores(hits_k)
+    for batch in loader:
+        with_rows(batch, embedding, device, train=False)
+        if batch.num_pos:
+            with autocast(device, bf16):
+                logits = score_pairs(module, batch)
+            scores.add(logits.float().cpu().numpy(), batch.edge_label.cpu().numpy(), batch.num_pos,
+                       batch.num_tails)
+    return scores

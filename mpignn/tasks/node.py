@@ -1,0 +1,89 @@
+"""Node classification: seeds are the split's labelled nodes, the head is the model's last layer into the
+classes, the loss is cross-entropy, the score accuracy (counted by ogb's Evaluator for ogbn-* datasets)."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from mpignn.compute import MetricSums, autocast, count_equal, with_rows
+from mpignn.models import build_model, forward_batch
+from mpignn.mpi import allreduce_sum
+from mpignn.report import correct_counter
+from mpignn.tasks.base import Pick, Task
+
+__all__ = ["NodeTask", "evaluate_nodes"]
+
+
+class NodeTask(Task):
+    name = "node"
+    metric = "acc"
+    metric_name = "accuracy"
+    unit = "seeds"
+
+    def __init__(self, counter: Callable[[torch.Tensor, torch.Tensor], Any] | None = None) -> None:
+        self.counter = counter or count_equal
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "NodeTask":
+        return cls(correct_counter(cfg.dataset))
+
+    def seeds(self, graph: Any, split: str, pick: Pick) -> Any:
+        return pick(getattr(graph.part, f"{split}_idx"), 0)
+
+    def build_model(self, name: str, graph: Any, hidden: int, num_layers: int, dropout: float) -> torch.nn.Module:
+        return build_model(name, graph.in_channels(), hidden, graph.num_classes, num_layers, dropout,
+                           schema=graph.schema)
+
+    def forward(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        return forward_batch(model, batch)
+
+    def loss(self, logits: torch.Tensor, batch: Any, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        labels = batch.y[:n]
+        return F.cross_entropy(logits.float(), labels, reduction="sum"), logits.argmax(-1), labels
+
+    def count_correct(self, pred: torch.Tensor, labels: torch.Tensor) -> Any:
+        return self.counter(pred, labels)
+
+    def evaluate(self, rt: Any, model: torch.nn.Module, loaders: dict[str, Any], *, now: bool, bf16: bool,
+                 embedding: Any, test_if: float | None) -> dict[str, Any]:
+        if not now:
+            return {"val_acc": None, "test_acc": None}
+        count = lambda split: evaluate_nodes(model, loaders[split], device=rt.device, bf16=bf16,  # noqa: E731
+                                             metric=self.counter, embedding=embedding)
+        val = count("val")
+        test_now = True
+        if test_if is not None:
+            correct, seen = allreduce_sum(rt.comm, [val["correct"], val["seeds"]]).tolist()
+            test_now = bool(seen) and correct / seen >= test_if
+        test = count("test") if test_now else {"correct": 0.0, "seeds": 0.0}
+        vc, vs, tc, ts = allreduce_sum(rt.comm, [val["correct"], val["seeds"], test["correct"],
+                                                 test["seeds"]]).tolist()
+        return {"val_acc": vc / vs if vs else None, "test_acc": tc / ts if test_now and ts else None}
+
+    def describe(self, rec: dict[str, Any]) -> str:
+        acc = lambda v: "  -  " if v is None else f"{v:.4f}"  # noqa: E731
+        return f"acc train {acc(rec['train_acc'])} val {acc(rec['val_acc'])} test {acc(rec['test_acc'])}"
+
+
+@torch.no_grad()
+def evaluate_nodes(model: torch.nn.Module, loader: Any, *, device: str, bf16: bool = False,
+                   metric: Callable[[torch.Tensor, torch.Tensor], Any] | None = None,
+                   embedding: Any = None) -> dict[str, float]:
+    """This rank's accuracy sums over the loader's seeds: correct (counted by `metric`, default equal labels)
+    and seeds. Collective only through `embedding` (its rows are pulled for every batch, empty ones too)."""
+    model.eval()
+    module = getattr(model, "module", model)  # no DDP in evaluation: there are no gradients to sync
+    sums = {"correct": 0.0, "seeds": 0.0}
+    metric_sums = MetricSums(sums, device)
+    for batch in loader:
+        n = batch.batch_size
+        with_rows(batch, embedding, device, train=False)  # collective: before skipping an empty batch
+        if not n:
+            continue
+        with autocast(device, bf16):
+            logits = forward_batch(module, batch)
+        metric_sums.add("correct", (metric or count_equal)(logits.argmax(-1), batch.y[:n]))
+        sums["seeds"] += n
+    return metric_sums.flush()
