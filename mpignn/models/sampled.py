@@ -8,19 +8,20 @@ that is about 3x fewer FLOPs than the trimmed model and gives the same function.
 GraphSAGE runs PyG's SAGEConv parameters through the same math as SAGEConv.forward, with three memory
 savings: on CPU and CUDA the mean aggregation is one sparse-dense matmul over a CSR adjacency (targets x
 sources), so no [edges x features] message tensor exists (measured on CPU: 2.4x faster per layer; XPU takes
-a portable kernel, see `mpignn.models.aggregate`); the root term and the ReLU
-are applied in place, so the widest layer keeps one [targets x hidden] tensor where PyG's forward makes four
-(lin_l, lin_r, their sum, the ReLU); and each layer is one autograd node whose backward writes its input's
-gradient once. Outputs and gradients are PyG's (tests/test_models.py).
+a portable kernel, see `mpignn.models.aggregate`); the root term and the ReLU (with dropout, when set:
+one pass that keeps no mask, `mpignn.models.dropout`) are applied in place, so the widest layer keeps one
+[targets x hidden] tensor where PyG's forward makes four (lin_l, lin_r, their sum, the ReLU) and dropout a
+fifth; and each layer is one autograd node whose backward writes its input's gradient once. Outputs and
+gradients are PyG's (tests/test_models.py).
 """
 from __future__ import annotations
 
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 
 from mpignn.models.aggregate import MeanAdjacency
+from mpignn.models.dropout import relu_dropout
 
 __all__ = ["SampledGNN", "encode"]
 
@@ -67,24 +68,21 @@ class SampledGNN(torch.nn.Module):
             hidden = layer < self.num_layers - 1
             if self.kind == "sage":
                 adj = MeanAdjacency(edge_index[0, :n_edges], edge_index[1, :n_edges], n_dst, x.size(0), in_degree)
-                x = _sage(conv, x, adj, n_dst, relu=hidden)
+                x = _sage(conv, x, adj, n_dst)
             else:
                 x = conv((x, x[:n_dst]), edge_index[:, :n_edges], size=(x.size(0), n_dst))
-                x = F.relu(x) if hidden else x
             if hidden:
-                if self.dropout:
-                    x = F.dropout(x, p=self.dropout, training=self.training)
+                # In place for SAGE: _SageMean's backward needs its inputs, not its output. The fused
+                # ReLU + dropout keeps no mask and, on CPU, draws no per-element MT19937 numbers (F.dropout's
+                # bernoulli_ cost more than the rest of the default step: docs/training.md).
+                x = relu_dropout(x, self.dropout, self.training, inplace=self.kind == "sage")
         return x
 
 
-def _sage(conv: torch.nn.Module, x: torch.Tensor, adj: MeanAdjacency, n_dst: int, relu: bool) -> torch.Tensor:
-    """SAGEConv (mean, root weight, no projection or normalisation) on sources `x` and targets `x[:n_dst]`.
-
-    The ReLU is in place: the fused node's backward needs its inputs, not its output, and ReLU's needs only
-    its output.
-    """
-    out = _SageMean.apply(x, conv.lin_l.weight, conv.lin_l.bias, conv.lin_r.weight, adj, n_dst)
-    return F.relu_(out) if relu else out
+def _sage(conv: torch.nn.Module, x: torch.Tensor, adj: MeanAdjacency, n_dst: int) -> torch.Tensor:
+    """SAGEConv (mean, root weight, no projection or normalisation) on sources `x` and targets `x[:n_dst]`
+    (no activation; the result is saved by no autograd node, so the activation may overwrite it)."""
+    return _SageMean.apply(x, conv.lin_l.weight, conv.lin_l.bias, conv.lin_r.weight, adj, n_dst)
 
 
 class _SageMean(torch.autograd.Function):

@@ -1,0 +1,124 @@
+"""ReLU then dropout as one in-place autograd node: the hidden layers' activation in `SampledGNN`.
+
+On CPU, `F.dropout` draws its mask with `bernoulli_` (an MT19937 draw per element), which cost more than the
+rest of the default graph's training step (docs/training.md "Defaults and why"). Here float32/float64 CPU
+tensors take one numba pass that draws each element's keep bit from a counter-based stream (SplitMix64 of
+a seed taken from torch's generator, so `torch.manual_seed` and checkpointed RNG states still fix the mask,
+independently of the thread count), applies the ReLU, the mask and the 1/(1-p) scale, and keeps no mask:
+the backward's mask is `out > 0`. Other devices and dtypes take the same math in torch ops. Imports torch,
+numpy and numba only.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numba import njit, prange
+
+__all__ = ["relu_dropout", "keep_threshold"]
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_LOW32 = np.uint64(0xFFFFFFFF)
+_CHUNK = 4096
+
+
+def keep_threshold(p: float) -> int:
+    """The 32-bit threshold t of drop rate `p`: an element is kept when its uniform 32-bit draw is < t, so the
+    keep probability is t / 2**32 (exactly 1-p for p = k / 2**32, within 2**-33 of it otherwise).
+
+    Raises:
+        ValueError: p outside [0, 1).
+    """
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout rate must be in [0, 1); got {p}. HINT: use e.g. --dropout 0.5")
+    return min(2**32, round((1.0 - p) * 2**32))
+
+
+@njit(inline="always")
+def _mix(k, seed):
+    """Draw k of SplitMix64's stream started at `seed` (Steele et al. 2014): 64 uniform bits."""
+    z = seed + (k + np.uint64(1)) * _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def _forward_kernel(src, dst, seed, threshold, scale):
+    """dst[i] = src[i] * scale if src[i] > 0 and draw i's low 32 bits are < threshold, else 0 (1-D arrays;
+    dst may be src). Chunks of _CHUNK elements per task, so the inner loop vectorises."""
+    n = src.shape[0]
+    seed = np.uint64(seed)
+    threshold = np.uint64(threshold)
+    zero = src.dtype.type(0)
+    for c in prange((n + _CHUNK - 1) // _CHUNK):
+        for i in range(c * _CHUNK, min(n, (c + 1) * _CHUNK)):
+            v = src[i]
+            dst[i] = v * scale if v > zero and (_mix(np.uint64(i), seed) & _LOW32) < threshold else zero
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def _backward_kernel(out, grad, grad_in, scale):
+    """grad_in[i] = grad[i] * scale where out[i] > 0, else 0 (out > 0 exactly where the ReLU passed and the
+    element was kept)."""
+    zero = grad.dtype.type(0)
+    for i in prange(out.shape[0]):
+        grad_in[i] = grad[i] * scale if out[i] > zero else zero
+
+
+def _numba_ok(x: torch.Tensor) -> bool:
+    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and x.is_contiguous()
+
+
+class _ReluDropout(torch.autograd.Function):
+    """relu(x) * Bernoulli(keep) / keep, written into x when `inplace` (x must then be no other node's saved
+    tensor); saves only the output."""
+
+    @staticmethod
+    def forward(ctx, x, p, inplace):
+        threshold = keep_threshold(p)
+        scale = 2.0**32 / threshold
+        out = x if inplace else torch.empty_like(x, memory_format=torch.contiguous_format)
+        if _numba_ok(x) and out.is_contiguous():
+            seed = int(torch.randint(0, 2**62, (1,)))
+            dtype = np.float32 if x.dtype == torch.float32 else np.float64
+            _forward_kernel(x.detach().view(-1).numpy(), out.detach().view(-1).numpy(), seed, threshold,
+                            dtype(scale))
+        else:
+            keep = torch.rand(x.shape, device=x.device) < threshold / 2.0**32
+            torch.mul(torch.relu(x), keep, out=out).mul_(scale)
+        if inplace:
+            ctx.mark_dirty(x)
+        ctx.save_for_backward(out)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        if _numba_ok(out) and grad.dtype == out.dtype:
+            grad = grad.contiguous()
+            grad_in = torch.empty_like(grad)
+            dtype = np.float32 if out.dtype == torch.float32 else np.float64
+            _backward_kernel(out.view(-1).numpy(), grad.view(-1).numpy(), grad_in.view(-1).numpy(),
+                             dtype(ctx.scale))
+        else:
+            grad_in = torch.where(out > 0, grad * ctx.scale, 0)
+        return grad_in, None, None
+
+
+def relu_dropout(x: torch.Tensor, p: float, training: bool, inplace: bool = False) -> torch.Tensor:
+    """`F.dropout(F.relu(x), p, training)`: in training each element is kept with probability 1-p and scaled by
+    1/(1-p), in evaluation (or p = 0) the ReLU alone.
+
+    Args:
+        x: activations before the ReLU.
+        p: drop rate in [0, 1).
+        training: apply the mask (else identity after the ReLU).
+        inplace: write into `x` (only when no autograd node saved `x`, e.g. a fresh layer output whose
+            producer saves its inputs).
+    Returns:
+        The activations, `x` itself when `inplace`.
+    """
+    if not training or p == 0.0:
+        return torch.relu_(x) if inplace else torch.relu(x)
+    return _ReluDropout.apply(x, p, inplace)
