@@ -25,8 +25,9 @@ job_header() {
 
 # Slurm's --signal=USR2@T (no B:) signals the tasks of the job steps: with srun these are the ranks, which
 # stop together, checkpoint and exit 75. A SIGUSR2 sent to Hydra's mpiexec (the mpich wheel's 5.0.2) kills it
-# instead of reaching the ranks (measured); under Slurm its proxies get the signal (untested), so prefer srun
-# where the run must checkpoint before the limit.
+# instead of reaching the ranks, and one sent to its hydra_pmi_proxy kills the proxy (mpiexec fails, the ranks
+# never see it): tests/test_stopping.py. Under Slurm the proxies are what get the signal, so use srun where the
+# run must checkpoint before the limit.
 # launch CMD...: one launcher per job. MPIGNN_LAUNCHER=srun (default; the site MPI must be built with Slurm's
 # PMI: set SRUN_MPI to pmix or pmi2) or mpiexec (the MPI that mpi4py was built against, e.g. the mpich wheel).
 # srun binds each rank to its own cores (SRUN_CPU_BIND, default cores): unbound ranks migrate and share cores,

@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -32,7 +32,7 @@ from mpignn.mpi import allreduce_max, check_all, topology
 
 __all__ = ["save_checkpoint", "load_checkpoint", "save_state", "resume_state", "check_compatible", "rng_state",
            "set_rng_state", "generations", "latest_checkpoint", "CHECKPOINT", "MANIFEST", "MODEL_KEYS",
-           "TASK_MODEL_KEYS", "REPLAY_KEYS"]
+           "REPLAY_KEYS"]
 
 CHECKPOINT = "checkpoint.pt"
 MANIFEST = "manifest.json"
@@ -40,8 +40,6 @@ FORMAT = 2
 MODEL_KEYS = ("dataset", "task", "model", "hidden", "fanout", "embed_dim")
 """Flags the saved weights' shapes depend on: a resume that changes one is refused (--fanout: its length is the
 number of layers; --dataset: the input width, the classes and a heterogeneous graph's types)."""
-TASK_MODEL_KEYS = {"link": ("decoder",)}
-"""Model flags of one task only (a node classifier has no decoder, so a node run ignores --decoder)."""
 REPLAY_KEYS = ("seed", "batch_size", "batch_scope", "lr", "lr_scaling", "warmup_epochs", "weight_decay",
                "dropout", "precision", "replicated", "partition_method", "embed_lr")
 """Flags a bit-for-bit replay needs unchanged: a resume that changes one is allowed, with a warning."""
@@ -114,11 +112,11 @@ def _read(folder: Path, sha256: str | None = None) -> dict[str, Any]:
 
 
 def _apply(path: Path, state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-           config: dict[str, Any] | None) -> dict[str, Any]:
+           config: dict[str, Any] | None, model_flags: Sequence[str] = ()) -> dict[str, Any]:
     changes: list[str] = []
     try:
         if config is not None:
-            changes = check_compatible(state.get("extra", {}).get("config", {}), config)
+            changes = check_compatible(state.get("extra", {}).get("config", {}), config, model_flags)
         getattr(model, "module", model).load_state_dict(state["model"])
         if optimizer is not None:
             optimizer.load_state_dict(state["optimizer"])
@@ -175,8 +173,9 @@ def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
     return Path(folder) if (Path(folder) / CHECKPOINT).is_file() else None
 
 
-def check_compatible(saved: dict[str, Any], config: dict[str, Any]) -> list[str]:
-    """Raise ConfigError when a MODEL_KEYS flag (or a TASK_MODEL_KEYS flag of the run's task) differs from the
+def check_compatible(saved: dict[str, Any], config: dict[str, Any], model_flags: Sequence[str] = ()) -> list[str]:
+    """Raise ConfigError when a MODEL_KEYS flag (or one of `model_flags`: the run's task's, `Task.model_flags`,
+    e.g. link prediction's --decoder, which a node classifier does not have) differs from the
     checkpoint's config, naming each; return the REPLAY_KEYS flags that differ (the run continues, but does
     not replay the uninterrupted one exactly). A flag the checkpoint's config lacks (an older run) is not
     compared."""
@@ -184,7 +183,7 @@ def check_compatible(saved: dict[str, Any], config: dict[str, Any]) -> list[str]
         return [f"--{k.replace('_', '-')} {config[k]} (checkpoint: {saved[k]})" for k in keys
                 if k in saved and k in config and saved[k] != config[k]]
 
-    changed = diff(MODEL_KEYS + TASK_MODEL_KEYS.get(config.get("task", ""), ()))
+    changed = diff(MODEL_KEYS + tuple(model_flags))
     if changed:
         raise ConfigError(f"--resume expects the model flags of the checkpoint; got {', '.join(changed)}. HINT: "
                           "resume with the checkpoint's flags, or use another --checkpoint-dir to start fresh")
@@ -311,7 +310,8 @@ def _describe_ranks(idents: list[tuple[str, int, int, str]]) -> str:
 
 
 def resume_state(comm: Any, folder: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 config: dict[str, Any], device: str, rows: Any = None) -> dict[str, Any]:
+                 config: dict[str, Any], device: str, rows: Any = None,
+                 model_flags: Sequence[str] = ()) -> dict[str, Any]:
     """Collective over `comm`: every rank loads the newest complete checkpoint in `folder` (its own view:
     node-local folders differ), the ranks agree that it is the same one (name, epoch, step and the hash of
     its manifest), then each checks it against `config`, restores model, optimizer and `rows` (a
@@ -354,7 +354,7 @@ def resume_state(comm: Any, folder: str | os.PathLike, model: torch.nn.Module, o
     assert where is not None
     problem, info = "", {}
     try:
-        info = _apply(where / CHECKPOINT, state, model, optimizer, config)
+        info = _apply(where / CHECKPOINT, state, model, optimizer, config, model_flags)
         if rows is not None:
             _load_rows(rows, where, manifest, comm.rank, info["epoch"], info["step"])
     except MpignnError as exc:

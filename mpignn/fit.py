@@ -68,7 +68,7 @@ def _fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn
     first_epoch, first_step, carry, stale = 0, 0, None, 0  # stale: evaluations since validation improved
     if _wants_resume(cfg, comm):
         info = resume_state(comm, cfg.checkpoint_dir, model, optimizer, cfg.to_dict(), rt.device,
-                            rows=getattr(graph, "embedding", None))
+                            rows=getattr(graph, "embedding", None), model_flags=task.model_flags)
         first_epoch, first_step = info["epoch"], info["step"]
         best = BestEpoch.from_dict(info["extra"].get("best", {}), best.metric)
         stale = int(info["extra"].get("stale", 0))

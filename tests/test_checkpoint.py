@@ -9,6 +9,7 @@ import torch
 
 from mpignn.checkpoint import (check_compatible, load_checkpoint, rng_state, save_checkpoint, set_rng_state)
 from mpignn.errors import ConfigError
+from mpignn.tasks import make_task
 
 
 def test_rng_rows_of_a_saved_checkpoint_restore_each_ranks_stream(tmp_path):
@@ -57,12 +58,12 @@ def test_resume_refuses_each_flag_the_weights_shapes_depend_on(flag, value):
     named = f"--{flag.replace('_', '-')} {value} (checkpoint: {link[flag]})"
     with pytest.raises(ConfigError, match=f"^--resume expects the model flags of the checkpoint; got "
                                           f"{re.escape(named)}\\. HINT: "):
-        check_compatible(link, {**link, flag: value})
+        check_compatible(link, {**link, flag: value}, make_task(name="link").model_flags)
 
 
 def test_a_node_resume_ignores_the_decoder_a_node_classifier_does_not_have():
     node = {"dataset": "Cora", "task": "node", "decoder": "dot", "model": "sage", "hidden": 64, "fanout": "10,10"}
-    assert check_compatible(node, {**node, "decoder": "mlp"}) == []
+    assert check_compatible(node, {**node, "decoder": "mlp"}, make_task(name="node").model_flags) == []
 
 
 # A link run: its model has the most flags (the encoder's and the decoder's); 1 rank, no mpiexec.

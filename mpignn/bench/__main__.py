@@ -109,12 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                       "--precision", args.precision, "--lr", str(args.lr), "--task", args.task,
                       "--max-steps", str(args.max_steps), *shlex.split(args.train_args), *evals]
             recs = run_train(ranks, [*common, *extra], cores_per_rank=0 if args.no_bind else bind)
-            for rec in recs:  # any task: its throughput (<unit>_per_s) and its scores (val_<metric>) by one name
-                rate = next(k for k in rec if k.endswith("_per_s"))
-                metric = next(k for k in rec if k.startswith("val_"))[len("val_"):]
-                rec.update(per_s=rec[rate], unit=rate[:-len("_per_s")] + "/s", metric=metric, val=rec[f"val_{metric}"],
-                           test=rec.get(f"test_{metric}"))
-            return recs
+            return [_by_role(rec) for rec in recs]
 
         evals = ["--eval-every", str(args.epochs + 1)]
         if timing:
@@ -165,9 +160,21 @@ def _reach(recs: list[dict], target: float) -> dict | None:
     return None
 
 
+def _by_role(rec: dict) -> dict:
+    """An epoch record of any task with its throughput (`<unit>_per_s`) and scores (`val_<metric>`,
+    `test_<metric>`) also under one name each: per_s, unit, metric, val, test."""
+    if "per_s" not in rec:
+        rate = next(k for k in rec if k.endswith("_per_s"))
+        metric = next(k for k in rec if k.startswith("val_"))[len("val_"):]
+        rec.update(per_s=rec[rate], unit=rate[:-len("_per_s")] + "/s", metric=metric, val=rec[f"val_{metric}"],
+                   test=rec.get(f"test_{metric}"))
+    return rec
+
+
 def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[list[dict]]]], target: float) -> int:
-    """Print, per configuration, the training time until validation accuracy first reached `target` (the
-    mean over its seeds' runs, given only where every run reached it), and plot accuracy against time."""
+    """Print, per configuration, the training time until the validation score first reached `target` (the
+    mean over its seeds' runs, given only where every run reached it), and plot the score against time."""
+    curves = [(name, [[_by_role(rec) for rec in recs] for recs in runs]) for name, runs in curves]
     rows, several = [], len(curves[0][1]) > 1
     last = curves[0][1][0][-1]
     metric = {"acc": "accuracy"}.get(last["metric"], last["metric"].upper())

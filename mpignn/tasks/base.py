@@ -27,6 +27,8 @@ class Task:
         name: the `--task` value.
         metric: the validation score `fit` keeps the best of (record field `val_<metric>`).
         metric_name: that score in words, for the run's last line.
+        model_flags: `TrainConfig` fields besides `checkpoint.MODEL_KEYS` that the task's weights' shapes
+            depend on: a resume that changes one is refused.
         unit: what the throughput counts (record field `<unit>_per_s`).
     """
 
@@ -34,6 +36,7 @@ class Task:
     metric = "acc"
     metric_name = "accuracy"
     unit = "seeds"
+    model_flags: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, cfg: Any) -> "Task":

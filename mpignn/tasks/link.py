@@ -74,6 +74,7 @@ class LinkTask(Task):
     metric = "auc"
     metric_name = "AUC"
     unit = "edges"  # positive edges per second
+    model_flags = ("decoder",)  # a dot product has no weights, an MLP has
 
     def __init__(self, *, val: float = 0.05, test: float = 0.1, num_tails: int = 100, decoder: str = "dot",
                  negatives: str = "uniform", hits_k: int = 10) -> None:
