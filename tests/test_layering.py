@@ -31,8 +31,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("mpignn.tasks",),  # what differs between tasks; everything above asks them and names none
     ("mpignn.checkpoint", "mpignn.schedule", "mpignn.stopping", "mpignn.tensorboard_log", "mpignn.loop", "mpignn.fit",
      "mpignn.runtime"),
+    ("mpignn.predict",),  # exact layer-wise inference from a checkpoint, the predictions folder and its reader
     # entry points (the partition CLI asks a task what to hold out)
-    ("mpignn.train", "mpignn.info", "mpignn.bench", "mpignn.partition.cli", "mpignn.partition.__main__"),
+    ("mpignn.train", "mpignn.info", "mpignn.bench", "mpignn.partition.cli", "mpignn.partition.__main__",
+     "mpignn.predict.cli", "mpignn.predict.__main__"),
 ]
 
 
@@ -173,7 +175,7 @@ def private_imports(imports: list[Import]) -> list[str]:
 NO_TORCH = ["mpignn", "mpignn.mpi", "mpignn.env", "mpignn.log", "mpignn.config", "mpignn.errors", "mpignn.fileio",
             "mpignn.data", "mpignn.partition", "mpignn.sampling", "mpignn.sampling.access", "mpignn.exchange",
             "mpignn.watchdog", "mpignn.info", "mpignn.tensorboard_log", "mpignn.allocator", "mpignn.choices",
-            "mpignn.graph_options", "mpignn.part_source", "mpignn.prefetch"]
+            "mpignn.graph_options", "mpignn.part_source", "mpignn.prefetch", "mpignn.predict"]
 NO_PYG = ["mpignn.dist", "mpignn.mpi_store", "mpignn.checkpoint"]
 
 

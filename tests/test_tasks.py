@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "mpignn"
 SMALL = "synthetic:num_nodes=600,avg_degree=6,num_features=8,num_classes=4"
 # the modules that run every task: they ask the Task and may not decide by its name
 PIPELINE = ["loop.py", "fit.py", "runtime.py", "loader.py", "train.py", "graph_options.py", "part_source.py",
-            "partition", "bench/__main__.py", "models/__init__.py"]
+            "partition", "bench/__main__.py", "models/__init__.py", "predict"]
 
 
 def test_every_registered_task_is_made_by_name():

@@ -31,7 +31,10 @@ class LinkModel(torch.nn.Module):
                 num_sampled_edges: Sequence[int], edge_label_index: torch.Tensor,
                 in_degree: torch.Tensor | None = None) -> torch.Tensor:
         z = encode(self.encoder, x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree)
-        a, b = z[edge_label_index[0]], z[edge_label_index[1]]
+        return self.decode(z[edge_label_index[0]], z[edge_label_index[1]])
+
+    def decode(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """One logit per pair from the embeddings of its ends (`a`, `b`: [P, hidden])."""
         if self.mlp is None:
             return (a * b).sum(-1)
         return self.mlp(a * b).squeeze(-1)

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from mpignn.compute import count_equal
+from mpignn.errors import ConfigError
 
 __all__ = ["Task", "Pick"]
 
@@ -104,3 +105,26 @@ class Task:
     def describe(self, rec: dict[str, Any]) -> str:
         """The scores of an epoch record as the epoch line prints them."""
         raise NotImplementedError
+
+    # --- prediction (`python -m mpignn.predict`) ---------------------------------------------------------------
+    def encoder(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The node encoder inside `model` whose layers exact inference applies one at a time."""
+        return model
+
+    def emb_layer(self, num_layers: int) -> int:
+        """The layer whose output rows `emb` holds by default (0: the input rows; `num_layers`: the last)."""
+        return num_layers - 1
+
+    def predict_fields(self, out: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-node fields of the encoder's last-layer rows `out` written beside them (e.g. a class)."""
+        return {}
+
+    def score_pairs(self, model: torch.nn.Module, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """One score per pair from the encoder's rows of its two ends (`a`, `b`: [P, D]).
+
+        Raises:
+            ConfigError: the task has no pair decoder.
+        """
+        raise ConfigError(f"--pairs expects a checkpoint of a task that scores node pairs (--task link); this one "
+                          f"was trained with --task {self.name}. HINT: drop --pairs, or predict with a link "
+                          "prediction checkpoint")

@@ -145,6 +145,15 @@ class LinkTask(Task):
         return {"val_auc": scores["val"]["auc"] if "val" in scores else None, "test_auc": test.get("auc"),
                 "test_mrr": test.get("mrr"), f"test_hits@{self.hits_k}": test.get("hits")}
 
+    def encoder(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model.encoder
+
+    def emb_layer(self, num_layers: int) -> int:
+        return num_layers  # the encoder's output is the embedding the decoder scores
+
+    def score_pairs(self, model: torch.nn.Module, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return model.decode(a, b)
+
     def describe(self, rec: dict[str, Any]) -> str:
         acc = lambda v: "  -  " if v is None else f"{v:.4f}"  # noqa: E731
         hits = f"test_hits@{self.hits_k}"

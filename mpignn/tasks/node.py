@@ -62,6 +62,9 @@ class NodeTask(Task):
                                                  test["seeds"]]).tolist()
         return {"val_acc": vc / vs if vs else None, "test_acc": tc / ts if test_now and ts else None}
 
+    def predict_fields(self, out: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"pred": out.argmax(-1)}  # the class, as evaluation counts it
+
     def describe(self, rec: dict[str, Any]) -> str:
         acc = lambda v: "  -  " if v is None else f"{v:.4f}"  # noqa: E731
         return f"acc train {acc(rec['train_acc'])} val {acc(rec['val_acc'])} test {acc(rec['test_acc'])}"

@@ -1,0 +1,103 @@
+"""`mpirun -np N python -m mpignn.predict --checkpoint-dir DIR --out OUT`: parse, bootstrap, rebuild the trained
+run, infer every node exactly, write the predictions folder. Exit codes: 0 done, 1 error, 2 usage.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import MISSING, asdict, dataclass, fields
+from typing import Sequence
+
+__all__ = ["PredictConfig", "build_parser", "main", "cli"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PredictConfig:
+    checkpoint_dir: str
+    """The --checkpoint-dir of the training run."""
+    out: str
+    """The predictions folder to write (replaced only with --force, and only once complete)."""
+    generation: str = "latest"
+    """Which checkpoint: latest, best (the best validation epoch's) or a gen-NNNNNN folder's name."""
+    force: bool = False
+    """Replace an existing --out."""
+    logits: bool = False
+    """Also write the last layer's rows (logits.npy)."""
+    emb_layer: int = -1
+    """Layer whose rows emb.npy holds: 0 the input rows .. L the last; -1: the task's default (node
+    classification: the last hidden layer; link prediction: the last layer)."""
+    pairs: str = ""
+    """An npy of node pairs (original ids, [P, 2]) to score with a link prediction checkpoint's decoder."""
+    chunk_size: int = 8192
+    """Target nodes per exchange: bounds the halo rows a rank holds at once."""
+    root: str = ""
+    """Data folder (empty: the training run's --root)."""
+    partitions: str = ""
+    """Partition folder (empty: the training run's, or one made for this number of ranks as training does)."""
+    exchange: str = ""
+    """Row transport: auto, mpi or torch (empty: the training run's)."""
+    device: str = "auto"
+    backend: str = "auto"
+    threads: int = 0
+    """Threads per rank (0: the cores of the host over its ranks)."""
+
+    def __post_init__(self) -> None:
+        from mpignn.errors import ConfigError
+
+        if self.chunk_size < 1:
+            raise ConfigError(f"--chunk-size must be a positive int; got {self.chunk_size}. HINT: e.g. 8192")
+        if self.threads < 0:
+            raise ConfigError(f"--threads must be >= 0; got {self.threads}. HINT: 0 means automatic")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Flags for every PredictConfig field; defaults stay in the dataclass."""
+    parser = argparse.ArgumentParser(prog="python -m mpignn.predict",
+                                     description="Exact predictions and embeddings for every node of a trained run")
+    for f in fields(PredictConfig):
+        flag, required = "--" + f.name.replace("_", "-"), f.default is MISSING
+        if f.type in ("bool", bool):
+            parser.add_argument(flag, action="store_true", default=argparse.SUPPRESS)
+        else:
+            parser.add_argument(flag, type={"int": int}.get(str(f.type), str), required=required,
+                                default=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Predict; returns the exit code."""
+    from mpignn.errors import ConfigError, mark_agreed
+
+    try:
+        cfg = PredictConfig(**vars(build_parser().parse_args(argv)))
+    except ConfigError as exc:
+        raise mark_agreed(exc) from None
+    from mpignn.predict.output import check_out
+    from mpignn.predict.restore import restore_run
+    from mpignn.predict.run import predict_to
+    from mpignn.runtime import bootstrap, shutdown
+
+    rt = bootstrap(cfg.device, cfg.backend, cfg.threads)
+    if rt.rank == 0:
+        print(f"predict config {json.dumps(asdict(cfg), sort_keys=True)}", file=sys.stderr, flush=True)
+    check_out(rt.comm, cfg.out, cfg.force)  # before any data is loaded
+    run = restore_run(rt, cfg.checkpoint_dir, cfg.generation,
+                      {"root": cfg.root, "partitions": cfg.partitions, "exchange": cfg.exchange})
+    out = predict_to(rt, run, cfg.out, emb_layer=cfg.emb_layer, logits=cfg.logits, chunk=cfg.chunk_size,
+                     pairs=cfg.pairs)
+    if rt.rank == 0:
+        print(f"predictions of {run.generation} (epoch {run.epoch}) for {run.graph.part.meta.num_nodes} nodes "
+              f"in {out}", flush=True)
+    shutdown()
+    return 0
+
+
+def cli() -> None:
+    from mpignn.mpi import run_main
+
+    sys.exit(run_main(main))
+
+
+if __name__ == "__main__":
+    cli()

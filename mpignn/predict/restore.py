@@ -1,0 +1,129 @@
+"""Rebuild a trained run from its checkpoint: the config it was trained with, its graph (partition, feature
+transform, learnable rows) and its model with the saved weights, through the same calls as
+`python -m mpignn.train` (`make_task`, `GraphOptions.from_config`, `build_local_graph`, `attach_embedding`,
+`Task.build_model`, `checkpoint.resume_state`). Reads checkpoints with `torch.load(weights_only=True)` only.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mpignn.checkpoint import CHECKPOINT, MANIFEST, latest_checkpoint, resume_state
+from mpignn.config import TrainConfig
+from mpignn.errors import ConfigError, MpignnError, mark_agreed
+from mpignn.graph_options import GraphOptions
+from mpignn.mpi import check_all
+from mpignn.runtime import LocalGraph, Runtime, attach_embedding, build_local_graph
+from mpignn.tasks import Task, make_task
+
+__all__ = ["Restored", "find_checkpoint", "read_saved", "restore_run", "OVERRIDABLE"]
+
+OVERRIDABLE = ("root", "partitions", "exchange")
+"""Training flags a prediction may change: where the data and partition are, and how rows travel."""
+
+
+@dataclass(frozen=True)
+class Restored:
+    """A trained run, rebuilt: its config, task, this rank's graph and the model with its weights (eval mode)."""
+
+    cfg: TrainConfig
+    task: Task
+    graph: LocalGraph
+    model: torch.nn.Module
+    generation: str
+    epoch: int
+
+
+def find_checkpoint(checkpoint_dir: str, generation: str = "latest") -> Path:
+    """The folder holding the checkpoint.pt to predict with: `latest` (the newest complete gen-*, or an older
+    run's single file), `best` (the best validation's copy) or a generation's name (gen-000003). Not collective.
+
+    Raises:
+        ConfigError: no such checkpoint.
+    """
+    base = Path(checkpoint_dir)
+    where = latest_checkpoint(base) if generation == "latest" else base / generation
+    if where is None or not (where / CHECKPOINT).is_file():
+        found = sorted(p.name for p in base.glob("gen-*")) + (["best"] if (base / "best").is_dir() else [])
+        raise ConfigError(f"--checkpoint-dir expected a checkpoint ({generation}) in {checkpoint_dir}; found "
+                          f"{', '.join(found) or 'none'}. HINT: train with python -m mpignn.train --checkpoint-dir "
+                          f"{checkpoint_dir} first, or pick --generation latest, best or a gen-* folder")
+    return where
+
+
+def read_saved(folder: Path) -> dict[str, Any]:
+    """{"config": the training config, "world_size", "epoch"} of `folder`'s checkpoint, its bytes checked against
+    the generation's manifest when there is one. Not collective.
+
+    Raises:
+        ConfigError: a corrupt checkpoint or one without a config.
+    """
+    path = folder / CHECKPOINT
+    try:
+        data = path.read_bytes()
+        if (folder / MANIFEST).is_file():
+            expected = json.loads((folder / MANIFEST).read_text())["files"][CHECKPOINT]
+            if hashlib.sha256(data).hexdigest() != expected:
+                raise ValueError(f"its sha256 is not the one in {MANIFEST}")
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        config = state["extra"]["config"]
+    except Exception as exc:  # unpickling refusals, truncation, checksums, missing keys: all "unusable"
+        raise ConfigError(f"cannot predict with {path}: {type(exc).__name__}: {str(exc)[:200]}. HINT: use another "
+                          "--generation, or a checkpoint written by python -m mpignn.train") from None
+    return {"config": config, "world_size": state["extra"].get("world_size"), "epoch": int(state.get("epoch", 0))}
+
+
+def _config(saved: dict[str, Any], overrides: dict[str, Any]) -> TrainConfig:
+    """The training config, as the run had it, with `overrides` (OVERRIDABLE keys; empty values: unchanged)."""
+    names = {f.name for f in fields(TrainConfig)}
+    values = {k: v for k, v in saved.items() if k in names}
+    values.update({k: v for k, v in overrides.items() if v not in ("", None)})
+    # nothing of the training loop runs: no resume, no logs to reopen; every rank owns its part
+    values.update(resume=False, requeue=False, tensorboard="", metrics_out="",
+                  replicated=False if not values.get("embed_dim") else values.get("replicated", False))
+    return TrainConfig(**values)
+
+
+def restore_run(rt: Runtime, checkpoint_dir: str, generation: str = "latest",
+                overrides: dict[str, Any] | None = None) -> Restored:
+    """Collective over `rt.comm`: find the checkpoint, rebuild its run on this job's ranks and load the weights
+    (and this rank's learnable rows).
+
+    Raises:
+        ConfigError / PartitionFormatError / DatasetError: on every rank alike: no checkpoint, a corrupt one,
+            a partition that does not match it, learnable rows saved by another number of ranks.
+    """
+    problem, saved, folder = "", {}, None
+    try:
+        folder = find_checkpoint(checkpoint_dir, generation)
+        saved = read_saved(folder)
+        cfg = _config(saved["config"], overrides or {})
+        if cfg.embed_dim and saved["world_size"] not in (None, rt.world_size):
+            raise ConfigError(f"the checkpoint's learnable rows (--embed-dim {cfg.embed_dim}) were saved by "
+                              f"{saved['world_size']} ranks, one file per rank's part; got {rt.world_size} ranks. "
+                              f"HINT: mpirun -np {saved['world_size']} python -m mpignn.predict ...")
+        task = make_task(cfg)
+        options = replace(GraphOptions.from_config(cfg, task), cache_size=0)  # layers fetch rows; no cache
+    except MpignnError as exc:
+        problem = str(exc)
+    check_all(rt.comm, not problem, problem, ConfigError)
+    graph = build_local_graph(rt, options, task)
+    if cfg.embed_dim:
+        graph = attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)
+    try:
+        model = task.build_model(cfg.model, graph, cfg.hidden, cfg.num_layers, cfg.dropout).to(rt.device)
+    except ConfigError as exc:  # the graph's kind decides, the same on every rank
+        raise mark_agreed(exc) from None
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)  # resume_state restores one; it is not used
+    rng = torch.get_rng_state()
+    info = resume_state(rt.comm, folder, model, optimizer, cfg.to_dict(), rt.device, rows=graph.embedding,
+                        model_flags=task.model_flags)
+    torch.set_rng_state(rng)  # inference draws nothing, but the caller's stream stays its own
+    return Restored(cfg=cfg, task=task, graph=graph, model=model.eval(), generation=folder.name,
+                    epoch=int(info["epoch"]))

@@ -1,0 +1,21 @@
+"""Run `python -m mpignn.predict` (its `main`) for several checkpoints in one job: argv OUT_BASE CKPT_DIR...;
+each writes OUT_BASE/<name of CKPT_DIR>-n<ranks> with --logits (one start-up for many predictions)."""
+import sys
+from pathlib import Path
+
+from mpignn.mpi import run_main, world
+
+
+def main(out_base: str, *checkpoints: str) -> None:
+    from mpignn.predict.cli import main as predict
+
+    size = world().size
+    for ckpt in checkpoints:
+        out = Path(out_base) / f"{Path(ckpt).name}-n{size}"
+        assert predict(["--checkpoint-dir", ckpt, "--out", str(out), "--logits", "--threads", "1",
+                        "--chunk-size", "97"]) == 0
+    print(f"MPIGNN-OK rank={world().rank}", flush=True)
+
+
+if __name__ == "__main__":
+    run_main(main, *sys.argv[1:])
