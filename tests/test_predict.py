@@ -125,10 +125,12 @@ def test_load_refuses_a_folder_without_manifest(tmp_path):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """Tiny sage, gcn, gat and sage with learnable rows checkpoints (1 epoch, 1 rank, one process)."""
+    """Tiny sage, gcn, gat, sage with learnable rows and link prediction checkpoints (1 epoch, 1 rank, one
+    process)."""
     base = tmp_path_factory.mktemp("predict")
     run_mpi("train_many.py", 1, base / "data", base / "ckpt", "sage=--model sage", "gcn=--model gcn",
-            "gat=--model gat", "emb=--model sage --embed-dim 4", timeout=120)
+            "gat=--model gat", "emb=--model sage --embed-dim 4", "link=--task link --decoder mlp --link-tails 5",
+            timeout=120)
     return base
 
 
@@ -177,3 +179,23 @@ def test_bad_input_fails_on_every_rank_with_one_line(trained, tmp_path):
     assert rc != 0 and len(lines) == 2 and all("expected a checkpoint" in l and "HINT" in l for l in lines), text
     assert not out.exists()
     run_mpi("predict_bad.py", 2, trained, tmp_path, timeout=90)
+
+
+@pytest.mark.mpi
+def test_link_prediction_writes_embeddings_and_scores_pairs(trained, tmp_path):
+    pairs = np.array([[0, 1], [599, 3], [5, 5], [42, 300], [7, 598]], dtype=np.int64)
+    np.save(tmp_path / "pairs.npy", pairs.T)  # [2, P] is taken too
+    out = tmp_path / "out"
+    rc, text = run_mpi_raw(2, [sys.executable, "-m", "mpignn.predict", "--checkpoint-dir", trained / "ckpt" / "link",
+                               "--out", out, "--pairs", tmp_path / "pairs.npy", "--threads", "1", "--chunk-size", "2"],
+                           timeout=90)
+    assert rc == 0, text[-3000:]
+    got = load(out)
+    assert "pred" not in got and got["emb"].shape == (600, 16)  # the encoder's output: what the decoder scores
+    state = torch.load(trained / "ckpt" / "link" / "gen-000001" / "checkpoint.pt", weights_only=True)["model"]
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    mlp.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("mlp.")})
+    emb = torch.from_numpy(np.asarray(got["emb"]))
+    with torch.no_grad():
+        want = mlp(emb[pairs[:, 0]] * emb[pairs[:, 1]]).squeeze(-1).numpy()
+    assert np.allclose(got["pair_score"], want, atol=1e-5)

@@ -92,7 +92,8 @@ def _score_pairs(rt: Runtime, run: Restored, out_rows: np.ndarray, pairs: np.nda
     for step in range(steps):
         piece = mine[step * chunk:(step + 1) * chunk]
         ends = np.asarray(node_map[piece.reshape(-1)], dtype=np.int64)
-        rows = torch.from_numpy(store.gather(ends)[0]).to(rt.device).view(len(piece), 2, -1)  # collective
+        rows = store.gather(ends)[0]  # collective, empty steps too
+        rows = torch.from_numpy(rows).to(rt.device).view(len(piece), 2, out_rows.shape[1])
         if len(piece):
             with torch.no_grad():
                 s = run.task.score_pairs(run.model, rows[:, 0], rows[:, 1])
