@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Sequence
@@ -55,14 +56,26 @@ def build_parser() -> argparse.ArgumentParser:
     """Flags for every PredictConfig field; defaults stay in the dataclass."""
     parser = argparse.ArgumentParser(prog="python -m mpignn.predict",
                                      description="Exact predictions and embeddings for every node of a trained run")
+    docs = _field_docs()
     for f in fields(PredictConfig):
         flag, required = "--" + f.name.replace("_", "-"), f.default is MISSING
+        text = docs.get(f.name, "") + ("" if required else f" (default: {f.default!r})")
         if f.type in ("bool", bool):
-            parser.add_argument(flag, action="store_true", default=argparse.SUPPRESS)
+            parser.add_argument(flag, action="store_true", default=argparse.SUPPRESS, help=text)
         else:
             parser.add_argument(flag, type={"int": int}.get(str(f.type), str), required=required,
-                                default=argparse.SUPPRESS)
+                                default=argparse.SUPPRESS, help=text)
     return parser
+
+
+def _field_docs() -> dict[str, str]:
+    """The docstrings under PredictConfig's fields (as `config.field_docs` reads TrainConfig's)."""
+    import ast
+    import inspect
+
+    body = ast.parse(inspect.getsource(PredictConfig)).body[0].body  # type: ignore[attr-defined]
+    return {a.target.id: " ".join(str(b.value.value).split()) for a, b in zip(body, body[1:])
+            if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -80,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rt = bootstrap(cfg.device, cfg.backend, cfg.threads)
     if rt.rank == 0:
-        print(f"predict config {json.dumps(asdict(cfg), sort_keys=True)}", file=sys.stderr, flush=True)
+        logging.getLogger("mpignn.predict").info("config %s", json.dumps(asdict(cfg), sort_keys=True))
     check_out(rt.comm, cfg.out, cfg.force)  # before any data is loaded
     run = restore_run(rt, cfg.checkpoint_dir, cfg.generation,
                       {"root": cfg.root, "partitions": cfg.partitions, "exchange": cfg.exchange})

@@ -15,6 +15,7 @@ numpy and mpi4py only (no torch), never pickle.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -92,13 +93,11 @@ def write_predictions(comm: Any, out: str | os.PathLike, part_id: int, num_parts
         problem = next((p for p, *_ in reports if p), "")
         if not problem:
             try:
+                parts = [{"part": p, "rows": int(n)} for _, p, n, _, _ in sorted(reports, key=lambda r: r[1])]
                 manifest = {"format": FORMAT, "num_nodes": int(num_nodes), "num_parts": int(num_parts),
-                            "fields": reports[0][3],
-                            "parts": [{"part": p, "rows": int(n)} for _, p, n, _, _ in sorted(reports, key=lambda r: r[1])],
+                            "fields": reports[0][3], "parts": parts,
                             "pairs": [int(k) for *_, k in reports] if pair_scores is not None else None,
                             **(info or {})}
-                import json
-
                 text = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
                 write_durable(tmp / MANIFEST, lambda f: f.write(text))  # last: the folder counts from here
                 replace_dir(tmp, out)
