@@ -15,6 +15,7 @@ from mpignn.data.synthetic import SyntheticSpec
 from mpignn.exchange import FeatureStore
 from mpignn.loader import BatchLoader
 from mpignn.models import forward_batch
+from mpignn.tasks.node import NodeTask, evaluate_nodes
 from mpignn.models.sampled import SampledGNN
 from mpignn.sampling import LocalHops, NeighborSampler
 
@@ -50,7 +51,7 @@ def _train(batches, steps, host_reads, monkeypatch):
     model = SampledGNN("sage", 16, 16, 8, num_layers=3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # Adam reads its step counter (a host tensor)
     host_reads.clear()
-    sums = loop.train_epoch(model, batches[:steps], optimizer, device="cuda")
+    sums = loop.train_epoch(model, batches[:steps], optimizer, task=NodeTask(), device="cuda")
     return sums, list(host_reads), syncs
 
 
@@ -72,11 +73,11 @@ def test_device_sums_equal_the_cpu_sums(batches, monkeypatch):
         torch.manual_seed(0)
         model = SampledGNN("sage", 16, 16, 8, num_layers=3)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        results.append(loop.train_epoch(model, batches[:6], optimizer, device=device))
+        results.append(loop.train_epoch(model, batches[:6], optimizer, task=NodeTask(), device=device))
     cpu, dev = results
     assert dev["correct"] == cpu["correct"] and dev["seeds"] == cpu["seeds"]
     assert dev["loss_sum"] == pytest.approx(cpu["loss_sum"], rel=1e-6)
-    ev = [loop.evaluate(model, batches[:6], device=d) for d in ("cpu", "cuda")]
+    ev = [evaluate_nodes(model, batches[:6], device=d) for d in ("cpu", "cuda")]
     assert ev[0] == ev[1]
 
 
@@ -85,7 +86,7 @@ def test_evaluate_reads_once_per_pass(batches, host_reads):
     counts = []
     for steps in (2, 8):
         host_reads.clear()
-        res = loop.evaluate(model, batches[:steps], device="cuda")
+        res = evaluate_nodes(model, batches[:steps], device="cuda")
         counts.append(len(host_reads))
         assert res["seeds"] == sum(b.batch_size for b in batches[:steps])
     assert counts[0] == counts[1] <= 1, counts
