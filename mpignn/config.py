@@ -292,13 +292,14 @@ class TrainConfig:
         return cls(**values)
 
 
-def field_docs() -> dict[str, str]:
-    """The docstrings written under each field (read from the source, as torchtitan does)."""
+def field_docs(cls: type | None = None) -> dict[str, str]:
+    """The docstrings written under each field of the dataclass `cls` (default TrainConfig; read from the
+    source, as torchtitan does): the flags' help."""
     import ast
     import inspect
 
     docs: dict[str, str] = {}
-    tree = ast.parse(inspect.getsource(TrainConfig))
+    tree = ast.parse(inspect.getsource(cls or TrainConfig))
     body = tree.body[0].body  # type: ignore[attr-defined]
     for node, nxt in zip(body, body[1:]):
         if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):

@@ -56,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     """Flags for every PredictConfig field; defaults stay in the dataclass."""
     parser = argparse.ArgumentParser(prog="python -m mpignn.predict",
                                      description="Exact predictions and embeddings for every node of a trained run")
-    docs = _field_docs()
+    from mpignn.config import field_docs
+
+    docs = field_docs(PredictConfig)
     for f in fields(PredictConfig):
         flag, required = "--" + f.name.replace("_", "-"), f.default is MISSING
         text = docs.get(f.name, "") + ("" if required else f" (default: {f.default!r})")
@@ -66,16 +68,6 @@ def build_parser() -> argparse.ArgumentParser:
             parser.add_argument(flag, type={"int": int}.get(str(f.type), str), required=required,
                                 default=argparse.SUPPRESS, help=text)
     return parser
-
-
-def _field_docs() -> dict[str, str]:
-    """The docstrings under PredictConfig's fields (as `config.field_docs` reads TrainConfig's)."""
-    import ast
-    import inspect
-
-    body = ast.parse(inspect.getsource(PredictConfig)).body[0].body  # type: ignore[attr-defined]
-    return {a.target.id: " ".join(str(b.value.value).split()) for a, b in zip(body, body[1:])
-            if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
