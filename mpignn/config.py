@@ -10,8 +10,8 @@ import sys
 from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
-from mpignn.choices import (BATCH_SCOPES, DECODERS, DEFAULT_METHOD, EXCHANGES, FEATURE_DTYPES, FEATURE_NORMS,
-                            LR_SCALINGS, MODELS, NEGATIVES, PARTITION_DEFAULT, PARTITION_METHODS, PRECISIONS,
+from mpignn.choices import (BATCH_SCOPES, DECODERS, DEFAULT_METHOD, EVALS, EXCHANGES, FEATURE_DTYPES,
+                            FEATURE_NORMS, LR_SCALINGS, MODELS, NEGATIVES, PARTITION_DEFAULT, PARTITION_METHODS, PRECISIONS,
                             PREFETCH_MODES, TASKS, check_choice, parse_cache_size)
 from mpignn.errors import ConfigError
 
@@ -168,6 +168,10 @@ class TrainConfig:
     """Learning rate of the embeddings' sparse Adagrad."""
     eval_every: int = 1
     """Evaluate val/test every N epochs (and always after the last)."""
+    eval: str = "sampled"
+    """sampled: val/test scores of sampled neighbourhoods (--fanout), as training sees them; full: also the
+    scores of exact inference (every layer over whole neighbourhoods, as `python -m mpignn.predict`) at each
+    epoch-end evaluation, as fields val_acc_full and test_acc_full."""
     evals_per_epoch: int = 1
     """Evaluate val/test K times per epoch, after each K-th of its steps (time to accuracy then resolves to
     a fraction of an epoch); more than 1 needs --eval-every 1."""
@@ -249,7 +253,7 @@ class TrainConfig:
                               "or 0 to never stop early")
         if self.max_steps < 0:
             raise ConfigError(f"--max-steps must be >= 0; got {self.max_steps}. HINT: 0 means every batch")
-        choices = {"precision": PRECISIONS, "exchange": EXCHANGES, "prefetch": PREFETCH_MODES,
+        choices = {"precision": PRECISIONS, "exchange": EXCHANGES, "prefetch": PREFETCH_MODES, "eval": EVALS,
                    "batch_scope": BATCH_SCOPES, "lr_scaling": LR_SCALINGS, "task": tuple(TASKS), "decoder": DECODERS,
                    "negatives": NEGATIVES, "feature_norm": FEATURE_NORMS, "feature_dtype": FEATURE_DTYPES,
                    "partition_method": (*PARTITION_METHODS, DEFAULT_METHOD), "model": MODELS}

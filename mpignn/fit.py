@@ -17,6 +17,7 @@ from mpignn.loop import run_epoch
 from mpignn.report import BestEpoch, append_jsonl, format_epoch, format_final
 from mpignn.schedule import attach_lr_schedule
 from mpignn.stopping import EXIT_STOPPED, StopSignal, requeue
+from mpignn.tasks import Task
 from mpignn.tensorboard_log import ScalarLog, eval_index, require
 from mpignn.watchdog import Watchdog, bounded
 
@@ -25,11 +26,13 @@ __all__ = ["check_flags", "fit", "eval_steps", "keep_best"]
 log = logging.getLogger(__name__)
 
 
-def check_flags(cfg: Any) -> None:
+def check_flags(cfg: Any, task: Any) -> None:
     """Refuse what the epoch loop needs beyond the flags themselves (those are checked once, by `TrainConfig`):
-    an optional package. Not collective: the flags are the same everywhere."""
+    an optional package, a task's exact evaluation. Not collective: the flags are the same everywhere."""
     if cfg.tensorboard:  # up front, before any data is loaded: the optional package is installed
         require()
+    if cfg.eval == "full" and type(task).evaluate_full is Task.evaluate_full:
+        task.evaluate_full(None, None, None)  # its ConfigError: the task has no exact evaluation
 
 
 def _wants_resume(cfg: Any, comm: Any) -> bool:
@@ -110,6 +113,8 @@ def _fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn
                 return _stopped(cfg, rt, graph, stop, rec, model, optimizer, best)
             if not last:
                 rec["step"] = end
+            elif cfg.eval == "full" and rec.get(f"val_{task.metric}") is not None:
+                rec.update(task.evaluate_full(rt, graph, ddp))  # collective: exact inference, every node
             improved = best.update(rec)
             if rec.get(f"val_{best.metric}") is not None:
                 stale = 0 if improved else stale + 1
@@ -142,7 +147,7 @@ def _fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn
                      "stopping after epoch %d", best.metric, cfg.patience, best.val_acc, best.epoch, epoch)
             break
     if rt.rank == 0 and rec is not None:
-        print(format_final(best, rec, rt.world_size, task.metric_name), flush=True)
+        print(format_final(best, rec, rt.world_size, task.metric_name, task.metric), flush=True)
     return 0
 
 

@@ -101,9 +101,17 @@ def correct_counter(dataset: str) -> Callable[[Any, Any], float]:
     return count
 
 
-def format_final(best: BestEpoch, last: dict[str, Any], world_size: int, name: str = "") -> str:
-    """The last line of a run: the test score at the best validation epoch (`name`: the score in words)."""
+def format_final(best: BestEpoch, last: dict[str, Any], world_size: int, name: str = "", metric: str = "") -> str:
+    """The last line of a run: the test score at the best validation epoch (`name`: the score in words), of
+    sampled neighbourhoods, and the last epoch's exact-inference scores where it has them (`--eval full`)."""
     name = name or {"acc": "accuracy", "auc": "AUC"}.get(best.metric, best.metric)
+    full = last.get(f"test_{metric or best.metric}_full")
+    exact = "" if full is None else (f"; exact inference (whole neighbourhoods) at the last epoch: val "
+                                     f"{last[f'val_{metric or best.metric}_full']:.4f} test {full:.4f}")
+    return _final(best, last, world_size, name) + ", sampled neighbourhoods" + exact
+
+
+def _final(best: BestEpoch, last: dict[str, Any], world_size: int, name: str) -> str:
     last_test = last.get(f"test_{best.metric}") or 0.0
     if best.val_acc is None or best.test_acc is None:
         return f"final test {name} {last_test:.4f} (no validation {name}: last epoch) ({world_size} ranks)"

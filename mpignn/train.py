@@ -39,8 +39,8 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
         from mpignn.graph_options import GraphOptions
         from mpignn.tasks import make_task
 
-        check_flags(cfg)
         task = make_task(cfg)  # what differs between tasks, as one object the pipeline asks
+        check_flags(cfg, task)
         options = GraphOptions.from_config(cfg, task)  # the graph's flags in one value, made once
     except (ConfigError, DatasetError) as exc:
         if ns is not None and ns.config:  # each rank read its own copy of the file: unagreed, so with MPI up

@@ -106,6 +106,16 @@ class Task:
         """The scores of an epoch record as the epoch line prints them."""
         raise NotImplementedError
 
+    def evaluate_full(self, rt: Any, graph: Any, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
+        """Collective over `rt.comm`: the scores of exact inference (`--eval full`: every layer over whole
+        neighbourhoods, `predict.layerwise`) as record fields `<split>_<metric>_full`.
+
+        Raises:
+            ConfigError: the task has no exact evaluation.
+        """
+        raise ConfigError(f"--eval full expects a task with exact evaluation; --task {self.name} has none yet. "
+                          "HINT: --eval sampled, and python -m mpignn.predict for its embeddings")
+
     # --- prediction (`python -m mpignn.predict`) ---------------------------------------------------------------
     def encoder(self, model: torch.nn.Module) -> torch.nn.Module:
         """The node encoder inside `model` whose layers exact inference applies one at a time."""
