@@ -11,8 +11,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
 from mpignn.choices import (BATCH_SCOPES, DECODERS, DEFAULT_METHOD, EVALS, EXCHANGES, FEATURE_DTYPES,
-                            FEATURE_NORMS, LR_SCALINGS, MODELS, NEGATIVES, PARTITION_DEFAULT, PARTITION_METHODS, PRECISIONS,
-                            PREFETCH_MODES, TASKS, check_choice, parse_cache_size)
+                            FEATURE_NORMS, LR_SCALINGS, MODELS, NEGATIVES, PARTITION_DEFAULT, PARTITION_METHODS,
+                            PRECISIONS, PREFETCH_MODES, TASKS, check_choice, parse_cache_size)
 from mpignn.errors import ConfigError
 
 if sys.version_info >= (3, 11):
