@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from _mpirun import ROOT, clean_env, mpiexec, run_cmd
@@ -85,3 +86,52 @@ def test_srun_kills_the_step_on_a_bad_exit(tmp_path):
     args = res.stdout.split("\n")
     assert res.returncode == 0 and "--kill-on-bad-exit=1" in args, res.stdout + res.stderr
     assert args.index("--kill-on-bad-exit=1") < args.index("python"), args
+
+
+def _fake_sbatch(tmp_path: Path) -> dict:
+    """An `sbatch` that records each submission (one line of arguments) and answers job ids 101, 102, ..."""
+    shim_dir = tmp_path / "sbin"
+    shim_dir.mkdir()
+    shim = shim_dir / "sbatch"
+    shim.write_text(f'#!/bin/bash\necho "$*" >> "{tmp_path}/submitted"\n'
+                    f'echo $((100 + $(wc -l < "{tmp_path}/submitted")))\n')
+    shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+    return dict(os.environ, PATH=f"{shim_dir}:{os.environ['PATH']}")
+
+
+def test_pipeline_chains_partition_training_and_predict(tmp_path):
+    env = {**_fake_sbatch(tmp_path), "PREDICT_OUT": "/o/pred"}
+    res = subprocess.run(["bash", str(ROOT / "jobs" / "pipeline.sh"), "Cora", "/r", "/p", "4", "cuda", "--epochs",
+                          "3", "--checkpoint-dir", "/c"], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    part, train, predict = (tmp_path / "submitted").read_text().splitlines()
+    assert part.startswith("--parsable jobs/partition.sbatch --dataset Cora --root /r --num-parts 4 --out /p")
+    assert train == ("--parsable --dependency=afterok:101 jobs/cuda.sbatch --dataset Cora --root /r --partitions /p "
+                     "--epochs 3 --checkpoint-dir /c")
+    assert predict == ("--parsable --dependency=afterok:102 jobs/predict.sbatch --checkpoint-dir /c --out /o/pred "
+                       "--root /r --partitions /p")
+    assert "predict job 103" in res.stdout
+
+
+def test_pipeline_refuses_a_predict_step_without_checkpoints(tmp_path):
+    env = {**_fake_sbatch(tmp_path), "PREDICT_OUT": "/o/pred"}
+    res = subprocess.run(["bash", str(ROOT / "jobs" / "pipeline.sh"), "Cora", "/r", "/p", "4"], capture_output=True,
+                         text=True, env=env, cwd=tmp_path, timeout=60)
+    assert res.returncode == 2 and "expects --checkpoint-dir DIR" in res.stderr and "HINT" in res.stderr
+    assert not (tmp_path / "submitted").exists()  # nothing submitted
+
+
+@pytest.mark.mpi
+def test_predict_script_runs_after_training_under_imitated_slurm(tmp_path):
+    env, root, ck = _slurm(tmp_path), str(tmp_path / "data"), str(tmp_path / "ck")
+    rc, out = run_cmd(["bash", str(ROOT / "jobs" / "cpu.sbatch"), *SMALL, "--root", root, "--checkpoint-dir", ck],
+                      timeout=240, env=env, cwd=ROOT)
+    assert rc == 0, out[-3000:]
+    rc, out = run_cmd(["bash", str(ROOT / "jobs" / "predict.sbatch"), "--checkpoint-dir", ck, "--out",
+                       str(tmp_path / "pred")], timeout=240, env=env, cwd=ROOT)
+    assert rc == 0 and "== done: exit 0" in out, out[-3000:]
+    from mpignn.predict import load
+
+    got = load(tmp_path / "pred")
+    assert len(got["node_id"]) == 3000 and (np.diff(got["node_id"]) == 1).all() and len(got["pred"]) == 3000
