@@ -109,3 +109,17 @@ def test_floor_bench_prints_one_rank_and_communication_free_rows(tmp_path):
     # a rank's half of the batch computes fewer layer-1 rows than the whole batch on one rank; the last
     # column adds the ranks' rows (the overlap shows as a sum above the one-rank count on real graphs)
     assert float(two[5]) < float(one[5]) and float(two[6]) > float(two[5])
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_predict_bench_prints_a_row_per_config(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "mpignn.bench.predict", "--dataset",
+                          "synthetic:num_nodes=2000,avg_degree=6,num_features=8", "--hidden", "16", "--configs",
+                          "1x1,2x1", "--root", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = {line.split("  ")[0]: line.split() for line in res.stdout.splitlines() if " x 1 thread" in line}
+    one, two = rows["1 rank x 1 thread"], rows["2 ranks x 1 thread"]
+    # columns after the config's 5 words: layers s, nodes/s, x first, fetched MiB, peak MiB
+    assert "2000 nodes" in res.stdout and float(one[8]) == 0.0 and float(two[8]) > 0  # only 2 ranks fetch rows
+    assert float(one[6]) > 0 and float(two[6]) > 0 and float(one[9]) > 0 and float(two[9]) > 0

@@ -18,6 +18,7 @@ from mpignn.mpi import allreduce_max, check_all, chunk_bounds
 from mpignn.predict.layerwise import LayerStack, input_table, make_store, run_layers
 from mpignn.predict.output import write_predictions
 from mpignn.predict.restore import Restored
+from mpignn.report import peak_rss_mb
 from mpignn.runtime import Runtime
 
 __all__ = ["infer", "predict_to", "read_pairs"]
@@ -129,5 +130,7 @@ def predict_to(rt: Runtime, run: Restored, out: str, *, emb_layer: int = -1, log
             "emb_layer": emb_layer if emb_layer >= 0 else run.task.emb_layer(run.cfg.num_layers)}
     where = write_predictions(rt.comm, out, run.graph.part.part_id, meta.num_parts, meta.num_nodes, arrays,
                               pair_scores=scores, info=info)
-    log.info("predictions for %d nodes written to %s in %.2fs", meta.num_nodes, where, time.perf_counter() - t0)
+    peak = allreduce_max(rt.comm, [peak_rss_mb()])[0]  # collective
+    log.info("predictions for %d nodes written to %s in %.2fs; peak memory %.0f MiB (the most on any rank)",
+             meta.num_nodes, where, time.perf_counter() - t0, peak)
     return where
