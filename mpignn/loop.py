@@ -117,7 +117,7 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
     With `end_step` the pass trains steps [start_step, end_step) only (an evaluation inside the epoch); the
     record's `epochs_done` says how far training got (epoch 1 step 50 of 100 -> 1.5). With `test_if`, the
     test split is evaluated only when the validation score reaches it (else the record's test score is None)."""
-    from mpignn.report import peak_rss_mb
+    from mpignn.report import peak_rss_mb, rss_mb
 
     features, hops, emb = graph.features, graph.sampler.source, getattr(graph, "embedding", None)
     emb_bytes0 = emb.bytes_received + emb.bytes_sent if emb is not None else 0
@@ -151,7 +151,7 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
     total = dict(zip(keys, allreduce_sum(rt.comm, [local[k] for k in keys]).tolist()))
     slowest = allreduce_max(rt.comm, [train_s, times.sample_s, times.exchange_s, sums["compute_s"],
                                       sums["allreduce_s"], peak_rss_mb(), graph.load_peak_rss_mb,
-                                      times.wait_s, train_peak]).tolist()
+                                      times.wait_s, train_peak, rss_mb() or 0.0]).tolist()
     frac = lambda a, b: (total[a] / total[b]) if total[b] else None  # noqa: E731
     rec = {
         "epoch": epoch, "epochs_done": epoch + min(end_step or steps, steps) / max(steps, 1),
@@ -168,6 +168,7 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
         "cache_hit_rate": (total["cache_hits"] / total["remote_rows"]) if total["remote_rows"] else 0.0,
         "cache_rows": graph.cache_rows, "cache_mib": graph.cache_mib, "graph_mib": graph.graph_mib,
         "peak_rss_mb": slowest[5], "load_peak_rss_mb": slowest[6], "train_peak_rss_mb": slowest[8],
+        "rss_mb": slowest[9] or None,  # resident at the epoch's end: grows only with memory kept
         "world_size": rt.world_size,
     }
     if stopped:

@@ -3,25 +3,38 @@ best-validation-epoch selection and the accuracy counter (ogb's Evaluator for og
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable
 
-__all__ = ["peak_rss_mb", "format_epoch", "append_jsonl", "FIELDS", "BestEpoch", "select_best",
+__all__ = ["peak_rss_mb", "rss_mb", "format_epoch", "append_jsonl", "FIELDS", "BestEpoch", "select_best",
            "correct_counter", "format_final"]
 
 BEST_FIELDS = ("best_epoch", "best_val_acc", "test_acc_at_best_val")
 FIELDS = ("epoch", "epochs_done", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "seeds_per_s", "sample_s",
           "exchange_s", "compute_s", "allreduce_s", "wait_s", "nodes_per_step", "remote_feature_bytes",
           "remote_structure_bytes", "embedding_bytes", "cache_hit_rate", "graph_mib", "peak_rss_mb",
-          "load_peak_rss_mb", "train_peak_rss_mb", "world_size", *BEST_FIELDS)
+          "load_peak_rss_mb", "train_peak_rss_mb", "rss_mb", "world_size", *BEST_FIELDS)
 
 
 def peak_rss_mb() -> float:
     """This process's peak resident memory so far (MiB)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
+def rss_mb() -> float | None:
+    """This process's resident memory now (MiB; None where /proc is missing). Unlike the peak, it falls when
+    memory is given back: its growth from epoch to epoch is memory kept (objects, or the allocator's free
+    space), not one batch larger than the others."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def format_epoch(rec: dict[str, Any], scores: str, unit: str = "seeds") -> str:

@@ -1,6 +1,8 @@
 """`python -m mpignn.bench.soak`: many epochs on several ranks; prints each epoch's peak memory (max over
 ranks) where it was reached (by the end of loading, of the epoch's training, of its evaluation), the slope of a
-least-squares line through the second half, and the growth after epoch 3, to show memory does not grow.
+least-squares line through the second half, and the growth after epoch 3, to show memory does not grow; and
+the resident memory at each epoch's end (max over ranks), which falls where memory is given back: its growth
+is memory kept (objects, or the allocator's free space), where the peak's alone may be one larger batch.
 
     python -m mpignn.bench.soak --ranks 2 --epochs 30
 """
@@ -36,12 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     print(table(recs, [("epoch", "epoch", "d"), ("epoch_s", "epoch s", ".2f"), ("loss", "loss", ".4f"),
                        ("val_acc", "val acc", ".4f"), ("load_peak_rss_mb", "peak MiB: load", ".1f"),
                        ("train_peak_rss_mb", "after training", ".1f"),
-                       ("peak_rss_mb", "after evaluation (max over ranks)", ".1f")]))
+                       ("peak_rss_mb", "after evaluation (max over ranks)", ".1f"),
+                       ("rss_mb", "RSS at epoch end", ".1f")]))
     peaks = [r["peak_rss_mb"] for r in recs]
     print(f"slope over epochs {args.epochs // 2}..{args.epochs - 1}: {slope(peaks):+.2f} MiB/epoch")
     if len(peaks) > 3:
         print(f"growth after epoch 3: {100 * (max(peaks[3:]) / peaks[3] - 1):+.1f}% "
               f"({peaks[3]:.0f} -> {max(peaks[3:]):.0f} MiB)")
+    ends = [r.get("rss_mb") for r in recs]
+    if len(ends) > 3 and None not in ends:
+        print(f"RSS at epoch end after epoch 3: {ends[3]:.0f} -> {ends[-1]:.0f} MiB ({ends[-1] - ends[3]:+.1f} MiB)")
     return 0
 
 
