@@ -13,12 +13,14 @@ from typing import Mapping
 __all__ = ["MMAP_THRESHOLD", "tune_allocator", "hugepage_tunables", "reexec_with_hugepages"]
 
 # Blocks at least this large are mmap'd and unmapped on free; smaller ones stay in the heap. Measured on the
-# default graph, 2 ranks (`python -m mpignn.bench.soak`): with mmap off altogether (mpignn's earlier policy) the
-# heap's free space grew by 30-150 MiB an epoch (in-use stayed at 315 MiB while the heap reached 1.9 GiB after 7
-# epochs): the step's tensors, tens of MB each and of other sizes every step, no longer fit the holes left
-# between longer-lived small blocks, so the heap kept growing. At 16 or 32 MiB it still grew; at 4 MiB and below
-# the peak is flat.
-MMAP_THRESHOLD = 4 << 20
+# default graph, 2 ranks (`python -m mpignn.bench.soak`, whose `RSS at epoch end` column is the heap's growth):
+# with mmap off altogether (mpignn's earlier policy) the heap's free space grew by 30-150 MiB an epoch: the
+# step's tensors and arrays, of other sizes every step, no longer fit the holes left between longer-lived small
+# blocks, so the heap kept growing. At 4 MiB the growth slowed but did not stop: over 30 epochs the heap grew by
+# 38 MiB (mallinfo2: in-use +4 MiB, free space +34 MiB) and the peak by the same, 736 -> 774 MiB (+5.2%). The
+# step's blocks of 256 KiB to 4 MiB made those holes (tests/test_allocator.py replays the pattern); mapped, they
+# leave none: the heap grew 8 MiB in 16 epochs instead of 28, and the peak starts 30 MiB lower.
+MMAP_THRESHOLD = 256 << 10
 _TRIM_THRESHOLD = 1 << 30  # freed heap memory is kept (no page faults on reuse); the big blocks are mmap'd
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
 _REEXEC_MARK = "MPIGNN_MALLOC_REEXEC"

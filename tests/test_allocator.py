@@ -56,6 +56,37 @@ def test_tune_allocator_maps_big_blocks_and_leaves_malloc_alone_when_asked():
         libc.free(block)
 
 
+FRAGMENTING_STEPS = """
+import ctypes, random
+from mpignn import allocator
+assert allocator.tune_allocator({})
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                               "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+rng, kept, start = random.Random(0), [], libc.mallinfo2().arena
+for step in range(300):
+    blocks = [libc.malloc(rng.randrange(256 << 10, 4 << 20)) for _ in range(6)]
+    kept.append(libc.malloc(4096))  # outlives its step, like an object cached during it
+    for block in blocks:
+        libc.free(block)
+print((libc.mallinfo2().arena - start) / 2**20)
+"""
+
+
+def test_step_sized_blocks_leave_no_holes_that_grow_the_heap():
+    # A training step's transient tensors and arrays, 256 KiB to 4 MiB and of other sizes every step, freed
+    # around a few small blocks that outlive the step: in the heap (the 4 MiB threshold) the holes they left
+    # were too small for the next steps' blocks, and the heap grew by 22 MiB here for 1.2 MiB kept (on the
+    # default run: 38 MiB over 30 epochs, the whole growth of the peak). Mapped, they leave no holes.
+    out = subprocess.run([sys.executable, "-c", FRAGMENTING_STEPS], capture_output=True, text=True, timeout=60,
+                         env={k: v for k, v in os.environ.items() if k != "MPIGNN_MALLOC"})
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) < 4.0, f"the heap grew {float(out.stdout):.1f} MiB for 1.2 MiB of kept blocks"
+
+
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_default_two_rank_run_peak_stays_flat(tmp_path):
