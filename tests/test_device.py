@@ -343,12 +343,12 @@ def test_process_group_imports_the_bindings_for_ccl_only_and_writes_oneccls_plac
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.distributed, "init_process_group", lambda *a, **k: calls.append((a, k)))
     monkeypatch.setattr(dist, "MPIStore", lambda comm, timeout: object())
+    monkeypatch.setattr(dist, "_mpi_store", None)  # teardown puts None back (the fake store is no real one)
     dist.init_process_group(MPI.COMM_SELF, 0, 1, 3, 4, Choice("xpu:3", backend))
     assert calls and calls[0][0] == (backend,)
     assert ("oneccl_bindings_for_pytorch" in sys.modules) is imported
     assert (os.environ["CCL_PROCESS_LAUNCHER"], os.environ["CCL_LOCAL_RANK"], os.environ["CCL_LOCAL_SIZE"]) == \
         ("none", "3", "4")
-    monkeypatch.setattr(dist, "_mpi_store", None)
 
 
 @pytest.mark.parametrize("library,user,expected", [

@@ -46,16 +46,17 @@ def test_scalars_and_steps_read_back(tmp_path):
 def test_missing_package_fails_up_front_naming_the_extra(monkeypatch):
     from mpignn.config import parse
     from mpignn.fit import check_flags
+    from mpignn.tasks import make_task
 
     for name in [m for m in sys.modules if m == "tensorboard" or m.startswith("tensorboard.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # `import tensorboard...` raises ImportError
     cfg = parse(["--dataset", SMALL, "--tensorboard", "tb"])
     with pytest.raises(ConfigError) as err:
-        check_flags(cfg)
+        check_flags(cfg, make_task(cfg))
     msg = str(err.value)
     assert "\n" not in msg and "pip install mpignn[tensorboard]" in msg and "--tensorboard" in msg
-    check_flags(parse(["--dataset", SMALL]))  # without the flag nothing is imported or refused
+    check_flags(parse(["--dataset", SMALL]), make_task())  # without the flag nothing is imported or refused
 
 
 def test_missing_package_cli_exits_with_one_line(tmp_path):
