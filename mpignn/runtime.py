@@ -83,7 +83,7 @@ def bootstrap(device: str = "auto", backend: str = "auto", threads: int = 0, *, 
 
     Args:
         tune_process: also apply mpignn's process-wide tuning, as `python -m mpignn.train` does: glibc's
-            malloc keeps freed heap memory and mmaps only blocks of 4 MiB and more (`allocator.tune_allocator`:
+            malloc keeps freed heap memory and mmaps blocks of 256 KiB and more (`allocator.tune_allocator`:
             fast steps, a flat peak over many epochs) and oneDNN's primitive
             cache is capped (`env.bound_onednn_cache`). Off by default: both change the whole process, the
             rest of your program included. Turn it on before any torch compute runs.
