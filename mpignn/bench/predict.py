@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 num_nodes = int(read_manifest(Path(tmp) / f"out-{ranks}x{threads}")["num_nodes"])
             name = f"{ranks} rank{'s' if ranks > 1 else ''} x {threads} thread{'s' if threads > 1 else ''}"
-            row.update(config=name, nodes_per_s=num_nodes / row["layers_s"])
+            row.update(config=name, nodes_per_s=num_nodes / max(row["layers_s"], 1e-4))  # the log's resolution
             rows.append(row)
             print(f"  done: {row['config']}", flush=True)
     base = rows[0]["nodes_per_s"]

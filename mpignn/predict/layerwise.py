@@ -213,7 +213,7 @@ def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, ch
             kept[layer + 1] = table
     kept[stack.num_layers] = table
     total = allreduce_sum(comm, [fetched])[0] if comm is not None else fetched
-    log.info("%d layers over %d blocks per rank in %.2fs, %.1f MiB of rows fetched", stack.num_layers, steps,
+    log.info("%d layers over %d blocks per rank in %.4fs, %.1f MiB of rows fetched", stack.num_layers, steps,
              time.perf_counter() - t0, total / 2**20)
     return kept
 
