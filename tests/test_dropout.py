@@ -141,8 +141,8 @@ def test_sampled_gnn_evaluates_as_without_dropout(batch, kind):
 
 
 def test_sampled_gnn_trains_without_bernoulli_draws_or_saved_masks(batch, monkeypatch):
-    """The CPU step's dropout was F.dropout: an MT19937 bernoulli_ per element (most of the default epoch's
-    compute) and a saved bool mask per hidden layer. Neither is left."""
+    """The CPU step's dropout was F.dropout: a bernoulli_ draw per element (66-81% on top of the default CPU
+    epoch: docs/training.md) and a saved bool mask per hidden layer. Neither is left."""
     def refuse(*args, **kwargs):
         raise AssertionError("bernoulli draw in the CPU training step")
 
