@@ -12,7 +12,7 @@ from mpignn.errors import ConfigError
 
 __all__ = ["FEATURE_NORMS", "FEATURE_DTYPES", "PARTITION_METHODS", "DEFAULT_METHOD", "PARTITION_DEFAULT", "MODELS",
            "HETERO_MODELS", "DECODERS", "EXCHANGES", "PREFETCH_MODES", "TASKS", "NEGATIVES", "BATCH_SCOPES", "LR_SCALINGS",
-           "PRECISIONS", "EVALS", "check_choice", "parse_cache_size"]
+           "PRECISIONS", "EVALS", "MINIBATCHES", "check_choice", "parse_cache_size"]
 
 FEATURE_NORMS = ("none", "row")  # data.features.transform_rows
 FEATURE_DTYPES = ("fp32", "fp16", "bf16")  # data.features.transform_rows
@@ -30,6 +30,7 @@ NEGATIVES = ("uniform", "tail")  # tasks.link.LinkSeeds
 BATCH_SCOPES = ("global", "rank")  # runtime.rank_batch_size
 LR_SCALINGS = ("none", "linear", "sqrt")  # schedule.attach_lr_schedule
 PRECISIONS = ("auto", "fp32", "bf16")
+MINIBATCHES = ("independent", "cooperative")  # runtime.make_loader
 EVALS = ("sampled", "full")  # fit: tasks.base.Task.evaluate_full
 
 

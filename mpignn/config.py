@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
 from mpignn.choices import (BATCH_SCOPES, DECODERS, DEFAULT_METHOD, EVALS, EXCHANGES, FEATURE_DTYPES,
-                            FEATURE_NORMS, LR_SCALINGS, MODELS, NEGATIVES, PARTITION_DEFAULT, PARTITION_METHODS,
+                            FEATURE_NORMS, LR_SCALINGS, MINIBATCHES, MODELS, NEGATIVES, PARTITION_DEFAULT, PARTITION_METHODS,
                             PRECISIONS, PREFETCH_MODES, TASKS, check_choice, parse_cache_size)
 from mpignn.errors import ConfigError
 
@@ -169,6 +169,12 @@ class TrainConfig:
     """Learning rate of the embeddings' sparse Adagrad."""
     eval_every: int = 1
     """Evaluate val/test every N epochs (and always after the last)."""
+    minibatch: str = "independent"
+    """independent: each rank samples around its share of the global batch and computes every row its
+    neighbourhoods reach, so rows several ranks reach are computed on each (the epoch line's `redundancy`);
+    cooperative: the ranks sample the global batch together, each sampled node is computed once, by its
+    owner, and each layer's rows of remote sources cross by all-to-all (their gradients back). Partitioned
+    node classification with --model sage or gat (docs/training.md "Cooperative mini-batches")."""
     eval: str = "sampled"
     """sampled: val/test scores of sampled neighbourhoods (--fanout), as training sees them; full: also the
     scores of exact inference (every layer over whole neighbourhoods, as `python -m mpignn.predict`) at each
@@ -256,7 +262,7 @@ class TrainConfig:
             raise ConfigError(f"--max-steps must be >= 0; got {self.max_steps}. HINT: 0 means every batch")
         choices = {"precision": PRECISIONS, "exchange": EXCHANGES, "prefetch": PREFETCH_MODES, "eval": EVALS,
                    "batch_scope": BATCH_SCOPES, "lr_scaling": LR_SCALINGS, "task": tuple(TASKS), "decoder": DECODERS,
-                   "negatives": NEGATIVES, "feature_norm": FEATURE_NORMS, "feature_dtype": FEATURE_DTYPES,
+                   "negatives": NEGATIVES, "minibatch": MINIBATCHES, "feature_norm": FEATURE_NORMS, "feature_dtype": FEATURE_DTYPES,
                    "partition_method": (*PARTITION_METHODS, DEFAULT_METHOD), "model": MODELS}
         for name, allowed in choices.items():
             check_choice(name, getattr(self, name), allowed)
@@ -268,6 +274,12 @@ class TrainConfig:
         if self.keep_checkpoints < 1:
             raise ConfigError(f"--keep-checkpoints expected at least 1; got {self.keep_checkpoints}. HINT: "
                               "--keep-checkpoints 2 (the default)")
+        if self.minibatch == "cooperative":
+            used = [flag for flag, on in (("--replicated", self.replicated), ("--embed-dim", self.embed_dim),
+                                          (f"--model {self.model}", self.model not in ("sage", "gat"))) if on]
+            if used:
+                raise ConfigError(f"--minibatch cooperative computes each row on its owner with --model sage or "
+                                  f"gat; {' and '.join(used)} cannot. HINT: --minibatch independent")
         if self.partitions and self.replicated:
             raise ConfigError("--partitions and --replicated exclude each other. HINT: drop one")
 

@@ -31,6 +31,8 @@ def check_flags(cfg: Any, task: Any) -> None:
     an optional package, a task's exact evaluation. Not collective: the flags are the same everywhere."""
     if cfg.tensorboard:  # up front, before any data is loaded: the optional package is installed
         require()
+    if cfg.minibatch == "cooperative":
+        task.check_cooperative()
     if cfg.eval == "full" and type(task).evaluate_full is Task.evaluate_full:
         task.evaluate_full(None, None, None)  # its ConfigError: the task has no exact evaluation
 

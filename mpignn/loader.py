@@ -18,8 +18,10 @@ from torch_geometric.data import Data
 
 from mpignn.device import Uploader, pinned_empty, synchronize
 from mpignn.exchange.features import FeatureStore
+from mpignn.exchange.halo import ByteCounter, Halo
 from mpignn.mpi import chunk_bounds, pad_to_steps, steps_per_epoch
 from mpignn.sampling import kernels
+from mpignn.sampling.cooperative import union_rows
 from mpignn.sampling.neighbor import NeighborSampler
 
 __all__ = ["BatchLoader", "NodeSeeds", "LoaderTimes"]
@@ -117,8 +119,16 @@ class BatchLoader:
 
     def _make(self, step: int, seeds: np.ndarray) -> Data:
         t0 = time.perf_counter()
-        batch_seed = kernels.mix_seed(kernels.mix_seed(self.seed, self.epoch), self.rank * 1_000_003 + step)
-        out, extras = self.source.draw(self.sampler, seeds, batch_seed)
+        cooperative = getattr(self.sampler, "cooperative", False)  # one batch of all ranks: one random stream
+        stream = (0 if cooperative else self.rank) * 1_000_003 + step
+        out, extras = self.source.draw(self.sampler, seeds, kernels.mix_seed(kernels.mix_seed(self.seed, self.epoch),
+                                                                             stream))
+        if cooperative:
+            extras["halo"] = Halo(out.halo, self.sampler.rows, ByteCounter(self.sampler))
+        elif self.wrap and step == self.start_step and getattr(self.sampler.source, "comm", None) is not None:
+            # independent batches' overlap, once a pass (a collective of ids per layer): `redundancy`
+            hops = self.sampler.source
+            extras["union_rows"] = union_rows(hops.comm, hops.part_offsets, out.n_id, out.num_sampled_nodes)
         t1 = time.perf_counter()
         buffer = None
         if self.features.on_host and self.device.type != "cpu":

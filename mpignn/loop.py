@@ -54,6 +54,7 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
             steps, compute_s, allreduce_s, and stopped_step (-1: not stopped).
     """
     model.train()
+    rows = RowCounts(comm.size if comm is not None else 1)
     sums = {"loss_sum": 0.0, "correct": 0.0, "seeds": 0.0, "steps": 0.0, "compute_s": 0.0, "allreduce_s": 0.0,
             "stopped_step": -1.0, "units": 0.0, "nodes": 0.0}
     reduce_before, agree_s = (timer.seconds if timer else 0.0), 0.0
@@ -93,14 +94,52 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
         sums["seeds"] += n
         sums["steps"] += 1
         sums["nodes"] += batch.num_nodes  # the nodes this step computed on (seeds and sampled neighbours)
+        rows.add(batch)
         sums["compute_s"] += time.perf_counter() - t0
         if progress:  # reading the loss waits for the device: only where the bar is shown (a tty)
             _progress(progress, step + 1, len(loader), float(loss_sum.detach()) / max(n, 1))
     metric_sums.flush()
+    sums.update(rows.sums())
     # The per-step agreement is a collective too: where a rank waits for a slower one, it waits there.
     sums["allreduce_s"] = (timer.seconds - reduce_before if timer else 0.0) + agree_s
     sums["compute_s"] -= sums["allreduce_s"]
     return sums
+
+
+class RowCounts:
+    """Rows a rank's steps computed per layer (0: the input rows its batches read; layer j: the targets of
+    hops 0..L-j) and, on the steps where the union of all ranks' batches is known, those rows and the union's
+    share of this rank (summed over ranks, the union): what `redundancy` divides. A cooperative batch (`halo`)
+    is its rank's part of a union whose parts are disjoint; an independent one carries the union when the
+    loader counted it (`union_rows`, once a pass); one rank is its own union."""
+
+    def __init__(self, world: int) -> None:
+        self.world = world
+        self.rows = self.counted = self.union = None
+
+    def add(self, batch: Any) -> None:
+        sizes = getattr(batch, "num_sampled_nodes", None)
+        if not isinstance(sizes, list):  # heterogeneous batches count per type: not here
+            return
+        hops = len(sizes) - 1
+        rows = torch.tensor([sum(sizes[:hops + 1 - j]) for j in range(hops + 1)], dtype=torch.float64)
+        self.rows = rows if self.rows is None else self.rows + rows
+        union = getattr(batch, "union_rows", None)
+        if getattr(batch, "halo", None) is not None or self.world == 1:
+            union = rows
+        elif union is not None:
+            union = torch.tensor(union, dtype=torch.float64) / self.world
+        else:
+            return
+        self.counted = rows if self.counted is None else self.counted + rows
+        self.union = union if self.union is None else self.union + union
+
+    def sums(self) -> dict[str, float]:
+        out = {}
+        for name, values in (("rows", self.rows), ("counted_rows", self.counted), ("union_rows", self.union)):
+            for j, v in enumerate(values.tolist() if values is not None else []):
+                out[f"{name}_{j}"] = v
+        return out
 
 
 def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -122,7 +161,10 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
     features, hops, emb = graph.features, graph.sampler.source, getattr(graph, "embedding", None)
     emb_bytes0 = emb.bytes_received + emb.bytes_sent if emb is not None else 0
     feat_bytes0, hit0, rows0 = features.bytes_received, features.cache_hits, features.remote_rows
-    struct0 = getattr(hops, "bytes_received", 0)
+    samplers = {id(s): s for s in (hops, loaders["train"].sampler)}.values()  # cooperative: its own
+    struct = lambda: sum(getattr(s, "bytes_received", 0) for s in samplers)  # noqa: E731
+    struct0 = struct()
+    halo0 = getattr(loaders["train"].sampler, "halo_bytes", 0)  # cooperative batches' layer rows
     start = time.perf_counter()
     for name, loader in loaders.items():
         if name == "train":
@@ -142,16 +184,24 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
                            test_if=test_if)
     times = loaders["train"].times
     steps = len(loaders["train"])
-    local = {**{k: sums[k] for k in ("loss_sum", "correct", "seeds", "units", "nodes", "steps")},
+    layers = range(max(len(getattr(loaders["train"].sampler, "fanouts", [])) + 1, 1))
+    counts = {f"{name}_{j}": sums.get(f"{name}_{j}", 0.0) for name in ("rows", "counted_rows", "union_rows")
+              for j in layers}
+    local = {**{k: sums[k] for k in ("loss_sum", "correct", "seeds", "units", "nodes", "steps")}, **counts,
+             "halo_bytes": getattr(loaders["train"].sampler, "halo_bytes", 0) - halo0,
              "remote_feature_bytes": features.bytes_received - feat_bytes0,
-             "remote_structure_bytes": getattr(hops, "bytes_received", 0) - struct0,
+             "remote_structure_bytes": struct() - struct0,
              "embedding_bytes": (emb.bytes_received + emb.bytes_sent if emb is not None else 0) - emb_bytes0,
              "cache_hits": features.cache_hits - hit0, "remote_rows": features.remote_rows - rows0}
     keys = sorted(local)
     total = dict(zip(keys, allreduce_sum(rt.comm, [local[k] for k in keys]).tolist()))
+    per_step = lambda v: v / max(sums["steps"], 1)  # noqa: E731
     slowest = allreduce_max(rt.comm, [train_s, times.sample_s, times.exchange_s, sums["compute_s"],
                                       sums["allreduce_s"], peak_rss_mb(), graph.load_peak_rss_mb,
-                                      times.wait_s, train_peak, rss_mb() or 0.0]).tolist()
+                                      times.wait_s, train_peak, rss_mb() or 0.0,
+                                      *(per_step(counts[f"rows_{j}"]) for j in layers)]).tolist()
+    steps_all = max(total["steps"] / rt.world_size, 1)
+    shares = [total[f"counted_rows_{j}"] / total[f"union_rows_{j}"] for j in layers if total[f"union_rows_{j}"]]
     frac = lambda a, b: (total[a] / total[b]) if total[b] else None  # noqa: E731
     rec = {
         "epoch": epoch, "epochs_done": epoch + min(end_step or steps, steps) / max(steps, 1),
@@ -170,6 +220,13 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
         "peak_rss_mb": slowest[5], "load_peak_rss_mb": slowest[6], "train_peak_rss_mb": slowest[8],
         "rss_mb": slowest[9] or None,  # resident at the epoch's end: grows only with memory kept
         "world_size": rt.world_size,
+        # the work neighbourhood overlap repeats: rows per layer (0: input rows) of a step on all ranks, and on
+        # the busiest rank; redundancy = rows computed on all ranks / rows of the union of their batches, the
+        # largest over the layers (1.0: each row once; independent batches count the union once a pass)
+        "rows_per_step": [round(total[f"rows_{j}"] / steps_all, 1) for j in layers],
+        "own_rows_per_step": [round(v, 1) for v in slowest[10:]],
+        "redundancy": round(max(shares), 4) if shares else None,
+        "halo_step_bytes": int(total["halo_bytes"] / steps_all),
     }
     if stopped:
         rec["stopped_step"] = int(sums["stopped_step"])

@@ -16,7 +16,8 @@ BEST_FIELDS = ("best_epoch", "best_val_acc", "test_acc_at_best_val")
 FIELDS = ("epoch", "epochs_done", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "seeds_per_s", "sample_s",
           "exchange_s", "compute_s", "allreduce_s", "wait_s", "nodes_per_step", "remote_feature_bytes",
           "remote_structure_bytes", "embedding_bytes", "cache_hit_rate", "graph_mib", "peak_rss_mb",
-          "load_peak_rss_mb", "train_peak_rss_mb", "rss_mb", "world_size", *BEST_FIELDS)
+          "load_peak_rss_mb", "train_peak_rss_mb", "rss_mb", "world_size", "redundancy",
+          "halo_step_bytes", *BEST_FIELDS)
 
 
 def peak_rss_mb() -> float:
@@ -45,7 +46,10 @@ def format_epoch(rec: dict[str, Any], scores: str, unit: str = "seeds") -> str:
             f"allreduce {rec['allreduce_s']:.2f} wait {rec['wait_s']:.2f} | remote "
             f"{rec['remote_feature_bytes'] / 2**20:.1f}+{rec['remote_structure_bytes'] / 2**20:.1f} MiB "
             + (f"rows {rec['embedding_bytes'] / 2**20:.1f} MiB " if rec.get("embedding_bytes") else "")
-            + f"cache hit {rec['cache_hit_rate']:.2f} | peak {rec['peak_rss_mb']:.0f} MiB")
+            + f"cache hit {rec['cache_hit_rate']:.2f} | "
+            + (f"redundancy {rec['redundancy']:.2f} " if rec.get("redundancy") is not None else "")
+            + (f"halo {rec['halo_step_bytes'] / 2**20:.1f} MiB/step " if rec.get("halo_step_bytes") else "")
+            + f"| peak {rec['peak_rss_mb']:.0f} MiB")
 
 
 def append_jsonl(path: str, rec: dict[str, Any]) -> None:

@@ -45,6 +45,7 @@ from mpignn.tasks import Task, make_task
 from mpignn.prefetch import overlap, rows_on_device
 from mpignn.report import peak_rss_mb
 from mpignn.sampling import kernels
+from mpignn.sampling.cooperative import CooperativeSampler
 from mpignn.sampling.distributed import DistributedHops
 from mpignn.sampling.neighbor import LocalHops, NeighborSampler
 
@@ -289,7 +290,7 @@ def _device_table(x: np.ndarray, device: str) -> Any:
 
 def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[int] | None = None, *,
                 batch_size: int = 1024, batch_scope: str = "global", shuffle: bool | None = None, seed: int = 0,
-                prefetch: str = "auto", max_steps: int = 0) -> BatchLoader:
+                prefetch: str = "auto", max_steps: int = 0, minibatch: str = "independent") -> BatchLoader:
     """Collective over `rt.comm` (agrees on the step count): a loader over this rank's seeds of `split`
     ("train", "val" or "test") as `graph.task` gives them (`Task.seeds`: the split's nodes; for link
     prediction its pairs, and batches then carry `edge_label_index` and `edge_label`, as PyG's
@@ -302,6 +303,9 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
             negatives, so their batches hold fewer positives).
         prefetch: auto, on or off: produce batch k+1 in a thread while batch k computes; see `overlap`.
         max_steps: for "train", at most this many steps per epoch (0: all), each epoch from a fresh shuffle.
+        minibatch: for "train" on several parts, "cooperative": the ranks sample one batch together and each
+            sampled node is computed by its owner only (`sampling.cooperative`); "independent": each rank
+            samples and computes its share's neighbourhoods. Evaluation is independent.
     """
     task = graph.task or make_task()
     seeds = task.seeds(graph, split, _share(rt) if graph.replicated else _whole)
@@ -314,10 +318,27 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
     talks = rt.world_size > 1 and not graph.replicated
     if train:
         batch_size = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
+        if minibatch == "cooperative" and talks:
+            sampler = _cooperative_sampler(rt, graph, sampler.fanouts)
     return BatchLoader(sampler, graph.features, seeds, batch_size, shuffle=train if shuffle is None else shuffle,
                        seed=seed, comm=rt.comm, device=rt.device,
                        prefetch=overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)),
                        wrap=train, max_steps=max_steps if train else 0, layout=graph.layout)
+
+
+def _cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any]) -> CooperativeSampler:
+    """Collective over `rt.comm`: sampling on one communicator of its own (the loader thread's) and the layers'
+    rows on another (the training thread's), by the transport the features take."""
+    try:
+        graph.task.check_cooperative(graph)
+        if graph.embedding is not None:
+            raise ConfigError("--minibatch cooperative does not carry learnable rows yet. HINT: --minibatch "
+                              "independent, or drop --learnable-rows")
+    except MpignnError as exc:
+        raise mark_agreed(exc) from None
+    local = graph.sampler.source.local
+    rows = make_alltoall("torch" if rows_on_device(graph.features) else "mpi", rt.comm.Dup(), rt.device)
+    return CooperativeSampler(rt.comm.Dup(), local, np.asarray(graph.part.meta.part_offsets), fanouts, rows)
 
 
 def _whole(array: np.ndarray, axis: int) -> np.ndarray:

@@ -65,7 +65,8 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
     if cfg.embed_dim:
         graph = attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)
     loaders = {split: make_loader(rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope,
-                                  seed=cfg.seed, prefetch=cfg.prefetch, max_steps=cfg.max_steps)
+                                  seed=cfg.seed, prefetch=cfg.prefetch, max_steps=cfg.max_steps,
+                                  minibatch=cfg.minibatch)
                for split in ("train", "val", "test")}
     try:
         model = task.build_model(cfg.model, graph, cfg.hidden, cfg.num_layers, cfg.dropout).to(rt.device)

@@ -16,7 +16,7 @@ gradients are PyG's (tests/test_models.py).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -49,12 +49,15 @@ class SampledGNN(torch.nn.Module):
                 raise ValueError(f"unknown kind {kind}")
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes: Sequence[int],
-                num_sampled_edges: Sequence[int], in_degree: torch.Tensor | None = None) -> torch.Tensor:
+                num_sampled_edges: Sequence[int], in_degree: torch.Tensor | None = None,
+                halo: Any = None) -> torch.Tensor:
         """Logits of the seed nodes (the first num_sampled_nodes[0] rows).
 
         `in_degree`: each hop's targets' edge counts, batch-local order (`SampleOutput.in_degree`, the
         loader's `batch.in_degree`); it also vouches that edges are grouped by target, so no host read of
         the edges is needed. Without it (e.g. PyG's NeighborLoader) the edges are checked and sorted here.
+        `halo`: a cooperative batch (`exchange.halo.Halo`): `x` holds this rank's own rows only, and before
+        each layer the halo appends the rows other ranks computed and gives the layer's edge sources.
         """
         hops = len(num_sampled_edges)
         if hops != self.num_layers:
@@ -66,15 +69,18 @@ class SampledGNN(torch.nn.Module):
             n_dst = int(sum(num_sampled_nodes[:keep]))
             n_edges = int(sum(num_sampled_edges[:keep]))
             hidden = layer < self.num_layers - 1
+            src, dst = edge_index[0, :n_edges], edge_index[1, :n_edges]
+            if halo is not None:
+                x, src = halo(layer, x[:int(sum(num_sampled_nodes[:keep + 1]))])
             if self.kind == "sage":
-                adj = MeanAdjacency(edge_index[0, :n_edges], edge_index[1, :n_edges], n_dst, x.size(0), in_degree)
-                x = _sage(conv, x, adj, n_dst)
+                x = _sage(conv, x, MeanAdjacency(src, dst, n_dst, x.size(0), in_degree), n_dst)
             else:
-                x = conv((x, x[:n_dst]), edge_index[:, :n_edges], size=(x.size(0), n_dst))
+                pairs = edge_index[:, :n_edges] if halo is None else torch.stack([src, dst])
+                x = conv((x, x[:n_dst]), pairs, size=(x.size(0), n_dst))
             if hidden:
                 # In place for SAGE: _SageMean's backward needs its inputs, not its output. The fused
-                # ReLU + dropout keeps no mask and, on CPU, draws no per-element MT19937 numbers (F.dropout's
-                # bernoulli_ cost more than the rest of the default step: docs/training.md).
+                # ReLU + dropout keeps no mask and, on CPU, takes no bernoulli_ draw (F.dropout's made the
+                # default epoch 66-81% slower: docs/training.md).
                 x = relu_dropout(x, self.dropout, self.training, inplace=self.kind == "sage")
         return x
 
@@ -134,11 +140,16 @@ def _sorted_by_target(edge_index: torch.Tensor) -> torch.Tensor:
 
 
 def encode(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes,
-           num_sampled_edges, in_degree: torch.Tensor | None = None) -> torch.Tensor:
+           num_sampled_edges, in_degree: torch.Tensor | None = None, halo: Any = None) -> torch.Tensor:
     """Output rows of the batch's seed nodes (the first num_sampled_nodes[0]), computing only what each
-    layer needs (`in_degree`: the sampler's per-target edge counts, used by SampledGNN)."""
+    layer needs (`in_degree`: the sampler's per-target edge counts, used by SampledGNN; `halo`: a
+    cooperative batch's exchange, SampledGNN only)."""
     if isinstance(getattr(model, "module", model), SampledGNN):
+        if halo is not None:
+            return model(x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree, halo=halo)
         return model(x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree)
+    if halo is not None:
+        raise ValueError("a cooperative batch needs a SampledGNN (--model sage or gat)")
     out = model(x, edge_index, num_sampled_nodes_per_hop=num_sampled_nodes,
                 num_sampled_edges_per_hop=num_sampled_edges)
     return out[:num_sampled_nodes[0]]

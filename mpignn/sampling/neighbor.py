@@ -39,6 +39,7 @@ class SampleOutput:
     edge_label_index: np.ndarray | None = None  # from sample_from_edges: the pairs, in batch-local ids
     edge_type: np.ndarray | None = None  # int64 [E], heterogeneous graphs: each edge's type (index)
     in_degree: np.ndarray | None = None  # int64 [sum(num_sampled_nodes[:-1])], see above
+    halo: list | None = None  # cooperative batches: a `sampling.cooperative.LayerPlan` per layer
 
 
 class HopSource(Protocol):

@@ -52,6 +52,12 @@ class Task:
     def check_graph(self, schema: Any) -> None:
         """Raise ConfigError for a graph the task cannot run on (`schema`: a heterogeneous graph's, or None)."""
 
+    def check_cooperative(self, graph: Any = None) -> None:
+        """Raise ConfigError where cooperative mini-batches cannot train this task (on `graph`: a LocalGraph;
+        None: the flags alone). Only a task whose batches are node seeds and whose forward is the model's."""
+        raise ConfigError(f"--minibatch cooperative trains node classification; --task {self.name} batches "
+                          "are not node seeds. HINT: --minibatch independent")
+
     def cache_seeds(self, part: Any) -> np.ndarray:
         """Global ids of the own nodes training batches start from: the remote-row cache is filled around them."""
         return part.train_idx

@@ -35,6 +35,11 @@ class NodeTask(Task):
     def seeds(self, graph: Any, split: str, pick: Pick) -> Any:
         return pick(getattr(graph.part, f"{split}_idx"), 0)
 
+    def check_cooperative(self, graph: Any = None) -> None:
+        if graph is not None and graph.layout is not None:
+            raise ConfigError("--minibatch cooperative samples homogeneous graphs; this one has node and edge "
+                              "types. HINT: --minibatch independent")
+
     def build_model(self, name: str, graph: Any, hidden: int, num_layers: int, dropout: float) -> torch.nn.Module:
         return build_model(name, graph.in_channels(), hidden, graph.num_classes, num_layers, dropout,
                            schema=graph.schema)

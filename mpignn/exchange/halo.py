@@ -1,0 +1,80 @@
+"""Rows of a cooperative batch's layers, across ranks: forward, each layer's rows of remote sources come
+from their owners; backward, their gradients go back and are summed into the owners' rows.
+
+One autograd node per layer, collective in forward and backward over the transport's communicator (the
+training thread's own: a loader thread may be sampling the next batch on its communicator meanwhile).
+Rows travel as raw bytes over MPI (any dtype, bf16 included) or as tensors through torch.distributed
+(`exchange.alltoall.TorchAlltoall`: NCCL/xccl between device tables, no host copy).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from mpignn.exchange.alltoall import TorchAlltoall
+from mpignn.sampling.cooperative import LayerPlan
+
+__all__ = ["ByteCounter", "Halo", "move_rows"]
+
+
+def move_rows(transport: Any, rows: torch.Tensor, send_counts: np.ndarray, recv_counts: np.ndarray) -> torch.Tensor:
+    """Collective: `rows` grouped by destination -> the rows from each source, on `rows`' device and dtype."""
+    if isinstance(transport, TorchAlltoall):
+        return transport.rows(rows, send_counts, recv_counts)
+    width = rows.shape[1:]
+    host = rows.detach().to("cpu").contiguous().reshape(len(rows), int(np.prod(width)))
+    raw = host.view(torch.uint8).numpy()  # bytes per row: MPI moves any dtype, bf16 included
+    got = transport.rows(raw, send_counts, recv_counts)
+    if not len(got):
+        return rows.new_empty((0,) + tuple(width))
+    out = torch.from_numpy(got).view(rows.dtype).reshape((len(got),) + tuple(width))
+    return out.to(rows.device, non_blocking=True)
+
+
+class _HaloRows(torch.autograd.Function):
+    """own rows [n_own, ...] -> the layer's table: own rows, then the rows other ranks send."""
+
+    @staticmethod
+    def forward(ctx, own, plan, transport, counter):
+        got = move_rows(transport, own[torch.from_numpy(plan.send_idx).to(own.device)], plan.send_counts,
+                        plan.recv_counts)
+        counter.add(got)
+        ctx.plan, ctx.transport, ctx.counter, ctx.n_own = plan, transport, counter, len(own)
+        return torch.cat([own, got.to(own.dtype)])
+
+    @staticmethod
+    def backward(ctx, grad):
+        plan, n_own = ctx.plan, ctx.n_own
+        back = move_rows(ctx.transport, grad[n_own:].contiguous(), plan.recv_counts, plan.send_counts)
+        ctx.counter.add(back)
+        grad_own = grad[:n_own].clone()
+        grad_own.index_add_(0, torch.from_numpy(plan.send_idx).to(grad.device), back.to(grad.dtype))
+        return grad_own, None, None, None
+
+
+class Halo:
+    """A cooperative batch's layer plans and the transport their rows take; `SampledGNN` calls it before each
+    layer: `table, src = halo(layer, own_rows)`. `counter.add` counts the bytes each exchange moved (the
+    sampler's `halo_bytes`)."""
+
+    def __init__(self, plans: list[LayerPlan], transport: Any, counter: Any) -> None:
+        self.plans, self.transport, self.counter = plans, transport, counter
+
+    def __call__(self, layer: int, own: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        plan = self.plans[layer]
+        if len(own) != plan.n_own:
+            raise ValueError(f"layer {layer} got {len(own)} own rows; its plan has {plan.n_own}")
+        table = _HaloRows.apply(own, plan, self.transport, self.counter)
+        return table, torch.from_numpy(plan.src).to(own.device, non_blocking=True)
+
+
+class ByteCounter:
+    """Adds the bytes of each tensor exchanged to `target.halo_bytes`."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def add(self, rows: torch.Tensor) -> None:
+        self.target.halo_bytes += rows.numel() * rows.element_size()

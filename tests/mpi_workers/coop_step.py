@@ -1,0 +1,90 @@
+"""One cooperative step on N ranks equals one process training the same global batch with the same sampled
+neighbourhoods: the rows of each depth (each node once, all ranks together), the loss and every parameter's
+gradient (summed over ranks, as DDP's all-reduce does up to its 1/N), for SAGE and GAT, with a rank that has
+no seeds. argv: folder."""
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mpignn.data import make_synthetic
+from mpignn.data.synthetic import SyntheticSpec
+from mpignn.exchange.alltoall import MpiAlltoall
+from mpignn.exchange.halo import ByteCounter, Halo
+from mpignn.models.sampled import SampledGNN
+from mpignn.mpi import run_main, world
+from mpignn.partition import load_partition, partition_graph
+from mpignn.sampling import LocalHops, NeighborSampler
+from mpignn.sampling.cooperative import CooperativeSampler
+
+FANOUTS = [5, 4, 3]
+
+
+def whole_graph(graph, node_map):
+    """The whole graph's CSR in the partition's ids (the reference process's graph)."""
+    inverse = np.empty_like(node_map)
+    inverse[node_map] = np.arange(len(node_map))
+    rowptr = np.zeros(graph.num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.diff(graph.rowptr)[inverse], out=rowptr[1:])
+    col = np.concatenate([node_map[graph.col[graph.rowptr[o]:graph.rowptr[o + 1]]] for o in inverse])
+    return rowptr, col, graph.x[inverse], graph.y[inverse]
+
+
+def grads(model):
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy()
+
+
+def main(folder: str) -> None:
+    comm = world()
+    graph = make_synthetic(SyntheticSpec(num_nodes=3000, avg_degree=8, num_features=6, num_classes=4))
+    if comm.rank == 0:
+        partition_graph(graph, comm.size, folder, method="metis", seed=1, force=True)
+    comm.Barrier()
+    part = load_partition(folder, comm.rank)
+    offsets = np.asarray(part.meta.part_offsets)
+    rowptr, col, x_all, y_all = whole_graph(graph, np.load(f"{folder}/node_map.npy"))
+    sampler = CooperativeSampler(comm.Dup(), LocalHops(part.rowptr, part.col, part.lo), offsets, FANOUTS,
+                                 MpiAlltoall(comm.Dup()))
+    single = NeighborSampler(LocalHops(rowptr, col), graph.num_nodes, FANOUTS)
+    for kind in ("sage", "gat"):
+        for step in range(2):
+            # uneven shares, the last rank none at step 0: it still samples, exchanges and backpropagates
+            share = 0 if (step == 0 and comm.rank == comm.size - 1) else 40 + 13 * comm.rank
+            seeds = part.train_idx[:share] if step == 0 else part.train_idx[-share:]
+            out = sampler.sample(seeds, 100 + step)
+            all_seeds = np.concatenate(comm.allgather(seeds))
+            ref = single.sample(all_seeds, 100 + step)
+            depths = np.sum(comm.allgather(np.asarray(out.num_sampled_nodes)), axis=0)
+            assert depths.tolist() == ref.num_sampled_nodes, (depths, ref.num_sampled_nodes)
+            ids = np.sort(np.concatenate(comm.allgather(out.n_id)))
+            assert np.array_equal(ids, np.sort(ref.n_id)), "the ranks' rows are not the batch's nodes once"
+
+            torch.manual_seed(0)
+            model = SampledGNN(kind, 6, 16, 4, len(FANOUTS))
+            x = torch.from_numpy(x_all[out.n_id])  # own rows only: the rest crosses by the halo
+            edge_index = torch.from_numpy(np.stack([out.row, out.col]))
+            halo = Halo(out.halo, sampler.rows, ByteCounter(sampler))
+            logits = model(x, edge_index, out.num_sampled_nodes, out.num_sampled_edges,
+                           torch.from_numpy(out.in_degree), halo=halo)
+            labels = torch.from_numpy(y_all[out.n_id[:len(seeds)]])
+            loss = F.cross_entropy(logits, labels, reduction="sum") / len(all_seeds)
+            loss.backward()
+            loss_sum = comm.allreduce(float(loss.detach()))
+            grad_sum = comm.allreduce(grads(model))
+
+            torch.manual_seed(0)
+            model = SampledGNN(kind, 6, 16, 4, len(FANOUTS))
+            logits = model(torch.from_numpy(x_all[ref.n_id]), torch.from_numpy(np.stack([ref.row, ref.col])),
+                           ref.num_sampled_nodes, ref.num_sampled_edges, torch.from_numpy(ref.in_degree))
+            loss = F.cross_entropy(logits, torch.from_numpy(y_all[all_seeds]), reduction="sum") / len(all_seeds)
+            loss.backward()
+            assert abs(loss_sum - float(loss)) < 1e-5, (kind, step, loss_sum, float(loss))
+            diff = np.abs(grad_sum - grads(model)).max()
+            assert diff < 1e-5, (kind, step, diff)
+    assert sampler.halo_bytes > 0
+    print(f"MPIGNN-OK rank={comm.rank}", flush=True)
+
+
+if __name__ == "__main__":
+    run_main(lambda: main(sys.argv[1]))

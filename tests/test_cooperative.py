@@ -1,0 +1,76 @@
+"""Cooperative mini-batches (`--minibatch cooperative`): one step equals one process on the global batch
+(rows, loss, gradients), training reports each row computed once, and what it cannot train is refused."""
+import json
+import sys
+
+import pytest
+
+from _mpirun import run_mpi, run_mpi_raw
+from mpignn.config import TrainConfig
+from mpignn.errors import ConfigError
+from mpignn.fit import check_flags
+from mpignn.tasks import make_task
+
+SMALL = ["--dataset", "synthetic:num_nodes=6000,avg_degree=8,num_features=16", "--epochs", "3", "--hidden", "32",
+         "--batch-size", "256", "--fanout", "5,5", "--lr", "0.01"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_one_cooperative_step_equals_one_process_on_the_global_batch(tmp_path, n):
+    run_mpi("coop_step.py", n, tmp_path / "parts", timeout=120)
+
+
+def _train(tmp_path, name, *extra):
+    metrics = tmp_path / f"{name}.jsonl"
+    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), *SMALL,
+                              "--metrics-out", str(metrics), *extra], timeout=240)
+    assert rc == 0, out[-4000:]
+    return [json.loads(line) for line in metrics.read_text().splitlines()], out
+
+
+@pytest.mark.mpi
+def test_cooperative_training_computes_each_row_once_and_learns_as_independent(tmp_path):
+    coop, out = _train(tmp_path, "coop", "--minibatch", "cooperative", "--feature-dtype", "bf16",
+                       "--prefetch", "on")
+    alone, _ = _train(tmp_path, "alone")
+    last = coop[-1]
+    assert last["redundancy"] == 1.0 and last["halo_step_bytes"] > 0
+    assert "redundancy 1.00 halo" in out
+    assert alone[-1]["redundancy"] > 1.05  # independent shares overlap: their rows repeat across ranks
+    assert last["rows_per_step"][0] < alone[-1]["rows_per_step"][0]
+    assert all(own <= all_ for own, all_ in zip(last["own_rows_per_step"], last["rows_per_step"]))
+    assert last["test_acc_at_best_val"] > 0.2  # 8 classes: chance is 0.125
+    assert abs(last["test_acc_at_best_val"] - alone[-1]["test_acc_at_best_val"]) < 0.05
+
+
+@pytest.mark.parametrize("flags,named", [(["--model", "gcn"], "--model gcn"), (["--replicated"], "--replicated"),
+                                         (["--embed-dim", "8"], "--embed-dim")])
+def test_flags_cooperative_cannot_train_are_refused(flags, named):
+    with pytest.raises(ConfigError, match=f"--minibatch cooperative .*{named}.*HINT: --minibatch independent"):
+        TrainConfig.from_args(_namespace(["--minibatch", "cooperative", *flags]))
+
+
+def test_link_prediction_is_refused_up_front():
+    cfg = TrainConfig.from_args(_namespace(["--minibatch", "cooperative", "--task", "link"]))
+    with pytest.raises(ConfigError, match="--minibatch cooperative trains node classification; --task link"):
+        check_flags(cfg, make_task(cfg))
+
+
+@pytest.mark.mpi
+def test_a_heterogeneous_graph_is_refused_on_every_rank(tmp_path):
+    from mpignn.data import save_npz
+    from mpignn.data.synthetic_hetero import make_user_item
+
+    path = tmp_path / "hetero.npz"
+    save_npz(str(path), make_user_item(num_items=400, num_users=100, edges_per_item=4))
+    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--dataset",
+                              f"npz:{path}", "--minibatch", "cooperative", "--epochs", "1"], timeout=120)
+    assert rc != 0
+    assert out.count("--minibatch cooperative samples homogeneous graphs") >= 2, out[-3000:]
+
+
+def _namespace(argv):
+    from mpignn.config import build_parser
+
+    return build_parser().parse_args(argv)
