@@ -1,6 +1,7 @@
 """The scaling benchmark: core binding per row, and a tiny end-to-end run that prints its table."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -90,9 +91,10 @@ def test_time_to_accuracy_calibrates_then_trains_every_row_to_the_target(tmp_pat
 def test_floor_row_takes_the_slowest_rank():
     from mpignn.bench.floor import _row
 
-    row = _row("2 ranks", [{"times": [0.1, 0.1, 1.0], "rows": 60.0}, {"times": [0.2, 0.1, 1.5], "rows": 70.0}])
+    row = _row("2 ranks", [{"times": [0.1, 0.1, 1.0], "rows": 60.0, "inputs": 90.0, "halo": 2**20},
+                           {"times": [0.2, 0.1, 1.5], "rows": 70.0, "inputs": 95.0, "halo": 2**21}])
     assert row["seconds"] == pytest.approx(1.8) and row["compute"] == 1.5 and row["rows"] == 70.0
-    assert row["all_rows"] == 130.0
+    assert row["all_rows"] == 130.0 and row["inputs"] == 185.0 and row["halo_mib"] == 3.0
 
 
 @pytest.mark.mpi
@@ -103,12 +105,20 @@ def test_floor_bench_prints_one_rank_and_communication_free_rows(tmp_path):
            "--batch-size", "256", "--hidden", "32", "--fanout", "5,5", "--root", str(tmp_path)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = {line.split("  ")[0].strip(): line.split()[-7:] for line in out.stdout.splitlines()}
+    lines = out.stdout.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.startswith("config"))
+    names = re.split(r"\s{2,}", lines[top].strip())
+    rows = {cells[0]: dict(zip(names[1:], map(float, cells[1:]), strict=False))
+            for cells in (re.split(r"\s{2,}", line.strip()) for line in lines[top + 2:] if line.strip())}
     one, two = rows["1 rank x 1 thread"], rows["2 ranks x 1 thread, no communication"]
-    assert "1 rank x 2 threads" in rows and one[1] == "1.00"
-    # a rank's half of the batch computes fewer layer-1 rows than the whole batch on one rank; the last
+    coop = rows["2 ranks x 1 thread, cooperative"]
+    assert "1 rank x 2 threads" in rows and one["x 1x1"] == 1.0
+    # a rank's half of the batch computes fewer layer-1 rows than the whole batch on one rank; the next
     # column adds the ranks' rows (the overlap shows as a sum above the one-rank count on real graphs)
-    assert float(two[5]) < float(one[5]) and float(two[6]) > float(two[5])
+    rows1, all1 = "layer-1 rows/rank", "layer-1 rows, all ranks"
+    assert two[rows1] < one[rows1] and two[all1] > two[rows1]
+    # cooperative ranks compute each row once: fewer input rows in all than independent halves, rows moved
+    assert coop["input rows, all ranks"] < two["input rows, all ranks"] and coop["rows moved MiB/step"] > 0
 
 
 @pytest.mark.mpi

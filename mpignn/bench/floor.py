@@ -2,7 +2,8 @@
 
 Each of N ranks (one core each) holds the whole graph, samples its METIS part's share of the global batch
 and runs forward and backward alone: no sampling collectives, no feature exchange, no gradient all-reduce.
-Beside it, 1 rank x N threads trains global batches of the same size. Both rows run the same loop (sample,
+Beside it, 1 rank x N threads trains global batches of the same size, and N ranks train cooperatively (each
+holding its part only: `--minibatch cooperative`, with its real exchanges and gradient all-reduce). Both rows run the same loop (sample,
 gather, forward, backward, Adam; no prefetch thread). The gap is what neighbourhood overlap costs (a rank's
 share of the seeds reaches more than its share of the nodes: the `layer-1 rows` column) against what N
 threads gain, before any communication. Where the floor row is not clearly faster than 1 x N, no exchange or
@@ -40,63 +41,85 @@ def _prepare(dataset: str, root: str, parts: int, seed: int) -> Path:
 
 
 def _worker(args: argparse.Namespace) -> None:
-    """One rank: the whole graph from every part, seeds from part `rank` (all parts with one rank)."""
+    """One rank: the whole graph from every part, seeds from part `rank` (all parts with one rank); or, with
+    `--cooperative`, its own part only, sampling and computing cooperatively with the other ranks."""
     import torch
     from mpi4py import MPI
 
     from mpignn.allocator import tune_allocator
+    from mpignn.exchange.alltoall import MpiAlltoall
+    from mpignn.exchange.halo import ByteCounter, Halo
     from mpignn.models.sampled import SampledGNN
     from mpignn.partition.format import load_partition, read_meta
+    from mpignn.sampling.cooperative import CooperativeSampler
     from mpignn.sampling.neighbor import LocalHops, NeighborSampler
 
     tune_allocator()
     torch.set_num_threads(args.threads)
     comm = MPI.COMM_WORLD
     meta = read_meta(args.folder)
-    parts = [load_partition(args.folder, p, mmap=True) for p in range(meta.num_parts)]
-    rowptr = np.concatenate([parts[0].rowptr] + [p.rowptr[1:] + off for p, off in
-                                                  zip(parts[1:], np.cumsum([len(q.col) for q in parts])[:-1])])
-    col = np.concatenate([p.col for p in parts])
-    x = np.concatenate([np.asarray(p.x) for p in parts])
-    y = np.concatenate([np.asarray(p.y) for p in parts])
-    train = parts[comm.rank].train_idx if comm.size > 1 else np.concatenate([p.train_idx for p in parts])
     fanout = [int(f) for f in args.fanout.split(",")]
-    sampler = NeighborSampler(LocalHops(rowptr, col), meta.num_nodes, fanout)
+    if args.cooperative:
+        part = load_partition(args.folder, comm.rank, mmap=True)
+        x, y, train, lo = np.asarray(part.x), np.asarray(part.y), part.train_idx, part.lo
+        sampler = CooperativeSampler(comm.Dup(), LocalHops(part.rowptr, part.col, part.lo),
+                                     np.asarray(meta.part_offsets), fanout, MpiAlltoall(comm.Dup()))
+    else:
+        parts = [load_partition(args.folder, p, mmap=True) for p in range(meta.num_parts)]
+        rowptr = np.concatenate([parts[0].rowptr] + [p.rowptr[1:] + off for p, off in
+                                                      zip(parts[1:], np.cumsum([len(q.col) for q in parts])[:-1])])
+        col = np.concatenate([p.col for p in parts])
+        x = np.concatenate([np.asarray(p.x) for p in parts])
+        y = np.concatenate([np.asarray(p.y) for p in parts])
+        train = parts[comm.rank].train_idx if comm.size > 1 else np.concatenate([p.train_idx for p in parts])
+        sampler, lo = NeighborSampler(LocalHops(rowptr, col), meta.num_nodes, fanout), 0
     torch.manual_seed(0)
     model = SampledGNN("sage", x.shape[1], args.hidden, int(meta.num_classes), len(fanout))
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     share = -(-args.batch_size // comm.size)  # each rank's ceiling-division share of the global batch
     rng = np.random.default_rng(comm.rank)
-    times, rows = np.zeros(3), 0
+    times, rows, inputs = np.zeros(3), 0, 0
     warmup = 3
     for step in range(warmup + args.steps):
         if step == warmup:
-            times[:], rows = 0.0, 0
+            times[:], rows, inputs = 0.0, 0, 0
+            sampler.halo_bytes = 0
         seeds = rng.choice(train, min(share, len(train)), replace=False)
         t0 = time.perf_counter()
         out = sampler.sample(seeds, step)
         t1 = time.perf_counter()
-        feats = np.take(x, out.n_id, axis=0)
+        feats = np.take(x, out.n_id - lo, axis=0)
         t2 = time.perf_counter()
         edge_index = torch.from_numpy(np.stack([out.row, out.col]))
-        logits = model(torch.from_numpy(feats), edge_index, out.num_sampled_nodes, out.num_sampled_edges)
-        loss = torch.nn.functional.cross_entropy(logits, torch.from_numpy(y[out.n_id[:len(seeds)]]))
+        halo = Halo(out.halo, sampler.rows, ByteCounter(sampler)) if args.cooperative else None
+        logits = model(torch.from_numpy(feats), edge_index, out.num_sampled_nodes, out.num_sampled_edges,
+                       torch.from_numpy(out.in_degree), halo=halo)
+        # cooperative: the loss of the global batch's mean (every rank's share), gradients summed over ranks
+        labels = torch.from_numpy(y[out.n_id[:len(seeds)] - lo])
+        loss = torch.nn.functional.cross_entropy(logits, labels, reduction="sum") / (share * comm.size)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if args.cooperative:
+            flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+            comm.Allreduce(MPI.IN_PLACE, flat.numpy(), op=MPI.SUM)
+            torch.nn.utils.vector_to_parameters(flat, [p.grad for p in model.parameters()])
         optimizer.step()
         times += [t1 - t0, t2 - t1, time.perf_counter() - t2]
         rows += sum(out.num_sampled_nodes[:-1])
-    per_rank = comm.gather({"times": times.tolist(), "rows": rows / args.steps}, root=0)
+        inputs += sum(out.num_sampled_nodes)
+    per_rank = comm.gather({"times": times.tolist(), "rows": rows / args.steps, "inputs": inputs / args.steps,
+                            "halo": getattr(sampler, "halo_bytes", 0) / args.steps}, root=0)
     if comm.rank == 0:
         print(json.dumps(per_rank), flush=True)
 
 
-def _launch(folder: Path, ranks: int, threads: int, args: argparse.Namespace) -> list[dict]:
+def _launch(folder: Path, ranks: int, threads: int, args: argparse.Namespace, cooperative: bool = False) -> list[dict]:
     exe = mpiexec()
     launcher, pin = binding(exe, ranks, threads)
     cmd = [exe, *launcher, "-n", str(ranks), sys.executable, "-m", "mpignn.bench.floor", "--worker",
            "--folder", str(folder), "--threads", str(threads), "--steps", str(args.steps), "--fanout", args.fanout,
-           "--batch-size", str(args.batch_size), "--hidden", str(args.hidden), "--lr", str(args.lr)]
+           "--batch-size", str(args.batch_size), "--hidden", str(args.hidden), "--lr", str(args.lr),
+           *(["--cooperative"] if cooperative else [])]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=pin, timeout=3600)
     if out.returncode != 0:
@@ -109,7 +132,8 @@ def _row(name: str, per_rank: list[dict]) -> dict:
     slowest = max(per_rank, key=lambda r: sum(r["times"]))
     sample, gather, compute = slowest["times"]
     return {"config": name, "seconds": sample + gather + compute, "sample": sample, "gather": gather,
-            "compute": compute, "rows": slowest["rows"], "all_rows": sum(r["rows"] for r in per_rank)}
+            "compute": compute, "rows": slowest["rows"], "all_rows": sum(r["rows"] for r in per_rank),
+            "inputs": sum(r["inputs"] for r in per_rank), "halo_mib": sum(r["halo"] for r in per_rank) / 2**20}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--cooperative", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         _worker(args)
@@ -134,17 +159,22 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = args.root or tmp
         whole = _prepare(args.dataset, root, 1, args.seed)
+        parts = _prepare(args.dataset, root, n, args.seed)
         rows = [_row("1 rank x 1 thread", _launch(whole, 1, 1, args)),
                 _row(f"1 rank x {n} threads", _launch(whole, 1, n, args)),
-                _row(f"{n} ranks x 1 thread, no communication",
-                     _launch(_prepare(args.dataset, root, n, args.seed), n, 1, args))]
+                _row(f"{n} ranks x 1 thread, no communication", _launch(parts, n, 1, args)),
+                _row(f"{n} ranks x 1 thread, cooperative", _launch(parts, n, 1, args, cooperative=True))]
     for row in rows:
         row["vs_first"] = row["seconds"] / rows[0]["seconds"]
+        row["vs_threads"] = row["seconds"] / rows[1]["seconds"]
     print(f"{args.dataset}: {args.steps} steps of a {args.batch_size}-seed global batch, fanout {args.fanout}, "
-          f"hidden {args.hidden}; seconds of the slowest rank")
+          f"hidden {args.hidden}; seconds of the slowest rank (cooperative: its exchanges and gradient all-reduce "
+          f"included, in sample and compute)")
     print(table(rows, [("config", "config", "s"), ("seconds", "seconds", ".2f"), ("vs_first", "x 1x1", ".2f"),
-                       ("sample", "sample", ".2f"), ("gather", "gather", ".2f"), ("compute", "compute", ".2f"),
-                       ("rows", "layer-1 rows/rank", ".0f"), ("all_rows", "layer-1 rows, all ranks", ".0f")]))
+                       ("vs_threads", f"x 1x{n}", ".2f"), ("sample", "sample", ".2f"), ("gather", "gather", ".2f"),
+                       ("compute", "compute", ".2f"), ("rows", "layer-1 rows/rank", ".0f"),
+                       ("all_rows", "layer-1 rows, all ranks", ".0f"), ("inputs", "input rows, all ranks", ".0f"),
+                       ("halo_mib", "rows moved MiB/step", ".2f")]))
     return 0
 
 
