@@ -37,13 +37,25 @@ def test_one_rank_is_pinned_to_its_cores():
 def test_bench_prints_a_row_per_config(tmp_path):
     cmd = [sys.executable, "-m", "mpignn.bench", "--dataset", "synthetic:num_nodes=4000,avg_degree=8,num_features=16",
            "--ranks", "2", "--epochs", "1", "--batch-size", "256", "--hidden", "32", "--fanout", "5,5",
-           "--configs", "1x1,metis+cache,metis+bf16", "--root", str(tmp_path), "--plot", ""]
+           "--configs", "1x1,metis+cache,metis+bf16,coop", "--root", str(tmp_path), "--plot", ""]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = {line.split("  ")[0].strip(): line for line in out.stdout.splitlines()}
+    rows = _table(out.stdout)
     assert "1 rank x 1 thread" in rows and "2 ranks metis+cache" in rows
-    assert float(rows["2 ranks metis, no cache, bf16 features"].split()[-4]) > 0  # feature MiB moved
-    assert rows["1 rank x 1 thread"].split()[7] == "1.00"  # x 1x1 column of the baseline
+    assert float(rows["2 ranks metis, no cache, bf16 features"]["feat MiB"]) > 0  # feature MiB moved
+    assert rows["1 rank x 1 thread"]["x 1x1"] == "1.00"  # the baseline
+    coop = rows["2 ranks metis, cooperative"]
+    assert coop["redundancy"] == "1.00" and float(coop["rows MiB/step"]) > 0
+    assert float(rows["2 ranks metis+cache"]["redundancy"]) > 1.0
+
+
+def _table(stdout):
+    """{config: {header: cell}} of a bench table (cells separated by two or more spaces)."""
+    lines = stdout.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.startswith("config"))
+    names = re.split(r"\s{2,}", lines[top].strip())
+    return {cells[0]: dict(zip(names[1:], cells[1:], strict=False))
+            for cells in (re.split(r"\s{2,}", line.strip()) for line in lines[top + 2:] if line.strip())}
 
 
 @pytest.mark.mpi
@@ -105,11 +117,7 @@ def test_floor_bench_prints_one_rank_and_communication_free_rows(tmp_path):
            "--batch-size", "256", "--hidden", "32", "--fanout", "5,5", "--root", str(tmp_path)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    lines = out.stdout.splitlines()
-    top = next(i for i, line in enumerate(lines) if line.startswith("config"))
-    names = re.split(r"\s{2,}", lines[top].strip())
-    rows = {cells[0]: dict(zip(names[1:], map(float, cells[1:]), strict=False))
-            for cells in (re.split(r"\s{2,}", line.strip()) for line in lines[top + 2:] if line.strip())}
+    rows = {name: {k: float(v) for k, v in cells.items()} for name, cells in _table(out.stdout).items()}
     one, two = rows["1 rank x 1 thread"], rows["2 ranks x 1 thread, no communication"]
     coop = rows["2 ranks x 1 thread, cooperative"]
     assert "1 rank x 2 threads" in rows and one["x 1x1"] == 1.0

@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", default="1x1,1xall,metis+cache,metis,random+cache,random,replicated",
                         help="which of: 1x1, 1xall, metis+cache, metis, random+cache, random, replicated, "
                              "metis+cache+prefetch (batches produced in a loader thread: --prefetch on), "
+                             "coop (--minibatch cooperative: each sampled row computed once), coop+prefetch, "
                              "rank-batch (--batch-scope rank: --batch-size seeds per rank), rank-batch+sqrt-lr "
                              "or rank-batch+linear-lr (and --lr-scaling sqrt or linear); any of them + fp16 or "
                              "+ bf16 (--feature-dtype), e.g. metis+bf16")
@@ -84,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
                         share),
              "replicated": (f"{n} ranks replicated", n, ["--replicated"], share),
              "metis+cache+prefetch": (f"{n} ranks metis+cache, prefetch", n, [*cache, "--prefetch", "on"], share),
+             "coop": (f"{n} ranks metis, cooperative", n, ["--minibatch", "cooperative", *cache], share),
+             "coop+prefetch": (f"{n} ranks metis, cooperative, prefetch", n,
+                               ["--minibatch", "cooperative", *cache, "--prefetch", "on"], share),
              "rank-batch": (f"{n} ranks metis+cache, batch per rank", n, [*cache, "--batch-scope", "rank"], share),
              **{f"rank-batch+{rule}-lr": (f"{n} ranks metis+cache, batch per rank, {rule} lr", n,
                                           [*cache, "--batch-scope", "rank", "--lr-scaling", rule], share)
@@ -134,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         row["speedup"] = row["per_s"] / base
         row["remote_mib"] = (row["remote_feature_bytes"] + row["remote_structure_bytes"]) / 2**20
         row["feat_mib"] = row["remote_feature_bytes"] / 2**20
+        row["halo_mib"] = row.get("halo_step_bytes", 0) / 2**20
     unit = rows[0]["unit"]
     print(f"{args.dataset}: {args.task} task, fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, "
           f"{args.precision}, epoch {args.epochs - 1} of {args.epochs}")
@@ -142,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                        ("compute_s", "compute", ".2f"), ("allreduce_s", "allreduce", ".2f"), ("wait_s", "wait", ".2f"),
                        ("nodes_per_step", "nodes/step", ".0f"),
                        ("feat_mib", "feat MiB", ".1f"), ("remote_mib", "remote MiB", ".1f"),
-                       ("cache_hit_rate", "cache hit", ".2f"), ("peak_rss_mb", "peak MiB", ".0f")]))
+                       ("cache_hit_rate", "cache hit", ".2f"), ("redundancy", "redundancy", ".2f"),
+                       ("halo_mib", "rows MiB/step", ".2f"), ("peak_rss_mb", "peak MiB", ".0f")]))
     if args.plot:
         _plot(rows, args.plot)
     return 0
