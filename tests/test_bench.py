@@ -103,10 +103,12 @@ def test_time_to_accuracy_calibrates_then_trains_every_row_to_the_target(tmp_pat
 def test_floor_row_takes_the_slowest_rank():
     from mpignn.bench.floor import _row
 
-    row = _row("2 ranks", [{"times": [0.1, 0.1, 1.0], "rows": 60.0, "inputs": 90.0, "halo": 2**20},
+    row = _row("2 ranks", [{"times": [0.1, 0.1, 1.0], "rows": 60.0, "inputs": 90.0, "halo": 2**20,
+                            "redundancy": 1.5},
                            {"times": [0.2, 0.1, 1.5], "rows": 70.0, "inputs": 95.0, "halo": 2**21}])
     assert row["seconds"] == pytest.approx(1.8) and row["compute"] == 1.5 and row["rows"] == 70.0
     assert row["all_rows"] == 130.0 and row["inputs"] == 185.0 and row["halo_mib"] == 3.0
+    assert row["redundancy"] == 1.5  # rank 0 counts it for all
 
 
 @pytest.mark.mpi
@@ -127,6 +129,7 @@ def test_floor_bench_prints_one_rank_and_communication_free_rows(tmp_path):
     assert two[rows1] < one[rows1] and two[all1] > two[rows1]
     # cooperative ranks compute each row once: fewer input rows in all than independent halves, rows moved
     assert coop["input rows, all ranks"] < two["input rows, all ranks"] and coop["rows moved MiB/step"] > 0
+    assert coop["redundancy"] == 1.0 and two["redundancy"] > 1.0 and one["redundancy"] == 1.0
 
 
 @pytest.mark.mpi

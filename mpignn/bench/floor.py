@@ -79,6 +79,7 @@ def _worker(args: argparse.Namespace) -> None:
     share = -(-args.batch_size // comm.size)  # each rank's ceiling-division share of the global batch
     rng = np.random.default_rng(comm.rank)
     times, rows, inputs = np.zeros(3), 0, 0
+    per_layer = [[0, 0] for _ in range(len(fanout) + 1)]  # (rows over all ranks, distinct nodes) per layer
     warmup = 3
     for step in range(warmup + args.steps):
         if step == warmup:
@@ -107,10 +108,26 @@ def _worker(args: argparse.Namespace) -> None:
         times += [t1 - t0, t2 - t1, time.perf_counter() - t2]
         rows += sum(out.num_sampled_nodes[:-1])
         inputs += sum(out.num_sampled_nodes)
+        if step >= warmup:  # untimed: every layer's rows of all ranks against their distinct nodes
+            _count(comm, out, per_layer)
     per_rank = comm.gather({"times": times.tolist(), "rows": rows / args.steps, "inputs": inputs / args.steps,
-                            "halo": getattr(sampler, "halo_bytes", 0) / args.steps}, root=0)
+                            "halo": getattr(sampler, "halo_bytes", 0) / args.steps,
+                            "redundancy": max(a / b for a, b in per_layer) if comm.rank == 0 else None}, root=0)
     if comm.rank == 0:
         print(json.dumps(per_rank), flush=True)
+
+
+def _count(comm, out, per_layer: list[list[int]]) -> None:
+    """Collective: add each layer's rows of all ranks (0: input rows; j: targets of layer j) and the distinct
+    nodes among them (counted on rank 0 from every rank's ids) to `per_layer`."""
+    hops = len(out.num_sampled_nodes) - 1
+    layers = [out.n_id[:sum(out.num_sampled_nodes[:hops + 1 - j])] for j in range(hops + 1)]
+    gathered = comm.gather(layers, root=0)
+    if comm.rank == 0:
+        for j in range(hops + 1):
+            ids = [ranks[j] for ranks in gathered]
+            per_layer[j][0] += sum(len(a) for a in ids)
+            per_layer[j][1] += len(np.unique(np.concatenate(ids)))
 
 
 def _launch(folder: Path, ranks: int, threads: int, args: argparse.Namespace, cooperative: bool = False) -> list[dict]:
@@ -133,7 +150,8 @@ def _row(name: str, per_rank: list[dict]) -> dict:
     sample, gather, compute = slowest["times"]
     return {"config": name, "seconds": sample + gather + compute, "sample": sample, "gather": gather,
             "compute": compute, "rows": slowest["rows"], "all_rows": sum(r["rows"] for r in per_rank),
-            "inputs": sum(r["inputs"] for r in per_rank), "halo_mib": sum(r["halo"] for r in per_rank) / 2**20}
+            "inputs": sum(r["inputs"] for r in per_rank), "halo_mib": sum(r["halo"] for r in per_rank) / 2**20,
+            "redundancy": per_rank[0].get("redundancy")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
                        ("vs_threads", f"x 1x{n}", ".2f"), ("sample", "sample", ".2f"), ("gather", "gather", ".2f"),
                        ("compute", "compute", ".2f"), ("rows", "layer-1 rows/rank", ".0f"),
                        ("all_rows", "layer-1 rows, all ranks", ".0f"), ("inputs", "input rows, all ranks", ".0f"),
-                       ("halo_mib", "rows moved MiB/step", ".2f")]))
+                       ("halo_mib", "rows moved MiB/step", ".2f"), ("redundancy", "redundancy", ".3f")]))
+    print("redundancy: rows of all ranks / distinct nodes among them, the largest over the layers (input rows "
+          "included)")
     return 0
 
 
