@@ -30,8 +30,9 @@ def tune_allocator(env: Mapping[str, str] | None = None) -> bool:
     """Set glibc's mmap threshold to MMAP_THRESHOLD (fixed: glibc stops raising it) and keep freed heap memory.
 
     Fresh mmap'd pages fault in 4 KiB at a time, which made steps 1.3x slower than a heap that never gives
-    memory back; with transparent huge pages on those blocks (`reexec_with_hugepages`) the cost falls to
-    under 15% here, and the peak stays flat where the never-unmapping heap grew without end. MPIGNN_MALLOC=heap
+    memory back; with transparent huge pages on those blocks (`reexec_with_hugepages`) the cost fell to 2-10%
+    of an epoch here (at a 4 MiB threshold; 256 KiB timed the same within noise: docs/failures.md), and the
+    peak stays flat where the never-unmapping heap grew without end. MPIGNN_MALLOC=heap
     keeps that earlier policy (nothing mmap'd). Returns False where this is not glibc, or with
     MPIGNN_MALLOC=system.
     """
