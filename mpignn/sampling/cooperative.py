@@ -74,14 +74,6 @@ class CooperativeSampler:
             mark = self._local.mark = np.full(self.n_own, -1, dtype=np.int64)
         return mark
 
-    def _ask_owners(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Collective: sorted distinct `ids` to their owners -> (ids each owner got, grouped by asker; counts
-        per asker; counts sent to each owner)."""
-        counts = np.bincount(owner_of(ids, self.part_offsets), minlength=self.comm.size).astype(np.int64)
-        got, got_counts = alltoallv(self.comm, ids, counts)
-        self.bytes_received += 8 * len(got)
-        return got, got_counts, counts
-
     def sample(self, seeds: np.ndarray, seed: int) -> SampleOutput:
         """Collective: sample around `seeds` (distinct global ids this rank owns) with the step's `seed`, which
         must be the same on every rank."""
@@ -89,11 +81,12 @@ class CooperativeSampler:
         lo, hi = self.lo, self.lo + self.n_own
         if len(seeds) and (seeds.min() < lo or seeds.max() >= hi):
             raise ValueError("cooperative seeds must be nodes this rank owns")
-        if len(np.unique(seeds)) != len(seeds):
-            raise ValueError("seed nodes must be distinct")
         mark = self._mark()
-        own, n = self._add(np.empty(max(16, 4 * len(seeds)), dtype=np.int64), mark, seeds, 0)
+        own = np.empty(max(16, 4 * len(seeds)), dtype=np.int64)
+        n = kernels.claim(seeds, mark, lo, own, 0)
         try:
+            if n != len(seeds):
+                raise ValueError("seed nodes must be distinct")
             depth_counts, degrees, targets, sources = [n], [], [], []
             f_lo, f_hi = 0, n
             for hop, fanout in enumerate(self.fanouts):
@@ -101,48 +94,72 @@ class CooperativeSampler:
                 degrees.append(counts)
                 targets.append(np.repeat(np.arange(f_lo, f_hi, dtype=np.int64), counts))
                 sources.append(nbrs)
-                got = self._ask_owners(np.unique(nbrs))[0]  # each owner keeps the ones new to the batch
-                fresh = np.unique(got)
-                fresh = fresh[mark[fresh - lo] < 0]
-                own, n = self._add(own, mark, fresh, n)
-                depth_counts.append(len(fresh))
+                found = kernels.first_seen(nbrs)[0]
+                mine = (found >= lo) & (found < hi)
+                remote = found[~mine]
+                owner = owner_of(remote, self.part_offsets)
+                order = np.argsort(owner, kind="stable")
+                got = alltoallv(self.comm, remote[order], np.bincount(owner, minlength=self.comm.size))[0]
+                self.bytes_received += 8 * len(got)
+                if n + len(found) + len(got) > len(own):  # room for every candidate
+                    own = np.concatenate([own[:n], np.empty(max(n, len(found) + len(got)), dtype=np.int64)])
+                n = kernels.claim(got, mark, lo, own, kernels.claim(found[mine], mark, lo, own, n))
+                depth_counts.append(n - f_hi)
                 f_lo, f_hi = f_hi, n
-            edges = [len(s) for s in sources]
             src = np.concatenate(sources) if sources else _EMPTY
-            plans = [self._plan(src[:sum(edges[:keep])], mark, sum(depth_counts[:keep + 1]))
-                     for keep in range(len(self.fanouts), 0, -1)]
+            plans = self._plans(src, [len(e) for e in sources], depth_counts, mark)
             n_id = own[:n].copy()
         finally:
             mark[own[:n] - lo] = -1
         return SampleOutput(n_id=n_id, row=plans[0].src if plans else _EMPTY,
                             col=np.concatenate(targets) if targets else _EMPTY, batch_size=len(seeds),
-                            num_sampled_nodes=depth_counts, num_sampled_edges=edges,
+                            num_sampled_nodes=depth_counts, num_sampled_edges=[len(e) for e in sources],
                             in_degree=np.concatenate(degrees) if degrees else _EMPTY, halo=plans)
 
-    def _add(self, own: np.ndarray, mark: np.ndarray, ids: np.ndarray, n: int) -> tuple[np.ndarray, int]:
-        """Append own `ids` (distinct, new) to the batch's own rows; returns (the rows' array, their count)."""
-        if n + len(ids) > len(own):
-            grown = np.empty(max(2 * len(own), n + len(ids)), dtype=np.int64)
-            grown[:n] = own[:n]
-            own = grown
-        own[n:n + len(ids)] = ids
-        mark[ids - self.lo] = np.arange(n, n + len(ids), dtype=np.int64)
-        return own, n + len(ids)
-
-    def _plan(self, src: np.ndarray, mark: np.ndarray, n_own: int) -> LayerPlan:
-        """Collective: a layer whose edges have sources `src` (global ids) and whose own rows are the first
-        `n_own` of the batch: the remote sources are asked of their owners, who answer with their rows."""
-        mine = (src >= self.lo) & (src < self.lo + self.n_own)
-        index = np.empty(len(src), dtype=np.int64)
-        index[mine] = mark[src[mine] - self.lo]
-        remote = np.unique(src[~mine])  # sorted: grouped by owner, in rank order
-        index[~mine] = n_own + np.searchsorted(remote, src[~mine])
-        asked, asked_counts, want_counts = self._ask_owners(remote)
-        send_idx = mark[asked - self.lo]
-        if len(send_idx) and (send_idx.min() < 0 or send_idx.max() >= n_own):
-            raise RuntimeError("cooperative batch: a rank asked for a row this layer does not compute")
-        return LayerPlan(src=index, send_idx=send_idx, send_counts=asked_counts, recv_counts=want_counts,
-                         n_own=n_own)
+    def _plans(self, src: np.ndarray, edges: list[int], depth_counts: list[int], mark: np.ndarray) -> list[LayerPlan]:
+        """Collective: every layer's exchange, in one request. Layer j reads the edges of hops 0..L-1-j (a
+        prefix of `src`, the sources' global ids) and its own rows are the nodes of depth <= L-j. Remote
+        sources in order of first appearance make each layer's set a prefix, also per owner, so one all-to-all
+        of ids (and one of each layer's count per owner) asks for every layer at once."""
+        size, hops = self.comm.size, len(edges)
+        lo, hi = self.lo, self.lo + self.n_own
+        mine = (src >= lo) & (src < hi)
+        at = np.flatnonzero(~mine)  # edge positions of remote sources
+        remote, which = kernels.first_seen(src[at])
+        first = np.empty(len(remote), dtype=np.int64)
+        first[which[::-1]] = np.arange(len(which) - 1, -1, -1, dtype=np.int64)  # the earliest write wins
+        first_pos = at[first]  # each remote source's first edge
+        owner = owner_of(remote, self.part_offsets)
+        order = np.argsort(owner, kind="stable")  # per owner, first appearance order: layers are prefixes
+        within = np.empty(len(remote), dtype=np.int64)
+        per_owner = np.bincount(owner, minlength=size).astype(np.int64)
+        within[order] = np.arange(len(remote), dtype=np.int64) - np.repeat(_starts(per_owner), per_owner)
+        prefix = [int(sum(edges[:hops - j])) for j in range(hops)]  # layer j's edge count
+        counts = np.stack([np.bincount(owner[first_pos < e], minlength=size) for e in prefix], axis=1)
+        asked, asked_from = alltoallv(self.comm, remote[order], per_owner)
+        layer_counts = alltoallv(self.comm, counts.astype(np.int64), np.ones(size, dtype=np.int64))[0]
+        self.bytes_received += 8 * (len(asked) + layer_counts.size)
+        rows = mark[asked - lo]
+        if len(rows) and rows.min() < 0:
+            raise RuntimeError("cooperative batch: a rank asked for a row not in the batch")
+        starts = _starts(asked_from)
+        base = np.empty(len(src), dtype=np.int64)
+        base[mine] = mark[src[mine] - lo]  # an own source's row is the same in every layer
+        plans = []
+        for j, e in enumerate(prefix):
+            n_own = int(sum(depth_counts[:hops - j + 1]))
+            send_counts = layer_counts[:, j]
+            send_idx = np.concatenate([rows[a:a + c] for a, c in zip(starts, send_counts)]) if size else _EMPTY
+            if len(send_idx) and send_idx.max() >= n_own:
+                raise RuntimeError("cooperative batch: a rank asked for a row this layer does not compute")
+            recv_counts = counts[:, j].astype(np.int64)
+            index = base[:e].copy()
+            cut = np.searchsorted(at, e)
+            k = which[:cut]
+            index[at[:cut]] = n_own + _starts(recv_counts)[owner[k]] + within[k]
+            plans.append(LayerPlan(src=index, send_idx=send_idx, send_counts=send_counts.astype(np.int64),
+                                   recv_counts=recv_counts, n_own=n_own))
+        return plans
 
 
 def union_rows(comm: Any, part_offsets: np.ndarray, n_id: np.ndarray, num_sampled_nodes: Sequence[int]) -> list[int]:
@@ -160,3 +177,10 @@ def union_rows(comm: Any, part_offsets: np.ndarray, n_id: np.ndarray, num_sample
 
 
 _EMPTY = np.empty(0, dtype=np.int64)
+
+
+def _starts(counts: np.ndarray) -> np.ndarray:
+    """Where each of consecutive segments of `counts` lengths starts."""
+    starts = np.zeros(len(counts), dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    return starts

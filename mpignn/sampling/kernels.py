@@ -10,7 +10,7 @@ import numpy as np
 from numba import njit, prange
 
 __all__ = ["sample_rows", "relabel", "reset_scratch", "relabel_hashed", "rehash", "clear_table", "mix_seed",
-           "warm_up"]
+           "first_seen", "claim", "warm_up"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -199,6 +199,47 @@ def clear_table(scratch, lo, table, shift, n_id, n_count, in_table):
             table[2 * slot] = -1
 
 
+@njit(cache=True, nogil=True)
+def first_seen(ids):
+    """(the distinct ids in order of first occurrence, each id's index among them): `np.unique` without the
+    sort, in one pass over a hash table of at least twice as many slots as ids."""
+    n = ids.shape[0]
+    bits = 1
+    while (1 << bits) < 2 * n:
+        bits += 1
+    mask, shift = (1 << bits) - 1, 64 - bits
+    keys = np.full(1 << bits, -1, dtype=np.int64)
+    slots = np.empty(1 << bits, dtype=np.int64)
+    distinct = np.empty(n, dtype=np.int64)
+    index = np.empty(n, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        g = ids[i]
+        slot = _slot(g, shift)
+        while keys[slot] != -1 and keys[slot] != g:
+            slot = (slot + 1) & mask
+        if keys[slot] == -1:
+            keys[slot] = g
+            slots[slot] = k
+            distinct[k] = g
+            k += 1
+        index[i] = slots[slot]
+    return distinct[:k], index
+
+
+@njit(cache=True, nogil=True)
+def claim(ids, mark, lo, own, n):
+    """Append the ids of own nodes not yet in the batch (`mark[id - lo] < 0`) to `own[n:]`, marking each with
+    its row; repeats among `ids` count once. Returns the new row count (`own` must have room for all)."""
+    for i in range(ids.shape[0]):
+        g = ids[i]
+        if mark[g - lo] < 0:
+            mark[g - lo] = n
+            own[n] = g
+            n += 1
+    return n
+
+
 def warm_up() -> None:
     """Compile every kernel (or load it from numba's cache) on tiny inputs."""
     one = np.zeros(1, dtype=np.int64)
@@ -218,3 +259,5 @@ def warm_up() -> None:
     _, n, filled = relabel_hashed(nbrs, 0, local, scratch, 1, table, 63, n_id, 0, 0, 1)
     clear_table(scratch, 1, table, 63, n_id, n, filled)
     rehash(table, 63, n_id, n, 1, 1)
+    first_seen(nbrs)
+    claim(one, np.full(1, -1, dtype=np.int64), 0, np.empty(1, dtype=np.int64), 0)
