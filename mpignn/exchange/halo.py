@@ -49,7 +49,9 @@ class _HaloRows(torch.autograd.Function):
         plan, n_own = ctx.plan, ctx.n_own
         back = move_rows(ctx.transport, grad[n_own:].contiguous(), plan.recv_counts, plan.send_counts)
         ctx.counter.add(back)
-        grad_own = grad[:n_own].clone()
+        # the layer's table gradient is this node's alone (the conv reading the table made it): add into it
+        # in place rather than copy its own rows out (a contiguous tensor; anything else is copied first)
+        grad_own = grad[:n_own] if grad.is_contiguous() else grad[:n_own].contiguous()
         grad_own.index_add_(0, torch.from_numpy(plan.send_idx).to(grad.device), back.to(grad.dtype))
         return grad_own, None, None, None
 
