@@ -80,7 +80,10 @@ class MPIStore(torch.distributed.Store):
     Rank 0 holds the keys. A daemon thread there polls a duplicate of `comm` for the other ranks' requests
     (sleeping up to 5 ms, 50 ms after a quiet second, so it costs no core) and answers get/wait as soon as their keys exist.
     Nothing listens on a socket, so no neighbour on the host or the network can read, set or delete a key.
-    Needs MPI_THREAD_MULTIPLE (mpi4py asks for it by default). `close()` stops the thread; it also runs at exit.
+    Needs MPI_THREAD_MULTIPLE (mpi4py asks for it by default). `close()` says goodbye: the other ranks tell rank
+    0 they are done, and rank 0's thread serves until every rank has (or the timeout passed), so a rank that
+    leaves first (an error every rank raises right after `init_process_group`) never strands another still
+    waiting for a key inside it. It also runs at exit.
 
     Args:
         comm: the communicator of the ranks that will form the process group (rank 0 owns the keys).
@@ -94,6 +97,8 @@ class MPIStore(torch.distributed.Store):
         self._lock = threading.Lock()  # one request in flight per rank (torch may call from several threads)
         self._seq = 0
         self._stop = threading.Event()
+        self._closed = False
+        self._gone: set[int] = set()  # rank 0: the ranks that said goodbye
         self._keys = _Keys() if self._comm.rank == 0 else None
         self._thread: threading.Thread | None = None
         if self._keys is not None and self._comm.size > 1:
@@ -134,10 +139,18 @@ class MPIStore(torch.distributed.Store):
     getNumKeys = num_keys  # noqa: N815
 
     def close(self) -> None:
-        """Stop rank 0's serving thread (the other ranks must be done with the store)."""
+        """Done with the store. Another rank tells rank 0 so (a message, no wait); rank 0 stops its serving
+        thread once every other rank has, waiting at most the store's timeout for them. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._keys is None:
+            with self._lock:
+                self._comm.send((0, "bye", ()), dest=0, tag=_REQUEST)
+            return
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=self._wait_s + 5)
             self._thread = None
 
     # -- plumbing ----------------------------------------------------------------------------------------------
@@ -183,13 +196,21 @@ class MPIStore(torch.distributed.Store):
         status = MPI.Status()
         pending: list[tuple[int, int, str, tuple]] = []
         seen = -1
-        pause, last_busy = 0.0, time.monotonic()
-        while not self._stop.is_set():
+        pause, last_busy, deadline = 0.0, time.monotonic(), None
+        others = self._comm.size - 1
+        while True:
+            if self._stop.is_set():  # closing: serve until every rank said goodbye, or the timeout
+                deadline = deadline or time.monotonic() + self._wait_s
+                if len(self._gone) >= others or time.monotonic() > deadline:
+                    return
             busy = False
             while self._comm.iprobe(source=MPI.ANY_SOURCE, tag=_REQUEST, status=status):
                 source = status.Get_source()
                 seq, op, args = self._comm.recv(source=source, tag=_REQUEST)
-                pending.append((source, seq, op, args))
+                if op == "bye":
+                    self._gone.add(source)
+                else:
+                    pending.append((source, seq, op, args))
                 busy = True
             if pending and (busy or seen != self._keys.version):
                 seen = self._keys.version

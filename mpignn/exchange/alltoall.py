@@ -43,6 +43,7 @@ class TorchAlltoall(MpiAlltoall):
         super().__init__(comm)
         self.torch, self.device = torch, torch.device(device)
         self.group = torch.distributed.new_group()
+        comm.Barrier()  # every rank's connect is done before any may tear the group down (dist.init_process_group)
 
     def rows(self, send: Any, send_counts: np.ndarray, recv_counts: np.ndarray, pieces: bool | None = None) -> Any:
         """Collective: tensor rows in, tensor rows out on `device` (numpy in, numpy out)."""

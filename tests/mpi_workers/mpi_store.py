@@ -1,5 +1,6 @@
 """MPIStore's key semantics across ranks (TCPStore's): a key set on the last rank is read on the others,
-get/wait block until it exists, add/compare_set/delete_key/check/num_keys, and a missing key times out."""
+get/wait block until it exists, add/compare_set/delete_key/check/num_keys, a missing key times out, and rank 0
+closing first still answers the ranks that are not done."""
 import datetime
 import sys
 import time
@@ -45,6 +46,16 @@ def main() -> None:
     assert store.get(f"after-timeout-{comm.rank}") == b"ok"
     comm.Barrier()
     store.close()
+    # Rank 0 leaves first (an error every rank raises right after init_process_group, then shutdown) while
+    # the others still ask for a key: its thread must keep answering until they are done.
+    early = MPIStore(comm, datetime.timedelta(seconds=20))
+    if comm.rank == 0:
+        early.set("early", b"v")
+        early.close()
+    else:
+        time.sleep(0.5)
+        assert early.get("early") == b"v"
+        early.close()
     print(f"MPIGNN-OK rank={topo.rank}", flush=True)
 
 
