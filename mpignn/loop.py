@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+import numpy as np
 import torch
 
 from mpignn.compute import MetricSums, autocast, empty_loss, with_rows
@@ -122,13 +123,13 @@ class RowCounts:
         if not isinstance(sizes, list):  # heterogeneous batches count per type: not here
             return
         hops = len(sizes) - 1
-        rows = torch.tensor([sum(sizes[:hops + 1 - j]) for j in range(hops + 1)], dtype=torch.float64)
+        rows = np.array([sum(sizes[:hops + 1 - j]) for j in range(hops + 1)], dtype=np.float64)  # host counts
         self.rows = rows if self.rows is None else self.rows + rows
         union = getattr(batch, "union_rows", None)
         if getattr(batch, "halo", None) is not None or self.world == 1:
             union = rows
         elif union is not None:
-            union = torch.tensor(union, dtype=torch.float64) / self.world
+            union = np.asarray(union, dtype=np.float64) / self.world
         else:
             return
         self.counted = rows if self.counted is None else self.counted + rows

@@ -25,6 +25,7 @@ import numpy as np
 from mpignn import dist
 from mpignn.allocator import tune_allocator
 from mpignn.cache_policy import build_cache, cache_budget
+from mpignn.choices import MINIBATCHES
 from mpignn.data import check_known, dataset_key
 from mpignn.data.features import transform_rows
 from mpignn.data.hetero import HeteroSchema, hop_fanouts
@@ -308,6 +309,9 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
             samples and computes its share's neighbourhoods. Evaluation is independent.
     """
     task = graph.task or make_task()
+    if minibatch not in MINIBATCHES:  # the same argument on every rank
+        raise mark_agreed(ConfigError(f"minibatch must be one of {', '.join(MINIBATCHES)}; got {minibatch!r}. "
+                                      "HINT: minibatch='independent'"))
     seeds = task.seeds(graph, split, _share(rt) if graph.replicated else _whole)
     train = split == "train"
     if not train:
@@ -333,7 +337,7 @@ def _cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any])
         graph.task.check_cooperative(graph)
         if graph.embedding is not None:
             raise ConfigError("--minibatch cooperative does not carry learnable rows yet. HINT: --minibatch "
-                              "independent, or drop --learnable-rows")
+                              "independent, or drop --embed-dim")
     except MpignnError as exc:
         raise mark_agreed(exc) from None
     local = graph.sampler.source.local

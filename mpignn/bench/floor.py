@@ -3,8 +3,8 @@
 Each of N ranks (one core each) holds the whole graph, samples its METIS part's share of the global batch
 and runs forward and backward alone: no sampling collectives, no feature exchange, no gradient all-reduce.
 Beside it, 1 rank x N threads trains global batches of the same size, and N ranks train cooperatively (each
-holding its part only: `--minibatch cooperative`, with its real exchanges and gradient all-reduce). Both rows run the same loop (sample,
-gather, forward, backward, Adam; no prefetch thread). The gap is what neighbourhood overlap costs (a rank's
+holding its part only: `--minibatch cooperative`, with its real exchanges and gradient all-reduce). All rows
+run the same loop (sample, gather, forward, backward, Adam; no prefetch thread). The gap is what neighbourhood overlap costs (a rank's
 share of the seeds reaches more than its share of the nodes: the `layer-1 rows` column) against what N
 threads gain, before any communication. Where the floor row is not clearly faster than 1 x N, no exchange or
 overlap work can make N ranks x 1 thread beat 1 rank x N threads on that machine.

@@ -57,6 +57,13 @@ def exchange_counts(comm: Any, counts: np.ndarray) -> tuple[np.ndarray, bool]:
     return np.ascontiguousarray(theirs[:, 0]), bool(theirs[:, 1].any())
 
 
+def segment_starts(counts: np.ndarray) -> np.ndarray:
+    """Where each of consecutive segments of `counts` lengths starts (an all-to-all's displacements)."""
+    starts = np.zeros(len(counts), dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    return starts
+
+
 def alltoallv(comm: Any, send: np.ndarray, counts: np.ndarray, recv_counts: np.ndarray | None = None,
               pieces: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Collective over `comm`: send `counts[r]` rows of `send` (grouped by destination, in rank order) to each

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mpignn.mpi import allreduce_sum, alltoallv
+from mpignn.mpi import allreduce_sum, alltoallv, segment_starts
 from mpignn.partition.format import owner_of
 from mpignn.sampling import kernels
 from mpignn.sampling.neighbor import Fanout, LocalHops, SampleOutput
@@ -133,7 +133,7 @@ class CooperativeSampler:
         order = np.argsort(owner, kind="stable")  # per owner, first appearance order: layers are prefixes
         within = np.empty(len(remote), dtype=np.int64)
         per_owner = np.bincount(owner, minlength=size).astype(np.int64)
-        within[order] = np.arange(len(remote), dtype=np.int64) - np.repeat(_starts(per_owner), per_owner)
+        within[order] = np.arange(len(remote), dtype=np.int64) - np.repeat(segment_starts(per_owner), per_owner)
         prefix = [int(sum(edges[:hops - j])) for j in range(hops)]  # layer j's edge count
         counts = np.stack([np.bincount(owner[first_pos < e], minlength=size) for e in prefix], axis=1)
         asked, asked_from = alltoallv(self.comm, remote[order], per_owner)
@@ -142,7 +142,7 @@ class CooperativeSampler:
         rows = mark[asked - lo]
         if len(rows) and rows.min() < 0:
             raise RuntimeError("cooperative batch: a rank asked for a row not in the batch")
-        starts = _starts(asked_from)
+        starts = segment_starts(asked_from)
         base = np.empty(len(src), dtype=np.int64)
         base[mine] = mark[src[mine] - lo]  # an own source's row is the same in every layer
         plans = []
@@ -156,7 +156,7 @@ class CooperativeSampler:
             index = base[:e].copy()
             cut = np.searchsorted(at, e)
             k = which[:cut]
-            index[at[:cut]] = n_own + _starts(recv_counts)[owner[k]] + within[k]
+            index[at[:cut]] = n_own + segment_starts(recv_counts)[owner[k]] + within[k]
             plans.append(LayerPlan(src=index, send_idx=send_idx, send_counts=send_counts.astype(np.int64),
                                    recv_counts=recv_counts, n_own=n_own))
         return plans
@@ -177,10 +177,3 @@ def union_rows(comm: Any, part_offsets: np.ndarray, n_id: np.ndarray, num_sample
 
 
 _EMPTY = np.empty(0, dtype=np.int64)
-
-
-def _starts(counts: np.ndarray) -> np.ndarray:
-    """Where each of consecutive segments of `counts` lengths starts."""
-    starts = np.zeros(len(counts), dtype=np.int64)
-    np.cumsum(counts[:-1], out=starts[1:])
-    return starts

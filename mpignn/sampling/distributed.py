@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from mpignn.mpi import alltoallv
+from mpignn.mpi import alltoallv, segment_starts
 from mpignn.partition.format import group_by_owner
 from mpignn.sampling.neighbor import Fanout, LocalHops
 
@@ -25,7 +25,7 @@ def _place(out: np.ndarray, out_offsets: np.ndarray, positions: np.ndarray, coun
     """Copy consecutive segments (`counts` long) of `values` to where targets `positions` start in `out`."""
     if len(values) == 0:
         return
-    shift = np.repeat(out_offsets[positions] - _starts(counts), counts)
+    shift = np.repeat(out_offsets[positions] - segment_starts(counts), counts)
     out[np.arange(len(values), dtype=np.int64) + shift] = values
 
 
@@ -52,11 +52,11 @@ class DistributedHops:
         out_counts = np.where(asks, send_counts + 1, 0)
         out = np.full(int(out_counts.sum()), seed, dtype=np.int64)
         is_id = np.ones(len(out), dtype=bool)
-        is_id[_starts(out_counts)[asks]] = False
+        is_id[segment_starts(out_counts)[asks]] = False
         out[is_id] = gids[remote_pos]
         asked, asked_counts = alltoallv(comm, out, out_counts)
         answers, answer_counts = [], np.zeros(size, dtype=np.int64)
-        for src, start in zip(range(size), _starts(asked_counts)):
+        for src, start in zip(range(size), segment_starts(asked_counts)):
             if asked_counts[src]:
                 c, n = self.local.sample(asked[start + 1:start + asked_counts[src]], fanout, int(asked[start]))
                 answers += [c, n]
@@ -64,7 +64,7 @@ class DistributedHops:
         back, back_from = alltoallv(comm, np.concatenate(answers) if answers else _EMPTY, answer_counts)
         self.bytes_received += 8 * (len(asked) + len(back))
         back_counts, back_nbrs = [], []
-        for dest, start in zip(range(size), _starts(back_from)):
+        for dest, start in zip(range(size), segment_starts(back_from)):
             asked_here = int(send_counts[dest]) * t  # a count per asked id and edge type
             back_counts.append(back[start:start + asked_here])
             back_nbrs.append(back[start + asked_here:start + back_from[dest]])
@@ -83,10 +83,3 @@ class DistributedHops:
 
 
 _EMPTY = np.empty(0, dtype=np.int64)
-
-
-def _starts(counts: np.ndarray) -> np.ndarray:
-    """Where each of consecutive segments of `counts` lengths starts."""
-    starts = np.zeros(len(counts), dtype=np.int64)
-    np.cumsum(counts[:-1], out=starts[1:])
-    return starts
