@@ -174,7 +174,7 @@ class TrainConfig:
     neighbourhoods reach, so rows several ranks reach are computed on each (the epoch line's `redundancy`);
     cooperative: the ranks sample the global batch together, each sampled node is computed once, by its
     owner, and each layer's rows of remote sources cross by all-to-all (their gradients back). Partitioned
-    node classification with --model sage or gat (docs/training.md "Cooperative mini-batches")."""
+    node classification, homogeneous graphs (docs/training.md "Cooperative mini-batches")."""
     eval: str = "sampled"
     """sampled: val/test scores of sampled neighbourhoods (--fanout), as training sees them; full: also the
     scores of exact inference (every layer over whole neighbourhoods, as `python -m mpignn.predict`) at each
@@ -275,11 +275,10 @@ class TrainConfig:
             raise ConfigError(f"--keep-checkpoints expected at least 1; got {self.keep_checkpoints}. HINT: "
                               "--keep-checkpoints 2 (the default)")
         if self.minibatch == "cooperative":
-            used = [flag for flag, on in (("--replicated", self.replicated), ("--embed-dim", self.embed_dim),
-                                          (f"--model {self.model}", self.model not in ("sage", "gat"))) if on]
+            used = [flag for flag, on in (("--replicated", self.replicated), ("--embed-dim", self.embed_dim)) if on]
             if used:
-                raise ConfigError(f"--minibatch cooperative computes each row on its owner with --model sage or "
-                                  f"gat; {' and '.join(used)} cannot. HINT: --minibatch independent")
+                raise ConfigError(f"--minibatch cooperative computes each row on its owner; {' and '.join(used)} "
+                                  "cannot. HINT: --minibatch independent")
         if self.partitions and self.replicated:
             raise ConfigError("--partitions and --replicated exclude each other. HINT: drop one")
 

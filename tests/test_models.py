@@ -125,3 +125,45 @@ def test_device_kernels_accumulate_bf16_in_fp32(monkeypatch, kernel):
     want = torch.zeros(n_src, dtype=torch.float64).index_add_(0, row, torch.full((2 * deg,), 1.0 / deg,
                                                                                   dtype=torch.float64))
     torch.testing.assert_close(grad[:, 0].double(), want, rtol=2 ** -8, atol=0)
+
+
+def _gcn_pair():
+    from torch_geometric.nn.models import GCN
+
+    torch.manual_seed(0)
+    model = SampledGNN("gcn", 16, 32, 5, num_layers=3)
+    ref = GCN(16, 32, 3, 5)
+    ref.load_state_dict(model.state_dict())  # PyG's GCN's parameter names: checkpoints load either way
+    return model, ref
+
+
+def _grads(model):
+    return [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("loops", [False, True])
+def test_gcn_matches_pygs_gcn_with_per_hop_trimming(batch, loops, tmp_path):
+    """`--model gcn`: PyG's GCN as mpignn trained it before (trim_to_layer: each layer's degrees from its
+    trimmed edges), also where the sampled edges hold self-loops and repeats (gcn_norm keeps one loop)."""
+    if loops:  # a graph whose every node has a self-loop (twice for even ids) and a repeated edge
+        import numpy as np
+
+        g = make_synthetic(SyntheticSpec(num_nodes=500, avg_degree=4, num_features=16))
+        rowptr, col = [0], []
+        for v in range(g.num_nodes):
+            nbrs = list(g.col[g.rowptr[v]:g.rowptr[v + 1]])
+            nbrs += [v] * (2 if v % 2 == 0 else 1) + nbrs[:1]
+            col += nbrs
+            rowptr.append(len(col))
+        sampler = NeighborSampler(LocalHops(np.array(rowptr), np.array(col)), g.num_nodes, [-1, 5, 3])
+        batch = next(iter(BatchLoader(sampler, FeatureStore(g.x, g.y, 0), g.train_idx, 32, seed=1)))
+        assert (batch.edge_index[0] == batch.edge_index[1]).any()
+    model, ref = _gcn_pair()
+    out = model(batch.x, batch.edge_index, batch.num_sampled_nodes, batch.num_sampled_edges, batch.in_degree)
+    want = ref(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+               num_sampled_edges_per_hop=batch.num_sampled_edges)[:batch.batch_size]
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
+    out.square().sum().backward()
+    want.square().sum().backward()
+    for got, expected in zip(_grads(model), _grads(ref)):
+        torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-5)

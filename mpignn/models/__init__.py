@@ -1,5 +1,5 @@
-"""Model zoo: GraphSAGE and GAT that compute only the rows each layer needs, and PyG's GCN with per-hop
-trimming, each a node encoder a task puts its head on (`tasks`: the classes, or a pair decoder,
+"""Model zoo: GraphSAGE, GAT and GCN that compute only the rows each layer needs (GCN: PyG's GCN with per-hop
+trimming, the same numbers), each a node encoder a task puts its head on (`tasks`: the classes, or a pair decoder,
 `models.link.LinkModel`). All run on mpignn (and PyG NeighborLoader) mini-batches."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ __all__ = ["HeteroGNN", "MODELS", "build_model", "forward_batch", "encode", "Sam
 
 def build_model(name: str, in_channels: int | Mapping[str, int], hidden: int, out_channels: int, num_layers: int,
                 dropout: float = 0.0, *, schema: Any = None) -> torch.nn.Module:
-    """`sage` (GraphSAGE, mean aggregation), `gat` (4 heads) or `gcn` (PyG's GCN): `out_channels` numbers per
+    """`sage` (GraphSAGE, mean aggregation), `gat` (4 heads) or `gcn` (PyG's GCNConv): `out_channels` numbers per
     seed node (a classifier's classes, or an encoder's embedding).
     With a heterogeneous `schema` (in_channels per node type): `sage` (a SAGE conv per edge type, summed per
     target type) or `rgcn` (`models.hetero`), on the schema's target type."""
@@ -28,12 +28,8 @@ def build_model(name: str, in_channels: int | Mapping[str, int], hidden: int, ou
         return HeteroGNN(name, schema, in_channels, hidden, out_channels, num_layers, dropout)
     if name == "rgcn":
         raise ConfigError("--model rgcn needs a heterogeneous graph (edge types). HINT: --model sage")
-    if name in ("sage", "gat"):
+    if name in ("sage", "gat", "gcn"):
         return SampledGNN(name, in_channels, hidden, out_channels, num_layers, dropout)
-    if name == "gcn":
-        from torch_geometric.nn.models import GCN
-
-        return GCN(in_channels, hidden, num_layers, out_channels, dropout=dropout)
     raise ConfigError(f"--model must be one of {', '.join(MODELS)}; got '{name}'. HINT: --model sage")
 
 

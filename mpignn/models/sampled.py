@@ -27,12 +27,14 @@ __all__ = ["SampledGNN", "encode"]
 
 
 class SampledGNN(torch.nn.Module):
-    """GraphSAGE (`kind="sage"`) or GAT (`kind="gat"`, 4 heads) over (x, edge_index, per-hop counts)."""
+    """GraphSAGE (`kind="sage"`), GAT (`kind="gat"`, 4 heads) or GCN (`kind="gcn"`: PyG's GCNConv weights and
+    normalisation on the sampled edges, as PyG's GCN with per-hop trimming computes it) over (x, edge_index,
+    per-hop counts)."""
 
     def __init__(self, kind: str, in_channels: int, hidden: int, out_channels: int, num_layers: int,
                  dropout: float = 0.0, heads: int = 4) -> None:
         super().__init__()
-        from torch_geometric.nn import GATConv, SAGEConv
+        from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
         self.kind, self.dropout, self.num_layers = kind, dropout, num_layers
         self.convs = torch.nn.ModuleList()
@@ -45,6 +47,8 @@ class SampledGNN(torch.nn.Module):
             elif kind == "gat":
                 per_head = c_out if last else max(1, hidden // heads)
                 self.convs.append(GATConv((c_in, c_in), per_head, heads=1 if last else heads, concat=not last))
+            elif kind == "gcn":
+                self.convs.append(GCNConv(c_in, c_out))
             else:
                 raise ValueError(f"unknown kind {kind}")
 
@@ -70,9 +74,13 @@ class SampledGNN(torch.nn.Module):
             n_edges = int(sum(num_sampled_edges[:keep]))
             hidden = layer < self.num_layers - 1
             src, dst = edge_index[0, :n_edges], edge_index[1, :n_edges]
+            if self.kind == "gcn":  # each source row scaled by its deg^-1/2 before it may cross to other ranks
+                x, inv_sqrt, weight = _gcn_scaled(x, num_sampled_nodes, keep, src, dst)
             if halo is not None:
                 x, src = halo(layer, x[:int(sum(num_sampled_nodes[:keep + 1]))])
-            if self.kind == "sage":
+            if self.kind == "gcn":
+                x = _gcn_sum(conv, x, src, dst, n_dst, inv_sqrt, weight)
+            elif self.kind == "sage":
                 x = _sage(conv, x, MeanAdjacency(src, dst, n_dst, x.size(0), in_degree), n_dst)
             else:
                 pairs = edge_index[:, :n_edges] if halo is None else torch.stack([src, dst])
@@ -130,6 +138,30 @@ class _SageMean(torch.autograd.Function):
         return grad_x, grad_wl, grad_b, grad_wr, None, None
 
 
+def _gcn_scaled(x: torch.Tensor, num_sampled_nodes: Sequence[int], keep: int, src: torch.Tensor,
+                dst: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(the layer's source rows times deg^-1/2, deg^-1/2 of each source, each edge's weight: 0 for a sampled
+    self-loop) with the degrees PyG's gcn_norm gives the trimmed layer: one self-loop per node (sampled ones
+    merged into it) plus its other in-edges where the layer computes it, so 1 for the outermost hop's nodes.
+    Own sources keep their row index in every layer, so `src == dst` finds the loops before any exchange."""
+    n_src, n_dst = int(sum(num_sampled_nodes[:keep + 1])), int(sum(num_sampled_nodes[:keep]))
+    weight = (src != dst).to(torch.float32)
+    deg = torch.ones(n_src, dtype=torch.float32, device=x.device)
+    deg[:n_dst] += torch.zeros(n_dst, dtype=torch.float32, device=x.device).index_add_(0, dst, weight)
+    inv_sqrt = deg.rsqrt()
+    return x[:n_src] * inv_sqrt.to(x.dtype).unsqueeze(1), inv_sqrt, weight
+
+
+def _gcn_sum(conv: torch.nn.Module, x: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, n_dst: int,
+             inv_sqrt: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """GCNConv on scaled sources `x` (targets first): lin, the sum over the in-edges and the self-loop, times
+    the target's deg^-1/2, bias."""
+    h = conv.lin(x)
+    out = h[:n_dst].index_add(0, dst, h[src] * weight.to(h.dtype).unsqueeze(1))
+    out = out * inv_sqrt[:n_dst].to(out.dtype).unsqueeze(1)
+    return out + conv.bias if conv.bias is not None else out
+
+
 def _sorted_by_target(edge_index: torch.Tensor) -> torch.Tensor:
     """mpignn's loader emits edges grouped by target in ascending order; other sources get sorted here
     (stable, so each hop's edges stay in front of the next hop's)."""
@@ -145,11 +177,9 @@ def encode(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, nu
     layer needs (`in_degree`: the sampler's per-target edge counts, used by SampledGNN; `halo`: a
     cooperative batch's exchange, SampledGNN only)."""
     if isinstance(getattr(model, "module", model), SampledGNN):
-        if halo is not None:
-            return model(x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree, halo=halo)
-        return model(x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree)
+        return model(x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree, halo=halo)
     if halo is not None:
-        raise ValueError("a cooperative batch needs a SampledGNN (--model sage or gat)")
+        raise ValueError("a cooperative batch needs a SampledGNN (--model sage, gat or gcn)")
     out = model(x, edge_index, num_sampled_nodes_per_hop=num_sampled_nodes,
                 num_sampled_edges_per_hop=num_sampled_edges)
     return out[:num_sampled_nodes[0]]

@@ -79,8 +79,9 @@ def gcn_inv_sqrt_degree(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndar
 
 
 class LayerStack:
-    """The layers of a node encoder, applied one at a time to a block: `SampledGNN` (sage, gat) and PyG's
-    `GCN`, with the weights it holds, in eval mode (no dropout)."""
+    """The layers of a node encoder, applied one at a time to a block: `SampledGNN` (sage, gat, gcn) and PyG's
+    `GCN` (checkpoints of earlier versions load into either), with the weights it holds, in eval mode (no
+    dropout)."""
 
     def __init__(self, encoder: torch.nn.Module) -> None:
         from torch_geometric.nn.models import GCN
@@ -122,7 +123,7 @@ class LayerStack:
                 out = out + conv.bias
         if layer == self.num_layers - 1:
             return out
-        if self.kind != "gcn":
+        if self.kind != "gcn" or isinstance(self.encoder, SampledGNN):
             return torch.relu(out)
         enc = self.encoder
         if enc.act is not None and enc.act_first:

@@ -1,7 +1,7 @@
 """One cooperative step on N ranks equals one process training the same global batch with the same sampled
 neighbourhoods: the rows of each depth (each node once, all ranks together), the loss and every parameter's
-gradient (summed over ranks, as DDP's all-reduce does up to its 1/N), for SAGE and GAT, with a rank that has
-no seeds. argv: folder."""
+gradient (summed over ranks, as DDP's all-reduce does up to its 1/N), for SAGE, GAT and GCN, with a rank that
+has no seeds. argv: folder."""
 import sys
 
 import numpy as np
@@ -47,7 +47,7 @@ def main(folder: str) -> None:
     sampler = CooperativeSampler(comm.Dup(), LocalHops(part.rowptr, part.col, part.lo), offsets, FANOUTS,
                                  MpiAlltoall(comm.Dup()))
     single = NeighborSampler(LocalHops(rowptr, col), graph.num_nodes, FANOUTS)
-    for kind in ("sage", "gat"):
+    for kind in ("sage", "gat", "gcn"):
         for step in range(2):
             # uneven shares, the last rank none at step 0: it still samples, exchanges and backpropagates
             share = 0 if (step == 0 and comm.rank == comm.size - 1) else 40 + 13 * comm.rank
