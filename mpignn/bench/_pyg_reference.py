@@ -90,9 +90,31 @@ def epoch(spec: str, fanout: list[int], batch_size: int, hidden: int, threads: i
             "threads": threads, "device": device, "epoch_s": seconds, "seeds_per_s": len(g.train_idx) / seconds}
 
 
+def infer(spec: str, checkpoint: str, hidden: int, layers: int, batch_size: int, threads: int, out: str) -> dict:
+    """PyG's layer-wise inference (`BasicGNN.inference` over `NeighborLoader(num_neighbors=[-1])`, as PyG's
+    examples run it) of a trained `--model sage` checkpoint on the whole graph; the logits go to `out` (npy)."""
+    import numpy as np
+    from torch_geometric.loader import NeighborLoader
+    from torch_geometric.nn.models import GraphSAGE
+
+    torch.set_num_threads(threads)
+    g, data = _graph(spec)
+    model = GraphSAGE(g.num_features, hidden, layers, g.num_classes)
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)["model"]
+    model.load_state_dict({k.removeprefix("module."): v for k, v in state.items()})
+    model.eval()
+    loader = NeighborLoader(data, num_neighbors=[-1], batch_size=batch_size, shuffle=False)
+    start = time.perf_counter()
+    logits = model.inference(loader)
+    seconds = time.perf_counter() - start
+    np.save(out, logits.numpy())
+    return {"impl": f"PyG layer-wise inference ({_backend()})", "threads": threads, "layers_s": seconds,
+            "nodes_per_s": g.num_nodes / seconds}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["sample", "epoch"])
+    parser.add_argument("mode", choices=["sample", "epoch", "infer"])
     parser.add_argument("--dataset", required=True)
     parser.add_argument("--fanout", default="15,10,5")
     parser.add_argument("--batch-size", type=int, default=1024)
@@ -101,9 +123,15 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--trim", action="store_true")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--checkpoint", help="infer: a checkpoint.pt of --model sage")
+    parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--out", help="infer: where the logits go (npy)")
     a = parser.parse_args()
     fanout = parse_fanout(a.fanout)
-    if a.mode == "sample":
+    if a.mode == "infer":
+        print(json.dumps(infer(a.dataset, a.checkpoint, a.hidden, a.layers, a.batch_size, a.threads, a.out)),
+              flush=True)
+    elif a.mode == "sample":
         print(json.dumps(sample(a.dataset, fanout, a.batch_size, a.batches, a.threads)), flush=True)
     else:
         print(json.dumps(epoch(a.dataset, fanout, a.batch_size, a.hidden, a.threads, a.trim, a.device)), flush=True)

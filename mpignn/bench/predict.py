@@ -1,14 +1,16 @@
 """`python -m mpignn.bench.predict`: exact layer-wise inference (`python -m mpignn.predict`) of one trained
 model on 1 rank x T threads and on N ranks x 1 thread: seconds of the layers, nodes/s, rows fetched between
-ranks and the peak memory of the largest rank.
+ranks and the peak memory of the largest rank; with --pyg-python, PyG's layer-wise inference of the same weights
+beside them and each row's largest logit difference from it.
 
-    python -m mpignn.bench.predict --dataset npz:/tmp/sbm200k.npz --configs 1x2,1x1,2x1
+    python -m mpignn.bench.predict --dataset npz:/tmp/sbm200k.npz --configs 1x2,1x1,2x1 [--pyg-python P]
 
 The model is trained for one step first (`--max-steps 1`): inference costs the same whatever the weights.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -16,7 +18,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mpignn.bench._common import binding, mpiexec, run_train, table
+import numpy as np
+
+from mpignn.bench._common import binding, mpiexec, pyg_python, run_train, table
+from mpignn.predict import load
 
 _LAYERS = re.compile(r"(\d+) layers over (\d+) blocks per rank in ([\d.]+)s, ([\d.]+) MiB of rows fetched")
 _PEAK = re.compile(r"peak memory (\d+) MiB")
@@ -27,7 +32,8 @@ def predict(ranks: int, threads: int, checkpoint: Path, out: Path, chunk: int) -
     exe = mpiexec()
     launcher_args, pin = binding(exe, ranks, threads)
     cmd = [exe, *launcher_args, "-n", str(ranks), sys.executable, "-m", "mpignn.predict", "--checkpoint-dir",
-           str(checkpoint), "--out", str(out), "--threads", str(threads), "--chunk-size", str(chunk), "--force"]
+           str(checkpoint), "--out", str(out), "--threads", str(threads), "--chunk-size", str(chunk), "--force",
+           "--logits"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env, preexec_fn=pin)
     log = res.stdout + res.stderr
@@ -47,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", default="1x2,1x1,2x1", help="RANKSxTHREADS, comma-separated")
     parser.add_argument("--chunk-size", type=int, default=8192)
     parser.add_argument("--root", default="", help="dataset folder (default: a temporary one)")
+    parser.add_argument("--pyg-python", help="interpreter with torch-geometric + pyg-lib or torch-sparse: adds "
+                                             "a row of PyG's layer-wise inference of the same weights")
+    parser.add_argument("--pyg-batch-size", type=int, default=4096, help="the PyG row's NeighborLoader batch")
     args = parser.parse_args(argv)
     configs = [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
     rows = []
@@ -64,9 +73,19 @@ def main(argv: list[str] | None = None) -> int:
 
                 num_nodes = int(read_manifest(Path(tmp) / f"out-{ranks}x{threads}")["num_nodes"])
             name = f"{ranks} rank{'s' if ranks > 1 else ''} x {threads} thread{'s' if threads > 1 else ''}"
-            row.update(config=name, nodes_per_s=num_nodes / max(row["layers_s"], 1e-4))  # the log's resolution
+            row.update(config=name, nodes_per_s=num_nodes / max(row["layers_s"], 1e-4),  # the log's resolution
+                       out=Path(tmp) / f"out-{ranks}x{threads}")
             rows.append(row)
             print(f"  done: {row['config']}", flush=True)
+        ref = pyg_python(args.pyg_python)
+        if ref and args.model == "sage":  # same weights, same machine, one process x the first config's threads
+            pyg = _pyg_row(ref, args, checkpoint, Path(tmp), configs[0][1])
+            want = pyg.pop("logits")
+            for row in rows:  # the same outputs: every row's logits against PyG's, in the dataset's order
+                row["max_diff"] = float(np.abs(np.asarray(load(row["out"])["logits"]) - want).max())
+            rows.insert(0, pyg)
+        elif args.pyg_python:
+            print(f"  PyG row skipped: --model {args.model} (the reference runs sage)", flush=True)
     base = rows[0]["nodes_per_s"]
     for row in rows:
         row["vs_first"] = row["nodes_per_s"] / base
@@ -74,8 +93,30 @@ def main(argv: list[str] | None = None) -> int:
           f"{num_nodes} nodes, chunks of {args.chunk_size} targets")
     print(table(rows, [("config", "config", "s"), ("layers_s", "layers s", ".2f"), ("nodes_per_s", "nodes/s", ".0f"),
                        ("vs_first", "x first", ".2f"), ("fetched_mib", "fetched MiB", ".1f"),
-                       ("peak_mib", "peak MiB (max rank)", ".0f")]))
+                       ("peak_mib", "peak MiB (max rank)", ".0f"), ("max_diff", "max |logit diff|", ".1e")]))
+    if rows[0].get("max_diff") is not None:
+        print("max |logit diff|: against the PyG row's logits, node by node in the dataset's order")
     return 0
+
+
+def _pyg_row(python: str, args: argparse.Namespace, checkpoint: Path, tmp: Path, threads: int) -> dict:
+    """PyG's layer-wise inference of the checkpoint's weights in `python`, bound to `threads` cores: its row,
+    with its logits (dataset order) under "logits"."""
+    from mpignn.checkpoint import latest_checkpoint
+
+    _, pin = binding(mpiexec(), 1, threads)
+    out = tmp / "pyg-logits.npy"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": str(threads)}
+    cmd = [python, "-m", "mpignn.bench._pyg_reference", "infer", "--dataset", args.dataset, "--checkpoint",
+           str(latest_checkpoint(str(checkpoint)) / "checkpoint.pt"), "--hidden", str(args.hidden), "--layers",
+           str(args.layers), "--batch-size", str(args.pyg_batch_size), "--threads", str(threads), "--out", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env, preexec_fn=pin)
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{(res.stdout + res.stderr)[-3000:]}")
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    print(f"  done: {got['impl']}", flush=True)
+    return {"config": f"{got['impl']}, 1 rank x {threads} thread{'s' if threads > 1 else ''}",
+            "layers_s": got["layers_s"], "nodes_per_s": got["nodes_per_s"], "logits": np.load(out)}
 
 
 if __name__ == "__main__":
