@@ -38,10 +38,10 @@ class _HaloRows(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, own, plan, transport, counter):
-        got = move_rows(transport, own[torch.from_numpy(plan.send_idx).to(own.device)], plan.send_counts,
-                        plan.recv_counts)
+        send_idx = torch.from_numpy(plan.send_idx).to(own.device)  # backward adds into the same rows
+        got = move_rows(transport, own[send_idx], plan.send_counts, plan.recv_counts)
         counter.add(got)
-        ctx.plan, ctx.transport, ctx.counter, ctx.n_own = plan, transport, counter, len(own)
+        ctx.plan, ctx.transport, ctx.counter, ctx.n_own, ctx.send_idx = plan, transport, counter, len(own), send_idx
         return torch.cat([own, got.to(own.dtype)])
 
     @staticmethod
@@ -52,7 +52,7 @@ class _HaloRows(torch.autograd.Function):
         # the layer's table gradient is this node's alone (the conv reading the table made it): add into it
         # in place rather than copy its own rows out (a contiguous tensor; anything else is copied first)
         grad_own = grad[:n_own] if grad.is_contiguous() else grad[:n_own].contiguous()
-        grad_own.index_add_(0, torch.from_numpy(plan.send_idx).to(grad.device), back.to(grad.dtype))
+        grad_own.index_add_(0, ctx.send_idx, back.to(grad.dtype))
         return grad_own, None, None, None
 
 

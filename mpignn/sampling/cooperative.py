@@ -149,7 +149,7 @@ class CooperativeSampler:
         for j, e in enumerate(prefix):
             n_own = int(sum(depth_counts[:hops - j + 1]))
             send_counts = layer_counts[:, j]
-            send_idx = np.concatenate([rows[a:a + c] for a, c in zip(starts, send_counts)]) if size else _EMPTY
+            send_idx = np.concatenate([rows[a:a + c] for a, c in zip(starts, send_counts)])
             if len(send_idx) and send_idx.max() >= n_own:
                 raise RuntimeError("cooperative batch: a rank asked for a row this layer does not compute")
             recv_counts = counts[:, j].astype(np.int64)
