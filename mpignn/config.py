@@ -178,7 +178,8 @@ class TrainConfig:
     eval: str = "sampled"
     """sampled: val/test scores of sampled neighbourhoods (--fanout), as training sees them; full: also the
     scores of exact inference (every layer over whole neighbourhoods, as `python -m mpignn.predict`) at each
-    epoch-end evaluation, as fields val_acc_full and test_acc_full."""
+    epoch-end evaluation, as fields val_acc_full and test_acc_full (val_auc_full, test_auc_full,
+    test_mrr_full and test_hits@K_full for --task link)."""
     evals_per_epoch: int = 1
     """Evaluate val/test K times per epoch, after each K-th of its steps (time to accuracy then resolves to
     a fraction of an epoch); more than 1 needs --eval-every 1."""

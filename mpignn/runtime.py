@@ -38,11 +38,11 @@ from mpignn.graph_options import GraphOptions
 from mpignn.hetero_batch import HeteroLayout
 from mpignn.loader import BatchLoader
 from mpignn.log import setup_logging
-from mpignn.mpi import (Topology, allreduce_max, allreduce_sum, ceil_split, check_all, check_launcher, chunk_bounds,
+from mpignn.mpi import (Topology, allreduce_max, allreduce_sum, check_all, check_launcher, chunk_bounds,
                         root_first, topology, world)
 from mpignn.part_source import auto_folder, ensure_partition, load_part  # auto_folder: re-exported
 from mpignn.partition import LocalPart
-from mpignn.tasks import Task, make_task
+from mpignn.tasks import Task, make_task, picker
 from mpignn.prefetch import overlap, rows_on_device
 from mpignn.report import peak_rss_mb
 from mpignn.sampling import kernels
@@ -312,7 +312,7 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
     if minibatch not in MINIBATCHES:  # the same argument on every rank
         raise mark_agreed(ConfigError(f"minibatch must be one of {', '.join(MINIBATCHES)}; got {minibatch!r}. "
                                       "HINT: minibatch='independent'"))
-    seeds = task.seeds(graph, split, _share(rt) if graph.replicated else _whole)
+    seeds = task.seeds(graph, split, picker(graph.replicated, rt.world_size, rt.rank))
     train = split == "train"
     if not train:
         batch_size = task.eval_batch_size(seeds, batch_size)
@@ -343,18 +343,6 @@ def _cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any])
     local = graph.sampler.source.local
     rows = make_alltoall("torch" if rows_on_device(graph.features) else "mpi", rt.comm.Dup(), rt.device)
     return CooperativeSampler(rt.comm.Dup(), local, np.asarray(graph.part.meta.part_offsets), fanouts, rows)
-
-
-def _whole(array: np.ndarray, axis: int) -> np.ndarray:
-    return array
-
-
-def _share(rt: Runtime) -> Any:
-    """`pick(array, axis)`: this rank's ceiling-division share along `axis` (every rank holds the whole graph)."""
-    def pick(array: np.ndarray, axis: int) -> np.ndarray:
-        return np.take(array, np.asarray(ceil_split(np.arange(array.shape[axis]), rt.world_size, rt.rank)),
-                       axis=axis)
-    return pick
 
 
 def rank_batch_size(batch_size: int, world_size: int, rank: int, scope: str = "global") -> int:

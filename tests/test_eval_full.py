@@ -60,9 +60,67 @@ def test_two_ranks_full_scores_equal_one_rank_predictions_of_their_weights(tmp_p
         _accuracy_from_predictions(tmp_path, tmp_path / "ck", root), abs=1e-12)
 
 
-def test_a_task_without_exact_evaluation_is_refused_before_loading(tmp_path):
+def _link_scores_from_predictions(tmp_path, checkpoint_dir, root) -> dict[str, float]:
+    """AUC of the held-out pairs (and test MRR) scored by the dot decoder over `mpignn.predict`'s embeddings of
+    the checkpoint, on 1 rank: the pairs read from the partition's links/ folder, in original ids."""
+    import torch
+
+    from mpignn.metrics import auc, positive_ranks
+    from mpignn.predict import load
+    from mpignn.predict.cli import main as predict
+
+    out = tmp_path / "pred"
+    assert predict(["--checkpoint-dir", str(checkpoint_dir), "--out", str(out), "--threads", "1", "--force"]) == 0
+    emb = torch.from_numpy(np.array(load(out)["emb"]))
+    links = next(root.glob("**/links/SPLIT.json")).parent
+    node_map = np.load(links.parent / "node_map.npy")
+    orig = np.empty_like(node_map)
+    orig[node_map] = np.arange(len(node_map))  # partition id -> original id
+    score = lambda a, b: (emb[orig[a]] * emb[orig[b]]).sum(-1).numpy()  # noqa: E731  (--decoder dot)
+    got = {}
+    for split in ("val", "test"):
+        pos, neg = (np.load(links / f"{split}_{k}.npy") for k in ("pos", "neg"))
+        got[f"{split}_auc_full"] = auc(np.concatenate([score(*pos), score(*neg)]),
+                                       np.r_[np.ones(pos.shape[1]), np.zeros(neg.shape[1])])
+    pos, tails = np.load(links / "test_pos.npy"), np.load(links / "test_neg_tails.npy")
+    tail_scores = score(np.repeat(pos[0], tails.shape[1]), tails.reshape(-1)).reshape(tails.shape)
+    got["test_mrr_full"] = float((1.0 / positive_ranks(score(*pos), tail_scores)).mean())
+    return got
+
+
+def _link_args(tmp_path, root):
+    return [*_train_args(tmp_path, root), "--task", "link", "--epochs", "1", "--link-tails", "20"]
+
+
+def test_link_full_scores_equal_the_dot_products_of_the_predicted_embeddings(tmp_path, capsys):
     from mpignn import train
 
-    with pytest.raises(ConfigError, match="^--eval full expects a task with exact evaluation; --task link"):
-        train.main(["--task", "link", "--eval", "full", "--dataset", GRAPH, "--root", str(tmp_path / "none")])
-    assert not (tmp_path / "none").exists()
+    root = tmp_path / "data"
+    assert train.main(_link_args(tmp_path, root)) == 0
+    last = _last(tmp_path)
+    want = _link_scores_from_predictions(tmp_path, tmp_path / "ck", root)
+    assert {k: last[k] for k in want} == pytest.approx(want, abs=1e-6)
+    assert 0.0 < last["test_auc_full"] < 1.0 and last["val_auc"] is not None  # sampled scores beside them
+    final = [line for line in capsys.readouterr().out.splitlines() if line.startswith("final test")][-1]
+    assert f"exact inference (whole neighbourhoods) at the last epoch: val {last['val_auc_full']:.4f}" in final
+
+
+@pytest.mark.mpi
+def test_two_ranks_link_full_scores_equal_one_rank_predictions_of_their_weights(tmp_path):
+    root = tmp_path / "data"
+    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", *_link_args(tmp_path, root)], timeout=180)
+    assert rc == 0, out[-3000:]
+    last = _last(tmp_path)
+    assert last["world_size"] == 2
+    want = _link_scores_from_predictions(tmp_path, tmp_path / "ck", root)
+    assert {k: last[k] for k in want} == pytest.approx(want, abs=1e-6)
+
+
+def test_a_task_without_exact_evaluation_is_refused():
+    from mpignn.tasks.base import Task
+
+    class Bare(Task):
+        name = "bare"
+
+    with pytest.raises(ConfigError, match="^--eval full expects a task with exact evaluation; --task bare"):
+        Bare().evaluate_full(None, None, None)

@@ -15,14 +15,14 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from mpignn.errors import ConfigError
+from mpignn.errors import ConfigError, mark_agreed
 from mpignn.exchange.features import FeatureStore
 from mpignn.models import SampledGNN
 from mpignn.models.aggregate import MeanAdjacency
 from mpignn.mpi import allreduce_max, allreduce_sum
 
 __all__ = ["Block", "make_block", "make_blocks", "LayerStack", "gcn_inv_sqrt_degree", "run_layers", "input_table",
-           "make_store", "to_device"]
+           "make_store", "to_device", "exact_outputs"]
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +217,31 @@ def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, ch
     log.info("%d layers over %d blocks per rank in %.4fs, %.1f MiB of rows fetched", stack.num_layers, steps,
              time.perf_counter() - t0, total / 2**20)
     return kept
+
+
+def exact_outputs(rt: Any, graph: Any, encoder: torch.nn.Module, *,
+                  chunk: int = 8192) -> tuple[np.ndarray, Any, FeatureStore]:
+    """Collective over `rt.comm` where the ranks hold parts: `encoder`'s last-layer rows of this rank's own
+    nodes by exact inference with a training run's weights (`--eval full`), in eval mode.
+
+    Returns:
+        (rows [n_own, F], the communicator the rows are exchanged over (None: one rank, or every rank holds
+        the whole graph), a FeatureStore over `rows` to fetch any node's row).
+
+    Raises:
+        ConfigError: on every rank alike, a model exact inference does not know.
+    """
+    try:
+        stack = LayerStack(encoder)
+    except ConfigError as exc:  # the same model on every rank
+        raise mark_agreed(exc) from None
+    part = graph.part
+    comm = rt.comm if rt.world_size > 1 and not graph.replicated else None
+    alltoall = graph.features.alltoall if comm is not None else None
+    rows = graph.embedding.weight if graph.embedding is not None else None
+    out = run_layers(comm, part, stack, input_table(part.x, rows), chunk=chunk, device=rt.device,
+                     alltoall=alltoall)[stack.num_layers]
+    return out, comm, make_store(out, part, comm, alltoall)
 
 
 def _lookup(gid: np.ndarray, lo: int, own: np.ndarray, halo: np.ndarray, halo_d: np.ndarray) -> np.ndarray:

@@ -9,9 +9,9 @@ import importlib
 from typing import Any
 
 from mpignn.choices import TASKS, check_choice
-from mpignn.tasks.base import Task
+from mpignn.tasks.base import Task, picker
 
-__all__ = ["Task", "make_task", "task_class"]
+__all__ = ["Task", "make_task", "task_class", "picker"]
 
 
 def task_class(name: str) -> type[Task]:

@@ -12,12 +12,21 @@ import torch
 
 from mpignn.compute import count_equal
 from mpignn.errors import ConfigError
+from mpignn.mpi import chunk_bounds
 
-__all__ = ["Task", "Pick"]
+__all__ = ["Task", "Pick", "picker"]
 
 Pick = Callable[[np.ndarray, int], np.ndarray]
 """`pick(array, axis)`: this rank's share of `array` along `axis` (its ceiling-division share when every rank
 holds the whole graph; the array itself otherwise)."""
+
+
+def picker(replicated: bool, world_size: int, rank: int) -> Pick:
+    """The `Pick` of a rank: a part's arrays are its own already; a graph every rank holds is shared out."""
+    if not replicated or world_size == 1:
+        return lambda array, axis: array
+    return lambda array, axis: np.take(array, np.arange(*chunk_bounds(array.shape[axis], world_size, rank)),
+                                       axis=axis)
 
 
 class Task:

@@ -12,10 +12,12 @@ import torch.nn.functional as F
 from mpignn.compute import autocast, with_rows
 from mpignn.errors import ConfigError
 from mpignn.metrics import LinkScores
+from mpignn.mpi import allreduce_max
 from mpignn.models import build_model
 from mpignn.models.link import LinkModel
 from mpignn.partition.links import train_pairs
-from mpignn.tasks.base import Pick, Task
+from mpignn.predict.layerwise import exact_outputs
+from mpignn.tasks.base import Pick, Task, picker
 
 __all__ = ["LinkTask", "LinkSeeds", "evaluate_links", "score_pairs"]
 
@@ -144,6 +146,30 @@ class LinkTask(Task):
         test = scores.get("test", {})
         return {"val_auc": scores["val"]["auc"] if "val" in scores else None, "test_auc": test.get("auc"),
                 "test_mrr": test.get("mrr"), f"test_hits@{self.hits_k}": test.get("hits")}
+
+    def evaluate_full(self, rt: Any, graph: Any, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
+        module = getattr(model, "module", model).eval()
+        rows, comm, store = exact_outputs(rt, graph, self.encoder(module), chunk=chunk)
+        pick = picker(graph.replicated, rt.world_size, rt.rank)
+        scores = {}
+        for split in ("val", "test"):
+            seeds = self.seeds(graph, split, pick)
+            per = self.eval_batch_size(seeds, chunk)  # positives per step, each with 1 + K negatives
+            steps = -(-len(seeds) // per)
+            steps = int(allreduce_max(comm, [steps])[0]) if comm is not None else steps
+            sums = LinkScores(self.hits_k)
+            for step in range(steps):
+                items = np.arange(step * per, min((step + 1) * per, len(seeds)))
+                pairs, labels, num_pos, num_tails = seeds.pairs(items, 0)
+                ends = store.gather(pairs.reshape(-1))[0]  # collective: both ends' rows, empty steps too
+                if len(items):
+                    ends = torch.from_numpy(ends).to(rt.device)
+                    with torch.no_grad():
+                        logits = self.score_pairs(module, ends[:pairs.shape[1]], ends[pairs.shape[1]:])
+                    sums.add(logits.float().cpu().numpy(), labels, num_pos, num_tails)
+            scores[split] = sums.summary(rt.comm)  # collective: every rank's pairs
+        return {"val_auc_full": scores["val"]["auc"], "test_auc_full": scores["test"]["auc"],
+                "test_mrr_full": scores["test"]["mrr"], f"test_hits@{self.hits_k}_full": scores["test"]["hits"]}
 
     def encoder(self, model: torch.nn.Module) -> torch.nn.Module:
         return model.encoder

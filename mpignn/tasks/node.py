@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 
 from mpignn.compute import MetricSums, autocast, count_equal, with_rows
-from mpignn.errors import ConfigError, mark_agreed
+from mpignn.errors import ConfigError
 from mpignn.models import build_model, forward_batch
 from mpignn.mpi import allreduce_sum
-from mpignn.predict.layerwise import LayerStack, input_table, run_layers
+from mpignn.predict.layerwise import exact_outputs
 from mpignn.report import correct_counter
 from mpignn.tasks.base import Pick, Task
 
@@ -75,22 +75,14 @@ class NodeTask(Task):
 
     def evaluate_full(self, rt: Any, graph: Any, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
         module = getattr(model, "module", model)
-        try:
-            stack = LayerStack(self.encoder(module))
-        except ConfigError as exc:  # the same model on every rank
-            raise mark_agreed(exc) from None
+        logits, comm, _ = exact_outputs(rt, graph, self.encoder(module), chunk=chunk)
         part = graph.part
-        talks = rt.world_size > 1 and not graph.replicated  # replicated: every rank holds every node
-        module.eval()
-        rows = graph.embedding.weight if graph.embedding is not None else None
-        logits = run_layers(rt.comm if talks else None, part, stack, input_table(part.x, rows), chunk=chunk,
-                            device=rt.device, alltoall=graph.features.alltoall if talks else None)[stack.num_layers]
         pred, labels = torch.from_numpy(logits).argmax(-1), torch.from_numpy(np.asarray(part.y))
         sums = []
         for split in ("val", "test"):
             idx = torch.from_numpy(np.asarray(getattr(part, f"{split}_idx"), dtype=np.int64) - part.lo)
             sums += [float(self.counter(pred[idx], labels[idx])), len(idx)]
-        vc, vs, tc, ts = allreduce_sum(rt.comm, sums).tolist() if talks else sums
+        vc, vs, tc, ts = allreduce_sum(comm, sums).tolist() if comm is not None else sums
         return {"val_acc_full": vc / vs if vs else None, "test_acc_full": tc / ts if ts else None}
 
     def describe(self, rec: dict[str, Any]) -> str:
