@@ -174,7 +174,9 @@ class TrainConfig:
     neighbourhoods reach, so rows several ranks reach are computed on each (the epoch line's `redundancy`);
     cooperative: the ranks sample the global batch together, each sampled node is computed once, by its
     owner, and each layer's rows of remote sources cross by all-to-all (their gradients back). Partitioned
-    node classification, homogeneous graphs (docs/training.md "Cooperative mini-batches")."""
+    node classification, homogeneous graphs (docs/training.md "Cooperative mini-batches"). auto: both train
+    the first steps of epoch 0 with their gradients dropped, and the run trains cooperatively only where
+    that was at least 5% faster (independent where cooperative cannot train)."""
     eval: str = "sampled"
     """sampled: val/test scores of sampled neighbourhoods (--fanout), as training sees them; full: also the
     scores of exact inference (every layer over whole neighbourhoods, as `python -m mpignn.predict`) at each

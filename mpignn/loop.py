@@ -228,6 +228,7 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
         "own_rows_per_step": [round(v, 1) for v in slowest[10:]],
         "redundancy": round(max(shares), 4) if shares else None,
         "halo_step_bytes": int(total["halo_bytes"] / steps_all),
+        "minibatch": "cooperative" if getattr(loaders["train"].sampler, "cooperative", False) else "independent",
     }
     if stopped:
         rec["stopped_step"] = int(sums["stopped_step"])

@@ -25,7 +25,7 @@ import numpy as np
 from mpignn import dist
 from mpignn.allocator import tune_allocator
 from mpignn.cache_policy import build_cache, cache_budget
-from mpignn.choices import MINIBATCHES
+from mpignn.choices import MINIBATCH_MODES
 from mpignn.data import check_known, dataset_key
 from mpignn.data.features import transform_rows
 from mpignn.data.hetero import HeteroSchema, hop_fanouts
@@ -52,7 +52,7 @@ from mpignn.sampling.neighbor import LocalHops, NeighborSampler
 
 __all__ = ["Runtime", "LocalGraph", "GraphOptions", "bootstrap", "load_local_graph", "build_local_graph",
            "attach_embedding", "make_loader", "reduce_sums", "shutdown", "rank_batch_size", "overlap", "cache_budget",
-           "auto_folder"]
+           "auto_folder", "cooperative_refusal"]
 
 log = logging.getLogger(__name__)
 
@@ -309,8 +309,8 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
             samples and computes its share's neighbourhoods. Evaluation is independent.
     """
     task = graph.task or make_task()
-    if minibatch not in MINIBATCHES:  # the same argument on every rank
-        raise mark_agreed(ConfigError(f"minibatch must be one of {', '.join(MINIBATCHES)}; got {minibatch!r}. "
+    if minibatch not in MINIBATCH_MODES:  # the same argument on every rank ("auto" is the caller's to resolve)
+        raise mark_agreed(ConfigError(f"minibatch must be one of {', '.join(MINIBATCH_MODES)}; got {minibatch!r}. "
                                       "HINT: minibatch='independent'"))
     seeds = task.seeds(graph, split, picker(graph.replicated, rt.world_size, rt.rank))
     train = split == "train"
@@ -330,16 +330,25 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
                        wrap=train, max_steps=max_steps if train else 0, layout=graph.layout)
 
 
+def cooperative_refusal(graph: LocalGraph) -> str:
+    """Why cooperative mini-batches cannot train `graph` (a one-line error with its hint), or "" where they
+    can. Not collective: every rank's graph is of the same kind."""
+    try:
+        graph.task.check_cooperative(graph)
+    except ConfigError as exc:
+        return str(exc)
+    if graph.embedding is not None:
+        return ("--minibatch cooperative does not carry learnable rows yet. HINT: --minibatch independent, or "
+                "drop --embed-dim")
+    return ""
+
+
 def _cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any]) -> CooperativeSampler:
     """Collective over `rt.comm`: sampling on one communicator of its own (the loader thread's) and the layers'
     rows on another (the training thread's), by the transport the features take."""
-    try:
-        graph.task.check_cooperative(graph)
-        if graph.embedding is not None:
-            raise ConfigError("--minibatch cooperative does not carry learnable rows yet. HINT: --minibatch "
-                              "independent, or drop --embed-dim")
-    except MpignnError as exc:
-        raise mark_agreed(exc) from None
+    problem = cooperative_refusal(graph)
+    if problem:
+        raise mark_agreed(ConfigError(problem))
     local = graph.sampler.source.local
     rows = make_alltoall("torch" if rows_on_device(graph.features) else "mpi", rt.comm.Dup(), rt.device)
     return CooperativeSampler(rt.comm.Dup(), local, np.asarray(graph.part.meta.part_offsets), fanouts, rows)

@@ -4,6 +4,7 @@ Exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGUSR2 (checkpoint saved wh
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from typing import Any, Sequence
@@ -53,7 +54,9 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
 
     import torch
 
-    from mpignn.runtime import attach_embedding, bootstrap, build_local_graph, make_loader, shutdown
+    from mpignn.minibatch import PROBE_STEPS, choose_minibatch
+    from mpignn.runtime import (attach_embedding, bootstrap, build_local_graph, cooperative_refusal, make_loader,
+                                shutdown)
 
     log = logging.getLogger("mpignn.train")
     rt = bootstrap(cfg.device, cfg.backend, cfg.threads, tune_process=True,  # process-wide tuning: CLI only
@@ -64,14 +67,20 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
     graph = build_local_graph(rt, options, task)
     if cfg.embed_dim:
         graph = attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)
-    loaders = {split: make_loader(rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope,
-                                  seed=cfg.seed, prefetch=cfg.prefetch, max_steps=cfg.max_steps,
-                                  minibatch=cfg.minibatch)
-               for split in ("train", "val", "test")}
     try:
         model = task.build_model(cfg.model, graph, cfg.hidden, cfg.num_layers, cfg.dropout).to(rt.device)
     except ConfigError as exc:  # the graph's kind decides, the same on every rank
         raise mark_agreed(exc) from None
+    loader = lambda split, mode, cap=cfg.max_steps: make_loader(  # noqa: E731
+        rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope, seed=cfg.seed,
+        prefetch=cfg.prefetch, max_steps=cap, minibatch=mode)
+    if cfg.minibatch == "auto":  # measured on this run's first batches (collective)
+        cap = min(cfg.max_steps or PROBE_STEPS + 1, PROBE_STEPS + 1)
+        mode, _ = choose_minibatch(rt, model, lambda m: loader("train", m, cap), task=task,
+                                   bf16=cfg.precision == "bf16",
+                                   refusal="--replicated" if graph.replicated else cooperative_refusal(graph))
+        cfg = dataclasses.replace(cfg, minibatch=mode)  # what checkpoints record: a resume compares it
+    loaders = {split: loader(split, cfg.minibatch) for split in ("train", "val", "test")}
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     code = fit(cfg, rt, graph, loaders, model, optimizer, stop)
     shutdown()

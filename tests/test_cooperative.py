@@ -44,6 +44,56 @@ def test_cooperative_training_computes_each_row_once_and_learns_as_independent(t
     assert abs(last["test_acc_at_best_val"] - alone[-1]["test_acc_at_best_val"]) < 0.05
 
 
+@pytest.mark.mpi
+def test_auto_measures_both_modes_and_then_trains_as_the_one_it_picked(tmp_path):
+    auto, out = _train(tmp_path, "auto", "--minibatch", "auto", "--epochs", "1")
+    picked = auto[-1]["minibatch"]
+    assert f"--minibatch auto: {picked} | independent " in out and "cooperative " in out
+    same, _ = _train(tmp_path, "same", "--minibatch", picked, "--epochs", "1")
+    # the measured steps dropped their gradients and left the random streams as they were
+    assert [(r["loss"], r["train_acc"], r["val_acc"]) for r in auto] == \
+        [(r["loss"], r["train_acc"], r["val_acc"]) for r in same]
+
+
+class _Rank:
+    world_size, rank, device = 2, 0, "cpu"
+
+
+@pytest.mark.parametrize("coop_s,picked", [(0.90, "cooperative"), (0.97, "independent"), (1.2, "independent")])
+def test_auto_takes_cooperative_only_when_it_is_5_percent_faster(monkeypatch, coop_s, picked):
+    import torch
+
+    from mpignn import minibatch
+
+    class Loader:
+        def __init__(self, mode):
+            self.mode = mode
+
+        def __len__(self):
+            return 1 + minibatch.PROBE_STEPS
+
+    times = {"independent": 1.0, "cooperative": coop_s}
+    monkeypatch.setattr(minibatch, "_measure", lambda rt, model, loader, task, bf16: minibatch.Probe(
+        times[loader.mode], None, 0.0))
+    mode, probes = minibatch.choose_minibatch(_Rank(), torch.nn.Linear(2, 2), Loader, task=None)
+    assert mode == picked and probes["cooperative"].step_s == coop_s
+
+
+@pytest.mark.parametrize("world,refusal,epoch_steps", [(1, "", 10), (2, "--replicated", 10), (2, "", 3)])
+def test_auto_is_independent_without_measuring_where_cooperative_cannot_run(monkeypatch, world, refusal,
+                                                                            epoch_steps):
+    import torch
+
+    from mpignn import minibatch
+
+    monkeypatch.setattr(minibatch, "_measure", lambda *a: pytest.fail("measured"))
+    rt = _Rank()
+    rt.world_size = world
+    mode, probes = minibatch.choose_minibatch(rt, torch.nn.Linear(2, 2), lambda mode: [None] * epoch_steps,
+                                              task=None, refusal=refusal)
+    assert (mode, probes) == ("independent", {})
+
+
 @pytest.mark.parametrize("flags,named", [(["--replicated"], "--replicated"), (["--embed-dim", "8"], "--embed-dim")])
 def test_flags_cooperative_cannot_train_are_refused(flags, named):
     with pytest.raises(ConfigError, match=f"--minibatch cooperative .*{named}.*HINT: --minibatch independent"):
