@@ -59,8 +59,8 @@ class _Rank:
     world_size, rank, device = 2, 0, "cpu"
 
 
-@pytest.mark.parametrize("coop_s,picked", [(0.90, "cooperative"), (0.97, "independent"), (1.2, "independent")])
-def test_auto_takes_cooperative_only_when_it_is_5_percent_faster(monkeypatch, coop_s, picked):
+@pytest.mark.parametrize("coop_s,picked", [(0.85, "cooperative"), (0.93, "independent"), (1.2, "independent")])
+def test_auto_takes_cooperative_only_when_it_is_10_percent_faster(monkeypatch, coop_s, picked):
     import torch
 
     from mpignn import minibatch
@@ -79,7 +79,7 @@ def test_auto_takes_cooperative_only_when_it_is_5_percent_faster(monkeypatch, co
     assert mode == picked and probes["cooperative"].step_s == coop_s
 
 
-@pytest.mark.parametrize("world,refusal,epoch_steps", [(1, "", 10), (2, "--replicated", 10), (2, "", 3)])
+@pytest.mark.parametrize("world,refusal,epoch_steps", [(1, "", 10), (2, "--replicated", 10), (2, "", 2)])
 def test_auto_is_independent_without_measuring_where_cooperative_cannot_run(monkeypatch, world, refusal,
                                                                             epoch_steps):
     import torch

@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="which of: 1x1, 1xall, metis+cache, metis, random+cache, random, replicated, "
                              "metis+cache+prefetch (batches produced in a loader thread: --prefetch on), "
                              "coop (--minibatch cooperative: each sampled row computed once), coop+prefetch, "
+                             "auto (--minibatch auto: both measured on the first steps, the faster kept), "
                              "rank-batch (--batch-scope rank: --batch-size seeds per rank), rank-batch+sqrt-lr "
                              "or rank-batch+linear-lr (and --lr-scaling sqrt or linear); any of them + fp16 or "
                              "+ bf16 (--feature-dtype), e.g. metis+bf16")
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
              "coop": (f"{n} ranks metis, cooperative", n, ["--minibatch", "cooperative", *cache], share),
              "coop+prefetch": (f"{n} ranks metis, cooperative, prefetch", n,
                                ["--minibatch", "cooperative", *cache, "--prefetch", "on"], share),
+             "auto": (f"{n} ranks metis+cache, --minibatch auto", n, ["--minibatch", "auto", *cache], share),
              "rank-batch": (f"{n} ranks metis+cache, batch per rank", n, [*cache, "--batch-scope", "rank"], share),
              **{f"rank-batch+{rule}-lr": (f"{n} ranks metis+cache, batch per rank, {rule} lr", n,
                                           [*cache, "--batch-scope", "rank", "--lr-scaling", rule], share)
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     unit = rows[0]["unit"]
     print(f"{args.dataset}: {args.task} task, fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, "
           f"{args.precision}, epoch {args.epochs - 1} of {args.epochs}")
-    print(table(rows, [("config", "config", "s"), ("epoch_s", "epoch s", ".2f"), ("per_s", unit, ".0f"),
+    print(table(rows, [("config", "config", "s"), ("minibatch", "trained as", "s"), ("epoch_s", "epoch s", ".2f"), ("per_s", unit, ".0f"),
                        ("speedup", "x 1x1", ".2f"), ("sample_s", "sample", ".2f"), ("exchange_s", "exchange", ".2f"),
                        ("compute_s", "compute", ".2f"), ("allreduce_s", "allreduce", ".2f"), ("wait_s", "wait", ".2f"),
                        ("nodes_per_step", "nodes/step", ".0f"),
@@ -190,6 +192,7 @@ def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[lis
         row = {"config": name, "reached": "yes" if len(got) == len(runs) else f"{len(got)}/{len(runs)}" if got
                else "no", "per_seed": "/".join(f"{h['seconds']:.2f}" if h else "-" for h in hits),
                "per_s": mean([recs[-1]["per_s"] for recs in runs]),
+               "minibatch": "/".join(sorted({recs[-1].get("minibatch", "-") for recs in runs})),
                "feat_mib": mean([recs[-1].get("remote_feature_bytes", 0) for recs in runs]) / 2**20}
         if len(got) == len(runs):  # a mean over the runs that made it would flatter a configuration
             row.update({key: mean([h[key] for h in got]) for key in ("seconds", "epochs", "val", "test")})
@@ -200,7 +203,7 @@ def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[lis
     print(f"{args.dataset}: fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, lr {args.lr}, "
           f"{args.precision}; time to validation {metric} {target:.4f} (up to {args.max_epochs} epochs"
           + (f"; means over {len(curves[0][1])} seeds)" if several else ")"))
-    columns = [("config", "config", "s"), ("reached", "reached", "s"), ("seconds", "train s", ".2f"),
+    columns = [("config", "config", "s"), ("minibatch", "trained as", "s"), ("reached", "reached", "s"), ("seconds", "train s", ".2f"),
                ("epochs", "epochs", ".2f"), ("val", f"val {last['metric']}", ".4f"),
                ("test", f"test {last['metric']}", ".4f"), ("vs_first", "time / first", ".2f"),
                ("per_s", last["unit"], ".0f"),
