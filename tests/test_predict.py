@@ -73,11 +73,6 @@ def test_a_block_puts_targets_first():
     assert np.array_equal(np.bincount(block.col, minlength=7), np.diff(rowptr[10:18]))
 
 
-def test_heterogeneous_models_are_refused_with_a_hint():
-    with pytest.raises(ConfigError, match="HINT"):
-        LayerStack(torch.nn.Linear(2, 2))
-
-
 # --- the predictions folder --------------------------------------------------------------------------------
 
 def _write(out, force_fail=None, monkeypatch=None):

@@ -37,6 +37,7 @@ class HeteroGNN(torch.nn.Module):
         if kind not in HETERO_MODELS:
             raise ValueError(f"unknown heterogeneous model {kind}")
         self.kind, self.dropout, self.num_layers = kind, dropout, num_layers
+        self.node_types = tuple(schema.node_types)  # the schema's order: type indices of the id blocks
         self.edge_types = [tuple(e) for e in schema.edge_types]
         self.target = schema.target
         # Node types each layer must output: the target at the last; before it, those and the sources of

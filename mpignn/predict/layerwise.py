@@ -3,7 +3,10 @@
 Each rank computes the rows of the nodes it owns, one chunk of target nodes at a time (a bipartite block:
 sources are the chunk's targets first, then their other in-neighbours), fetching the previous layer's rows of
 nodes it does not own from their owners through the training exchange (`exchange.FeatureStore`). A rank
-holds its own rows of two layers plus one chunk's sources. Imports torch and PyG (through `models`).
+holds its own rows of two layers plus one chunk's sources. A homogeneous graph is one node type and one edge
+type; on a heterogeneous one a block holds one node type's targets, its edges carry their edge types, and a
+layer computes the node types the model's layer outputs (the others' rows are zeros nobody reads).
+Imports torch and PyG (through `models`).
 """
 from __future__ import annotations
 
@@ -17,12 +20,12 @@ import torch
 
 from mpignn.errors import ConfigError, mark_agreed
 from mpignn.exchange.features import FeatureStore
-from mpignn.models import SampledGNN
+from mpignn.models import HeteroGNN, SampledGNN
 from mpignn.models.aggregate import MeanAdjacency
 from mpignn.mpi import allreduce_max, allreduce_sum
 
-__all__ = ["Block", "make_block", "make_blocks", "LayerStack", "gcn_inv_sqrt_degree", "run_layers", "input_table",
-           "make_store", "to_device", "exact_outputs"]
+__all__ = ["Block", "make_block", "make_blocks", "type_runs", "LayerStack", "gcn_inv_sqrt_degree", "run_layers",
+           "input_table", "own_inputs", "make_store", "to_device", "exact_outputs"]
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +44,23 @@ class Block:
     in_degree: np.ndarray
     """int64 [n_dst]: in-edges of each target."""
     n_dst: int
+    dst_type: int = 0
+    """Node type of every target (a block never spans two types; a homogeneous graph has type 0 only)."""
+    edge_type: np.ndarray | None = None
+    """int64 [e]: each in-edge's type, its index in `HeteroSchema.edge_types` (heterogeneous graphs)."""
+    type_degree: np.ndarray | None = None
+    """int64 [n_dst, T]: in-edges of each target per edge type (heterogeneous graphs)."""
 
     @property
     def n_src(self) -> int:
         return len(self.src_gid)
 
 
-def make_block(rowptr: np.ndarray, col: np.ndarray, lo: int, a: int, b: int) -> Block:
+def make_block(rowptr: np.ndarray, col: np.ndarray, lo: int, a: int, b: int, *, type_rowptr: np.ndarray | None = None,
+               num_etypes: int = 1, dst_type: int = 0) -> Block:
     """The block of own rows `a..b` (local ids) of a part with CSR (`rowptr`, `col`: in-neighbours as global
-    ids) whose first node has global id `lo`."""
+    ids) whose first node has global id `lo`; with `type_rowptr` (a heterogeneous part's (row, edge type) runs
+    over `num_etypes` edge types, `partition.format`) its edges' types, for targets of node type `dst_type`."""
     start, stop = int(rowptr[a]), int(rowptr[b])
     nbr = np.asarray(col[start:stop], dtype=np.int64)
     degree = np.diff(np.asarray(rowptr[a:b + 1], dtype=np.int64))
@@ -58,14 +69,34 @@ def make_block(rowptr: np.ndarray, col: np.ndarray, lo: int, a: int, b: int) -> 
     row = np.empty(len(nbr), dtype=np.int64)
     row[inside] = nbr[inside] - (lo + a)
     row[~inside] = (b - a) + np.searchsorted(other, nbr[~inside])
+    typed: dict[str, Any] = {}
+    if type_rowptr is not None:  # each row's edges are sorted by type: runs of (row, edge type)
+        runs = np.diff(np.asarray(type_rowptr[a * num_etypes:b * num_etypes + 1], dtype=np.int64))
+        typed = {"edge_type": np.repeat(np.tile(np.arange(num_etypes, dtype=np.int64), b - a), runs),
+                 "type_degree": runs.reshape(b - a, num_etypes)}
     return Block(src_gid=np.concatenate([np.arange(lo + a, lo + b, dtype=np.int64), other]), row=row,
-                 col=np.repeat(np.arange(b - a, dtype=np.int64), degree), in_degree=degree, n_dst=b - a)
+                 col=np.repeat(np.arange(b - a, dtype=np.int64), degree), in_degree=degree, n_dst=b - a,
+                 dst_type=dst_type, **typed)
+
+
+def type_runs(part: Any) -> list[tuple[int, int, int]]:
+    """(node type, first, stop) local rows of each node type's own nodes, in id order: a part holds each type's
+    nodes as one run (`partition.format`: META.json's type_counts); a homogeneous graph's are one run of
+    type 0."""
+    hetero = getattr(getattr(part, "meta", None), "hetero", None)
+    if not hetero:
+        return [(0, 0, part.hi - part.lo)]
+    counts = [int(c) for c in part.meta.parts[part.part_id]["type_counts"]]
+    stops = np.cumsum(counts).tolist()
+    return [(k, stop - c, stop) for k, (c, stop) in enumerate(zip(counts, stops))]
 
 
 def make_blocks(part: Any, chunk: int) -> list[Block]:
-    """This part's own nodes cut into blocks of at most `chunk` targets."""
-    n = part.hi - part.lo
-    return [make_block(part.rowptr, part.col, part.lo, a, min(a + chunk, n)) for a in range(0, n, chunk)]
+    """This part's own nodes cut into blocks of at most `chunk` targets of one node type each."""
+    hetero = getattr(getattr(part, "meta", None), "hetero", None)
+    typed = {"type_rowptr": part.type_rowptr, "num_etypes": len(hetero["edge_types"])} if hetero else {}
+    return [make_block(part.rowptr, part.col, part.lo, a, min(a + chunk, stop), dst_type=k, **typed)
+            for k, first, stop in type_runs(part) for a in range(first, stop, chunk)]
 
 
 def gcn_inv_sqrt_degree(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndarray:
@@ -79,27 +110,49 @@ def gcn_inv_sqrt_degree(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndar
 
 
 class LayerStack:
-    """The layers of a node encoder, applied one at a time to a block: `SampledGNN` (sage, gat, gcn) and PyG's
-    `GCN` (checkpoints of earlier versions load into either), with the weights it holds, in eval mode (no
-    dropout)."""
+    """The layers of a node encoder, applied one at a time to a block: `SampledGNN` (sage, gat, gcn), PyG's
+    `GCN` (checkpoints of earlier versions load into either) and `HeteroGNN` (sage, rgcn), with the weights it
+    holds, in eval mode (no dropout).
+
+    `node_types` names the graph's node types in the schema's order (a homogeneous graph: one, ""); each
+    layer computes the rows of the types in `plans[layer]` (every type of a homogeneous graph)."""
 
     def __init__(self, encoder: torch.nn.Module) -> None:
         from torch_geometric.nn.models import GCN
 
         encoder = getattr(encoder, "module", encoder)
+        self.node_types: tuple[str, ...] = ("",)
+        self.plans: list[dict[int, tuple[Any, list[tuple[int, Any]]]]] | None = None
         if isinstance(encoder, SampledGNN):
             self.kind = encoder.kind
+        elif isinstance(encoder, HeteroGNN):
+            self.kind, self.node_types = "hetero", encoder.node_types
+            self.plans = _hetero_plans(encoder)
         elif isinstance(encoder, GCN):
             if getattr(encoder, "jk_mode", None) is not None or hasattr(encoder, "lin"):
                 raise ConfigError("exact inference expects mpignn's GCN (no jumping knowledge, no final linear "
                                   "layer); got another. HINT: predict a model built by python -m mpignn.train")
             self.kind = "gcn"
         else:
-            raise ConfigError(f"exact inference takes --model sage, gat or gcn on a homogeneous graph; got "
-                              f"{type(encoder).__name__}. HINT: heterogeneous models are not supported by "
-                              "python -m mpignn.predict yet")
+            raise ConfigError(f"exact inference takes --model sage, gat or gcn (a homogeneous graph) or sage or "
+                              f"rgcn (a heterogeneous one); got {type(encoder).__name__}. HINT: predict a model "
+                              "built by python -m mpignn.train")
         self.encoder = encoder.eval()
         self.num_layers = len(encoder.convs)
+
+    @property
+    def hetero(self) -> bool:
+        return self.plans is not None
+
+    def computes(self, layer: int, node_type: int) -> bool:
+        """Whether layer `layer` outputs rows of node type `node_type`."""
+        return self.plans is None or node_type in self.plans[layer]
+
+    def rows_at(self, layer: int) -> frozenset[int]:
+        """Node types whose rows table `layer` holds (0: the inputs, every type; L: the last layer's)."""
+        if layer == 0 or self.plans is None:
+            return frozenset(range(len(self.node_types)))
+        return frozenset(self.plans[layer - 1])
 
     @property
     def needs_degrees(self) -> bool:
@@ -110,7 +163,9 @@ class LayerStack:
         """Layer `layer` on sources `x` ([n_src, F], targets first) -> targets' rows, with the activation
         between layers (none after the last). `block`: `to_device` of a Block."""
         conv, n_dst = self.encoder.convs[layer], block["n_dst"]
-        if self.kind == "sage":  # SAGEConv(mean, root weight): lin_l(mean of in-neighbours) + lin_r(self)
+        if self.plans is not None:
+            out = self._apply_hetero(layer, x, block)
+        elif self.kind == "sage":  # SAGEConv(mean, root weight): lin_l(mean of in-neighbours) + lin_r(self)
             adj = MeanAdjacency(block["row"], block["col"], n_dst, x.size(0), block["in_degree"])
             out = conv.lin_l(adj.mean(x)) + conv.lin_r(x[:n_dst])
         elif self.kind == "gat":  # PyG's GATConv itself (it removes self-loops and adds one per target)
@@ -131,6 +186,53 @@ class LayerStack:
         out = enc.norms[layer](out)
         return enc.act(out) if enc.act is not None and not enc.act_first else out
 
+    def _apply_hetero(self, layer: int, x: torch.Tensor, block: dict[str, Any]) -> torch.Tensor:
+        """`HeteroGNN`'s layer for a block of one node type: the root (rgcn), plus per edge type into it the
+        conv on the mean of that type's in-neighbours (sage: with its own root weight), summed. Each input
+        is cut to the width the weight takes (layer 0's rows are padded to the widest type's)."""
+        root, convs = self.plans[layer][block["dst_type"]]
+        n_dst = block["n_dst"]
+        out = root(_cols(x[:n_dst], root)) if root is not None else None
+        for e, conv in convs:
+            keep = block["edge_type"] == e
+            adj = MeanAdjacency(block["row"][keep], block["col"][keep], n_dst, x.size(0),
+                                block["type_degree"][:, e].contiguous())
+            y = conv.lin_l(adj.mean(_cols(x, conv.lin_l)))
+            if conv.root_weight:
+                y = y + conv.lin_r(_cols(x[:n_dst], conv.lin_r))
+            out = y if out is None else out + y
+        return out
+
+    def out_width(self, layer: int) -> int:
+        """A heterogeneous layer's output width (every type's is the same)."""
+        root, convs = next(iter(self.plans[layer].values()))
+        return int((root if root is not None else convs[0][1].lin_l).weight.shape[0])
+
+
+def _cols(x: torch.Tensor, linear: torch.nn.Module) -> torch.Tensor:
+    """The first columns of `x`, as many as `linear` takes."""
+    width = int(linear.weight.shape[1])
+    return x if x.size(1) == width else x[:, :width].contiguous()
+
+
+def _hetero_plans(encoder: HeteroGNN) -> list[dict[int, tuple[Any, list[tuple[int, Any]]]]]:
+    """Per layer, {node type: (its root or None, [(edge type, conv)])} for the types the layer outputs, as
+    `HeteroGNN.forward` computes them: an edge type's conv where the layer has one and its source type has
+    rows (every type's inputs at layer 0; after it, the types the layer before output)."""
+    index = {t: k for k, t in enumerate(encoder.node_types)}
+    have = set(index.values())
+    plans = []
+    for layer in range(encoder.num_layers):
+        plan: dict[int, tuple[Any, list[tuple[int, Any]]]] = {
+            index[t]: (root, []) for t, root in encoder.roots[layer].items()}
+        for e, (src, rel, dst) in enumerate(encoder.edge_types):
+            key = "__".join((src, rel, dst))
+            if key in encoder.convs[layer] and index[src] in have:
+                plan.setdefault(index[dst], (None, []))[1].append((e, encoder.convs[layer][key]))
+        plans.append(plan)
+        have = set(plan)
+    return plans
+
 
 def to_device(block: Block, device: Any, inv_sqrt: Callable[[np.ndarray], np.ndarray] | None) -> dict[str, Any]:
     """A block's index tensors on `device`; with `inv_sqrt` (gid -> deg^-1/2) GCN's edge weights too, self-loop
@@ -144,8 +246,10 @@ def to_device(block: Block, device: Any, inv_sqrt: Callable[[np.ndarray], np.nda
         d = inv_sqrt(block.src_gid)
         out["edge_weight"] = t(d[row] * d[col])
         out["loop_weight"] = t(d[:block.n_dst] * d[:block.n_dst])
-    out.update(row=t(row), col=t(col), in_degree=t(block.in_degree))
+    out.update(row=t(row), col=t(col), in_degree=t(block.in_degree), dst_type=block.dst_type)
     out["edge_index"] = torch.stack([out["row"], out["col"]])
+    if block.edge_type is not None:
+        out.update(edge_type=t(block.edge_type), type_degree=t(block.type_degree))
     return out
 
 
@@ -157,14 +261,36 @@ def make_store(table: np.ndarray, part: Any, comm: Any, alltoall: Any) -> Featur
     return FeatureStore(table, dummy, part.lo, np.asarray(part.meta.part_offsets), comm, alltoall)
 
 
-def input_table(x: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+def input_table(x: np.ndarray, rows: np.ndarray | None = None,
+                bare: list[tuple[int, int]] | None = None) -> np.ndarray:
     """Layer 0's own rows as float32: the (transformed) features, bf16 bit patterns and fp16 widened as the
-    loader widens them, then the learnable rows (`rows`) when the run had them."""
+    loader widens them, then the learnable rows (`rows`) when the run had them.
+
+    On a heterogeneous graph `bare` lists the (first, stop) local rows of each featureless type's own nodes:
+    their input is instead their learnable rows, or without them the constant one column training batches
+    give them (`hetero_batch.HeteroLayout.split`, `compute.with_rows`), in the first columns of a table as wide
+    as the widest type's input; the other types' rows are their (padded) features."""
     if x.dtype == np.uint16:  # bfloat16 bits (data.features): the upper half of a float32
         x = (np.asarray(x).astype(np.uint32) << 16).view(np.float32)
-    if rows is None:
-        return x if x.dtype == np.float32 else np.asarray(x, dtype=np.float32)
-    return np.concatenate([np.asarray(x, dtype=np.float32), np.asarray(rows, dtype=np.float32)], axis=1)
+    if bare is None:
+        if rows is None:
+            return x if x.dtype == np.float32 else np.asarray(x, dtype=np.float32)
+        return np.concatenate([np.asarray(x, dtype=np.float32), np.asarray(rows, dtype=np.float32)], axis=1)
+    width = rows.shape[1] if rows is not None else 1
+    table = np.zeros((len(x), max(x.shape[1], width)), dtype=np.float32)
+    table[:, :x.shape[1]] = x
+    for a, b in bare:
+        table[a:b] = 0.0
+        table[a:b, :width] = rows[a:b] if rows is not None else 1.0
+    return table
+
+
+def own_inputs(part: Any, rows: np.ndarray | None = None) -> np.ndarray:
+    """Layer 0's rows of a part's own nodes as training batches give them (`input_table`), with the learnable
+    rows `rows` of the run's --embed-dim (on a heterogeneous graph, the featureless types' input)."""
+    hetero = part.meta.hetero
+    bare = None if not hetero else [(a, b) for k, a, b in type_runs(part) if not hetero["feature_dims"][k]]
+    return input_table(part.x, rows, bare)
 
 
 def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, chunk: int, device: Any,
@@ -193,21 +319,23 @@ def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, ch
         store = make_store(table, part, comm, alltoall)
         out: np.ndarray | None = None
         for step in range(steps):
-            ids = blocks[step].src_gid if step < len(blocks) else np.empty(0, dtype=np.int64)
+            block = blocks[step] if step < len(blocks) else None
+            if block is not None and not stack.computes(layer, block.dst_type):
+                block = None  # a node type this layer does not output: its rows stay zeros
+            ids = block.src_gid if block is not None else np.empty(0, dtype=np.int64)
             rows = store.gather(ids)[0]  # collective: the sources' rows, own ones local
-            if step >= len(blocks):
+            if block is None:
                 continue
-            block = blocks[step]
             x = torch.from_numpy(rows).to(device)
             with torch.no_grad():
                 y = stack.apply(layer, x, to_device(block, device, inv_sqrt)).float().cpu().numpy()
             if out is None:
-                out = np.empty((part.hi - part.lo, y.shape[1]), dtype=np.float32)
+                out = np.zeros((part.hi - part.lo, y.shape[1]), dtype=np.float32)
             start = block.src_gid[0] - part.lo
             out[start:start + block.n_dst] = y
-        if out is None:  # a part without nodes: the width of the layer's output
+        if out is None:  # a part without nodes (of the types this layer outputs): the width of its output
             width = _out_width(stack, layer, table.shape[1], device)
-            out = np.empty((0, width), dtype=np.float32)
+            out = np.zeros((part.hi - part.lo, width), dtype=np.float32)
         fetched += store.bytes_received
         table = out
         if layer + 1 in keep:
@@ -225,8 +353,9 @@ def exact_outputs(rt: Any, graph: Any, encoder: torch.nn.Module, *,
     nodes by exact inference with a training run's weights (`--eval full`), in eval mode.
 
     Returns:
-        (rows [n_own, F], the communicator the rows are exchanged over (None: one rank, or every rank holds
-        the whole graph), a FeatureStore over `rows` to fetch any node's row).
+        (rows [n_own, F] (on a heterogeneous graph only the types the last layer outputs have rows, the
+        others zeros), the communicator the rows are exchanged over (None: one rank, or every rank holds the
+        whole graph), a FeatureStore over `rows` to fetch any node's row).
 
     Raises:
         ConfigError: on every rank alike, a model exact inference does not know.
@@ -239,7 +368,7 @@ def exact_outputs(rt: Any, graph: Any, encoder: torch.nn.Module, *,
     comm = rt.comm if rt.world_size > 1 and not graph.replicated else None
     alltoall = graph.features.alltoall if comm is not None else None
     rows = graph.embedding.weight if graph.embedding is not None else None
-    out = run_layers(comm, part, stack, input_table(part.x, rows), chunk=chunk, device=rt.device,
+    out = run_layers(comm, part, stack, own_inputs(part, rows), chunk=chunk, device=rt.device,
                      alltoall=alltoall)[stack.num_layers]
     return out, comm, make_store(out, part, comm, alltoall)
 
@@ -255,6 +384,8 @@ def _lookup(gid: np.ndarray, lo: int, own: np.ndarray, halo: np.ndarray, halo_d:
 
 def _out_width(stack: LayerStack, layer: int, width: int, device: Any) -> int:
     """Output width of `layer` (an empty part computes nothing): one zero row through it."""
+    if stack.hetero:
+        return stack.out_width(layer)
     block = Block(np.zeros(1, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64),
                   np.zeros(1, dtype=np.int64), 1)
     x = torch.zeros((1, width), device=device)

@@ -12,11 +12,23 @@ numpy and mpi4py only (no torch), never pickle.
         logits.npy        float32 [n_p, C]: the last layer's rows (with --logits)
       part-001/ ...
       pairs/score-000.npy float32: scores of --pairs, each rank's contiguous share in pair order
+
+A heterogeneous graph's rows are kept per node type, each type in a folder named by its index in the
+schema (never by the dataset's type name), and the manifest says which:
+
+    OUT/
+      manifest.json       as above, with node_types: {name: {folder, num_nodes, fields, parts}} in place of
+                          fields (parts: rows of all types per part)
+      part-000/
+        type-0/           node_id.npy (the type's own original ids, PyG HeteroData's), emb.npy where the type
+                          has rows at --emb-layer, pred.npy and logits.npy for the type the model classifies
+        type-1/ ...
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -49,11 +61,17 @@ def _part_dir(folder: Path, part_id: int) -> Path:
     return folder / f"part-{part_id:03d}"
 
 
+def _type_dir(k: int) -> str:
+    return f"type-{k}"
+
+
 def write_predictions(comm: Any, out: str | os.PathLike, part_id: int, num_parts: int, num_nodes: int,
-                      arrays: dict[str, np.ndarray], *, pair_scores: np.ndarray | None = None,
-                      info: dict[str, Any] | None = None) -> Path:
+                      arrays: dict[str, Any], *, pair_scores: np.ndarray | None = None,
+                      info: dict[str, Any] | None = None, node_types: dict[str, int] | None = None) -> Path:
     """Collective over `comm`: write this rank's rows (`arrays`: name -> [n_p, ...], `node_id` among them)
     and share of pair scores; OUT appears, replacing an older one, only once every rank's files are on disk.
+    With `node_types` (a heterogeneous graph's types and node counts, in the schema's order) `arrays` holds
+    each type's fields ({type: {name: array}}), written per type (the same types and fields on every rank).
 
     Raises:
         ConfigError: a write failed on some rank (a full disk, ...), on every rank alike; the temporary folder
@@ -71,15 +89,23 @@ def write_predictions(comm: Any, out: str | os.PathLike, part_id: int, num_parts
         except OSError as exc:
             problem = f"rank 0: {type(exc).__name__}: {exc}"
     tmp, problem = comm.bcast((tmp, problem), root=0)
-    fields = {}
+    groups = ({_type_dir(k): arrays[t] for k, t in enumerate(node_types)} if node_types is not None
+              else {"": arrays})  # "": the part's folder itself
+    fields: dict[str, dict[str, list]] = {g: {} for g in groups}
+    rows = {g: len(group["node_id"]) for g, group in groups.items()}
     if not problem:
         try:
             here = _part_dir(tmp, part_id)
             here.mkdir()
-            for name, array in arrays.items():
-                save_npy(here / f"{name}.npy", array)
-                fsync_file(here / f"{name}.npy")
-                fields[name] = [str(array.dtype), list(array.shape[1:])]
+            for g, group in groups.items():
+                where = here / g
+                where.mkdir(exist_ok=True)
+                for name, array in group.items():
+                    save_npy(where / f"{name}.npy", array)
+                    fsync_file(where / f"{name}.npy")
+                    fields[g][name] = [str(array.dtype), list(array.shape[1:])]
+                if g:
+                    fsync_dir(where)
             if pair_scores is not None:
                 (tmp / "pairs").mkdir(exist_ok=True)
                 save_npy(tmp / "pairs" / f"score-{comm.rank:03d}.npy", pair_scores)
@@ -87,17 +113,26 @@ def write_predictions(comm: Any, out: str | os.PathLike, part_id: int, num_parts
             fsync_dir(here)
         except OSError as exc:
             problem = f"rank {comm.rank}: {type(exc).__name__}: {exc}"
-    reports = comm.gather((problem, part_id, len(arrays["node_id"]), fields,
-                           None if pair_scores is None else len(pair_scores)), root=0)
+    reports = comm.gather((problem, part_id, rows, fields, None if pair_scores is None else len(pair_scores)),
+                          root=0)
     if comm.rank == 0:
         problem = next((p for p, *_ in reports if p), "")
         if not problem:
             try:
-                parts = [{"part": p, "rows": int(n)} for _, p, n, _, _ in sorted(reports, key=lambda r: r[1])]
+                ordered = sorted(reports, key=lambda r: r[1])
+                parts = [{"part": p, "rows": int(sum(n.values()))} for _, p, n, _, _ in ordered]
                 manifest = {"format": FORMAT, "num_nodes": int(num_nodes), "num_parts": int(num_parts),
-                            "fields": reports[0][3], "parts": parts,
+                            "parts": parts,
                             "pairs": [int(k) for *_, k in reports] if pair_scores is not None else None,
                             **(info or {})}
+                if node_types is None:
+                    manifest["fields"] = reports[0][3][""]
+                else:
+                    manifest["node_types"] = {
+                        t: {"folder": _type_dir(k), "num_nodes": int(node_types[t]),
+                            "fields": reports[0][3][_type_dir(k)],
+                            "parts": [{"part": p, "rows": int(n[_type_dir(k)])} for _, p, n, _, _ in ordered]}
+                        for k, t in enumerate(node_types)}
                 text = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
                 write_durable(tmp / MANIFEST, lambda f: f.write(text))  # last: the folder counts from here
                 replace_dir(tmp, out)
@@ -131,9 +166,11 @@ def read_manifest(out: str | os.PathLike) -> dict[str, Any]:
     return manifest
 
 
-def load(out: str | os.PathLike, mmap: bool = True) -> dict[str, np.ndarray]:
+def load(out: str | os.PathLike, mmap: bool = True) -> dict[str, Any]:
     """The predictions in OUT as {field: array}, row i for original node id i (`node_id`, `pred`, `emb`,
-    `logits` where written) and `pair_score` (in the order of --pairs) where pairs were scored.
+    `logits` where written) and `pair_score` (in the order of --pairs) where pairs were scored. For a
+    heterogeneous graph, {node type: {field: array}}, row i for the type's original id i (`node_id`, `emb`
+    where the type has rows at --emb-layer, `pred` and `logits` where written: the classified type).
 
     With one part already in original id order the arrays are the files themselves, memory-mapped (with
     `mmap`); otherwise each field is assembled in memory from the parts' files (each part memory-mapped).
@@ -141,13 +178,29 @@ def load(out: str | os.PathLike, mmap: bool = True) -> dict[str, np.ndarray]:
     """
     out = Path(out)
     manifest = read_manifest(out)
-    parts = manifest["parts"]
-    ids = [load_npy(_part_dir(out, p["part"]) / "node_id.npy", mmap=mmap) for p in parts]
-    n = int(manifest["num_nodes"])
+    if "node_types" in manifest:
+        folders = [str(info.get("folder")) for info in manifest["node_types"].values()]
+        bad = [f for f in folders if not re.fullmatch(r"type-\d+", f)]
+        if bad:  # a manifest names folders inside OUT only
+            raise ConfigError(f"{out / MANIFEST} expected node type folders named type-K; got {bad[0]!r}. HINT: "
+                              "predict again with python -m mpignn.predict")
+        return {t: _assemble(out, info["parts"], info["fields"], int(info["num_nodes"]), info["folder"], mmap)
+                for t, info in manifest["node_types"].items()}
+    result = _assemble(out, manifest["parts"], manifest["fields"], int(manifest["num_nodes"]), "", mmap)
+    if manifest.get("pairs") is not None:
+        pieces = [load_npy(out / "pairs" / f"score-{r:03d}.npy") for r in range(len(manifest["pairs"]))]
+        result["pair_score"] = np.concatenate(pieces)
+    return result
+
+
+def _assemble(out: Path, parts: list[dict], fields: dict[str, list], n: int, sub: str,
+              mmap: bool) -> dict[str, np.ndarray]:
+    """Each field of the parts' folders `sub` ("": the part folder itself) in original id order."""
+    ids = [load_npy(_part_dir(out, p["part"]) / sub / "node_id.npy", mmap=mmap) for p in parts]
     result: dict[str, np.ndarray] = {}
     in_order = len(parts) == 1 and len(ids[0]) == n and bool(np.array_equal(ids[0], np.arange(n)))
-    for name, (dtype, shape) in manifest["fields"].items():
-        files = [load_npy(_part_dir(out, p["part"]) / f"{name}.npy", mmap=mmap) for p in parts]
+    for name, (dtype, shape) in fields.items():
+        files = [load_npy(_part_dir(out, p["part"]) / sub / f"{name}.npy", mmap=mmap) for p in parts]
         if in_order:
             result[name] = files[0]
             continue
@@ -155,7 +208,4 @@ def load(out: str | os.PathLike, mmap: bool = True) -> dict[str, np.ndarray]:
         for gid, rows in zip(ids, files):
             array[gid] = rows
         result[name] = array
-    if manifest.get("pairs") is not None:
-        pieces = [load_npy(out / "pairs" / f"score-{r:03d}.npy") for r in range(len(manifest["pairs"]))]
-        result["pair_score"] = np.concatenate(pieces)
     return result

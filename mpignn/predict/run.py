@@ -15,7 +15,7 @@ from mpignn.errors import ConfigError, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
 from mpignn.fileio import load_npy
 from mpignn.mpi import allreduce_max, check_all, chunk_bounds
-from mpignn.predict.layerwise import LayerStack, input_table, make_store, run_layers
+from mpignn.predict.layerwise import LayerStack, make_store, own_inputs, run_layers, type_runs
 from mpignn.predict.output import write_predictions
 from mpignn.predict.restore import Restored
 from mpignn.report import peak_rss_mb
@@ -26,14 +26,18 @@ __all__ = ["infer", "predict_to", "read_pairs"]
 log = logging.getLogger(__name__)
 
 
-def infer(rt: Runtime, run: Restored, *, emb_layer: int = -1, chunk: int = 8192) -> dict[str, np.ndarray]:
+def infer(rt: Runtime, run: Restored, *, emb_layer: int = -1,
+          chunk: int = 8192) -> dict[str, np.ndarray] | dict[str, dict[str, np.ndarray]]:
     """Collective over `rt.comm`: this rank's own nodes' rows: {"node_id" (original ids), the task's fields
     (`Task.predict_fields`: e.g. "pred"), "emb" (rows of layer `emb_layer`; -1: `Task.emb_layer`), "logits"
-    (the last layer's rows)}.
+    (the last layer's rows)}. On a heterogeneous graph, those per node type ({type: fields}), with `node_id`
+    the type's own original ids (PyG's `HeteroData` numbering), `emb` where the type has rows at that layer
+    (layer 0: cut to the type's input width) and the task's fields and `logits` where the last layer has them
+    (the target type).
 
     Raises:
         ConfigError: on every rank alike: an --emb-layer outside 0..layers, or a model exact inference does
-            not know (heterogeneous models).
+            not know.
     """
     part, task = run.graph.part, run.task
     try:
@@ -48,12 +52,24 @@ def infer(rt: Runtime, run: Restored, *, emb_layer: int = -1, chunk: int = 8192)
     rows = run.graph.embedding.weight if run.graph.embedding is not None else None
     comm = rt.comm if rt.world_size > 1 else None
     transport = make_alltoall(run.cfg.exchange, rt.comm, rt.device) if comm is not None else None
-    tables = run_layers(comm, part, stack, input_table(part.x, rows), chunk=chunk, device=rt.device,
+    tables = run_layers(comm, part, stack, own_inputs(part, rows), chunk=chunk, device=rt.device,
                         alltoall=transport, keep=(emb_layer,))
-    logits = tables[stack.num_layers]
-    fields = {k: v.cpu().numpy() for k, v in task.predict_fields(torch.from_numpy(logits)).items()}
-    return {"node_id": np.asarray(part.orig_id, dtype=np.int64), **fields, "emb": tables[emb_layer],
-            "logits": logits}
+    logits, emb = tables[stack.num_layers], tables[emb_layer]
+    schema = run.graph.schema
+    widths = run.graph.in_channels()
+    groups: dict[str, dict[str, np.ndarray]] = {}
+    for k, a, b in type_runs(part):  # a homogeneous graph: one run, every field
+        first = int(schema.offsets[k]) if schema is not None else 0  # the type's first id in the graph's
+        group = {"node_id": np.asarray(part.orig_id[a:b], dtype=np.int64) - first}
+        if k in stack.rows_at(stack.num_layers):
+            out = torch.from_numpy(logits[a:b])
+            group.update({name: v.cpu().numpy() for name, v in task.predict_fields(out).items()})
+        if k in stack.rows_at(emb_layer):
+            group["emb"] = emb[a:b] if emb_layer or schema is None else emb[a:b, :widths[stack.node_types[k]]]
+        if k in stack.rows_at(stack.num_layers):
+            group["logits"] = logits[a:b]
+        groups[stack.node_types[k]] = group
+    return groups if schema is not None else groups[stack.node_types[0]]
 
 
 def read_pairs(path: str, num_nodes: int) -> np.ndarray:
@@ -123,13 +139,16 @@ def predict_to(rt: Runtime, run: Restored, out: str, *, emb_layer: int = -1, log
         check_all(rt.comm, not problem, problem, ConfigError)
     arrays = infer(rt, run, emb_layer=emb_layer, chunk=chunk)
     scores = _score_pairs(rt, run, arrays["logits"], pair_ids, chunk) if pair_ids is not None else None
+    schema = run.graph.schema
     if not logits:
-        arrays.pop("logits")
+        for group in (arrays.values() if schema is not None else [arrays]):
+            group.pop("logits", None)
     info = {"checkpoint": run.generation, "epoch": run.epoch, "task": run.cfg.task, "model": run.cfg.model,
             "dataset": run.cfg.dataset,
             "emb_layer": emb_layer if emb_layer >= 0 else run.task.emb_layer(run.cfg.num_layers)}
     where = write_predictions(rt.comm, out, run.graph.part.part_id, meta.num_parts, meta.num_nodes, arrays,
-                              pair_scores=scores, info=info)
+                              pair_scores=scores, info=info,
+                              node_types=dict(zip(schema.node_types, schema.node_counts)) if schema else None)
     peak = allreduce_max(rt.comm, [peak_rss_mb()])[0]  # collective
     log.info("predictions for %d nodes written to %s in %.2fs; peak memory %.0f MiB (the most on any rank)",
              meta.num_nodes, where, time.perf_counter() - t0, peak)
