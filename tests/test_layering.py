@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("mpignn.metrics", "mpignn.report"),
     ("mpignn.tasks",),  # what differs between tasks; everything above asks them and names none
     ("mpignn.checkpoint", "mpignn.schedule", "mpignn.stopping", "mpignn.tensorboard_log", "mpignn.loop", "mpignn.fit",
-     "mpignn.runtime"),
+     "mpignn.runtime", "mpignn.minibatch"),  # minibatch: --minibatch auto trains probe steps through the loop
     ("mpignn.predict",),  # exact layer-wise inference from a checkpoint, the predictions folder and its reader
     # entry points (the partition CLI asks a task what to hold out)
     ("mpignn.train", "mpignn.info", "mpignn.bench", "mpignn.partition.cli", "mpignn.partition.__main__",
