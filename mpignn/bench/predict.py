@@ -23,24 +23,27 @@ import numpy as np
 from mpignn.bench._common import binding, mpiexec, pyg_python, run_train, table
 from mpignn.predict import load
 
-_LAYERS = re.compile(r"(\d+) layers over (\d+) blocks per rank in ([\d.]+)s, ([\d.]+) MiB of rows fetched")
+_LAYERS = re.compile(r"(\d+) layers over (\d+) blocks per rank in ([\d.]+)s, (\d+) row exchanges, ([\d.]+) MiB of rows "
+                     r"fetched")
 _PEAK = re.compile(r"peak memory (\d+) MiB")
 
 
-def predict(ranks: int, threads: int, checkpoint: Path, out: Path, chunk: int) -> dict:
-    """One `mpiexec -n ranks python -m mpignn.predict` run, each rank bound to `threads` cores."""
+def predict(ranks: int, threads: int, checkpoint: Path, out: Path, chunk: int, halo_mib: str = "") -> dict:
+    """One `mpiexec -n ranks python -m mpignn.predict` run, each rank bound to `threads` cores (`halo_mib`:
+    its --halo-mib, "" for the default)."""
     exe = mpiexec()
     launcher_args, pin = binding(exe, ranks, threads)
     cmd = [exe, *launcher_args, "-n", str(ranks), sys.executable, "-m", "mpignn.predict", "--checkpoint-dir",
            str(checkpoint), "--out", str(out), "--threads", str(threads), "--chunk-size", str(chunk), "--force",
-           "--logits"]
+           "--logits", *(["--halo-mib", halo_mib] if halo_mib else [])]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env, preexec_fn=pin)
     log = res.stdout + res.stderr
     layers, peak = _LAYERS.search(log), _PEAK.search(log)
     if res.returncode != 0 or layers is None or peak is None:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{log[-3000:]}")
-    return {"layers_s": float(layers.group(3)), "fetched_mib": float(layers.group(4)),
+    return {"layers_s": float(layers.group(3)), "exchanges": int(layers.group(4)),
+            "fetched_mib": float(layers.group(5)),
             "peak_mib": float(peak.group(1))}
 
 
@@ -50,31 +53,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="sage")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=3)
-    parser.add_argument("--configs", default="1x2,1x1,2x1", help="RANKSxTHREADS, comma-separated")
+    parser.add_argument("--configs", default="1x2,1x1,2x1",
+                        help="RANKSxTHREADS[@MIB], comma-separated (@MIB: that --halo-mib, e.g. 2x1@0 fetches "
+                             "each block's halo rows on its own)")
     parser.add_argument("--chunk-size", type=int, default=8192)
     parser.add_argument("--root", default="", help="dataset folder (default: a temporary one)")
     parser.add_argument("--pyg-python", help="interpreter with torch-geometric + pyg-lib or torch-sparse: adds "
                                              "a row of PyG's layer-wise inference of the same weights")
     parser.add_argument("--pyg-batch-size", type=int, default=4096, help="the PyG row's NeighborLoader batch")
     args = parser.parse_args(argv)
-    configs = [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
+    configs = []
+    for c in args.configs.split(","):
+        shape, _, mib = c.partition("@")
+        configs.append((*(int(v) for v in shape.split("x")), mib))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root, checkpoint = args.root or tmp, Path(tmp) / "ck"
         num_nodes = 0
-        for ranks, threads in configs:  # the first config's rank count trains the weights once
+        for ranks, threads, mib in configs:  # the first config's rank count trains the weights once
             if not checkpoint.exists():
                 run_train(ranks, ["--dataset", args.dataset, "--root", root, "--model", args.model, "--hidden",
                                   str(args.hidden), "--fanout", ",".join(["5"] * args.layers), "--epochs", "1",
                                   "--max-steps", "1", "--checkpoint-dir", str(checkpoint)])
-            row = predict(ranks, threads, checkpoint, Path(tmp) / f"out-{ranks}x{threads}", args.chunk_size)
+            where = Path(tmp) / f"out-{ranks}x{threads}@{mib}"
+            row = predict(ranks, threads, checkpoint, where, args.chunk_size, mib)
             if not num_nodes:
                 from mpignn.predict import read_manifest
 
-                num_nodes = int(read_manifest(Path(tmp) / f"out-{ranks}x{threads}")["num_nodes"])
-            name = f"{ranks} rank{'s' if ranks > 1 else ''} x {threads} thread{'s' if threads > 1 else ''}"
+                num_nodes = int(read_manifest(where)["num_nodes"])
+            name = (f"{ranks} rank{'s' if ranks > 1 else ''} x {threads} thread{'s' if threads > 1 else ''}"
+                    + (f", --halo-mib {mib}" if mib else ""))
             row.update(config=name, nodes_per_s=num_nodes / max(row["layers_s"], 1e-4),  # the log's resolution
-                       out=Path(tmp) / f"out-{ranks}x{threads}")
+                       out=where)
             rows.append(row)
             print(f"  done: {row['config']}", flush=True)
         ref = pyg_python(args.pyg_python)
@@ -92,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.dataset}: exact inference, {args.model} {args.layers} layers hidden {args.hidden}, "
           f"{num_nodes} nodes, chunks of {args.chunk_size} targets")
     print(table(rows, [("config", "config", "s"), ("layers_s", "layers s", ".2f"), ("nodes_per_s", "nodes/s", ".0f"),
-                       ("vs_first", "x first", ".2f"), ("fetched_mib", "fetched MiB", ".1f"),
+                       ("vs_first", "x first", ".2f"), ("exchanges", "row exchanges", "d"),
+                       ("fetched_mib", "fetched MiB", ".1f"),
                        ("peak_mib", "peak MiB (max rank)", ".0f"), ("max_diff", "max |logit diff|", ".1e")]))
     if rows[0].get("max_diff") is not None:
         print("max |logit diff|: against the PyG row's logits, node by node in the dataset's order")

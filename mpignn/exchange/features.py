@@ -65,7 +65,7 @@ class FeatureStore:
             return
         hot = np.unique(np.asarray(gids, dtype=np.int64))
         hot = hot[(hot < self.lo) | (hot >= self.hi)]
-        rows = self._fetch(hot)
+        rows = self.fetch(hot)
         self.cache_gid, self.cache_x = hot, rows
         self.bytes_received = 0  # start-up traffic is not per-epoch traffic
 
@@ -79,8 +79,8 @@ class FeatureStore:
     def cache_bytes(self) -> int:
         return _nbytes(self.cache_x)
 
-    def _fetch(self, gids: np.ndarray) -> np.ndarray:
-        """Collective: rows of remote `gids` (any order) from their owners."""
+    def fetch(self, gids: np.ndarray) -> np.ndarray:
+        """Collective over `comm`: rows of remote `gids` (any order, none own) from their owners."""
         comm = self.comm
         _, order, counts = group_by_owner(gids, self.part_offsets, comm.size)
         asked, asked_counts, pieces = self.alltoall(gids[order], counts)
@@ -119,7 +119,7 @@ class FeatureStore:
         hit[slot_ok] = self.cache_gid[slot[slot_ok]] == remote[slot_ok]
         _put(x, remote_pos[hit], _take(self.cache_x, slot[hit]))
         miss_pos = remote_pos[~hit]
-        _put(x, miss_pos, self._fetch(n_id[miss_pos]))
+        _put(x, miss_pos, self.fetch(n_id[miss_pos]))
         self.remote_rows += len(remote)
         self.cache_hits += int(hit.sum())
         return x, y

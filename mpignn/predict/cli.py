@@ -31,7 +31,10 @@ class PredictConfig:
     pairs: str = ""
     """An npy of node pairs (original ids, [P, 2]) to score with a link prediction checkpoint's decoder."""
     chunk_size: int = 8192
-    """Target nodes per exchange: bounds the halo rows a rank holds at once."""
+    """Target nodes per block: bounds the source rows a rank assembles at once."""
+    halo_mib: float = 512
+    """Remote rows a rank holds at once (MiB): consecutive blocks' remote sources are fetched together up to
+    this, each row once per layer (0: each block's on its own, crossing once per block that reads it)."""
     root: str = ""
     """Data folder (empty: the training run's --root)."""
     partitions: str = ""
@@ -48,6 +51,8 @@ class PredictConfig:
 
         if self.chunk_size < 1:
             raise ConfigError(f"--chunk-size must be a positive int; got {self.chunk_size}. HINT: e.g. 8192")
+        if self.halo_mib < 0:
+            raise ConfigError(f"--halo-mib must be >= 0; got {self.halo_mib}. HINT: e.g. 512 (0: per block)")
         if self.threads < 0:
             raise ConfigError(f"--threads must be >= 0; got {self.threads}. HINT: 0 means automatic")
 
@@ -65,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         if f.type in ("bool", bool):
             parser.add_argument(flag, action="store_true", default=argparse.SUPPRESS, help=text)
         else:
-            parser.add_argument(flag, type={"int": int}.get(str(f.type), str), required=required,
+            parser.add_argument(flag, type={"int": int, "float": float}.get(str(f.type), str), required=required,
                                 default=argparse.SUPPRESS, help=text)
     return parser
 
@@ -90,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = restore_run(rt, cfg.checkpoint_dir, cfg.generation,
                       {"root": cfg.root, "partitions": cfg.partitions, "exchange": cfg.exchange})
     out = predict_to(rt, run, cfg.out, emb_layer=cfg.emb_layer, logits=cfg.logits, chunk=cfg.chunk_size,
-                     pairs=cfg.pairs)
+                     pairs=cfg.pairs, halo_mib=cfg.halo_mib)
     if rt.rank == 0:
         print(f"predictions of {run.generation} (epoch {run.epoch}) for {run.graph.part.meta.num_nodes} nodes "
               f"in {out}", flush=True)

@@ -24,7 +24,7 @@ from mpignn.models import HeteroGNN, SampledGNN
 from mpignn.models.aggregate import MeanAdjacency
 from mpignn.mpi import allreduce_max, allreduce_sum
 
-__all__ = ["Block", "make_block", "make_blocks", "type_runs", "LayerStack", "gcn_inv_sqrt_degree", "run_layers",
+__all__ = ["Block", "make_block", "make_blocks", "HaloIndex", "type_runs", "LayerStack", "gcn_inv_sqrt_degree", "run_layers",
            "input_table", "own_inputs", "make_store", "to_device", "exact_outputs"]
 
 log = logging.getLogger(__name__)
@@ -293,19 +293,84 @@ def own_inputs(part: Any, rows: np.ndarray | None = None) -> np.ndarray:
     return input_table(part.x, rows, bare)
 
 
+class HaloIndex:
+    """Where each block's remote sources (its in-neighbours owned by other ranks) sit in the sorted union of
+    all blocks' (`ids`), made once for all layers: grouping blocks and locating their rows then take no sort."""
+
+    def __init__(self, blocks: list[Block], lo: int, hi: int) -> None:
+        remote = [_remote(b, lo, hi) for b in blocks]
+        self.ids = np.unique(np.concatenate(remote)) if remote else np.empty(0, dtype=np.int64)
+        self.pos = [np.searchsorted(self.ids, r) for r in remote]
+        self.lo, self.hi = lo, hi
+
+    def group(self, members: list[int], budget: int) -> list[list[int]]:
+        """Consecutive blocks of `members` whose remote sources together number at most `budget` rows (a block
+        over it alone is a group of its own): a group's remote rows are fetched once, so a halo node that
+        several blocks read crosses once, not once per block (sbm200k, 2 parts, chunks of 8192: 2.26x fewer
+        rows)."""
+        groups: list[list[int]] = []
+        current: list[int] = []
+        taken, count = np.zeros(len(self.ids), dtype=bool), 0
+        for i in members:
+            new = int(np.count_nonzero(~taken[self.pos[i]]))
+            if current and count + new > budget:
+                groups.append(current)
+                current, count = [], 0
+                taken[:] = False
+                new = len(self.pos[i])
+            taken[self.pos[i]] = True
+            current.append(i)
+            count += new
+        return groups + [current] if current else groups
+
+    def rows_of(self, group: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(the group's remote ids, sorted; `slot`: for each position in `ids`, its row among them)."""
+        taken = np.zeros(len(self.ids), dtype=bool)
+        for i in group:
+            taken[self.pos[i]] = True
+        where = np.flatnonzero(taken)
+        slot = np.zeros(len(self.ids), dtype=np.int64)
+        slot[where] = np.arange(len(where))
+        return self.ids[where], slot
+
+
+def _remote(block: Block, lo: int, hi: int) -> np.ndarray:
+    """A block's sources owned by other ranks, in its order (its other in-neighbours are sorted: remote ones
+    below `lo`, own ones, remote ones from `hi`)."""
+    other = block.src_gid[block.n_dst:]
+    return np.concatenate([other[:np.searchsorted(other, lo)], other[np.searchsorted(other, hi):]])
+
+
+def _sources(block: Block, table: np.ndarray, lo: int, halo_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The rows of a block's sources, in its order: targets and other own nodes from `table` (own rows),
+    remote ones from `halo_rows` (`rows`: the row there of each of the block's remote sources, in order)."""
+    n_dst, other = block.n_dst, block.src_gid[block.n_dst:]
+    x = np.empty((block.n_src, table.shape[1]), dtype=table.dtype)
+    start = int(block.src_gid[0]) - lo
+    x[:n_dst] = table[start:start + n_dst]
+    i0, i1 = np.searchsorted(other, lo), np.searchsorted(other, lo + len(table))
+    # mode="clip": "raise" (the default) copies through a buffer; the ids are in range by construction
+    np.take(table, other[i0:i1] - lo, axis=0, out=x[n_dst + i0:n_dst + i1], mode="clip")
+    np.take(halo_rows, rows[:i0], axis=0, out=x[n_dst:n_dst + i0], mode="clip")
+    np.take(halo_rows, rows[i0:], axis=0, out=x[n_dst + i1:], mode="clip")
+    return x
+
+
 def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, chunk: int, device: Any,
-               alltoall: Any, keep: tuple[int, ...] = ()) -> dict[int, np.ndarray]:
+               alltoall: Any, keep: tuple[int, ...] = (), halo_mib: float = 512) -> dict[int, np.ndarray]:
     """Collective over `comm` (every rank, the same number of exchanges per layer): apply every layer to
     every own node; returns {layer: own rows [n_own, F]} of the last layer and of the layers in `keep` (0:
     `table`, the input rows).
 
     Args:
         table: layer 0's own rows (`input_table`), float32.
-        chunk: target nodes per block; a block's sources (targets and in-neighbours) are fetched at once.
+        chunk: target nodes per block (the rows of a block's sources are assembled at once).
         alltoall: the rows' transport (`exchange.alltoall.make_alltoall`).
+        halo_mib: the remote rows a rank holds at once: consecutive blocks' remote sources are fetched
+            together up to this (`HaloIndex.group`), each once per group (0: each block's on its own).
     """
     blocks = make_blocks(part, chunk)
-    steps = int(allreduce_max(comm, [len(blocks)])[0]) if comm is not None else len(blocks)
+    lo, hi = part.lo, part.hi
     inv_sqrt = None
     if stack.needs_degrees:
         own = gcn_inv_sqrt_degree(part.rowptr, part.col, part.lo)
@@ -313,37 +378,41 @@ def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, ch
         halo_d = make_store(own[:, None], part, comm, alltoall).gather(halo)[0][:, 0]  # collective
         inv_sqrt = lambda gid: _lookup(gid, part.lo, own, halo, halo_d)  # noqa: E731
     kept = {0: table} if 0 in keep else {}
-    fetched = 0
+    fetched, exchanges = 0, 0
+    index = HaloIndex(blocks, lo, hi)
     t0 = time.perf_counter()
     for layer in range(stack.num_layers):
+        mine = [i for i, b in enumerate(blocks) if stack.computes(layer, b.dst_type)]  # others' rows: zeros
+        budget = max(1, int(halo_mib * 2**20) // max(1, 4 * table.shape[1])) if halo_mib > 0 else 0
+        groups = index.group(mine, budget) if comm is not None else [[i] for i in mine]
+        steps = int(allreduce_max(comm, [len(groups)])[0]) if comm is not None else len(groups)
         store = make_store(table, part, comm, alltoall)
         out: np.ndarray | None = None
         for step in range(steps):
-            block = blocks[step] if step < len(blocks) else None
-            if block is not None and not stack.computes(layer, block.dst_type):
-                block = None  # a node type this layer does not output: its rows stay zeros
-            ids = block.src_gid if block is not None else np.empty(0, dtype=np.int64)
-            rows = store.gather(ids)[0]  # collective: the sources' rows, own ones local
-            if block is None:
-                continue
-            x = torch.from_numpy(rows).to(device)
-            with torch.no_grad():
-                y = stack.apply(layer, x, to_device(block, device, inv_sqrt)).float().cpu().numpy()
-            if out is None:
-                out = np.zeros((part.hi - part.lo, y.shape[1]), dtype=np.float32)
-            start = block.src_gid[0] - part.lo
-            out[start:start + block.n_dst] = y
+            group = groups[step] if step < len(groups) else []
+            remote, slot = index.rows_of(group)
+            halo_rows = store.fetch(remote) if comm is not None else table[:0]  # collective, empty steps too
+            for i in group:
+                block = blocks[i]
+                x = torch.from_numpy(_sources(block, table, lo, halo_rows, slot[index.pos[i]])).to(device)
+                with torch.no_grad():
+                    y = stack.apply(layer, x, to_device(block, device, inv_sqrt)).float().cpu().numpy()
+                if out is None:
+                    out = np.zeros((hi - lo, y.shape[1]), dtype=np.float32)
+                start = block.src_gid[0] - lo
+                out[start:start + block.n_dst] = y
         if out is None:  # a part without nodes (of the types this layer outputs): the width of its output
             width = _out_width(stack, layer, table.shape[1], device)
-            out = np.zeros((part.hi - part.lo, width), dtype=np.float32)
+            out = np.zeros((hi - lo, width), dtype=np.float32)
         fetched += store.bytes_received
+        exchanges += steps
         table = out
         if layer + 1 in keep:
             kept[layer + 1] = table
     kept[stack.num_layers] = table
     total = allreduce_sum(comm, [fetched])[0] if comm is not None else fetched
-    log.info("%d layers over %d blocks per rank in %.4fs, %.1f MiB of rows fetched", stack.num_layers, steps,
-             time.perf_counter() - t0, total / 2**20)
+    log.info("%d layers over %d blocks per rank in %.4fs, %d row exchanges, %.1f MiB of rows fetched",
+             stack.num_layers, len(blocks), time.perf_counter() - t0, exchanges, total / 2**20)
     return kept
 
 

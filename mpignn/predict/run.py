@@ -26,8 +26,8 @@ __all__ = ["infer", "predict_to", "read_pairs"]
 log = logging.getLogger(__name__)
 
 
-def infer(rt: Runtime, run: Restored, *, emb_layer: int = -1,
-          chunk: int = 8192) -> dict[str, np.ndarray] | dict[str, dict[str, np.ndarray]]:
+def infer(rt: Runtime, run: Restored, *, emb_layer: int = -1, chunk: int = 8192,
+          halo_mib: float = 512) -> dict[str, np.ndarray] | dict[str, dict[str, np.ndarray]]:
     """Collective over `rt.comm`: this rank's own nodes' rows: {"node_id" (original ids), the task's fields
     (`Task.predict_fields`: e.g. "pred"), "emb" (rows of layer `emb_layer`; -1: `Task.emb_layer`), "logits"
     (the last layer's rows)}. On a heterogeneous graph, those per node type ({type: fields}), with `node_id`
@@ -38,6 +38,8 @@ def infer(rt: Runtime, run: Restored, *, emb_layer: int = -1,
     Raises:
         ConfigError: on every rank alike: an --emb-layer outside 0..layers, or a model exact inference does
             not know.
+
+    `chunk` and `halo_mib` bound what a rank holds at once (`layerwise.run_layers`).
     """
     part, task = run.graph.part, run.task
     try:
@@ -53,7 +55,7 @@ def infer(rt: Runtime, run: Restored, *, emb_layer: int = -1,
     comm = rt.comm if rt.world_size > 1 else None
     transport = make_alltoall(run.cfg.exchange, rt.comm, rt.device) if comm is not None else None
     tables = run_layers(comm, part, stack, own_inputs(part, rows), chunk=chunk, device=rt.device,
-                        alltoall=transport, keep=(emb_layer,))
+                        alltoall=transport, keep=(emb_layer,), halo_mib=halo_mib)
     logits, emb = tables[stack.num_layers], tables[emb_layer]
     schema = run.graph.schema
     widths = run.graph.in_channels()
@@ -119,7 +121,7 @@ def _score_pairs(rt: Runtime, run: Restored, out_rows: np.ndarray, pairs: np.nda
 
 
 def predict_to(rt: Runtime, run: Restored, out: str, *, emb_layer: int = -1, logits: bool = False,
-               chunk: int = 8192, pairs: str = "") -> Path:
+               chunk: int = 8192, pairs: str = "", halo_mib: float = 512) -> Path:
     """Collective over `rt.comm`: `infer`, score `pairs` (an npy path; "" for none), and write the predictions
     folder `out` (`output.write_predictions`). Returns `out`.
 
@@ -137,7 +139,7 @@ def predict_to(rt: Runtime, run: Restored, out: str, *, emb_layer: int = -1, log
         except ConfigError as exc:
             problem = str(exc)
         check_all(rt.comm, not problem, problem, ConfigError)
-    arrays = infer(rt, run, emb_layer=emb_layer, chunk=chunk)
+    arrays = infer(rt, run, emb_layer=emb_layer, chunk=chunk, halo_mib=halo_mib)
     scores = _score_pairs(rt, run, arrays["logits"], pair_ids, chunk) if pair_ids is not None else None
     schema = run.graph.schema
     if not logits:

@@ -33,13 +33,13 @@ def main(mode: str, bad_rank: int, root: str) -> None:
             return inner(*args)
         graph.sampler.source.local.sample = sample
     if mine and mode == "exchange":
-        inner_fetch = graph.features._fetch
+        inner_fetch = graph.features.fetch
 
         def fetch(gids):
             if step["n"] == FAULT_STEP:
                 raise RuntimeError(f"injected exchange fault on rank {rt.rank}")
             return inner_fetch(gids)
-        graph.features._fetch = fetch
+        graph.features.fetch = fetch
     for batch in loader:
         if mine and mode == "kill" and step["n"] == FAULT_STEP:
             print(f"rank {rt.rank} kills itself (pid {os.getpid()})", flush=True)
