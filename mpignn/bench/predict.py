@@ -4,6 +4,7 @@ ranks and the peak memory of the largest rank; with --pyg-python, PyG's layer-wi
 beside them and each row's largest logit difference from it.
 
     python -m mpignn.bench.predict --dataset npz:/tmp/sbm200k.npz --configs 1x2,1x1,2x1 [--pyg-python P]
+    python -m mpignn.bench.predict --checkpoint RUN --configs 4x1      (a trained run's checkpoint as it is)
 
 The model is trained for one step first (`--max-steps 1`): inference costs the same whatever the weights.
 """
@@ -58,17 +59,29 @@ def main(argv: list[str] | None = None) -> int:
                              "each block's halo rows on its own)")
     parser.add_argument("--chunk-size", type=int, default=8192)
     parser.add_argument("--root", default="", help="dataset folder (default: a temporary one)")
+    parser.add_argument("--checkpoint", default="",
+                        help="predict this --checkpoint-dir of mpignn.train instead of training one (its dataset, "
+                             "partition and model; --dataset, --model, --hidden and --layers are then unused)")
     parser.add_argument("--pyg-python", help="interpreter with torch-geometric + pyg-lib or torch-sparse: adds "
                                              "a row of PyG's layer-wise inference of the same weights")
     parser.add_argument("--pyg-batch-size", type=int, default=4096, help="the PyG row's NeighborLoader batch")
     args = parser.parse_args(argv)
+    if args.checkpoint:  # what the table's title and the PyG row need, from the run's saved config
+        import torch
+
+        from mpignn.checkpoint import latest_checkpoint
+
+        path = latest_checkpoint(args.checkpoint) / "checkpoint.pt"
+        cfg = torch.load(path, map_location="cpu", weights_only=True)["extra"]["config"]
+        args.dataset, args.model, args.hidden = cfg["dataset"], cfg["model"], cfg["hidden"]
+        args.layers = len(str(cfg["fanout"]).split(","))
     configs = []
     for c in args.configs.split(","):
         shape, _, mib = c.partition("@")
         configs.append((*(int(v) for v in shape.split("x")), mib))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        root, checkpoint = args.root or tmp, Path(tmp) / "ck"
+        root, checkpoint = args.root or tmp, Path(args.checkpoint or Path(tmp) / "ck")
         num_nodes = 0
         for ranks, threads, mib in configs:  # the first config's rank count trains the weights once
             if not checkpoint.exists():

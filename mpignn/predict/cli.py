@@ -32,7 +32,7 @@ class PredictConfig:
     """An npy of node pairs (original ids, [P, 2]) to score with a link prediction checkpoint's decoder."""
     chunk_size: int = 8192
     """Target nodes per block: bounds the source rows a rank assembles at once."""
-    halo_mib: float = 512
+    halo_mib: float = 256
     """Remote rows a rank holds at once (MiB): consecutive blocks' remote sources are fetched together up to
     this, each row once per layer (0: each block's on its own, crossing once per block that reads it)."""
     root: str = ""
@@ -52,7 +52,7 @@ class PredictConfig:
         if self.chunk_size < 1:
             raise ConfigError(f"--chunk-size must be a positive int; got {self.chunk_size}. HINT: e.g. 8192")
         if self.halo_mib < 0:
-            raise ConfigError(f"--halo-mib must be >= 0; got {self.halo_mib}. HINT: e.g. 512 (0: per block)")
+            raise ConfigError(f"--halo-mib must be >= 0; got {self.halo_mib}. HINT: e.g. 256 (0: per block)")
         if self.threads < 0:
             raise ConfigError(f"--threads must be >= 0; got {self.threads}. HINT: 0 means automatic")
 

@@ -357,7 +357,7 @@ def _sources(block: Block, table: np.ndarray, lo: int, halo_rows: np.ndarray, ro
 
 
 def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, chunk: int, device: Any,
-               alltoall: Any, keep: tuple[int, ...] = (), halo_mib: float = 512) -> dict[int, np.ndarray]:
+               alltoall: Any, keep: tuple[int, ...] = (), halo_mib: float = 256) -> dict[int, np.ndarray]:
     """Collective over `comm` (every rank, the same number of exchanges per layer): apply every layer to
     every own node; returns {layer: own rows [n_own, F]} of the last layer and of the layers in `keep` (0:
     `table`, the input rows).

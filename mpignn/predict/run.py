@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def infer(rt: Runtime, run: Restored, *, emb_layer: int = -1, chunk: int = 8192,
-          halo_mib: float = 512) -> dict[str, np.ndarray] | dict[str, dict[str, np.ndarray]]:
+          halo_mib: float = 256) -> dict[str, np.ndarray] | dict[str, dict[str, np.ndarray]]:
     """Collective over `rt.comm`: this rank's own nodes' rows: {"node_id" (original ids), the task's fields
     (`Task.predict_fields`: e.g. "pred"), "emb" (rows of layer `emb_layer`; -1: `Task.emb_layer`), "logits"
     (the last layer's rows)}. On a heterogeneous graph, those per node type ({type: fields}), with `node_id`
@@ -121,7 +121,7 @@ def _score_pairs(rt: Runtime, run: Restored, out_rows: np.ndarray, pairs: np.nda
 
 
 def predict_to(rt: Runtime, run: Restored, out: str, *, emb_layer: int = -1, logits: bool = False,
-               chunk: int = 8192, pairs: str = "", halo_mib: float = 512) -> Path:
+               chunk: int = 8192, pairs: str = "", halo_mib: float = 256) -> Path:
     """Collective over `rt.comm`: `infer`, score `pairs` (an npy path; "" for none), and write the predictions
     folder `out` (`output.write_predictions`). Returns `out`.
 
