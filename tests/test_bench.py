@@ -141,6 +141,7 @@ def test_predict_bench_prints_a_row_per_config(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     rows = {line.split("  ")[0]: line.split() for line in res.stdout.splitlines() if " x 1 thread" in line}
     one, two = rows["1 rank x 1 thread"], rows["2 ranks x 1 thread"]
-    # columns after the config's 5 words: layers s, nodes/s, x first, fetched MiB, peak MiB
-    assert "2000 nodes" in res.stdout and float(one[8]) == 0.0 and float(two[8]) > 0  # only 2 ranks fetch rows
-    assert float(one[6]) > 0 and float(two[6]) > 0 and float(one[9]) > 0 and float(two[9]) > 0
+    # columns after the config's 5 words: layers s, nodes/s, x first, row exchanges, fetched MiB, peak MiB
+    assert "2000 nodes" in res.stdout and float(one[9]) == 0.0 and float(two[9]) > 0  # only 2 ranks fetch rows
+    assert int(two[8]) == 3  # each of the 3 layers' halo rows cross at once (--halo-mib)
+    assert float(one[6]) > 0 and float(two[6]) > 0 and float(one[10]) > 0 and float(two[10]) > 0

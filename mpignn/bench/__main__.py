@@ -203,11 +203,11 @@ def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[lis
     print(f"{args.dataset}: fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, lr {args.lr}, "
           f"{args.precision}; time to validation {metric} {target:.4f} (up to {args.max_epochs} epochs"
           + (f"; means over {len(curves[0][1])} seeds)" if several else ")"))
-    columns = [("config", "config", "s"), ("minibatch", "trained as", "s"), ("reached", "reached", "s"), ("seconds", "train s", ".2f"),
+    columns = [("config", "config", "s"), ("reached", "reached", "s"), ("seconds", "train s", ".2f"),
                ("epochs", "epochs", ".2f"), ("val", f"val {last['metric']}", ".4f"),
                ("test", f"test {last['metric']}", ".4f"), ("vs_first", "time / first", ".2f"),
                ("per_s", last["unit"], ".0f"),
-               ("feat_mib", "feat MiB/epoch", ".1f")]
+               ("feat_mib", "feat MiB/epoch", ".1f"), ("minibatch", "trained as", "s")]
     if several:
         columns.append(("per_seed", "train s per seed", "s"))
     print(table(rows, columns))
