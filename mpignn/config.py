@@ -176,7 +176,7 @@ class TrainConfig:
     owner, and each layer's rows of remote sources cross by all-to-all (their gradients back). Partitioned
     node classification, homogeneous graphs (docs/training.md "Cooperative mini-batches"). auto: both train
     the first steps of epoch 0 with their gradients dropped, and the run trains cooperatively only where
-    that was at least 10% faster (independent where cooperative cannot train)."""
+    that was at least 10 percent faster (independent where cooperative cannot train)."""
     eval: str = "sampled"
     """sampled: val/test scores of sampled neighbourhoods (--fanout), as training sees them; full: also the
     scores of exact inference (every layer over whole neighbourhoods, as `python -m mpignn.predict`) at each

@@ -49,13 +49,19 @@ def test_one_rank_full_scores_equal_the_predictions_of_the_same_weights(tmp_path
     assert "sampled neighbourhoods; exact inference" in final and f"test {last['test_acc_full']:.4f}" in final
 
 
-@pytest.mark.mpi
-def test_two_ranks_full_scores_equal_one_rank_predictions_of_their_weights(tmp_path):
-    root = tmp_path / "data"
-    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", *_train_args(tmp_path, root)], timeout=180)
+def _two_ranks(tmp_path, args):
+    """The last record of `python -m mpignn.train ARGS` on 2 ranks."""
+    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", *args], timeout=180)
     assert rc == 0, out[-3000:]
     last = _last(tmp_path)
     assert last["world_size"] == 2
+    return last
+
+
+@pytest.mark.mpi
+def test_two_ranks_full_scores_equal_one_rank_predictions_of_their_weights(tmp_path):
+    root = tmp_path / "data"
+    last = _two_ranks(tmp_path, _train_args(tmp_path, root))
     assert (last["val_acc_full"], last["test_acc_full"]) == pytest.approx(
         _accuracy_from_predictions(tmp_path, tmp_path / "ck", root), abs=1e-12)
 
@@ -108,10 +114,7 @@ def test_link_full_scores_equal_the_dot_products_of_the_predicted_embeddings(tmp
 @pytest.mark.mpi
 def test_two_ranks_link_full_scores_equal_one_rank_predictions_of_their_weights(tmp_path):
     root = tmp_path / "data"
-    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", *_link_args(tmp_path, root)], timeout=180)
-    assert rc == 0, out[-3000:]
-    last = _last(tmp_path)
-    assert last["world_size"] == 2
+    last = _two_ranks(tmp_path, _link_args(tmp_path, root))
     want = _link_scores_from_predictions(tmp_path, tmp_path / "ck", root)
     assert {k: last[k] for k in want} == pytest.approx(want, abs=1e-6)
 
