@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("mpignn.partition", "mpignn.part_source"),
     ("mpignn.sampling", "mpignn.exchange"),
     ("mpignn.device", "mpignn.ddp", "mpignn.loader", "mpignn.hetero_batch", "mpignn.cache_policy", "mpignn.prefetch"),
-    ("mpignn.models", "mpignn.compute", "mpignn.predict.layerwise"),  # layerwise: a task's exact evaluation
+    ("mpignn.models", "mpignn.compute", "mpignn.predict.blocks", "mpignn.predict.layerwise"),  # a task's exact evaluation
     ("mpignn.metrics", "mpignn.report"),
     ("mpignn.tasks",),  # what differs between tasks; everything above asks them and names none
     ("mpignn.checkpoint", "mpignn.schedule", "mpignn.stopping", "mpignn.tensorboard_log", "mpignn.loop", "mpignn.fit",
