@@ -149,7 +149,7 @@ class LinkTask(Task):
 
     def evaluate_full(self, rt: Any, graph: Any, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
         module = getattr(model, "module", model).eval()
-        rows, comm, store = exact_outputs(rt, graph, self.encoder(module), chunk=chunk)
+        _, comm, store = exact_outputs(rt, graph, self.encoder(module), chunk=chunk)
         pick = picker(graph.replicated, rt.world_size, rt.rank)
         scores = {}
         for split in ("val", "test"):
