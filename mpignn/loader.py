@@ -135,6 +135,10 @@ class BatchLoader:
             rows = pinned_empty((len(out.n_id), self.features.num_features), _torch_dtype(self.features.x),
                                 self.device)
             buffer = rows.numpy()
+        elif cooperative and self.features.on_host:  # room for the rows other ranks send: the halo fills it
+            rows = torch.from_numpy(np.empty((extras["halo"].table_rows(0), self.features.num_features),
+                                             dtype=self.features.x.dtype))
+            buffer = rows.numpy()[:len(out.n_id)]
         x, y = self.features.gather(out.n_id, out=buffer)
         x = rows if buffer is not None else (torch.from_numpy(x) if isinstance(x, np.ndarray) else x)
         if x.dtype == torch.uint16:  # a bf16 feature table holds bfloat16 bits (data.features)
@@ -147,6 +151,7 @@ class BatchLoader:
         edge_index = pinned_empty((2, len(out.row)), torch.int64, self.device)
         edge_index[0].numpy()[:], edge_index[1].numpy()[:] = out.row, out.col
         data = Data(x=x, y=torch.from_numpy(y), edge_index=edge_index, n_id=torch.from_numpy(out.n_id))
+        data.num_nodes = len(out.n_id)  # a cooperative x may have room for other ranks' rows after them
         data.batch_size = out.batch_size
         data.num_sampled_nodes = out.num_sampled_nodes
         data.num_sampled_edges = out.num_sampled_edges

@@ -89,10 +89,12 @@ def _worker(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         out = sampler.sample(seeds, step)
         t1 = time.perf_counter()
-        feats = np.take(x, out.n_id - lo, axis=0)
+        halo = Halo(out.halo, sampler.rows, ByteCounter(sampler)) if args.cooperative else None
+        # cooperative: the input table with room for the rows other ranks send (as the loader makes it)
+        feats = np.empty((halo.table_rows(0) if halo else len(out.n_id), x.shape[1]), dtype=x.dtype)
+        np.take(x, out.n_id - lo, axis=0, out=feats[:len(out.n_id)], mode="clip")  # "clip": no buffered copy
         t2 = time.perf_counter()
         edge_index = torch.from_numpy(np.stack([out.row, out.col]))
-        halo = Halo(out.halo, sampler.rows, ByteCounter(sampler)) if args.cooperative else None
         logits = model(torch.from_numpy(feats), edge_index, out.num_sampled_nodes, out.num_sampled_edges,
                        torch.from_numpy(out.in_degree), halo=halo)
         # cooperative: the loss of the global batch's mean (every rank's share), gradients summed over ranks
@@ -110,6 +112,7 @@ def _worker(args: argparse.Namespace) -> None:
         inputs += sum(out.num_sampled_nodes)
         if step >= warmup:  # untimed: every layer's rows of all ranks against their distinct nodes
             _count(comm, out, per_layer)
+            comm.Barrier()  # rank 0 counts alone: the others would time its counting in their next collective
     per_rank = comm.gather({"times": times.tolist(), "rows": rows / args.steps, "inputs": inputs / args.steps,
                             "halo": getattr(sampler, "halo_bytes", 0) / args.steps,
                             "redundancy": max(a / b for a, b in per_layer) if comm.rank == 0 else None}, root=0)
@@ -171,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cooperative", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
+        from mpignn.allocator import reexec_with_hugepages
+
+        reexec_with_hugepages()  # as mpignn.train does: fresh big blocks fault in huge pages, not 4 KiB ones
         _worker(args)
         return 0
     n = args.ranks

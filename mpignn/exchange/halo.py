@@ -65,11 +65,34 @@ class Halo:
         self.plans, self.transport, self.counter = plans, transport, counter
 
     def __call__(self, layer: int, own: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`own`: the layer's own rows, or (rows needing no gradient, e.g. input features) a whole table of
+        `table_rows(layer)` rows with the own rows first, whose tail the remote rows then fill in place."""
         plan = self.plans[layer]
-        if len(own) != plan.n_own:
-            raise ValueError(f"layer {layer} got {len(own)} own rows; its plan has {plan.n_own}")
-        table = _HaloRows.apply(own, plan, self.transport, self.counter)
-        return table, torch.from_numpy(plan.src).to(own.device, non_blocking=True)
+        if len(own) == self.table_rows(layer) != plan.n_own and not own.requires_grad:
+            with torch.no_grad():
+                send_idx = torch.from_numpy(plan.send_idx).to(own.device)
+                got = move_rows(self.transport, own[send_idx], plan.send_counts, plan.recv_counts)
+                self.counter.add(got)
+                own[plan.n_own:] = got
+            return own, self.sources(layer, own.device)
+        table = _HaloRows.apply(own, self.plan(layer, len(own)), self.transport, self.counter)
+        return table, self.sources(layer, own.device)
+
+    def table_rows(self, layer: int) -> int:
+        """Rows of layer `layer`'s table: its own rows, then those other ranks send."""
+        plan = self.plans[layer]
+        return plan.n_own + int(plan.recv_counts.sum())
+
+    def plan(self, layer: int, n_own: int) -> LayerPlan:
+        """Layer `layer`'s plan, checked against the own rows it is given."""
+        plan = self.plans[layer]
+        if n_own != plan.n_own:
+            raise ValueError(f"layer {layer} got {n_own} own rows; its plan has {plan.n_own}")
+        return plan
+
+    def sources(self, layer: int, device: torch.device) -> torch.Tensor:
+        """Each edge's source as a row of layer `layer`'s table."""
+        return torch.from_numpy(self.plans[layer].src).to(device, non_blocking=True)
 
 
 class ByteCounter:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-__all__ = ["relu_dropout", "keep_threshold"]
+__all__ = ["activate_into", "activation_grad", "keep_threshold", "relu_dropout"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _LOW32 = np.uint64(0xFFFFFFFF)
@@ -66,41 +66,56 @@ def _numba_ok(x: torch.Tensor) -> bool:
     return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and x.is_contiguous()
 
 
+def activate_into(x: torch.Tensor, out: torch.Tensor, p: float, training: bool) -> float:
+    """relu(x), with dropout in training when p > 0, written into `out` (may be `x`; no autograd). Returns the
+    scale `activation_grad` needs (1.0 without dropout)."""
+    if not training or p == 0.0:
+        torch.clamp(x, min=0, out=out)
+        return 1.0
+    threshold = keep_threshold(p)
+    scale = 2.0**32 / threshold
+    if _numba_ok(x) and out.is_contiguous() and out.dtype == x.dtype:
+        seed = int(torch.randint(0, 2**62, (1,)))
+        dtype = np.float32 if x.dtype == torch.float32 else np.float64
+        _forward_kernel(x.detach().view(-1).numpy(), out.detach().view(-1).numpy(), seed, threshold, dtype(scale))
+    else:
+        keep = torch.rand(x.shape, device=x.device) < threshold / 2.0**32
+        torch.mul(torch.relu(x), keep, out=out).mul_(scale)
+    return scale
+
+
+def activation_grad(out: torch.Tensor, grad: torch.Tensor, scale: float, inplace: bool = False) -> torch.Tensor:
+    """The gradient of `activate_into`'s input from its output `out` (out > 0 exactly where the ReLU passed and
+    the element was kept); written into `grad` when `inplace` (a gradient no other node reads)."""
+    if _numba_ok(out) and grad.dtype == out.dtype and (grad.is_contiguous() or not inplace):
+        grad = grad.contiguous()
+        grad_in = grad if inplace else torch.empty_like(grad)
+        dtype = np.float32 if out.dtype == torch.float32 else np.float64
+        _backward_kernel(out.view(-1).numpy(), grad.view(-1).numpy(), grad_in.view(-1).numpy(), dtype(scale))
+        return grad_in
+    if not inplace:
+        return torch.where(out > 0, grad * scale, 0)
+    grad.masked_fill_(out <= 0, 0)
+    return grad if scale == 1.0 else grad.mul_(scale)
+
+
 class _ReluDropout(torch.autograd.Function):
     """relu(x) * Bernoulli(keep) / keep, written into x when `inplace` (x must then be no other node's saved
     tensor); saves only the output."""
 
     @staticmethod
     def forward(ctx, x, p, inplace):
-        threshold = keep_threshold(p)
-        scale = 2.0**32 / threshold
         out = x if inplace else torch.empty_like(x, memory_format=torch.contiguous_format)
-        if _numba_ok(x) and out.is_contiguous():
-            seed = int(torch.randint(0, 2**62, (1,)))
-            dtype = np.float32 if x.dtype == torch.float32 else np.float64
-            _forward_kernel(x.detach().view(-1).numpy(), out.detach().view(-1).numpy(), seed, threshold,
-                            dtype(scale))
-        else:
-            keep = torch.rand(x.shape, device=x.device) < threshold / 2.0**32
-            torch.mul(torch.relu(x), keep, out=out).mul_(scale)
+        ctx.scale = activate_into(x, out, p, True)
         if inplace:
             ctx.mark_dirty(x)
         ctx.save_for_backward(out)
-        ctx.scale = scale
         return out
 
     @staticmethod
     def backward(ctx, grad):
         (out,) = ctx.saved_tensors
-        if _numba_ok(out) and grad.dtype == out.dtype:
-            grad = grad.contiguous()
-            grad_in = torch.empty_like(grad)
-            dtype = np.float32 if out.dtype == torch.float32 else np.float64
-            _backward_kernel(out.view(-1).numpy(), grad.view(-1).numpy(), grad_in.view(-1).numpy(),
-                             dtype(ctx.scale))
-        else:
-            grad_in = torch.where(out > 0, grad * ctx.scale, 0)
-        return grad_in, None, None
+        return activation_grad(out, grad, ctx.scale), None, None
 
 
 def relu_dropout(x: torch.Tensor, p: float, training: bool, inplace: bool = False) -> torch.Tensor:

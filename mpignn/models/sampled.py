@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
+from mpignn.models.activated_halo import activated_halo
 from mpignn.models.aggregate import MeanAdjacency
 from mpignn.models.dropout import relu_dropout
 
@@ -60,14 +61,18 @@ class SampledGNN(torch.nn.Module):
         `in_degree`: each hop's targets' edge counts, batch-local order (`SampleOutput.in_degree`, the
         loader's `batch.in_degree`); it also vouches that edges are grouped by target, so no host read of
         the edges is needed. Without it (e.g. PyG's NeighborLoader) the edges are checked and sorted here.
-        `halo`: a cooperative batch (`exchange.halo.Halo`): `x` holds this rank's own rows only, and before
-        each layer the halo appends the rows other ranks computed and gives the layer's edge sources.
+        `halo`: a cooperative batch (`exchange.halo.Halo`): `x` holds this rank's own rows only (or has
+        `halo.table_rows(0)` rows, the own rows first), and before each layer the halo appends the rows other
+        ranks computed and gives the layer's edge sources.
         """
         hops = len(num_sampled_edges)
         if hops != self.num_layers:
             raise ValueError(f"batch sampled {hops} hops for a {self.num_layers}-layer model")
         if self.kind == "sage" and in_degree is None:
             edge_index = _sorted_by_target(edge_index)
+        # cooperative: a hidden layer's activation writes straight into the next layer's table (GCN scales its
+        # rows between the two, so it keeps the copy)
+        fused = halo is not None and self.kind != "gcn"
         for layer, conv in enumerate(self.convs):
             keep = hops - layer  # hops still needed as targets after this layer: 0..keep-1
             n_dst = int(sum(num_sampled_nodes[:keep]))
@@ -76,8 +81,13 @@ class SampledGNN(torch.nn.Module):
             src, dst = edge_index[0, :n_edges], edge_index[1, :n_edges]
             if self.kind == "gcn":  # each source row scaled by its deg^-1/2 before it may cross to other ranks
                 x, inv_sqrt, weight = _gcn_scaled(x, num_sampled_nodes, keep, src, dst)
-            if halo is not None:
-                x, src = halo(layer, x[:int(sum(num_sampled_nodes[:keep + 1]))])
+            if fused and layer > 0:  # the previous layer left x before its activation
+                x, src = activated_halo(halo, layer, x, self.dropout, self.training)
+            elif halo is not None:
+                n_src = int(sum(num_sampled_nodes[:keep + 1]))
+                # a slice of all rows would still cost its backward a zero-filled copy of the gradient; the input
+                # may come with room for the remote rows (`Halo.table_rows`)
+                x, src = halo(layer, x if len(x) == n_src or layer == 0 else x[:n_src])
             if self.kind == "gcn":
                 x = _gcn_sum(conv, x, src, dst, n_dst, inv_sqrt, weight)
             elif self.kind == "sage":
@@ -85,7 +95,7 @@ class SampledGNN(torch.nn.Module):
             else:
                 pairs = edge_index[:, :n_edges] if halo is None else torch.stack([src, dst])
                 x = conv((x, x[:n_dst]), pairs, size=(x.size(0), n_dst))
-            if hidden:
+            if hidden and not fused:
                 # In place for SAGE: _SageMean's backward needs its inputs, not its output. The fused
                 # ReLU + dropout keeps no mask and, on CPU, takes no bernoulli_ draw (F.dropout's made the
                 # default epoch 66-81% slower: docs/training.md).
