@@ -16,21 +16,42 @@ import torch
 from mpignn.exchange.alltoall import TorchAlltoall
 from mpignn.sampling.cooperative import LayerPlan
 
-__all__ = ["ByteCounter", "Halo", "move_rows"]
+__all__ = ["ByteCounter", "Halo", "move_rows", "return_grads", "send_own"]
 
 
-def move_rows(transport: Any, rows: torch.Tensor, send_counts: np.ndarray, recv_counts: np.ndarray) -> torch.Tensor:
-    """Collective: `rows` grouped by destination -> the rows from each source, on `rows`' device and dtype."""
+def move_rows(transport: Any, rows: torch.Tensor, plan: LayerPlan, back: bool = False) -> torch.Tensor:
+    """Collective: `rows` grouped by destination -> the rows from each source, on `rows`' device and dtype;
+    forward by `plan`'s counts, or `back` (gradients returning to the rows' owners)."""
+    send_counts, recv_counts = (plan.recv_counts, plan.send_counts) if back else (plan.send_counts, plan.recv_counts)
     if isinstance(transport, TorchAlltoall):
         return transport.rows(rows, send_counts, recv_counts)
     width = rows.shape[1:]
     host = rows.detach().to("cpu").contiguous().reshape(len(rows), int(np.prod(width)))
     raw = host.view(torch.uint8).numpy()  # bytes per row: MPI moves any dtype, bf16 included
-    got = transport.rows(raw, send_counts, recv_counts)
+    got = transport.rows(raw, send_counts, recv_counts, plan.pieces)  # agreed by the sampler: one collective
     if not len(got):
         return rows.new_empty((0,) + tuple(width))
     out = torch.from_numpy(got).view(rows.dtype).reshape((len(got),) + tuple(width))
     return out.to(rows.device, non_blocking=True)
+
+
+def send_own(own: torch.Tensor, plan: LayerPlan, transport: Any, counter: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Collective, forward: (the rows other ranks send this one, which own rows went out: for `return_grads`)."""
+    send_idx = torch.from_numpy(plan.send_idx).to(own.device)
+    got = move_rows(transport, own[send_idx], plan)
+    counter.add(got)
+    return got, send_idx
+
+
+def return_grads(grad: torch.Tensor, plan: LayerPlan, transport: Any, counter: Any,
+                 send_idx: torch.Tensor) -> torch.Tensor:
+    """Collective, backward: the table's gradient -> its own rows', with the gradients of the rows this rank
+    sent (returned by the ranks that read them) added in place: the table's gradient is this node's alone (the
+    conv reading the table made it), so its own rows are not copied out (unless it is not contiguous)."""
+    back = move_rows(transport, grad[plan.n_own:].contiguous(), plan, back=True)
+    counter.add(back)
+    grad_own = grad[:plan.n_own] if grad.is_contiguous() else grad[:plan.n_own].contiguous()
+    return grad_own.index_add_(0, send_idx, back.to(grad.dtype))
 
 
 class _HaloRows(torch.autograd.Function):
@@ -38,22 +59,13 @@ class _HaloRows(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, own, plan, transport, counter):
-        send_idx = torch.from_numpy(plan.send_idx).to(own.device)  # backward adds into the same rows
-        got = move_rows(transport, own[send_idx], plan.send_counts, plan.recv_counts)
-        counter.add(got)
-        ctx.plan, ctx.transport, ctx.counter, ctx.n_own, ctx.send_idx = plan, transport, counter, len(own), send_idx
+        got, ctx.send_idx = send_own(own, plan, transport, counter)
+        ctx.plan, ctx.transport, ctx.counter = plan, transport, counter
         return torch.cat([own, got.to(own.dtype)])
 
     @staticmethod
     def backward(ctx, grad):
-        plan, n_own = ctx.plan, ctx.n_own
-        back = move_rows(ctx.transport, grad[n_own:].contiguous(), plan.recv_counts, plan.send_counts)
-        ctx.counter.add(back)
-        # the layer's table gradient is this node's alone (the conv reading the table made it): add into it
-        # in place rather than copy its own rows out (a contiguous tensor; anything else is copied first)
-        grad_own = grad[:n_own] if grad.is_contiguous() else grad[:n_own].contiguous()
-        grad_own.index_add_(0, ctx.send_idx, back.to(grad.dtype))
-        return grad_own, None, None, None
+        return return_grads(grad, ctx.plan, ctx.transport, ctx.counter, ctx.send_idx), None, None, None
 
 
 class Halo:
@@ -70,10 +82,7 @@ class Halo:
         plan = self.plans[layer]
         if len(own) == self.table_rows(layer) != plan.n_own and not own.requires_grad:
             with torch.no_grad():
-                send_idx = torch.from_numpy(plan.send_idx).to(own.device)
-                got = move_rows(self.transport, own[send_idx], plan.send_counts, plan.recv_counts)
-                self.counter.add(got)
-                own[plan.n_own:] = got
+                own[plan.n_own:] = send_own(own, plan, self.transport, self.counter)[0]
             return own, self.sources(layer, own.device)
         table = _HaloRows.apply(own, self.plan(layer, len(own)), self.transport, self.counter)
         return table, self.sources(layer, own.device)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from mpignn.exchange.halo import move_rows
+from mpignn.exchange.halo import return_grads, send_own
 from mpignn.models.dropout import activate_into, activation_grad
 
 __all__ = ["activated_halo"]
@@ -23,27 +23,22 @@ class _ActivatedHalo(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, p, training, plan, transport, counter):
-        n_own, n_recv = len(x), int(plan.recv_counts.sum())
-        table = torch.empty((n_own + n_recv,) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
-        own = table[:n_own]
-        ctx.scale = activate_into(x.contiguous(), own, p, training)
-        send_idx = torch.from_numpy(plan.send_idx).to(x.device)
-        got = move_rows(transport, own[send_idx], plan.send_counts, plan.recv_counts)
-        counter.add(got)
+        n_own = len(x)
+        table = torch.empty((n_own + int(plan.recv_counts.sum()),) + tuple(x.shape[1:]), dtype=x.dtype,
+                            device=x.device)
+        ctx.scale = activate_into(x.contiguous(), table[:n_own], p, training)
+        got, ctx.send_idx = send_own(table[:n_own], plan, transport, counter)
         table[n_own:] = got
         ctx.save_for_backward(table)
-        ctx.plan, ctx.transport, ctx.counter, ctx.send_idx = plan, transport, counter, send_idx
+        ctx.plan, ctx.transport, ctx.counter = plan, transport, counter
         return table
 
     @staticmethod
     def backward(ctx, grad):
         (table,) = ctx.saved_tensors
-        plan, n_own = ctx.plan, ctx.plan.n_own
-        back = move_rows(ctx.transport, grad[n_own:].contiguous(), plan.recv_counts, plan.send_counts)
-        ctx.counter.add(back)
-        grad_own = grad[:n_own] if grad.is_contiguous() else grad[:n_own].contiguous()
-        grad_own.index_add_(0, ctx.send_idx, back.to(grad.dtype))  # this node's gradient alone: in place
-        return activation_grad(table[:n_own], grad_own, ctx.scale, inplace=True), None, None, None, None, None
+        grad_own = return_grads(grad, ctx.plan, ctx.transport, ctx.counter, ctx.send_idx)
+        grad_in = activation_grad(table[:ctx.plan.n_own], grad_own, ctx.scale, inplace=True)
+        return grad_in, None, None, None, None, None
 
 
 def activated_halo(halo: Any, layer: int, x: torch.Tensor, p: float, training: bool) -> tuple[torch.Tensor, torch.Tensor]:

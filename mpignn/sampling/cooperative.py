@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mpignn.mpi import allreduce_sum, alltoallv, segment_starts
+from mpignn.mpi import allreduce_sum, alltoallv, collectives, segment_starts
 from mpignn.partition.format import owner_of
 from mpignn.sampling import kernels
 from mpignn.sampling.neighbor import Fanout, LocalHops, SampleOutput
@@ -35,13 +35,15 @@ class LayerPlan:
 
     `src`: each edge's source as a row of that table (edges as the batch lists them, this layer's prefix);
     `send_idx`: which own rows go to other ranks, grouped by destination, `send_counts` per rank;
-    `recv_counts`: rows arriving from each rank (appended after the own rows in rank order)."""
+    `recv_counts`: rows arriving from each rank (appended after the own rows in rank order).
+    Agreeing on `pieces` here spares each row exchange the collective that would otherwise agree on it."""
 
     src: np.ndarray
     send_idx: np.ndarray
     send_counts: np.ndarray
     recv_counts: np.ndarray
     n_own: int
+    pieces: bool = False  # whether its exchanges go in pieces (MAX_COUNT), agreed by every rank
 
 
 class CooperativeSampler:
@@ -123,42 +125,43 @@ class CooperativeSampler:
         of ids (and one of each layer's count per owner) asks for every layer at once."""
         size, hops = self.comm.size, len(edges)
         lo, hi = self.lo, self.lo + self.n_own
-        mine = (src >= lo) & (src < hi)
-        at = np.flatnonzero(~mine)  # edge positions of remote sources
-        remote, which = kernels.first_seen(src[at])
-        first = np.empty(len(remote), dtype=np.int64)
-        first[which[::-1]] = np.arange(len(which) - 1, -1, -1, dtype=np.int64)  # the earliest write wins
-        first_pos = at[first]  # each remote source's first edge
+        code, remote, first_pos = kernels.split_sources(src, lo, hi, mark)
         owner = owner_of(remote, self.part_offsets)
         order = np.argsort(owner, kind="stable")  # per owner, first appearance order: layers are prefixes
         within = np.empty(len(remote), dtype=np.int64)
         per_owner = np.bincount(owner, minlength=size).astype(np.int64)
         within[order] = np.arange(len(remote), dtype=np.int64) - np.repeat(segment_starts(per_owner), per_owner)
         prefix = [int(sum(edges[:hops - j])) for j in range(hops)]  # layer j's edge count
-        counts = np.stack([np.bincount(owner[first_pos < e], minlength=size) for e in prefix], axis=1)
+        reads = [int(np.searchsorted(first_pos, e)) for e in prefix]  # layer j reads remote sources [0, reads[j])
+        counts = np.stack([np.bincount(owner[:r], minlength=size) for r in reads], axis=1)
         asked, asked_from = alltoallv(self.comm, remote[order], per_owner)
-        layer_counts = alltoallv(self.comm, counts.astype(np.int64), np.ones(size, dtype=np.int64))[0]
+        # With each rank's layer counts goes a flag, the same to every rank, so all agree on `pieces`: some
+        # layer's exchange may move more than MAX_COUNT // size rows to or from this rank (sends bounded by
+        # its own rows times the other ranks, what it could be asked for at most).
+        own_rows = [int(sum(depth_counts[:hops - j + 1])) for j in range(hops)]
+        big = max([int(c) for c in counts.sum(axis=0)] + [n * (size - 1) for n in own_rows], default=0)
+        message = np.empty((size, hops + 1), dtype=np.int64)
+        message[:, :hops], message[:, hops] = counts, big > collectives.MAX_COUNT // size
+        ones = np.ones(size, dtype=np.int64)
+        layer_counts = alltoallv(self.comm, message, ones, ones, False)[0]
+        pieces = bool(layer_counts[:, hops].any())
         self.bytes_received += 8 * (len(asked) + layer_counts.size)
         rows = mark[asked - lo]
         if len(rows) and rows.min() < 0:
             raise RuntimeError("cooperative batch: a rank asked for a row not in the batch")
         starts = segment_starts(asked_from)
-        base = np.empty(len(src), dtype=np.int64)
-        base[mine] = mark[src[mine] - lo]  # an own source's row is the same in every layer
         plans = []
         for j, e in enumerate(prefix):
-            n_own = int(sum(depth_counts[:hops - j + 1]))
+            n_own = own_rows[j]
             send_counts = layer_counts[:, j]
             send_idx = np.concatenate([rows[a:a + c] for a, c in zip(starts, send_counts)])
             if len(send_idx) and send_idx.max() >= n_own:
                 raise RuntimeError("cooperative batch: a rank asked for a row this layer does not compute")
             recv_counts = counts[:, j].astype(np.int64)
-            index = base[:e].copy()
-            cut = np.searchsorted(at, e)
-            k = which[:cut]
-            index[at[:cut]] = n_own + segment_starts(recv_counts)[owner[k]] + within[k]
+            r = reads[j]
+            index = kernels.layer_sources(code, e, n_own, segment_starts(recv_counts)[owner[:r]] + within[:r])
             plans.append(LayerPlan(src=index, send_idx=send_idx, send_counts=send_counts.astype(np.int64),
-                                   recv_counts=recv_counts, n_own=n_own))
+                                   recv_counts=recv_counts, n_own=n_own, pieces=pieces))
         return plans
 
 

@@ -240,6 +240,55 @@ def claim(ids, mark, lo, own, n):
     return n
 
 
+@njit(cache=True, nogil=True)
+def split_sources(src, lo, hi, mark):
+    """A cooperative batch's edge sources, one pass: (each edge's code: an own source's row in the batch,
+    `mark[g - lo]`, the same in every layer, or -1 - k for the k-th distinct remote source; the distinct
+    remote sources in order of first appearance; each one's first edge, increasing)."""
+    n = src.shape[0]
+    n_remote = 0
+    for i in range(n):
+        if src[i] < lo or src[i] >= hi:
+            n_remote += 1
+    bits = 1
+    while (1 << bits) < 2 * n_remote:
+        bits += 1
+    mask, shift = (1 << bits) - 1, 64 - bits
+    keys = np.full(1 << bits, -1, dtype=np.int64)
+    slots = np.empty(1 << bits, dtype=np.int64)
+    remote = np.empty(n_remote, dtype=np.int64)
+    first = np.empty(n_remote, dtype=np.int64)
+    code = np.empty(n, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        g = src[i]
+        if lo <= g < hi:
+            code[i] = mark[g - lo]
+            continue
+        slot = _slot(g, shift)
+        while keys[slot] != -1 and keys[slot] != g:
+            slot = (slot + 1) & mask
+        if keys[slot] == -1:
+            keys[slot] = g
+            slots[slot] = k
+            remote[k] = g
+            first[k] = i
+            k += 1
+        code[i] = -1 - slots[slot]
+    return code, remote[:k], first[:k]
+
+
+@njit(cache=True, nogil=True)
+def layer_sources(code, e, n_own, slot):
+    """The first `e` edges' sources as rows of a layer's table: own rows as `code` has them, the k-th remote
+    source at row n_own + slot[k] (after the own rows, where its owner's rows arrive)."""
+    index = np.empty(e, dtype=np.int64)
+    for i in range(e):
+        c = code[i]
+        index[i] = c if c >= 0 else n_own + slot[-1 - c]
+    return index
+
+
 def warm_up() -> None:
     """Compile every kernel (or load it from numba's cache) on tiny inputs."""
     one = np.zeros(1, dtype=np.int64)
@@ -260,4 +309,6 @@ def warm_up() -> None:
     clear_table(scratch, 1, table, 63, n_id, n, filled)
     rehash(table, 63, n_id, n, 1, 1)
     first_seen(nbrs)
+    code, _, _ = split_sources(one, 1, 2, np.zeros(1, dtype=np.int64))
+    layer_sources(code, 1, 0, one)
     claim(one, np.full(1, -1, dtype=np.int64), 0, np.empty(1, dtype=np.int64), 0)
