@@ -79,6 +79,7 @@ def choose_minibatch(rt: Any, model: torch.nn.Module, make_loader: Callable[[str
             passes = [{mode: _measure(rt, model, loaders[mode], task, bf16) for mode in loaders}
                       for _ in range(ROUNDS)]
             probes = {mode: min((p[mode] for p in passes), key=lambda probe: probe.step_s) for mode in loaders}
+            loaders["cooperative"].sampler.close()  # training builds its own loader: free the probe's comms
         set_rng_state(saved, rt.device)
         model.zero_grad(set_to_none=True)
     if refusal:

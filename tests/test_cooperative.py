@@ -2,7 +2,9 @@
 (rows, loss, gradients), training reports each row computed once, and what it cannot train is refused."""
 import json
 import sys
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from _mpirun import run_mpi, run_mpi_raw
@@ -65,9 +67,12 @@ def test_auto_takes_cooperative_only_when_it_is_10_percent_faster(monkeypatch, c
 
     from mpignn import minibatch
 
+    closed = []
+
     class Loader:
         def __init__(self, mode):
             self.mode = mode
+            self.sampler = SimpleNamespace(close=lambda: closed.append(mode))
 
         def __len__(self):
             return 1 + minibatch.PROBE_STEPS
@@ -77,6 +82,21 @@ def test_auto_takes_cooperative_only_when_it_is_10_percent_faster(monkeypatch, c
         times[loader.mode], None, 0.0))
     mode, probes = minibatch.choose_minibatch(_Rank(), torch.nn.Linear(2, 2), Loader, task=None)
     assert mode == picked and probes["cooperative"].step_s == coop_s
+    assert closed == ["cooperative"]  # the probe's communicators are freed: training builds its own loader
+
+
+def test_closing_a_cooperative_sampler_frees_its_communicators():
+    from mpi4py import MPI
+
+    from mpignn.exchange.alltoall import MpiAlltoall
+    from mpignn.sampling import LocalHops
+    from mpignn.sampling.cooperative import CooperativeSampler
+
+    rowptr, col = np.array([0, 1, 2]), np.array([1, 0])
+    sampler = CooperativeSampler(MPI.COMM_SELF.Dup(), LocalHops(rowptr, col), np.array([0, 2]), [1],
+                                 MpiAlltoall(MPI.COMM_SELF.Dup()))
+    sampler.close()
+    assert sampler.comm == MPI.COMM_NULL and sampler.rows.comm == MPI.COMM_NULL
 
 
 @pytest.mark.parametrize("world,refusal,epoch_steps", [(1, "", 10), (2, "--replicated", 10), (2, "", 2)])

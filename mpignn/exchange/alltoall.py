@@ -24,6 +24,10 @@ class MpiAlltoall:
         recv_counts, pieces = exchange_counts(self.comm, counts)
         return alltoallv(self.comm, send, counts, recv_counts, pieces)[0], recv_counts, pieces
 
+    def close(self) -> None:
+        """Collective: free the communicator (a transport built for a while, e.g. `--minibatch auto`'s probe)."""
+        self.comm.Free()
+
     def rows(self, send: np.ndarray, send_counts: np.ndarray, recv_counts: np.ndarray,
              pieces: bool | None = None) -> np.ndarray:
         """Collective: rows answering ids, both sides knowing the counts (one collective with `pieces` given)."""
@@ -56,6 +60,11 @@ class TorchAlltoall(MpiAlltoall):
         torch.distributed.all_to_all_single(recv_t, send_t, output_split_sizes=[int(c) for c in recv_counts],
                                             input_split_sizes=[int(c) for c in send_counts], group=self.group)
         return recv_t.cpu().numpy() if as_numpy else recv_t
+
+    def close(self) -> None:
+        """Collective: free the communicator and the process group."""
+        self.torch.distributed.destroy_process_group(self.group)
+        super().close()
 
 
 def make_alltoall(kind: str, comm: Any, device: str) -> MpiAlltoall:

@@ -69,6 +69,13 @@ class CooperativeSampler:
         self.halo_bytes = 0
         self._local = threading.local()
 
+    def close(self) -> None:
+        """Collective: free the sampler's communicator and its rows' transport (built for a while only, as
+        `--minibatch auto`'s probe builds one)."""
+        self.comm.Free()
+        if self.rows is not None:
+            self.rows.close()
+
     def _mark(self) -> np.ndarray:
         """Per own node: its row in the current batch, -1 when not in it (part-sized; per thread)."""
         mark = getattr(self._local, "mark", None)
