@@ -199,25 +199,37 @@ def clear_table(scratch, lo, table, shift, n_id, n_count, in_table):
             table[2 * slot] = -1
 
 
+@njit(inline="always")
+def _empty_table(n):
+    """An open-addressing table for n ids, at least twice as many slots: (keys, -1 where empty; each key's
+    value; mask; shift for `_slot`)."""
+    bits = 1
+    while (1 << bits) < 2 * n:
+        bits += 1
+    return np.full(1 << bits, -1, dtype=np.int64), np.empty(1 << bits, dtype=np.int64), (1 << bits) - 1, 64 - bits
+
+
+@njit(inline="always")
+def _probe(keys, g, mask, shift):
+    """The slot holding id g, or the empty one where it would go."""
+    slot = _slot(g, shift)
+    while keys[slot] != -1 and keys[slot] != g:
+        slot = (slot + 1) & mask
+    return slot
+
+
 @njit(cache=True, nogil=True)
 def first_seen(ids):
     """(the distinct ids in order of first occurrence, each id's index among them): `np.unique` without the
     sort, in one pass over a hash table of at least twice as many slots as ids."""
     n = ids.shape[0]
-    bits = 1
-    while (1 << bits) < 2 * n:
-        bits += 1
-    mask, shift = (1 << bits) - 1, 64 - bits
-    keys = np.full(1 << bits, -1, dtype=np.int64)
-    slots = np.empty(1 << bits, dtype=np.int64)
+    keys, slots, mask, shift = _empty_table(n)
     distinct = np.empty(n, dtype=np.int64)
     index = np.empty(n, dtype=np.int64)
     k = 0
     for i in range(n):
         g = ids[i]
-        slot = _slot(g, shift)
-        while keys[slot] != -1 and keys[slot] != g:
-            slot = (slot + 1) & mask
+        slot = _probe(keys, g, mask, shift)
         if keys[slot] == -1:
             keys[slot] = g
             slots[slot] = k
@@ -250,12 +262,7 @@ def split_sources(src, lo, hi, mark):
     for i in range(n):
         if src[i] < lo or src[i] >= hi:
             n_remote += 1
-    bits = 1
-    while (1 << bits) < 2 * n_remote:
-        bits += 1
-    mask, shift = (1 << bits) - 1, 64 - bits
-    keys = np.full(1 << bits, -1, dtype=np.int64)
-    slots = np.empty(1 << bits, dtype=np.int64)
+    keys, slots, mask, shift = _empty_table(n_remote)
     remote = np.empty(n_remote, dtype=np.int64)
     first = np.empty(n_remote, dtype=np.int64)
     code = np.empty(n, dtype=np.int64)
@@ -265,9 +272,7 @@ def split_sources(src, lo, hi, mark):
         if lo <= g < hi:
             code[i] = mark[g - lo]
             continue
-        slot = _slot(g, shift)
-        while keys[slot] != -1 and keys[slot] != g:
-            slot = (slot + 1) & mask
+        slot = _probe(keys, g, mask, shift)
         if keys[slot] == -1:
             keys[slot] = g
             slots[slot] = k
