@@ -51,7 +51,7 @@ setup(
         "mpich": ["mpich"],  # an MPI from PyPI for machines without a system MPI
         "test": ["pytest>=7", "mpich", "tensorboard>=2.10"],  # tensorboard: so CI exercises --tensorboard
         "bench": ["matplotlib"],
-        # --tensorboard DIR: rank 0 writes the epoch records' scalars (mpignn.tensorboard_log); torch not needed
+        # --tensorboard DIR: rank 0 writes the epoch records' scalars (mpignn.training.tensorboard); torch not needed
         "tensorboard": ["tensorboard>=2.10"],
         # The faster partitioner (--method kaminpar, what --method auto picks when importable): wheels with no
         # dependencies for CPython 3.10-3.13 on Linux x86_64/aarch64 and macOS arm64 (kaminpar 3.7.3); none

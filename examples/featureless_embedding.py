@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from mpignn.exchange.embedding import NodeEmbedding
-from mpignn.ddp import wrap_ddp
+from mpignn.training.ddp import wrap_ddp
 from mpignn.models import SampledGNN, encode
 from mpignn.mpi import run_main
 from mpignn.runtime import bootstrap, load_local_graph, make_loader, reduce_sums, shutdown

@@ -161,9 +161,9 @@ def cores_text(cores: set[int] | None = None) -> str:
 
 
 def _pick(local_rank: int, local_size: int) -> str:
-    """The device and backend `--device auto --backend auto` would give this rank (`mpignn.dist.choose`)."""
+    """The device and backend `--device auto --backend auto` would give this rank (`mpignn.launch.process_group.choose`)."""
     def probe() -> str:
-        from mpignn import dist
+        from mpignn.launch import process_group as dist
 
         choice = dist.choose("auto", "auto", dist.detect_hardware(), local_rank, local_size)
         return f"{choice.device} backend={choice.backend}"

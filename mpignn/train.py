@@ -14,7 +14,7 @@ __all__ = ["main", "cli"]
 
 def main(argv: Sequence[str] | None = None, *, keep_handler: bool = False) -> int:
     """Train; returns the exit code. The SIGUSR2 handler is put back on return unless `keep_handler`."""
-    from mpignn.stopping import StopSignal
+    from mpignn.training.stopping import StopSignal
 
     # First: Slurm's warning can come while the data is still loading.
     stop = StopSignal().install()
@@ -26,7 +26,7 @@ def main(argv: Sequence[str] | None = None, *, keep_handler: bool = False) -> in
 
 
 def _train(argv: Sequence[str] | None, stop: Any) -> int:
-    from mpignn.config import TrainConfig, build_parser
+    from mpignn.config.train_config import TrainConfig, build_parser
     from mpignn.errors import ConfigError, DatasetError, mark_agreed
 
     ns = None
@@ -36,8 +36,8 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
         from mpignn.data import check_known
 
         check_known(cfg.dataset)  # before torch is imported: a misspelt name fails in a second
-        from mpignn.fit import check_flags, fit
-        from mpignn.graph_options import GraphOptions
+        from mpignn.training.fit import check_flags, fit
+        from mpignn.config.graph_options import GraphOptions
         from mpignn.tasks import make_task
 
         task = make_task(cfg)  # what differs between tasks, as one object the pipeline asks
@@ -54,7 +54,7 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
 
     import torch
 
-    from mpignn.minibatch import PROBE_STEPS, choose_minibatch
+    from mpignn.training.minibatch import PROBE_STEPS, choose_minibatch
     from mpignn.runtime import (attach_embedding, bootstrap, build_local_graph, cooperative_refusal, make_loader,
                                 shutdown)
 
@@ -88,7 +88,7 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
 
 
 def cli() -> None:
-    from mpignn.allocator import reexec_with_hugepages
+    from mpignn.launch.allocator import reexec_with_hugepages
     from mpignn.mpi import run_main
 
     reexec_with_hugepages()  # before MPI starts: glibc reads its tunables only at start-up

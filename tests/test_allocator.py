@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from mpignn import allocator
+from mpignn.launch import allocator
 from mpignn.bench._common import run_train
 
 
@@ -23,7 +23,7 @@ def test_huge_pages_are_asked_for_once_and_never_over_the_users_choice():
 
 
 def test_the_cli_re_executes_itself_once_with_huge_pages():
-    code = ("from mpignn.allocator import reexec_with_hugepages as r; r(); import os; "
+    code = ("from mpignn.launch.allocator import reexec_with_hugepages as r; r(); import os; "
             "print(os.environ.get('GLIBC_TUNABLES'), os.environ.get('MPIGNN_MALLOC_REEXEC'))")
     env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "MPIGNN_MALLOC", "MPIGNN_MALLOC_REEXEC")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
@@ -58,7 +58,7 @@ def test_tune_allocator_maps_big_blocks_and_leaves_malloc_alone_when_asked():
 
 FRAGMENTING_STEPS = """
 import ctypes, random
-from mpignn import allocator
+from mpignn.launch import allocator
 assert allocator.tune_allocator({})
 class Info(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",

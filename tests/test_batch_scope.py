@@ -8,7 +8,7 @@ import torch
 
 from _mpirun import run_mpi_raw
 from mpignn.runtime import rank_batch_size
-from mpignn.schedule import WarmupScaledLR, attach_lr_schedule, lr_factor
+from mpignn.training.schedule import WarmupScaledLR, attach_lr_schedule, lr_factor
 
 
 @pytest.mark.parametrize("batch,world,expected", [(1024, 1, [1024]), (1024, 2, [512, 512]),
@@ -92,13 +92,13 @@ def test_time_to_accuracy_table(capsys):
 
 @pytest.mark.parametrize("steps,k,ends", [(10, 1, [10]), (10, 4, [3, 5, 8, 10]), (3, 8, [1, 2, 3]), (0, 2, [0])])
 def test_evaluations_inside_an_epoch_split_its_steps_evenly(steps, k, ends):
-    from mpignn.fit import eval_steps
+    from mpignn.training.fit import eval_steps
 
     assert eval_steps(steps, k) == ends
 
 
 def test_evals_per_epoch_needs_eval_every_one():
-    from mpignn.config import parse
+    from mpignn.config.train_config import parse
     from mpignn.errors import ConfigError
 
     assert parse(["--evals-per-epoch", "4"]).evals_per_epoch == 4
@@ -112,7 +112,7 @@ def test_a_pass_can_end_inside_the_epoch_with_the_whole_pass_batches():
     from mpignn.data import make_synthetic
     from mpignn.data.synthetic import SyntheticSpec
     from mpignn.exchange import FeatureStore
-    from mpignn.loader import BatchLoader
+    from mpignn.loader.batches import BatchLoader
     from mpignn.sampling import LocalHops, NeighborSampler
 
     g = make_synthetic(SyntheticSpec(num_nodes=2000, avg_degree=5, num_features=4))
@@ -133,7 +133,7 @@ def test_max_steps_takes_that_many_full_batches_of_a_fresh_shuffle():
     from mpignn.data import make_synthetic
     from mpignn.data.synthetic import SyntheticSpec
     from mpignn.exchange import FeatureStore
-    from mpignn.loader import BatchLoader
+    from mpignn.loader.batches import BatchLoader
     from mpignn.sampling import LocalHops, NeighborSampler
 
     g = make_synthetic(SyntheticSpec(num_nodes=3000, avg_degree=5, num_features=4))
@@ -153,7 +153,7 @@ def test_max_steps_takes_that_many_full_batches_of_a_fresh_shuffle():
 
 
 def test_negative_max_steps_is_refused_with_a_hint():
-    from mpignn.config import parse
+    from mpignn.config.train_config import parse
     from mpignn.errors import ConfigError
 
     assert parse(["--max-steps", "5"]).max_steps == 5

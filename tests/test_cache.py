@@ -5,7 +5,7 @@ tests/test_cache_mpi.py)."""
 import numpy as np
 import pytest
 
-from mpignn.config import TrainConfig, parse, parse_cache_size
+from mpignn.config.train_config import TrainConfig, parse, parse_cache_size
 from mpignn.env import mem_available_bytes
 from mpignn.errors import ConfigError
 
@@ -81,7 +81,7 @@ def test_the_estimate_follows_what_sampling_fetches():
 
 
 def test_budget_respects_the_memory_share_and_the_row_cap():
-    from mpignn.cache_policy import AUTO_CACHE_FALLBACK_ROWS, AUTO_CACHE_MEMORY_SHARE, cache_budget
+    from mpignn.exchange.cache_policy import AUTO_CACHE_FALLBACK_ROWS, AUTO_CACHE_MEMORY_SHARE, cache_budget
 
     gib = 2**30
     # auto: a quarter of 8 GiB over 4 ranks, in 400-byte rows, when enough nodes are worth it
@@ -129,7 +129,7 @@ def test_bad_cache_size_flag_fails_before_anything_runs():
 def test_the_default_budget_is_a_quarter_of_the_hosts_memory_over_its_ranks():
     """What --help promises when --cache-size is not given: a quarter of the memory the host has available,
     split among its ranks, capped by the remote nodes worth caching."""
-    from mpignn.cache_policy import cache_budget
+    from mpignn.exchange.cache_policy import cache_budget
 
     default, gib = parse([]).cache_size, 2**30
     assert cache_budget(default, 512, reachable=10**9, worth=10**9, spare_bytes=32 * gib, ranks_sharing=8) \

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from mpignn.checkpoint import (check_compatible, load_checkpoint, rng_state, save_checkpoint, set_rng_state)
+from mpignn.training.checkpoint import (check_compatible, load_checkpoint, rng_state, save_checkpoint, set_rng_state)
 from mpignn.errors import ConfigError
 from mpignn.tasks import make_task
 

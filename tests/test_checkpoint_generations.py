@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-import mpignn.checkpoint as ckpt
+import mpignn.training.checkpoint as ckpt
 import mpignn.exchange.embedding as embedding
 from _mpirun import SHARED, WORKERS, clean_env, ok_ranks, run_cmd, run_mpi, run_mpi_raw
-from mpignn.config import parse
+from mpignn.config.train_config import parse
 from mpignn.errors import ConfigError
 from mpignn.exchange.embedding import NodeEmbedding
 from mpignn.fileio import sha256_file

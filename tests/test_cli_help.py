@@ -5,6 +5,6 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("module", ["mpignn.config", "mpignn.predict.cli"])
+@pytest.mark.parametrize("module", ["mpignn.config.train_config", "mpignn.predict.cli"])
 def test_help_renders(module):
     assert "--" in importlib.import_module(module).build_parser().format_help()

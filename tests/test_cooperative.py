@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from _mpirun import run_mpi, run_mpi_raw
-from mpignn.config import TrainConfig
+from mpignn.config.train_config import TrainConfig
 from mpignn.errors import ConfigError
-from mpignn.fit import check_flags
+from mpignn.training.fit import check_flags
 from mpignn.tasks import make_task
 
 SMALL = ["--dataset", "synthetic:num_nodes=6000,avg_degree=8,num_features=16", "--epochs", "3", "--hidden", "32",
@@ -65,7 +65,7 @@ class _Rank:
 def test_auto_takes_cooperative_only_when_it_is_10_percent_faster(monkeypatch, coop_s, picked):
     import torch
 
-    from mpignn import minibatch
+    from mpignn.training import minibatch
 
     closed = []
 
@@ -104,7 +104,7 @@ def test_auto_is_independent_without_measuring_where_cooperative_cannot_run(monk
                                                                             epoch_steps):
     import torch
 
-    from mpignn import minibatch
+    from mpignn.training import minibatch
 
     monkeypatch.setattr(minibatch, "_measure", lambda *a: pytest.fail("measured"))
     rt = _Rank()
@@ -140,6 +140,6 @@ def test_a_heterogeneous_graph_is_refused_on_every_rank(tmp_path):
 
 
 def _namespace(argv):
-    from mpignn.config import build_parser
+    from mpignn.config.train_config import build_parser
 
     return build_parser().parse_args(argv)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from _mpirun import run_mpi_raw
-from mpignn.checkpoint import MANIFEST, generations
-from mpignn.config import LINK_DEFAULTS, TrainConfig, parse
+from mpignn.training.checkpoint import MANIFEST, generations
+from mpignn.config.train_config import LINK_DEFAULTS, TrainConfig, parse
 
 TINY = "synthetic:num_nodes=600,avg_degree=4,num_features=8"
 
@@ -65,7 +65,7 @@ def test_patience_stops_a_plateau_and_keeps_the_best_epoch(tmp_path):
 
 
 def test_best_copy_replaces_the_previous_one(tmp_path):
-    from mpignn.fit import keep_best
+    from mpignn.training.fit import keep_best
 
     for number in (1, 2):
         gen = tmp_path / f"gen-{number:06d}"

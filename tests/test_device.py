@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from mpignn import dist
-from mpignn.device import Uploader, accelerator, pinned_empty, synchronize
-from mpignn.dist import Choice
+from mpignn.launch import process_group as dist
+from mpignn.launch.device import Uploader, accelerator, pinned_empty, synchronize
+from mpignn.launch.process_group import Choice
 from mpignn.exchange import FeatureStore
 
 
@@ -62,7 +62,7 @@ class _Rt:
     ("cpu", 8, False, "off", False),
 ])
 def test_overlap_decision(device, threads, talks, mode, expected):
-    from mpignn.prefetch import overlap
+    from mpignn.loader.prefetch import overlap
 
     assert overlap(_Rt(device, threads), talks, mode) is expected
 
@@ -163,28 +163,28 @@ class _FakeAccel:
 
 @pytest.fixture
 def fake_accel(monkeypatch):
-    import mpignn.device
-    import mpignn.ddp
+    import mpignn.launch.device
+    import mpignn.training.ddp
 
     fake = _FakeAccel()
-    monkeypatch.setattr(mpignn.device, "accelerator", lambda device: fake)
-    monkeypatch.setattr(mpignn.ddp, "accelerator", lambda device: fake)
+    monkeypatch.setattr(mpignn.launch.device, "accelerator", lambda device: fake)
+    monkeypatch.setattr(mpignn.training.ddp, "accelerator", lambda device: fake)
     return fake
 
 
 def test_side_stream_waits_for_the_compute_stream_before_widening(fake_accel, monkeypatch):
     """Item 3: a device table's rows are written by the compute stream (`index_copy_`); the side stream must
     wait for it before `x.float()` reads them. ("meta" tensors stand for tensors on the device.)"""
-    import mpignn.device
+    import mpignn.launch.device
     from torch_geometric.data import Data
 
-    widen = mpignn.device._widen
+    widen = mpignn.launch.device._widen
 
     def logged_widen(data):
         fake_accel.log.append(("widen", fake_accel.current_stream().name))
         return widen(data)
 
-    monkeypatch.setattr(mpignn.device, "_widen", logged_widen)
+    monkeypatch.setattr(mpignn.launch.device, "_widen", logged_widen)
     up = Uploader("meta")
     data = Data(x=torch.empty(5, 3, dtype=torch.bfloat16, device="meta"), edge_index=torch.zeros(2, 4).long())
     out = up.upload(data)
@@ -228,7 +228,7 @@ def test_device_allreduce_hook_is_asynchronous_and_timed_by_events(fake_accel):
     device-wide synchronize; device events on the last bucket only, read when `seconds` is, not per bucket."""
     import torch.distributed as tdist
 
-    from mpignn.ddp import AllreduceTimer
+    from mpignn.training.ddp import AllreduceTimer
 
     tdist.init_process_group("gloo", store=tdist.HashStore(), rank=0, world_size=1)
     try:
@@ -253,7 +253,7 @@ def test_no_prefetch_with_device_exchange():
     """Item 2: a loader thread's NCCL all_to_all beside DDP's all-reduce can hang: auto never picks it, and
     --prefetch on is refused with a hint (an agreed error: every rank has the same configuration)."""
     from mpignn.errors import ConfigError
-    from mpignn.prefetch import overlap
+    from mpignn.loader.prefetch import overlap
 
     rt = _Rt("cuda:0", 1)
     assert overlap(rt, True, "auto", device_exchange=False) is True
@@ -264,7 +264,7 @@ def test_no_prefetch_with_device_exchange():
         overlap(rt, True, "on", device_exchange=True)
     # make_loader's test: rows in a tensor on an accelerator ("meta" stands for one); on CPU the rows go
     # over gloo beside DDP's MPI all-reduce, no device involved, and a thread stays allowed.
-    from mpignn.prefetch import rows_on_device as _rows_on_device
+    from mpignn.loader.prefetch import rows_on_device as _rows_on_device
 
     y = np.zeros(4, dtype=np.int64)
     assert _rows_on_device(FeatureStore(torch.empty(4, 2, device="meta"), y, 0))
@@ -275,10 +275,10 @@ def test_no_prefetch_with_device_exchange():
 def test_hetero_batch_is_not_widened_on_the_host(monkeypatch):
     """Item 7: for an accelerator, each type's features are cut into pinned buffers in the table's dtype
     (half the bytes of float32) and widened after the copy, by the Uploader, as homogeneous batches are."""
-    import mpignn.hetero_batch
+    import mpignn.loader.hetero
     from mpignn.data.hetero import type_rowptr
     from mpignn.data.synthetic_hetero import make_user_item
-    from mpignn.hetero_batch import HeteroLayout
+    from mpignn.loader.hetero import HeteroLayout
     from mpignn.sampling import LocalHops, NeighborSampler
 
     g = make_user_item(num_items=300, num_users=80, edges_per_item=5)
@@ -295,7 +295,7 @@ def test_hetero_batch_is_not_widened_on_the_host(monkeypatch):
         pinned.append(torch.empty(tuple(shape), dtype=dtype))
         return pinned[-1]
 
-    monkeypatch.setattr(mpignn.hetero_batch, "pinned_empty", fake_pinned)
+    monkeypatch.setattr(mpignn.loader.hetero, "pinned_empty", fake_pinned)
     args = (x, y, out.n_id, out.row, out.col, out.edge_type, out.num_sampled_nodes, out.num_sampled_edges, 40)
     dev = layout.split(*args, device="cuda:0")
     host = Uploader("cpu").upload(layout.split(*args))
@@ -395,11 +395,12 @@ def test_device_identities_from_uuid_and_pci_address_or_from_the_visibility_mask
 
 def test_a_device_table_cache_budget_is_divided_by_the_ranks_on_that_device_only(monkeypatch):
     """4 ranks, each on its own GPU: each rank's cache may take the GPU's whole share (not a quarter)."""
-    from mpignn import cache_policy, runtime
+    from mpignn import runtime
+    from mpignn.exchange import cache_policy
     from mpignn.mpi import Topology
 
     fake = types.SimpleNamespace(mem_get_info=lambda d: (8 << 30, 80 << 30), device_count=lambda: 1)
-    monkeypatch.setattr("mpignn.device.accelerator", lambda d: fake)
+    monkeypatch.setattr("mpignn.launch.device.accelerator", lambda d: fake)
     features = types.SimpleNamespace(on_host=False, x=types.SimpleNamespace(device=torch.device("cuda:0")))
     topo = Topology(0, 4, 0, 4, 0, 1, "h")
     for shared_by in (1, 4):
@@ -409,7 +410,7 @@ def test_a_device_table_cache_budget_is_divided_by_the_ranks_on_that_device_only
 
 def test_ipex_keeps_fp32_weights_under_bf16_autocast(monkeypatch, tmp_path):
     """ipex.optimize(dtype=bf16) would make the weights bf16: DDP all-reduces and checkpoints would be bf16."""
-    from mpignn.ddp import optimize_for_device
+    from mpignn.training.ddp import optimize_for_device
 
     _fake_module(tmp_path, monkeypatch, "intel_extension_for_pytorch",
                  "calls = []\ndef optimize(model, optimizer=None, dtype=None):\n"

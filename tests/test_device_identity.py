@@ -7,7 +7,7 @@ import torch
 
 from _devices import DEVICE
 from _mpirun import ROOT, run_mpi
-from mpignn import dist
+from mpignn.launch import process_group as dist
 
 
 CUDA_COUNT = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -1,7 +1,7 @@
 """Tier 1: device and backend selection with the hardware faked."""
 import pytest
 
-from mpignn.dist import Choice, Hardware, choose
+from mpignn.launch.process_group import Choice, Hardware, choose
 from mpignn.errors import ConfigError, LaunchError
 
 CPU = Hardware()
@@ -120,7 +120,7 @@ def test_xpu_with_gloo_or_mpi_is_a_config_error(device, backend):
 
 
 def test_xpu_with_gloo_is_refused_when_the_config_is_built():
-    from mpignn.config import TrainConfig
+    from mpignn.config.train_config import TrainConfig
 
     with pytest.raises(ConfigError, match="expected --backend xccl, ccl or auto with --device xpu"):
         TrainConfig(device="xpu", backend="gloo")

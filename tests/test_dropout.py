@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from mpignn.data import make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.exchange import FeatureStore
-from mpignn.loader import BatchLoader
+from mpignn.loader.batches import BatchLoader
 from mpignn.models.dropout import keep_threshold, relu_dropout
 from mpignn.models.sampled import SampledGNN
 from mpignn.sampling import LocalHops, NeighborSampler

@@ -64,7 +64,7 @@ def test_train_with_learnable_rows_checkpoints_and_resumes_them(tmp_path):
     import sys
 
     from _mpirun import run_mpi_raw
-    from mpignn.checkpoint import latest_checkpoint
+    from mpignn.training.checkpoint import latest_checkpoint
 
     args = [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--dataset",
             "synthetic:num_nodes=2000,avg_degree=6,num_features=4", "--hidden", "16", "--batch-size", "128",
@@ -93,7 +93,7 @@ def test_train_with_learnable_rows_checkpoints_and_resumes_them(tmp_path):
 
 
 def test_embed_flags_are_checked_before_anything_runs():
-    from mpignn.config import parse
+    from mpignn.config.train_config import parse
     from mpignn.errors import ConfigError
 
     assert parse(["--embed-dim", "16"]).embed_dim == 16

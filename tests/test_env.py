@@ -175,7 +175,7 @@ class _HostsComm:
 
 def test_rank0_address_across_hosts_is_routable(debian_host):
     from mpignn.errors import LaunchError
-    from mpignn.rendezvous import rendezvous_endpoint
+    from mpignn.launch.rendezvous import rendezvous_endpoint
 
     def endpoint(*others):
         return rendezvous_endpoint(_HostsComm(list(others)))

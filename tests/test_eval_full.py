@@ -71,7 +71,7 @@ def _link_scores_from_predictions(tmp_path, checkpoint_dir, root) -> dict[str, f
     the checkpoint, on 1 rank: the pairs read from the partition's links/ folder, in original ids."""
     import torch
 
-    from mpignn.metrics import auc, positive_ranks
+    from mpignn.tasks.link_metrics import auc, positive_ranks
     from mpignn.predict import load
     from mpignn.predict.cli import main as predict
 

@@ -28,7 +28,7 @@ def batch():
     from mpignn.data import make_synthetic
     from mpignn.data.synthetic import SyntheticSpec
     from mpignn.exchange import FeatureStore
-    from mpignn.loader import BatchLoader
+    from mpignn.loader.batches import BatchLoader
     from mpignn.sampling import LocalHops, NeighborSampler
 
     g = make_synthetic(SyntheticSpec(num_nodes=4000, avg_degree=10, num_features=16))
@@ -179,8 +179,8 @@ def test_hetero_batch_features_equal_on_device_and_host(table):
     from mpignn.data.hetero import type_rowptr
     from mpignn.data.synthetic_hetero import make_user_item
     from mpignn.exchange import FeatureStore
-    from mpignn.hetero_batch import HeteroLayout
-    from mpignn.loader import BatchLoader
+    from mpignn.loader.hetero import HeteroLayout
+    from mpignn.loader.batches import BatchLoader
     from mpignn.sampling import LocalHops, NeighborSampler
 
     g = make_user_item(num_items=600, num_users=150, edges_per_item=6)

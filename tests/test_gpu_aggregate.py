@@ -19,7 +19,7 @@ def batch():
     from mpignn.data import make_synthetic
     from mpignn.data.synthetic import SyntheticSpec
     from mpignn.exchange import FeatureStore
-    from mpignn.loader import BatchLoader
+    from mpignn.loader.batches import BatchLoader
     from mpignn.sampling import LocalHops, NeighborSampler
 
     g = make_synthetic(SyntheticSpec(num_nodes=4000, avg_degree=10, num_features=16))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mpignn.config import parse
+from mpignn.config.train_config import parse
 from mpignn.errors import ConfigError, is_agreed
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mpignn"
@@ -17,7 +17,7 @@ SMALL = "synthetic:num_nodes=400,avg_degree=4,num_features=4"
 
 
 def test_options_from_config_carry_every_graph_flag_and_are_frozen():
-    from mpignn.graph_options import GraphOptions
+    from mpignn.config.graph_options import GraphOptions
 
     cfg = parse(["--dataset", SMALL, "--root", "/r", "--partition-method", "random", "--seed", "7",
                  "--fanout", "4,3", "--cache-size", "123", "--local-prep", "--prep-timeout", "9", "--exchange", "mpi",
@@ -65,7 +65,8 @@ def test_load_local_graph_refuses_an_unknown_keyword_on_every_rank():
 
 
 def test_choice_lists_have_one_definition_their_owners_use():
-    from mpignn import choices, models
+    from mpignn import models
+    from mpignn.config.train_config import choices
     from mpignn.data import features
     from mpignn.models import hetero, link
     from mpignn.partition import assign
@@ -85,7 +86,7 @@ def test_choice_lists_have_one_definition_their_owners_use():
 def test_flag_combinations_are_checked_where_the_flags_are_defined():
     """--requeue without --checkpoint-dir was refused by fit.check_flags, after the config had taken it; and a
     prefetch mode overlap() does not know was taken as auto."""
-    from mpignn.prefetch import overlap
+    from mpignn.loader.prefetch import overlap
 
     with pytest.raises(ConfigError, match="--requeue expects --checkpoint-dir"):
         parse(["--requeue"])
@@ -98,7 +99,7 @@ def test_flag_combinations_are_checked_where_the_flags_are_defined():
 def test_train_passes_one_options_object(monkeypatch):
     """python -m mpignn.train builds the graph from GraphOptions.from_config(cfg), not from 15 loose fields."""
     from mpignn import runtime, train
-    from mpignn.graph_options import GraphOptions
+    from mpignn.config.graph_options import GraphOptions
 
     seen = []
 

@@ -12,8 +12,8 @@ from mpignn.data.hetero import HeteroSchema, hop_fanouts, type_rowptr
 from mpignn.data.synthetic_hetero import make_user_item
 from mpignn.errors import ConfigError, DatasetError
 from mpignn.exchange.features import FeatureStore
-from mpignn.hetero_batch import HeteroLayout
-from mpignn.loader import BatchLoader
+from mpignn.loader.hetero import HeteroLayout
+from mpignn.loader.batches import BatchLoader
 from mpignn.models import build_model, forward_batch
 from mpignn.partition import format_report, load_partition, partition_graph
 from mpignn.sampling import LocalHops, NeighborSampler

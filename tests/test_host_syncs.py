@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from mpignn import loop
+from mpignn.training import epoch as loop
 from mpignn.data import make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.exchange import FeatureStore
-from mpignn.loader import BatchLoader
+from mpignn.loader.batches import BatchLoader
 from mpignn.models import forward_batch
 from mpignn.tasks.node import NodeTask, evaluate_nodes
 from mpignn.models.sampled import SampledGNN

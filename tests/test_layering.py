@@ -4,6 +4,7 @@ higher layer and no `_private` name taken from another module."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -14,28 +15,34 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mpignn"
 
-# Lowest first. A module may import modules of its own layer or below (a cycle is still refused); an entry
-# names a module or a package (all its modules). STYLE.md §2, with the modules it does not name placed where
-# today's code needs them.
-LAYERS: list[tuple[str, ...]] = [
-    ("mpignn", "mpignn.errors", "mpignn.fileio", "mpignn.allocator", "mpignn.log", "mpignn.env", "mpignn.config",
-     "mpignn.watchdog", "mpignn.mpi.topology", "mpignn.mpi.splits", "mpignn.mpi.prep", "mpignn.mpi.collectives",
-     "mpignn.mpi.run", "mpignn.mpi", "mpignn.choices", "mpignn.graph_options"),
-    ("mpignn.dist", "mpignn.mpi_store", "mpignn.rendezvous"),
-    ("mpignn.data",),
-    ("mpignn.partition", "mpignn.part_source"),
-    ("mpignn.sampling", "mpignn.exchange"),
-    ("mpignn.device", "mpignn.ddp", "mpignn.loader", "mpignn.hetero_batch", "mpignn.cache_policy", "mpignn.prefetch"),
-    ("mpignn.models", "mpignn.compute", "mpignn.predict.blocks", "mpignn.predict.layerwise"),  # a task's exact evaluation
-    ("mpignn.metrics", "mpignn.report"),
-    ("mpignn.tasks",),  # what differs between tasks; everything above asks them and names none
-    ("mpignn.checkpoint", "mpignn.schedule", "mpignn.stopping", "mpignn.tensorboard_log", "mpignn.loop", "mpignn.fit",
-     "mpignn.runtime", "mpignn.minibatch"),  # minibatch: --minibatch auto trains probe steps through the loop
-    ("mpignn.predict",),  # exact layer-wise inference from a checkpoint, the predictions folder and its reader
-    # entry points (the partition CLI asks a task what to hold out)
-    ("mpignn.train", "mpignn.info", "mpignn.bench", "mpignn.partition.cli", "mpignn.partition.__main__",
-     "mpignn.predict.cli", "mpignn.predict.__main__"),
-]
+# The layer order lives in the packages: each package's `__init__` docstring has a line `Layer N (name): ...`
+# (lowest first; a module may import its own layer or below, a cycle is still refused). Directly under mpignn/
+# only these leaves (stdlib-only helpers every layer uses) and entry points may sit; a package's `cli` and
+# `__main__` modules are entry points too (the partition CLI asks a task what to hold out).
+TOP_LEAVES = ("mpignn", "mpignn.errors", "mpignn.env", "mpignn.log", "mpignn.fileio")
+TOP_ENTRIES = ("mpignn.train", "mpignn.info")
+ENTRY_NAMES = ("cli", "__main__")
+LAYER_LINE = re.compile(r"^Layer (\d+) \((\w+)\):", re.M)
+
+
+def read_layers(root: Path) -> list[tuple[str, ...]]:
+    """The layer list, lowest first, read from the packages under `root`: the top-level leaves, then each
+    package at the layer its `__init__` docstring names, then the entry points. Raises AssertionError for a
+    package whose docstring names no layer, or whose line names another package."""
+    numbered: dict[int, list[str]] = {}
+    entries = list(TOP_ENTRIES)
+    for init in sorted(root.glob("*/__init__.py")):
+        name = init.parent.name
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        found = LAYER_LINE.search(doc)
+        assert found, f"mpignn/{name}/__init__.py: its docstring needs a line 'Layer N ({name}): ...'"
+        assert found.group(2) == name, f"mpignn/{name}/__init__.py names layer '{found.group(2)}'"
+        numbered.setdefault(int(found.group(1)), []).append(f"mpignn.{name}")
+        entries += [f"mpignn.{name}.{p.stem}" for p in sorted(init.parent.glob("*.py")) if p.stem in ENTRY_NAMES]
+    return [TOP_LEAVES, *(tuple(numbered[k]) for k in sorted(numbered)), tuple(entries)]
+
+
+LAYERS: list[tuple[str, ...]] = read_layers(PACKAGE)
 
 
 @dataclass(frozen=True)
@@ -172,11 +179,13 @@ def private_imports(imports: list[Import]) -> list[str]:
     return out
 
 # mpi, env, log, config: stdlib (+ mpi4py/numpy for mpi); data .. exchange: numpy/numba/pymetis, no torch.
-NO_TORCH = ["mpignn", "mpignn.mpi", "mpignn.env", "mpignn.log", "mpignn.config", "mpignn.errors", "mpignn.fileio",
-            "mpignn.data", "mpignn.partition", "mpignn.sampling", "mpignn.sampling.access", "mpignn.exchange",
-            "mpignn.watchdog", "mpignn.info", "mpignn.tensorboard_log", "mpignn.allocator", "mpignn.choices",
-            "mpignn.graph_options", "mpignn.part_source", "mpignn.prefetch", "mpignn.predict"]
-NO_PYG = ["mpignn.dist", "mpignn.mpi_store", "mpignn.checkpoint"]
+NO_TORCH = ["mpignn", "mpignn.mpi", "mpignn.env", "mpignn.log", "mpignn.config", "mpignn.config.train_config",
+            "mpignn.config.choices", "mpignn.config.graph_options", "mpignn.errors", "mpignn.fileio", "mpignn.data",
+            "mpignn.partition", "mpignn.partition.source", "mpignn.sampling", "mpignn.sampling.access",
+            "mpignn.exchange", "mpignn.mpi.watchdog", "mpignn.info", "mpignn.launch", "mpignn.launch.allocator",
+            "mpignn.loader", "mpignn.loader.prefetch", "mpignn.inference", "mpignn.training",
+            "mpignn.training.tensorboard", "mpignn.predict"]
+NO_PYG = ["mpignn.launch.process_group", "mpignn.launch.mpi_store", "mpignn.training.checkpoint"]
 
 
 def _loaded(module: str) -> set[str]:
@@ -200,15 +209,15 @@ def test_lower_layers_import_without_torch_geometric(module):
 
 
 def test_star_import_of_mpi_stays_free_of_torch():
-    # mpignn.mpi no longer reaches up into mpignn.dist: the torch helpers are imported from mpignn.dist.
+    # mpignn.mpi does not reach up into mpignn.launch: the torch helpers live in mpignn.launch.process_group.
     code = ("from mpignn.mpi import *; import sys, mpignn.mpi as m; "
             "print(' '.join(sorted(x for x in sys.modules if x.split('.')[0] == 'torch'))); "
-            "print(hasattr(m, 'init_process_group'), 'mpignn.dist' in sys.modules)")
+            "print(hasattr(m, 'init_process_group'), 'mpignn.launch.process_group' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     first, second = out.stdout.split("\n")[:2]
     assert first == "", "`from mpignn.mpi import *` imported torch"
-    assert second == "False False", "mpignn.mpi must not import or re-export mpignn.dist"
+    assert second == "False False", "mpignn.mpi must not import or re-export mpignn.launch.process_group"
 
 
 # --- the static import graph ---------------------------------------------------------------------------------
@@ -251,6 +260,30 @@ def test_planted_tree_lazy_relative_and_private_imports_are_read(tmp_path):
         "mpignn.other:3 imports _HIDDEN from mpignn.sub._impl",
         "mpignn.other:3 imports the private module mpignn.sub._impl",
         "mpignn.sub.high:2 imports _HIDDEN from mpignn.sub._impl"]
+
+
+def test_layers_are_read_from_the_packages(tmp_path):
+    pkg = tmp_path / "mpignn"
+    for name, line in (("low", "Layer 1 (low): x"), ("high", "Layer 2 (high): y"), ("twin", "Layer 1 (twin): z")):
+        (pkg / name).mkdir(parents=True)
+        (pkg / name / "__init__.py").write_text(f'"""What it owns.\n\n{line}\n"""\n')
+    (pkg / "high" / "cli.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "stray.py").write_text("")
+    layers = read_layers(pkg)
+    assert layers[1:] == [("mpignn.low", "mpignn.twin"), ("mpignn.high",), (*TOP_ENTRIES, "mpignn.high.cli")]
+    modules, _ = read_imports(pkg)
+    assert unplaced(modules, layers)[:1] == ["mpignn.stray"]  # a new top-level module must be allow-listed
+    (pkg / "bare").mkdir()
+    (pkg / "bare" / "__init__.py").write_text('"""No layer line."""\n')
+    with pytest.raises(AssertionError, match="needs a line 'Layer N \\(bare\\)"):
+        read_layers(pkg)
+
+
+def test_top_level_holds_only_leaves_and_entry_points():
+    top = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 8, top
+    assert {f"mpignn.{s}" if s != "__init__" else "mpignn" for s in top} == {*TOP_LEAVES, *TOP_ENTRIES}
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from mpignn.config import parse
+from mpignn.config.train_config import parse
 from mpignn.data import make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.fileio import atomic_dir, remove_leftovers, this_host

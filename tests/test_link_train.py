@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from _mpirun import SHARED, run_mpi_raw
-from mpignn.config import parse
+from mpignn.config.train_config import parse
 from mpignn.errors import ConfigError
 
 pytestmark = pytest.mark.mpi

@@ -7,8 +7,8 @@ from mpignn.data import make_synthetic
 from mpignn.data.links import split_links, undirected_pairs
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.exchange import FeatureStore
-from mpignn.loader import BatchLoader
-from mpignn.metrics import LinkScores, auc, positive_ranks
+from mpignn.loader.batches import BatchLoader
+from mpignn.tasks.link_metrics import LinkScores, auc, positive_ranks
 from mpignn.models import build_model
 from mpignn.models.link import LinkModel
 from mpignn.sampling import LocalHops, NeighborSampler
@@ -206,7 +206,7 @@ def test_link_metrics_are_exact_on_any_number_of_ranks_without_gathering_scores(
 
 
 def test_global_auc_sends_negatives_in_bounded_chunks():
-    from mpignn.metrics import global_auc
+    from mpignn.tasks.link_metrics import global_auc
 
     rng = np.random.default_rng(7)
     scores, labels = np.round(rng.standard_normal(3000), 2), rng.integers(0, 2, 3000)

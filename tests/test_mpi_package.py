@@ -12,12 +12,12 @@ import pytest
 from _mpirun import ROOT, run_mpi
 
 PACKAGE = ROOT / "mpignn" / "mpi"
-# `from mpignn.mpi import X` keeps working for each of these (rendezvous_endpoint moved to mpignn.rendezvous).
+# `from mpignn.mpi import X` keeps working for each of these (rendezvous_endpoint moved to mpignn.launch.rendezvous).
 PUBLIC = {"Topology", "world", "topology", "whoami", "check_launcher", "chunk_bounds", "ceil_split",
           "steps_per_epoch", "pad_to_steps", "root_first", "run_once", "check_all", "alltoallv", "allreduce_sum",
           "allreduce_max", "run_main", "RootFailedError", "print0", "thread_budget", "MAX_COUNT", "exchange_counts",
           "library_version", "segment_starts"}
-ALLOWED = {"mpignn.errors", "mpignn.env", "mpignn.watchdog"}
+ALLOWED = {"mpignn.errors", "mpignn.env", "mpignn.mpi.watchdog"}
 
 
 def test_mpi_is_a_package_of_small_modules_importing_only_errors_env_watchdog():

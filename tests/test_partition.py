@@ -143,8 +143,8 @@ def test_cli_generates_synthetic_into_a_mapped_folder_and_resolves_auto(tmp_path
 
 def test_cli_and_training_partition_with_one_default_method():
     """mpignn.partition without --method cuts the graph as training's automatic partition does."""
-    from mpignn.config import TrainConfig
-    from mpignn.graph_options import GraphOptions
+    from mpignn.config.train_config import TrainConfig
+    from mpignn.config.graph_options import GraphOptions
     from mpignn.partition.cli import build_parser
 
     cli = build_parser().parse_args(["--num-parts", "2", "--out", "x"]).method
@@ -208,7 +208,7 @@ def test_missing_kaminpar_names_the_package(graph, tmp_path, monkeypatch):
 
 
 def test_training_config_takes_the_partition_methods():
-    from mpignn.config import parse
+    from mpignn.config.train_config import parse
 
     for method in ("metis", "kaminpar", "random", "auto"):
         assert parse(["--partition-method", method]).partition_method == method

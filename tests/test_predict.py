@@ -18,8 +18,8 @@ from _mpirun import WORKERS, run_mpi, run_mpi_raw
 from mpignn.errors import ConfigError, is_agreed
 from mpignn.models import build_model
 from mpignn.predict import load
-from mpignn.predict.blocks import make_block
-from mpignn.predict.layerwise import LayerStack, run_layers
+from mpignn.inference.blocks import make_block
+from mpignn.inference.layerwise import LayerStack, run_layers
 
 GRAPH = "synthetic:num_nodes=600,avg_degree=6,num_features=12"
 

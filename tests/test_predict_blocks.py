@@ -1,10 +1,10 @@
-"""Blocks of exact inference (`mpignn.predict.blocks`): groups of blocks whose remote sources cross together
+"""Blocks of exact inference (`mpignn.inference.blocks`): groups of blocks whose remote sources cross together
 stay within their budget and cover every block once, and a block's source rows, assembled from the own table
 and a group's fetched rows, are the rows of its sources."""
 import numpy as np
 import pytest
 
-from mpignn.predict.blocks import HaloIndex, block_sources, make_block, remote_sources
+from mpignn.inference.blocks import HaloIndex, block_sources, make_block, remote_sources
 
 LO, HI, N = 10, 20, 30  # own nodes 10..19 of a 30-node graph
 

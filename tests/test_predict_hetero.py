@@ -20,7 +20,7 @@ from mpignn.data.synthetic_hetero import make_user_item
 from mpignn.errors import ConfigError
 from mpignn.models import build_model
 from mpignn.predict import load
-from mpignn.predict.layerwise import LayerStack, own_inputs, run_layers
+from mpignn.inference.layerwise import LayerStack, own_inputs, run_layers
 
 SIZE = {"num_items": 600, "num_users": 150, "edges_per_item": 6}
 

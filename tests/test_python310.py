@@ -11,13 +11,13 @@ import pytest
 
 from _mpirun import ROOT
 
-TORCH_FREE = ["mpignn.config", "mpignn.mpi", "mpignn.env", "mpignn.log", "mpignn.errors"]
+TORCH_FREE = ["mpignn.config.train_config", "mpignn.mpi", "mpignn.env", "mpignn.log", "mpignn.errors"]
 
 _CHECK = textwrap.dedent("""
     import sys
     assert sys.version_info[:2] == (3, 10), sys.version
     import {modules}
-    from mpignn.config import parse
+    from mpignn.config.train_config import parse
     from mpignn.errors import ConfigError
     cfg = parse(["--config", sys.argv[1], "--epochs", "3"])
     assert (cfg.hidden, cfg.fanouts, cfg.epochs) == (32, [5, 4], 3), cfg

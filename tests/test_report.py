@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from mpignn.report import BEST_FIELDS, BestEpoch, correct_counter, format_final, select_best
+from mpignn.training.report import BEST_FIELDS, BestEpoch, correct_counter, format_final, select_best
 
 
 def _rec(epoch, val, test):
@@ -57,8 +57,8 @@ def test_evaluate_counts_with_the_metric():
     from mpignn.data import make_synthetic
     from mpignn.data.synthetic import SyntheticSpec
     from mpignn.exchange import FeatureStore
-    from mpignn.loader import BatchLoader
-    from mpignn.loop import train_epoch
+    from mpignn.loader.batches import BatchLoader
+    from mpignn.training.epoch import train_epoch
     from mpignn.models import build_model
     from mpignn.sampling import LocalHops, NeighborSampler
     from mpignn.tasks.node import NodeTask, evaluate_nodes

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from _mpirun import mpi_cmd, run_mpi_raw
-from mpignn.checkpoint import latest_checkpoint
+from mpignn.training.checkpoint import latest_checkpoint
 
 pytestmark = pytest.mark.mpi
 

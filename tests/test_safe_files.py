@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from mpignn.checkpoint import load_checkpoint, save_checkpoint
+from mpignn.training.checkpoint import load_checkpoint, save_checkpoint
 from mpignn.data import make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.errors import ConfigError, PartitionFormatError
@@ -63,7 +63,7 @@ def test_crafted_checkpoint_does_not_run_code(tmp_path):
 _SLOW_WRITER = r"""
 import sys, time, torch
 import mpignn.fileio as fileio
-from mpignn.checkpoint import save_checkpoint
+from mpignn.training.checkpoint import save_checkpoint
 from mpignn.data import make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.partition import partition_graph

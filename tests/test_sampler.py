@@ -112,7 +112,7 @@ def test_fanout_nonsense_is_refused(bad):
 def test_loader_resumes_mid_epoch_with_the_same_batches():
     """set_epoch(epoch, start_step) yields exactly the batches a full pass yields from that step on."""
     from mpignn.exchange import FeatureStore
-    from mpignn.loader import BatchLoader
+    from mpignn.loader.batches import BatchLoader
 
     g = make_synthetic(SyntheticSpec(num_nodes=2000, avg_degree=6, num_features=4))
     loader = BatchLoader(NeighborSampler(LocalHops(g.rowptr, g.col), g.num_nodes, [3, 2]),

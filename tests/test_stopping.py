@@ -12,7 +12,7 @@ import time
 import pytest
 
 from _mpirun import WORKERS, mpi_cmd
-from mpignn.stopping import EXIT_STOPPED, StopSignal, requeue
+from mpignn.training.stopping import EXIT_STOPPED, StopSignal, requeue
 
 
 def test_the_handler_only_sets_a_flag():

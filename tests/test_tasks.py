@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mpignn.choices import TASKS
+from mpignn.config.choices import TASKS
 from mpignn.errors import ConfigError
 from mpignn.tasks import Task, make_task
 
@@ -61,7 +61,7 @@ PARITY = '''
 import torch
 import torch.nn.functional as F
 
-from mpignn.compute import with_rows
+from mpignn.tasks.forward import with_rows
 from mpignn.models import build_model, forward_batch
 from mpignn.mpi import allreduce_sum
 from mpignn.tasks.base import Task

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from mpignn.errors import ConfigError
-from mpignn.report import FIELDS
+from mpignn.training.report import FIELDS
 
 SMALL = "synthetic:num_nodes=2000,avg_degree=6,num_features=4"
 
@@ -44,8 +44,8 @@ def test_scalars_and_steps_read_back(tmp_path):
 
 
 def test_missing_package_fails_up_front_naming_the_extra(monkeypatch):
-    from mpignn.config import parse
-    from mpignn.fit import check_flags
+    from mpignn.config.train_config import parse
+    from mpignn.training.fit import check_flags
     from mpignn.tasks import make_task
 
     for name in [m for m in sys.modules if m == "tensorboard" or m.startswith("tensorboard.")]:

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from _mpirun import SHARED
 from mpignn.data import load_dataset
 from mpignn.exchange import FeatureStore
-from mpignn.loader import BatchLoader
+from mpignn.loader.batches import BatchLoader
 from mpignn.sampling import LocalHops, NeighborSampler
 
 pytestmark = pytest.mark.skipif(not (SHARED / "datasets" / "Cora").is_dir(), reason="../shared/datasets is absent")

@@ -38,7 +38,7 @@ def test_metrics_file_has_every_field(tmp_path, n, extra):
     acc, out = train(n, tmp_path, *SMALL, "--metrics-out", str(metrics), *extra)
     rows = [json.loads(l) for l in metrics.read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [0, 1, 2]
-    from mpignn.report import FIELDS
+    from mpignn.training.report import FIELDS
 
     for field in FIELDS:
         assert field in rows[-1], field

@@ -27,7 +27,7 @@ import tempfile
 from statistics import fmean as mean
 
 from mpignn.bench._common import run_train, table
-from mpignn.config import TrainConfig
+from mpignn.config.train_config import TrainConfig
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,7 @@ def _prepare(dataset: str, root: str, parts: int, seed: int) -> Path:
     """The METIS partition the training runs use (made here when absent)."""
     from mpignn.data import dataset_key, load_dataset
     from mpignn.partition import partition_graph
-    from mpignn.part_source import auto_folder
+    from mpignn.partition.source import auto_folder
 
     folder = auto_folder(root, dataset_key(dataset), "metis", parts, seed)
     if not (folder / "META.json").is_file():
@@ -46,7 +46,7 @@ def _worker(args: argparse.Namespace) -> None:
     import torch
     from mpi4py import MPI
 
-    from mpignn.allocator import tune_allocator
+    from mpignn.launch.allocator import tune_allocator
     from mpignn.exchange.alltoall import MpiAlltoall
     from mpignn.exchange.halo import ByteCounter, Halo
     from mpignn.models.sampled import SampledGNN
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cooperative", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        from mpignn.allocator import reexec_with_hugepages
+        from mpignn.launch.allocator import reexec_with_hugepages
 
         reexec_with_hugepages()  # as mpignn.train does: fresh big blocks fault in huge pages, not 4 KiB ones
         _worker(args)

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.checkpoint:  # what the table's title and the PyG row need, from the run's saved config
         import torch
 
-        from mpignn.checkpoint import latest_checkpoint
+        from mpignn.training.checkpoint import latest_checkpoint
 
         path = latest_checkpoint(args.checkpoint) / "checkpoint.pt"
         cfg = torch.load(path, map_location="cpu", weights_only=True)["extra"]["config"]
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 def _pyg_row(python: str, args: argparse.Namespace, checkpoint: Path, tmp: Path, threads: int) -> dict:
     """PyG's layer-wise inference of the checkpoint's weights in `python`, bound to `threads` cores: its row,
     with its logits (dataset order) under "logits"."""
-    from mpignn.checkpoint import latest_checkpoint
+    from mpignn.training.checkpoint import latest_checkpoint
 
     _, pin = binding(mpiexec(), 1, threads)
     out = tmp / "pyg-logits.npy"

@@ -31,7 +31,7 @@ def formula(nodes: int, ranks: int, avg_degree: int) -> dict[str, Any]:
     arrays (before: float64 sums, int64 counts and a bool mask over every node; now: sums and mask over the
     part), the AUC's scores (before: every score and label on every rank, float64 each; now: this rank's and
     one chunk of another's)."""
-    from mpignn.metrics import AUC_CHUNK
+    from mpignn.tasks.link_metrics import AUC_CHUNK
 
     scored = int(_EVAL * nodes * avg_degree)  # held-out pairs x 2 (positive, negative) = _EVAL x directed edges
     return {"nodes": nodes, "ranks": ranks, "how": "formula", "access_before": 17 * nodes / 2**20,
@@ -53,7 +53,7 @@ def _old_auc(comm: Any, scores: np.ndarray, labels: np.ndarray) -> float:
     """The link AUC before: every rank's scores and labels gathered on every rank, then ranked."""
     from mpi4py import MPI
 
-    from mpignn.metrics import auc
+    from mpignn.tasks.link_metrics import auc
 
     local = np.stack([scores, labels], axis=1).reshape(-1)
     counts = np.array(comm.allgather(local.size), dtype=np.int64)
@@ -76,7 +76,7 @@ def _traced(fn: Callable[[], Any]) -> tuple[Any, float, float]:
 def _worker(nodes: int, avg_degree: int) -> None:
     """Under mpiexec: this rank's part of a uniform random graph, its estimate and its AUC share, each run
     the old way and the new; rank 0 prints the max over ranks as JSON."""
-    from mpignn.metrics import global_auc
+    from mpignn.tasks.link_metrics import global_auc
     from mpignn.mpi import world
     from mpignn.sampling import access
     from mpignn.sampling.neighbor import LocalHops

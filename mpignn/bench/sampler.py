@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from mpignn.bench._common import pyg_python, run_reference, table
-from mpignn.config import parse_fanout
+from mpignn.config.train_config import parse_fanout
 
 
 def measure(graph, fanout: list[int], batch_size: int, batches: int, threads: int) -> dict:

@@ -3,6 +3,8 @@
 Names: `synthetic[:key=value,...]` (embedded default, no files), `npz:PATH`, `npy:FOLDER` (memory-mapped),
 Cora / CiteSeer / PubMed, Tolokers[:split=K] and IMDB (heterogeneous) (their raw files), ogbn-arxiv / ogbn-products /
 ogbn-papers100M (ogb's raw files). Must not import torch-geometric at module level.
+
+Layer 4 (data): imports the leaves, config and mpi; never partition, sampling or anything above, never torch at module level.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mpignn.choices import FEATURE_DTYPES, FEATURE_NORMS, check_choice  # there: config reads them without numpy
+from mpignn.config.choices import FEATURE_DTYPES, FEATURE_NORMS, check_choice  # there: config reads them without numpy
 
 __all__ = ["FEATURE_NORMS", "FEATURE_DTYPES", "transform_rows", "to_bf16_bits"]
 

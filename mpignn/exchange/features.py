@@ -57,7 +57,7 @@ class FeatureStore:
     def build_cache(self, gids: np.ndarray) -> None:
         """Collective over `comm`: fetch the rows of remote `gids` once, and serve them from memory from now on.
 
-        Which nodes, and how many, is the caller's choice: `mpignn.cache_policy` ranks the remote nodes by how often
+        Which nodes, and how many, is the caller's choice: `mpignn.exchange.cache_policy` ranks the remote nodes by how often
         sampling is expected to fetch them (`mpignn.sampling.access`) and sizes the budget by free memory.
         Own ids in `gids` are dropped (they are local anyway); an empty `gids` empties the cache.
         """

@@ -1,13 +1,16 @@
 """Model zoo: GraphSAGE, GAT and GCN that compute only the rows each layer needs (GCN: PyG's GCN with per-hop
 trimming, the same numbers), each a node encoder a task puts its head on (`tasks`: the classes, or a pair decoder,
-`models.link.LinkModel`). All run on mpignn (and PyG NeighborLoader) mini-batches."""
+`models.link.LinkModel`). All run on mpignn (and PyG NeighborLoader) mini-batches.
+
+Layer 9 (models): imports loader and the layers below; never inference, tasks or anything above.
+"""
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 import torch
 
-from mpignn.choices import MODELS  # there: config reads it without torch
+from mpignn.config.choices import MODELS  # there: config reads it without torch
 from mpignn.errors import ConfigError
 from mpignn.models.hetero import HETERO_MODELS, HeteroGNN
 from mpignn.models.sampled import SampledGNN, encode

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import torch
 import torch.nn.functional as F
 
-from mpignn.choices import HETERO_MODELS  # there: config reads it without torch
+from mpignn.config.choices import HETERO_MODELS  # there: config reads it without torch
 
 __all__ = ["HeteroGNN", "HETERO_MODELS"]
 

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import torch
 
-from mpignn.choices import DECODERS  # there: config reads it without torch
+from mpignn.config.choices import DECODERS  # there: config reads it without torch
 from mpignn.models.sampled import encode
 
 __all__ = ["LinkModel", "DECODERS"]

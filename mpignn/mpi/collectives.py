@@ -1,7 +1,7 @@
 """Checked collectives on numpy buffers: `check_all` (every rank raises alike), `exchange_counts` and
 `alltoallv` (rows of any dtype; in pieces past MPI's int counts, `MAX_COUNT`), `allreduce_sum`/`allreduce_max`.
 
-Imports numpy, mpi4py (lazily), `mpignn.errors`, `mpignn.watchdog` and `mpignn.mpi.topology`; never torch,
+Imports numpy, mpi4py (lazily), `mpignn.errors`, `mpignn.mpi.watchdog` and `mpignn.mpi.topology`; never torch,
 nor any other part of mpignn.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 
 from mpignn.errors import MpignnError, mark_agreed
 from mpignn.mpi.topology import mpi_op
-from mpignn.watchdog import bounded
+from mpignn.mpi.watchdog import bounded
 
 __all__ = ["check_all", "MAX_COUNT", "exchange_counts", "alltoallv", "allreduce_sum", "allreduce_max"]
 

@@ -1,7 +1,7 @@
 """Splitting work over ranks: `chunk_bounds`, `ceil_split`, equal step counts (`steps_per_epoch`,
 `pad_to_steps`).
 
-Imports numpy, `mpignn.watchdog` and `mpignn.mpi.topology`; never torch, nor any other part of mpignn.
+Imports numpy, `mpignn.mpi.watchdog` and `mpignn.mpi.topology`; never torch, nor any other part of mpignn.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from mpignn.mpi.topology import mpi_op
-from mpignn.watchdog import bounded
+from mpignn.mpi.watchdog import bounded
 
 __all__ = ["chunk_bounds", "ceil_split", "steps_per_epoch", "pad_to_steps"]
 

@@ -2,12 +2,14 @@
 
 Public API: `partition_graph`, `load_partition`, `read_meta`, `PartitionMeta`, `LocalPart`. numpy, numba,
 pymetis and kaminpar only (no torch).
+
+Layer 5 (partition): imports data and the layers below; never sampling, exchange or anything above, never torch.
 """
 from __future__ import annotations
 
 import os
 
-from mpignn.choices import PARTITION_DEFAULT
+from mpignn.config.choices import PARTITION_DEFAULT
 from mpignn.data.graph import GraphData
 from mpignn.partition.assign import DEFAULT_METHOD, METHODS, assign_parts, default_method
 from mpignn.partition.format import LocalPart, PartitionMeta, check_matches, load_partition, part_dir, read_meta, report

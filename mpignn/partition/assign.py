@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpignn.choices import DEFAULT_METHOD, PARTITION_METHODS as METHODS  # auto: default_method()
+from mpignn.config.choices import DEFAULT_METHOD, PARTITION_METHODS as METHODS  # auto: default_method()
 from mpignn.data.graph import GraphData, symmetrized
 from mpignn.data.npyio import release_pages
 from mpignn.errors import ConfigError

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from mpignn.choices import DEFAULT_METHOD, PARTITION_DEFAULT, PARTITION_METHODS, TASKS
-from mpignn.config import TrainConfig, field_docs
+from mpignn.config.choices import DEFAULT_METHOD, PARTITION_DEFAULT, PARTITION_METHODS, TASKS
+from mpignn.config.train_config import TrainConfig, field_docs
 from mpignn.errors import MpignnError
 
 if TYPE_CHECKING:

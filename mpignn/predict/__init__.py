@@ -2,6 +2,8 @@
 (`mpirun -np N python -m mpignn.predict --checkpoint-dir DIR --out OUT`) and `load(OUT)` to read the result.
 
 Importing the package loads numpy only; `restore_run`, `infer` and `predict_to` (torch) load on first use.
+
+Layer 14 (predict): imports runtime and every layer below; never bench. `predict.cli` is its entry point.
 """
 from __future__ import annotations
 

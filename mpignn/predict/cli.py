@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     """Flags for every PredictConfig field; defaults stay in the dataclass."""
     parser = argparse.ArgumentParser(prog="python -m mpignn.predict",
                                      description="Exact predictions and embeddings for every node of a trained run")
-    from mpignn.config import field_docs
+    from mpignn.config.train_config import field_docs
 
     docs = field_docs(PredictConfig)
     for f in fields(PredictConfig):

@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from mpignn.checkpoint import CHECKPOINT, MANIFEST, latest_checkpoint, resume_state
-from mpignn.config import TrainConfig
+from mpignn.training.checkpoint import CHECKPOINT, MANIFEST, latest_checkpoint, resume_state
+from mpignn.config.train_config import TrainConfig
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
-from mpignn.graph_options import GraphOptions
+from mpignn.config.graph_options import GraphOptions
 from mpignn.mpi import check_all
 from mpignn.runtime import LocalGraph, Runtime, attach_embedding, build_local_graph
 from mpignn.tasks import Task, make_task

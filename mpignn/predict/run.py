@@ -15,11 +15,11 @@ from mpignn.errors import ConfigError, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
 from mpignn.fileio import load_npy
 from mpignn.mpi import allreduce_max, check_all, chunk_bounds
-from mpignn.predict.blocks import type_runs
-from mpignn.predict.layerwise import LayerStack, make_store, own_inputs, run_layers
+from mpignn.inference.blocks import type_runs
+from mpignn.inference.layerwise import LayerStack, make_store, own_inputs, run_layers
 from mpignn.predict.output import write_predictions
 from mpignn.predict.restore import Restored
-from mpignn.report import peak_rss_mb
+from mpignn.training.report import peak_rss_mb
 from mpignn.runtime import Runtime
 
 __all__ = ["infer", "predict_to", "read_pairs"]

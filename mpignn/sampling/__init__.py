@@ -1,5 +1,8 @@
 """Neighbour sampling: compiled kernels, the multi-hop sampler, and its distributed hop source.
-Index arrays only; no torch-geometric."""
+Index arrays only; no torch-geometric.
+
+Layer 6 (sampling): imports partition and the layers below; never exchange, loader or anything above.
+"""
 from mpignn.sampling.neighbor import HopSource, LocalHops, NeighborSampler, SampleOutput, parse_fanout
 
 __all__ = ["HopSource", "LocalHops", "NeighborSampler", "SampleOutput", "parse_fanout"]

@@ -17,7 +17,7 @@ from mpignn.sampling.neighbor import LocalHops
 
 __all__ = ["access_frequency"]
 
-# Edges spread at a time: a hop spans all the part's edges, and glibc (tuned by `mpignn.allocator.tune_allocator`)
+# Edges spread at a time: a hop spans all the part's edges, and glibc (tuned by `mpignn.launch.allocator.tune_allocator`)
 # keeps freed memory, so whole-hop arrays would raise the process's peak for the rest of the run.
 _CHUNK_EDGES = 1 << 20
 

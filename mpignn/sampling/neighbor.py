@@ -11,7 +11,7 @@ from typing import Protocol, Sequence, Union
 
 import numpy as np
 
-from mpignn.config import parse_fanout
+from mpignn.config.train_config import parse_fanout
 from mpignn.sampling import kernels
 
 __all__ = ["SampleOutput", "HopSource", "LocalHops", "NeighborSampler", "parse_fanout", "ARRAY_MAP_BYTES",

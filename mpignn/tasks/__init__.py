@@ -1,14 +1,16 @@
 """Graph learning tasks as data: each is a `Task` (`tasks.base`) the one pipeline asks what differs.
 
-The registry is `mpignn.choices.TASKS` (name -> "module:Class"), so config checks `--task` without torch;
+The registry is `mpignn.config.choices.TASKS` (name -> "module:Class"), so config checks `--task` without torch;
 `make_task` imports the one asked for.
+
+Layer 11 (tasks): imports inference, models and the layers below; never training, runtime or anything above.
 """
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-from mpignn.choices import TASKS, check_choice
+from mpignn.config.choices import TASKS, check_choice
 from mpignn.tasks.base import Task, picker
 
 __all__ = ["Task", "make_task", "task_class", "picker"]

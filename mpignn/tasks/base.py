@@ -1,7 +1,7 @@
 """The `Task` interface: everything that differs between graph learning tasks, asked by the one pipeline.
 
 The loader, the epoch loop, `fit`, `runtime` and the partitioner name no task; they call these methods. A new
-task is one module with a `Task` subclass plus one line in `mpignn.choices.TASKS`.
+task is one module with a `Task` subclass plus one line in `mpignn.config.choices.TASKS`.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from mpignn.compute import count_equal
+from mpignn.tasks.forward import count_equal
 from mpignn.errors import ConfigError
 from mpignn.mpi import chunk_bounds
 

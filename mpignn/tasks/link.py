@@ -9,14 +9,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mpignn.compute import autocast, with_rows
+from mpignn.tasks.forward import autocast, with_rows
 from mpignn.errors import ConfigError
-from mpignn.metrics import LinkScores
+from mpignn.tasks.link_metrics import LinkScores
 from mpignn.mpi import allreduce_max
 from mpignn.models import build_model
 from mpignn.models.link import LinkModel
 from mpignn.partition.links import train_pairs
-from mpignn.predict.layerwise import exact_outputs
+from mpignn.inference.layerwise import exact_outputs
 from mpignn.tasks.base import Pick, Task, picker
 
 __all__ = ["LinkTask", "LinkSeeds", "evaluate_links", "score_pairs"]

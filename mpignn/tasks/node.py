@@ -8,12 +8,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mpignn.compute import MetricSums, autocast, count_equal, with_rows
+from mpignn.tasks.forward import MetricSums, autocast, count_equal, with_rows
 from mpignn.errors import ConfigError
 from mpignn.models import build_model, forward_batch
 from mpignn.mpi import allreduce_sum
-from mpignn.predict.layerwise import exact_outputs
-from mpignn.report import correct_counter
+from mpignn.inference.layerwise import exact_outputs
+from mpignn.training.report import correct_counter
 from mpignn.tasks.base import Pick, Task
 
 __all__ = ["NodeTask", "evaluate_nodes"]

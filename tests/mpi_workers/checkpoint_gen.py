@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import torch
 
-import mpignn.checkpoint as ckpt
+import mpignn.training.checkpoint as ckpt
 import mpignn.exchange.embedding as embedding
 from mpignn.errors import ConfigError
 from mpignn.exchange.embedding import NodeEmbedding

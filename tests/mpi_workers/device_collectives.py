@@ -6,7 +6,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from mpignn.dist import choose, destroy_process_group, detect_hardware, init_process_group
+from mpignn.launch.process_group import choose, destroy_process_group, detect_hardware, init_process_group
 from mpignn.exchange.alltoall import TorchAlltoall
 from mpignn.mpi import run_main, whoami, world
 

@@ -7,7 +7,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from mpignn.ddp import wrap_ddp
+from mpignn.training.ddp import wrap_ddp
 from mpignn.models import build_model, forward_batch
 from mpignn.mpi import run_main
 from mpignn.runtime import bootstrap, load_local_graph, make_loader

@@ -7,8 +7,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mpignn.ddp import wrap_ddp
-from mpignn.loop import train_epoch
+from mpignn.training.ddp import wrap_ddp
+from mpignn.training.epoch import train_epoch
 from mpignn.models import build_model
 from mpignn.tasks.node import NodeTask
 from mpignn.mpi import root_first, run_main

@@ -7,7 +7,7 @@ import tracemalloc
 
 import numpy as np
 
-from mpignn.metrics import LinkScores, auc, global_auc, positive_ranks
+from mpignn.tasks.link_metrics import LinkScores, auc, global_auc, positive_ranks
 from mpignn.mpi import run_main, world
 
 

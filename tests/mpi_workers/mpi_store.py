@@ -8,7 +8,7 @@ import time
 import torch.distributed as dist
 
 from mpignn.mpi import run_main, whoami, world
-from mpignn.mpi_store import MPIStore
+from mpignn.launch.mpi_store import MPIStore
 
 
 def main() -> None:

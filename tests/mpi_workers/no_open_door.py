@@ -9,7 +9,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from mpignn.dist import Choice, destroy_process_group, init_process_group
+from mpignn.launch.process_group import Choice, destroy_process_group, init_process_group
 from mpignn.env import ipv4_interfaces
 from mpignn.errors import LaunchError
 from mpignn.mpi import run_main, whoami, world

@@ -1,4 +1,4 @@
-"""Wait for SIGUSR2 through mpignn.stopping.StopSignal: argv OUT_DIR SECONDS. Each rank prints its pid once
+"""Wait for SIGUSR2 through mpignn.training.stopping.StopSignal: argv OUT_DIR SECONDS. Each rank prints its pid once
 the handler is installed on every rank, then writes OUT_DIR/rank<R>.txt with `requested=True|False` when the
 flag is set or SECONDS have passed, whichever comes first."""
 import os
@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from mpignn.mpi import run_main, world
-from mpignn.stopping import StopSignal
+from mpignn.training.stopping import StopSignal
 
 
 def main(out: str, seconds: str) -> None:

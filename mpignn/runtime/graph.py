@@ -22,10 +22,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mpignn import dist
-from mpignn.allocator import tune_allocator
-from mpignn.cache_policy import build_cache, cache_budget
-from mpignn.choices import MINIBATCH_MODES
+from mpignn.launch import process_group as dist
+from mpignn.launch.allocator import tune_allocator
+from mpignn.exchange.cache_policy import build_cache, cache_budget
+from mpignn.config.choices import MINIBATCH_MODES
 from mpignn.data import check_known, dataset_key
 from mpignn.data.features import transform_rows
 from mpignn.data.hetero import HeteroSchema, hop_fanouts
@@ -34,17 +34,17 @@ from mpignn.errors import ConfigError, LaunchError, MpignnError, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
 from mpignn.exchange.embedding import NodeEmbedding
 from mpignn.exchange.features import FeatureStore
-from mpignn.graph_options import GraphOptions
-from mpignn.hetero_batch import HeteroLayout
-from mpignn.loader import BatchLoader
+from mpignn.config.graph_options import GraphOptions
+from mpignn.loader.hetero import HeteroLayout
+from mpignn.loader.batches import BatchLoader
 from mpignn.log import setup_logging
 from mpignn.mpi import (Topology, allreduce_max, allreduce_sum, check_all, check_launcher, chunk_bounds,
                         root_first, topology, world)
-from mpignn.part_source import auto_folder, ensure_partition, load_part  # auto_folder: re-exported
+from mpignn.partition.source import auto_folder, ensure_partition, load_part  # auto_folder: re-exported
 from mpignn.partition import LocalPart
 from mpignn.tasks import Task, make_task, picker
-from mpignn.prefetch import overlap, rows_on_device
-from mpignn.report import peak_rss_mb
+from mpignn.loader.prefetch import overlap, rows_on_device
+from mpignn.training.report import peak_rss_mb
 from mpignn.sampling import kernels
 from mpignn.sampling.cooperative import CooperativeSampler
 from mpignn.sampling.distributed import DistributedHops
@@ -184,7 +184,7 @@ def load_local_graph(rt: Runtime, dataset: str, root: str = "data", task: Task |
         opts = GraphOptions(dataset=dataset, root=root, links=task.partition_extras(), **options)
     except TypeError as exc:  # an unknown keyword: the same call on every rank
         raise mark_agreed(ConfigError(f"expected GraphOptions fields as keywords; got {exc}. HINT: see "
-                                      "mpignn.graph_options.GraphOptions")) from None
+                                      "mpignn.config.graph_options.GraphOptions")) from None
     except MpignnError as exc:
         raise mark_agreed(exc) from None
     return build_local_graph(rt, opts, task)
@@ -263,7 +263,7 @@ def _sources(rt: Runtime, opts: GraphOptions, part: LocalPart, local: LocalHops,
 def attach_embedding(rt: Runtime, graph: LocalGraph, dim: int, *, lr: float = 0.1, seed: int = 0) -> LocalGraph:
     """Collective over `rt.comm`: `graph` with every node given `dim` learnable numbers, held by its owner
     (this rank's rows: its part), on a communicator of their own; batches then carry them after the features
-    (`mpignn.loop` pulls them and steps them). Returns a new LocalGraph; `graph` itself is left as it was.
+    (`mpignn.training.epoch` pulls them and steps them). Returns a new LocalGraph; `graph` itself is left as it was.
     Not for a replicated graph (no owners)."""
     if graph.replicated and rt.world_size > 1:
         raise mark_agreed(ConfigError("learnable rows need owners; a replicated graph has none. HINT: "

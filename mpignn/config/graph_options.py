@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from mpignn.choices import (DEFAULT_METHOD, EXCHANGES, FEATURE_DTYPES, FEATURE_NORMS, PARTITION_DEFAULT,
+from mpignn.config.choices import (DEFAULT_METHOD, EXCHANGES, FEATURE_DTYPES, FEATURE_NORMS, PARTITION_DEFAULT,
                             PARTITION_METHODS, check_choice, parse_cache_size)
-from mpignn.config import parse_fanout
+from mpignn.config.train_config import parse_fanout
 
 __all__ = ["GraphOptions"]
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from mpignn.device import accelerator
-from mpignn.watchdog import bounded
+from mpignn.launch.device import accelerator
+from mpignn.mpi.watchdog import bounded
 
 __all__ = ["AllreduceTimer", "wrap_ddp", "optimize_for_device"]
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from mpignn.device import Uploader, pinned_empty, synchronize
+from mpignn.launch.device import Uploader, pinned_empty, synchronize
 from mpignn.exchange.features import FeatureStore
 from mpignn.exchange.halo import ByteCounter, Halo
 from mpignn.mpi import chunk_bounds, pad_to_steps, steps_per_epoch

@@ -23,7 +23,7 @@ from mpignn.exchange.features import FeatureStore
 from mpignn.models import HeteroGNN, SampledGNN
 from mpignn.models.aggregate import MeanAdjacency
 from mpignn.mpi import allreduce_max, allreduce_sum
-from mpignn.predict.blocks import Block, HaloIndex, block_sources, make_blocks, type_runs
+from mpignn.inference.blocks import Block, HaloIndex, block_sources, make_blocks, type_runs
 
 __all__ = ["LayerStack", "gcn_inv_sqrt_degree", "run_layers", "input_table", "own_inputs", "make_store", "to_device",
            "exact_outputs"]

@@ -19,8 +19,8 @@ import torch
 from mpignn import env as _env
 from mpignn.errors import ConfigError, LaunchError
 from mpignn.mpi import library_version
-from mpignn.mpi_store import MPIStore, listening_tcp_store
-from mpignn.rendezvous import rendezvous_endpoint
+from mpignn.launch.mpi_store import MPIStore, listening_tcp_store
+from mpignn.launch.rendezvous import rendezvous_endpoint
 
 __all__ = ["Hardware", "Choice", "DeviceId", "detect_hardware", "visible_devices", "choose", "init_process_group",
            "apply_threads", "destroy_process_group", "device_id_accepted"]

@@ -97,7 +97,7 @@ def spare_memory(rt: Any, features: FeatureStore) -> tuple[int | None, int]:
     the device's free memory for a table on an accelerator."""
     if features.on_host or features.x.device.type == "cpu":
         return mem_available_bytes(), rt.topo.local_size
-    from mpignn.device import accelerator
+    from mpignn.launch.device import accelerator
 
     mod = accelerator(features.x.device)
     free, _ = mod.mem_get_info(features.x.device)

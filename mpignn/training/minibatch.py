@@ -17,8 +17,8 @@ from typing import Any, Callable
 
 import torch
 
-from mpignn.checkpoint import rng_state, set_rng_state
-from mpignn.loop import train_epoch
+from mpignn.training.checkpoint import rng_state, set_rng_state
+from mpignn.training.epoch import train_epoch
 from mpignn.mpi import allreduce_max, allreduce_sum
 
 __all__ = ["Probe", "choose_minibatch", "PROBE_STEPS", "ROUNDS", "MARGIN"]

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from mpignn.compute import MetricSums, autocast, empty_loss, with_rows
-from mpignn.ddp import AllreduceTimer
-from mpignn.device import synchronize
+from mpignn.tasks.forward import MetricSums, autocast, empty_loss, with_rows
+from mpignn.training.ddp import AllreduceTimer
+from mpignn.launch.device import synchronize
 from mpignn.mpi import allreduce_max, allreduce_sum
 from mpignn.tasks import Task
 
@@ -157,7 +157,7 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
     With `end_step` the pass trains steps [start_step, end_step) only (an evaluation inside the epoch); the
     record's `epochs_done` says how far training got (epoch 1 step 50 of 100 -> 1.5). With `test_if`, the
     test split is evaluated only when the validation score reaches it (else the record's test score is None)."""
-    from mpignn.report import peak_rss_mb, rss_mb
+    from mpignn.training.report import peak_rss_mb, rss_mb
 
     features, hops, emb = graph.features, graph.sampler.source, getattr(graph, "embedding", None)
     emb_bytes0 = emb.bytes_received + emb.bytes_sent if emb is not None else 0

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from mpignn.watchdog import bounded
+from mpignn.mpi.watchdog import bounded
 
 __all__ = ["AUC_CHUNK", "auc", "global_auc", "positive_ranks", "LinkScores"]
 

@@ -11,15 +11,15 @@ from typing import Any
 
 import torch
 
-from mpignn.checkpoint import latest_checkpoint, resume_state, save_state
-from mpignn.ddp import optimize_for_device, wrap_ddp
-from mpignn.loop import run_epoch
-from mpignn.report import BestEpoch, append_jsonl, format_epoch, format_final
-from mpignn.schedule import attach_lr_schedule
-from mpignn.stopping import EXIT_STOPPED, StopSignal, requeue
+from mpignn.training.checkpoint import latest_checkpoint, resume_state, save_state
+from mpignn.training.ddp import optimize_for_device, wrap_ddp
+from mpignn.training.epoch import run_epoch
+from mpignn.training.report import BestEpoch, append_jsonl, format_epoch, format_final
+from mpignn.training.schedule import attach_lr_schedule
+from mpignn.training.stopping import EXIT_STOPPED, StopSignal, requeue
 from mpignn.tasks import Task
-from mpignn.tensorboard_log import ScalarLog, eval_index, require
-from mpignn.watchdog import Watchdog, bounded
+from mpignn.training.tensorboard import ScalarLog, eval_index, require
+from mpignn.mpi.watchdog import Watchdog, bounded
 
 __all__ = ["check_flags", "fit", "eval_steps", "keep_best"]
 

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
-from mpignn.choices import (BATCH_SCOPES, DECODERS, DEFAULT_METHOD, EVALS, EXCHANGES, FEATURE_DTYPES,
+from mpignn.config.choices import (BATCH_SCOPES, DECODERS, DEFAULT_METHOD, EVALS, EXCHANGES, FEATURE_DTYPES,
                             FEATURE_NORMS, LR_SCALINGS, MINIBATCHES, MODELS, NEGATIVES, PARTITION_DEFAULT, PARTITION_METHODS,
                             PRECISIONS, PREFETCH_MODES, TASKS, check_choice, parse_cache_size)
 from mpignn.errors import ConfigError

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mpignn.choices import PREFETCH_MODES, check_choice
+from mpignn.config.choices import PREFETCH_MODES, check_choice
 from mpignn.errors import ConfigError, mark_agreed
 
 __all__ = ["overlap", "rows_on_device", "OVERLAP_MIN_THREADS"]

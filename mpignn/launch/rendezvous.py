@@ -2,7 +2,7 @@
 reach (never loopback across hosts) and this rank's interface on its subnet, agreed over MPI.
 
 Imports the stdlib, mpi4py (lazily), `mpignn.env` and `mpignn.errors`; never torch. Its caller is
-`mpignn.dist`, one layer above `mpignn.mpi` (which does not import this module).
+`mpignn.launch.process_group`, one layer above `mpignn.mpi` (which does not import this module).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 def rendezvous_endpoint(comm: Any) -> tuple[str, str | None]:
     """Collective over `comm`: every rank must call it, in the same order. Rank 0's address the other hosts
     reach (MASTER_ADDR), the same on every rank, and this rank's own interface on that address's subnet (for
-    GLOO_SOCKET_IFNAME; None on one host). No port: the store goes over MPI (`mpignn.mpi_store`).
+    GLOO_SOCKET_IFNAME; None on one host). No port: the store goes over MPI (`mpignn.launch.mpi_store`).
 
     The address: a MASTER_ADDR set on rank 0;
     else on one host, what the host name resolves to; across hosts never a loopback address (a host name

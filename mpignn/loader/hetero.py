@@ -7,7 +7,7 @@ edge type's edges stay grouped by hop: `num_sampled_nodes` / `num_sampled_edges`
 counts PyG's `trim_to_layer` and mpignn's hetero models read.
 
 Features stay in the table's dtype here: for an accelerator they are cut into pinned host buffers (or on the
-device, for a device table) and `mpignn.device.Uploader` copies and widens them on the device, as for
+device, for a device table) and `mpignn.launch.device.Uploader` copies and widens them on the device, as for
 homogeneous batches. Imports torch and torch-geometric; never the training loop.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from torch_geometric.data import HeteroData
 
 from mpignn.data.hetero import HeteroSchema, type_of
-from mpignn.device import pinned_empty
+from mpignn.launch.device import pinned_empty
 from mpignn.exchange.features import device_index
 
 __all__ = ["HeteroLayout"]
@@ -42,7 +42,7 @@ class HeteroLayout:
               edge_type: np.ndarray, num_sampled_nodes: list[int], num_sampled_edges: list[int],
               batch_size: int, device: str | torch.device = "cpu") -> HeteroData:
         """The batch (x [nodes, padded features] in batch order, edges as batch indices) by type. Featureless
-        types get a constant one-column input (`mpignn.loop.with_rows` replaces it by learnable rows).
+        types get a constant one-column input (`mpignn.training.epoch.with_rows` replaces it by learnable rows).
 
         Each type's features keep x's dtype (half precision is widened after the copy, by the Uploader). For
         an accelerator `device` a host x is cut into pinned buffers, so the copy is asynchronous, and a device

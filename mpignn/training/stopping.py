@@ -1,6 +1,6 @@
 """Stopping early on Slurm's warning signal: a handler that only sets a flag, and the requeue request.
 
-The ranks agree on the flag at step boundaries (`mpignn.loop.train_epoch`), so they all stop at the same
+The ranks agree on the flag at step boundaries (`mpignn.training.epoch.train_epoch`), so they all stop at the same
 step. Stdlib only: no torch, no MPI here.
 """
 from __future__ import annotations

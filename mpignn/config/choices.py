@@ -31,7 +31,7 @@ BATCH_SCOPES = ("global", "rank")  # runtime.rank_batch_size
 LR_SCALINGS = ("none", "linear", "sqrt")  # schedule.attach_lr_schedule
 PRECISIONS = ("auto", "fp32", "bf16")
 MINIBATCH_MODES = ("independent", "cooperative")  # runtime.make_loader
-MINIBATCHES = (*MINIBATCH_MODES, "auto")  # auto: train.py measures both (mpignn.minibatch)
+MINIBATCHES = (*MINIBATCH_MODES, "auto")  # auto: train.py measures both (mpignn.training.minibatch)
 EVALS = ("sampled", "full")  # fit: tasks.base.Task.evaluate_full
 
 

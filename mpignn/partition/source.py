@@ -14,7 +14,7 @@ import numpy as np
 
 from mpignn.data import dataset_source, load_dataset
 from mpignn.errors import MpignnError, PartitionFormatError
-from mpignn.graph_options import GraphOptions
+from mpignn.config.graph_options import GraphOptions
 from mpignn.mpi import check_all, root_first
 from mpignn.partition import LocalPart, check_matches, load_partition, partition_graph, read_meta
 from mpignn.partition.deliver import deliver_partition
