@@ -4,7 +4,6 @@ import re
 import sys
 import time
 
-import numpy as np
 import pytest
 
 from _mpirun import WORKERS, run_mpi_raw

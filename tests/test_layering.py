@@ -325,3 +325,25 @@ def test_node_ownership_has_one_definition(real_tree):
     assert owner_of(np.array([0, 2, 3, 6]), offsets).tolist() == [0, 0, 2, 2]
     owner, order, counts = group_by_owner(np.array([6, 0, 4, 1]), offsets, 3)
     assert owner.tolist() == [2, 0, 2, 0] and order.tolist() == [1, 3, 0, 2] and counts.tolist() == [2, 0, 2]
+
+
+def untyped_handoffs(root: Path) -> list[str]:
+    """Parameters named rt, graph or cfg annotated `Any` (or not at all): the types that cross layers
+    (`Runtime`, `LocalGraph`, `TrainConfig`) live below the code that takes them, so none need be."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+                    if a.arg in ("rt", "graph", "cfg") and (a.annotation is None or "Any" in ast.unparse(a.annotation)):
+                        out.append(f"{module_name(path, root)}:{node.lineno} {node.name}({a.arg})")
+    return out
+
+
+def test_handoffs_are_typed(tmp_path):
+    pkg = tmp_path / "mpignn"
+    pkg.mkdir()
+    (pkg / "m.py").write_text("from typing import Any\ndef f(rt: Any, graph, cfg: 'TrainConfig', x: Any): ...\n")
+    assert untyped_handoffs(pkg) == ["mpignn.m:2 f(rt)", "mpignn.m:2 f(graph)"]
+    assert untyped_handoffs(PACKAGE) == []

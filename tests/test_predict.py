@@ -14,7 +14,7 @@ import torch
 from torch_geometric.nn import GCNConv
 from torch_geometric.nn.models import GCN
 
-from _mpirun import WORKERS, run_mpi, run_mpi_raw
+from _mpirun import run_mpi, run_mpi_raw
 from mpignn.errors import ConfigError, is_agreed
 from mpignn.models import build_model
 from mpignn.predict import load

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from mpignn.training.report import BEST_FIELDS, BestEpoch, correct_counter, format_final, select_best
+from mpignn.tasks.node import correct_counter
+from mpignn.training.report import BEST_FIELDS, BestEpoch, format_final, select_best
 
 
 def _rec(epoch, val, test):

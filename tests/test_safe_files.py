@@ -1,10 +1,8 @@
 """Nothing mpignn reads back is unpickled, and a write killed half-way never leaves a trusted file."""
 import io
-import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest

@@ -12,9 +12,10 @@ import numpy as np
 
 from mpignn.bench._common import pyg_python, run_reference, table
 from mpignn.config.train_config import parse_fanout
+from mpignn.data.graph import GraphData
 
 
-def measure(graph, fanout: list[int], batch_size: int, batches: int, threads: int) -> dict:
+def measure(graph: GraphData, fanout: list[int], batch_size: int, batches: int, threads: int) -> dict:
     import numba
 
     from mpignn.sampling import LocalHops, NeighborSampler

@@ -7,11 +7,14 @@ Stdlib only: imports config, choices and errors, never torch or numpy.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Sequence, TYPE_CHECKING
 
 from mpignn.config.choices import (DEFAULT_METHOD, EXCHANGES, FEATURE_DTYPES, FEATURE_NORMS, PARTITION_DEFAULT,
                             PARTITION_METHODS, check_choice, parse_cache_size)
 from mpignn.config.train_config import parse_fanout
+
+if TYPE_CHECKING:
+    from mpignn.config.train_config import TrainConfig
 
 __all__ = ["GraphOptions"]
 
@@ -78,7 +81,7 @@ class GraphOptions:
         return None if self.links is None else {**self.links, "seed": self.seed}
 
     @classmethod
-    def from_config(cls, cfg: Any, task: Any) -> "GraphOptions":
+    def from_config(cls, cfg: TrainConfig, task: Any) -> "GraphOptions":
         """The graph options of a `config.TrainConfig` (its flags are checked already) and its `tasks.Task`."""
         return cls(dataset=cfg.dataset, root=cfg.root, partitions=cfg.partitions, method=cfg.partition_method,
                    replicated=cfg.replicated, seed=cfg.seed, local_prep=cfg.local_prep,

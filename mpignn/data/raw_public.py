@@ -147,13 +147,13 @@ def _test_index(path: str) -> np.ndarray:
                            "the original file from https://github.com/kimiyoung/planetoid (data/)") from None
 
 
-def _edges_from_graph(path: str, graph: Any, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+def _edges_from_graph(path: str, adjacency: Any, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """PyG's `edge_index_from_dict`: every listed pair, self-loops removed, duplicates merged."""
-    if not isinstance(graph, dict):
-        raise _bad(path, f"a {type(graph).__name__} where the adjacency dict belongs")
+    if not isinstance(adjacency, dict):
+        raise _bad(path, f"a {type(adjacency).__name__} where the adjacency dict belongs")
     rows: list[int] = []
     cols: list[int] = []
-    for key, value in graph.items():
+    for key, value in adjacency.items():
         if not (isinstance(key, int) and isinstance(value, list) and all(isinstance(v, int) for v in value)):
             raise _bad(path, "an adjacency entry that is not int -> list of ints")
         rows += [key] * len(value)

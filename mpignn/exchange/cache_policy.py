@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Sequence
+from typing import Sequence, TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from mpignn.mpi import allreduce_max
 from mpignn.partition import LocalPart
 from mpignn.sampling.access import access_frequency
 from mpignn.sampling.neighbor import LocalHops
+
+if TYPE_CHECKING:
+    from mpignn.launch.bootstrap import Runtime
 
 __all__ = ["cache_budget", "build_cache", "spare_memory", "AUTO_CACHE_MEMORY_SHARE", "MIN_FETCHES_PER_EPOCH",
            "AUTO_CACHE_FALLBACK_ROWS"]
@@ -59,7 +62,7 @@ def cache_budget(cache_size: int | str, row_bytes: int, reachable: int, worth: i
     return min(int(share // max(1, row_bytes)), worth)
 
 
-def build_cache(rt: Any, local: LocalHops, part: LocalPart, fanouts: Sequence[int], features: FeatureStore,
+def build_cache(rt: Runtime, local: LocalHops, part: LocalPart, fanouts: Sequence[int], features: FeatureStore,
                 cache_size: int | str, seeds: np.ndarray) -> tuple[int, float]:
     """Collective over `rt.comm`: rank the remote nodes by how often sampling is expected to fetch them, size
     the budget, fetch the rows; rank 0 logs the budget. `rt` is a `runtime.Runtime` (comm, rank, topo, choice).
@@ -92,7 +95,7 @@ def build_cache(rt: Any, local: LocalHops, part: LocalPart, fanouts: Sequence[in
     return cache_rows, cache_mib
 
 
-def spare_memory(rt: Any, features: FeatureStore) -> tuple[int | None, int]:
+def spare_memory(rt: Runtime, features: FeatureStore) -> tuple[int | None, int]:
     """(bytes a cache may come out of, ranks that share them): the host's available memory for a host table,
     the device's free memory for a table on an accelerator."""
     if features.on_host or features.x.device.type == "cpu":

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -24,6 +24,10 @@ from mpignn.models import HeteroGNN, SampledGNN
 from mpignn.models.aggregate import MeanAdjacency
 from mpignn.mpi import allreduce_max, allreduce_sum
 from mpignn.inference.blocks import Block, HaloIndex, block_sources, make_blocks, type_runs
+
+if TYPE_CHECKING:
+    from mpignn.launch.bootstrap import Runtime
+    from mpignn.loader.local_graph import LocalGraph
 
 __all__ = ["LayerStack", "gcn_inv_sqrt_degree", "run_layers", "input_table", "own_inputs", "make_store", "to_device",
            "exact_outputs"]
@@ -285,7 +289,7 @@ def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, ch
     return kept
 
 
-def exact_outputs(rt: Any, graph: Any, encoder: torch.nn.Module, *,
+def exact_outputs(rt: Runtime, graph: LocalGraph, encoder: torch.nn.Module, *,
                   chunk: int = 8192) -> tuple[np.ndarray, Any, FeatureStore]:
     """Collective over `rt.comm` where the ranks hold parts: `encoder`'s last-layer rows of this rank's own
     nodes by exact inference with a training run's weights (`--eval full`), in eval mode.

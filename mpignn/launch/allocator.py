@@ -1,4 +1,5 @@
-"""The process's glibc malloc policy for training: fast steps and a peak that stays flat over many epochs.
+"""The process's memory: glibc's malloc policy for training (fast steps, a peak that stays flat over many epochs)
+and the readings of resident memory every layer above reports.
 
 Stdlib only (ctypes); imports nothing of torch or the rest of mpignn. Process-wide: the training CLI applies it,
 a library caller opts in (`runtime.bootstrap(tune_process=True)`). MPIGNN_MALLOC=system leaves malloc alone;
@@ -7,10 +8,11 @@ MPIGNN_MALLOC=heap never unmaps (the fastest steps, for short runs: the peak gro
 from __future__ import annotations
 
 import os
+import resource
 import sys
 from typing import Mapping
 
-__all__ = ["MMAP_THRESHOLD", "tune_allocator", "hugepage_tunables", "reexec_with_hugepages"]
+__all__ = ["MMAP_THRESHOLD", "tune_allocator", "hugepage_tunables", "reexec_with_hugepages", "peak_rss_mb", "rss_mb"]
 
 # Blocks at least this large are mmap'd and unmapped on free; smaller ones stay in the heap. Measured on the
 # default graph, 2 ranks (`python -m mpignn.bench.soak`, whose `RSS at epoch end` column is the heap's growth):
@@ -85,3 +87,21 @@ def reexec_with_hugepages() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, *argv[1:]], env)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (MiB)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
+def rss_mb() -> float | None:
+    """This process's resident memory now (MiB; None where /proc is missing). Unlike the peak, it falls when
+    memory is given back: its growth from epoch to epoch is memory kept (objects, or the allocator's free
+    space), not one batch larger than the others."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20

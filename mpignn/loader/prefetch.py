@@ -5,10 +5,13 @@ Decides from the device, the thread budget, MPI's thread level and how the featu
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from mpignn.config.choices import PREFETCH_MODES, check_choice
 from mpignn.errors import ConfigError, mark_agreed
+
+if TYPE_CHECKING:
+    from mpignn.launch.bootstrap import Runtime
 
 __all__ = ["overlap", "rows_on_device", "OVERLAP_MIN_THREADS"]
 
@@ -19,7 +22,7 @@ __all__ = ["overlap", "rows_on_device", "OVERLAP_MIN_THREADS"]
 OVERLAP_MIN_THREADS = 4
 
 
-def overlap(rt: Any, talks: bool, mode: str = "auto", device_exchange: bool = False) -> bool:
+def overlap(rt: Runtime, talks: bool, mode: str = "auto", device_exchange: bool = False) -> bool:
     """Whether a loader produces the next batch in a background thread.
 
     One part (nothing collective in the loader): always, unless `mode` is off. Several parts: the thread

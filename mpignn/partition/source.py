@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from mpignn.mpi import check_all, root_first
 from mpignn.partition import LocalPart, check_matches, load_partition, partition_graph, read_meta
 from mpignn.partition.deliver import deliver_partition
 from mpignn.partition.links import has_link_split, load_link_split
+
+if TYPE_CHECKING:
+    from mpignn.launch.bootstrap import Runtime
 
 __all__ = ["auto_folder", "ensure_partition", "load_part"]
 
@@ -37,7 +40,7 @@ def auto_folder(root: str, key: str, method: str, num_parts: int, seed: int, sou
     return Path(root) / "mpignn-parts" / f"{safe}-{method}-{num_parts}p-s{seed}"
 
 
-def ensure_partition(rt: Any, opts: GraphOptions, key: str, part_id: int) -> Path:
+def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) -> Path:
     """Collective over `rt.comm`: the partition folder, checked (`opts.partitions`) or made once by rank 0
     (per host with `local_prep`), and delivered to hosts that do not see it."""
     comm, link_params = rt.comm, opts.link_params

@@ -38,7 +38,6 @@ import numpy as np
 from mpignn.errors import ConfigError, mark_agreed
 from mpignn.fileio import (fsync_dir, fsync_file, load_npy, read_json, remove_leftovers, replace_dir, save_npy,
                            temp_name, write_durable)
-from mpignn.mpi import check_all
 
 __all__ = ["FORMAT", "MANIFEST", "check_out", "write_predictions", "load", "read_manifest"]
 

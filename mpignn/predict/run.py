@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -19,7 +18,7 @@ from mpignn.inference.blocks import type_runs
 from mpignn.inference.layerwise import LayerStack, make_store, own_inputs, run_layers
 from mpignn.predict.output import write_predictions
 from mpignn.predict.restore import Restored
-from mpignn.training.report import peak_rss_mb
+from mpignn.launch.allocator import peak_rss_mb
 from mpignn.runtime import Runtime
 
 __all__ = ["infer", "predict_to", "read_pairs"]

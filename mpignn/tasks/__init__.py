@@ -8,10 +8,13 @@ Layer 11 (tasks): imports inference, models and the layers below; never training
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mpignn.config.choices import TASKS, check_choice
 from mpignn.tasks.base import Task, picker
+
+if TYPE_CHECKING:
+    from mpignn.config.train_config import TrainConfig
 
 __all__ = ["Task", "make_task", "task_class", "picker"]
 
@@ -26,7 +29,7 @@ def task_class(name: str) -> type[Task]:
     return getattr(importlib.import_module(module), cls)
 
 
-def make_task(cfg: Any = None, name: str = "node") -> Task:
+def make_task(cfg: TrainConfig | None = None, name: str = "node") -> Task:
     """The task of a `config.TrainConfig` (`cfg.task`, its flags), or the task `name` with its defaults."""
     if cfg is None:
         return task_class(name)()

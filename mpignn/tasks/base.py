@@ -5,7 +5,7 @@ task is one module with a `Task` subclass plus one line in `mpignn.config.choice
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -13,6 +13,11 @@ import torch
 from mpignn.tasks.forward import count_equal
 from mpignn.errors import ConfigError
 from mpignn.mpi import chunk_bounds
+
+if TYPE_CHECKING:
+    from mpignn.config.train_config import TrainConfig
+    from mpignn.launch.bootstrap import Runtime
+    from mpignn.loader.local_graph import LocalGraph
 
 __all__ = ["Task", "Pick", "picker"]
 
@@ -49,7 +54,7 @@ class Task:
     model_flags: tuple[str, ...] = ()
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "Task":
+    def from_config(cls, cfg: TrainConfig) -> "Task":
         """The task a `config.TrainConfig` asks for (its flags are checked already)."""
         return cls()
 
@@ -61,7 +66,7 @@ class Task:
     def check_graph(self, schema: Any) -> None:
         """Raise ConfigError for a graph the task cannot run on (`schema`: a heterogeneous graph's, or None)."""
 
-    def check_cooperative(self, graph: Any = None) -> None:
+    def check_cooperative(self, graph: LocalGraph | None = None) -> None:
         """Raise ConfigError where cooperative mini-batches cannot train this task (on `graph`: a LocalGraph;
         None: the flags alone). Only a task whose batches are node seeds and whose forward is the model's."""
         raise ConfigError(f"--minibatch cooperative trains node classification; --task {self.name} batches "
@@ -76,7 +81,7 @@ class Task:
         partition held out (`partition_extras`; None when nothing was)."""
         return held_out
 
-    def seeds(self, graph: Any, split: str, pick: Pick) -> Any:
+    def seeds(self, graph: LocalGraph, split: str, pick: Pick) -> Any:
         """This rank's seed source of `split` ("train", "val", "test") for `loader.BatchLoader`: node ids, or an
         object with `__len__`, `draw(sampler, items, seed)` and `attach(data, extra)`."""
         raise NotImplementedError
@@ -86,7 +91,7 @@ class Task:
         return batch_size
 
     # --- model and loss --------------------------------------------------------------------------------------
-    def build_model(self, name: str, graph: Any, hidden: int, num_layers: int, dropout: float) -> torch.nn.Module:
+    def build_model(self, name: str, graph: LocalGraph, hidden: int, num_layers: int, dropout: float) -> torch.nn.Module:
         raise NotImplementedError
 
     def forward(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
@@ -110,7 +115,7 @@ class Task:
         return count_equal(pred, labels)
 
     # --- evaluation and the record ---------------------------------------------------------------------------
-    def evaluate(self, rt: Any, model: torch.nn.Module, loaders: dict[str, Any], *, now: bool, bf16: bool,
+    def evaluate(self, rt: Runtime, model: torch.nn.Module, loaders: dict[str, Any], *, now: bool, bf16: bool,
                  embedding: Any, test_if: float | None) -> dict[str, Any]:
         """Collective over `rt.comm` when `now`: the record's score fields (`val_<metric>`, `test_<metric>` and
         any others), reduced over the ranks; None where a split was not scored (not `now`, or the validation
@@ -121,7 +126,7 @@ class Task:
         """The scores of an epoch record as the epoch line prints them."""
         raise NotImplementedError
 
-    def evaluate_full(self, rt: Any, graph: Any, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
+    def evaluate_full(self, rt: Runtime, graph: LocalGraph, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
         """Collective over `rt.comm`: the scores of exact inference (`--eval full`: every layer over whole
         neighbourhoods, `predict.layerwise`) as record fields `<split>_<metric>_full`.
 

@@ -3,7 +3,7 @@ are each rank's remaining edges with fresh negatives per batch, the head a decod
 embeddings, the loss binary cross-entropy, the scores AUC, MRR and Hits@K, exact across ranks (`metrics`)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -18,6 +18,11 @@ from mpignn.models.link import LinkModel
 from mpignn.partition.links import train_pairs
 from mpignn.inference.layerwise import exact_outputs
 from mpignn.tasks.base import Pick, Task, picker
+
+if TYPE_CHECKING:
+    from mpignn.config.train_config import TrainConfig
+    from mpignn.launch.bootstrap import Runtime
+    from mpignn.loader.local_graph import LocalGraph
 
 __all__ = ["LinkTask", "LinkSeeds", "evaluate_links", "score_pairs"]
 
@@ -84,7 +89,7 @@ class LinkTask(Task):
         self.decoder, self.negatives, self.hits_k = decoder, negatives, hits_k
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "LinkTask":
+    def from_config(cls, cfg: TrainConfig) -> "LinkTask":
         return cls(val=cfg.link_val, test=cfg.link_test, num_tails=cfg.link_tails, decoder=cfg.decoder,
                    negatives=cfg.negatives, hits_k=cfg.hits_k)
 
@@ -104,7 +109,7 @@ class LinkTask(Task):
         part owning its smaller end)."""
         return {**held_out, "train_pos": train_pairs(part.rowptr, part.col, part.lo)}
 
-    def seeds(self, graph: Any, split: str, pick: Pick) -> LinkSeeds:
+    def seeds(self, graph: LocalGraph, split: str, pick: Pick) -> LinkSeeds:
         arrays, num_nodes = graph.task_data, graph.part.meta.num_nodes
         pos = pick(arrays[f"{split}_pos"], 1)
         if split == "train":
@@ -115,7 +120,7 @@ class LinkTask(Task):
     def eval_batch_size(self, seeds: Any, batch_size: int) -> int:
         return max(1, 8 * batch_size // (2 + seeds.tails.shape[1]))  # each positive brings 1 + K negatives
 
-    def build_model(self, name: str, graph: Any, hidden: int, num_layers: int, dropout: float) -> torch.nn.Module:
+    def build_model(self, name: str, graph: LocalGraph, hidden: int, num_layers: int, dropout: float) -> torch.nn.Module:
         encoder = build_model(name, graph.in_channels(), hidden, hidden, num_layers, dropout, schema=graph.schema)
         return LinkModel(encoder, hidden, self.decoder)
 
@@ -133,7 +138,7 @@ class LinkTask(Task):
         loss_sum = F.binary_cross_entropy_with_logits(logits.float(), labels, reduction="sum")
         return loss_sum, (logits > 0).to(labels.dtype), labels
 
-    def evaluate(self, rt: Any, model: torch.nn.Module, loaders: dict[str, Any], *, now: bool, bf16: bool,
+    def evaluate(self, rt: Runtime, model: torch.nn.Module, loaders: dict[str, Any], *, now: bool, bf16: bool,
                  embedding: Any, test_if: float | None) -> dict[str, Any]:
         scores: dict[str, dict[str, float]] = {}
         test_now = now
@@ -147,7 +152,7 @@ class LinkTask(Task):
         return {"val_auc": scores["val"]["auc"] if "val" in scores else None, "test_auc": test.get("auc"),
                 "test_mrr": test.get("mrr"), f"test_hits@{self.hits_k}": test.get("hits")}
 
-    def evaluate_full(self, rt: Any, graph: Any, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
+    def evaluate_full(self, rt: Runtime, graph: LocalGraph, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
         module = getattr(model, "module", model).eval()
         _, comm, store = exact_outputs(rt, graph, self.encoder(module), chunk=chunk)
         pick = picker(graph.replicated, rt.world_size, rt.rank)

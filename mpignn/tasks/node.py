@@ -2,7 +2,7 @@
 classes, the loss is cross-entropy, the score accuracy (counted by ogb's Evaluator for ogbn-* datasets)."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -13,8 +13,12 @@ from mpignn.errors import ConfigError
 from mpignn.models import build_model, forward_batch
 from mpignn.mpi import allreduce_sum
 from mpignn.inference.layerwise import exact_outputs
-from mpignn.training.report import correct_counter
 from mpignn.tasks.base import Pick, Task
+
+if TYPE_CHECKING:
+    from mpignn.config.train_config import TrainConfig
+    from mpignn.launch.bootstrap import Runtime
+    from mpignn.loader.local_graph import LocalGraph
 
 __all__ = ["NodeTask", "evaluate_nodes"]
 
@@ -29,18 +33,18 @@ class NodeTask(Task):
         self.counter = counter or count_equal
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "NodeTask":
+    def from_config(cls, cfg: TrainConfig) -> "NodeTask":
         return cls(correct_counter(cfg.dataset))
 
-    def seeds(self, graph: Any, split: str, pick: Pick) -> Any:
+    def seeds(self, graph: LocalGraph, split: str, pick: Pick) -> Any:
         return pick(getattr(graph.part, f"{split}_idx"), 0)
 
-    def check_cooperative(self, graph: Any = None) -> None:
+    def check_cooperative(self, graph: LocalGraph | None = None) -> None:
         if graph is not None and graph.layout is not None:
             raise ConfigError("--minibatch cooperative samples homogeneous graphs; this one has node and edge "
                               "types. HINT: --minibatch independent")
 
-    def build_model(self, name: str, graph: Any, hidden: int, num_layers: int, dropout: float) -> torch.nn.Module:
+    def build_model(self, name: str, graph: LocalGraph, hidden: int, num_layers: int, dropout: float) -> torch.nn.Module:
         return build_model(name, graph.in_channels(), hidden, graph.num_classes, num_layers, dropout,
                            schema=graph.schema)
 
@@ -54,7 +58,7 @@ class NodeTask(Task):
     def count_correct(self, pred: torch.Tensor, labels: torch.Tensor) -> Any:
         return self.counter(pred, labels)
 
-    def evaluate(self, rt: Any, model: torch.nn.Module, loaders: dict[str, Any], *, now: bool, bf16: bool,
+    def evaluate(self, rt: Runtime, model: torch.nn.Module, loaders: dict[str, Any], *, now: bool, bf16: bool,
                  embedding: Any, test_if: float | None) -> dict[str, Any]:
         if not now:
             return {"val_acc": None, "test_acc": None}
@@ -73,7 +77,7 @@ class NodeTask(Task):
     def predict_fields(self, out: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"pred": out.argmax(-1)}  # the class, as evaluation counts it
 
-    def evaluate_full(self, rt: Any, graph: Any, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
+    def evaluate_full(self, rt: Runtime, graph: LocalGraph, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
         module = getattr(model, "module", model)
         logits, comm, _ = exact_outputs(rt, graph, self.encoder(module), chunk=chunk)
         part = graph.part
@@ -110,3 +114,23 @@ def evaluate_nodes(model: torch.nn.Module, loader: Any, *, device: str, bf16: bo
         metric_sums.add("correct", (metric or count_equal)(logits.argmax(-1), batch.y[:n]))
         sums["seeds"] += n
     return metric_sums.flush()
+
+
+def correct_counter(dataset: str) -> Callable[[Any, Any], float]:
+    """How many predictions are right, per batch: for `ogbn-*` datasets through ogb's `Evaluator(dataset)`
+    (its accuracy times the batch's size, rounded: exact, so sums over batches and ranks stay exact), else
+    equal labels. `pred` and `labels` are 1-D tensors of class ids."""
+    if not dataset.startswith("ogbn-"):
+        return lambda pred, labels: float((pred == labels).sum())
+    from ogb.nodeproppred import Evaluator
+
+    evaluator = Evaluator(dataset)
+
+    def count(pred: Any, labels: Any) -> float:
+        n = len(labels)
+        if not n:
+            return 0.0
+        acc = evaluator.eval({"y_true": labels.reshape(-1, 1), "y_pred": pred.reshape(-1, 1)})["acc"]
+        return float(round(acc * n))
+
+    return count

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -17,6 +17,10 @@ from mpignn.training.ddp import AllreduceTimer
 from mpignn.launch.device import synchronize
 from mpignn.mpi import allreduce_max, allreduce_sum
 from mpignn.tasks import Task
+
+if TYPE_CHECKING:
+    from mpignn.launch.bootstrap import Runtime
+    from mpignn.loader.local_graph import LocalGraph
 
 __all__ = ["train_epoch", "run_epoch"]
 
@@ -143,9 +147,9 @@ class RowCounts:
         return out
 
 
-def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+def run_epoch(rt: Runtime, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
               loaders: dict[str, Any], *, task: Task, bf16: bool, timer: AllreduceTimer | None, evaluate_now: bool,
-              graph: Any, stop: Any = None, start_step: int = 0, end_step: int | None = None,
+              graph: LocalGraph, stop: Any = None, start_step: int = 0, end_step: int | None = None,
               carry: dict[str, float] | None = None, test_if: float | None = None) -> dict[str, Any]:
     """Collective over `rt.comm`: train one epoch (and evaluate val/test on every rank's share when
     `evaluate_now`, as `task.evaluate` does), then reduce everything into one record (sums divided once;
@@ -157,7 +161,7 @@ def run_epoch(rt: Any, epoch: int, model: torch.nn.Module, optimizer: torch.opti
     With `end_step` the pass trains steps [start_step, end_step) only (an evaluation inside the epoch); the
     record's `epochs_done` says how far training got (epoch 1 step 50 of 100 -> 1.5). With `test_if`, the
     test split is evaluated only when the validation score reaches it (else the record's test score is None)."""
-    from mpignn.training.report import peak_rss_mb, rss_mb
+    from mpignn.launch.allocator import peak_rss_mb, rss_mb
 
     features, hops, emb = graph.features, graph.sampler.source, getattr(graph, "embedding", None)
     emb_bytes0 = emb.bytes_received + emb.bytes_sent if emb is not None else 0

@@ -7,7 +7,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import torch
 
@@ -21,12 +21,17 @@ from mpignn.tasks import Task
 from mpignn.training.tensorboard import ScalarLog, eval_index, require
 from mpignn.mpi.watchdog import Watchdog, bounded
 
+if TYPE_CHECKING:
+    from mpignn.config.train_config import TrainConfig
+    from mpignn.launch.bootstrap import Runtime
+    from mpignn.loader.local_graph import LocalGraph
+
 __all__ = ["check_flags", "fit", "eval_steps", "keep_best"]
 
 log = logging.getLogger(__name__)
 
 
-def check_flags(cfg: Any, task: Any) -> None:
+def check_flags(cfg: TrainConfig, task: Any) -> None:
     """Refuse what the epoch loop needs beyond the flags themselves (those are checked once, by `TrainConfig`):
     an optional package, a task's exact evaluation. Not collective: the flags are the same everywhere."""
     if cfg.tensorboard:  # up front, before any data is loaded: the optional package is installed
@@ -37,7 +42,7 @@ def check_flags(cfg: Any, task: Any) -> None:
         task.evaluate_full(None, None, None)  # its ConfigError: the task has no exact evaluation
 
 
-def _wants_resume(cfg: Any, comm: Any) -> bool:
+def _wants_resume(cfg: TrainConfig, comm: Any) -> bool:
     """Collective over `comm`: --resume, or --requeue with a checkpoint present (rank 0 looks, all agree)."""
     if cfg.resume or not cfg.requeue:
         return bool(cfg.resume)
@@ -46,7 +51,7 @@ def _wants_resume(cfg: Any, comm: Any) -> bool:
         return bool(comm.bcast(found, root=0))
 
 
-def fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn.Module,
+def fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any], model: torch.nn.Module,
         optimizer: torch.optim.Optimizer, stop: StopSignal | None = None) -> int:
     """Collective over `rt.comm`: train `graph.task` for epochs `cfg.epochs`, resuming when asked; returns the
     exit code:
@@ -61,7 +66,7 @@ def fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn.
         return _fit(cfg, rt, graph, loaders, model, optimizer, stop)
 
 
-def _fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn.Module,
+def _fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any], model: torch.nn.Module,
          optimizer: torch.optim.Optimizer, stop: StopSignal | None = None) -> int:
     """`fit` without the watchdog.
 
@@ -153,7 +158,7 @@ def _fit(cfg: Any, rt: Any, graph: Any, loaders: dict[str, Any], model: torch.nn
     return 0
 
 
-def _save(cfg: Any, rt: Any, graph: Any, *, epoch: int, step: int, model: torch.nn.Module,
+def _save(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, *, epoch: int, step: int, model: torch.nn.Module,
           optimizer: torch.optim.Optimizer, extra: dict[str, Any]) -> Path:
     """Collective over `rt.comm`: one checkpoint generation (each rank's learnable rows, tagged with the epoch
     and step, and the model, optimizer and RNG states), keeping the newest --keep-checkpoints."""
@@ -186,7 +191,7 @@ def eval_steps(steps: int, evals_per_epoch: int) -> list[int]:
     return sorted({-(-i * steps // k) for i in range(1, k + 1)}) if steps else [0]
 
 
-def _stopped(cfg: Any, rt: Any, graph: Any, stop: Any, rec: dict[str, Any], model: torch.nn.Module,
+def _stopped(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, stop: Any, rec: dict[str, Any], model: torch.nn.Module,
              optimizer: torch.optim.Optimizer, best: BestEpoch) -> int:
     """Collective over `rt.comm`: save where the run stopped, say so on rank 0, requeue if asked."""
     epoch, step = rec["epoch"], rec["stopped_step"]

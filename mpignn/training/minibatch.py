@@ -13,13 +13,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TYPE_CHECKING
 
 import torch
 
 from mpignn.training.checkpoint import rng_state, set_rng_state
 from mpignn.training.epoch import train_epoch
 from mpignn.mpi import allreduce_max, allreduce_sum
+
+if TYPE_CHECKING:
+    from mpignn.launch.bootstrap import Runtime
 
 __all__ = ["Probe", "choose_minibatch", "PROBE_STEPS", "ROUNDS", "MARGIN"]
 
@@ -58,7 +61,7 @@ class _Discard:
         self.model.zero_grad(set_to_none=True)
 
 
-def choose_minibatch(rt: Any, model: torch.nn.Module, make_loader: Callable[[str], Any], *, task: Any,
+def choose_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[[str], Any], *, task: Any,
                      bf16: bool = False, refusal: str = "") -> tuple[str, dict[str, Probe]]:
     """Collective over `rt.comm`: "cooperative" or "independent", and what each measured.
 
@@ -110,7 +113,7 @@ class _Clock:
             self.done.append(time.perf_counter())
 
 
-def _measure(rt: Any, model: torch.nn.Module, loader: Any, task: Any, bf16: bool) -> Probe:
+def _measure(rt: Runtime, model: torch.nn.Module, loader: Any, task: Any, bf16: bool) -> Probe:
     """Collective: `loader`'s first 1 + PROBE_STEPS steps of epoch 0, the first untimed."""
     loader.set_epoch(0, 0, 1 + PROBE_STEPS)
     halo0 = getattr(loader.sampler, "halo_bytes", 0)

@@ -1,16 +1,12 @@
 """Per-epoch numbers: one reduced record, printed as a line on rank 0 and appended as JSON; the
-best-validation-epoch selection and the accuracy counter (ogb's Evaluator for ogbn-* datasets)."""
+best-validation-epoch selection."""
 from __future__ import annotations
 
 import json
-import os
-import resource
-import sys
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
-__all__ = ["peak_rss_mb", "rss_mb", "format_epoch", "append_jsonl", "FIELDS", "BestEpoch", "select_best",
-           "correct_counter", "format_final"]
+__all__ = ["format_epoch", "append_jsonl", "FIELDS", "BestEpoch", "select_best", "format_final"]
 
 BEST_FIELDS = ("best_epoch", "best_val_acc", "test_acc_at_best_val")
 FIELDS = ("epoch", "epochs_done", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "seeds_per_s", "sample_s",
@@ -18,24 +14,6 @@ FIELDS = ("epoch", "epochs_done", "loss", "train_acc", "val_acc", "test_acc", "e
           "remote_structure_bytes", "embedding_bytes", "cache_hit_rate", "graph_mib", "peak_rss_mb",
           "load_peak_rss_mb", "train_peak_rss_mb", "rss_mb", "world_size", "redundancy",
           "halo_step_bytes", *BEST_FIELDS)
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory so far (MiB)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
-
-
-def rss_mb() -> float | None:
-    """This process's resident memory now (MiB; None where /proc is missing). Unlike the peak, it falls when
-    memory is given back: its growth from epoch to epoch is memory kept (objects, or the allocator's free
-    space), not one batch larger than the others."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            pages = int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def format_epoch(rec: dict[str, Any], scores: str, unit: str = "seeds") -> str:
@@ -96,26 +74,6 @@ def select_best(records: Iterable[dict[str, Any]]) -> BestEpoch:
     for rec in records:
         best.update(rec)
     return best
-
-
-def correct_counter(dataset: str) -> Callable[[Any, Any], float]:
-    """How many predictions are right, per batch: for `ogbn-*` datasets through ogb's `Evaluator(dataset)`
-    (its accuracy times the batch's size, rounded: exact, so sums over batches and ranks stay exact), else
-    equal labels. `pred` and `labels` are 1-D tensors of class ids."""
-    if not dataset.startswith("ogbn-"):
-        return lambda pred, labels: float((pred == labels).sum())
-    from ogb.nodeproppred import Evaluator
-
-    evaluator = Evaluator(dataset)
-
-    def count(pred: Any, labels: Any) -> float:
-        n = len(labels)
-        if not n:
-            return 0.0
-        acc = evaluator.eval({"y_true": labels.reshape(-1, 1), "y_pred": pred.reshape(-1, 1)})["acc"]
-        return float(round(acc * n))
-
-    return count
 
 
 def format_final(best: BestEpoch, last: dict[str, Any], world_size: int, name: str = "", metric: str = "") -> str:

@@ -1,0 +1,106 @@
+"""Starting a rank: `bootstrap` (topology, logging, thread budget, device, torch.distributed) returns the
+`Runtime` every layer above takes; `reduce_sums` and `shutdown` close the loop a user writes.
+
+Imports torch (through `process_group`), never torch-geometric or the data layers.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from mpignn.env import bound_onednn_cache, thread_budget
+from mpignn.errors import LaunchError, MpignnError
+from mpignn.launch import process_group as dist
+from mpignn.launch.allocator import tune_allocator
+from mpignn.log import setup_logging
+from mpignn.mpi import Topology, allreduce_sum, check_all, check_launcher, topology, world
+
+__all__ = ["Runtime", "bootstrap", "reduce_sums", "shutdown"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """This rank's place in the job and what it computes on."""
+
+    comm: Any
+    topo: Topology
+    choice: dist.Choice
+    threads: int
+
+    @property
+    def device(self) -> str:
+        return self.choice.device
+
+    @property
+    def rank(self) -> int:
+        return self.topo.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.topo.world_size
+
+
+def bootstrap(device: str = "auto", backend: str = "auto", threads: int = 0, *, logging_setup: bool = True,
+              comm: Any = None, tune_process: bool = False, collective_timeout: float = 600.0) -> Runtime:
+    """Collective over COMM_WORLD (or `comm`): topology, logging, thread budget, device, torch.distributed.
+
+    Args:
+        tune_process: also apply mpignn's process-wide tuning, as `python -m mpignn.train` does: glibc's
+            malloc keeps freed heap memory and mmaps blocks of 256 KiB and more (`allocator.tune_allocator`:
+            fast steps, a flat peak over many epochs) and oneDNN's primitive
+            cache is capped (`env.bound_onednn_cache`). Off by default: both change the whole process, the
+            rest of your program included. Turn it on before any torch compute runs.
+        collective_timeout: seconds a torch.distributed collective may wait (the process group's timeout).
+    Raises:
+        LaunchError: on every rank alike, when the device or backend is not there, or when the wrong `mpirun`
+            started the job (MPI sees one process while the launcher started several).
+    """
+    check_launcher()
+    comm = world() if comm is None else comm
+    topo = topology(comm)
+    if logging_setup:
+        setup_logging(topo.rank, topo.world_size, topo.host)
+    budget, oversubscribed = thread_budget(topo.local_size)
+    if oversubscribed and topo.local_rank == 0:
+        log.warning("%d ranks share %d cores on %s: oversubscribed, expect slow steps. HINT: fewer ranks per "
+                    "host (mpirun -ppn) or more cores per task", topo.local_size, os.cpu_count(), topo.host)
+    threads = threads or budget
+    dist.apply_threads(threads)
+    if tune_process:
+        tune_allocator()
+        bound_onednn_cache()
+    error, kind = "", LaunchError
+    choice = dist.Choice("cpu", "gloo")
+    hw = dist.detect_hardware()
+    # which devices each rank sees, by identity (one allgather at start-up): ranks that each see one GPU
+    # (srun --gpus-per-task=1, a per-rank CUDA_VISIBLE_DEVICES) do not share it
+    seen = comm.allgather((topo.host_rank, dist.visible_devices(device, hw) if device in dist.DEVICES else ()))
+    peers = [ids for host, ids in seen if host == topo.host_rank]  # in local-rank order (topology's split key)
+    try:
+        choice = dist.choose(device, backend, hw, topo.local_rank, topo.local_size, peers)
+    except MpignnError as exc:
+        error, kind = str(exc), type(exc)
+    check_all(comm, not error, error, kind)
+    if topo.world_size > 1:
+        dist.init_process_group(comm, topo.rank, topo.world_size, topo.local_rank, topo.local_size, choice,
+                                timeout_s=collective_timeout)
+    log.info("%d ranks on %d hosts, %d threads each, device %s, backend %s", topo.world_size, topo.num_hosts,
+             threads, choice.device, choice.backend)
+    return Runtime(comm=comm, topo=topo, choice=choice, threads=threads)
+
+
+def reduce_sums(rt: Runtime, values: dict[str, float]) -> dict[str, float]:
+    """Collective over `rt.comm`: sum each value over the ranks (reduce sums, then divide; never average
+    averages)."""
+    keys = sorted(values)
+    summed = allreduce_sum(rt.comm, [values[k] for k in keys])
+    return dict(zip(keys, summed.tolist()))
+
+
+def shutdown() -> None:
+    """Tear down torch.distributed (MPI finalises itself at exit)."""
+    dist.destroy_process_group()

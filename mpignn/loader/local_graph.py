@@ -1,0 +1,60 @@
+"""`LocalGraph`: one rank's part with the sampler and feature store built on it, the value every layer above
+the loader takes as `graph` (`runtime.build_local_graph` makes it).
+
+Imports nothing at run time: the types it holds are named for the type checker only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mpignn.data.hetero import HeteroSchema
+    from mpignn.exchange.embedding import NodeEmbedding
+    from mpignn.exchange.features import FeatureStore
+    from mpignn.loader.hetero import HeteroLayout
+    from mpignn.partition import LocalPart
+    from mpignn.sampling.neighbor import NeighborSampler
+
+__all__ = ["LocalGraph"]
+
+
+@dataclass(frozen=True)
+class LocalGraph:
+    """This rank's part and the sampler and feature store built on it (`attach_embedding` returns a new one)."""
+
+    part: LocalPart
+    sampler: NeighborSampler
+    features: FeatureStore
+    replicated: bool
+    folder: Path
+    load_peak_rss_mb: float = 0.0  # this rank's peak memory by the end of start-up (imports, part, cache)
+    cache_rows: int = 0  # remote feature rows cached, the most on any rank
+    cache_mib: float = 0.0  # their MiB, the most on any rank
+    graph_mib: float = 0.0  # memory that depends on the graph (part arrays, one sampling thread's id map, cache)
+    task: Any = None  # a `tasks.Task` (a layer above, so not named here): what seeds and the head are for
+    task_data: dict | None = None  # this rank's arrays of the task (`Task.local_data`: e.g. held-out edges)
+    embedding: NodeEmbedding | None = None  # learnable rows of this rank's nodes (`attach_embedding`)
+    layout: HeteroLayout | None = None  # heterogeneous graphs: how batches are cut by type (HeteroData)
+
+    @property
+    def schema(self) -> HeteroSchema | None:
+        return self.layout.schema if self.layout is not None else None
+
+    def in_channels(self) -> int | dict[str, int]:
+        """A model's input width: `num_features`, or per node type on a heterogeneous graph (its features;
+        a featureless type its learnable rows, or the constant 1-column input without them)."""
+        if self.layout is None:
+            return self.num_features
+        emb = self.embedding.dim if self.embedding is not None else 1
+        return {t: d or emb for t, d in zip(self.schema.node_types, self.schema.feature_dims)}
+
+    @property
+    def num_classes(self) -> int:
+        return self.part.meta.num_classes
+
+    @property
+    def num_features(self) -> int:
+        """Numbers per node a batch carries: the features, then the learnable rows if any."""
+        return self.part.meta.num_features + (self.embedding.dim if self.embedding is not None else 0)

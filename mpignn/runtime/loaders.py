@@ -1,0 +1,96 @@
+"""Loaders of the Python API: `make_loader` (a rank's seeds of a split, independent or cooperative
+mini-batches) and the per-rank share of a global batch.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from mpignn.config.choices import MINIBATCH_MODES
+from mpignn.errors import ConfigError, mark_agreed
+from mpignn.exchange.alltoall import make_alltoall
+from mpignn.launch.bootstrap import Runtime
+from mpignn.loader.batches import BatchLoader
+from mpignn.loader.local_graph import LocalGraph
+from mpignn.loader.prefetch import overlap, rows_on_device
+from mpignn.mpi import chunk_bounds
+from mpignn.sampling.cooperative import CooperativeSampler
+from mpignn.sampling.neighbor import NeighborSampler
+from mpignn.tasks import make_task, picker
+
+__all__ = ["make_loader", "cooperative_refusal", "rank_batch_size"]
+
+
+def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[int] | None = None, *,
+                batch_size: int = 1024, batch_scope: str = "global", shuffle: bool | None = None, seed: int = 0,
+                prefetch: str = "auto", max_steps: int = 0, minibatch: str = "independent") -> BatchLoader:
+    """Collective over `rt.comm` (agrees on the step count): a loader over this rank's seeds of `split`
+    ("train", "val" or "test") as `graph.task` gives them (`Task.seeds`: the split's nodes; for link
+    prediction its pairs, and batches then carry `edge_label_index` and `edge_label`, as PyG's
+    LinkNeighborLoader gives); in replicated mode each rank takes a ceiling-division share of them.
+
+    Args:
+        batch_size: seeds (nodes, or positive pairs) per step; for "train" with `batch_scope="global"` the
+            global batch, of which this rank takes its ceiling-division share (`rank_batch_size`); per rank
+            otherwise. Evaluation steps hold `Task.eval_batch_size` seeds (held-out pairs each bring 1 + K
+            negatives, so their batches hold fewer positives).
+        prefetch: auto, on or off: produce batch k+1 in a thread while batch k computes; see `overlap`.
+        max_steps: for "train", at most this many steps per epoch (0: all), each epoch from a fresh shuffle.
+        minibatch: for "train" on several parts, "cooperative": the ranks sample one batch together and each
+            sampled node is computed by its owner only (`sampling.cooperative`); "independent": each rank
+            samples and computes its share's neighbourhoods. Evaluation is independent.
+    """
+    task = graph.task or make_task()
+    if minibatch not in MINIBATCH_MODES:  # the same argument on every rank ("auto" is the caller's to resolve)
+        raise mark_agreed(ConfigError(f"minibatch must be one of {', '.join(MINIBATCH_MODES)}; got {minibatch!r}. "
+                                      "HINT: minibatch='independent'"))
+    seeds = task.seeds(graph, split, picker(graph.replicated, rt.world_size, rt.rank))
+    train = split == "train"
+    if not train:
+        batch_size = task.eval_batch_size(seeds, batch_size)
+    sampler = graph.sampler
+    if fanouts is not None and list(fanouts) != sampler.fanouts:
+        sampler = NeighborSampler(sampler.source, sampler.num_nodes, fanouts)
+    talks = rt.world_size > 1 and not graph.replicated
+    if train:
+        batch_size = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
+        if minibatch == "cooperative" and talks:
+            sampler = _cooperative_sampler(rt, graph, sampler.fanouts)
+    return BatchLoader(sampler, graph.features, seeds, batch_size, shuffle=train if shuffle is None else shuffle,
+                       seed=seed, comm=rt.comm, device=rt.device,
+                       prefetch=overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)),
+                       wrap=train, max_steps=max_steps if train else 0, layout=graph.layout)
+
+
+def cooperative_refusal(graph: LocalGraph) -> str:
+    """Why cooperative mini-batches cannot train `graph` (a one-line error with its hint), or "" where they
+    can. Not collective: every rank's graph is of the same kind."""
+    try:
+        graph.task.check_cooperative(graph)
+    except ConfigError as exc:
+        return str(exc)
+    if graph.embedding is not None:
+        return ("--minibatch cooperative does not carry learnable rows yet. HINT: --minibatch independent, or "
+                "drop --embed-dim")
+    return ""
+
+
+def _cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any]) -> CooperativeSampler:
+    """Collective over `rt.comm`: sampling on one communicator of its own (the loader thread's) and the layers'
+    rows on another (the training thread's), by the transport the features take."""
+    problem = cooperative_refusal(graph)
+    if problem:
+        raise mark_agreed(ConfigError(problem))
+    local = graph.sampler.source.local
+    rows = make_alltoall("torch" if rows_on_device(graph.features) else "mpi", rt.comm.Dup(), rt.device)
+    return CooperativeSampler(rt.comm.Dup(), local, np.asarray(graph.part.meta.part_offsets), fanouts, rows)
+
+
+def rank_batch_size(batch_size: int, world_size: int, rank: int, scope: str = "global") -> int:
+    """This rank's training seeds per step: its ceiling-division share of a global `batch_size` (at least
+    one seed), or `batch_size` itself with scope "rank"."""
+    if scope == "rank":
+        return batch_size
+    start, stop = chunk_bounds(batch_size, world_size, rank)
+    return max(1, stop - start)
