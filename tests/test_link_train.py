@@ -9,6 +9,7 @@ import pytest
 
 from _mpirun import SHARED, run_mpi_raw
 from mpignn.config.train_config import parse
+from mpignn.training.record import undocumented
 from mpignn.errors import ConfigError
 
 pytestmark = pytest.mark.mpi
@@ -37,6 +38,7 @@ def test_link_training_reports_exact_pair_metrics(tmp_path, n, extra):
     for field in FIELDS:
         assert last[field] is not None, field
     assert "val_acc" not in last and "seeds_per_s" not in last
+    assert undocumented(last) == [], "document the new key in training.record.SCHEMA"
     assert last["test_auc"] > 0.8 and 0 < last["test_mrr"] <= 1 and last["edges_per_s"] > 0, last
 
 

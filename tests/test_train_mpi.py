@@ -38,10 +38,11 @@ def test_metrics_file_has_every_field(tmp_path, n, extra):
     acc, out = train(n, tmp_path, *SMALL, "--metrics-out", str(metrics), *extra)
     rows = [json.loads(l) for l in metrics.read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [0, 1, 2]
-    from mpignn.training.report import FIELDS
+    from mpignn.training.record import FIELDS, undocumented
 
     for field in FIELDS:
         assert field in rows[-1], field
+    assert [undocumented(r) for r in rows] == [[]] * 3, "document the new key in training.record.SCHEMA"
     assert rows[-1]["world_size"] == n and acc > 0.3
     # the reported accuracy is the test accuracy of the best validation epoch (OGB protocol)
     best = max(rows, key=lambda r: (r["val_acc"], -r["epoch"]))

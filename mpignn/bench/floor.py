@@ -52,6 +52,7 @@ def _worker(args: argparse.Namespace) -> None:
     from mpignn.models.sampled import SampledGNN
     from mpignn.partition.format import load_partition, read_meta
     from mpignn.sampling.cooperative import CooperativeSampler
+    from mpignn.training.record import redundancy
     from mpignn.sampling.neighbor import LocalHops, NeighborSampler
 
     tune_allocator()
@@ -115,7 +116,7 @@ def _worker(args: argparse.Namespace) -> None:
             comm.Barrier()  # rank 0 counts alone: the others would time its counting in their next collective
     per_rank = comm.gather({"times": times.tolist(), "rows": rows / args.steps, "inputs": inputs / args.steps,
                             "halo": getattr(sampler, "halo_bytes", 0) / args.steps,
-                            "redundancy": max(a / b for a, b in per_layer) if comm.rank == 0 else None}, root=0)
+                            "redundancy": redundancy(*zip(*per_layer)) if comm.rank == 0 else None}, root=0)
     if comm.rank == 0:
         print(json.dumps(per_rank), flush=True)
 

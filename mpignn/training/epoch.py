@@ -17,6 +17,7 @@ from mpignn.training.ddp import AllreduceTimer
 from mpignn.launch.device import synchronize
 from mpignn.mpi import allreduce_max, allreduce_sum
 from mpignn.tasks import Task
+from mpignn.training.record import epoch_record
 
 if TYPE_CHECKING:
     from mpignn.launch.bootstrap import Runtime
@@ -201,43 +202,18 @@ def run_epoch(rt: Runtime, epoch: int, model: torch.nn.Module, optimizer: torch.
     keys = sorted(local)
     total = dict(zip(keys, allreduce_sum(rt.comm, [local[k] for k in keys]).tolist()))
     per_step = lambda v: v / max(sums["steps"], 1)  # noqa: E731
-    slowest = allreduce_max(rt.comm, [train_s, times.sample_s, times.exchange_s, sums["compute_s"],
-                                      sums["allreduce_s"], peak_rss_mb(), graph.load_peak_rss_mb,
-                                      times.wait_s, train_peak, rss_mb() or 0.0,
-                                      *(per_step(counts[f"rows_{j}"]) for j in layers)]).tolist()
-    steps_all = max(total["steps"] / rt.world_size, 1)
-    shares = [total[f"counted_rows_{j}"] / total[f"union_rows_{j}"] for j in layers if total[f"union_rows_{j}"]]
-    frac = lambda a, b: (total[a] / total[b]) if total[b] else None  # noqa: E731
-    rec = {
-        "epoch": epoch, "epochs_done": epoch + min(end_step or steps, steps) / max(steps, 1),
-        "loss": frac("loss_sum", "seeds") or 0.0, "train_acc": frac("correct", "seeds"), **scores,
-        "epoch_s": slowest[0], f"{task.unit}_per_s": total["units"] / slowest[0] if slowest[0] else 0.0,
-        "sample_s": slowest[1], "exchange_s": slowest[2], "compute_s": slowest[3], "allreduce_s": slowest[4],
-        "wait_s": slowest[7],
-        # per rank and step: where a batch is split over ranks, each rank's share of the seeds still reaches
-        # more than its share of the nodes (neighbourhoods overlap), which is the work that does not shrink
-        "nodes_per_step": total["nodes"] / total["steps"] if total["steps"] else 0.0,
-        "remote_feature_bytes": int(total["remote_feature_bytes"]),
-        "remote_structure_bytes": int(total["remote_structure_bytes"]),
-        "embedding_bytes": int(total["embedding_bytes"]),
-        "cache_hit_rate": (total["cache_hits"] / total["remote_rows"]) if total["remote_rows"] else 0.0,
-        "cache_rows": graph.cache_rows, "cache_mib": graph.cache_mib, "graph_mib": graph.graph_mib,
-        "peak_rss_mb": slowest[5], "load_peak_rss_mb": slowest[6], "train_peak_rss_mb": slowest[8],
-        "rss_mb": slowest[9] or None,  # resident at the epoch's end: grows only with memory kept
-        "world_size": rt.world_size,
-        # the work neighbourhood overlap repeats: rows per layer (0: input rows) of a step on all ranks, and on
-        # the busiest rank; redundancy = rows computed on all ranks / rows of the union of their batches, the
-        # largest over the layers (1.0: each row once; independent batches count the union once a pass)
-        "rows_per_step": [round(total[f"rows_{j}"] / steps_all, 1) for j in layers],
-        "own_rows_per_step": [round(v, 1) for v in slowest[10:]],
-        "redundancy": round(max(shares), 4) if shares else None,
-        "halo_step_bytes": int(total["halo_bytes"] / steps_all),
-        "minibatch": "cooperative" if getattr(loaders["train"].sampler, "cooperative", False) else "independent",
-    }
-    if stopped:
-        rec["stopped_step"] = int(sums["stopped_step"])
-        rec["partial"] = {key: total[key] for key in _CARRIED}
-    return rec
+    maxima = {"epoch_s": train_s, "sample_s": times.sample_s, "exchange_s": times.exchange_s,
+              "compute_s": sums["compute_s"], "allreduce_s": sums["allreduce_s"], "peak_rss_mb": peak_rss_mb(),
+              "load_peak_rss_mb": graph.load_peak_rss_mb, "wait_s": times.wait_s, "train_peak_rss_mb": train_peak,
+              "rss_mb": rss_mb() or 0.0}
+    reduced = allreduce_max(rt.comm, [*maxima.values(), *(per_step(counts[f"rows_{j}"]) for j in layers)]).tolist()
+    slowest = {**dict(zip(maxima, reduced)), "own_rows": reduced[len(maxima):]}
+    return epoch_record(
+        epoch=epoch, epochs_done=epoch + min(end_step or steps, steps) / max(steps, 1), total=total,
+        slowest=slowest, scores=scores, unit=task.unit, layers=len(layers), world_size=rt.world_size,
+        graph_fields={"cache_rows": graph.cache_rows, "cache_mib": graph.cache_mib, "graph_mib": graph.graph_mib},
+        minibatch="cooperative" if getattr(loaders["train"].sampler, "cooperative", False) else "independent",
+        stopped_step=int(sums["stopped_step"]) if stopped else None, carried=_CARRIED)
 
 
 _CARRIED = ("loss_sum", "correct", "seeds", "units")

@@ -19,6 +19,7 @@ import torch
 
 from mpignn.training.checkpoint import rng_state, set_rng_state
 from mpignn.training.epoch import train_epoch
+from mpignn.training.record import redundancy
 from mpignn.mpi import allreduce_max, allreduce_sum
 
 if TYPE_CHECKING:
@@ -125,9 +126,9 @@ def _measure(rt: Runtime, model: torch.nn.Module, loader: Any, task: Any, bf16: 
     local = [getattr(loader.sampler, "halo_bytes", 0) - halo0,
              *(sums.get(f"{name}_{j}", 0.0) for j in layers for name in ("counted_rows", "union_rows"))]
     total = allreduce_sum(rt.comm, local).tolist()
-    shares = [total[1 + 2 * i] / total[2 + 2 * i] for i in range(len(layers)) if total[2 + 2 * i]]
+    share = redundancy(total[1::2], total[2::2])
     return Probe(step_s=float(allreduce_max(rt.comm, [seconds])[0]) / (len(clock.done) - 1),
-                 redundancy=max(shares) if shares else None, halo_step_bytes=total[0] / steps)
+                 redundancy=share, halo_step_bytes=total[0] / steps)
 
 
 def _fmt(value: float | None) -> str:

@@ -1,19 +1,14 @@
-"""Per-epoch numbers: one reduced record, printed as a line on rank 0 and appended as JSON; the
-best-validation-epoch selection."""
+"""The epoch record (`training.record`) printed as a line on rank 0 and appended as JSON; the
+best-validation-epoch selection and the final line."""
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
-__all__ = ["format_epoch", "append_jsonl", "FIELDS", "BestEpoch", "select_best", "format_final"]
+from mpignn.training.record import BEST_FIELDS, FIELDS
 
-BEST_FIELDS = ("best_epoch", "best_val_acc", "test_acc_at_best_val")
-FIELDS = ("epoch", "epochs_done", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "seeds_per_s", "sample_s",
-          "exchange_s", "compute_s", "allreduce_s", "wait_s", "nodes_per_step", "remote_feature_bytes",
-          "remote_structure_bytes", "embedding_bytes", "cache_hit_rate", "graph_mib", "peak_rss_mb",
-          "load_peak_rss_mb", "train_peak_rss_mb", "rss_mb", "world_size", "redundancy",
-          "halo_step_bytes", *BEST_FIELDS)
+__all__ = ["format_epoch", "append_jsonl", "FIELDS", "BEST_FIELDS", "BestEpoch", "select_best", "format_final"]
 
 
 def format_epoch(rec: dict[str, Any], scores: str, unit: str = "seeds") -> str:

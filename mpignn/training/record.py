@@ -1,0 +1,148 @@
+"""The epoch record: every field of the metrics JSONL (`--metrics-out`), the epoch line and TensorBoard, documented
+once (`SCHEMA`) and built here (`epoch_record`), with redundancy computed in one place (`redundancy`).
+
+A record is a plain dict (its JSON keys are what readers of metrics.jsonl know); `SCHEMA` says, for each key,
+its unit, what it means and which module fills it. Keys that depend on the task are patterns: `<split>_<metric>`
+(`Task.metric`: acc or auc), `<unit>_per_s` (`Task.unit`: seeds or edges), `test_hits@K`, `..._full`.
+Stdlib only.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+__all__ = ["Field", "SCHEMA", "FIELDS", "BEST_FIELDS", "epoch_record", "redundancy", "undocumented"]
+
+
+@dataclass(frozen=True)
+class Field:
+    """One key of the epoch record."""
+
+    unit: str
+    """What the number counts ("" for a ratio, a name or an index)."""
+    meaning: str
+    filled_by: str
+    """The module that puts it into the record."""
+
+
+_EPOCH, _FIT, _TASK = "training.record (from training.epoch)", "training.fit", "tasks (Task.evaluate)"
+_SLOW = "the slowest rank's"
+
+SCHEMA: dict[str, Field] = {
+    "epoch": Field("", "0-based epoch index", _EPOCH),
+    "epochs_done": Field("epochs", "training done at this record (epoch 1, step 50 of 100 -> 1.5)", _EPOCH),
+    "step": Field("steps", "only for an evaluation inside an epoch (--evals-per-epoch): the steps trained so far",
+                  _FIT),
+    "loss": Field("", "mean training loss over the epoch's labelled items on all ranks (sums divided once)", _EPOCH),
+    "train_acc": Field("", "share of the epoch's training items predicted right, on all ranks", _EPOCH),
+    "<split>_<metric>": Field("", "val/test score of sampled neighbourhoods (acc; auc, and test_mrr for links); "
+                              "None when not evaluated this time", _TASK),
+    "test_hits@K": Field("", "--task link: share of held-out edges ranked in the top K of their negatives", _TASK),
+    "<split>_<metric>_full": Field("", "--eval full: the same score from exact inference over whole "
+                                   "neighbourhoods", "tasks (Task.evaluate_full), added by training.fit"),
+    "<unit>_per_s": Field("items/s", "training throughput: seeds (nodes) or positive edges per second, all ranks",
+                          _EPOCH),
+    "epoch_s": Field("s", f"{_SLOW} training time of the epoch (evaluation excluded)", _EPOCH),
+    "sample_s": Field("s", f"{_SLOW} time in sampling (the loader's)", _EPOCH),
+    "exchange_s": Field("s", f"{_SLOW} time fetching remote features and structure", _EPOCH),
+    "compute_s": Field("s", f"{_SLOW} forward + backward + optimizer time, all-reduce excluded", _EPOCH),
+    "allreduce_s": Field("s", f"{_SLOW} time in the gradient all-reduce and the per-step agreement", _EPOCH),
+    "wait_s": Field("s", f"{_SLOW} time the training thread waited for its next batch", _EPOCH),
+    "nodes_per_step": Field("nodes", "nodes one step of one rank computed on (seeds and sampled neighbours), "
+                            "mean", _EPOCH),
+    "remote_feature_bytes": Field("bytes", "feature rows received from their owners, all ranks", _EPOCH),
+    "remote_structure_bytes": Field("bytes", "adjacency received from its owners while sampling, all ranks",
+                                    _EPOCH),
+    "embedding_bytes": Field("bytes", "learnable rows (--embed-dim) sent and received, all ranks", _EPOCH),
+    "cache_hit_rate": Field("", "share of remote rows served by the feature cache", _EPOCH),
+    "cache_rows": Field("rows", "remote feature rows cached, the most on any rank", "runtime.graph"),
+    "cache_mib": Field("MiB", "their memory, the most on any rank", "runtime.graph"),
+    "graph_mib": Field("MiB", "memory that depends on the graph (part arrays, sampler scratch, cache, learnable "
+                       "rows), the most on any rank", "runtime.graph"),
+    "peak_rss_mb": Field("MiB", "process peak resident memory so far, the most on any rank", _EPOCH),
+    "load_peak_rss_mb": Field("MiB", "peak resident memory by the end of start-up, the most on any rank",
+                              "runtime.graph"),
+    "train_peak_rss_mb": Field("MiB", "peak resident memory by the end of training (before evaluation)", _EPOCH),
+    "rss_mb": Field("MiB", "resident memory at the epoch's end (grows only with memory kept)", _EPOCH),
+    "world_size": Field("ranks", "ranks in the job", _EPOCH),
+    "rows_per_step": Field("rows", "rows computed per layer (0: input rows) in one step of all ranks", _EPOCH),
+    "own_rows_per_step": Field("rows", "the same on the busiest rank", _EPOCH),
+    "redundancy": Field("", "rows computed on all ranks / rows of the union of their batches, the largest over "
+                        "the layers (1.0: each row once; `redundancy`)", _EPOCH),
+    "halo_step_bytes": Field("bytes", "--minibatch cooperative: layer rows and their gradients moved per step",
+                             _EPOCH),
+    "minibatch": Field("", "how the batch was split over ranks: independent or cooperative", _EPOCH),
+    "stopped_step": Field("steps", "only when a signal stopped the epoch: the first step not trained", _EPOCH),
+    "partial": Field("", "only when stopped: the done steps' sums a resumed run adds back", _EPOCH),
+    "best_epoch": Field("", "the evaluated epoch with the best validation score so far", _FIT),
+    "best_val_<metric>": Field("", "that validation score", _FIT),
+    "test_<metric>_at_best_val": Field("", "the test score at that epoch (what the OGB protocol reports)", _FIT),
+}
+
+BEST_FIELDS = ("best_epoch", "best_val_acc", "test_acc_at_best_val")
+FIELDS = ("epoch", "epochs_done", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "seeds_per_s", "sample_s",
+          "exchange_s", "compute_s", "allreduce_s", "wait_s", "nodes_per_step", "remote_feature_bytes",
+          "remote_structure_bytes", "embedding_bytes", "cache_hit_rate", "graph_mib", "peak_rss_mb",
+          "load_peak_rss_mb", "train_peak_rss_mb", "rss_mb", "world_size", "redundancy",
+          "halo_step_bytes", *BEST_FIELDS)
+"""The numeric fields of every node-classification record (the epoch line and TensorBoard show them)."""
+
+_PATTERNS = [(re.escape(k).replace("<split>", "(val|test)").replace("<metric>", r"[a-z]+(?:@\d+)?")
+              .replace("<unit>", "[a-z]+").replace("K", r"\d+"), k) for k in SCHEMA if "<" in k or "@K" in k]
+
+
+def undocumented(rec: Mapping[str, Any]) -> list[str]:
+    """The keys of `rec` that `SCHEMA` does not document (by name or pattern)."""
+    return [k for k in rec if k not in SCHEMA and not any(re.fullmatch(p, k) for p, _ in _PATTERNS)]
+
+
+def redundancy(counted: Sequence[float], union: Sequence[float]) -> float | None:
+    """Rows computed on all ranks / rows of the union of their batches, per layer, the largest (None where no
+    layer's union was counted). 1.0: each row computed once."""
+    shares = [c / u for c, u in zip(counted, union) if u]
+    return max(shares) if shares else None
+
+
+def epoch_record(*, epoch: int, epochs_done: float, total: Mapping[str, float], slowest: Mapping[str, Any],
+                 scores: Mapping[str, Any], unit: str, layers: int, world_size: int, graph_fields: Mapping[str, float],
+                 minibatch: str, stopped_step: int | None = None, carried: Sequence[str] = ()) -> dict[str, Any]:
+    """The record of one epoch from its reduced numbers.
+
+    Args:
+        total: sums over all ranks (loss_sum, correct, seeds, units, nodes, steps, rows_j, counted_rows_j,
+            union_rows_j, the byte counts, cache_hits, remote_rows).
+        slowest: maxima over ranks (epoch_s, sample_s, exchange_s, compute_s, allreduce_s, wait_s, the memory
+            readings, own_rows: the busiest rank's rows per step per layer).
+        scores: the task's evaluation fields. graph_fields: cache_rows, cache_mib, graph_mib of the LocalGraph.
+        carried: with `stopped_step`, the sums kept as `partial` for a resumed run.
+    """
+    frac = lambda a, b: (total[a] / total[b]) if total[b] else None  # noqa: E731
+    steps_all = max(total["steps"] / world_size, 1)
+    rec: dict[str, Any] = {
+        "epoch": epoch, "epochs_done": epochs_done,
+        "loss": frac("loss_sum", "seeds") or 0.0, "train_acc": frac("correct", "seeds"), **scores,
+        "epoch_s": slowest["epoch_s"],
+        f"{unit}_per_s": total["units"] / slowest["epoch_s"] if slowest["epoch_s"] else 0.0,
+        **{k: slowest[k] for k in ("sample_s", "exchange_s", "compute_s", "allreduce_s", "wait_s")},
+        "nodes_per_step": total["nodes"] / total["steps"] if total["steps"] else 0.0,
+        "remote_feature_bytes": int(total["remote_feature_bytes"]),
+        "remote_structure_bytes": int(total["remote_structure_bytes"]),
+        "embedding_bytes": int(total["embedding_bytes"]),
+        "cache_hit_rate": (total["cache_hits"] / total["remote_rows"]) if total["remote_rows"] else 0.0,
+        **graph_fields,
+        **{k: slowest[k] for k in ("peak_rss_mb", "load_peak_rss_mb", "train_peak_rss_mb")},
+        "rss_mb": slowest["rss_mb"] or None,
+        "world_size": world_size,
+        "rows_per_step": [round(total[f"rows_{j}"] / steps_all, 1) for j in range(layers)],
+        "own_rows_per_step": [round(v, 1) for v in slowest["own_rows"]],
+    }
+    share = redundancy([total[f"counted_rows_{j}"] for j in range(layers)],
+                       [total[f"union_rows_{j}"] for j in range(layers)])
+    rec["redundancy"] = round(share, 4) if share is not None else None
+    rec["halo_step_bytes"] = int(total["halo_bytes"] / steps_all)
+    rec["minibatch"] = minibatch
+    if stopped_step is not None:
+        rec["stopped_step"] = stopped_step
+        rec["partial"] = {key: total[key] for key in carried}
+    return rec
