@@ -78,7 +78,7 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
         cap = min(cfg.max_steps or PROBE_STEPS + 1, PROBE_STEPS + 1)
         mode, _ = choose_minibatch(rt, model, lambda m: loader("train", m, cap), task=task,
                                    bf16=cfg.precision == "bf16",
-                                   refusal="--replicated" if graph.replicated else cooperative_refusal(graph))
+                                   refusal=cooperative_refusal(graph))
         cfg = dataclasses.replace(cfg, minibatch=mode)  # what checkpoints record: a resume compares it
     loaders = {split: loader(split, cfg.minibatch) for split in ("train", "val", "test")}
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

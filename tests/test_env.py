@@ -71,9 +71,10 @@ def test_onednn_cache_is_bounded_unless_the_user_set_it(monkeypatch):
 def test_bootstrap_leaves_the_process_alone_unless_asked(monkeypatch):
     # API users' own loops keep their malloc and oneDNN settings; the CLI (below) opts in.
     from mpignn import runtime
+    from mpignn.launch import bootstrap
 
     tuned = []
-    monkeypatch.setattr(runtime, "tune_allocator", lambda: tuned.append("malloc"))
+    monkeypatch.setattr(bootstrap, "tune_allocator", lambda: tuned.append("malloc"))
     monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
     runtime.bootstrap(logging_setup=False)
     assert tuned == [] and "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ

@@ -1,20 +1,19 @@
 """`GraphOptions`: everything `runtime.build_local_graph` needs to know about this rank's graph, in one frozen value.
 
 Made once from the training config (`GraphOptions.from_config(cfg)`) or from keyword arguments (the Python
-API); its checks are the ones `TrainConfig` runs on the same flags (`choices`), so both paths refuse alike.
+API); its defaults are `TrainConfig`'s and its checks the ones `TrainConfig` runs on the same flags (`choices`,
+`refusals`), so both paths default and refuse alike.
 Stdlib only: imports config, choices and errors, never torch or numpy.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence, TYPE_CHECKING
+from typing import Any, Sequence
 
-from mpignn.config.choices import (DEFAULT_METHOD, EXCHANGES, FEATURE_DTYPES, FEATURE_NORMS, PARTITION_DEFAULT,
-                            PARTITION_METHODS, check_choice, parse_cache_size)
-from mpignn.config.train_config import parse_fanout
+from mpignn.config.choices import (DEFAULT_METHOD, EXCHANGES, FEATURE_DTYPES, FEATURE_NORMS, PARTITION_METHODS, check_choice, parse_cache_size)
+from mpignn.config.refusals import check_combinations
+from mpignn.config.train_config import TrainConfig, parse_fanout
 
-if TYPE_CHECKING:
-    from mpignn.config.train_config import TrainConfig
 
 __all__ = ["GraphOptions"]
 
@@ -28,39 +27,39 @@ class GraphOptions:
     """
 
     # data source
-    dataset: str = "synthetic"
+    dataset: str = TrainConfig.dataset
     """A dataset name (`data.KNOWN`)."""
-    root: str = "data"
+    root: str = TrainConfig.root
     """Folder for datasets, their caches and automatic partitions."""
     # partition
-    partitions: str = ""
+    partitions: str = TrainConfig.partitions
     """A partition folder (`python -m mpignn.partition`); empty: rank 0 partitions under `root/mpignn-parts/`."""
-    method: str = PARTITION_DEFAULT
+    method: str = TrainConfig.partition_method
     """Partitioner of an automatic partition: metis, kaminpar, random or auto (`TrainConfig.partition_method`)."""
-    replicated: bool = False
+    replicated: bool = TrainConfig.replicated
     """One part holding the whole graph on every rank."""
-    seed: int = 0
+    seed: int = TrainConfig.seed
     """Seeds the partitioner and the held-out edges of link prediction."""
-    local_prep: bool = False
+    local_prep: bool = TrainConfig.local_prep
     """Rank 0 of every host prepares the partition (node-local disks), not rank 0 alone."""
-    prep_timeout: float | None = None
+    prep_timeout: float | None = TrainConfig.prep_timeout
     """Seconds the other ranks wait for the preparing rank (None: no bound)."""
-    force: bool = False
+    force: bool = TrainConfig.force
     """Partition delivery may replace what is not an mpignn partition folder at the path."""
     # sampling
-    fanouts: Sequence[int] = (15,)
+    fanouts: Sequence[int] = tuple(parse_fanout(TrainConfig.fanout))
     """Neighbours sampled per layer (-1: all)."""
     edge_fanouts: dict[str, Sequence[int]] | None = None
     """Heterogeneous graphs: per edge type fanouts (`data.hetero.hop_fanouts`)."""
     # cache and exchange
-    cache_size: int | str = 0
+    cache_size: int | str = TrainConfig.cache_size
     """Remote feature rows cached per rank (`cache_policy`): a row count, "auto", or 0 for none."""
-    exchange: str = "auto"
+    exchange: str = TrainConfig.exchange
     """Feature transport: auto/mpi (MPI on host buffers) or torch (torch.distributed, e.g. NCCL)."""
     # features
-    feature_norm: str = "none"
+    feature_norm: str = TrainConfig.feature_norm
     """none, or row (each row scaled to sum 1), applied by each owner to its rows after loading."""
-    feature_dtype: str = "fp32"
+    feature_dtype: str = TrainConfig.feature_dtype
     """fp32, fp16 or bf16: the table, the cache and the exchange in that dtype (batches arrive as float32)."""
     # task extras
     links: dict[str, Any] | None = field(default=None)
@@ -74,6 +73,7 @@ class GraphOptions:
         check_choice("exchange", self.exchange, EXCHANGES)
         check_choice("feature_norm", self.feature_norm, FEATURE_NORMS)
         check_choice("feature_dtype", self.feature_dtype, FEATURE_DTYPES)
+        check_combinations({"partitions": self.partitions, "replicated": self.replicated})
 
     @property
     def link_params(self) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 from mpignn.config.choices import (BATCH_SCOPES, DECODERS, DEFAULT_METHOD, EVALS, EXCHANGES, FEATURE_DTYPES,
                             FEATURE_NORMS, LR_SCALINGS, MINIBATCHES, MODELS, NEGATIVES, PARTITION_DEFAULT, PARTITION_METHODS,
                             PRECISIONS, PREFETCH_MODES, TASKS, check_choice, parse_cache_size)
+from mpignn.config.refusals import check_combinations
 from mpignn.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -67,17 +68,14 @@ class TrainConfig:
     epochs: int = 5
     """Passes over the training nodes (the embedded graph plateaus by then on 1 or 2 ranks)."""
     batch_size: int = 1024
-    """Training seeds per optimizer step: across all ranks with --batch-scope global (each rank takes its
-    ceiling-division share, so any number of ranks takes the same steps), per rank with --batch-scope rank.
-    Evaluation batches are this size on every rank."""
+    """Training seeds per optimizer step: over all ranks with --batch-scope global (split among them, so any
+    rank count takes the same steps), per rank with --batch-scope rank. Also the evaluation batch."""
     max_steps: int = 0
     """Training steps per epoch at most (0: all). Each epoch then trains on that many batches of a fresh
     shuffle, as Lightning's limit_train_batches does: for quick checks and benchmarks on big edge sets."""
     batch_scope: str = "global"
-    """global: --batch-size is the global batch (training means the same on any number of ranks; on 2 ranks
-    it reached the target accuracy of `python -m mpignn.bench --target-acc auto` in 0.51x the per-rank batch's
-    time on the default graph, 0.86x on a community graph: README); rank: every rank takes --batch-size seeds
-    per step, so the global batch and the steps per epoch change with the rank count."""
+    """global: --batch-size is the global batch, so training means the same on any rank count (and it reached
+    the target accuracy sooner than rank: docs/training.md); rank: --batch-size seeds per rank."""
     lr_scaling: str = "none"
     """none, linear or sqrt: multiply --lr by (global batch / --batch-size), or its square root, when the
     global batch grows (only with --batch-scope rank on several ranks), reached by a linear warm-up."""
@@ -90,22 +88,21 @@ class TrainConfig:
     """Heterogeneous graphs: fanouts of some edge types in place of --fanout, as TYPE=F1,F2,... per edge type
     (TYPE is src__relation__dst, e.g. actor__to__movie=5,5), several separated by ';'."""
     hidden: int = 256
+    """Width of each hidden layer."""
     lr: float = 0.003
+    """Learning rate of Adam (multiplied as --lr-scaling says, where it applies)."""
     dropout: float = 0.7
-    """Dropout after each hidden layer (0 turns it off). 0.7 by measurement (docs/training.md "Defaults and
-    why"): over 30 epochs on 2 ranks the default graph's validation ends 0.12-0.13 point below its best
-    (seeds 0 and 1; 8 points without dropout), and 5 epochs score higher than with 0, 0.5 or 0.6."""
+    """Dropout after each hidden layer (0: off). 0.7: without it the default graph overfits; 0.7 stayed
+    nearest its best validation and scored highest at 5 epochs (docs/training.md "Defaults and why")."""
     weight_decay: float = 0.0
-    """L2 penalty of Adam. Off: with dropout 0.5 it did not help the default graph (5e-4 ended 0.44 point below
-    the best validation, 1e-3 0.26, none 0.15), and alone it did not stop the overfitting."""
+    """L2 penalty of Adam. Off: on the default graph it did not improve on dropout, and alone it did not stop
+    the overfitting (docs/training.md "Defaults and why")."""
     model: str = "sage"
     """sage (GraphSAGE), gcn or gat; on a heterogeneous graph sage (a SAGE conv per edge type, summed per
     node type) or rgcn."""
     task: str = "node"
-    """node (classify the labelled nodes) or link (predict held-out edges: rank 0 holds out --link-val and
-    --link-test of the undirected edges before partitioning; metrics AUC, MRR and Hits@K). A link run takes
-    its own defaults for the flags not given: --feature-norm row --epochs 100 --fanout 10,10 --hidden 128
-    --lr 0.01 --eval-every 5 --dropout 0 --weight-decay 0 (config.LINK_DEFAULTS)."""
+    """node (classify the labelled nodes) or link (predict held-out edges; AUC, MRR, Hits@K). A link run has
+    its own defaults for flags not given (config.LINK_DEFAULTS; docs/training.md "Defaults and why")."""
     decoder: str = "dot"
     """--task link: score a pair by the dot product of its embeddings (dot) or an MLP over their product."""
     negatives: str = "uniform"
@@ -120,75 +117,60 @@ class TrainConfig:
     hits_k: int = 10
     """--task link: K of the reported Hits@K."""
     feature_norm: str = "none"
-    """row: scale each node's features to sum 1 (PyG's NormalizeFeatures, which its Planetoid examples use;
-    GraphSAGE on raw bag-of-words counts loses link AUC on Cora: README), done by each owner on its own rows;
-    none: as stored."""
+    """row: scale each node's features to sum 1, by their owner (PyG's NormalizeFeatures; raw bag-of-words
+    counts lose link AUC on Cora: docs/tasks.md); none: as stored."""
     feature_dtype: str = "fp32"
     """fp32, fp16 or bf16: how each rank holds its feature rows, its cache and the rows it exchanges (half
     the memory and the bytes; each batch is widened to float32 on the device). The partition stays fp32."""
     seed: int = 0
+    """Random seed: initial weights, batch order and sampling, dropout, held-out links, automatic partition."""
     partitions: str = ""
     """A partition folder from `python -m mpignn.partition`; empty: partition on rank 0 under --root."""
     force: bool = False
     """Let partition delivery replace what sits at the partition path on a host even when it is not an mpignn
     partition folder (refused otherwise, so nothing mpignn did not write is deleted)."""
     partition_method: str = PARTITION_DEFAULT
-    """Partitioner (here, of the automatic partition; python -m mpignn.partition --method has the same choices
-    and default): metis, the default, as pymetis is always installed and gives the same parts for the same seed
-    on every machine; kaminpar (pip install kaminpar), faster on graphs of many millions of nodes; random; or
-    auto (kaminpar where installed, else metis)."""
+    """metis (the default: always installed, the same parts for a seed on every machine), kaminpar (pip install
+    kaminpar; faster on graphs of millions of nodes), random, or auto (kaminpar if installed)."""
     replicated: bool = False
     """Keep the whole graph on every rank and split the training nodes (small graphs)."""
     cache_size: int | str = "auto"
-    """Remote nodes whose features each rank caches, those sampling is expected to fetch most first (an
-    analytic estimate of each node's fetches per epoch under the fanout). auto: a quarter of the memory the
-    host has available (MemAvailable, or the cgroup's limit if lower; the device's free memory for a
-    `--exchange torch` table on a GPU) split among its ranks, capped by the remote nodes expected to be
-    fetched at least once in 10 epochs; an int: that many rows at most; 0: no cache."""
+    """Remote nodes whose feature rows each rank caches, most-fetched first. auto: a quarter of the host's
+    available memory over its ranks (docs/launchers-and-devices.md); N: at most N rows; 0: none."""
     device: str = "auto"
+    """auto, cpu, cuda or xpu; auto: a GPU or XPU per node-local rank where torch sees one, else the CPU."""
     backend: str = "auto"
     """torch.distributed backend for DDP: auto, gloo, mpi, nccl, xccl, ccl."""
     exchange: str = "auto"
     """How remote features travel: auto or mpi (mpi4py on host buffers, the fastest here), or torch
     (torch.distributed all_to_all on the DDP backend: NCCL/xccl device tensors, gloo on CPU)."""
     prefetch: str = "auto"
-    """Produce batch k+1 (sample, exchange, copy to the device) in a thread while batch k computes: auto
-    (always with one part; with several, on a GPU/XPU or with >= 4 threads per rank, where a core is free
-    for it), on, or off."""
+    """Produce batch k+1 (sample, exchange, copy) in a thread while batch k computes: auto (with one part, or
+    on a GPU/XPU or with >= 4 threads per rank, where a core is free), on, or off."""
     threads: int = 0
     """Threads per rank; 0: the host's cores divided by its ranks."""
     precision: str = "auto"
-    """fp32, bf16 (autocast: 1.7x faster epochs on CPUs with bf16 matrix units, same accuracy in
-    `python -m mpignn.bench.epoch`, but a peak that grows over the first epochs: see the README), or auto
-    (= fp32)."""
+    """fp32, bf16 (autocast: faster on CPUs with bf16 matrix units at the same accuracy, but its peak memory
+    grows over the first epochs: docs/failures.md), or auto (= fp32)."""
     embed_dim: int = 0
-    """Learnable numbers per node, appended to its features (nodes without useful features learn a row each):
-    each rank holds its nodes' rows, batches fetch remote rows from their owners, and the owners update the
-    rows a step touched with sparse Adagrad (`mpignn.exchange.embedding`). 0: none."""
+    """Learnable numbers per node, appended to its features (for nodes without useful features); owners keep
+    and update their rows by sparse Adagrad (mpignn.exchange.embedding). 0: none."""
     embed_lr: float = 0.1
     """Learning rate of the embeddings' sparse Adagrad."""
     eval_every: int = 1
     """Evaluate val/test every N epochs (and always after the last)."""
     minibatch: str = "independent"
-    """independent: each rank samples around its share of the global batch and computes every row its
-    neighbourhoods reach, so rows several ranks reach are computed on each (the epoch line's `redundancy`);
-    cooperative: the ranks sample the global batch together, each sampled node is computed once, by its
-    owner, and each layer's rows of remote sources cross by all-to-all (their gradients back). Partitioned
-    node classification, homogeneous graphs (docs/training.md "Cooperative mini-batches"). auto: both train
-    the first steps of epoch 0 with their gradients dropped, and the run trains cooperatively only where
-    that was at least 10 percent faster (independent where cooperative cannot train)."""
+    """independent: each rank computes every row its seeds reach (rows shared by ranks more than once);
+    cooperative: each sampled row once, by its owner; auto: try both, keep the faster (docs/training.md)."""
     eval: str = "sampled"
-    """sampled: val/test scores of sampled neighbourhoods (--fanout), as training sees them; full: also the
-    scores of exact inference (every layer over whole neighbourhoods, as `python -m mpignn.predict`) at each
-    epoch-end evaluation, as fields val_acc_full and test_acc_full (val_auc_full, test_auc_full,
-    test_mrr_full and test_hits@K_full for --task link)."""
+    """sampled: val/test scores on sampled neighbourhoods (--fanout), as training sees them; full: also those
+    of exact inference (as python -m mpignn.predict), as the *_full fields of each evaluation."""
     evals_per_epoch: int = 1
     """Evaluate val/test K times per epoch, after each K-th of its steps (time to accuracy then resolves to
     a fraction of an epoch); more than 1 needs --eval-every 1."""
     patience: int = 0
-    """Stop once validation (accuracy, or AUC for --task link) has not improved for this many evaluations in
-    a row; the final line reports the test score at the best one, and with --checkpoint-dir its weights are
-    kept in best/ (0: never stop early)."""
+    """Stop once validation (accuracy; AUC for --task link) has not improved for this many evaluations; report
+    the test score at the best, and keep its weights in best/ with --checkpoint-dir (0: never)."""
     target_val: float = 0.0
     """Stop once the validation accuracy (AUC for --task link) reaches this (0: never; time-to-accuracy runs).
     The test split is then evaluated only where validation reaches it, and after the last epoch."""
@@ -207,16 +189,13 @@ class TrainConfig:
     """Checkpoints (generations, gen-* in --checkpoint-dir) to keep; an older one is removed only once a newer
     one is complete, so a crash while saving leaves the one before."""
     requeue: bool = False
-    """On SIGUSR2 (Slurm's --signal=USR2@T), after the checkpoint, run `scontrol requeue $SLURM_JOB_ID`; with
-    it a run also resumes by itself when --checkpoint-dir holds a checkpoint (the requeued job reruns the
-    same command). Needs --checkpoint-dir."""
+    """On SIGUSR2 (Slurm's --signal=USR2@T), after the checkpoint, run `scontrol requeue $SLURM_JOB_ID`; the
+    requeued job then resumes from --checkpoint-dir (needed) by itself."""
     prep_timeout: float = 3600.0
     """Seconds the other ranks wait for rank 0 to prepare the dataset before giving up."""
     collective_timeout: float = 300.0
-    """Seconds any collective of training (the step agreement, the gradient all-reduce, the feature and
-    sampling exchanges, evaluation, checkpoint saves) may wait; past it the job ends, naming the ranks that
-    stopped answering (a stopped or hung process), instead of hanging until the wall-clock limit. Also
-    torch.distributed's process-group timeout."""
+    """Seconds any collective of training may wait; past it the job ends, naming the ranks that stopped
+    answering, instead of hanging until the wall-clock limit. Also torch.distributed's timeout."""
 
     def __post_init__(self) -> None:
         self.fanouts = parse_fanout(self.fanout)
@@ -227,9 +206,6 @@ class TrainConfig:
             if value < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be a positive int; got {value}. "
                                   f"HINT: e.g. --{name.replace('_', '-')} {getattr(TrainConfig, name)}")
-        if self.evals_per_epoch > 1 and self.eval_every != 1:
-            raise ConfigError(f"--evals-per-epoch {self.evals_per_epoch} evaluates inside every epoch, so it needs "
-                              f"--eval-every 1; got --eval-every {self.eval_every}. HINT: drop one of them")
         if not (0 < self.link_val and 0 < self.link_test and self.link_val + self.link_test < 1):
             raise ConfigError(f"--link-val and --link-test must be positive shares that sum below 1; got "
                               f"{self.link_val} and {self.link_test}. HINT: e.g. --link-val 0.05 --link-test 0.1")
@@ -241,9 +217,6 @@ class TrainConfig:
         if self.embed_dim < 0 or not self.embed_lr > 0:
             raise ConfigError(f"--embed-dim must be >= 0 and --embed-lr positive; got {self.embed_dim} and "
                               f"{self.embed_lr}. HINT: e.g. --embed-dim 64 --embed-lr 0.1")
-        if self.embed_dim and self.replicated:
-            raise ConfigError("--embed-dim keeps each node's row on its owner, and --replicated has no owners. "
-                              "HINT: drop --replicated (partitioned training) or --embed-dim")
         if not 0 <= self.target_val <= 1:
             raise ConfigError(f"--target-val must be a score in [0, 1] (0: none); got {self.target_val}. "
                               "HINT: e.g. --target-val 0.97")
@@ -252,9 +225,6 @@ class TrainConfig:
         self.cache_size = parse_cache_size(self.cache_size)
         if self.threads < 0:
             raise ConfigError(f"--threads must be >= 0; got {self.threads}. HINT: 0 means automatic")
-        if self.device == "xpu" and self.backend in ("gloo", "mpi"):  # their process groups take no XPU tensors
-            raise ConfigError(f"expected --backend xccl, ccl or auto with --device xpu; got --backend {self.backend}, "
-                              "which takes CPU (and CUDA) tensors only. HINT: --backend auto, or --device cpu")
         if not 0 < self.collective_timeout < float("inf"):
             raise ConfigError(f"--collective-timeout must be positive seconds; got {self.collective_timeout}. "
                               "HINT: e.g. --collective-timeout 300")
@@ -269,21 +239,10 @@ class TrainConfig:
                    "partition_method": (*PARTITION_METHODS, DEFAULT_METHOD), "model": MODELS}
         for name, allowed in choices.items():
             check_choice(name, getattr(self, name), allowed)
-        if self.resume and not self.checkpoint_dir:
-            raise ConfigError("--resume needs --checkpoint-dir. HINT: pass the folder of the earlier run")
-        if self.requeue and not self.checkpoint_dir:
-            raise ConfigError("--requeue expects --checkpoint-dir (the requeued job resumes from it); got none. "
-                              "HINT: add --checkpoint-dir DIR")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"--keep-checkpoints expected at least 1; got {self.keep_checkpoints}. HINT: "
                               "--keep-checkpoints 2 (the default)")
-        if self.minibatch == "cooperative":
-            used = [flag for flag, on in (("--replicated", self.replicated), ("--embed-dim", self.embed_dim)) if on]
-            if used:
-                raise ConfigError(f"--minibatch cooperative computes each row on its owner; {' and '.join(used)} "
-                                  "cannot. HINT: --minibatch independent")
-        if self.partitions and self.replicated:
-            raise ConfigError("--partitions and --replicated exclude each other. HINT: drop one")
+        check_combinations(self.to_dict())  # every refused pair of flags, shared with the API (config.refusals)
 
     @property
     def num_layers(self) -> int:

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from mpignn.config.train_config import TrainConfig
 from mpignn.env import bound_onednn_cache, thread_budget
 from mpignn.errors import LaunchError, MpignnError
 from mpignn.launch import process_group as dist
@@ -44,8 +45,9 @@ class Runtime:
         return self.topo.world_size
 
 
-def bootstrap(device: str = "auto", backend: str = "auto", threads: int = 0, *, logging_setup: bool = True,
-              comm: Any = None, tune_process: bool = False, collective_timeout: float = 600.0) -> Runtime:
+def bootstrap(device: str = TrainConfig.device, backend: str = TrainConfig.backend, threads: int = TrainConfig.threads,
+              *, logging_setup: bool = True, comm: Any = None, tune_process: bool = False,
+              collective_timeout: float = TrainConfig.collective_timeout) -> Runtime:
     """Collective over COMM_WORLD (or `comm`): topology, logging, thread budget, device, torch.distributed.
 
     Args:

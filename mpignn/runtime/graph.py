@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 
 from mpignn.config.graph_options import GraphOptions
+from mpignn.config.refusals import refusal
+from mpignn.config.train_config import TrainConfig
 from mpignn.data import check_known, dataset_key
 from mpignn.data.features import transform_rows
 from mpignn.data.hetero import HeteroSchema, hop_fanouts
@@ -35,7 +37,7 @@ __all__ = ["load_local_graph", "build_local_graph", "attach_embedding"]
 log = logging.getLogger(__name__)
 
 
-def load_local_graph(rt: Runtime, dataset: str, root: str = "data", task: Task | None = None,
+def load_local_graph(rt: Runtime, dataset: str, root: str = TrainConfig.root, task: Task | None = None,
                      **options: Any) -> LocalGraph:
     """Collective over `rt.comm`: `build_local_graph` for `task` (default node classification) with
     `GraphOptions(dataset=..., root=..., links=task.partition_extras(), **options)`.
@@ -127,14 +129,16 @@ def _sources(rt: Runtime, opts: GraphOptions, part: LocalPart, local: LocalHops,
             FeatureStore(table, part.y, part.lo, offsets, data_comm, transport))
 
 
-def attach_embedding(rt: Runtime, graph: LocalGraph, dim: int, *, lr: float = 0.1, seed: int = 0) -> LocalGraph:
+def attach_embedding(rt: Runtime, graph: LocalGraph, dim: int, *, lr: float = TrainConfig.embed_lr,
+                     seed: int = TrainConfig.seed) -> LocalGraph:
     """Collective over `rt.comm`: `graph` with every node given `dim` learnable numbers, held by its owner
     (this rank's rows: its part), on a communicator of their own; batches then carry them after the features
     (`mpignn.training.epoch` pulls them and steps them). Returns a new LocalGraph; `graph` itself is left as it was.
     Not for a replicated graph (no owners)."""
-    if graph.replicated and rt.world_size > 1:
-        raise mark_agreed(ConfigError("learnable rows need owners; a replicated graph has none. HINT: "
-                                      "partitioned training (no --replicated)"))
+    if rt.world_size > 1:
+        problem = refusal({"embed_dim": dim, "replicated": graph.replicated})
+        if problem:
+            raise mark_agreed(ConfigError(problem))
     part = graph.part
     comm = rt.comm.Dup() if rt.world_size > 1 else None
     embedding = NodeEmbedding(part.hi - part.lo, dim, lo=part.lo, part_offsets=np.asarray(part.meta.part_offsets),

@@ -8,6 +8,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from mpignn.config.choices import MINIBATCH_MODES
+from mpignn.config.refusals import refusal
+from mpignn.config.train_config import TrainConfig
 from mpignn.errors import ConfigError, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
 from mpignn.launch.bootstrap import Runtime
@@ -23,8 +25,9 @@ __all__ = ["make_loader", "cooperative_refusal", "rank_batch_size"]
 
 
 def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[int] | None = None, *,
-                batch_size: int = 1024, batch_scope: str = "global", shuffle: bool | None = None, seed: int = 0,
-                prefetch: str = "auto", max_steps: int = 0, minibatch: str = "independent") -> BatchLoader:
+                batch_size: int = TrainConfig.batch_size, batch_scope: str = TrainConfig.batch_scope,
+                shuffle: bool | None = None, seed: int = TrainConfig.seed, prefetch: str = TrainConfig.prefetch,
+                max_steps: int = TrainConfig.max_steps, minibatch: str = "independent") -> BatchLoader:
     """Collective over `rt.comm` (agrees on the step count): a loader over this rank's seeds of `split`
     ("train", "val" or "test") as `graph.task` gives them (`Task.seeds`: the split's nodes; for link
     prediction its pairs, and batches then carry `edge_label_index` and `edge_label`, as PyG's
@@ -64,16 +67,12 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
 
 
 def cooperative_refusal(graph: LocalGraph) -> str:
-    """Why cooperative mini-batches cannot train `graph` (a one-line error with its hint), or "" where they
-    can. Not collective: every rank's graph is of the same kind."""
-    try:
-        graph.task.check_cooperative(graph)
-    except ConfigError as exc:
-        return str(exc)
-    if graph.embedding is not None:
-        return ("--minibatch cooperative does not carry learnable rows yet. HINT: --minibatch independent, or "
-                "drop --embed-dim")
-    return ""
+    """Why cooperative mini-batches cannot train `graph` (a one-line error with its hint, `config.refusals`), or
+    "" where they can. Not collective: every rank's graph is of the same kind."""
+    task = graph.task or make_task()
+    return refusal({"minibatch": "cooperative", "replicated": graph.replicated,
+                    "embed_dim": graph.embedding.dim if graph.embedding is not None else 0, "task": task.name,
+                    "cooperative_task": task.cooperative, "hetero": graph.layout is not None})
 
 
 def _cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any]) -> CooperativeSampler:

@@ -45,12 +45,15 @@ class Task:
         model_flags: `TrainConfig` fields besides `checkpoint.MODEL_KEYS` that the task's weights' shapes
             depend on: a resume that changes one is refused.
         unit: what the throughput counts (record field `<unit>_per_s`).
+        cooperative: whether cooperative mini-batches can train it (its batches are node seeds and its
+            forward is the model's): `config.refusals` asks.
     """
 
     name = ""
     metric = "acc"
     metric_name = "accuracy"
     unit = "seeds"
+    cooperative = False
     model_flags: tuple[str, ...] = ()
 
     @classmethod
@@ -65,12 +68,6 @@ class Task:
 
     def check_graph(self, schema: Any) -> None:
         """Raise ConfigError for a graph the task cannot run on (`schema`: a heterogeneous graph's, or None)."""
-
-    def check_cooperative(self, graph: LocalGraph | None = None) -> None:
-        """Raise ConfigError where cooperative mini-batches cannot train this task (on `graph`: a LocalGraph;
-        None: the flags alone). Only a task whose batches are node seeds and whose forward is the model's."""
-        raise ConfigError(f"--minibatch cooperative trains node classification; --task {self.name} batches "
-                          "are not node seeds. HINT: --minibatch independent")
 
     def cache_seeds(self, part: Any) -> np.ndarray:
         """Global ids of the own nodes training batches start from: the remote-row cache is filled around them."""

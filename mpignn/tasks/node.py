@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 
 from mpignn.tasks.forward import MetricSums, autocast, count_equal, with_rows
-from mpignn.errors import ConfigError
 from mpignn.models import build_model, forward_batch
 from mpignn.mpi import allreduce_sum
 from mpignn.inference.layerwise import exact_outputs
@@ -28,6 +27,7 @@ class NodeTask(Task):
     metric = "acc"
     metric_name = "accuracy"
     unit = "seeds"
+    cooperative = True
 
     def __init__(self, counter: Callable[[torch.Tensor, torch.Tensor], Any] | None = None) -> None:
         self.counter = counter or count_equal
@@ -38,11 +38,6 @@ class NodeTask(Task):
 
     def seeds(self, graph: LocalGraph, split: str, pick: Pick) -> Any:
         return pick(getattr(graph.part, f"{split}_idx"), 0)
-
-    def check_cooperative(self, graph: LocalGraph | None = None) -> None:
-        if graph is not None and graph.layout is not None:
-            raise ConfigError("--minibatch cooperative samples homogeneous graphs; this one has node and edge "
-                              "types. HINT: --minibatch independent")
 
     def build_model(self, name: str, graph: LocalGraph, hidden: int, num_layers: int, dropout: float) -> torch.nn.Module:
         return build_model(name, graph.in_channels(), hidden, graph.num_classes, num_layers, dropout,

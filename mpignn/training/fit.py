@@ -11,6 +11,7 @@ from typing import Any, TYPE_CHECKING
 
 import torch
 
+from mpignn.config.refusals import check_combinations
 from mpignn.training.checkpoint import latest_checkpoint, resume_state, save_state
 from mpignn.training.ddp import optimize_for_device, wrap_ddp
 from mpignn.training.epoch import run_epoch
@@ -36,8 +37,7 @@ def check_flags(cfg: TrainConfig, task: Any) -> None:
     an optional package, a task's exact evaluation. Not collective: the flags are the same everywhere."""
     if cfg.tensorboard:  # up front, before any data is loaded: the optional package is installed
         require()
-    if cfg.minibatch == "cooperative":
-        task.check_cooperative()
+    check_combinations({"minibatch": cfg.minibatch, "task": task.name, "cooperative_task": task.cooperative})
     if cfg.eval == "full" and type(task).evaluate_full is Task.evaluate_full:
         task.evaluate_full(None, None, None)  # its ConfigError: the task has no exact evaluation
 

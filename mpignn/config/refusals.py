@@ -1,0 +1,86 @@
+"""Every refused combination of flags, written once: `TrainConfig`, `GraphOptions`, the training loop and the
+Python API (`runtime`) all ask `refusal` with the values they know, so the CLI and the API refuse alike, in the
+same words.
+
+A rule names the values it reads; a caller that does not know one of them (the API knows no `--resume`) skips
+the rules that need it. Stdlib only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from mpignn.errors import ConfigError
+
+__all__ = ["Rule", "RULES", "refusal", "check_combinations"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Values `names` refused together: `refuses(*values)` says whether, `message(*values)` why and the fix."""
+
+    names: tuple[str, ...]
+    refuses: Callable[..., bool]
+    message: Callable[..., str]
+
+
+def _owner_flags(replicated: bool, embed_dim: int) -> str:
+    return " and ".join(flag for flag, on in (("--replicated", replicated), ("--embed-dim", embed_dim)) if on)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(("minibatch", "replicated", "embed_dim"),
+         lambda mode, replicated, embed_dim: mode == "cooperative" and bool(replicated or embed_dim),
+         lambda mode, replicated, embed_dim: f"--minibatch cooperative computes each row on its owner; "
+                                             f"{_owner_flags(replicated, embed_dim)} cannot. HINT: --minibatch "
+                                             "independent"),
+    Rule(("minibatch", "task", "cooperative_task"),
+         lambda mode, task, able: mode == "cooperative" and not able,
+         lambda mode, task, able: f"--minibatch cooperative trains node classification; --task {task} batches "
+                                  "are not node seeds. HINT: --minibatch independent"),
+    Rule(("minibatch", "hetero"),
+         lambda mode, hetero: mode == "cooperative" and bool(hetero),
+         lambda mode, hetero: "--minibatch cooperative samples homogeneous graphs; this one has node and edge "
+                              "types. HINT: --minibatch independent"),
+    Rule(("embed_dim", "replicated"),
+         lambda embed_dim, replicated: bool(embed_dim and replicated),
+         lambda embed_dim, replicated: "--embed-dim keeps each node's row on its owner, and --replicated has no "
+                                       "owners. HINT: drop --replicated (partitioned training) or --embed-dim"),
+    Rule(("partitions", "replicated"),
+         lambda partitions, replicated: bool(partitions and replicated),
+         lambda partitions, replicated: "--partitions and --replicated exclude each other. HINT: drop one"),
+    Rule(("evals_per_epoch", "eval_every"),
+         lambda per_epoch, every: per_epoch > 1 and every != 1,
+         lambda per_epoch, every: f"--evals-per-epoch {per_epoch} evaluates inside every epoch, so it needs "
+                                  f"--eval-every 1; got --eval-every {every}. HINT: drop one of them"),
+    Rule(("resume", "checkpoint_dir"),
+         lambda resume, folder: bool(resume and not folder),
+         lambda resume, folder: "--resume needs --checkpoint-dir. HINT: pass the folder of the earlier run"),
+    Rule(("requeue", "checkpoint_dir"),
+         lambda requeue, folder: bool(requeue and not folder),
+         lambda requeue, folder: "--requeue expects --checkpoint-dir (the requeued job resumes from it); got none. "
+                                 "HINT: add --checkpoint-dir DIR"),
+    Rule(("device", "backend"),  # their process groups take no XPU tensors
+         lambda device, backend: device == "xpu" and backend in ("gloo", "mpi"),
+         lambda device, backend: f"expected --backend xccl, ccl or auto with --device xpu; got --backend {backend}, "
+                                 "which takes CPU (and CUDA) tensors only. HINT: --backend auto, or --device cpu"),
+)
+
+
+def refusal(values: Mapping[str, Any]) -> str:
+    """The first refused combination among `values` (flag names with _), as a one-line error with its HINT, or
+    "" where nothing is refused. Rules needing a value `values` lacks are skipped."""
+    for rule in RULES:
+        if all(name in values for name in rule.names):
+            args = [values[name] for name in rule.names]
+            if rule.refuses(*args):
+                return rule.message(*args)
+    return ""
+
+
+def check_combinations(values: Mapping[str, Any]) -> None:
+    """Raise ConfigError with `refusal(values)` where it is not empty. Not collective: every rank has the same
+    values, so every rank raises alike."""
+    problem = refusal(values)
+    if problem:
+        raise ConfigError(problem)

@@ -1,0 +1,104 @@
+"""One source of defaults and refusals: the Python API (`GraphOptions`, `bootstrap`, `make_loader`,
+`load_local_graph`, `attach_embedding`) defaults to `TrainConfig`'s values, and refuses a combination of flags in
+the same words as `python -m mpignn.train` (`config.refusals`)."""
+import dataclasses
+import inspect
+from pathlib import Path
+
+import pytest
+
+from mpignn.config.graph_options import GraphOptions
+from mpignn.config.refusals import RULES, refusal
+from mpignn.config.train_config import TrainConfig, parse, parse_fanout
+from mpignn.errors import ConfigError
+
+# GraphOptions field -> TrainConfig field where the names differ
+RENAMED = {"method": "partition_method", "fanouts": "fanout", "edge_fanouts": "edge_fanout"}
+NOT_FLAGS = {"links"}  # the task's extras, not a flag
+
+
+def test_graph_options_default_to_the_cli_defaults():
+    cli = TrainConfig()
+    for f in dataclasses.fields(GraphOptions):
+        if f.name in NOT_FLAGS:
+            continue
+        api = getattr(GraphOptions(), f.name)
+        flag = getattr(cli, RENAMED.get(f.name, f.name))
+        if f.name == "fanouts":
+            flag = tuple(parse_fanout(flag))
+        elif f.name == "edge_fanouts":
+            flag = cli.edge_fanouts or None
+        assert api == flag, f"GraphOptions.{f.name} defaults to {api!r}, --{f.name} to {flag!r}"
+
+
+def test_api_functions_default_to_the_cli_defaults():
+    from mpignn.runtime import attach_embedding, bootstrap, load_local_graph, make_loader
+
+    cli = TrainConfig()
+    renamed = {"lr": "embed_lr"}
+    checked = 0
+    for fn in (bootstrap, make_loader, load_local_graph, attach_embedding):
+        for name, param in inspect.signature(fn).parameters.items():
+            field = renamed.get(name, name) if fn is attach_embedding else name
+            if param.default not in (inspect.Parameter.empty, None) and hasattr(cli, field):  # None: the graph's
+                assert param.default == getattr(cli, field), f"{fn.__name__}({name}=...) differs from --{field}"
+                checked += 1
+    assert checked >= 12
+
+
+def _graph(**over):
+    from mpignn.loader.local_graph import LocalGraph
+    from mpignn.tasks import make_task
+
+    values = dict(part=None, sampler=None, features=None, replicated=False, folder=Path("."), task=make_task())
+    return LocalGraph(**{**values, **over})
+
+
+@pytest.mark.parametrize("argv,api", [
+    (["--partitions", "p", "--replicated"], lambda: GraphOptions(partitions="p", replicated=True)),
+    (["--minibatch", "cooperative", "--replicated"], lambda: _refuse_coop(_graph(replicated=True))),
+    (["--embed-dim", "8", "--replicated"], lambda: _refuse({"embed_dim": 8, "replicated": True})),
+])
+def test_cli_and_api_refuse_alike(argv, api):
+    with pytest.raises(ConfigError) as cli:
+        parse(argv)
+    with pytest.raises(ConfigError) as lib:
+        api()
+    assert str(cli.value) == str(lib.value) and "HINT:" in str(cli.value)
+
+
+def _refuse_coop(graph):
+    from mpignn.runtime import cooperative_refusal
+
+    raise ConfigError(cooperative_refusal(graph))
+
+
+def _refuse(values):
+    raise ConfigError(refusal(values))
+
+
+def test_cooperative_refusals_come_from_the_task_and_the_graph():
+    from mpignn.loader.hetero import HeteroLayout  # noqa: F401  (any layout marks a heterogeneous graph)
+    from mpignn.runtime import cooperative_refusal
+    from mpignn.tasks import make_task
+    from mpignn.training.fit import check_flags
+
+    assert cooperative_refusal(_graph()) == ""
+    assert "--task link batches are not node seeds" in cooperative_refusal(_graph(task=make_task(name="link")))
+    assert "homogeneous graphs" in cooperative_refusal(_graph(layout=object()))
+    with pytest.raises(ConfigError, match="--task link batches are not node seeds"):
+        check_flags(parse(["--task", "link", "--minibatch", "cooperative"]), make_task(name="link"))
+
+
+def test_each_rule_refuses_and_accepts():
+    """Every rule fires on some values and stays quiet on others (no dead or always-on rule)."""
+    samples = {"minibatch": ("cooperative", "independent"), "replicated": (True, False), "embed_dim": (8, 0),
+               "task": ("link", "node"), "cooperative_task": (False, True), "hetero": (True, False),
+               "partitions": ("p", ""), "evals_per_epoch": (2, 1), "eval_every": (2, 1), "resume": (True, False),
+               "requeue": (True, False), "checkpoint_dir": ("", "ck"), "device": ("xpu", "cpu"),
+               "backend": ("gloo", "auto")}
+    for rule in RULES:
+        bad = [samples[n][0] for n in rule.names]
+        good = [samples[n][1] for n in rule.names]
+        assert rule.refuses(*bad) and not rule.refuses(*good), rule.names
+        assert "HINT:" in rule.message(*bad)
