@@ -4,7 +4,7 @@
     mpirun -np 2 python -m mpignn.train --dataset npz:my_graph.npz --epochs 5
 
 This script makes a small two-moons-like graph with numpy (stand-in for your data) and writes the keys
-mpignn reads: edge_index, x, y, train_idx, val_idx, test_idx (see the README's npz table).
+mpignn reads: edge_index, x, y, train_idx, val_idx, test_idx (see docs/datasets.md, "Your own graph (npz)").
 """
 from __future__ import annotations
 

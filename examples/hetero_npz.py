@@ -4,7 +4,7 @@
     mpirun -np 2 python -m mpignn.train --dataset npz:papers.npz --embed-dim 16 --epochs 5
 
 This script makes a small paper-author graph with numpy (stand-in for your data) and writes the keys mpignn
-reads for a heterogeneous graph (README, "Heterogeneous graphs"): one node count per type, features where a
+reads for a heterogeneous graph (docs/tasks.md, "Heterogeneous graphs (npz)"): one node count per type, features where a
 type has them (authors have none: `--embed-dim` gives each author a learnable row), one edge list per
 (source type, relation, target type) with ids local to their type, and the labels and splits of the type to
 classify (papers, by topic).

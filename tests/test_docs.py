@@ -1,7 +1,7 @@
 """The README and docs/ hold together: every relative link (`](path)`, `](path#anchor)`) names a file that exists
-and a heading it has, every docs page is in the README's Documentation list, the README's two top commands are the
-ones .ci/run runs, and the section titles mpignn's error hints send users to are headings in docs/ and named in the
-README. Reads files only (no torch, no MPI)."""
+and a heading it has, every docs page is in the README's Documentation list, the README is a front page of at most
+120 lines whose two top commands are the ones .ci/run runs, and the section titles mpignn's error hints send users
+to are headings in docs/ and named in the README. Reads files only (no torch, no MPI)."""
 from __future__ import annotations
 
 import re
@@ -80,16 +80,36 @@ def test_readme_top_commands_are_what_ci_runs():
         assert step in install or step in tests, f".ci/run runs {step!r}, not in the README's top commands"
 
 
+README_MAX_LINES = 120
+
+
+def test_readme_is_a_front_page_with_the_ci_commands_on_top():
+    """The README stays a front page (details live in docs/), and the first two fenced blocks, before any
+    section, are the install+train one-liner and the test command that .ci/run runs (checked step by step in
+    test_readme_top_commands_are_what_ci_runs)."""
+    readme = (ROOT / "README.md").read_text()
+    lines = readme.splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"expected README.md to be a front page of at most {README_MAX_LINES} lines; got {len(lines)}. "
+        "HINT: move the details into a docs/*.md page and link it")
+    top = readme.split("\n## ", 1)[0]
+    blocks = _fenced(top)
+    assert len(blocks) >= 2, f"expected the two commands in fenced blocks before the first section; got {blocks}"
+    install, tests = blocks[:2]
+    assert install.startswith("python3 -m venv .venv && . .venv/bin/activate && ") and install.endswith(
+        "mpirun -np 2 python -m mpignn.train"), install
+    assert tests == ". .venv/bin/activate && python -m pytest", tests
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert "python -m pytest -q" in ci, "expected .ci/run to run the README's test command (quietly)"
+
+
 def test_error_hint_sections_exist():
-    """Hints such as "see 'Your own graph (npz)' in the README" must lead somewhere: the README names the
-    section and links the page where it is a heading."""
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    headings = {m.group(1).strip(): p for p in DOCS.glob("*.md")
-                for m in re.finditer(r"^#+ (.+)$", FENCE.sub("", p.read_text()), re.M)}
-    titles = set()
+    """Hints such as "see 'Your own graph (npz)' in docs/datasets.md" must lead somewhere: the page has that
+    heading."""
+    pointers = set()
     for src in (ROOT / "mpignn").rglob("*.py"):
-        titles |= set(re.findall(r"see '([^']+)' in the README", src.read_text()))
-    assert titles, "expected error hints that point into the README"
-    for title in sorted(titles):
-        assert title in headings, f"hint section {title!r} is no heading in docs/"
-        assert title in readme and f"docs/{headings[title].name}" in readme, title
+        pointers |= set(re.findall(r"see '([^']+)' in (docs/[\w-]+\.md)", src.read_text()))
+    assert len(pointers) >= 3, "expected error hints that point into docs/"
+    for title, page in sorted(pointers):
+        headings = {m.group(1).strip() for m in re.finditer(r"^#+ (.+)$", FENCE.sub("", (ROOT / page).read_text()), re.M)}
+        assert title in headings, f"hint section {title!r} is no heading in {page}"

@@ -33,7 +33,7 @@ __all__ = ["load_npy_folder", "write_npy_folder", "EDGE_FORMS"]
 
 EDGE_FORMS = (("edge_index",), ("src", "dst"), ("rowptr", "col"))
 _SPLITS = ("train_idx", "val_idx", "test_idx")
-_HINT = "see 'Your own graph (npy folder)' in the README for the files, dtypes and shapes"
+_HINT = "see 'Your own graph (npy folder)' in docs/datasets.md for the files, dtypes and shapes"
 
 
 def _fail(folder: Path, problem: str, hint: str = _HINT) -> DatasetError:

@@ -17,7 +17,7 @@ __all__ = ["SPLIT_KEYS", "NPZ_HINT", "UNREADABLE", "npz_error", "read_headers", 
            "check_splits", "check_labels"]
 
 SPLIT_KEYS = ("train_idx", "val_idx", "test_idx")
-NPZ_HINT = "see 'Your own graph (npz)' in the README for the expected keys, dtypes and shapes"
+NPZ_HINT = "see 'Your own graph (npz)' in docs/datasets.md for the expected keys, dtypes and shapes"
 UNREADABLE = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, NotImplementedError)
 
 

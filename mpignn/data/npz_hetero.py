@@ -21,7 +21,7 @@ from mpignn.data.npz_checks import SPLIT_KEYS, check_dtype, check_labels, check_
 
 __all__ = ["is_hetero_npz", "load_hetero_npz", "save_hetero_npz"]
 
-_HINT = "see 'Heterogeneous graphs (npz)' in the README for the keys, dtypes and shapes"
+_HINT = "see 'Heterogeneous graphs (npz)' in docs/tasks.md for the keys, dtypes and shapes"
 
 
 def is_hetero_npz(headers: dict) -> bool:

@@ -75,7 +75,7 @@ def metis_parts(graph: GraphData, num_parts: int, seed: int) -> np.ndarray:
 
 KAMINPAR_IMBALANCE = 0.01
 """Largest part at most 1% above the average: METIS reaches 1.000 on its own, KaMinPar fills what it is given
-(1.030 at 3%), and 1% cost 0.2% more cut on the 2M-node graph (README, partitioner comparison)."""
+(1.030 at 3%), and 1% cost 0.2% more cut on the 2M-node graph (docs/partitions.md, partitioner comparison)."""
 
 
 def kaminpar_parts(graph: GraphData, num_parts: int, seed: int, workdir: str | os.PathLike | None = None,

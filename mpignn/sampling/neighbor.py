@@ -105,7 +105,7 @@ class NeighborSampler:
     the batch; "auto" (default), the array where the source owns every node (one process, replicated) or has no
     rows of its own (then while it takes at most ARRAY_MAP_BYTES), else the part map. Both give the same
     batches. With a part of a 2M-node graph, hash lookups made sampling 16-18% slower, a small share of a
-    training step (README, benchmarks): the part map keeps a rank's memory in proportion to its part.
+    training step (docs/benchmarks.md): the part map keeps a rank's memory in proportion to its part.
     """
 
     def __init__(self, source: HopSource, num_nodes: int, fanouts: Sequence[Fanout], relabel: str = "auto") -> None:
