@@ -10,9 +10,7 @@ import os
 import socket
 import sys
 
-__all__ = ["setup_logging", "warn_once"]
-
-_warned: set[str] = set()
+__all__ = ["setup_logging"]
 
 
 class _RankFilter(logging.Filter):
@@ -49,9 +47,3 @@ def setup_logging(rank: int, world_size: int, host: str | None = None) -> None:
     logger.setLevel(level if rank in shown else logging.WARNING)
     logger.propagate = False
 
-
-def warn_once(logger: logging.Logger, message: str) -> None:
-    """Log `message` at WARNING the first time only (for warnings inside loops)."""
-    if message not in _warned:
-        _warned.add(message)
-        logger.warning(message)

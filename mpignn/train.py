@@ -55,8 +55,7 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
     import torch
 
     from mpignn.training.minibatch import PROBE_STEPS, choose_minibatch
-    from mpignn.runtime import (attach_embedding, bootstrap, build_local_graph, cooperative_refusal, make_loader,
-                                shutdown)
+    from mpignn.runtime import bootstrap, build_graph_and_model, cooperative_refusal, make_loader, shutdown
 
     log = logging.getLogger("mpignn.train")
     rt = bootstrap(cfg.device, cfg.backend, cfg.threads, tune_process=True,  # process-wide tuning: CLI only
@@ -64,13 +63,7 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
     if rt.rank == 0:
         log.info("config %s", json.dumps(cfg.to_dict(), sort_keys=True))
     torch.manual_seed(cfg.seed)
-    graph = build_local_graph(rt, options, task)
-    if cfg.embed_dim:
-        graph = attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)
-    try:
-        model = task.build_model(cfg.model, graph, cfg.hidden, cfg.num_layers, cfg.dropout).to(rt.device)
-    except ConfigError as exc:  # the graph's kind decides, the same on every rank
-        raise mark_agreed(exc) from None
+    graph, model = build_graph_and_model(rt, cfg, task, options)
     loader = lambda split, mode, cap=cfg.max_steps: make_loader(  # noqa: E731
         rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope, seed=cfg.seed,
         prefetch=cfg.prefetch, max_steps=cap, minibatch=mode)

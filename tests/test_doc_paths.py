@@ -53,3 +53,11 @@ def test_every_named_path_resolves():
     assert len(paths) > 30
     stale = {p: where[:3] for p, where in sorted(paths.items()) if not resolves(p.rstrip("."))}
     assert not stale, f"paths that name nothing (moved or renamed?): {stale}"
+
+
+def test_tests_readme_maps_every_test_file():
+    text = (ROOT / "tests" / "README.md").read_text()
+    missing = [p.stem for p in sorted((ROOT / "tests").glob("test_*.py")) if not re.search(rf"\b{p.stem}\b", text)]
+    assert not missing, f"add these to the package table of tests/README.md: {missing}"
+    packages = [p.parent.name for p in sorted((ROOT / "mpignn").glob("*/__init__.py"))]
+    assert [name for name in packages if f"`{name}`" not in text] == []

@@ -82,7 +82,7 @@ class GraphOptions:
 
     @classmethod
     def from_config(cls, cfg: TrainConfig, task: Any) -> "GraphOptions":
-        """The graph options of a `config.TrainConfig` (its flags are checked already) and its `tasks.Task`."""
+        """The graph options of a `config.train_config.TrainConfig` (its flags are checked already) and its `tasks.Task`."""
         return cls(dataset=cfg.dataset, root=cfg.root, partitions=cfg.partitions, method=cfg.partition_method,
                    replicated=cfg.replicated, seed=cfg.seed, local_prep=cfg.local_prep,
                    prep_timeout=cfg.prep_timeout, force=cfg.force, fanouts=tuple(cfg.fanouts),

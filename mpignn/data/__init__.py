@@ -102,7 +102,7 @@ def check_known(name: str) -> None:
 
 def load_dataset(name: str, root: str = "data", mmap: bool = False) -> GraphData:
     """Load a dataset, preprocessing and caching it on first use. Not collective: under MPI let one rank call
-    it inside `mpignn.mpi.root_first`, as `part_source.ensure_partition` does, so only one rank downloads
+    it inside `mpignn.mpi.root_first`, as `partition.source.ensure_partition` does, so only one rank downloads
     and writes the cache."""
     check_known(name)
     if name.startswith("synthetic"):

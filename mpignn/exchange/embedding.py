@@ -5,7 +5,7 @@ others from their owners by the exchange (ids out, rows back). After backward, t
 back to their owners, which sum them and apply a sparse optimizer to the rows touched: only they travel and
 update, as torch's sparse Adagrad and SparseAdam do on one process. numpy + mpi4py; torch for the batch rows.
 
-    emb = NodeEmbedding(part.num_nodes, 64, lo=part.lo, part_offsets=offsets, comm=comm)
+    emb = NodeEmbedding(part.hi - part.lo, 64, lo=part.lo, part_offsets=offsets, comm=comm)
     x = emb.pull(batch.n_id.numpy())            # collective; a leaf tensor that takes gradients
     loss = model(x, ...); loss.backward()
     emb.step()                                  # collective: gradients to owners, sparse update there

@@ -3,7 +3,7 @@
 Each rank computes the rows of the nodes it owns, one chunk of target nodes at a time (a bipartite block:
 sources are the chunk's targets first, then their other in-neighbours), fetching the previous layer's rows of
 nodes it does not own from their owners through the training exchange (`exchange.FeatureStore`), for a group
-of blocks at once (`predict.blocks`). A rank holds its own rows of two layers, one group's fetched rows and
+of blocks at once (`inference.blocks`). A rank holds its own rows of two layers, one group's fetched rows and
 one block's sources. A homogeneous graph is one node type and one edge
 type; on a heterogeneous one a block holds one node type's targets, its edges carry their edge types, and a
 layer computes the node types the model's layer outputs (the others' rows are zeros nobody reads).
@@ -204,7 +204,7 @@ def input_table(x: np.ndarray, rows: np.ndarray | None = None,
 
     On a heterogeneous graph `bare` lists the (first, stop) local rows of each featureless type's own nodes:
     their input is instead their learnable rows, or without them the constant one column training batches
-    give them (`hetero_batch.HeteroLayout.split`, `compute.with_rows`), in the first columns of a table as wide
+    give them (`loader.hetero.HeteroLayout.split`, `tasks.forward.with_rows`), in the first columns of a table as wide
     as the widest type's input; the other types' rows are their (padded) features."""
     if x.dtype == np.uint16:  # bfloat16 bits (data.features): the upper half of a float32
         x = (np.asarray(x).astype(np.uint32) << 16).view(np.float32)

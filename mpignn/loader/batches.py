@@ -70,7 +70,7 @@ class BatchLoader:
             it the surplus steps are empty (evaluation: every seed counts once).
         max_steps: at most this many steps per epoch (0: all): the first max_steps batches of each epoch's
             shuffle. The cap is the same on every rank, so the agreed step count stays agreed.
-        layout: a `hetero_batch.HeteroLayout` for a heterogeneous graph: batches are then PyG `HeteroData`
+        layout: a `loader.hetero.HeteroLayout` for a heterogeneous graph: batches are then PyG `HeteroData`
             (seeds first in the target type; `batch.y`, `batch.batch_size` and `batch.n_id` on the batch too).
     """
 

@@ -144,19 +144,19 @@ def _pieces(start: int, count: int) -> list[tuple[int, int]]:
     return [(lo, min(lo + MAX_COUNT, start + count)) for lo in range(start, start + count, MAX_COUNT)]
 
 
-def allreduce_sum(comm: Any, values: np.ndarray | Sequence[float]) -> np.ndarray:
-    """Collective over `comm`: element-wise sum of a small float64 vector (metrics as sums, not means)."""
+def _allreduce(comm: Any, values: np.ndarray | Sequence[float], op: str) -> np.ndarray:
     local = np.asarray(values, dtype=np.float64)
     out = np.empty_like(local)
-    with bounded("allreduce_sum"):
-        comm.Allreduce(local, out, op=mpi_op("SUM"))
+    with bounded(f"allreduce_{op.lower()}"):
+        comm.Allreduce(local, out, op=mpi_op(op))
     return out
+
+
+def allreduce_sum(comm: Any, values: np.ndarray | Sequence[float]) -> np.ndarray:
+    """Collective over `comm`: element-wise sum of a small float64 vector (metrics as sums, not means)."""
+    return _allreduce(comm, values, "SUM")
 
 
 def allreduce_max(comm: Any, values: np.ndarray | Sequence[float]) -> np.ndarray:
     """Collective over `comm`: element-wise max of a small float64 vector (slowest rank's time, peak memory)."""
-    local = np.asarray(values, dtype=np.float64)
-    out = np.empty_like(local)
-    with bounded("allreduce_max"):
-        comm.Allreduce(local, out, op=mpi_op("MAX"))
-    return out
+    return _allreduce(comm, values, "MAX")

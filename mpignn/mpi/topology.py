@@ -48,10 +48,6 @@ class Topology:
     num_hosts: int
     host: str
 
-    @property
-    def is_root(self) -> bool:
-        return self.rank == 0
-
 
 def topology(comm: Any) -> Topology:
     """Collective over `comm`: every rank must call it, in the same order.

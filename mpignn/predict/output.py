@@ -26,7 +26,6 @@ schema (never by the dataset's type name), and the manifest says which:
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -36,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from mpignn.errors import ConfigError, mark_agreed
+from mpignn.mpi.commit import commit_folder, manifest_bytes, os_problem
 from mpignn.fileio import (fsync_dir, fsync_file, load_npy, read_json, remove_leftovers, replace_dir, save_npy,
                            temp_name, write_durable)
 
@@ -77,6 +77,7 @@ def write_predictions(comm: Any, out: str | os.PathLike, part_id: int, num_parts
             is removed and an existing OUT is left as it was.
     """
     out = Path(out)
+    hint = f"HINT: free space there or choose another --out; nothing was written to {out}"
     tmp, problem = None, ""
     if comm.rank == 0:
         try:
@@ -86,65 +87,60 @@ def write_predictions(comm: Any, out: str | os.PathLike, part_id: int, num_parts
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
         except OSError as exc:
-            problem = f"rank 0: {type(exc).__name__}: {exc}"
+            problem = f"rank 0: {os_problem(exc)}"
     tmp, problem = comm.bcast((tmp, problem), root=0)
+    if problem:
+        raise mark_agreed(ConfigError(f"--out expected room for the predictions in {out.parent}; got {problem}. "
+                                      + hint + (" (the old one is kept)" if out.exists() else "")))
     groups = ({_type_dir(k): arrays[t] for k, t in enumerate(node_types)} if node_types is not None
               else {"": arrays})  # "": the part's folder itself
-    fields: dict[str, dict[str, list]] = {g: {} for g in groups}
-    rows = {g: len(group["node_id"]) for g, group in groups.items()}
-    if not problem:
-        try:
-            here = _part_dir(tmp, part_id)
-            here.mkdir()
-            for g, group in groups.items():
-                where = here / g
-                where.mkdir(exist_ok=True)
-                for name, array in group.items():
-                    save_npy(where / f"{name}.npy", array)
-                    fsync_file(where / f"{name}.npy")
-                    fields[g][name] = [str(array.dtype), list(array.shape[1:])]
-                if g:
-                    fsync_dir(where)
-            if pair_scores is not None:
-                (tmp / "pairs").mkdir(exist_ok=True)
-                save_npy(tmp / "pairs" / f"score-{comm.rank:03d}.npy", pair_scores)
-                fsync_file(tmp / "pairs" / f"score-{comm.rank:03d}.npy")
-            fsync_dir(here)
-        except OSError as exc:
-            problem = f"rank {comm.rank}: {type(exc).__name__}: {exc}"
-    reports = comm.gather((problem, part_id, rows, fields, None if pair_scores is None else len(pair_scores)),
-                          root=0)
-    if comm.rank == 0:
-        problem = next((p for p, *_ in reports if p), "")
-        if not problem:
-            try:
-                ordered = sorted(reports, key=lambda r: r[1])
-                parts = [{"part": p, "rows": int(sum(n.values()))} for _, p, n, _, _ in ordered]
-                manifest = {"format": FORMAT, "num_nodes": int(num_nodes), "num_parts": int(num_parts),
-                            "parts": parts,
-                            "pairs": [int(k) for *_, k in reports] if pair_scores is not None else None,
-                            **(info or {})}
-                if node_types is None:
-                    manifest["fields"] = reports[0][3][""]
-                else:
-                    manifest["node_types"] = {
-                        t: {"folder": _type_dir(k), "num_nodes": int(node_types[t]),
-                            "fields": reports[0][3][_type_dir(k)],
-                            "parts": [{"part": p, "rows": int(n[_type_dir(k)])} for _, p, n, _, _ in ordered]}
-                        for k, t in enumerate(node_types)}
-                text = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
-                write_durable(tmp / MANIFEST, lambda f: f.write(text))  # last: the folder counts from here
-                replace_dir(tmp, out)
-                fsync_dir(out.parent)
-            except OSError as exc:
-                problem = f"rank 0: {type(exc).__name__}: {exc}"
-        if problem and tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-    problem = comm.bcast(problem, root=0)
+
+    def write_own() -> tuple[int, dict[str, int], dict[str, dict[str, list]], int | None]:
+        fields: dict[str, dict[str, list]] = {g: {} for g in groups}
+        here = _part_dir(tmp, part_id)
+        here.mkdir()
+        for g, group in groups.items():
+            where = here / g
+            where.mkdir(exist_ok=True)
+            for name, array in group.items():
+                save_npy(where / f"{name}.npy", array)
+                fsync_file(where / f"{name}.npy")
+                fields[g][name] = [str(array.dtype), list(array.shape[1:])]
+            if g:
+                fsync_dir(where)
+        if pair_scores is not None:
+            (tmp / "pairs").mkdir(exist_ok=True)
+            save_npy(tmp / "pairs" / f"score-{comm.rank:03d}.npy", pair_scores)
+            fsync_file(tmp / "pairs" / f"score-{comm.rank:03d}.npy")
+            fsync_dir(tmp / "pairs")
+        fsync_dir(here)
+        rows = {g: len(group["node_id"]) for g, group in groups.items()}
+        return part_id, rows, fields, None if pair_scores is None else len(pair_scores)
+
+    def prepare(reports: list[tuple[int, dict[str, int], dict[str, dict[str, list]], int | None]]) -> dict:
+        ordered = sorted(reports, key=lambda r: r[0])
+        parts = [{"part": p, "rows": int(sum(n.values()))} for p, n, _, _ in ordered]
+        manifest = {"format": FORMAT, "num_nodes": int(num_nodes), "num_parts": int(num_parts), "parts": parts,
+                    "pairs": [int(k) for *_, k in reports] if pair_scores is not None else None, **(info or {})}
+        if node_types is None:
+            manifest["fields"] = reports[0][2][""]
+        else:
+            manifest["node_types"] = {
+                t: {"folder": _type_dir(k), "num_nodes": int(node_types[t]), "fields": reports[0][2][_type_dir(k)],
+                    "parts": [{"part": p, "rows": int(n[_type_dir(k)])} for p, n, _, _ in ordered]}
+                for k, t in enumerate(node_types)}
+        return manifest
+
+    def finish(manifest: dict) -> None:
+        write_durable(tmp / MANIFEST, lambda f: f.write(manifest_bytes(manifest)))  # last: the folder counts
+        replace_dir(tmp, out)
+        fsync_dir(out.parent)
+
+    problem = commit_folder(comm, write_own, prepare, finish, writer=comm.rank == 0,
+                            cleanup=lambda: shutil.rmtree(tmp, ignore_errors=True))
     if problem:
-        raise mark_agreed(ConfigError(
-            f"--out expected room for the predictions in {out.parent}; got {problem}. HINT: free space there or "
-            f"choose another --out; nothing was written to {out}" + (" (the old one is kept)" if out.exists() else "")))
+        raise mark_agreed(ConfigError(f"--out expected room for the predictions in {out.parent}; got {problem}. "
+                                      + hint + (" (the old one is kept)" if out.exists() else "")))
     return out
 
 

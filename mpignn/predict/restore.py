@@ -16,10 +16,10 @@ import torch
 
 from mpignn.training.checkpoint import CHECKPOINT, MANIFEST, latest_checkpoint, resume_state
 from mpignn.config.train_config import TrainConfig
-from mpignn.errors import ConfigError, MpignnError, mark_agreed
+from mpignn.errors import ConfigError, MpignnError
 from mpignn.config.graph_options import GraphOptions
 from mpignn.mpi import check_all
-from mpignn.runtime import LocalGraph, Runtime, attach_embedding, build_local_graph
+from mpignn.runtime import LocalGraph, Runtime, build_graph_and_model
 from mpignn.tasks import Task, make_task
 
 __all__ = ["Restored", "find_checkpoint", "read_saved", "restore_run", "OVERRIDABLE"]
@@ -113,13 +113,7 @@ def restore_run(rt: Runtime, checkpoint_dir: str, generation: str = "latest",
     except MpignnError as exc:
         problem = str(exc)
     check_all(rt.comm, not problem, problem, ConfigError)
-    graph = build_local_graph(rt, options, task)
-    if cfg.embed_dim:
-        graph = attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)
-    try:
-        model = task.build_model(cfg.model, graph, cfg.hidden, cfg.num_layers, cfg.dropout).to(rt.device)
-    except ConfigError as exc:  # the graph's kind decides, the same on every rank
-        raise mark_agreed(exc) from None
+    graph, model = build_graph_and_model(rt, cfg, task, options)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)  # resume_state restores one; it is not used
     rng = torch.get_rng_state()
     info = resume_state(rt.comm, folder, model, optimizer, cfg.to_dict(), rt.device, rows=graph.embedding,

@@ -18,9 +18,9 @@ from mpignn.launch.bootstrap import Runtime, bootstrap, reduce_sums, shutdown
 from mpignn.loader.local_graph import LocalGraph
 from mpignn.loader.prefetch import overlap
 from mpignn.partition.source import auto_folder
-from mpignn.runtime.graph import attach_embedding, build_local_graph, load_local_graph
+from mpignn.runtime.graph import attach_embedding, build_graph_and_model, build_local_graph, load_local_graph
 from mpignn.runtime.loaders import cooperative_refusal, make_loader, rank_batch_size
 
 __all__ = ["Runtime", "LocalGraph", "GraphOptions", "bootstrap", "load_local_graph", "build_local_graph",
            "attach_embedding", "make_loader", "reduce_sums", "shutdown", "rank_batch_size", "overlap", "cache_budget",
-           "auto_folder", "cooperative_refusal"]
+           "auto_folder", "cooperative_refusal", "build_graph_and_model"]

@@ -3,11 +3,11 @@ sampler, feature store and cache (`build_local_graph`, `load_local_graph`); lear
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import torch
 
 from mpignn.config.graph_options import GraphOptions
 from mpignn.config.refusals import refusal
@@ -32,9 +32,8 @@ from mpignn.sampling.distributed import DistributedHops
 from mpignn.sampling.neighbor import LocalHops, NeighborSampler
 from mpignn.tasks import Task, make_task
 
-__all__ = ["load_local_graph", "build_local_graph", "attach_embedding"]
+__all__ = ["load_local_graph", "build_local_graph", "attach_embedding", "build_graph_and_model"]
 
-log = logging.getLogger(__name__)
 
 
 def load_local_graph(rt: Runtime, dataset: str, root: str = TrainConfig.root, task: Task | None = None,
@@ -160,3 +159,19 @@ def _device_table(x: np.ndarray, device: str) -> Any:
     return table.to(device)
 
 
+def build_graph_and_model(rt: Runtime, cfg: TrainConfig, task: Task,
+                          opts: GraphOptions) -> tuple[LocalGraph, torch.nn.Module]:
+    """Collective over `rt.comm`: `build_local_graph`, the learnable rows `cfg.embed_dim` asks for, and the
+    task's model for that graph on `rt.device`: what training and `python -m mpignn.predict` both start from.
+
+    Raises:
+        ConfigError: a model the graph's kind cannot take, on every rank alike.
+    """
+    graph = build_local_graph(rt, opts, task)
+    if cfg.embed_dim:
+        graph = attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)
+    try:
+        model = task.build_model(cfg.model, graph, cfg.hidden, cfg.num_layers, cfg.dropout).to(rt.device)
+    except ConfigError as exc:  # the graph's kind decides, the same on every rank
+        raise mark_agreed(exc) from None
+    return graph, model

@@ -12,8 +12,6 @@ from numba import njit, prange
 __all__ = ["sample_rows", "relabel", "reset_scratch", "relabel_hashed", "rehash", "clear_table", "mix_seed",
            "first_seen", "claim", "warm_up"]
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
 
 @njit(inline="always")
 def _splitmix(state):

@@ -30,7 +30,7 @@ def task_class(name: str) -> type[Task]:
 
 
 def make_task(cfg: TrainConfig | None = None, name: str = "node") -> Task:
-    """The task of a `config.TrainConfig` (`cfg.task`, its flags), or the task `name` with its defaults."""
+    """The task of a `config.train_config.TrainConfig` (`cfg.task`, its flags), or the task `name` with its defaults."""
     if cfg is None:
         return task_class(name)()
     return task_class(cfg.task).from_config(cfg)

@@ -58,7 +58,7 @@ class Task:
 
     @classmethod
     def from_config(cls, cfg: TrainConfig) -> "Task":
-        """The task a `config.TrainConfig` asks for (its flags are checked already)."""
+        """The task a `config.train_config.TrainConfig` asks for (its flags are checked already)."""
         return cls()
 
     # --- data ------------------------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ class Task:
         return held_out
 
     def seeds(self, graph: LocalGraph, split: str, pick: Pick) -> Any:
-        """This rank's seed source of `split` ("train", "val", "test") for `loader.BatchLoader`: node ids, or an
+        """This rank's seed source of `split` ("train", "val", "test") for `loader.batches.BatchLoader`: node ids, or an
         object with `__len__`, `draw(sampler, items, seed)` and `attach(data, extra)`."""
         raise NotImplementedError
 
@@ -125,7 +125,7 @@ class Task:
 
     def evaluate_full(self, rt: Runtime, graph: LocalGraph, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
         """Collective over `rt.comm`: the scores of exact inference (`--eval full`: every layer over whole
-        neighbourhoods, `predict.layerwise`) as record fields `<split>_<metric>_full`.
+        neighbourhoods, `inference.layerwise`) as record fields `<split>_<metric>_full`.
 
         Raises:
             ConfigError: the task has no exact evaluation.

@@ -29,6 +29,7 @@ import torch
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
 from mpignn.fileio import atomic_path, fsync_dir, fsync_file, sha256_file, write_durable
 from mpignn.mpi import allreduce_max, check_all, topology
+from mpignn.mpi.commit import commit_folder, manifest_bytes
 
 __all__ = ["save_checkpoint", "load_checkpoint", "save_state", "resume_state", "check_compatible", "rng_state",
            "set_rng_state", "generations", "latest_checkpoint", "CHECKPOINT", "MANIFEST", "MODEL_KEYS",
@@ -213,46 +214,42 @@ def save_state(comm: Any, folder: str | os.PathLike, *, epoch: int, step: int, m
     folder = Path(folder)
     number = int(allreduce_max(comm, [max((n for n, _ in _numbered(folder)), default=0)])[0]) + 1
     gen = folder / f"gen-{number:06d}"
-    problem, rows_sha = "", None
-    try:
+    data = b""
+
+    def write_own() -> tuple[str | None, dict[str, np.ndarray]]:
         gen.mkdir(parents=True, exist_ok=True)
-        if rows is not None:
-            rows.save(gen / _rows_name(comm.rank), epoch=epoch, step=step)
-            rows_sha = sha256_file(gen / _rows_name(comm.rank))
-    except OSError as exc:
-        problem = f"{type(exc).__name__}: {exc}"
-    mine = {k: v.numpy() for k, v in rng_state(device).items()}
-    gathered = comm.gather((problem, rows_sha, mine), root=0)
-    data, manifest = b"", None
-    if comm.rank == 0:
-        problem = next((f"rank {r}: {p}" for r, (p, _, _) in enumerate(gathered) if p), "")
-        if not problem:
-            rng = {k: torch.from_numpy(np.stack([g[2][k] for g in gathered])) for k in mine}
-            buf = io.BytesIO()
-            torch.save(_state(epoch, step, model, optimizer, {**extra, "world_size": comm.size}, rng), buf)
-            data = buf.getvalue()
-            files = {_rows_name(r): sha for r, (_, sha, _) in enumerate(gathered) if sha is not None}
-            files[CHECKPOINT] = hashlib.sha256(data).hexdigest()
-            manifest = {"format": FORMAT, "generation": number, "epoch": int(epoch), "step": int(step),
-                        "world_size": comm.size, "files": files}
-    # the other hosts' first ranks write the same bytes (their folder may be node-local)
-    problem, manifest, shipped = comm.bcast((problem, manifest, data if topo.num_hosts > 1 else None), root=0)
-    if not problem and writer:
-        payload = data if comm.rank == 0 else shipped
-        text = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
-        try:
-            write_durable(gen / CHECKPOINT, lambda f: f.write(payload))
-            write_durable(gen / MANIFEST, lambda f: f.write(text))  # last: the generation counts from here
-            fsync_dir(folder)
-        except OSError as exc:
-            problem = f"rank {comm.rank}: {type(exc).__name__}: {exc}"
-    failed = [p for p in comm.allgather(problem) if p]
-    if failed:
-        if writer:
-            shutil.rmtree(gen, ignore_errors=True)
+        mine = {k: v.numpy() for k, v in rng_state(device).items()}
+        if rows is None:
+            return None, mine
+        rows.save(gen / _rows_name(comm.rank), epoch=epoch, step=step)
+        return sha256_file(gen / _rows_name(comm.rank)), mine
+
+    def prepare(reports: list[tuple[str | None, dict[str, np.ndarray]]]) -> tuple[dict[str, Any], bytes | None]:
+        nonlocal data
+        rng = {k: torch.from_numpy(np.stack([states[k] for _, states in reports])) for k in reports[0][1]}
+        buf = io.BytesIO()
+        torch.save(_state(epoch, step, model, optimizer, {**extra, "world_size": comm.size}, rng), buf)
+        data = buf.getvalue()
+        files = {_rows_name(r): sha for r, (sha, _) in enumerate(reports) if sha is not None}
+        files[CHECKPOINT] = hashlib.sha256(data).hexdigest()
+        manifest = {"format": FORMAT, "generation": number, "epoch": int(epoch), "step": int(step),
+                    "world_size": comm.size, "files": files}
+        # the other hosts' first ranks write the same bytes (their folder may be node-local)
+        return manifest, data if topo.num_hosts > 1 else None
+
+    def finish(payload: tuple[dict[str, Any], bytes | None]) -> None:
+        manifest, shipped = payload
+        checkpoint = data if comm.rank == 0 else shipped
+        write_durable(gen / CHECKPOINT, lambda f: f.write(checkpoint))
+        write_durable(gen / MANIFEST, lambda f: f.write(manifest_bytes(manifest)))  # last: the generation counts
+        fsync_dir(folder)
+
+    problem = commit_folder(comm, write_own, prepare, finish, writer=writer,
+                            cleanup=lambda: shutil.rmtree(gen, ignore_errors=True))
+    if problem:
         kept = generations(folder)
         raise mark_agreed(ConfigError(
-            f"--checkpoint-dir expected room for checkpoint {gen.name} in {folder}; got {failed[0]}. HINT: free "
+            f"--checkpoint-dir expected room for checkpoint {gen.name} in {folder}; got {problem}. HINT: free "
             "space there or use another --checkpoint-dir; " +
             (f"the previous checkpoint {kept[-1].name} is kept and resumes" if kept else "nothing older was saved")))
     if writer:

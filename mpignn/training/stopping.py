@@ -5,7 +5,6 @@ step. Stdlib only: no torch, no MPI here.
 """
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import subprocess
@@ -13,7 +12,6 @@ from typing import Any
 
 __all__ = ["EXIT_STOPPED", "StopSignal", "requeue"]
 
-log = logging.getLogger(__name__)
 
 EXIT_STOPPED = 75
 """Exit code of a run stopped by the signal (EX_TEMPFAIL: try again later, e.g. with --resume)."""
