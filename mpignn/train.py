@@ -1,11 +1,10 @@
 """`mpirun -np N python -m mpignn.train`: parse, bootstrap, load this rank's part, train, report, tear down.
 
-Exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGUSR2 (checkpoint saved when --checkpoint-dir is set).
+Exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGUSR2 or SIGTERM (checkpoint saved when --checkpoint-dir
+is set), 130 interrupted by Ctrl-C.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 import sys
 from typing import Any, Sequence
 
@@ -36,7 +35,7 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
         from mpignn.data import check_known
 
         check_known(cfg.dataset)  # before torch is imported: a misspelt name fails in a second
-        from mpignn.training.fit import check_flags, fit
+        from mpignn.training.fit import check_flags
         from mpignn.config.graph_options import GraphOptions
         from mpignn.tasks import make_task
 
@@ -50,34 +49,9 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
             world()
             raise
         raise mark_agreed(exc) from None
-    import logging
+    from mpignn.runtime.session import train_run
 
-    import torch
-
-    from mpignn.training.minibatch import PROBE_STEPS, choose_minibatch
-    from mpignn.runtime import bootstrap, build_graph_and_model, cooperative_refusal, make_loader, shutdown
-
-    log = logging.getLogger("mpignn.train")
-    rt = bootstrap(cfg.device, cfg.backend, cfg.threads, tune_process=True,  # process-wide tuning: CLI only
-                   collective_timeout=cfg.collective_timeout)
-    if rt.rank == 0:
-        log.info("config %s", json.dumps(cfg.to_dict(), sort_keys=True))
-    torch.manual_seed(cfg.seed)
-    graph, model = build_graph_and_model(rt, cfg, task, options)
-    loader = lambda split, mode, cap=cfg.max_steps: make_loader(  # noqa: E731
-        rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope, seed=cfg.seed,
-        prefetch=cfg.prefetch, max_steps=cap, minibatch=mode)
-    if cfg.minibatch == "auto":  # measured on this run's first batches (collective)
-        cap = min(cfg.max_steps or PROBE_STEPS + 1, PROBE_STEPS + 1)
-        mode, _ = choose_minibatch(rt, model, lambda m: loader("train", m, cap), task=task,
-                                   bf16=cfg.precision == "bf16",
-                                   refusal=cooperative_refusal(graph))
-        cfg = dataclasses.replace(cfg, minibatch=mode)  # what checkpoints record: a resume compares it
-    loaders = {split: loader(split, cfg.minibatch) for split in ("train", "val", "test")}
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    code = fit(cfg, rt, graph, loaders, model, optimizer, stop)
-    shutdown()
-    return code
+    return train_run(cfg, task, options, stop)
 
 
 def cli() -> None:

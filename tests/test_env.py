@@ -83,7 +83,8 @@ def test_bootstrap_leaves_the_process_alone_unless_asked(monkeypatch):
 
 
 def test_train_cli_opts_in_to_process_tuning(monkeypatch):
-    from mpignn import runtime, train
+    from mpignn import train
+    from mpignn.runtime import session
 
     seen = {}
 
@@ -91,7 +92,7 @@ def test_train_cli_opts_in_to_process_tuning(monkeypatch):
         seen.update(kwargs)
         raise KeyboardInterrupt  # stop before any work
 
-    monkeypatch.setattr(runtime, "bootstrap", fake_bootstrap)
+    monkeypatch.setattr(session, "bootstrap", fake_bootstrap)
     before = signal.getsignal(signal.SIGUSR2)
     with pytest.raises(KeyboardInterrupt):
         train.main(["--epochs", "1"])

@@ -98,8 +98,9 @@ def test_flag_combinations_are_checked_where_the_flags_are_defined():
 
 def test_train_passes_one_options_object(monkeypatch):
     """python -m mpignn.train builds the graph from GraphOptions.from_config(cfg), not from 15 loose fields."""
-    from mpignn import runtime, train
+    from mpignn import train
     from mpignn.config.graph_options import GraphOptions
+    from mpignn.runtime import graph
 
     seen = []
 
@@ -110,7 +111,7 @@ def test_train_passes_one_options_object(monkeypatch):
         seen.append(opts)
         raise Built
 
-    monkeypatch.setattr(runtime, "build_local_graph", fake_build)
+    monkeypatch.setattr(graph, "build_local_graph", fake_build)
     argv = ["--dataset", SMALL, "--fanout", "3,2", "--cache-size", "0", "--feature-norm", "row", "--threads", "1"]
     with pytest.raises(Built):
         train.main(argv)

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from mpignn.config.train_config import TrainConfig
-from mpignn.env import bound_onednn_cache, thread_budget
+from mpignn.env import bound_onednn_cache, detect, thread_budget
 from mpignn.errors import LaunchError, MpignnError
 from mpignn.launch import process_group as dist
 from mpignn.launch.allocator import tune_allocator
 from mpignn.log import setup_logging
 from mpignn.mpi import Topology, allreduce_sum, check_all, check_launcher, topology, world
+from mpignn.mpi.watchdog import Deadline
 
 __all__ = ["Runtime", "bootstrap", "reduce_sums", "shutdown"]
 
@@ -56,11 +57,22 @@ def bootstrap(device: str = TrainConfig.device, backend: str = TrainConfig.backe
             fast steps, a flat peak over many epochs) and oneDNN's primitive
             cache is capped (`env.bound_onednn_cache`). Off by default: both change the whole process, the
             rest of your program included. Turn it on before any torch compute runs.
-        collective_timeout: seconds a torch.distributed collective may wait (the process group's timeout).
+        collective_timeout: seconds a torch.distributed collective may wait (the process group's timeout), and
+            the start-up itself (MPI_Init, the device agreement, the rendezvous) may take.
     Raises:
         LaunchError: on every rank alike, when the device or backend is not there, or when the wrong `mpirun`
             started the job (MPI sees one process while the launcher started several).
     """
+    # MPI_Init waits for every rank to start and the rendezvous for every rank to answer: bounded, so a rank
+    # that never starts or stops meanwhile ends the job instead of leaving the others waiting for good
+    with Deadline(collective_timeout, "MPI start-up and the rendezvous (bootstrap)", detect().rank,
+                  "a rank did not start or stopped: look at every host's processes; raise --collective-timeout "
+                  "where start-up is that slow"):
+        return _bootstrap(device, backend, threads, logging_setup, comm, tune_process, collective_timeout)
+
+
+def _bootstrap(device: str, backend: str, threads: int, logging_setup: bool, comm: Any, tune_process: bool,
+               collective_timeout: float) -> Runtime:
     check_launcher()
     comm = world() if comm is None else comm
     topo = topology(comm)

@@ -1,4 +1,5 @@
-"""Checked collectives on numpy buffers: `check_all` (every rank raises alike), `exchange_counts` and
+"""Checked collectives on numpy buffers: `check_all` (every rank raises alike), `check_same` (every rank runs with
+the same values), `exchange_counts` and
 `alltoallv` (rows of any dtype; in pieces past MPI's int counts, `MAX_COUNT`), `allreduce_sum`/`allreduce_max`.
 
 Imports numpy, mpi4py (lazily), `mpignn.errors`, `mpignn.mpi.watchdog` and `mpignn.mpi.topology`; never torch,
@@ -6,7 +7,9 @@ nor any other part of mpignn.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import hashlib
+import json
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -14,7 +17,7 @@ from mpignn.errors import MpignnError, mark_agreed
 from mpignn.mpi.topology import mpi_op
 from mpignn.mpi.watchdog import bounded
 
-__all__ = ["check_all", "MAX_COUNT", "exchange_counts", "alltoallv", "allreduce_sum", "allreduce_max"]
+__all__ = ["check_all", "check_same", "MAX_COUNT", "exchange_counts", "alltoallv", "allreduce_sum", "allreduce_max"]
 
 
 def check_all(comm: Any, ok: bool, message: str, error: type[MpignnError] = MpignnError) -> None:
@@ -30,6 +33,28 @@ def check_all(comm: Any, ok: bool, message: str, error: type[MpignnError] = Mpig
     rank, first = failed[0]
     prefix = f"rank {rank}: " if comm.size > 1 else ""
     raise mark_agreed(error(prefix + first))
+
+
+def check_same(comm: Any, values: Mapping[str, Any], what: str, hint: str, error: type[MpignnError] = MpignnError) -> None:
+    """Collective over `comm`: raise the same `error` on every rank unless every rank holds the same `values`
+    (JSON-able; compared by digest, one small allgather, then in full only where they differ), naming the
+    first differing key (in sorted order) of the lowest rank that differs from rank 0.
+
+    For what must agree before the ranks run anything that depends on it: a resolved configuration (ranks that
+    read different --config files, or hosts whose installed version has other defaults), a version.
+    """
+    text = json.dumps(values, sort_keys=True, default=str)
+    with bounded(f"check_same {what} (allgather)"):
+        digests = comm.allgather(hashlib.sha256(text.encode()).hexdigest())
+        if len(set(digests)) == 1:
+            return
+        first = next(r for r, d in enumerate(digests) if d != digests[0])
+        theirs = comm.bcast(json.loads(text) if comm.rank == first else None, root=first)
+        ours = comm.bcast(json.loads(text) if comm.rank == 0 else None, root=0)
+    key = next(k for k in sorted(set(ours) | set(theirs)) if ours.get(k, "<unset>") != theirs.get(k, "<unset>"))
+    raise mark_agreed(error(f"expected every rank to run with the same {what}; got {key} = "
+                            f"{theirs.get(key, '<unset>')!r} on rank {first} and {ours.get(key, '<unset>')!r} on "
+                            f"rank 0. HINT: {hint}"))
 
 
 # The most rows one MPI call moves: MPI's counts and displacements are C ints. Exchanges whose rows (in a

@@ -1,7 +1,7 @@
 """Rank-0-first preparation: `root_first`, `run_once` and `RootFailedError` (a first rank's failure reaches
 every rank; nobody hangs).
 
-Imports the stdlib, mpi4py (lazily), `mpignn.errors` and `mpignn.mpi.topology`; never torch, nor any other
+Imports the stdlib, mpi4py (lazily), `mpignn.errors`, `mpignn.mpi.topology` and `mpignn.mpi.watchdog`; never torch, nor any other
 part of mpignn.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator
 
 from mpignn.errors import LaunchError, MpignnError, mark_agreed
 from mpignn.mpi.topology import mpi_op
+from mpignn.mpi.watchdog import bounded
 
 __all__ = ["RootFailedError", "root_first", "run_once"]
 
@@ -48,9 +49,10 @@ def _wait_status(group: Any, timeout: float | None, what: str) -> tuple[bool, st
 
 def _finish(comm: Any, ok: bool, message: str, own: BaseException | None = None) -> None:
     """Every rank learns whether any first rank failed (per-host mode has several), and raises alike."""
-    if comm.allreduce(ok, op=mpi_op("LAND")):
-        return
-    messages = [m for m in comm.allgather(None if ok else message) if m]
+    with bounded("the preparation's agreement (allreduce)"):  # a rank stopped meanwhile ends the job
+        if comm.allreduce(ok, op=mpi_op("LAND")):
+            return
+        messages = [m for m in comm.allgather(None if ok else message) if m]
     if own is not None:
         raise mark_agreed(own)
     raise mark_agreed(RootFailedError(messages[0]))

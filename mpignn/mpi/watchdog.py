@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any, Callable
 
-__all__ = ["Watchdog", "bounded", "watching"]
+__all__ = ["Watchdog", "Deadline", "bounded", "watching"]
 
 _PING, _PONG = 7201, 7202
 
@@ -22,10 +22,10 @@ _PING, _PONG = 7201, 7202
 class _Slot:
     """One thread's state: the collective it is in ("" when none) and since when (0.0 when none)."""
 
-    __slots__ = ("what", "since", "thread")
+    __slots__ = ("what", "since", "thread", "limit")
 
     def __init__(self, thread: str) -> None:
-        self.what, self.since, self.thread = "", 0.0, thread
+        self.what, self.since, self.thread, self.limit = "", 0.0, thread, 0.0
 
 
 _local = threading.local()
@@ -47,20 +47,20 @@ class _Mark:
     """Marks one collective on this thread while the block runs; nested marks restart the clock (each
     collective is bounded on its own) and put the outer name back on exit."""
 
-    __slots__ = ("slot", "what", "outer")
+    __slots__ = ("slot", "what", "limit", "outer", "outer_limit")
 
-    def __init__(self, slot: _Slot, what: str) -> None:
-        self.slot, self.what, self.outer = slot, what, ""
+    def __init__(self, slot: _Slot, what: str, limit: float) -> None:
+        self.slot, self.what, self.limit, self.outer, self.outer_limit = slot, what, limit, "", 0.0
 
     def __enter__(self) -> None:
         slot = self.slot
-        self.outer = slot.what
+        self.outer, self.outer_limit = slot.what, slot.limit
         slot.since = time.monotonic()
-        slot.what = self.what
+        slot.what, slot.limit = self.what, self.limit
 
     def __exit__(self, *exc: Any) -> None:
         slot = self.slot
-        slot.what = self.outer
+        slot.what, slot.limit = self.outer, self.outer_limit
         slot.since = time.monotonic() if self.outer else 0.0
 
 
@@ -77,12 +77,17 @@ class _Unwatched:
 _UNWATCHED = _Unwatched()
 
 
-def bounded(what: str) -> Any:
+def bounded(what: str, limit: float = 0.0) -> Any:
     """A context manager marking the block as the collective `what` on this thread (a few hundred ns; a no-op
-    unless a Watchdog runs). Not collective itself."""
+    unless a Watchdog runs). Not collective itself.
+
+    Args:
+        limit: seconds this block may wait (0: the Watchdog's timeout), e.g. a phase that waits for rank 0 to
+            prepare a dataset for up to --prep-timeout. A collective marked inside it has its own bound.
+    """
     if _active is None:
         return _UNWATCHED
-    return _Mark(_slot(), what)
+    return _Mark(_slot(), what, limit)
 
 
 def watching() -> "Watchdog | None":
@@ -162,17 +167,17 @@ class Watchdog:
                 self._expire(*late)
                 return
 
-    def _late(self) -> tuple[str, str, float] | None:
-        """(collective, thread, seconds) of a collective past the bound, if any."""
+    def _late(self) -> tuple[str, str, float, float] | None:
+        """(collective, thread, seconds, its bound) of a collective past its bound, if any."""
         now = time.monotonic()
         with _slots_lock:
             slots = list(_slots)
         for slot in slots:
-            since = slot.since
-            if since and now - since > self.timeout:
+            since, limit = slot.since, slot.limit or self.timeout
+            if since and now - since > limit:
                 what = slot.what
                 if slot.since == since:  # still the same collective (not one that just ended)
-                    return what, slot.thread, now - since
+                    return what, slot.thread, now - since, limit
         return None
 
     def _answer(self) -> None:
@@ -205,11 +210,12 @@ class Watchdog:
             time.sleep(0.02)
         return [r for r in peers if r not in answered]
 
-    def _expire(self, what: str, thread: str, waited: float) -> None:
+    def _expire(self, what: str, thread: str, waited: float, limit: float) -> None:
         host, pid = self.where[self.rank]
-        head = (f"[rank {self.rank}] expected every collective to finish within --collective-timeout "
-                f"{self.timeout:g}s; got {waited:.0f}s in {what} (thread {thread}, rank {self.rank} pid {pid} on "
-                f"{host})")
+        bound = (f"--collective-timeout {limit:g}s" if limit == self.timeout else
+                 f"{limit:g}s (--prep-timeout plus --collective-timeout)")
+        head = (f"[rank {self.rank}] expected every collective to finish within {bound}; got {waited:.0f}s in "
+                f"{what} (thread {thread}, rank {self.rank} pid {pid} on {host})")
         if not self.can_ping:
             tail = ("; which rank stopped is unknown (MPI is not thread-multiple here). HINT: look for a stopped "
                     "or hung rank; raise --collective-timeout if a collective can take that long")
@@ -234,3 +240,43 @@ class Watchdog:
         from mpi4py import MPI
 
         MPI.COMM_WORLD.Abort(1)
+
+
+# The deadline's watcher: a separate process, because MPI_Init holds the GIL (mpi4py calls it without releasing
+# it), so no thread of this process runs while a rank waits there. It leaves when its parent is gone.
+_WATCHER = """
+import os, sys, time
+seconds, message, parent = float(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    if os.getppid() != parent:
+        sys.exit(0)
+    time.sleep(0.2)
+sys.stderr.write(message + "\\n")
+sys.stderr.flush()
+os.kill(parent, 9)
+"""
+
+
+class Deadline:
+    """Ends this process when a block has not finished within `seconds`: for the start-up before any
+    communicator exists (MPI_Init waits for every rank to start), where a Watchdog cannot ping yet. On expiry a
+    watcher process prints one line and kills this one (SIGKILL); the launcher then ends the job. Not
+    collective."""
+
+    def __init__(self, seconds: float, what: str, rank: int, hint: str) -> None:
+        self.seconds = float(seconds)
+        self.message = (f"mpignn: error: [rank {rank}] expected {what} to finish within {self.seconds:g}s; got no "
+                        f"answer from every rank. HINT: {hint}")
+        self._proc: Any = None
+
+    def __enter__(self) -> "Deadline":
+        import subprocess
+
+        self._proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHER, str(self.seconds), self.message,
+                                       str(os.getpid())], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._proc.kill()
+        self._proc.wait()

@@ -20,7 +20,7 @@ from mpignn.training.schedule import attach_lr_schedule
 from mpignn.training.stopping import EXIT_STOPPED, StopSignal, requeue
 from mpignn.tasks import Task
 from mpignn.training.tensorboard import ScalarLog, eval_index, require
-from mpignn.mpi.watchdog import Watchdog, bounded
+from mpignn.mpi.watchdog import Watchdog, bounded, watching
 
 if TYPE_CHECKING:
     from mpignn.config.train_config import TrainConfig
@@ -60,7 +60,7 @@ def fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any
     On several ranks a `Watchdog` bounds every collective by `cfg.collective_timeout` seconds meanwhile: a
     rank that stops answering ends the job (MPI Abort) with a message naming it, instead of a hang.
     """
-    if rt.world_size == 1:
+    if rt.world_size == 1 or watching() is not None:  # python -m mpignn.train watches from its start-up on
         return _fit(cfg, rt, graph, loaders, model, optimizer, stop)
     with Watchdog(rt.comm, cfg.collective_timeout):
         return _fit(cfg, rt, graph, loaders, model, optimizer, stop)
