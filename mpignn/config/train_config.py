@@ -14,6 +14,7 @@ from mpignn.config.choices import (BATCH_SCOPES, DECODERS, DEFAULT_METHOD, EVALS
                             FEATURE_NORMS, LR_SCALINGS, MINIBATCHES, MODELS, NEGATIVES, PARTITION_DEFAULT, PARTITION_METHODS,
                             PRECISIONS, PREFETCH_MODES, TASKS, check_choice, parse_cache_size)
 from mpignn.config.refusals import check_combinations
+from mpignn.config.values import check_memory, check_ranges, check_types, estimate_step_bytes
 from mpignn.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -21,7 +22,8 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (the default of many clusters' images): tomllib's origin, installed by setup.py there
     import tomli as tomllib
 
-__all__ = ["LINK_DEFAULTS", "TrainConfig", "build_parser", "field_docs", "parse", "parse_fanout", "parse_cache_size"]
+__all__ = ["LINK_DEFAULTS", "TrainConfig", "build_parser", "check_fits", "field_docs", "parse", "parse_fanout",
+           "parse_cache_size"]
 
 
 def parse_edge_fanout(text: str, layers: int) -> dict[str, list[int]]:
@@ -198,50 +200,20 @@ class TrainConfig:
     answering, instead of hanging until the wall-clock limit. Also torch.distributed's timeout."""
 
     def __post_init__(self) -> None:
+        specs = fields(self)  # types first (a TOML `hidden = 64.5` or `resume = "false"`), then ranges
+        for name, value in check_types(self.to_dict(), {f.name: f.type for f in specs},
+                                       {f.name: f.default for f in specs}).items():
+            setattr(self, name, value)  # an int given for a float field (TOML `lr = 1`) becomes a float
         self.fanouts = parse_fanout(self.fanout)
         self.edge_fanouts = parse_edge_fanout(self.edge_fanout, len(self.fanouts))
-        positive = {"epochs": self.epochs, "batch_size": self.batch_size, "hidden": self.hidden,
-                    "eval_every": self.eval_every, "evals_per_epoch": self.evals_per_epoch}
-        for name, value in positive.items():
-            if value < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be a positive int; got {value}. "
-                                  f"HINT: e.g. --{name.replace('_', '-')} {getattr(TrainConfig, name)}")
-        if not (0 < self.link_val and 0 < self.link_test and self.link_val + self.link_test < 1):
-            raise ConfigError(f"--link-val and --link-test must be positive shares that sum below 1; got "
-                              f"{self.link_val} and {self.link_test}. HINT: e.g. --link-val 0.05 --link-test 0.1")
-        if self.link_tails < 1 or self.hits_k < 1:
-            raise ConfigError(f"--link-tails and --hits-k must be positive; got {self.link_tails} and "
-                              f"{self.hits_k}. HINT: e.g. --link-tails 100 --hits-k 10")
-        if self.warmup_epochs < 0:
-            raise ConfigError(f"--warmup-epochs must be >= 0; got {self.warmup_epochs}. HINT: e.g. --warmup-epochs 1")
-        if self.embed_dim < 0 or not self.embed_lr > 0:
-            raise ConfigError(f"--embed-dim must be >= 0 and --embed-lr positive; got {self.embed_dim} and "
-                              f"{self.embed_lr}. HINT: e.g. --embed-dim 64 --embed-lr 0.1")
-        if not 0 <= self.target_val <= 1:
-            raise ConfigError(f"--target-val must be a score in [0, 1] (0: none); got {self.target_val}. "
-                              "HINT: e.g. --target-val 0.97")
-        if not self.lr > 0:
-            raise ConfigError(f"--lr must be positive; got {self.lr}. HINT: e.g. --lr 0.003")
+        check_ranges(self.to_dict(), {f.name: f.default for f in specs})  # each value alone (config.values)
         self.cache_size = parse_cache_size(self.cache_size)
-        if self.threads < 0:
-            raise ConfigError(f"--threads must be >= 0; got {self.threads}. HINT: 0 means automatic")
-        if not 0 < self.collective_timeout < float("inf"):
-            raise ConfigError(f"--collective-timeout must be positive seconds; got {self.collective_timeout}. "
-                              "HINT: e.g. --collective-timeout 300")
-        if self.patience < 0:
-            raise ConfigError(f"--patience expected evaluations >= 0; got {self.patience}. HINT: e.g. --patience 5, "
-                              "or 0 to never stop early")
-        if self.max_steps < 0:
-            raise ConfigError(f"--max-steps must be >= 0; got {self.max_steps}. HINT: 0 means every batch")
         choices = {"precision": PRECISIONS, "exchange": EXCHANGES, "prefetch": PREFETCH_MODES, "eval": EVALS,
                    "batch_scope": BATCH_SCOPES, "lr_scaling": LR_SCALINGS, "task": tuple(TASKS), "decoder": DECODERS,
                    "negatives": NEGATIVES, "minibatch": MINIBATCHES, "feature_norm": FEATURE_NORMS, "feature_dtype": FEATURE_DTYPES,
                    "partition_method": (*PARTITION_METHODS, DEFAULT_METHOD), "model": MODELS}
         for name, allowed in choices.items():
             check_choice(name, getattr(self, name), allowed)
-        if self.keep_checkpoints < 1:
-            raise ConfigError(f"--keep-checkpoints expected at least 1; got {self.keep_checkpoints}. HINT: "
-                              "--keep-checkpoints 2 (the default)")
         check_combinations(self.to_dict())  # every refused pair of flags, shared with the API (config.refusals)
 
     @property
@@ -305,3 +277,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse(argv: Sequence[str] | None = None) -> TrainConfig:
     return TrainConfig.from_args(build_parser().parse_args(argv))
+
+
+def check_fits(cfg: TrainConfig, *, world_size: int | None = None, ranks_on_host: int | None = None,
+               available: int | None = None) -> int:
+    """Refuse a model and training step that cannot fit in memory, before anything is loaded (not collective).
+
+    The estimate is `config.values.estimate_step_bytes` (a lower bound from --hidden, the layers, the seeds of
+    one step on one rank and --model/--task/--decoder) times the ranks sharing the host's memory.
+
+    Args:
+        world_size, ranks_on_host: the job's ranks and those on this host (default: what the launcher's
+            variables say, `env.detect()`; pass the communicator's once MPI is up).
+        available: bytes free (default `env.mem_available_bytes()`: the host's, or its cgroup's; unknown:
+            nothing refused).
+    Returns:
+        The estimate in bytes.
+    Raises:
+        ConfigError: the estimate exceeds `available`. It depends on the host, so it is not agreed: raise it
+            where `mpi.run_main` can abort the job (MPI up).
+    """
+    from mpignn import env
+
+    if world_size is None or ranks_on_host is None:
+        info = env.detect()
+        world_size = info.world_size if world_size is None else world_size
+        ranks_on_host = info.local_size if ranks_on_host is None else ranks_on_host
+    world_size, ranks_on_host = max(1, world_size), max(1, ranks_on_host)
+    seeds = -(-cfg.batch_size // world_size) if cfg.batch_scope == "global" else cfg.batch_size
+    per_rank = estimate_step_bytes(cfg.hidden, cfg.num_layers, seeds, model=cfg.model, task=cfg.task,
+                                   decoder=cfg.decoder)
+    estimate = per_rank * ranks_on_host
+    check_memory(estimate, env.mem_available_bytes() if available is None else available,
+                 f"--hidden {cfg.hidden}, {cfg.num_layers} layers, --model {cfg.model}, {seeds} seeds per step, "
+                 f"{ranks_on_host} rank(s) on this host")
+    return estimate

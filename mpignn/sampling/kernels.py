@@ -6,8 +6,14 @@ remote node draws exactly what a single process would.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from numba import njit, prange
+
+from mpignn.env import ensure_numba_cache_dir
+
+ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 
 __all__ = ["sample_rows", "relabel", "reset_scratch", "relabel_hashed", "rehash", "clear_table", "mix_seed",
            "first_seen", "claim", "warm_up"]
