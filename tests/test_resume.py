@@ -88,7 +88,7 @@ def _start(n, root, *extra):
     return proc, lines
 
 
-def _signal_one_rank_once_training(proc, lines, delay=0.1):
+def _signal_one_rank_once_training(proc, lines, delay=0.1, signum=signal.SIGUSR2):
     deadline = time.monotonic() + 90
     while not any("epoch   0 |" in l for l in lines):  # mid-way through epoch 1 after this line, mostly
         assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)[-3000:]
@@ -96,7 +96,8 @@ def _signal_one_rank_once_training(proc, lines, delay=0.1):
     time.sleep(delay)
     proxy = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
     ranks = subprocess.run(["pgrep", "-P", proxy[0]], capture_output=True, text=True).stdout.split()
-    os.kill(int(ranks[-1]), signal.SIGUSR2)  # one rank sees it; the ranks agree at the next step
+    os.kill(int(ranks[-1]), signum)  # one rank sees it; the ranks agree at the next step
+    return [int(r) for r in ranks]
 
 
 def _wait(proc, lines, timeout=60):
@@ -109,17 +110,19 @@ def _wait(proc, lines, timeout=60):
     return proc.returncode, "".join(lines)
 
 
-def test_sigusr2_stops_every_rank_at_one_step_saves_and_resume_finishes(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGUSR2, signal.SIGTERM])  # Slurm's warning; scancel, a time limit
+def test_a_stop_signal_stops_every_rank_at_one_step_saves_and_resume_finishes(tmp_path, signum):
     ck = tmp_path / "ck"
     proc, lines = _start(2, tmp_path, "--epochs", "3", "--batch-size", "16", "--checkpoint-dir", str(ck))
-    _signal_one_rank_once_training(proc, lines)
+    _signal_one_rank_once_training(proc, lines, signum=signum)
     rc, out = _wait(proc, lines)
     assert rc == 75, out[-3000:]
     stops = [l.split("stopping at ")[1].strip() for l in out.splitlines() if "stopping at epoch" in l]
     assert len(stops) == 2 and stops[0] == stops[1], out[-3000:]  # each rank logs where it stopped
     epoch, step = int(stops[0].split()[1]), int(stops[0].split()[3])
     print(f"stopped at epoch {epoch} step {step}")  # mid-epoch (step > 0) in the runs here
-    assert f"stopped by SIGUSR2 at epoch {epoch} step {step}; checkpoint in {ck}; resume with --resume" in out
+    name = signal.Signals(signum).name
+    assert f"stopped by {name} at epoch {epoch} step {step}; checkpoint in {ck}; resume with --resume" in out
     saved = torch.load(latest_checkpoint(ck) / "checkpoint.pt", weights_only=True)
     assert (saved["epoch"], saved["step"]) == (epoch, step)
     out = _train(2, tmp_path, "--epochs", "3", "--batch-size", "16", "--checkpoint-dir", str(ck), "--resume")
@@ -133,3 +136,12 @@ def test_sigusr2_without_checkpoint_dir_stops_cleanly_and_says_nothing_was_saved
     _signal_one_rank_once_training(proc, lines)
     rc, out = _wait(proc, lines)
     assert rc == 75 and "; nothing saved (no --checkpoint-dir)" in out and "Traceback" not in out, out[-3000:]
+
+
+def test_ctrl_c_ends_every_rank_with_one_line_and_no_traceback(tmp_path):
+    proc, lines = _start(2, tmp_path, "--epochs", "50")
+    for pid in _signal_one_rank_once_training(proc, lines, signum=signal.SIGINT)[:-1]:
+        os.kill(pid, signal.SIGINT)  # a terminal's Ctrl-C reaches every rank
+    rc, out = _wait(proc, lines)
+    assert rc != 0 and "interrupted (SIGINT); the work since the last checkpoint is lost. HINT:" in out, out[-3000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]

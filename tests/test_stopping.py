@@ -27,6 +27,20 @@ def test_the_handler_only_sets_a_flag():
     assert signal.getsignal(signal.SIGUSR2) is before
 
 
+def test_sigterm_takes_the_same_path():
+    """What scancel and a time limit send: the flag, not the default (the process dies, nothing saved)."""
+    before = signal.getsignal(signal.SIGTERM)
+    stop = StopSignal().install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.requested and stop.name == "SIGTERM"
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert stop.name == "SIGTERM"  # the first one names the stop
+    finally:
+        stop.uninstall()
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def test_requeue_runs_scontrol_with_the_job_id(tmp_path):
     log = tmp_path / "calls"
     fake = tmp_path / "scontrol"

@@ -17,7 +17,10 @@ from mpignn import env as _env
 from mpignn.errors import MpignnError, is_agreed
 from mpignn.mpi.topology import world
 
-__all__ = ["run_main", "print0"]
+__all__ = ["run_main", "print0", "EXIT_INTERRUPTED"]
+
+EXIT_INTERRUPTED = 130
+"""Exit code after Ctrl-C (128 + SIGINT, as a shell reports it)."""
 
 
 def print0(*args: Any, rank: int | None = None, **kwargs: Any) -> None:
@@ -37,6 +40,7 @@ def run_main(main: Callable[..., int | None], *args: Any, **kwargs: Any) -> int:
 
     - MpignnError raised on every rank alike (after a checked collective): each rank prints one line and
       exits 1, so every rank states the problem.
+    - KeyboardInterrupt (Ctrl-C): one line, exit EXIT_INTERRUPTED (the job ends on every rank).
     - Any other exception: the rank prints its traceback and a summary (rank, host, pid, exception) and calls
       `COMM_WORLD.Abort(1)`, which ends every rank instead of leaving them blocked in a collective.
     Returns main's exit code (and exits with it when run as a program).
@@ -47,6 +51,13 @@ def run_main(main: Callable[..., int | None], *args: Any, **kwargs: Any) -> int:
         return 0 if code is None else int(code)
     except SystemExit:
         raise
+    except KeyboardInterrupt:  # Ctrl-C: one line per rank, no traceback
+        print(f"mpignn: error: [rank {rank}] interrupted (SIGINT); the work since the last checkpoint is lost. "
+              "HINT: SIGTERM or SIGUSR2 stop at the next step and save a checkpoint (--checkpoint-dir)",
+              file=sys.stderr, flush=True)
+        if _mpi_running() and _world_size() > 1:
+            _abort(EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
     except BaseException as exc:
         agreed = is_agreed(exc)
         if isinstance(exc, MpignnError):

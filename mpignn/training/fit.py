@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 from pathlib import Path
 from typing import Any, TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from mpignn.training.schedule import attach_lr_schedule
 from mpignn.training.stopping import EXIT_STOPPED, StopSignal, requeue
 from mpignn.tasks import Task
 from mpignn.training.tensorboard import ScalarLog, eval_index, require
+from mpignn.mpi import allreduce_max
 from mpignn.mpi.watchdog import Watchdog, bounded, watching
 
 if TYPE_CHECKING:
@@ -196,6 +198,8 @@ def _stopped(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, stop: Any, rec: d
     """Collective over `rt.comm`: save where the run stopped, say so on rank 0, requeue if asked."""
     epoch, step = rec["epoch"], rec["stopped_step"]
     log.info("stopping at epoch %d step %d", epoch, step)  # on every rank with MPIGNN_LOG_RANKS=all
+    received = int(allreduce_max(rt.comm, [getattr(stop, "received", 0)])[0])  # the rank that saw it may not be 0
+    name = signal.Signals(received).name if received else stop.name
     if cfg.checkpoint_dir:
         _save(cfg, rt, graph, epoch=epoch, step=step, model=model, optimizer=optimizer,
               extra={"config": cfg.to_dict(), "best": best.to_dict(), "partial": rec["partial"]})
@@ -203,7 +207,7 @@ def _stopped(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, stop: Any, rec: d
     else:
         where = "nothing saved (no --checkpoint-dir)"
     if rt.rank == 0:
-        print(f"stopped by {stop.name} at epoch {epoch} step {step}; {where}", flush=True)
+        print(f"stopped by {name} at epoch {epoch} step {step}; {where}", flush=True)
         if cfg.requeue:
             print(requeue(), flush=True)
     return EXIT_STOPPED
