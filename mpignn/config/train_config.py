@@ -104,7 +104,7 @@ class TrainConfig:
     node type) or rgcn."""
     task: str = "node"
     """node (classify the labelled nodes) or link (predict held-out edges; AUC, MRR, Hits@K). A link run has
-    its own defaults for flags not given (config.train_config.LINK_DEFAULTS; docs/training.md "Defaults and why")."""
+    its own defaults for flags not given (LINK_DEFAULTS here; docs/training.md "Defaults and why")."""
     decoder: str = "dot"
     """--task link: score a pair by the dot product of its embeddings (dot) or an MLP over their product."""
     negatives: str = "uniform"

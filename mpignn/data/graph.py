@@ -2,11 +2,16 @@
 is built by a compiled counting sort, not by sorting int64 keys)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numba import njit
+
+from mpignn.env import ensure_numba_cache_dir
+
+ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 
 __all__ = ["GraphData", "csr_from_edges", "symmetrized", "is_symmetric"]
 

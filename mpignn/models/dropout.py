@@ -7,9 +7,15 @@ Other devices and dtypes take the same math in torch ops. Imports torch, numpy a
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 from numba import njit, prange
+
+from mpignn.env import ensure_numba_cache_dir
+
+ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 
 __all__ = ["activate_into", "activation_grad", "keep_threshold", "relu_dropout"]
 

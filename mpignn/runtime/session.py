@@ -15,10 +15,10 @@ import torch
 
 from mpignn import __version__
 from mpignn.config.graph_options import GraphOptions
-from mpignn.config.train_config import TrainConfig
+from mpignn.config.train_config import TrainConfig, check_fits
 from mpignn.errors import ConfigError
 from mpignn.launch.bootstrap import Runtime, bootstrap, shutdown
-from mpignn.mpi import check_same
+from mpignn.mpi import check_all, check_same
 from mpignn.mpi.watchdog import Deadline, Watchdog, bounded
 from mpignn.runtime.graph import build_graph_and_model
 from mpignn.runtime.loaders import cooperative_refusal, make_loader
@@ -59,6 +59,12 @@ def train_run(cfg: TrainConfig, task: Task, options: GraphOptions, stop: StopSig
                    ConfigError)
         if rt.rank == 0:
             log.info("config %s", json.dumps(cfg.to_dict(), sort_keys=True))
+        problem = ""
+        try:  # the model and one step against each host's memory, before the data loads
+            check_fits(cfg, world_size=rt.world_size, ranks_on_host=rt.topo.local_size)
+        except ConfigError as exc:
+            problem = str(exc)
+        check_all(rt.comm, not problem, problem, ConfigError)
         with bounded("start-up: the dataset's preparation, this rank's part and its cache",
                      limit=cfg.prep_timeout + cfg.collective_timeout):
             graph, model = build_graph_and_model(rt, cfg, task, options)
