@@ -65,7 +65,7 @@ def test_patience_stops_a_plateau_and_keeps_the_best_epoch(tmp_path):
 
 
 def test_best_copy_replaces_the_previous_one(tmp_path):
-    from mpignn.training.fit import keep_best
+    from mpignn.training.run_files import keep_best
 
     for number in (1, 2):
         gen = tmp_path / f"gen-{number:06d}"

@@ -95,7 +95,7 @@ def test_each_rule_refuses_and_accepts():
     samples = {"minibatch": ("cooperative", "independent"), "replicated": (True, False), "embed_dim": (8, 0),
                "task": ("link", "node"), "cooperative_task": (False, True), "hetero": (True, False),
                "partitions": ("p", ""), "evals_per_epoch": (2, 1), "eval_every": (2, 1), "resume": (True, False),
-               "requeue": (True, False), "checkpoint_dir": ("", "ck"), "device": ("xpu", "cpu"),
+               "requeue": (True, False), "checkpoint_dir": ("", "ck"), "force_new": (True, False), "device": ("xpu", "cpu"),
                "backend": ("gloo", "auto")}
     for rule in RULES:
         bad = [samples[n][0] for n in rule.names]

@@ -56,6 +56,10 @@ RULES: tuple[Rule, ...] = (
     Rule(("resume", "checkpoint_dir"),
          lambda resume, folder: bool(resume and not folder),
          lambda resume, folder: "--resume needs --checkpoint-dir. HINT: pass the folder of the earlier run"),
+    Rule(("resume", "force_new"),
+         lambda resume, force_new: bool(resume and force_new),
+         lambda resume, force_new: "--resume continues the run in --checkpoint-dir and --force-new starts over "
+                                   "there; got both. HINT: drop one"),
     Rule(("requeue", "checkpoint_dir"),
          lambda requeue, folder: bool(requeue and not folder),
          lambda requeue, folder: "--requeue expects --checkpoint-dir (the requeued job resumes from it); got none. "

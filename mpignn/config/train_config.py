@@ -187,6 +187,9 @@ class TrainConfig:
     resume: bool = False
     """Continue from the checkpoint in --checkpoint-dir (after the last epoch, or at the step where SIGUSR2
     stopped the run)."""
+    force_new: bool = False
+    """Start over in a --checkpoint-dir holding another run's checkpoint (removing its generations and best/);
+    without it, or --resume, such a folder is refused."""
     keep_checkpoints: int = 2
     """Checkpoints (generations, gen-* in --checkpoint-dir) to keep; an older one is removed only once a newer
     one is complete, so a crash while saving leaves the one before."""

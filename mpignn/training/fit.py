@@ -4,8 +4,6 @@ checkpoints, and stop in agreement on SIGUSR2. Built on loop, checkpoint, report
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import signal
 from pathlib import Path
 from typing import Any, TYPE_CHECKING
@@ -16,7 +14,9 @@ from mpignn.config.refusals import check_combinations
 from mpignn.training.checkpoint import latest_checkpoint, resume_state, save_state
 from mpignn.training.ddp import optimize_for_device, wrap_ddp
 from mpignn.training.epoch import run_epoch
-from mpignn.training.report import BestEpoch, append_jsonl, format_epoch, format_final
+from mpignn.training.report import BestEpoch, format_epoch, format_final
+from mpignn.training.run_files import (check_outputs, claim_checkpoint_dir, generation_bytes, keep_best, on_behalf,
+                                       report_epoch)
 from mpignn.training.schedule import attach_lr_schedule
 from mpignn.training.stopping import EXIT_STOPPED, StopSignal, requeue
 from mpignn.tasks import Task
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from mpignn.launch.bootstrap import Runtime
     from mpignn.loader.local_graph import LocalGraph
 
-__all__ = ["check_flags", "fit", "eval_steps", "keep_best"]
+__all__ = ["check_flags", "fit", "eval_steps"]
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +70,25 @@ def fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any
 
 def _fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any], model: torch.nn.Module,
          optimizer: torch.optim.Optimizer, stop: StopSignal | None = None) -> int:
-    """`fit` without the watchdog.
+    """`fit` without the watchdog: the checkpoint folder claimed (and locked) for the run's duration."""
+    resuming = _wants_resume(cfg, rt.comm)
+    lock = claim_checkpoint_dir(rt.comm, cfg, resuming) if cfg.checkpoint_dir else None
+    try:
+        return _train(cfg, rt, graph, loaders, model, optimizer, stop, resuming)
+    finally:
+        if lock is not None:
+            lock.release()
 
-    The reported test accuracy is the one at the best validation epoch (the OGB protocol); each epoch record
-    carries best_epoch, best_val_acc and test_acc_at_best_val so far.
-    """
+
+def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any], model: torch.nn.Module,
+           optimizer: torch.optim.Optimizer, stop: StopSignal | None, resuming: bool) -> int:
+    """The epochs. The reported test accuracy is the one at the best validation epoch (the OGB protocol); each
+    epoch record carries best_epoch, best_val_acc and test_acc_at_best_val so far."""
     task = graph.task
     comm, best = rt.comm, BestEpoch(metric=task.metric)
     first_epoch, first_step, carry, stale = 0, 0, None, 0  # stale: evaluations since validation improved
-    if _wants_resume(cfg, comm):
+    check_outputs(comm, cfg, generation_bytes(model, getattr(graph, "embedding", None)))
+    if resuming:
         info = resume_state(comm, cfg.checkpoint_dir, model, optimizer, cfg.to_dict(), rt.device,
                             rows=getattr(graph, "embedding", None), model_flags=task.model_flags)
         first_epoch, first_step = info["epoch"], info["step"]
@@ -128,12 +138,13 @@ def _fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, An
             if rec.get(f"val_{best.metric}") is not None:
                 stale = 0 if improved else stale + 1
             rec.update(best.fields())
-            if rt.rank == 0:
+
+            def write(rec: dict[str, Any] = rec, step: int = eval_index(epoch, ends, end)) -> None:
                 log.info(format_epoch(rec, task.describe(rec), task.unit))
-                if cfg.metrics_out:
-                    append_jsonl(cfg.metrics_out, rec)
                 if tb is not None:
-                    tb.write(rec, step=eval_index(epoch, ends, end))
+                    tb.write(rec, step=step)
+
+            report_epoch(comm, cfg, rec, write)
             start = end
             val = rec.get(f"val_{best.metric}")
             reached = bool(cfg.target_val) and val is not None and val >= cfg.target_val
@@ -145,8 +156,9 @@ def _fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, An
             gen = _save(cfg, rt, graph, epoch=epoch + 1 if done else epoch, step=0 if done else start,
                         model=model, optimizer=optimizer,
                         extra={"config": cfg.to_dict(), "best": best.to_dict(), "stale": stale})
-            if improved and rt.rank == 0:  # the weights just saved are the best validation's
-                keep_best(gen, cfg.checkpoint_dir)
+            if improved:  # the weights just saved are the best validation's
+                on_behalf(comm, lambda: keep_best(gen, cfg.checkpoint_dir), f"a copy of {gen.name} to best/ in "
+                          f"{cfg.checkpoint_dir}", f"free space there; {gen.name} holds the same weights")
         if reached:
             log.info("validation %s %.4f reached --target-val %.4f after %.2f epochs: stopping", best.metric, val,
                      cfg.target_val, rec["epochs_done"])
@@ -168,22 +180,6 @@ def _save(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, *, epoch: int, step:
         return save_state(rt.comm, cfg.checkpoint_dir, epoch=epoch, step=step, model=model, optimizer=optimizer,
                    device=rt.device, extra=extra, rows=getattr(graph, "embedding", None),
                    keep=cfg.keep_checkpoints)
-
-
-def keep_best(gen: Path, checkpoint_dir: str) -> Path:
-    """Copy generation `gen` to `checkpoint_dir`/best (the best validation's weights, which pruning of gen-*
-    never removes; `load_checkpoint(DIR/best, model)` reads it). Copied under a temporary name, then renamed
-    over the previous best/, so a crash leaves the old copy or the new one. Not collective: rank 0 calls it."""
-    folder = Path(checkpoint_dir)
-    tmp, old, dest = folder / ".best-tmp", folder / ".best-old", folder / "best"
-    for stale_dir in (tmp, old):
-        shutil.rmtree(stale_dir, ignore_errors=True)
-    shutil.copytree(gen, tmp)
-    if dest.exists():
-        os.replace(dest, old)
-    os.replace(tmp, dest)
-    shutil.rmtree(old, ignore_errors=True)
-    return dest
 
 
 def eval_steps(steps: int, evals_per_epoch: int) -> list[int]:

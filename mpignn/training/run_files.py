@@ -1,0 +1,205 @@
+"""The run's own files: its checkpoint folder belongs to one run (refused to a run that did not ask to continue
+it, locked while a job trains in it) and the outputs it writes (--checkpoint-dir, --metrics-out, --tensorboard,
+best/) are checked before training and written on every rank's behalf: a failed write is one agreed line on
+every rank, never one rank's traceback while the others wait.
+
+Imports the stdlib, torch (a model's size) and the layers below.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import shutil
+import socket
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+from mpignn.errors import ConfigError
+from mpignn.mpi import check_all, topology
+from mpignn.mpi.commit import os_problem
+from mpignn.training.checkpoint import CHECKPOINT, MANIFEST, generations
+from mpignn.training.report import append_jsonl
+
+if TYPE_CHECKING:
+    from mpignn.config.train_config import TrainConfig
+
+__all__ = ["LOCK", "FolderLock", "claim_checkpoint_dir", "check_outputs", "generation_bytes", "on_behalf",
+           "report_epoch", "keep_best"]
+
+LOCK = ".mpignn-lock"
+"""The lock file in --checkpoint-dir: rank 0 of the job training there holds an flock on it (the kernel drops it
+when the process ends, so a dead job's leftover file holds nothing); it names the holder for the message."""
+
+
+class FolderLock:
+    """An exclusive, non-blocking flock on FOLDER/.mpignn-lock, held until `release` or the process ends."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path, self.fd = folder / LOCK, -1
+
+    def acquire(self) -> str:
+        """"" once held, else who holds it (its pid and host, as it wrote them)."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                return ""  # a filesystem without flock (some NFS set-ups): not locked, not refused
+            try:
+                holder = json.loads(self.path.read_text() or "{}")
+            except (OSError, ValueError):
+                holder = {}
+            return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}"
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())
+        self.fd = fd
+        return ""
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing drops the flock
+            self.fd = -1
+
+
+def _saved(folder: Path) -> str:
+    """What in `folder` is another run's checkpoint ("" when nothing is)."""
+    gens = generations(folder)
+    if gens:
+        manifest = json.loads((gens[-1] / MANIFEST).read_text())
+        return f"{gens[-1].name} (epoch {manifest.get('epoch')}, step {manifest.get('step')})"
+    return CHECKPOINT if (folder / CHECKPOINT).is_file() else ""
+
+
+def _start_over(folder: Path) -> None:
+    """--force-new: remove the earlier run's generations, best/ and single-file checkpoint."""
+    for path in [*folder.glob("gen-*"), folder / "best"]:
+        shutil.rmtree(path, ignore_errors=True)
+    (folder / CHECKPOINT).unlink(missing_ok=True)
+
+
+def claim_checkpoint_dir(comm: Any, cfg: TrainConfig, resuming: bool) -> FolderLock | None:
+    """Collective over `comm`: make --checkpoint-dir this run's (rank 0 looks and locks; the ranks agree).
+
+    Refused on every rank alike, in one line: a folder holding another run's checkpoint when the run does not
+    continue it (`resuming`; --force-new starts over there instead), and a folder another live job trains in.
+    Returns rank 0's lock (None elsewhere); hold it for the run.
+    """
+    problem, lock = "", None
+    if comm.rank == 0:
+        folder = Path(cfg.checkpoint_dir)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            lock = FolderLock(folder)
+            holder = lock.acquire()
+            saved = "" if resuming else _saved(folder)
+            if holder:
+                problem = (f"--checkpoint-dir expected a folder no other job trains in; got {folder}, locked by "
+                           f"{holder} ({LOCK}). HINT: wait for that job, or use another --checkpoint-dir")
+            elif saved and not cfg.force_new:
+                problem = (f"--checkpoint-dir expected a folder of this run; got {folder} holding another run's "
+                           f"checkpoint {saved}. HINT: add --resume to continue it, --force-new to start over there "
+                           "(its checkpoints are removed), or use another --checkpoint-dir")
+            elif saved:
+                _start_over(folder)
+        except OSError as exc:
+            problem = f"--checkpoint-dir {folder} cannot be used: {os_problem(exc)}. HINT: a writable folder"
+        if problem and lock is not None:
+            lock.release()
+    check_all(comm, not problem, problem, ConfigError)
+    return lock
+
+
+def generation_bytes(model: torch.nn.Module, rows: Any = None) -> int:
+    """What one checkpoint generation takes, about: the weights and Adam's two moments, and this rank's
+    learnable rows with their optimizer state."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    held = 0 if rows is None else rows.weight.nbytes + sum(a.nbytes for a in rows.optimizer.state().values())
+    return 3 * weights + held
+
+
+def _writable_parent(path: str, flag: str) -> str:
+    parent = Path(path).parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"{flag} expected a folder it can write in; got {path}: {os_problem(exc)}. HINT: another path"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{flag} expected a writable folder; got {parent} (not writable). HINT: another path"
+    return ""
+
+
+def check_outputs(comm: Any, cfg: TrainConfig, need_bytes: int) -> None:
+    """Collective over `comm`: refuse, before training and on every rank alike, outputs that cannot be written:
+    --metrics-out and --tensorboard in a folder rank 0 cannot create or write, and a --checkpoint-dir without
+    room for one generation (`need_bytes`, by estimate, with a margin) where each host's first rank writes."""
+    problem = ""
+    if comm.rank == 0:
+        if cfg.metrics_out:
+            problem = _writable_parent(cfg.metrics_out, "--metrics-out")
+        if cfg.tensorboard and not problem:
+            problem = _writable_parent(os.path.join(cfg.tensorboard, "x"), "--tensorboard")
+    if cfg.checkpoint_dir and not problem and topology(comm).local_rank == 0:
+        try:
+            free = shutil.disk_usage(cfg.checkpoint_dir).free
+        except OSError as exc:
+            free, problem = 0, f"--checkpoint-dir {cfg.checkpoint_dir}: {os_problem(exc)}. HINT: a writable folder"
+        if not problem and free < 1.1 * need_bytes + 2**20:  # the older generations stay until it is complete
+            problem = (f"--checkpoint-dir expected room for a checkpoint generation (about {need_bytes / 2**20:.1f} "
+                       f"MiB); got {free / 2**20:.1f} MiB free in "
+                       f"{cfg.checkpoint_dir}. HINT: free space there or use another --checkpoint-dir")
+    check_all(comm, not problem, problem, ConfigError)
+
+
+def on_behalf(comm: Any, write: Callable[[], None], what: str, hint: str) -> None:
+    """Collective over `comm`: rank 0 runs `write` for the job; an OSError there becomes one agreed line on every
+    rank ("expected to write `what`; got ..."), so the others do not wait for a rank that died."""
+    problem = ""
+    if comm.rank == 0:
+        try:
+            write()
+        except OSError as exc:
+            problem = f"expected to write {what}; got {os_problem(exc)}. HINT: {hint}"
+    check_all(comm, not problem, problem, ConfigError)
+
+
+def report_epoch(comm: Any, cfg: TrainConfig, rec: dict[str, Any], write: Callable[[], None]) -> None:
+    """Collective over `comm`: rank 0 reports `rec` (`write`: the epoch line, TensorBoard) and appends it to
+    --metrics-out, for every rank."""
+    def report() -> None:
+        write()
+        if cfg.metrics_out:
+            append_jsonl(cfg.metrics_out, rec)
+
+    on_behalf(comm, report, f"epoch {rec['epoch']}'s record (--metrics-out {cfg.metrics_out or '-'}, "
+              f"--tensorboard {cfg.tensorboard or '-'})", "free space there or use another path; the run stops "
+              "here (resume from --checkpoint-dir)")
+
+
+def keep_best(gen: Path, checkpoint_dir: str) -> Path:
+    """Copy generation `gen` to `checkpoint_dir`/best (the best validation's weights, which pruning of gen-*
+    never removes; `load_checkpoint(DIR/best, model)` reads it). Copied under a temporary name, then renamed
+    over the previous best/, so a crash leaves the old copy or the new one; a failed copy leaves no temporary
+    folder. Not collective: rank 0 calls it (through `on_behalf`)."""
+    folder = Path(checkpoint_dir)
+    tmp, old, dest = folder / ".best-tmp", folder / ".best-old", folder / "best"
+    for stale_dir in (tmp, old):
+        shutil.rmtree(stale_dir, ignore_errors=True)
+    try:
+        shutil.copytree(gen, tmp)
+        if dest.exists():
+            os.replace(dest, old)
+        try:
+            os.replace(tmp, dest)
+        except OSError:
+            if old.exists() and not dest.exists():  # the previous best/ back in place
+                os.replace(old, dest)
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
+    return dest
