@@ -1,5 +1,6 @@
-"""Tier 1/2: nothing stale is reused. Automatic partitions follow the dataset's files (absolute path and content,
-not the name as typed), and a dataset cache whose arrays do not match its meta.json is rebuilt, not used."""
+"""Tier 1/2: nothing stale is reused. Automatic partitions follow the dataset's files (their content, not their
+path or the name as typed: tests/test_prepared_by_content.py has copies and moves), and a dataset cache whose
+arrays do not match its meta.json is rebuilt, not used."""
 import os
 import shutil
 

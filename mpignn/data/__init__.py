@@ -21,8 +21,8 @@ from mpignn.data.public import (HETERO, HETEROPHILOUS, OGB, PLANETOID, heterophi
 from mpignn.data.synthetic import SyntheticSpec, make_synthetic, parse_synthetic
 from mpignn.errors import DatasetError
 
-__all__ = ["GraphData", "csr_from_edges", "load_dataset", "dataset_key", "dataset_source", "make_synthetic",
-           "SyntheticSpec", "save_npz", "KNOWN", "check_known"]
+__all__ = ["GraphData", "csr_from_edges", "load_dataset", "dataset_key", "dataset_source", "source_present",
+           "make_synthetic", "SyntheticSpec", "save_npz", "KNOWN", "check_known"]
 
 KNOWN = ("synthetic", "npz:PATH", "npy:FOLDER", *PLANETOID, *(f"{n}[:split=K]" for n in HETEROPHILOUS), *HETERO,
          *OGB)
@@ -57,19 +57,30 @@ def dataset_key(name: str) -> str:
 
 
 def dataset_source(name: str, root: str = "data") -> str:
-    """What an automatic partition of the dataset is keyed by: for `npz:` and `npy:` the `dataset_key`, the
-    absolute path and a content fingerprint (`cache.fingerprint`: size, mtime, hash), so a regenerated file,
-    or the same relative path typed in another working directory, is another source; for synthetic graphs
-    their canonical parameters; for public datasets their canonical name and, once their folder exists,
-    `raw_fingerprint` (a first download therefore partitions again on the next run). Reads the
-    files' stat and samples; not collective (under MPI one rank computes it and broadcasts it)."""
+    """What prepared data (an automatic partition, a partition folder's recorded source) is keyed by: the
+    dataset's content, never its path. For `npz:` and `npy:` the kind and `cache.fingerprint` of the file or
+    folder (size and sha256, sampled beyond 64 MiB; not the path, not the mtime), so a regenerated file is
+    another source while a moved or copied one, or the same file typed as a relative or an absolute path, is
+    the same; for synthetic graphs their canonical parameters; for public datasets their canonical name and,
+    once their folder exists, `raw_fingerprint` (a first download therefore partitions again on the next run).
+    Reads the files' samples; not collective (under MPI one rank computes it and broadcasts it)."""
     key = dataset_key(name)
     if name.startswith(("npz:", "npy:")):
-        path = os.path.abspath(name[4:])
-        return f"{key}|{path}|{fingerprint(path)}"
+        return f"{name[:3]}|{fingerprint(name[4:])}"
     if _public_key(name) is not None and os.path.isdir(public_folder(key, root)):
         return f"{key}|{raw_fingerprint(key, root)}"
     return key
+
+
+def source_present(name: str, root: str = "data") -> bool:
+    """Whether this host holds the files `dataset_source` fingerprints (always, for a synthetic graph): a
+    partition folder's recorded source is checked only then, since training from `--partitions` needs no
+    dataset files."""
+    if name.startswith(("npz:", "npy:")):
+        return os.access(name[4:], os.R_OK)
+    if _public_key(name) is not None:
+        return os.path.isdir(public_folder(dataset_key(name), root))
+    return True
 
 
 def public_folder(key: str, root: str) -> str:
@@ -81,14 +92,17 @@ def public_folder(key: str, root: str) -> str:
 
 
 def raw_fingerprint(key: str, root: str) -> str:
-    """A fingerprint of a public dataset's files (`cache.fingerprint` of each, PyG's processed/ and hidden
-    folders left out): the cache built from them and automatic partitions are keyed by it, so replaced raw
-    files are read again instead of a stale cache being trusted."""
+    """A fingerprint of a public dataset's files (each file's path inside the dataset's folder and its
+    `cache.fingerprint`; PyG's processed/ and hidden folders left out): the cache built from them and automatic
+    partitions are keyed by it, so replaced raw files are read again instead of a stale cache being trusted,
+    while a copied or moved `--root` (other absolute paths, other mtimes) keeps it."""
     h = hashlib.sha256()
-    for folder, subfolders, files in os.walk(public_folder(key, root)):
+    top = public_folder(key, root)
+    for folder, subfolders, files in os.walk(top):
         subfolders[:] = sorted(d for d in subfolders if d != "processed" and not d.startswith("."))
         for file in sorted(files):
-            h.update(f"{fingerprint(os.path.join(folder, file))}|".encode())
+            path = os.path.join(folder, file)
+            h.update(f"{os.path.relpath(path, top)}|{fingerprint(path)}|".encode())
     return h.hexdigest()[:16]
 
 

@@ -46,16 +46,19 @@ def content_hash(path: str | os.PathLike) -> str:
 
 
 def fingerprint(path: str | os.PathLike) -> str:
-    """A short content fingerprint of a file, or of a folder's files (not its subfolders): the absolute path,
-    then each file's name, size, mtime and `content_hash`. A path that cannot be read gets a fingerprint of
-    its own (loading it then reports the problem)."""
-    path = Path(os.path.abspath(path))
-    h = hashlib.sha256(str(path).encode())
+    """A short content fingerprint of a file (its `content_hash`: size and content), or of a folder's files
+    (not its subfolders: each file's name and `content_hash`). Neither the path nor the mtime counts, so a
+    moved or copied file (`cp` without -p gives it a new mtime) keeps its fingerprint, while other bytes, of
+    the same size too, change it (beyond FULL_HASH_BYTES: bytes in the three samples). A path that cannot be
+    read gets a fingerprint of its own (loading it then reports the problem)."""
+    path = Path(path)
+    h = hashlib.sha256(b"content")
     try:
-        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
-        for file in files:
-            st = file.stat()
-            h.update(f"|{file.name}|{st.st_size}|{st.st_mtime_ns}|{content_hash(file)}".encode())
+        if path.is_dir():
+            for file in sorted(p for p in path.iterdir() if p.is_file()):
+                h.update(f"|{file.name}|{content_hash(file)}".encode())
+        else:
+            h.update(f"|{content_hash(path)}".encode())
     except OSError as exc:
         h.update(f"|unreadable: {exc.strerror}".encode())
     return h.hexdigest()[:16]

@@ -77,7 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               "launcher. HINT: run it without mpirun/mpiexec/srun: python -m mpignn.partition ...",
               file=sys.stderr)
         return 1
+    from mpignn.data import dataset_source
     from mpignn.partition import format_report, partition_graph
+    from mpignn.partition.write import record_source
 
     if Path(args.out).exists() and not args.force:  # before loading: a synthetic graph would be generated first
         print(f"mpignn.partition: error: partition folder {args.out} already exists. HINT: pass --force to replace "
@@ -91,10 +93,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                        link_tails=args.link_tails)).partition_extras()
         links = None if extras is None else {**extras, "seed": args.seed}
         start = time.perf_counter()
+        # the user's files' content before they are read (a public dataset's once loaded, after any download):
+        # a file replaced while it is partitioned is then refused by training, not trusted
+        source = dataset_source(args.dataset) if args.dataset.startswith(("npz:", "npy:")) else None
         graph = load_for_partitioning(args.dataset, args.root)
         load_s = time.perf_counter() - start
         rep = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
                               dataset=_key(args.dataset), force=args.force, threads=args.threads, links=links)
+        record_source(args.out, source or dataset_source(args.dataset, args.root))
     except MpignnError as exc:
         print(f"mpignn.partition: error: {exc}", file=sys.stderr)
         return 1

@@ -7,7 +7,9 @@ any id is then one binary search over `part_offsets` (works for ids on any devic
 
     OUT/
       META.json            format, dataset, method, seed, counts, part_offsets, edge cut, per-part sizes,
-                           and the byte size + sha256 of every part file; written last
+                           and the byte size + sha256 of every part file; written last; then `source`
+                           (data.dataset_source: the dataset's content, not its path), which training
+                           checks (`check_source`); older folders lack it
       node_map.npy         int64 [N]: new id of each original node id
       part-000/
         rowptr.npy         int64 [n_p + 1]  CSR over the part's own nodes (by target)
@@ -40,7 +42,7 @@ from mpignn.fileio import load_npy, read_json, sha256_file
 from mpignn.partition.validate import SCANNED, check_meta, check_part, sha256_and_max
 
 __all__ = ["FORMAT_VERSION", "PART_FILES", "HETERO_FILES", "PartitionMeta", "LocalPart", "read_meta",
-           "load_partition", "part_dir", "check_matches", "report", "owner_of", "group_by_owner"]
+           "load_partition", "part_dir", "check_matches", "check_source", "report", "owner_of", "group_by_owner"]
 
 FORMAT_VERSION = 1
 PART_FILES = ("rowptr", "col", "x", "y", "train_idx", "val_idx", "test_idx", "orig_id", "halo_gid", "halo_deg")
@@ -63,6 +65,7 @@ class PartitionMeta:
     edge_cut: int
     parts: tuple[dict, ...] = field(repr=False)
     hetero: dict | None = None  # HeteroSchema.to_json() of a heterogeneous graph
+    source: str | None = None  # data.dataset_source of the files it was made from (None: made before it was recorded)
 
     def type_blocks(self) -> tuple[np.ndarray, np.ndarray]:
         """(first global id, node type) of each block of one part's nodes of one type, in id order (empty
@@ -167,7 +170,8 @@ def read_meta(folder: str | os.PathLike) -> PartitionMeta:
                              num_parts=int(raw["num_parts"]), num_nodes=int(raw["num_nodes"]),
                              num_edges=int(raw["num_edges"]), num_features=int(raw["num_features"]),
                              num_classes=int(raw["num_classes"]), part_offsets=tuple(raw["part_offsets"]),
-                             edge_cut=int(raw["edge_cut"]), parts=tuple(raw["parts"]), hetero=raw.get("hetero"))
+                             edge_cut=int(raw["edge_cut"]), parts=tuple(raw["parts"]), hetero=raw.get("hetero"),
+                             source=None if raw.get("source") is None else str(raw["source"]))
     except PartitionFormatError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -184,6 +188,34 @@ def check_matches(meta: PartitionMeta, folder: str | os.PathLike, *, num_parts: 
     if dataset is not None and meta.dataset != dataset:
         raise PartitionFormatError(f"{folder} was made for dataset '{meta.dataset}', not '{dataset}'. "
                                    "HINT: pass the matching --dataset, or partition this dataset")
+
+
+def check_source(meta: PartitionMeta, folder: str | os.PathLike, source: str | None, dataset: str,
+                 root: str) -> bool:
+    """Compare the source the folder records (`data.dataset_source` of the files it was made from) with
+    `source`, the same of `dataset` as its files are now (None: this host does not hold them). Returns True
+    when both name files and are equal: the same content, whatever path it is typed as. False when there is
+    nothing to compare (no record: an older mpignn made it; no files; a synthetic graph) or they are of
+    different datasets (`check_matches` then names the mismatch).
+
+    Raises:
+        PartitionFormatError: the same dataset's files held other content then: the folder was made from an
+            older (or other) version of them, and training on it would use that graph.
+    """
+    recorded = meta.source
+    if recorded is None or source is None or "|" not in recorded or "|" not in source:
+        return False
+    if recorded == source:
+        return True
+    if recorded.partition("|")[0] != source.partition("|")[0]:
+        return False
+    folder = Path(folder)
+    links = " --task link (and your --link-* flags)" if (folder / "links").is_dir() else ""
+    raise PartitionFormatError(
+        f"expected {folder} to be partitioned from {dataset} as it is now (source {source}); found it records "
+        f"{recorded}: made from an older or other version of those files, so it would train on that graph. "
+        f"HINT: partition it again: python -m mpignn.partition --dataset {dataset} --root {root} --num-parts "
+        f"{meta.num_parts} --method {meta.method} --seed {meta.seed}{links} --out {folder} --force (or a new --out)")
 
 
 # What training reads of a part; `load_partition(mmap=True)` maps the big ones (features, columns) and the

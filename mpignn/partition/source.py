@@ -12,13 +12,15 @@ from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
-from mpignn.data import dataset_source, load_dataset
+from mpignn.data import dataset_source, load_dataset, source_present
 from mpignn.errors import MpignnError, PartitionFormatError
 from mpignn.config.graph_options import GraphOptions
 from mpignn.mpi import check_all, root_first
 from mpignn.partition import LocalPart, check_matches, load_partition, partition_graph, read_meta
+from mpignn.partition.format import check_source
 from mpignn.partition.deliver import deliver_partition
 from mpignn.partition.links import has_link_split, load_link_split
+from mpignn.partition.write import record_source
 
 if TYPE_CHECKING:
     from mpignn.launch.bootstrap import Runtime
@@ -30,14 +32,25 @@ log = logging.getLogger(__name__)
 
 def auto_folder(root: str, key: str, method: str, num_parts: int, seed: int, source: str = "") -> Path:
     """Where training without --partitions keeps the partition it makes (benchmarks reuse it). A `source`
-    (`data.dataset_source`) other than the key adds its digest to the name: a regenerated npz, or another file
-    at the same relative path, gets a partition of its own."""
+    (`data.dataset_source`: content, not path) other than the key adds its digest to the name: a regenerated
+    npz gets a partition of its own, while the same content at another path (a moved or copied root, a
+    relative or absolute name) finds the one it has."""
     import hashlib
 
     safe = key.replace("/", "_").replace(":", "_").replace(",", "_").replace("=", "")
     if source and source != key:
         safe += "-" + hashlib.sha256(source.encode()).hexdigest()[:12]
     return Path(root) / "mpignn-parts" / f"{safe}-{method}-{num_parts}p-s{seed}"
+
+
+def _content_key(key: str) -> str:
+    """The name part of an automatic folder: a user file's kind only (`npz`, `npy`), not its path, since its
+    content digest (`auto_folder`'s source) is what tells one file from another; other datasets' key."""
+    return key[:3] if key.startswith(("npz:", "npy:")) else key
+
+
+def _present_source(opts: GraphOptions) -> str | None:
+    return dataset_source(opts.dataset, opts.root) if source_present(opts.dataset, opts.root) else None
 
 
 def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) -> Path:
@@ -48,9 +61,19 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) ->
     if opts.partitions:
         folder = Path(opts.partitions)
         deliver_partition(comm, folder, part_id, force=opts.force)  # to hosts that do not see rank 0's folder
+        # rank 0's view of the dataset's content (None: its files are not there, nor needed: nothing to compare)
+        source = comm.bcast(_present_source(opts) if comm.rank == 0 else None, root=0)
         problem = ""
         try:
-            check_matches(read_meta(folder), folder, num_parts=num_parts, dataset=key)
+            meta = read_meta(folder)
+            same = check_source(meta, folder, source, opts.dataset, opts.root)
+            if meta.source is None and comm.rank == 0 and source is not None and "|" in source:
+                log.warning("%s records no fingerprint of the files it was made from (an older mpignn made it), so "
+                            "it cannot be checked against %s as it is now. HINT: partition again with python -m "
+                            "mpignn.partition ... --force to record it", folder, opts.dataset)
+            # the same content typed as another path (relative, absolute, moved) is the same dataset; a changed
+            # one was refused just above
+            check_matches(meta, folder, num_parts=num_parts, dataset=None if same else key)
             if link_params is not None and not has_link_split(folder, link_params):
                 raise PartitionFormatError(f"expected held-out edges {link_params} in {folder}/links; found "
                                            "none or others. HINT: partition with python -m mpignn.partition "
@@ -59,10 +82,10 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) ->
             problem = str(exc)
         check_all(comm, not problem, problem, PartitionFormatError)
         return folder
-    # rank 0's view of the files (other hosts may not see them): path and content, not the name as typed
+    # rank 0's view of the files (other hosts may not see them): their content, not their path or the name typed
     source = comm.bcast(dataset_source(opts.dataset, opts.root) if comm.rank == 0 else None, root=0)
-    folder = auto_folder(opts.root, key + ("-links" if opts.links else ""), opts.method, num_parts, opts.seed,
-                         source)
+    folder = auto_folder(opts.root, _content_key(key) + ("-links" if opts.links else ""), opts.method, num_parts,
+                         opts.seed, source)
     ready = lambda: (folder / "META.json").is_file() and (  # noqa: E731
         link_params is None or has_link_split(folder, link_params))
     with root_first(comm, per_host=opts.local_prep, timeout=opts.prep_timeout,
@@ -71,6 +94,7 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) ->
             graph = load_dataset(opts.dataset, opts.root)
             rep = partition_graph(graph, num_parts, folder, method=opts.method, seed=opts.seed, dataset=key,
                                   force=True, links=link_params)
+            record_source(folder, source)  # so that --partitions FOLDER is checked against the files too
             log.info("partitioned %s into %d parts (%s): edge cut %.1f%%, %.1fs", key, num_parts, opts.method,
                      rep["edge_cut_pct"], rep["seconds"])
             del graph

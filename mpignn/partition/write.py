@@ -17,10 +17,10 @@ from mpignn.data.graph import GraphData
 from mpignn.data.hetero import type_rowptr
 from mpignn.data.npyio import NpyWriter, iter_chunks, read_rows, rows_per_chunk
 from mpignn.errors import ConfigError
-from mpignn.fileio import atomic_dir, save_npy, sha256_file, write_json
+from mpignn.fileio import atomic_dir, read_json, save_npy, sha256_file, write_json
 from mpignn.partition.format import FORMAT_VERSION, HETERO_FILES, PART_FILES, part_dir
 
-__all__ = ["write_partition"]
+__all__ = ["write_partition", "record_source"]
 
 
 def _renumber(parts: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -153,3 +153,13 @@ def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike,
             meta["hetero"] = schema.to_json()
         write_json(tmp / "META.json", meta)
     return meta
+
+
+def record_source(folder: str | os.PathLike, source: str) -> None:
+    """Add `source` (`data.dataset_source` of the files the folder was made from) to its META.json, replaced
+    atomically: training refuses the folder once those files hold other content (`format.check_source`). A
+    folder whose META.json lacks it (made by an older mpignn, or a crash just before this) is used unchecked."""
+    path = Path(folder) / "META.json"
+    meta = read_json(path)
+    meta["source"] = source
+    write_json(path, meta)
