@@ -21,13 +21,14 @@ __all__ = ["partition_graph", "load_partition", "read_meta", "check_matches", "P
 
 def partition_graph(graph: GraphData, num_parts: int, out: str | os.PathLike, *, method: str = PARTITION_DEFAULT,
                     seed: int = 0, dataset: str | None = None, force: bool = False, threads: int = 1,
-                    links: dict | None = None) -> dict:
+                    links: dict | None = None, source: str | None = None) -> dict:
     """Cut `graph` into `num_parts` parts and write them to `out`; returns the report (see format_report).
 
     `method` auto is kaminpar where it is installed, else metis; META.json records the one that ran.
     `threads` (kaminpar only; 0: all cores) above 1 is faster but gives other parts on every run.
     `links` ({"val", "test", "num_tails", "seed"}) first holds those shares of the undirected edges out for link
-    prediction (`data.links.split_links`): they are cut from the parts and stored in `out/links/`.
+    prediction (`data.links.split_links`): they are cut from the parts and stored in `out/links/`. `source`:
+    what META.json records the graph's files as (`data.dataset_source`), checked when a run trains on `out`.
     Raises:
         DatasetError: `links` leaves no edge to hold out or to train on.
     """
@@ -56,7 +57,7 @@ def partition_graph(graph: GraphData, num_parts: int, out: str | os.PathLike, *,
         shutil.rmtree(workdir, ignore_errors=True)
     assign_s = time.perf_counter() - start
     meta = write_partition(graph, parts, out, num_parts=num_parts, method=method, seed=seed,
-                           dataset=dataset or graph.name, force=force)
+                           dataset=dataset or graph.name, force=force, source=source)
     if held_out is not None:
         save_link_split(out, held_out, links)
     rep = report(meta, time.perf_counter() - start)

@@ -79,7 +79,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     from mpignn.data import dataset_source
     from mpignn.partition import format_report, partition_graph
-    from mpignn.partition.write import record_source
 
     if Path(args.out).exists() and not args.force:  # before loading: a synthetic graph would be generated first
         print(f"mpignn.partition: error: partition folder {args.out} already exists. HINT: pass --force to replace "
@@ -99,8 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         graph = load_for_partitioning(args.dataset, args.root)
         load_s = time.perf_counter() - start
         rep = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
-                              dataset=_key(args.dataset), force=args.force, threads=args.threads, links=links)
-        record_source(args.out, source or dataset_source(args.dataset, args.root))
+                              dataset=_key(args.dataset), force=args.force, threads=args.threads, links=links,
+                              source=source or dataset_source(args.dataset, args.root))
     except MpignnError as exc:
         print(f"mpignn.partition: error: {exc}", file=sys.stderr)
         return 1

@@ -20,7 +20,6 @@ from mpignn.partition import LocalPart, check_matches, load_partition, partition
 from mpignn.partition.format import check_source
 from mpignn.partition.deliver import deliver_partition
 from mpignn.partition.links import has_link_split, load_link_split
-from mpignn.partition.write import record_source
 
 if TYPE_CHECKING:
     from mpignn.launch.bootstrap import Runtime
@@ -93,8 +92,7 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) ->
         if first and not ready():
             graph = load_dataset(opts.dataset, opts.root)
             rep = partition_graph(graph, num_parts, folder, method=opts.method, seed=opts.seed, dataset=key,
-                                  force=True, links=link_params)
-            record_source(folder, source)  # so that --partitions FOLDER is checked against the files too
+                                  force=True, links=link_params, source=source)  # --partitions FOLDER checks it
             log.info("partitioned %s into %d parts (%s): edge cut %.1f%%, %.1fs", key, num_parts, opts.method,
                      rep["edge_cut_pct"], rep["seconds"])
             del graph

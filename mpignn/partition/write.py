@@ -16,11 +16,14 @@ from numba import njit
 from mpignn.data.graph import GraphData
 from mpignn.data.hetero import type_rowptr
 from mpignn.data.npyio import NpyWriter, iter_chunks, read_rows, rows_per_chunk
+from mpignn.env import ensure_numba_cache_dir
 from mpignn.errors import ConfigError
-from mpignn.fileio import atomic_dir, read_json, save_npy, sha256_file, write_json
+from mpignn.fileio import atomic_dir, save_npy, sha256_file, write_json
 from mpignn.partition.format import FORMAT_VERSION, HETERO_FILES, PART_FILES, part_dir
 
-__all__ = ["write_partition", "record_source"]
+ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
+
+__all__ = ["write_partition"]
 
 
 def _renumber(parts: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -63,8 +66,10 @@ def _stream_rows(graph: GraphData, parts: np.ndarray, node_map: np.ndarray, writ
 
 
 def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike, *, num_parts: int, method: str,
-                    seed: int, dataset: str, force: bool = False) -> dict:
-    """Write `graph` cut by `parts` into `out` (atomically: a crash leaves no half-written folder).
+                    seed: int, dataset: str, force: bool = False, source: str | None = None) -> dict:
+    """Write `graph` cut by `parts` into `out` (atomically: a crash leaves no half-written folder). `source`
+    (`data.dataset_source` of the files it was made from) goes into META.json with the rest, so training refuses
+    the folder once those files hold other content (`format.check_source`).
 
     Returns:
         The META.json content (turn it into the printed report with `format.report`).
@@ -151,15 +156,7 @@ def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike,
         }
         if schema is not None:
             meta["hetero"] = schema.to_json()
+        if source is not None:
+            meta["source"] = source
         write_json(tmp / "META.json", meta)
     return meta
-
-
-def record_source(folder: str | os.PathLike, source: str) -> None:
-    """Add `source` (`data.dataset_source` of the files the folder was made from) to its META.json, replaced
-    atomically: training refuses the folder once those files hold other content (`format.check_source`). A
-    folder whose META.json lacks it (made by an older mpignn, or a crash just before this) is used unchecked."""
-    path = Path(folder) / "META.json"
-    meta = read_json(path)
-    meta["source"] = source
-    write_json(path, meta)
