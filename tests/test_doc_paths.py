@@ -6,7 +6,6 @@ import importlib
 import re
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOTTED = re.compile(r"(?<![\w./-])mpignn(?:\.[A-Za-z_]\w*)+")

@@ -52,7 +52,6 @@ def test_missing_optional_packages_print_not_installed(monkeypatch):
     for name in [m for m in sys.modules if m == "torch" or m.startswith("torch.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "torch", None)  # even without torch the report comes out
-    import mpignn
 
     for name in [m for m in sys.modules if m.startswith("mpignn.") and "torch" in vars(sys.modules[m])]:
         monkeypatch.delitem(sys.modules, name)  # modules imported by earlier tests hold torch already

@@ -2,12 +2,10 @@
 checked before training, and a failed write is one agreed line on every rank with nothing half-written left.
 Tier 2 on COMM_SELF, then Tier 3 replays on 2 ranks of `python -m mpignn.train`."""
 import errno
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
