@@ -135,3 +135,13 @@ def test_a_full_disk_under_metrics_out_ends_every_rank_in_one_line(tmp_path):
                               "--metrics-out", "/dev/full"], timeout=180)
     assert rc == 1 and out.count("expected to write epoch 0's record (--metrics-out /dev/full") == 2, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
+
+
+@pytest.mark.mpi
+def test_an_unwritable_root_is_one_line_on_every_rank_not_a_traceback(tmp_path):
+    blocker = tmp_path / "a-file"  # root runs these tests, so a folder it cannot write is a file in the path
+    blocker.write_text("")
+    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(blocker / "data"), *ARGS],
+                          timeout=180)
+    assert rc == 1 and out.count("--root expected a folder where synthetic:") == 2, out[-3000:]
+    assert "NotADirectoryError" in out and "Traceback" not in out, out[-3000:]

@@ -6,6 +6,7 @@ loader are built on top of it by `runtime.build_local_graph`).
 """
 from __future__ import annotations
 
+import errno
 import logging
 from pathlib import Path
 from typing import Any, TYPE_CHECKING
@@ -13,7 +14,7 @@ from typing import Any, TYPE_CHECKING
 import numpy as np
 
 from mpignn.data import dataset_source, load_dataset, source_present
-from mpignn.errors import MpignnError, PartitionFormatError
+from mpignn.errors import ConfigError, MpignnError, PartitionFormatError
 from mpignn.config.graph_options import GraphOptions
 from mpignn.mpi import check_all, root_first
 from mpignn.partition import LocalPart, check_matches, load_partition, partition_graph, read_meta
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["auto_folder", "ensure_partition", "load_part"]
 
 log = logging.getLogger(__name__)
+
+_UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR)
+"""Why a --root cannot take the prepared data (not a missing input file: the dataset's own errors say that)."""
 
 
 def auto_folder(root: str, key: str, method: str, num_parts: int, seed: int, source: str = "") -> Path:
@@ -90,9 +94,17 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) ->
     with root_first(comm, per_host=opts.local_prep, timeout=opts.prep_timeout,
                     what=f"preparing {opts.dataset}") as first:
         if first and not ready():
-            graph = load_dataset(opts.dataset, opts.root)
-            rep = partition_graph(graph, num_parts, folder, method=opts.method, seed=opts.seed, dataset=key,
-                                  force=True, links=link_params, source=source)  # --partitions FOLDER checks it
+            try:
+                graph = load_dataset(opts.dataset, opts.root)
+                rep = partition_graph(graph, num_parts, folder, method=opts.method, seed=opts.seed, dataset=key,
+                                      force=True, links=link_params, source=source)  # --partitions checks it
+            except OSError as exc:  # a read-only --root, a full disk: one line, not a traceback
+                if exc.errno not in _UNWRITABLE:
+                    raise
+                raise ConfigError(f"--root expected a folder where {opts.dataset} can be prepared; got {opts.root}: "
+                                  f"{type(exc).__name__}: {exc}. HINT: a writable --root, or prepare it once where "
+                                  "it is writable (python -m mpignn.partition, or a first run) and use that "
+                                  "prepared root as it is (read-only works)") from None
             log.info("partitioned %s into %d parts (%s): edge cut %.1f%%, %.1fs", key, num_parts, opts.method,
                      rep["edge_cut_pct"], rep["seconds"])
             del graph
