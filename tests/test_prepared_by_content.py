@@ -15,25 +15,10 @@ import time
 import numpy as np
 import pytest
 
+from _graphs import needs_cora, small_graph
 from _mpirun import ROOT, SHARED, clean_env, run_mpi_raw
-from mpignn.data import dataset_source, load_dataset, make_synthetic, save_npz
+from mpignn.data import dataset_source, load_dataset, save_npz
 from mpignn.data.cache import fingerprint
-from mpignn.data.synthetic import SyntheticSpec
-
-needs_cora = pytest.mark.skipif(not (SHARED / "datasets" / "Cora").is_dir(),
-                                reason="../shared/datasets (the shipped raw files) is absent")
-
-
-@pytest.fixture(scope="module")
-def rt():
-    from mpignn import runtime
-
-    return runtime.bootstrap(logging_setup=False)
-
-
-def _graph(num_nodes, seed):
-    return make_synthetic(SyntheticSpec(num_nodes=num_nodes, avg_degree=4, num_features=4, seed=seed))
-
 
 def _load(rt, dataset, root, **options):
     from mpignn import runtime
@@ -73,7 +58,7 @@ def _unprotect(top):
 def test_fingerprint_is_content_only(tmp_path):
     a = tmp_path / "a" / "graph.npz"
     a.parent.mkdir()
-    save_npz(str(a), _graph(200, 0))
+    save_npz(str(a), small_graph(200, 0))
     b = tmp_path / "elsewhere" / "renamed.npz"
     b.parent.mkdir()
     shutil.copyfile(a, b)
@@ -91,7 +76,7 @@ def test_fingerprint_is_content_only(tmp_path):
 def test_a_copied_root_with_its_npz_inside_is_reused_untouched(rt, tmp_path, caplog):
     root = tmp_path / "root"
     root.mkdir()
-    save_npz(str(root / "graph.npz"), _graph(300, 0))
+    save_npz(str(root / "graph.npz"), small_graph(300, 0))
     with caplog.at_level(logging.INFO, logger="mpignn.partition.source"):
         first = _load(rt, f"npz:{root / 'graph.npz'}", root)
     assert "partitioned" in caplog.text  # what a second partitioning would log
@@ -112,7 +97,7 @@ def test_a_copied_root_with_its_npz_inside_is_reused_untouched(rt, tmp_path, cap
 
 def test_a_copied_root_with_the_npz_outside_and_moved_is_reused_untouched(rt, tmp_path, caplog, monkeypatch):
     (tmp_path / "data").mkdir()
-    save_npz(str(tmp_path / "data" / "graph.npz"), _graph(300, 1))
+    save_npz(str(tmp_path / "data" / "graph.npz"), small_graph(300, 1))
     monkeypatch.chdir(tmp_path)
     first = _load(rt, "npz:data/graph.npz", tmp_path / "root")  # a relative name
     _copy(tmp_path / "root", tmp_path / "copy")
@@ -158,7 +143,7 @@ def _partition(npz, out, root, parts=2, cwd=None):
 
 def test_the_partition_cli_records_the_source(tmp_path):
     npz = tmp_path / "graph.npz"
-    save_npz(str(npz), _graph(300, 0))
+    save_npz(str(npz), small_graph(300, 0))
     _partition(npz, tmp_path / "p", tmp_path)
     meta = json.loads((tmp_path / "p" / "META.json").read_text())
     assert meta["source"] == dataset_source(f"npz:{npz}")
@@ -168,9 +153,9 @@ def test_a_changed_source_is_refused_in_process(rt, tmp_path):
     from mpignn.errors import PartitionFormatError
 
     npz = tmp_path / "graph.npz"
-    save_npz(str(npz), _graph(300, 0))
+    save_npz(str(npz), small_graph(300, 0))
     _partition(npz, tmp_path / "p", tmp_path, parts=1)
-    save_npz(str(npz), _graph(300, 5))  # the same nodes, other edges and features
+    save_npz(str(npz), small_graph(300, 5))  # the same nodes, other edges and features
     with pytest.raises(PartitionFormatError) as err:
         _load(rt, f"npz:{npz}", tmp_path, partitions=str(tmp_path / "p"))
     text = str(err.value)
@@ -180,13 +165,13 @@ def test_a_changed_source_is_refused_in_process(rt, tmp_path):
 
 def test_an_old_folder_without_a_source_still_trains_with_a_warning(rt, tmp_path, caplog):
     npz = tmp_path / "graph.npz"
-    save_npz(str(npz), _graph(300, 0))
+    save_npz(str(npz), small_graph(300, 0))
     _partition(npz, tmp_path / "p", tmp_path, parts=1)
     meta_path = tmp_path / "p" / "META.json"
     meta = json.loads(meta_path.read_text())
     meta.pop("source", None)  # as an older mpignn wrote it
     meta_path.write_text(json.dumps(meta))
-    save_npz(str(npz), _graph(300, 5))  # nothing recorded, nothing to refuse by
+    save_npz(str(npz), small_graph(300, 5))  # nothing recorded, nothing to refuse by
     with caplog.at_level(logging.WARNING, logger="mpignn.partition.source"):
         graph = _load(rt, f"npz:{npz}", tmp_path, partitions=str(tmp_path / "p"))
     assert graph.part.meta.num_nodes == 300
@@ -195,7 +180,7 @@ def test_an_old_folder_without_a_source_still_trains_with_a_warning(rt, tmp_path
 
 def test_the_same_content_typed_as_another_path_is_accepted(rt, tmp_path):
     npz = tmp_path / "graph.npz"
-    save_npz(str(npz), _graph(300, 0))
+    save_npz(str(npz), small_graph(300, 0))
     _partition("graph.npz", tmp_path / "p", tmp_path, parts=1, cwd=tmp_path)  # made from a relative name
     graph = _load(rt, f"npz:{npz}", tmp_path, partitions=str(tmp_path / "p"))  # trained with an absolute one
     assert graph.part.meta.num_nodes == 300
@@ -205,7 +190,7 @@ def test_the_same_content_typed_as_another_path_is_accepted(rt, tmp_path):
 def test_a_copied_root_is_reused_by_training_on_two_ranks(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
-    save_npz(str(root / "graph.npz"), _graph(400, 0))
+    save_npz(str(root / "graph.npz"), small_graph(400, 0))
 
     def train(top):
         return run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--dataset", f"npz:{top / 'graph.npz'}",
@@ -228,9 +213,9 @@ def test_a_copied_root_is_reused_by_training_on_two_ranks(tmp_path):
 @pytest.mark.mpi
 def test_a_regenerated_npz_is_refused_on_every_rank(tmp_path):
     npz = tmp_path / "graph.npz"
-    save_npz(str(npz), _graph(400, 0))
+    save_npz(str(npz), small_graph(400, 0))
     _partition(npz, tmp_path / "p", tmp_path)
-    save_npz(str(npz), _graph(400, 7))  # regenerated: the same node count, other edges
+    save_npz(str(npz), small_graph(400, 7))  # regenerated: the same node count, other edges
     rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--dataset", f"npz:{npz}", "--root",
                               str(tmp_path), "--partitions", str(tmp_path / "p"), "--epochs", "1"], timeout=120)
     assert rc == 1, f"rc={rc}\n{out[-3000:]}"

@@ -5,27 +5,11 @@ import os
 import shutil
 
 import numpy as np
-import pytest
 
+from _graphs import needs_cora, small_graph
 from _mpirun import SHARED
-from mpignn.data import dataset_source, load_dataset, make_synthetic, save_npz
+from mpignn.data import dataset_source, load_dataset, save_npz
 from mpignn.data.cache import cache_dir, load_cache, save_cache
-from mpignn.data.synthetic import SyntheticSpec
-
-needs_cora = pytest.mark.skipif(not (SHARED / "datasets" / "Cora").is_dir(),
-                                reason="../shared/datasets (the shipped raw files) is absent")
-
-
-@pytest.fixture(scope="module")
-def rt():
-    from mpignn import runtime
-
-    return runtime.bootstrap(logging_setup=False)
-
-
-def _graph(num_nodes, seed):
-    return make_synthetic(SyntheticSpec(num_nodes=num_nodes, avg_degree=4, num_features=4, seed=seed))
-
 
 def _load(rt, dataset, root):
     from mpignn import runtime
@@ -35,23 +19,23 @@ def _load(rt, dataset, root):
 
 def test_a_regenerated_npz_at_the_same_path_gets_a_new_partition(rt, tmp_path):
     npz = tmp_path / "graph.npz"
-    save_npz(str(npz), _graph(300, 0))
+    save_npz(str(npz), small_graph(300, 0))
     first = _load(rt, f"npz:{npz}", tmp_path / "root")
     assert first.part.meta.num_nodes == 300
     again = _load(rt, f"npz:{npz}", tmp_path / "root")
     assert again.folder == first.folder, "an unchanged file re-partitioned"
-    save_npz(str(npz), _graph(400, 1))  # regenerated in place
+    save_npz(str(npz), small_graph(400, 1))  # regenerated in place
     second = _load(rt, f"npz:{npz}", tmp_path / "root")
     assert second.folder != first.folder
     assert second.part.meta.num_nodes == 400
-    assert np.array_equal(np.asarray(second.part.y), _graph(400, 1).y)
+    assert np.array_equal(np.asarray(second.part.y), small_graph(400, 1).y)
 
 
 def test_the_same_relative_path_from_two_working_directories(rt, tmp_path, monkeypatch):
     root = tmp_path / "root"  # one absolute --root shared by both runs (a cluster's scratch)
     for name, nodes in (("a", 300), ("b", 500)):
         (tmp_path / name).mkdir()
-        save_npz(str(tmp_path / name / "graph.npz"), _graph(nodes, nodes))
+        save_npz(str(tmp_path / name / "graph.npz"), small_graph(nodes, nodes))
     monkeypatch.chdir(tmp_path / "a")
     in_a = _load(rt, "npz:graph.npz", root)
     monkeypatch.chdir(tmp_path / "b")
@@ -65,7 +49,7 @@ def test_npy_folder_source_follows_its_files(tmp_path):
     from mpignn.data.npy import write_npy_folder
 
     folder = tmp_path / "g"
-    g = _graph(200, 0)
+    g = small_graph(200, 0)
     folder.mkdir()
     write_npy_folder(folder, rowptr=g.rowptr, col=g.col, y=g.y, train_idx=g.train_idx, val_idx=g.val_idx,
                      test_idx=g.test_idx, num_classes=g.num_classes, name="g", x=g.x)
@@ -79,7 +63,7 @@ def test_npy_folder_source_follows_its_files(tmp_path):
 
 
 def _cached(tmp_path):
-    graph = _graph(300, 0)
+    graph = small_graph(300, 0)
     graph.name = "Cora"
     folder = save_cache(str(tmp_path), graph)
     assert load_cache(str(tmp_path), "Cora") is not None
