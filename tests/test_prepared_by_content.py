@@ -85,6 +85,7 @@ def test_a_copied_root_with_its_npz_inside_is_reused_untouched(rt, tmp_path, cap
     _copy(root, copy)
     before = _listing(copy)
     try:
+        caplog.clear()  # earlier tests may have set this logger to INFO: only the second load counts
         with caplog.at_level(logging.INFO, logger="mpignn.partition.source"):
             again = _load(rt, f"npz:{copy / 'graph.npz'}", copy)
         assert "partitioned" not in caplog.text, "the copy was partitioned again"
@@ -105,6 +106,7 @@ def test_a_copied_root_with_the_npz_outside_and_moved_is_reused_untouched(rt, tm
     shutil.copyfile(tmp_path / "data" / "graph.npz", tmp_path / "moved" / "g.npz")  # a new path and mtime
     before = _listing(tmp_path / "copy")
     try:
+        caplog.clear()  # earlier tests may have set this logger to INFO: only the second load counts
         with caplog.at_level(logging.INFO, logger="mpignn.partition.source"):
             again = _load(rt, f"npz:{tmp_path / 'moved' / 'g.npz'}", tmp_path / "copy")  # an absolute name
         assert "partitioned" not in caplog.text, "the copy was partitioned again"
@@ -124,6 +126,7 @@ def test_a_copied_public_root_keeps_its_cache_and_partition(rt, tmp_path, caplog
     _copy(root, copy)
     before = _listing(copy)
     try:
+        caplog.clear()  # earlier tests may have set this logger to INFO: only the second load counts
         with caplog.at_level(logging.INFO):
             again = _load(rt, "Cora", copy)
             load_dataset("Cora", str(copy))  # the cache, as it is
