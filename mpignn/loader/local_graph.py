@@ -1,13 +1,17 @@
 """`LocalGraph`: one rank's part with the sampler and feature store built on it, the value every layer above
 the loader takes as `graph` (`runtime.build_local_graph` makes it).
 
-Imports nothing at run time: the types it holds are named for the type checker only.
+Imports numpy and `errors` at run time; the types it holds are named for the type checker only.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mpignn.errors import ConfigError
 
 if TYPE_CHECKING:
     from mpignn.data.hetero import HeteroSchema
@@ -17,7 +21,10 @@ if TYPE_CHECKING:
     from mpignn.partition import LocalPart
     from mpignn.sampling.neighbor import NeighborSampler
 
-__all__ = ["LocalGraph"]
+__all__ = ["LocalGraph", "SPLITS"]
+
+SPLITS = {"train": "train_idx", "val": "val_idx", "test": "test_idx"}
+"""Split names and the part arrays that hold their nodes."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,25 @@ class LocalGraph:
     task_data: dict | None = None  # this rank's arrays of the task (`Task.local_data`: e.g. held-out edges)
     embedding: NodeEmbedding | None = None  # learnable rows of this rank's nodes (`attach_embedding`)
     layout: HeteroLayout | None = None  # heterogeneous graphs: how batches are cut by type (HeteroData)
+    runtime: Any = None  # the `launch.bootstrap.Runtime` it was loaded on: loaders and inference talk on its comm
+
+    @property
+    def node_id(self) -> np.ndarray:
+        """The dataset's ids of this rank's own nodes (row i of `y` and of `inference`'s output is node_id[i])."""
+        return self.part.orig_id
+
+    @property
+    def y(self) -> np.ndarray:
+        """Labels of this rank's own nodes (-1: unlabelled)."""
+        return self.part.y
+
+    def split_mask(self, split: str) -> np.ndarray:
+        """Boolean mask over this rank's own nodes: those in `split` ("train", "val" or "test")."""
+        if split not in SPLITS:
+            raise ConfigError(f"split must be one of {', '.join(SPLITS)}; got {split!r}. HINT: split_mask('train')")
+        mask = np.zeros(self.part.hi - self.part.lo, dtype=bool)
+        mask[getattr(self.part, SPLITS[split]) - self.part.lo] = True
+        return mask
 
     @property
     def schema(self) -> HeteroSchema | None:

@@ -110,7 +110,8 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None)
                       load_peak_rss_mb=peak_rss_mb(), cache_rows=cache_rows, cache_mib=cache_mib,
                       graph_mib=float(graph_mib), task=task,
                       task_data=task.local_data(part, held_out),
-                      layout=HeteroLayout(schema, *meta.type_blocks()) if schema is not None else None)
+                      layout=HeteroLayout(schema, *meta.type_blocks()) if schema is not None else None,
+                      runtime=rt)
 
 
 def _sources(rt: Runtime, opts: GraphOptions, part: LocalPart, local: LocalHops,
