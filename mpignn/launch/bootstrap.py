@@ -16,7 +16,7 @@ from mpignn.errors import LaunchError, MpignnError
 from mpignn.launch import process_group as dist
 from mpignn.launch.allocator import tune_allocator
 from mpignn.log import setup_logging
-from mpignn.mpi import Topology, allreduce_sum, check_all, check_launcher, topology, world
+from mpignn.mpi import Topology, abort_on_uncaught, allreduce_sum, check_all, check_launcher, topology, world
 from mpignn.mpi.watchdog import Deadline
 
 __all__ = ["Runtime", "bootstrap", "reduce_sums", "shutdown"]
@@ -99,9 +99,12 @@ def _bootstrap(device: str, backend: str, threads: int, logging_setup: bool, com
     except MpignnError as exc:
         error, kind = str(exc), type(exc)
     check_all(comm, not error, error, kind)
-    if topo.world_size > 1:
-        dist.init_process_group(comm, topo.rank, topo.world_size, topo.local_rank, topo.local_size, choice,
-                                timeout_s=collective_timeout)
+    # on one rank too, so DistributedDataParallel(model) in a script runs unchanged under `mpirun -np 1`
+    dist.init_process_group(comm, topo.rank, topo.world_size, topo.local_rank, topo.local_size, choice,
+                            timeout_s=collective_timeout)
+    # after torch's own hook (which buffers what it prints): a script's uncaught exception on one rank ends
+    # the job with the rank and cause named, instead of leaving the others waiting in their next collective
+    abort_on_uncaught()
     log.info("%d ranks on %d hosts, %d threads each, device %s, backend %s", topo.world_size, topo.num_hosts,
              threads, choice.device, choice.backend)
     return Runtime(comm=comm, topo=topo, choice=choice, threads=threads)

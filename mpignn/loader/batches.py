@@ -72,18 +72,24 @@ class BatchLoader:
             shuffle. The cap is the same on every rank, so the agreed step count stays agreed.
         layout: a `loader.hetero.HeteroLayout` for a heterogeneous graph: batches are then PyG `HeteroData`
             (seeds first in the target type; `batch.y`, `batch.batch_size` and `batch.n_id` on the batch too).
+        dataset_ids: a `FeatureStore` whose one int64 column is each node's id in the dataset: batches then
+            carry `n_id` and `input_id` in those ids and the partition's ids as `part_n_id` (collective over its
+            comm, like the features: `runtime.NeighborLoader`).
+
+    Each pass is an epoch: the one `set_epoch` named, else the previous pass's plus one (a new shuffle and new
+    neighbour draws every pass, as PyG's loaders give).
     """
 
     def __init__(self, sampler: NeighborSampler, features: FeatureStore, seeds: np.ndarray, batch_size: int, *,
                  shuffle: bool = True, drop_last: bool = False, seed: int = 0, comm: Any = None,
                  device: str | torch.device = "cpu", prefetch: bool = False, wrap: bool = True,
-                 max_steps: int = 0, layout: Any = None) -> None:
+                 max_steps: int = 0, layout: Any = None, dataset_ids: FeatureStore | None = None) -> None:
         self.sampler, self.features = sampler, features
         self.source = seeds if hasattr(seeds, "draw") else NodeSeeds(seeds)
         self.seeds = np.arange(len(self.source), dtype=np.int64)  # items: positions in the source
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.seed, self.device, self.prefetch, self.wrap = seed, torch.device(device), prefetch, wrap
-        self.layout = layout
+        self.layout, self.dataset_ids = layout, dataset_ids
         self.rank = comm.rank if comm is not None else 0
         if comm is not None and comm.size > 1:
             self.steps = steps_per_epoch(comm, len(self.seeds), batch_size, drop_last)
@@ -94,6 +100,7 @@ class BatchLoader:
         if self.capped:
             self.steps = max_steps
         self.epoch, self.start_step, self.end_step = 0, 0, None
+        self._named, self._passes = False, 0  # whether set_epoch named the next pass; passes begun
         self.times = LoaderTimes()
         self.uploader = Uploader(self.device)
 
@@ -103,8 +110,15 @@ class BatchLoader:
     def set_epoch(self, epoch: int, start_step: int = 0, end_step: int | None = None) -> None:
         """Use epoch `epoch`'s shuffle and random streams (call before iterating, as with DistributedSampler);
         the next pass yields steps [start_step, end_step) of the epoch (a run resumed mid-epoch, or evaluated
-        inside it) with the batches a whole pass would have had there."""
+        inside it) with the batches a whole pass would have had there. Without it each pass is the previous
+        pass's epoch plus one."""
         self.epoch, self.start_step, self.end_step = epoch, start_step, end_step
+        self._named = True
+
+    def _next_pass(self) -> None:
+        if self._passes and not self._named:
+            self.epoch, self.start_step, self.end_step = self.epoch + 1, 0, None
+        self._named, self._passes = False, self._passes + 1
 
     def _batches(self) -> list[np.ndarray]:
         seeds = self.seeds
@@ -151,6 +165,10 @@ class BatchLoader:
         edge_index = pinned_empty((2, len(out.row)), torch.int64, self.device)
         edge_index[0].numpy()[:], edge_index[1].numpy()[:] = out.row, out.col
         data = Data(x=x, y=torch.from_numpy(y), edge_index=edge_index, n_id=torch.from_numpy(out.n_id))
+        if self.dataset_ids is not None:
+            data.part_n_id = data.n_id
+            data.n_id = torch.from_numpy(self.dataset_ids.gather(out.n_id)[0][:, 0])
+            data.input_id = data.n_id[:out.batch_size]
         data.num_nodes = len(out.n_id)  # a cooperative x may have room for other ranks' rows after them
         data.batch_size = out.batch_size
         data.num_sampled_nodes = out.num_sampled_nodes
@@ -167,6 +185,7 @@ class BatchLoader:
         return data
 
     def __iter__(self) -> Iterator[Data]:
+        self._next_pass()
         batches = self._batches()[:self.end_step]
         self.times = LoaderTimes()
         first = min(self.start_step, len(batches))

@@ -1,5 +1,5 @@
 """Running a program on every rank: `run_main` (one line per rank for an agreed error, traceback, root cause
-and `COMM_WORLD.Abort` for any other) and `print0`.
+and `COMM_WORLD.Abort` for any other), the same for a script without it (`abort_on_uncaught`), and `print0`.
 
 Imports the stdlib, mpi4py (lazily, and only when MPI is running), `mpignn.env`, `mpignn.errors` and
 `mpignn.mpi.topology`; never torch, nor any other part of mpignn.
@@ -17,7 +17,7 @@ from mpignn import env as _env
 from mpignn.errors import MpignnError, is_agreed
 from mpignn.mpi.topology import world
 
-__all__ = ["run_main", "print0", "EXIT_INTERRUPTED"]
+__all__ = ["run_main", "print0", "abort_on_uncaught", "EXIT_INTERRUPTED"]
 
 EXIT_INTERRUPTED = 130
 """Exit code after Ctrl-C (128 + SIGINT, as a shell reports it)."""
@@ -59,17 +59,43 @@ def run_main(main: Callable[..., int | None], *args: Any, **kwargs: Any) -> int:
             _abort(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
     except BaseException as exc:
-        agreed = is_agreed(exc)
-        if isinstance(exc, MpignnError):
-            print(f"mpignn: error: [rank {rank}] {_one_line(exc)}", file=sys.stderr, flush=True)
-        else:
-            traceback.print_exc()
-            print(f"mpignn: root cause: rank {rank} on {host} (pid {os.getpid()}) raised "
-                  f"{type(exc).__name__}: {_one_line(exc)}", file=sys.stderr, flush=True)
-        if agreed or not _mpi_running() or _world_size() == 1:
-            return 1
-        _abort(1)
+        return _fail(exc, rank, host)
+
+
+def _fail(exc: BaseException, rank: int, host: str) -> int:
+    """Report `exc` (one line for an agreed MpignnError, else traceback and root cause) and, unless every rank
+    raised it alike, abort the job; returns the exit code."""
+    agreed = is_agreed(exc)
+    if isinstance(exc, MpignnError):
+        print(f"mpignn: error: [rank {rank}] {_one_line(exc)}", file=sys.stderr, flush=True)
+    else:
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
+        print(f"mpignn: root cause: rank {rank} on {host} (pid {os.getpid()}) raised "
+              f"{type(exc).__name__}: {_one_line(exc)}", file=sys.stderr, flush=True)
+    if agreed or not _mpi_running() or _world_size() == 1:
         return 1
+    _abort(1)
+    return 1
+
+
+def abort_on_uncaught() -> None:
+    """From now on an exception nothing catches (a script's module-level code: no `run_main`) ends the whole
+    job as `run_main` would, instead of leaving the other ranks waiting in their next collective. Installed by
+    `mpignn.runtime.bootstrap`; chains to the hook that was there for KeyboardInterrupt."""
+    previous = sys.excepthook
+    if getattr(previous, "_mpignn", False):
+        return
+
+    def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            previous(kind, exc, tb)
+            if _mpi_running() and _world_size() > 1:
+                _abort(EXIT_INTERRUPTED)
+            return
+        _fail(exc.with_traceback(tb), _rank_for_messages(), socket.gethostname())  # aborts unless agreed
+
+    hook._mpignn = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
 
 
 def _mpi_running() -> bool:

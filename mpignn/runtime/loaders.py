@@ -14,7 +14,7 @@ from mpignn.errors import ConfigError, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
 from mpignn.launch.bootstrap import Runtime
 from mpignn.loader.batches import BatchLoader
-from mpignn.loader.local_graph import LocalGraph
+from mpignn.loader.local_graph import SPLITS, LocalGraph
 from mpignn.loader.prefetch import overlap, rows_on_device
 from mpignn.mpi import chunk_bounds
 from mpignn.sampling.cooperative import CooperativeSampler
@@ -27,7 +27,7 @@ __all__ = ["make_loader", "cooperative_refusal", "rank_batch_size"]
 def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[int] | None = None, *,
                 batch_size: int = TrainConfig.batch_size, batch_scope: str = TrainConfig.batch_scope,
                 shuffle: bool | None = None, seed: int = TrainConfig.seed, prefetch: str = TrainConfig.prefetch,
-                max_steps: int = TrainConfig.max_steps, minibatch: str = "independent") -> BatchLoader:
+                max_steps: int = TrainConfig.max_steps, minibatch: str = "independent", **unknown: Any) -> BatchLoader:
     """Collective over `rt.comm` (agrees on the step count): a loader over this rank's seeds of `split`
     ("train", "val" or "test") as `graph.task` gives them (`Task.seeds`: the split's nodes; for link
     prediction its pairs, and batches then carry `edge_label_index` and `edge_label`, as PyG's
@@ -45,6 +45,13 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
             samples and computes its share's neighbourhoods. Evaluation is independent.
     """
     task = graph.task or make_task()
+    for key in unknown:  # the same call on every rank
+        hint = ("make_loader takes fanouts; num_neighbors is runtime.NeighborLoader's (PyG's name)"
+                if key == "num_neighbors" else f"make_loader got an unknown keyword {key!r}")
+        raise mark_agreed(ConfigError(f"{hint}. HINT: make_loader(rt, graph, 'train', fanouts=[15, 10]) or "
+                                      "NeighborLoader(graph, num_neighbors=[15, 10], input_nodes='train')"))
+    if split not in SPLITS:
+        raise mark_agreed(ConfigError(f"split must be one of {', '.join(SPLITS)}; got {split!r}. HINT: 'train'"))
     if minibatch not in MINIBATCH_MODES:  # the same argument on every rank ("auto" is the caller's to resolve)
         raise mark_agreed(ConfigError(f"minibatch must be one of {', '.join(MINIBATCH_MODES)}; got {minibatch!r}. "
                                       "HINT: minibatch='independent'"))

@@ -186,6 +186,8 @@ def run_epoch(rt: Runtime, epoch: int, model: torch.nn.Module, optimizer: torch.
     stopped = sums["stopped_step"] >= 0
     train_s = time.perf_counter() - start
     train_peak = peak_rss_mb()  # the process's peak so far: where it rises again below, evaluation raised it
+    for split in ("val", "test"):  # the same draws at every evaluation: epochs are compared on one sample
+        loaders[split].set_epoch(0)
     scores = task.evaluate(rt, model, loaders, now=evaluate_now and not stopped, bf16=bf16, embedding=emb,
                            test_if=test_if)
     times = loaders["train"].times

@@ -1,0 +1,184 @@
+"""`NeighborLoader`: PyG's NeighborLoader, shaped the same, over a distributed `LocalGraph`.
+
+A script written for `torch_geometric.loader.NeighborLoader` keeps its arguments and its loop: `num_neighbors`,
+`input_nodes` (a split name, a boolean mask or ids over the dataset's nodes, or None), `batch_size` per process,
+`shuffle`, `drop_last`; each pass reshuffles and redraws by itself; batches carry `n_id` and `input_id` in the
+dataset's ids. What differs: each rank's seeds are the input nodes it owns (its part), every rank yields the
+same number of batches (collective), and the pipeline underneath is `loader.batches.BatchLoader`, the one
+`python -m mpignn.train` uses.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from mpignn.config.choices import PREFETCH_MODES
+from mpignn.config.train_config import parse_fanout
+from mpignn.data.hetero import hop_fanouts
+from mpignn.errors import ConfigError, MpignnError, mark_agreed
+from mpignn.exchange.alltoall import MpiAlltoall
+from mpignn.exchange.features import FeatureStore
+from mpignn.loader.batches import BatchLoader
+from mpignn.loader.local_graph import SPLITS, LocalGraph
+from mpignn.loader.prefetch import overlap, rows_on_device
+from mpignn.runtime.loaders import rank_batch_size
+from mpignn.sampling.neighbor import NeighborSampler
+from mpignn.tasks import picker
+
+__all__ = ["NeighborLoader"]
+
+IGNORED = ("num_workers", "persistent_workers", "pin_memory")
+"""PyG DataLoader keywords accepted and ignored: a producer thread (`prefetch`) replaces workers, and batches
+for an accelerator are copied through pinned memory already."""
+
+
+class NeighborLoader:
+    """Mini-batches sampled around input nodes, as PyG's `NeighborLoader` gives them.
+
+    Collective over the graph's communicator: constructing it agrees on the step count, and every rank must
+    iterate it the same number of times (each batch fetches remote neighbours and features from their owners).
+
+    Args:
+        graph: this rank's part (`load_local_graph`).
+        num_neighbors: neighbours per hop, outermost last; -1 takes all. A heterogeneous graph also takes
+            {edge type "src__rel__dst": [per hop]} for the edge types that differ from `default` (-> all others).
+        input_nodes: the seeds over the dataset's nodes: "train", "val" or "test"; a boolean mask of
+            `num_nodes`; an id tensor or array; None for every node. Each rank takes those it owns.
+        batch_size: seeds per batch on each process (PyG's meaning). `batch_scope="global"`: the batch of
+            all ranks together, each rank taking its ceiling-division share.
+        shuffle: a new seed order each pass. Every rank yields the same number of batches: with `shuffle`, a
+            rank with fewer seeds repeats some of its own in its last batches (training: every DDP step has
+            data); without, its surplus batches are empty (`batch_size` 0), so each seed counts once.
+        drop_last: drop each rank's last, partial batch.
+        seed: the shuffle's and the neighbour draws' seed; pass e uses `(seed, e)`.
+        prefetch: "auto", "on" or "off": produce batch k+1 in a thread while batch k computes.
+
+    Batches are PyG `Data` on the runtime's device: `x`, `y`, `edge_index`, `n_id` and `input_id` (the seeds,
+    `n_id[:batch_size]`) in the dataset's ids, `part_n_id` (the same nodes in the partition's ids), `batch_size`,
+    `num_sampled_nodes`, `num_sampled_edges`. A heterogeneous graph gives `HeteroData` (ids of the partition).
+    """
+
+    def __init__(self, graph: LocalGraph, num_neighbors: Sequence[int] | Mapping[str, Sequence[int]],
+                 input_nodes: Any = None, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False, *,
+                 batch_scope: str = "rank", seed: int = 0, prefetch: str = "auto", **kwargs: Any) -> None:
+        rt = graph.runtime
+        try:
+            _check_keywords(kwargs)
+            if rt is None:
+                raise ConfigError("NeighborLoader needs a graph from mpignn.runtime.load_local_graph (it knows the "
+                                  "ranks). HINT: graph = load_local_graph(bootstrap(), dataset)")
+            if not isinstance(batch_size, int) or batch_size < 1:
+                raise ConfigError(f"batch_size must be a positive int; got {batch_size!r}. HINT: batch_size=1024")
+            if batch_scope not in ("rank", "global"):
+                raise ConfigError(f"batch_scope must be 'rank' or 'global'; got {batch_scope!r}. "
+                                  "HINT: batch_scope='rank' (PyG's meaning: per process)")
+            if prefetch not in PREFETCH_MODES:
+                raise ConfigError(f"prefetch must be one of {', '.join(PREFETCH_MODES)}; got {prefetch!r}. "
+                                  "HINT: prefetch='auto'")
+            fanouts = _fanouts(graph, num_neighbors)
+            seeds = picker(graph.replicated, rt.world_size, rt.rank)(_seeds(graph, input_nodes), 0)
+        except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
+            raise mark_agreed(exc) from None
+        self.graph, self.num_neighbors = graph, num_neighbors
+        sampler = NeighborSampler(graph.sampler.source, graph.sampler.num_nodes, fanouts)
+        talks = rt.world_size > 1 and not graph.replicated
+        self.loader = BatchLoader(
+            sampler, graph.features, seeds, rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope),
+            shuffle=shuffle, drop_last=drop_last, seed=seed, comm=rt.comm, device=rt.device,
+            prefetch=overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)), wrap=shuffle,
+            layout=graph.layout, dataset_ids=None if graph.layout is not None else _id_store(graph))
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.loader)
+
+    def set_epoch(self, epoch: int, start_step: int = 0, end_step: int | None = None) -> None:
+        """Make the next pass epoch `epoch`'s (its shuffle and draws), from `start_step`: for resuming at an
+        exact place. Without it each pass is the previous one's epoch plus one."""
+        self.loader.set_epoch(epoch, start_step, end_step)
+
+    @property
+    def epoch(self) -> int:
+        return self.loader.epoch
+
+
+def _check_keywords(kwargs: dict[str, Any]) -> None:
+    for key in kwargs:
+        if key == "fanouts":
+            raise ConfigError("NeighborLoader takes num_neighbors (as PyG's), not fanouts. "
+                              "HINT: NeighborLoader(graph, num_neighbors=[15, 10], ...)")
+        if key not in IGNORED:
+            raise ConfigError(f"NeighborLoader got an unknown keyword {key!r}. HINT: see docs/api.md "
+                              "(PyG DataLoader keywords mpignn accepts and ignores: " + ", ".join(IGNORED) + ")")
+
+
+def _fanouts(graph: LocalGraph, num_neighbors: Any) -> list[Any]:
+    """num_neighbors -> the sampler's fanouts (per hop; per edge type too on a heterogeneous graph)."""
+    if isinstance(num_neighbors, Mapping):
+        if graph.schema is None:
+            raise ConfigError("num_neighbors per edge type needs a heterogeneous graph. HINT: num_neighbors=[15, 10]")
+        per_type = {_edge_name(k): parse_fanout(v) for k, v in num_neighbors.items() if k != "default"}
+        hops = len(next(iter(per_type.values()), num_neighbors.get("default", [])))
+        default = parse_fanout(num_neighbors.get("default", [-1] * hops))
+        return hop_fanouts(default, per_type, graph.schema)
+    if isinstance(num_neighbors, (str, bytes)) or not isinstance(num_neighbors, Sequence):
+        raise ConfigError(f"num_neighbors must list neighbours per hop (ints, -1 for all); got {num_neighbors!r}. "
+                          "HINT: num_neighbors=[15, 10]")
+    return hop_fanouts(parse_fanout(list(num_neighbors)), None, graph.schema)
+
+
+def _edge_name(key: Any) -> str:
+    return "__".join(key) if isinstance(key, tuple) else str(key)
+
+
+def _seeds(graph: LocalGraph, input_nodes: Any) -> np.ndarray:
+    """The partition ids of this rank's own input nodes (all of the graph's on a replicated graph)."""
+    part = graph.part
+    own = np.arange(part.lo, part.hi, dtype=np.int64)
+    if input_nodes is None:
+        return own if graph.layout is None else _target_nodes(graph)
+    if isinstance(input_nodes, str):
+        if input_nodes not in SPLITS:
+            raise ConfigError(f"input_nodes names no split: {input_nodes!r}. HINT: 'train', 'val', 'test', a "
+                              "boolean mask or an id tensor over the dataset's nodes, or None for every node")
+        return np.asarray(getattr(part, SPLITS[input_nodes]), dtype=np.int64)
+    if graph.layout is not None:
+        raise ConfigError("on a heterogeneous graph input_nodes takes a split name or None. HINT: "
+                          "input_nodes='train'")
+    ids = input_nodes.detach().cpu().numpy() if isinstance(input_nodes, torch.Tensor) else np.asarray(input_nodes)
+    num_nodes = part.meta.num_nodes
+    if ids.dtype == np.bool_:
+        if ids.shape != (num_nodes,):
+            raise ConfigError(f"input_nodes is a mask of shape {tuple(ids.shape)}, the graph has {num_nodes} nodes. "
+                              f"HINT: a boolean mask of shape ({num_nodes},) over the dataset's node ids")
+        return own[ids[graph.node_id]]
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+        raise ConfigError(f"input_nodes must be a split name, a boolean mask or a 1-D integer id tensor; got dtype "
+                          f"{ids.dtype} shape {tuple(ids.shape)}. HINT: mask.nonzero().view(-1)")
+    if len(ids) and (ids.min() < 0 or ids.max() >= num_nodes):
+        raise ConfigError(f"input_nodes holds ids outside [0, {num_nodes}): {int(ids.min())}..{int(ids.max())}. "
+                          "HINT: ids are the dataset's node ids")
+    chosen = np.zeros(num_nodes, dtype=bool)
+    chosen[ids] = True
+    return own[chosen[graph.node_id]]
+
+
+def _target_nodes(graph: LocalGraph) -> np.ndarray:
+    """Every own node of a heterogeneous graph's target type."""
+    layout = graph.layout
+    nodes = np.arange(graph.part.lo, graph.part.hi, dtype=np.int64)
+    return nodes[layout.node_types(nodes) == layout.schema.node_types.index(layout.schema.target)]
+
+
+def _id_store(graph: LocalGraph) -> FeatureStore:
+    """The dataset's id of any node, looked up like a feature row (one int64 column; own rows locally, others
+    from their owners on the features' communicator, right after each batch's features)."""
+    table = np.ascontiguousarray(graph.node_id, dtype=np.int64).reshape(-1, 1)
+    comm = graph.features.comm
+    offsets = graph.features.part_offsets
+    return FeatureStore(table, graph.part.y, graph.part.lo, offsets, comm,
+                        MpiAlltoall(comm) if comm is not None else None)

@@ -1,0 +1,133 @@
+"""`runtime.NeighborLoader` and the script-shaped API (issue 39): each trap a PyG user fell into has a test here.
+
+Tier 2 (one rank in this process) and Tier 3 (2 ranks under mpirun: dataset ids across parts, uneven ranks,
+one rank's uncaught exception in a module-level script).
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from _mpirun import run_mpi, run_mpi_raw
+from mpignn import runtime
+from mpignn.data import load_dataset
+from mpignn.errors import ConfigError
+
+SMALL = "synthetic:num_nodes=1500,avg_degree=6,num_features=4"
+
+
+@pytest.fixture(scope="module")
+def graph(rt, tmp_path_factory):
+    return runtime.load_local_graph(rt, SMALL, str(tmp_path_factory.mktemp("nl")), cache_size=0,
+                                    feature_norm="none")
+
+
+def _order(loader):
+    return np.concatenate([b.input_id.numpy() for b in loader])
+
+
+def test_each_pass_reshuffles_and_redraws_without_set_epoch(graph):
+    loader = runtime.NeighborLoader(graph, [5, 5], input_nodes="train", batch_size=64, shuffle=True)
+    first, second = _order(loader), _order(loader)
+    assert sorted(first) == sorted(second) and not np.array_equal(first, second)
+    assert loader.epoch == 1
+    loader.set_epoch(0)  # resuming at an exact epoch replays it
+    assert np.array_equal(_order(loader), first)
+    fixed = runtime.NeighborLoader(graph, [5, 5], input_nodes="train", batch_size=64)
+    a, b = [next(iter(fixed)).n_id.numpy() for _ in range(2)]  # same seeds, new neighbour draws
+    assert np.array_equal(a[:64], b[:64]) and not np.array_equal(a, b)
+
+
+def test_batches_carry_dataset_ids_and_the_hops_asked_for(graph):
+    data = load_dataset(SMALL)
+    loader = runtime.NeighborLoader(graph, [4, 3], input_nodes=None, batch_size=100)
+    seen = []
+    for batch in loader:
+        n_id = batch.n_id.numpy()
+        assert np.allclose(batch.x.numpy(), np.asarray(data.x)[n_id])  # rows are those of the dataset's ids
+        assert np.array_equal(batch.input_id.numpy(), n_id[:batch.batch_size])
+        assert np.array_equal(batch.y[:batch.batch_size].numpy(), np.asarray(data.y)[batch.input_id.numpy()])
+        assert len(batch.num_sampled_nodes) == 3 and batch.part_n_id.shape == batch.n_id.shape
+        seen.append(batch.input_id.numpy())
+    assert sorted(np.concatenate(seen)) == list(range(data.num_nodes))  # None: every node once
+
+
+def test_input_nodes_as_mask_and_ids_over_dataset_ids(graph):
+    data = load_dataset(SMALL)
+    mask = np.zeros(data.num_nodes, dtype=bool)
+    mask[[3, 17, 400, 1499]] = True
+    by_mask = runtime.NeighborLoader(graph, [2], input_nodes=torch.from_numpy(mask), batch_size=8)
+    assert sorted(_order(by_mask)) == [3, 17, 400, 1499]
+    by_ids = runtime.NeighborLoader(graph, [2], input_nodes=torch.tensor([1499, 3]), batch_size=8)
+    assert sorted(_order(by_ids)) == [3, 1499]
+    train = runtime.NeighborLoader(graph, [2], input_nodes="train", batch_size=4096)
+    assert sorted(_order(train)) == sorted(np.asarray(data.train_idx))
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"input_nodes": "valid"}, "names no split"),
+    ({"input_nodes": torch.zeros(10, dtype=torch.bool)}, "mask of shape (10,)"),
+    ({"input_nodes": torch.tensor([0, 99999])}, "outside [0, 1500)"),
+    ({"input_nodes": torch.tensor([0.5])}, "1-D integer id tensor"),
+    ({"fanouts": [5]}, "takes num_neighbors"),
+    ({"batch_size": 0}, "positive int"),
+    ({"workers": 2}, "unknown keyword 'workers'"),
+])
+def test_bad_arguments_are_one_line_errors_with_a_hint(graph, kwargs, words):
+    args = {"num_neighbors": [5], **kwargs}
+    if "fanouts" in kwargs:
+        args.pop("num_neighbors")
+        with pytest.raises(ConfigError, match="HINT") as err:
+            runtime.NeighborLoader(graph, None, **args)
+    else:
+        with pytest.raises(ConfigError, match="HINT") as err:
+            runtime.NeighborLoader(graph, **args)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_pyg_worker_keywords_are_accepted(graph):
+    loader = runtime.NeighborLoader(graph, [3], input_nodes="val", batch_size=32, num_workers=4,
+                                    persistent_workers=True)
+    assert len(loader) == -(-len(graph.part.val_idx) // 32)
+
+
+def test_make_loader_refuses_num_neighbors_and_unknown_splits(rt, graph):
+    with pytest.raises(ConfigError, match="num_neighbors is runtime.NeighborLoader's"):
+        runtime.make_loader(rt, graph, "train", num_neighbors=[5])
+    with pytest.raises(ConfigError, match="split must be one of"):
+        runtime.make_loader(rt, graph, "valid")
+
+
+def test_ddp_runs_unchanged_on_one_rank(rt, graph):
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(graph.num_features, 3))
+    batch = next(iter(runtime.NeighborLoader(graph, [3], input_nodes="train", batch_size=16)))
+    model(batch.x).sum().backward()
+    assert torch.distributed.is_initialized() and torch.distributed.get_world_size() == 1
+
+
+def test_metrics_weigh_items_not_ranks(rt):
+    assert runtime.accuracy(rt, torch.tensor([1, 2, 3, 4]), torch.tensor([1, 2, 0, 0])) == 0.5
+    assert runtime.mean(rt, 12.0, 4) == 3.0
+    assert np.isnan(runtime.mean(rt, 0.0, 0))
+    with pytest.raises(ConfigError, match="one shape"):
+        runtime.accuracy(rt, torch.zeros(3), torch.zeros(4))
+
+
+@pytest.mark.mpi
+def test_two_ranks_dataset_ids_uneven_seeds_and_weighted_metrics(tmp_path):
+    run_mpi("neighbor_loader.py", 2, tmp_path, timeout=120)
+
+
+@pytest.mark.mpi
+def test_uncaught_exception_in_a_script_ends_every_rank(tmp_path):
+    """A module-level script (no run_main): rank 1 raises after bootstrap while rank 0 waits in a collective."""
+    script = tmp_path / "script.py"
+    script.write_text("import time\nfrom mpignn.runtime import bootstrap, reduce_sums\nrt = bootstrap()\n"
+                      "if rt.rank == 1:\n    raise ValueError('boom on rank one')\n"
+                      "reduce_sums(rt, {'a': 1.0})\ntime.sleep(300)\n")
+    rc, out = run_mpi_raw(2, [sys.executable, str(script)], timeout=60)
+    assert rc != 0
+    assert "root cause: rank 1" in out and "ValueError: boom on rank one" in out
