@@ -8,16 +8,17 @@ headers before any array is read, so a file that declares absurd sizes fails wit
 from __future__ import annotations
 
 import os
+from typing import Callable, Mapping
 
 import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.npz_checks import (SPLIT_KEYS, UNREADABLE, check_dtype, check_labels, check_splits, npz_error,
                                     read_arrays, read_headers)
-from mpignn.data.npz_hetero import is_hetero_npz, load_hetero_npz, save_hetero_npz
+from mpignn.data.npz_hetero import hetero_from_headers, is_hetero_npz, save_hetero_npz
 from mpignn.errors import DatasetError
 
-__all__ = ["load_npz", "save_npz", "NPZ_KEYS"]
+__all__ = ["load_npz", "graph_from_arrays", "save_npz", "NPZ_KEYS"]
 
 NPZ_KEYS = ("edge_index", "x", "y", "train_idx", "val_idx", "test_idx")
 
@@ -87,11 +88,33 @@ def load_npz(path: str) -> GraphData:
         headers = read_headers(path)
     except UNREADABLE as exc:
         raise npz_error(path, f"not a readable .npz file ({exc})", "write it with np.savez") from None
-    if is_hetero_npz(headers):
-        return load_hetero_npz(path, headers)
-    n = _check_headers(path, headers)
+    name = "npz-" + os.path.splitext(os.path.basename(path))[0]
     # Keys beyond the format are never read, so they cannot cost memory or hold pickles.
-    arrays = read_arrays(path, [k for k in (*NPZ_KEYS, "num_classes") if k in headers])
+    graph = _checked_graph(path, headers, lambda keys: read_arrays(path, keys), name)
+    graph.meta = {"path": os.path.abspath(path)}
+    return graph
+
+
+def graph_from_arrays(label: str, arrays: Mapping[str, np.ndarray], name: str) -> GraphData:
+    """Check and build a graph from the npz format's arrays held in memory (`data.pyg` turns a PyG `Data` or
+    `HeteroData` into them): the checks `load_npz` runs on a file, in the same order, with the same messages,
+    `label` in place of the path.
+
+    Raises:
+        DatasetError: as `load_npz`.
+    """
+    headers = {k: (tuple(np.shape(a)), np.asarray(a).dtype) for k, a in arrays.items()}
+    return _checked_graph(label, headers, lambda keys: {k: np.asarray(arrays[k]) for k in keys}, name)
+
+
+def _checked_graph(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype]],
+                   read: Callable[[list[str]], dict[str, np.ndarray]], name: str) -> GraphData:
+    """The one checking path of the npz format: headers first, then `read` (the named keys only), then the
+    contents. `path` names the source in every message."""
+    if is_hetero_npz(headers):
+        return hetero_from_headers(path, headers, read, name)
+    n = _check_headers(path, headers)
+    arrays = read([k for k in (*NPZ_KEYS, "num_classes") if k in headers])
     edge_index = arrays["edge_index"]
     if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= n):
         raise npz_error(path, f"edge_index has node ids outside [0, {n}): min {edge_index.min()}, "
@@ -106,10 +129,8 @@ def load_npz(path: str) -> GraphData:
     check_splits(path, splits, n)
     num_classes = check_labels(path, arrays, splits, n)
     rowptr, col = csr_from_edges(edge_index[0], edge_index[1], n)
-    name = "npz-" + os.path.splitext(os.path.basename(path))[0]
     return GraphData(name=name, rowptr=rowptr, col=col, x=x, y=arrays["y"].astype(np.int64),
-                     num_classes=num_classes, meta={"path": os.path.abspath(path)},
-                     **{k: v.astype(np.int64) for k, v in splits.items()})
+                     num_classes=num_classes, **{k: v.astype(np.int64) for k, v in splits.items()})
 
 
 def save_npz(path: str, graph: GraphData) -> None:

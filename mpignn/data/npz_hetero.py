@@ -12,14 +12,15 @@ Keys (T a node type, S__R__D an edge type from S to D with relation R; names wit
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 import numpy as np
 
 from mpignn.data.graph import GraphData
 from mpignn.data.hetero import build_hetero, edge_type_name
-from mpignn.data.npz_checks import SPLIT_KEYS, check_dtype, check_labels, check_splits, npz_error, read_arrays
+from mpignn.data.npz_checks import SPLIT_KEYS, check_dtype, check_labels, check_splits, npz_error
 
-__all__ = ["is_hetero_npz", "load_hetero_npz", "save_hetero_npz"]
+__all__ = ["is_hetero_npz", "hetero_from_headers", "save_hetero_npz"]
 
 _HINT = "see 'Heterogeneous graphs (npz)' in docs/tasks.md for the keys, dtypes and shapes"
 
@@ -35,8 +36,10 @@ def _names(key: str, prefix: str, parts: int, path: str) -> list[str]:
     return names
 
 
-def load_hetero_npz(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype]]) -> GraphData:
-    """Read and validate a heterogeneous npz (`headers` from `npz_checks.read_headers`).
+def hetero_from_headers(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype]],
+                        read: Callable[[list[str]], dict[str, np.ndarray]], name: str) -> GraphData:
+    """Validate a heterogeneous npz (`headers`: shape and dtype of every key, from `npz_checks.read_headers`),
+    read its keys with `read` (only the named ones: the file's, or arrays held in memory) and build the graph.
 
     Raises:
         DatasetError: a missing or malformed key, an edge type naming an unknown node type, features or labels
@@ -57,8 +60,8 @@ def load_hetero_npz(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtyp
         check_dtype(path, key, shape, dtype, "int", "[2, E]" if key.startswith("edge_index__") else "1-D")
     for key in (k for k in headers if k.startswith("x__")):
         check_dtype(path, key, *headers[key], "float", "[N, F]")
-    arrays = read_arrays(path, [k for k in headers if k.startswith(("num_nodes__", "x__", "edge_index__", "y__"))
-                                or k in (*SPLIT_KEYS, "num_classes")])
+    arrays = read([k for k in headers if k.startswith(("num_nodes__", "x__", "edge_index__", "y__"))
+                   or k in (*SPLIT_KEYS, "num_classes")])
     counts = {_names(k, "num_nodes__", 1, path)[0]: int(arrays[k].reshape(-1)[0]) for k in counts_keys}
     for t, n in counts.items():
         if n < 1:
@@ -91,10 +94,7 @@ def load_hetero_npz(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtyp
     check_splits(path, splits, counts[target])
     num_classes = check_labels(path, {"y": y, **({"num_classes": arrays["num_classes"]}
                                                  if "num_classes" in arrays else {})}, splits, counts[target])
-    name = "npz-" + os.path.splitext(os.path.basename(path))[0]
-    graph = build_hetero(name, counts, edges, x, target, y, splits, num_classes)
-    graph.meta = {"path": os.path.abspath(path)}
-    return graph
+    return build_hetero(name, counts, edges, x, target, y, splits, num_classes)
 
 
 def save_hetero_npz(path: str, graph: GraphData) -> None:

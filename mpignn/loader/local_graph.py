@@ -35,7 +35,7 @@ class LocalGraph:
     sampler: NeighborSampler
     features: FeatureStore
     replicated: bool
-    folder: Path
+    folder: Path | None  # the partition folder; None for a graph partitioned in memory (load_local_graph(rt, data))
     load_peak_rss_mb: float = 0.0  # this rank's peak memory by the end of start-up (imports, part, cache)
     cache_rows: int = 0  # remote feature rows cached, the most on any rank
     cache_mib: float = 0.0  # their MiB, the most on any rank

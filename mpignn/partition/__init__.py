@@ -11,7 +11,7 @@ import os
 
 from mpignn.config.choices import PARTITION_DEFAULT
 from mpignn.data.graph import GraphData
-from mpignn.partition.assign import DEFAULT_METHOD, METHODS, assign_parts, default_method
+from mpignn.partition.assign import DEFAULT_METHOD, METHODS, default_method, split_and_assign
 from mpignn.partition.format import LocalPart, PartitionMeta, check_matches, load_partition, part_dir, read_meta, report
 from mpignn.partition.write import write_partition
 
@@ -36,7 +36,6 @@ def partition_graph(graph: GraphData, num_parts: int, out: str | os.PathLike, *,
     import time
     from pathlib import Path
 
-    from mpignn.data.links import split_links
     from mpignn.fileio import remove_leftovers, temp_name
     from mpignn.partition.links import save_link_split
 
@@ -48,11 +47,8 @@ def partition_graph(graph: GraphData, num_parts: int, out: str | os.PathLike, *,
     # KaMinPar's input file: beside the output (not in a tmpfs), named for `remove_leftovers`
     workdir = temp_name(final, "parhip")
     start = time.perf_counter()
-    held_out = None
-    if links is not None:
-        graph, held_out = split_links(graph, links["val"], links["test"], links["seed"], links["num_tails"])
     try:
-        parts = assign_parts(graph, num_parts, method, seed, workdir=workdir, threads=threads)
+        graph, parts, held_out = split_and_assign(graph, num_parts, method, seed, links, workdir, threads)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     assign_s = time.perf_counter() - start

@@ -12,12 +12,13 @@ import numpy as np
 
 from mpignn.config.choices import DEFAULT_METHOD, PARTITION_METHODS as METHODS  # auto: default_method()
 from mpignn.data.graph import GraphData, symmetrized
+from mpignn.data.links import LinkSplit, split_links
 from mpignn.data.npyio import release_pages
 from mpignn.errors import ConfigError
 from mpignn.mpi import chunk_bounds
 from mpignn.partition.parhip import write_parhip
 
-__all__ = ["assign_parts", "METHODS", "DEFAULT_METHOD", "default_method"]
+__all__ = ["assign_parts", "split_and_assign", "METHODS", "DEFAULT_METHOD", "default_method"]
 
 
 def default_method() -> str:
@@ -132,3 +133,20 @@ def assign_parts(graph: GraphData, num_parts: int, method: str, seed: int,
     if method == "kaminpar":
         return kaminpar_parts(graph, num_parts, seed, workdir, threads)
     return metis_parts(graph, num_parts, seed)
+
+
+def split_and_assign(graph: GraphData, num_parts: int, method: str, seed: int, links: dict | None = None,
+                     workdir: str | os.PathLike | None = None,
+                     threads: int = 1) -> tuple[GraphData, np.ndarray, LinkSplit | None]:
+    """What a partition is cut from, in a folder or in memory: (the graph without the edges `links` holds out
+    for link prediction, `data.links.split_links` with {"val", "test", "num_tails", "seed"}; the part of each
+    of its nodes, `assign_parts`; the held-out edges, None without `links`).
+
+    Raises:
+        ConfigError: as `assign_parts`.
+        DatasetError: `links` leaves no edge to hold out or to train on.
+    """
+    held_out = None
+    if links is not None:
+        graph, held_out = split_links(graph, links["val"], links["test"], links["seed"], links["num_tails"])
+    return graph, assign_parts(graph, num_parts, method, seed, workdir=workdir, threads=threads), held_out

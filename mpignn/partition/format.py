@@ -42,7 +42,8 @@ from mpignn.fileio import load_npy, read_json, sha256_file
 from mpignn.partition.validate import SCANNED, check_meta, check_part, sha256_and_max
 
 __all__ = ["FORMAT_VERSION", "PART_FILES", "HETERO_FILES", "PartitionMeta", "LocalPart", "read_meta",
-           "load_partition", "part_dir", "check_matches", "check_source", "report", "owner_of", "group_by_owner"]
+           "meta_from_json", "load_partition", "part_dir", "check_matches", "check_source", "report", "owner_of",
+           "group_by_owner"]
 
 FORMAT_VERSION = 1
 PART_FILES = ("rowptr", "col", "x", "y", "train_idx", "val_idx", "test_idx", "orig_id", "halo_gid", "halo_deg")
@@ -147,6 +148,20 @@ def report(meta: dict, seconds: float) -> dict:
     }
 
 
+def meta_from_json(raw: dict) -> PartitionMeta:
+    """META.json's content (a dict: `write.cut_parts` makes it, for a folder or in memory) as a PartitionMeta.
+
+    Raises:
+        KeyError, ValueError, TypeError: a missing or malformed field (`read_meta` names the file).
+    """
+    return PartitionMeta(dataset=raw["dataset"], method=raw["method"], seed=int(raw["seed"]),
+                         num_parts=int(raw["num_parts"]), num_nodes=int(raw["num_nodes"]),
+                         num_edges=int(raw["num_edges"]), num_features=int(raw["num_features"]),
+                         num_classes=int(raw["num_classes"]), part_offsets=tuple(raw["part_offsets"]),
+                         edge_cut=int(raw["edge_cut"]), parts=tuple(raw["parts"]), hetero=raw.get("hetero"),
+                         source=None if raw.get("source") is None else str(raw["source"]))
+
+
 def read_meta(folder: str | os.PathLike) -> PartitionMeta:
     """Parse META.json.
 
@@ -166,12 +181,7 @@ def read_meta(folder: str | os.PathLike) -> PartitionMeta:
         if raw.get("format") != FORMAT_VERSION:
             raise PartitionFormatError(f"{path} has format {raw.get('format')}, this mpignn reads "
                                        f"{FORMAT_VERSION}. {hint}")
-        return PartitionMeta(dataset=raw["dataset"], method=raw["method"], seed=int(raw["seed"]),
-                             num_parts=int(raw["num_parts"]), num_nodes=int(raw["num_nodes"]),
-                             num_edges=int(raw["num_edges"]), num_features=int(raw["num_features"]),
-                             num_classes=int(raw["num_classes"]), part_offsets=tuple(raw["part_offsets"]),
-                             edge_cut=int(raw["edge_cut"]), parts=tuple(raw["parts"]), hetero=raw.get("hetero"),
-                             source=None if raw.get("source") is None else str(raw["source"]))
+        return meta_from_json(raw)
     except PartitionFormatError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -18,7 +18,7 @@ from mpignn.errors import PartitionFormatError
 from mpignn.fileio import atomic_dir, load_npy, read_json, save_npy, write_json
 from mpignn.partition.validate import check_link_arrays
 
-__all__ = ["save_link_split", "has_link_split", "load_link_split", "train_pairs"]
+__all__ = ["save_link_split", "has_link_split", "load_link_split", "in_partition_ids", "link_share", "train_pairs"]
 
 _NAMES = ("val_pos", "test_pos", "val_neg", "test_neg", "val_neg_tails", "test_neg_tails")
 
@@ -27,9 +27,14 @@ def save_link_split(folder: str | os.PathLike, split: LinkSplit, params: dict) -
     """Write `split` (original ids) into `folder/links/` in the partition's ids, atomically."""
     node_map = load_npy(Path(folder) / "node_map.npy")
     with atomic_dir(Path(folder) / "links") as tmp:
-        for name, array in split.arrays().items():
-            save_npy(tmp / f"{name}.npy", node_map[array])
+        for name, array in in_partition_ids(split, node_map).items():
+            save_npy(tmp / f"{name}.npy", array)
         write_json(tmp / "SPLIT.json", params)
+
+
+def in_partition_ids(split: LinkSplit, node_map: np.ndarray) -> dict[str, np.ndarray]:
+    """{name: array} of `split` (original ids) in the partition's ids (`node_map`: new id of each old one)."""
+    return {name: node_map[array] for name, array in split.arrays().items()}
 
 
 def has_link_split(folder: str | os.PathLike, params: dict) -> bool:
@@ -48,7 +53,6 @@ def load_link_split(folder: str | os.PathLike, part_offsets: np.ndarray, part_id
     if not (links / "SPLIT.json").is_file():
         raise PartitionFormatError(f"expected held-out edges in {links}; found none. HINT: let mpignn make the "
                                    "partition for --task link (drop --partitions), or delete the folder to redo it")
-    lo, hi = int(part_offsets[part_id]), int(part_offsets[part_id + 1])
     arrays = {}
     for name in _NAMES:
         try:
@@ -57,6 +61,13 @@ def load_link_split(folder: str | os.PathLike, part_offsets: np.ndarray, part_id
             raise PartitionFormatError(f"{links / name}.npy cannot be read ({exc}). HINT: delete {links} and "
                                        "partition again for --task link") from None
     check_link_arrays(arrays, links, int(part_offsets[-1]), folder)  # ids reach the sampler as seeds
+    return link_share(arrays, part_offsets, part_id)
+
+
+def link_share(arrays: dict[str, np.ndarray], part_offsets: np.ndarray, part_id: int) -> dict[str, np.ndarray]:
+    """The held-out pairs of part `part_id` among `arrays` (all of them, the partition's ids): the rows whose
+    first node it owns."""
+    lo, hi = int(part_offsets[part_id]), int(part_offsets[part_id + 1])
     out = {}
     for split in ("val", "test"):
         pos = arrays[f"{split}_pos"]

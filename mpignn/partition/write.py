@@ -1,5 +1,7 @@
-"""Write a partition folder (layout in `format.py`) in streaming passes: memory bounded by the node-sized
-arrays and one chunk, never by the features or the edge list. numpy and numba.
+"""Cut a graph into its parts (layout in `format.py`): into a partition folder (`write_partition`), or into
+arrays in memory (`parts_in_memory`, for a graph handed over in memory), by one function (`cut_parts`) that
+computes every part's arrays and hands them to where they go. Into a folder in streaming passes: memory
+bounded by the node-sized arrays and one chunk, never by the features or the edge list. numpy and numba.
 
 One pass over the rows in order of old id appends each row to its part: the new ids of a part are its nodes
 in old-id order (a stable sort by part), so appending in old-id order writes every part in new-id order.
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -23,7 +26,7 @@ from mpignn.partition.format import FORMAT_VERSION, HETERO_FILES, PART_FILES, pa
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 
-__all__ = ["write_partition"]
+__all__ = ["write_partition", "parts_in_memory", "cut_parts", "MemoryParts"]
 
 
 def _renumber(parts: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -65,6 +68,71 @@ def _stream_rows(graph: GraphData, parts: np.ndarray, node_map: np.ndarray, writ
             x_writers[p].write(x[parts[lo:lo + len(x)] == p])
 
 
+class _FolderParts:
+    """Where `cut_parts` puts a folder's parts: npy files in `root/part-NNN/`, the big ones appended in order."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def begin(self, p: int) -> None:
+        part_dir(self.root, p).mkdir()
+
+    def put(self, p: int, name: str, array: np.ndarray) -> None:
+        save_npy(part_dir(self.root, p) / f"{name}.npy", array)
+
+    def appender(self, p: int, name: str, shape: tuple[int, ...], dtype: Any) -> NpyWriter:
+        return NpyWriter(part_dir(self.root, p) / f"{name}.npy", shape, dtype)
+
+    def get(self, p: int, name: str) -> np.ndarray:
+        return np.load(part_dir(self.root, p) / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+
+    def describe(self, p: int, names: tuple[str, ...]) -> dict:
+        folder = part_dir(self.root, p)
+        return {"files": {name: {"bytes": (folder / f"{name}.npy").stat().st_size,
+                                 "sha256": sha256_file(folder / f"{name}.npy")} for name in names}}
+
+
+class _Appender:
+    """An array of a known shape filled by rows appended in order (what NpyWriter does to a file)."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any) -> None:
+        self.array = np.empty(shape, dtype=dtype)
+        self.shape = self.array.shape
+        self.rows = 0
+
+    def write(self, chunk: np.ndarray) -> None:
+        self.array[self.rows:self.rows + len(chunk)] = chunk
+        self.rows += len(chunk)
+
+    def close(self) -> None:
+        if self.rows != self.shape[0]:
+            raise ValueError(f"{self.rows} rows appended, {self.shape[0]} declared")
+
+
+class MemoryParts:
+    """Where `cut_parts` puts parts held in memory: `arrays[p]` is {file name (`format.PART_FILES`): array}."""
+
+    def __init__(self, num_parts: int) -> None:
+        self.arrays: list[dict[str, np.ndarray]] = [{} for _ in range(num_parts)]
+
+    def begin(self, p: int) -> None:
+        pass
+
+    def put(self, p: int, name: str, array: np.ndarray) -> None:
+        self.arrays[p][name] = np.ascontiguousarray(array)
+
+    def appender(self, p: int, name: str, shape: tuple[int, ...], dtype: Any) -> _Appender:
+        out = _Appender(shape, dtype)
+        self.arrays[p][name] = out.array
+        return out
+
+    def get(self, p: int, name: str) -> np.ndarray:
+        return self.arrays[p][name]
+
+    def describe(self, p: int, names: tuple[str, ...]) -> dict:
+        return {}
+
+
 def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike, *, num_parts: int, method: str,
                     seed: int, dataset: str, force: bool = False, source: str | None = None) -> dict:
     """Write `graph` cut by `parts` into `out` (atomically: a crash leaves no half-written folder). `source`
@@ -80,6 +148,30 @@ def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike,
     if out.exists() and not force:
         raise ConfigError(f"partition folder {out} already exists. HINT: pass --force to replace it, or pick "
                           "another --out")
+    with atomic_dir(out) as tmp:
+        node_map, meta = cut_parts(graph, parts, _FolderParts(tmp), num_parts=num_parts, method=method, seed=seed,
+                                   dataset=dataset, source=source)
+        save_npy(tmp / "node_map.npy", node_map)
+        write_json(tmp / "META.json", meta)
+    return meta
+
+
+def parts_in_memory(graph: GraphData, parts: np.ndarray, *, num_parts: int, method: str, seed: int,
+                    dataset: str) -> tuple[np.ndarray, dict, list[dict[str, np.ndarray]]]:
+    """`graph` cut by `parts` in memory, as `write_partition` would write it: (node_map, META.json's content
+    without file sizes and checksums, each part's arrays by file name). Holds every part at once (about the
+    graph's size again)."""
+    sink = MemoryParts(num_parts)
+    node_map, meta = cut_parts(graph, parts, sink, num_parts=num_parts, method=method, seed=seed, dataset=dataset)
+    return node_map, meta, sink.arrays
+
+
+def cut_parts(graph: GraphData, parts: np.ndarray, sink: Any, *, num_parts: int, method: str, seed: int,
+              dataset: str, source: str | None = None) -> tuple[np.ndarray, dict]:
+    """Compute every part's arrays (`format.PART_FILES`, and `HETERO_FILES` on a heterogeneous graph) and
+    hand them to `sink` (`_FolderParts`, `MemoryParts`): the small ones whole (`put`), columns and features
+    appended row chunk by row chunk in one pass over the graph (`appender`), then read back (`get`) for the
+    halo. Returns (node_map: new id of each original id, META.json's content)."""
     parts = np.asarray(parts, dtype=np.int64)
     order, node_map, offsets = _renumber(parts, num_parts)
     deg = np.diff(np.asarray(graph.rowptr))
@@ -90,73 +182,67 @@ def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike,
         node_type = np.repeat(np.arange(len(schema.node_counts)), schema.node_counts)
     y = np.asarray(graph.y)
     split_sets = {k: node_map[np.asarray(getattr(graph, k))] for k in ("train_idx", "val_idx", "test_idx")}
-    with atomic_dir(out) as tmp:
-        save_npy(tmp / "node_map.npy", node_map)
-        folders = [part_dir(tmp, p) for p in range(num_parts)]
-        writers, x_writers, type_counts = [], [], []
-        for p, folder in enumerate(folders):
-            folder.mkdir()
-            own_old = order[offsets[p]:offsets[p + 1]]
-            rowptr = np.zeros(len(own_old) + 1, dtype=np.int64)
-            np.cumsum(deg[own_old], out=rowptr[1:])
-            lo, hi = int(offsets[p]), int(offsets[p + 1])
-            save_npy(folder / "rowptr.npy", rowptr)
-            if schema is not None:  # own nodes keep old-id order, so each type is one contiguous run
-                typed = np.zeros(len(own_old) * te + 1, dtype=np.int64)
-                np.cumsum(typed_deg[own_old].reshape(-1), out=typed[1:])
-                save_npy(folder / "type_rowptr.npy", typed)
-                type_counts.append(np.bincount(node_type[own_old], minlength=len(schema.node_counts)).tolist())
-            save_npy(folder / "y.npy", y[own_old])
-            save_npy(folder / "orig_id.npy", own_old)
-            for k, v in split_sets.items():
-                save_npy(folder / f"{k}.npy", np.sort(v[(v >= lo) & (v < hi)]))
-            writers.append(NpyWriter(folder / "col.npy", (int(rowptr[-1]),), np.int64))
-            x_writers.append(NpyWriter(folder / "x.npy", (len(own_old), graph.num_features), np.float32))
-        del order, deg
+    writers, x_writers, type_counts = [], [], []
+    for p in range(num_parts):
+        sink.begin(p)
+        own_old = order[offsets[p]:offsets[p + 1]]
+        rowptr = np.zeros(len(own_old) + 1, dtype=np.int64)
+        np.cumsum(deg[own_old], out=rowptr[1:])
+        lo, hi = int(offsets[p]), int(offsets[p + 1])
+        sink.put(p, "rowptr", rowptr)
+        if schema is not None:  # own nodes keep old-id order, so each type is one contiguous run
+            typed = np.zeros(len(own_old) * te + 1, dtype=np.int64)
+            np.cumsum(typed_deg[own_old].reshape(-1), out=typed[1:])
+            sink.put(p, "type_rowptr", typed)
+            type_counts.append(np.bincount(node_type[own_old], minlength=len(schema.node_counts)).tolist())
+        sink.put(p, "y", y[own_old])
+        sink.put(p, "orig_id", own_old)
+        for k, v in split_sets.items():
+            sink.put(p, k, np.sort(v[(v >= lo) & (v < hi)]))
+        writers.append(sink.appender(p, "col", (int(rowptr[-1]),), np.int64))
+        x_writers.append(sink.appender(p, "x", (len(own_old), graph.num_features), np.float32))
+    del order, deg
+    if schema is not None:
+        del typed_deg, node_type
+    try:
+        _stream_rows(graph, parts, node_map, writers, x_writers)
+    finally:
+        for w in writers + x_writers:
+            w.close()
+    edge_cut, summaries, type_cut = 0, [], []
+    counter = np.zeros(graph.num_nodes, dtype=np.int64)
+    for p in range(num_parts):
+        lo, hi = int(offsets[p]), int(offsets[p + 1])
+        col = sink.get(p, "col")
+        cut = sum(_count_remote(chunk, lo, hi, counter) for _, chunk in iter_chunks(col))
+        if schema is not None:  # cut edges of each edge type, from the runs of type_rowptr
+            runs = np.diff(np.asarray(sink.get(p, "type_rowptr")))
+            etype = np.repeat(np.tile(np.arange(te, dtype=np.int8), hi - lo), runs)
+            remote = (col < lo) | (col >= hi)
+            type_cut.append(np.bincount(etype[remote], minlength=te).tolist())
+            del runs, etype, remote
+        del col
+        halo_gid = np.flatnonzero(counter)
+        sink.put(p, "halo_gid", halo_gid)
+        sink.put(p, "halo_deg", counter[halo_gid])
+        counter[halo_gid] = 0
+        edge_cut += cut
+        counts = {k: int(((v >= lo) & (v < hi)).sum()) for k, v in split_sets.items()}
+        names = PART_FILES + (HETERO_FILES if schema is not None else ())
+        summaries.append({"nodes": hi - lo, "edges": writers[p].shape[0], "train": counts["train_idx"],
+                          "val": counts["val_idx"], "test": counts["test_idx"], "halo": len(halo_gid),
+                          "cut_edges": cut, **sink.describe(p, names)})
         if schema is not None:
-            del typed_deg, node_type
-        try:
-            _stream_rows(graph, parts, node_map, writers, x_writers)
-        finally:
-            for w in writers + x_writers:
-                w.close()
-        edge_cut, summaries, type_cut = 0, [], []
-        counter = np.zeros(graph.num_nodes, dtype=np.int64)
-        for p, folder in enumerate(folders):
-            lo, hi = int(offsets[p]), int(offsets[p + 1])
-            col = np.load(folder / "col.npy", mmap_mode="r", allow_pickle=False)
-            cut = sum(_count_remote(chunk, lo, hi, counter) for _, chunk in iter_chunks(col))
-            if schema is not None:  # cut edges of each edge type, from the runs of type_rowptr
-                runs = np.diff(np.load(folder / "type_rowptr.npy"))
-                etype = np.repeat(np.tile(np.arange(te, dtype=np.int8), hi - lo), runs)
-                remote = (col < lo) | (col >= hi)
-                type_cut.append(np.bincount(etype[remote], minlength=te).tolist())
-                del runs, etype, remote
-            del col
-            halo_gid = np.flatnonzero(counter)
-            save_npy(folder / "halo_gid.npy", halo_gid)
-            save_npy(folder / "halo_deg.npy", counter[halo_gid])
-            counter[halo_gid] = 0
-            edge_cut += cut
-            names = PART_FILES + (HETERO_FILES if schema is not None else ())
-            files = {name: {"bytes": (folder / f"{name}.npy").stat().st_size,
-                            "sha256": sha256_file(folder / f"{name}.npy")} for name in names}
-            counts = {k: int(((v >= lo) & (v < hi)).sum()) for k, v in split_sets.items()}
-            summaries.append({"nodes": hi - lo, "edges": writers[p].shape[0], "train": counts["train_idx"],
-                              "val": counts["val_idx"], "test": counts["test_idx"], "halo": len(halo_gid),
-                              "cut_edges": cut, "files": files})
-            if schema is not None:
-                summaries[-1]["type_counts"] = type_counts[p]
-                summaries[-1]["cut_by_edge_type"] = type_cut[p]
-        meta = {
-            "format": FORMAT_VERSION, "dataset": dataset, "method": method, "seed": seed, "num_parts": num_parts,
-            "num_nodes": graph.num_nodes, "num_edges": graph.num_edges, "num_features": graph.num_features,
-            "num_classes": graph.num_classes, "part_offsets": offsets.tolist(), "edge_cut": edge_cut,
-            "parts": summaries,
-        }
-        if schema is not None:
-            meta["hetero"] = schema.to_json()
-        if source is not None:
-            meta["source"] = source
-        write_json(tmp / "META.json", meta)
-    return meta
+            summaries[-1]["type_counts"] = type_counts[p]
+            summaries[-1]["cut_by_edge_type"] = type_cut[p]
+    meta = {
+        "format": FORMAT_VERSION, "dataset": dataset, "method": method, "seed": seed, "num_parts": num_parts,
+        "num_nodes": graph.num_nodes, "num_edges": graph.num_edges, "num_features": graph.num_features,
+        "num_classes": graph.num_classes, "part_offsets": offsets.tolist(), "edge_cut": edge_cut,
+        "parts": summaries,
+    }
+    if schema is not None:
+        meta["hetero"] = schema.to_json()
+    if source is not None:
+        meta["source"] = source
+    return node_map, meta

@@ -99,6 +99,10 @@ def read_pairs(path: str, num_nodes: int) -> np.ndarray:
 def _score_pairs(rt: Runtime, run: Restored, out_rows: np.ndarray, pairs: np.ndarray, chunk: int) -> np.ndarray:
     """Collective over `rt.comm`: scores of this rank's contiguous share of `pairs` (original ids), the ends'
     last-layer rows fetched from their owners in chunks of `chunk` pairs."""
+    if run.graph.folder is None:  # the same graph on every rank
+        raise mark_agreed(ConfigError("--pairs expected a partition folder's node_map.npy to find the pairs' "
+                                      "nodes; got a graph partitioned in memory, which has none. HINT: "
+                                      "predict on a graph loaded by dataset name"))
     node_map = load_npy(Path(run.graph.folder) / "node_map.npy", mmap=True)
     a, b = chunk_bounds(len(pairs), rt.world_size, rt.rank)
     mine = pairs[a:b]

@@ -1,9 +1,11 @@
-"""This rank's graph for the Python API: make sure a partition exists, load this rank's part, and build its
-sampler, feature store and cache (`build_local_graph`, `load_local_graph`); learnable rows (`attach_embedding`).
+"""This rank's graph for the Python API: this rank's part, from a partition folder (made once, or given) or
+from a graph rank 0 holds in memory, then its sampler, feature store and cache (`build_local_graph`,
+`load_local_graph`); learnable rows (`attach_embedding`).
 """
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +17,7 @@ from mpignn.config.train_config import TrainConfig
 from mpignn.data import check_known, dataset_key
 from mpignn.data.features import transform_rows
 from mpignn.data.hetero import HeteroSchema, hop_fanouts
+from mpignn.data.pyg import pyg_kind
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
 from mpignn.exchange.cache_policy import build_cache
@@ -24,8 +27,9 @@ from mpignn.launch.allocator import peak_rss_mb
 from mpignn.launch.bootstrap import Runtime
 from mpignn.loader.hetero import HeteroLayout
 from mpignn.loader.local_graph import LocalGraph
-from mpignn.mpi import allreduce_max, root_first
+from mpignn.mpi import allreduce_max, check_all, root_first
 from mpignn.partition import LocalPart
+from mpignn.partition.memory import scatter_graph
 from mpignn.partition.source import ensure_partition, load_part
 from mpignn.sampling import kernels
 from mpignn.sampling.distributed import DistributedHops
@@ -36,58 +40,121 @@ __all__ = ["load_local_graph", "build_local_graph", "attach_embedding", "build_g
 
 
 
-def load_local_graph(rt: Runtime, dataset: str, root: str = TrainConfig.root, task: Task | None = None,
+_MEMORY_REFUSED = ("root", "partitions", "local_prep", "force")
+"""Keywords about files and folders, which mean nothing for a graph handed over in memory."""
+
+
+def load_local_graph(rt: Runtime, dataset: Any, root: str | None = None, task: Task | None = None,
                      **options: Any) -> LocalGraph:
     """Collective over `rt.comm`: `build_local_graph` for `task` (default node classification) with
     `GraphOptions(dataset=..., root=..., links=task.partition_extras(), **options)`.
 
+    `dataset` is a dataset name (`data.KNOWN`; the same on every rank), or a PyG `Data` or `HeteroData` held
+    by rank 0, the other ranks passing None: rank 0 checks it as the same arrays in an npz are checked,
+    partitions it in memory and sends each rank its part over MPI; no file is written (`data.pyg`,
+    `partition.memory.scatter_graph`). A `Data` gives `edge_index`, `x`, `y` and the splits as boolean masks
+    (`train_mask`, `val_mask`, `test_mask`) or id tensors (`train_idx`, ...); a `HeteroData` the same on its
+    one labelled node type.
+
     The keyword arguments are `GraphOptions`' fields: partitions, method, replicated, seed, fanouts,
-    cache_size, local_prep, prep_timeout, exchange, feature_norm, feature_dtype, edge_fanouts, force.
+    cache_size, local_prep, prep_timeout, exchange, feature_norm, feature_dtype, edge_fanouts, force; an
+    in-memory graph takes them all but `root`, partitions, local_prep and force (about files).
 
     Raises:
-        ConfigError: an unknown keyword or a value `GraphOptions` refuses (on every rank alike).
+        ConfigError: an unknown keyword or a value `GraphOptions` refuses, ranks that pass different kinds of
+            `dataset` (a name on one, a graph on another) or None on rank 0, a keyword about files with a
+            graph in memory (on every rank alike).
+        DatasetError: the in-memory graph fails a check (see `scatter_graph`), on every rank alike.
     """
     task = task or make_task()
+    named = isinstance(dataset, str)
     try:
-        opts = GraphOptions(dataset=dataset, root=root, links=task.partition_extras(), **options)
+        where = {"dataset": dataset, "root": TrainConfig.root if root is None else root} if named else {}
+        opts = GraphOptions(**where, links=task.partition_extras(), **options)
     except TypeError as exc:  # an unknown keyword: the same call on every rank
         raise mark_agreed(ConfigError(f"expected GraphOptions fields as keywords; got {exc}. HINT: see "
                                       "mpignn.config.graph_options.GraphOptions")) from None
     except MpignnError as exc:
         raise mark_agreed(exc) from None
-    return build_local_graph(rt, opts, task)
+    _agree_on_source(rt.comm, dataset)
+    if not named:
+        given = {"root": root} if root is not None else {}
+        given.update({k: options[k] for k in _MEMORY_REFUSED if k in options})
+        if given:
+            raise mark_agreed(ConfigError(
+                f"expected no {', '.join(given)} with a graph held in memory (they are about files); got "
+                f"{', '.join(f'{k}={v!r}' for k, v in given.items())}. HINT: drop them: rank 0 partitions the "
+                "graph in memory and sends the parts"))
+    return build_local_graph(rt, opts, task, data=None if named else dataset, in_memory=not named)
 
 
-def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None) -> LocalGraph:
-    """Collective over `rt.comm`: make sure a partition exists, load this rank's part, and build its sampler,
-    feature store and cache as `opts` says, for `task` (default node classification; `opts.links` must be
-    its `partition_extras()`, as `GraphOptions.from_config(cfg, task)` makes them).
+def _source_kind(dataset: Any) -> str:
+    """What a rank passed as `dataset`: "name", "None", "Data"/"HeteroData" (a PyG graph), else its type."""
+    if isinstance(dataset, str):
+        return "name"
+    if dataset is None:
+        return "None"
+    return pyg_kind(dataset) or type(dataset).__name__
+
+
+def _agree_on_source(comm: Any, dataset: Any) -> None:
+    """Collective over `comm`: rank 0 tells the others what it passed (a bcast of a small dict), and every
+    rank raises the same ConfigError unless each passed the same name, or rank 0 a graph and the others None
+    (or a graph, which is not read)."""
+    mine = _source_kind(dataset)
+    ours = comm.bcast({"kind": mine, "name": dataset if mine == "name" else None}, root=0)
+    graphs = ("Data", "HeteroData")
+    hint = ("HINT: pass a dataset name on every rank, or the graph (a torch_geometric Data or HeteroData) on rank 0 "
+            "and None on the others")
+    got = f"the name {dataset!r}" if mine == "name" else mine
+    problem = ""
+    if ours["kind"] not in ("name", *graphs):
+        problem = (f"expected rank 0 to pass a dataset name or a torch_geometric Data/HeteroData; got "
+                   f"{ours['kind']}. {hint}")
+    elif ours["kind"] == "name" and (mine != "name" or dataset != ours["name"]):
+        problem = f"expected the dataset name {ours['name']!r} that rank 0 passes; got {got}. {hint}"
+    elif ours["kind"] in graphs and mine not in ("None", *graphs):
+        problem = (f"expected None (rank 0 passes a {ours['kind']} held in memory); got {got}. {hint}")
+    check_all(comm, not problem, problem, ConfigError)
+
+
+def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None, *, data: Any = None,
+                      in_memory: bool = False) -> LocalGraph:
+    """Collective over `rt.comm`: this rank's part (`_part_source`: a partition folder, or rank 0's graph in
+    memory), then its sampler, feature store and cache as `opts` says, for `task` (default node
+    classification; `opts.links` must be its `partition_extras()`, as `GraphOptions.from_config(cfg, task)`
+    makes them).
 
     Without `opts.partitions`, rank 0 (of each host with `local_prep`) prepares and partitions the dataset
     once under `root/mpignn-parts/` (`auto_folder`), holding out what the task asks first (`opts.links`:
-    edges, for link prediction); a host that does not see the folder receives it (`deliver_partition`). Each rank's own
-    feature rows are transformed after loading (`data.features.transform_rows`), so fetched and cached rows
-    arrive transformed. A heterogeneous graph samples each edge type with its own fanout (`edge_fanouts`) and
-    its loaders give `HeteroData` batches.
+    edges, for link prediction); a host that does not see the folder receives it (`deliver_partition`). With
+    `in_memory` (on every rank), the graph is `data`, rank 0's PyG `Data` or `HeteroData` (None on the other
+    ranks): rank 0 checks and partitions it in memory and sends each rank its part
+    (`partition.memory.scatter_graph`); `opts.dataset`, `root` and `partitions` are then not used and the
+    graph's `folder` is None. Each rank's own feature rows are transformed after loading
+    (`data.features.transform_rows`), so fetched and cached rows arrive transformed. A heterogeneous graph
+    samples each edge type with its own fanout (`edge_fanouts`) and its loaders give `HeteroData` batches.
 
     Raises:
         PartitionFormatError / DatasetError / ConfigError: on every rank alike.
     """
     task = task or make_task()
     try:
-        check_known(opts.dataset)  # the same name fails the same way on every rank: no collective needed
-        key = dataset_key(opts.dataset)
+        if in_memory and opts.partitions:
+            raise ConfigError(f"expected no partitions folder with a graph held in memory; got {opts.partitions!r}. "
+                              "HINT: leave GraphOptions.partitions empty")
+        if not in_memory:
+            check_known(opts.dataset)  # the same name fails the same way on every rank: no collective needed
         if opts.links != task.partition_extras():
             raise ConfigError(f"GraphOptions.links {opts.links} differ from what the {task.name} task holds out "
                               f"({task.partition_extras()}). HINT: GraphOptions.from_config(cfg, task)")
     except MpignnError as exc:
         raise mark_agreed(exc) from None
     part_id = 0 if opts.replicated else rt.rank
-    folder = ensure_partition(rt, opts, key, part_id)
+    part, held_out, folder = _part_source(rt, opts, part_id, data, in_memory)
     # numba writes its on-disk cache when it compiles: one rank per host compiles, the others then load.
     with root_first(rt.comm, per_host=True, timeout=opts.prep_timeout, what="compiling the sampling kernels"):
         kernels.warm_up()
-    part, held_out = load_part(rt.comm, folder, part_id, opts.link_params)
     part.x = transform_rows(part.x, opts.feature_norm, opts.feature_dtype)
     meta = part.meta
     schema = HeteroSchema.from_json(meta.hetero) if meta.hetero else None
@@ -112,6 +179,22 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None)
                       task_data=task.local_data(part, held_out),
                       layout=HeteroLayout(schema, *meta.type_blocks()) if schema is not None else None,
                       runtime=rt)
+
+
+def _part_source(rt: Runtime, opts: GraphOptions, part_id: int, data: Any,
+                 in_memory: bool) -> tuple[LocalPart, dict | None, Path | None]:
+    """Collective over `rt.comm`, the one step where the sources differ: (this rank's part, its held-out
+    edges, the partition folder or None). From memory: rank 0's graph, partitioned and sent by rank 0. By
+    name: the partition folder made once (or given) and delivered (`ensure_partition`), the part loaded from
+    it (`load_part`)."""
+    num_parts = 1 if opts.replicated else rt.world_size
+    if in_memory:
+        part, held_out = scatter_graph(rt.comm, data, part_id, num_parts=num_parts, method=opts.method,
+                                       seed=opts.seed, links=opts.link_params, timeout=opts.prep_timeout)
+        return part, held_out, None
+    folder = ensure_partition(rt, opts, dataset_key(opts.dataset), part_id)
+    part, held_out = load_part(rt.comm, folder, part_id, opts.link_params)
+    return part, held_out, folder
 
 
 def _sources(rt: Runtime, opts: GraphOptions, part: LocalPart, local: LocalHops,

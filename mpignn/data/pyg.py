@@ -1,0 +1,125 @@
+"""A PyG `Data` or `HeteroData` held in memory, turned into the npz format's arrays and checked by the npz
+format's one checking path (`npz.graph_from_arrays`), so an in-memory graph is refused exactly as the same
+arrays saved to an npz would be. Imports neither torch nor torch-geometric: tensors are read through their
+own methods (`detach`, `cpu`, `numpy`), and the graph's kind by its class.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mpignn.data.graph import GraphData
+from mpignn.data.hetero import edge_type_name
+from mpignn.data.npz import graph_from_arrays
+from mpignn.data.npz_checks import SPLIT_KEYS, npz_error
+from mpignn.errors import DatasetError
+
+__all__ = ["pyg_kind", "graph_from_pyg", "pyg_arrays", "MEMORY_NAME"]
+
+MEMORY_NAME = "memory"
+"""The name (`GraphData.name`, the partition's `dataset`) of a graph that came from memory."""
+
+_MASKS = {"train_idx": "train_mask", "val_idx": "val_mask", "test_idx": "test_mask"}
+
+
+def pyg_kind(obj: Any) -> str | None:
+    """"Data" or "HeteroData" for a PyG graph of that class (or a subclass), else None."""
+    for cls in type(obj).__mro__:
+        if cls.__module__.startswith("torch_geometric.") and cls.__name__ in ("Data", "HeteroData"):
+            return cls.__name__
+    return None
+
+
+def _numpy(value: Any) -> Any:
+    """A tensor (any device; bfloat16 as float32) or array-like as a numpy array; None and scalars kept."""
+    if value is None or isinstance(value, (int, float, np.ndarray)):
+        return value
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":  # numpy has no bfloat16
+            value = value.float()
+        return value.numpy()
+    return np.asarray(value)
+
+
+def _split(store: Any, key: str, n: int | None, label: str) -> np.ndarray | None:
+    """One split of `store` as node ids: its `train_idx` (ids) or `train_mask` (a boolean mask of its n
+    nodes, or ids); None when it has neither. n None: no node count to hold a mask to (no x: refused next)."""
+    value = _numpy(getattr(store, key, None))
+    name = key
+    if value is None:
+        value, name = _numpy(getattr(store, _MASKS[key], None)), _MASKS[key]
+    if value is None or value.dtype != np.bool_:
+        return value
+    if n is not None and value.shape != (n,):
+        raise npz_error(label, f"{name} must be a boolean mask of shape ({n},) (one entry per node) or 1-D node "
+                               f"ids; got a boolean array of shape {value.shape}",
+                        f"pick one split, e.g. {name}[:, 0]" if value.ndim == 2 else "one entry per row of x")
+    return np.flatnonzero(value)
+
+
+def _homo_arrays(data: Any, label: str) -> dict[str, np.ndarray]:
+    arrays = {k: _numpy(getattr(data, k, None)) for k in ("edge_index", "x", "y")}
+    n = int(np.shape(arrays["x"])[0]) if arrays["x"] is not None and np.ndim(arrays["x"]) else None
+    arrays.update({k: _split(data, k, n, label) for k in SPLIT_KEYS})
+    num_classes = getattr(data, "num_classes", None)
+    if isinstance(num_classes, (int, np.integer)):
+        arrays["num_classes"] = np.int64(num_classes)
+    return {k: v for k, v in arrays.items() if v is not None}
+
+
+def _hetero_arrays(data: Any, label: str) -> dict[str, np.ndarray]:
+    arrays: dict[str, np.ndarray] = {}
+    labelled = [t for t in data.node_types if getattr(data[t], "y", None) is not None]
+    for t in data.node_types:
+        store = data[t]
+        n = store.num_nodes
+        if n is None:
+            raise npz_error(label, f"node type {t} has no node count (no x, no num_nodes)",
+                            f"set data['{t}'].num_nodes")
+        arrays[f"num_nodes__{t}"] = np.int64(n)
+        if getattr(store, "x", None) is not None:
+            arrays[f"x__{t}"] = _numpy(store.x)
+        if t in labelled:
+            arrays[f"y__{t}"] = _numpy(store.y)
+    for et in data.edge_types:
+        arrays[f"edge_index__{edge_type_name(et)}"] = _numpy(data[et].edge_index)
+    if len(labelled) == 1:  # else the shared checks name the problem (exactly one y__T)
+        store = data[labelled[0]]
+        for key in SPLIT_KEYS:
+            ids = _split(store, key, int(store.num_nodes), label)
+            if ids is not None:
+                arrays[key] = ids
+    num_classes = getattr(data, "num_classes", None)
+    if isinstance(num_classes, (int, np.integer)):
+        arrays["num_classes"] = np.int64(num_classes)
+    return arrays
+
+
+def pyg_arrays(data: Any) -> dict[str, np.ndarray]:
+    """The npz format's arrays of a PyG graph (docs/datasets.md): `Data` gives edge_index, x, y and the
+    splits, each `train_idx` (node ids) or else `train_mask` (a boolean mask over the nodes, or ids);
+    `HeteroData` gives num_nodes__T, x__T, y__T (the one labelled type), edge_index__S__R__D and that type's
+    splits. A `num_classes` attribute is kept. Nothing is checked here but the masks' shape: `graph_from_pyg`
+    checks the rest.
+
+    Raises:
+        DatasetError: not a PyG graph, a mask of the wrong shape, a node type without a node count.
+    """
+    kind = pyg_kind(data)
+    label = f"in-memory {kind}"
+    if kind is None:
+        raise DatasetError(f"expected a torch_geometric Data or HeteroData; got {type(data).__name__}. HINT: pass "
+                           "the graph itself (e.g. dataset[0]) or a dataset name")
+    return _homo_arrays(data, label) if kind == "Data" else _hetero_arrays(data, label)
+
+
+def graph_from_pyg(data: Any) -> GraphData:
+    """Check a PyG `Data` or `HeteroData` as its arrays saved to an npz would be checked and build the graph
+    from it (`npz.graph_from_arrays`); messages start with "in-memory Data:" where an npz's name the file.
+
+    Raises:
+        DatasetError: one line naming the key and the fix, the npz format's messages.
+    """
+    return graph_from_arrays(f"in-memory {pyg_kind(data)}", pyg_arrays(data), MEMORY_NAME)
