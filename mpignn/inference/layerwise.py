@@ -6,8 +6,8 @@ nodes it does not own from their owners through the training exchange (`exchange
 of blocks at once (`inference.blocks`). A rank holds its own rows of two layers, one group's fetched rows and
 one block's sources. A homogeneous graph is one node type and one edge
 type; on a heterogeneous one a block holds one node type's targets, its edges carry their edge types, and a
-layer computes the node types the model's layer outputs (the others' rows are zeros nobody reads).
-Imports torch and PyG (through `models`).
+layer computes the node types the model's layer outputs (the others' rows are zeros nobody reads). What a
+layer computes on a block is `inference.layers.LayerStack`'s. Imports torch and PyG (through `models`).
 """
 from __future__ import annotations
 
@@ -20,10 +20,9 @@ import torch
 
 from mpignn.errors import ConfigError, mark_agreed
 from mpignn.exchange.features import FeatureStore
-from mpignn.models import HeteroGNN, SampledGNN
-from mpignn.models.aggregate import MeanAdjacency
 from mpignn.mpi import allreduce_max, allreduce_sum
 from mpignn.inference.blocks import Block, HaloIndex, block_sources, make_blocks, type_runs
+from mpignn.inference.layers import LayerStack, unwrap
 
 if TYPE_CHECKING:
     from mpignn.launch.bootstrap import Runtime
@@ -43,131 +42,6 @@ def gcn_inv_sqrt_degree(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndar
     loops = np.bincount(own[np.asarray(col) == own] - lo, minlength=n)
     degree = torch.from_numpy((np.diff(rowptr) - loops + 1).astype(np.float32))
     return degree.pow(-0.5).numpy()
-
-
-class LayerStack:
-    """The layers of a node encoder, applied one at a time to a block: `SampledGNN` (sage, gat, gcn), PyG's
-    `GCN` (checkpoints of earlier versions load into either) and `HeteroGNN` (sage, rgcn), with the weights it
-    holds, in eval mode (no dropout).
-
-    `node_types` names the graph's node types in the schema's order (a homogeneous graph: one, ""); each
-    layer computes the rows of the types in `plans[layer]` (every type of a homogeneous graph)."""
-
-    def __init__(self, encoder: torch.nn.Module) -> None:
-        from torch_geometric.nn.models import GCN
-
-        encoder = getattr(encoder, "module", encoder)
-        self.node_types: tuple[str, ...] = ("",)
-        self.plans: list[dict[int, tuple[Any, list[tuple[int, Any]]]]] | None = None
-        if isinstance(encoder, SampledGNN):
-            self.kind = encoder.kind
-        elif isinstance(encoder, HeteroGNN):
-            self.kind, self.node_types = "hetero", encoder.node_types
-            self.plans = _hetero_plans(encoder)
-        elif isinstance(encoder, GCN):
-            if getattr(encoder, "jk_mode", None) is not None or hasattr(encoder, "lin"):
-                raise ConfigError("exact inference expects mpignn's GCN (no jumping knowledge, no final linear "
-                                  "layer); got another. HINT: predict a model built by python -m mpignn.train")
-            self.kind = "gcn"
-        else:
-            raise ConfigError(f"exact inference takes --model sage, gat or gcn (a homogeneous graph) or sage or "
-                              f"rgcn (a heterogeneous one); got {type(encoder).__name__}. HINT: predict a model "
-                              "built by python -m mpignn.train")
-        self.encoder = encoder.eval()
-        self.num_layers = len(encoder.convs)
-
-    @property
-    def hetero(self) -> bool:
-        return self.plans is not None
-
-    def computes(self, layer: int, node_type: int) -> bool:
-        """Whether layer `layer` outputs rows of node type `node_type`."""
-        return self.plans is None or node_type in self.plans[layer]
-
-    def rows_at(self, layer: int) -> frozenset[int]:
-        """Node types whose rows table `layer` holds (0: the inputs, every type; L: the last layer's)."""
-        if layer == 0 or self.plans is None:
-            return frozenset(range(len(self.node_types)))
-        return frozenset(self.plans[layer - 1])
-
-    @property
-    def needs_degrees(self) -> bool:
-        """GCN weighs each edge by both ends' degrees (the sources' come from their owners)."""
-        return self.kind == "gcn"
-
-    def apply(self, layer: int, x: torch.Tensor, block: dict[str, Any]) -> torch.Tensor:
-        """Layer `layer` on sources `x` ([n_src, F], targets first) -> targets' rows, with the activation
-        between layers (none after the last). `block`: `to_device` of a Block."""
-        conv, n_dst = self.encoder.convs[layer], block["n_dst"]
-        if self.plans is not None:
-            out = self._apply_hetero(layer, x, block)
-        elif self.kind == "sage":  # SAGEConv(mean, root weight): lin_l(mean of in-neighbours) + lin_r(self)
-            adj = MeanAdjacency(block["row"], block["col"], n_dst, x.size(0), block["in_degree"])
-            out = conv.lin_l(adj.mean(x)) + conv.lin_r(x[:n_dst])
-        elif self.kind == "gat":  # PyG's GATConv itself (it removes self-loops and adds one per target)
-            out = conv((x, x[:n_dst]), block["edge_index"], size=(x.size(0), n_dst))
-        else:  # GCNConv: lin, then sum of deg^-1/2(src) deg^-1/2(dst) x_src over edges and the self-loop, bias
-            h = conv.lin(x)
-            out = h[:n_dst] * block["loop_weight"].unsqueeze(1)
-            out.index_add_(0, block["col"], h[block["row"]] * block["edge_weight"].unsqueeze(1))
-            if conv.bias is not None:
-                out = out + conv.bias
-        if layer == self.num_layers - 1:
-            return out
-        if self.kind != "gcn" or isinstance(self.encoder, SampledGNN):
-            return torch.relu(out)
-        enc = self.encoder
-        if enc.act is not None and enc.act_first:
-            out = enc.act(out)
-        out = enc.norms[layer](out)
-        return enc.act(out) if enc.act is not None and not enc.act_first else out
-
-    def _apply_hetero(self, layer: int, x: torch.Tensor, block: dict[str, Any]) -> torch.Tensor:
-        """`HeteroGNN`'s layer for a block of one node type: the root (rgcn), plus per edge type into it the
-        conv on the mean of that type's in-neighbours (sage: with its own root weight), summed. Each input
-        is cut to the width the weight takes (layer 0's rows are padded to the widest type's)."""
-        root, convs = self.plans[layer][block["dst_type"]]
-        n_dst = block["n_dst"]
-        out = root(_cols(x[:n_dst], root)) if root is not None else None
-        for e, conv in convs:
-            keep = block["edge_type"] == e
-            adj = MeanAdjacency(block["row"][keep], block["col"][keep], n_dst, x.size(0),
-                                block["type_degree"][:, e].contiguous())
-            y = conv.lin_l(adj.mean(_cols(x, conv.lin_l)))
-            if conv.root_weight:
-                y = y + conv.lin_r(_cols(x[:n_dst], conv.lin_r))
-            out = y if out is None else out + y
-        return out
-
-    def out_width(self, layer: int) -> int:
-        """A heterogeneous layer's output width (every type's is the same)."""
-        root, convs = next(iter(self.plans[layer].values()))
-        return int((root if root is not None else convs[0][1].lin_l).weight.shape[0])
-
-
-def _cols(x: torch.Tensor, linear: torch.nn.Module) -> torch.Tensor:
-    """The first columns of `x`, as many as `linear` takes."""
-    width = int(linear.weight.shape[1])
-    return x if x.size(1) == width else x[:, :width].contiguous()
-
-
-def _hetero_plans(encoder: HeteroGNN) -> list[dict[int, tuple[Any, list[tuple[int, Any]]]]]:
-    """Per layer, {node type: (its root or None, [(edge type, conv)])} for the types the layer outputs, as
-    `HeteroGNN.forward` computes them: an edge type's conv where the layer has one and its source type has
-    rows (every type's inputs at layer 0; after it, the types the layer before output)."""
-    index = {t: k for k, t in enumerate(encoder.node_types)}
-    have = set(index.values())
-    plans = []
-    for layer in range(encoder.num_layers):
-        plan: dict[int, tuple[Any, list[tuple[int, Any]]]] = {
-            index[t]: (root, []) for t, root in encoder.roots[layer].items()}
-        for e, (src, rel, dst) in enumerate(encoder.edge_types):
-            key = "__".join((src, rel, dst))
-            if key in encoder.convs[layer] and index[src] in have:
-                plan.setdefault(index[dst], (None, []))[1].append((e, encoder.convs[layer][key]))
-        plans.append(plan)
-        have = set(plan)
-    return plans
 
 
 def to_device(block: Block, device: Any, inv_sqrt: Callable[[np.ndarray], np.ndarray] | None) -> dict[str, Any]:
@@ -289,10 +163,15 @@ def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, ch
     return kept
 
 
-def exact_outputs(rt: Runtime, graph: LocalGraph, encoder: torch.nn.Module, *,
-                  chunk: int = 8192) -> tuple[np.ndarray, Any, FeatureStore]:
+def exact_outputs(rt: Runtime, graph: LocalGraph, encoder: torch.nn.Module, *, chunk: int = 8192,
+                  act: Any = None, device: Any = None, halo_mib: float = 256) -> tuple[np.ndarray, Any, FeatureStore]:
     """Collective over `rt.comm` where the ranks hold parts: `encoder`'s last-layer rows of this rank's own
-    nodes by exact inference with a training run's weights (`--eval full`), in eval mode.
+    nodes by exact inference (`--eval full`, `runtime.inference`), in eval mode.
+
+    Args:
+        encoder: a model `LayerStack` walks (`act`: the activation between a plain `.convs` module's convs).
+        chunk: target nodes per block; `halo_mib`: remote rows held at once (`run_layers`).
+        device: where the layers run (default `rt.device`).
 
     Returns:
         (rows [n_own, F] (on a heterogeneous graph only the types the last layer outputs have rows, the
@@ -300,19 +179,37 @@ def exact_outputs(rt: Runtime, graph: LocalGraph, encoder: torch.nn.Module, *,
         whole graph), a FeatureStore over `rows` to fetch any node's row).
 
     Raises:
-        ConfigError: on every rank alike, a model exact inference does not know.
+        ConfigError: on every rank alike, a model exact inference does not know, one the graph's kind or
+            width does not fit.
     """
-    try:
-        stack = LayerStack(encoder)
-    except ConfigError as exc:  # the same model on every rank
-        raise mark_agreed(exc) from None
     part = graph.part
+    rows = graph.embedding.weight if graph.embedding is not None else None
+    table = own_inputs(part, rows)
+    try:  # the same model and graph on every rank: no collective needed to agree
+        stack = LayerStack(encoder, act)
+        _check_fits(stack, type(unwrap(encoder)).__name__, bool(part.meta.hetero), table.shape[1])
+    except ConfigError as exc:
+        raise mark_agreed(exc) from None
     comm = rt.comm if rt.world_size > 1 and not graph.replicated else None
     alltoall = graph.features.alltoall if comm is not None else None
-    rows = graph.embedding.weight if graph.embedding is not None else None
-    out = run_layers(comm, part, stack, own_inputs(part, rows), chunk=chunk, device=rt.device,
-                     alltoall=alltoall)[stack.num_layers]
+    out = run_layers(comm, part, stack, table, chunk=chunk, device=rt.device if device is None else device,
+                     alltoall=alltoall, halo_mib=halo_mib)[stack.num_layers]
     return out, comm, make_store(out, part, comm, alltoall)
+
+
+def _check_fits(stack: LayerStack, name: str, hetero: bool, width: int) -> None:
+    """The model's kind matches the graph's, and its first conv takes the rows the graph gives."""
+    if hetero != stack.hetero:
+        have, want = ("a heterogeneous", "mpignn's HeteroGNN") if hetero else ("a homogeneous", "a model over one "
+                                                                                "node type")
+        raise ConfigError(f"exact inference on {have} graph expects {want}; got {name}. HINT: "
+                          + ("build it with mpignn.models.build_model(name, graph.in_channels(), ..., "
+                             "schema=graph.schema)" if hetero else "load a homogeneous dataset"))
+    expected = stack.in_width()
+    if expected is not None and expected != width:
+        raise ConfigError(f"the model's first conv takes {expected} numbers per node; the graph gives {width} "
+                          "(its features, then any learnable rows). HINT: build the model with "
+                          "in_channels=graph.num_features")
 
 
 def _lookup(gid: np.ndarray, lo: int, own: np.ndarray, halo: np.ndarray, halo_d: np.ndarray) -> np.ndarray:
