@@ -18,7 +18,7 @@ from mpignn.data import load_dataset
 from mpignn.models import build_model
 from mpignn.models.link import LinkModel
 from mpignn.runtime import load_local_graph
-from mpignn.runtime.inference import inference
+from mpignn.runtime import inference
 
 sys.path.insert(0, str(WORKERS))
 from user_inference import GRAPH, MODELS, RedditSAGE, whole_forward  # noqa: E402

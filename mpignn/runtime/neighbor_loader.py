@@ -105,6 +105,11 @@ class NeighborLoader:
     def epoch(self) -> int:
         return self.loader.epoch
 
+    @property
+    def dataset(self) -> np.ndarray:
+        """This rank's seeds (partition ids); `len(loader.dataset)` counts them, as PyG's loaders do."""
+        return self.loader.source.ids
+
 
 def _check_keywords(kwargs: dict[str, Any]) -> None:
     for key in kwargs:

@@ -12,7 +12,7 @@ from mpignn.data import load_dataset
 from mpignn.models import SampledGNN, build_model, encode
 from mpignn.mpi import run_main, world
 from mpignn.runtime import bootstrap, load_local_graph
-from mpignn.runtime.inference import inference
+from mpignn.runtime import inference
 
 GRAPH = "synthetic:num_nodes=300,avg_degree=6,num_features=6"
 
