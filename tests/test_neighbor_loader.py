@@ -131,3 +131,20 @@ def test_uncaught_exception_in_a_script_ends_every_rank(tmp_path):
     rc, out = run_mpi_raw(2, [sys.executable, str(script)], timeout=60)
     assert rc != 0
     assert "root cause: rank 1" in out and "ValueError: boom on rank one" in out
+
+
+def test_docs_api_gives_every_public_signature():
+    """docs/api.md writes each public call of mpignn.runtime with every parameter it takes."""
+    import inspect
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
+    for fn in (runtime.bootstrap, runtime.load_local_graph, runtime.NeighborLoader, runtime.inference,
+               runtime.accuracy, runtime.mean, runtime.make_loader, runtime.shutdown):
+        start = text.find(f"**`{fn.__name__}(")
+        assert start >= 0, fn.__name__
+        written = text[start:text.find("`**", start)]
+        params = inspect.signature(fn.__init__ if inspect.isclass(fn) else fn).parameters
+        for name, param in params.items():
+            if name != "self" and param.kind is not param.VAR_KEYWORD:
+                assert name in written, (fn.__name__, name)

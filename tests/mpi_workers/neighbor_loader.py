@@ -24,6 +24,10 @@ def main() -> None:
         assert set(batch.input_id.numpy()) <= set(graph.node_id.tolist())  # seeds are own nodes
         remote += int((~np.isin(n_id, graph.node_id)).sum())
     assert remote > 0  # ids of other ranks' nodes were looked up too
+    # batch_size is per process (PyG's meaning); batch_scope="global" shares it out over the ranks
+    for scope, seeds in (("rank", 40), ("global", 20)):
+        loader = NeighborLoader(graph, [2], input_nodes=None, batch_size=40, batch_scope=scope, prefetch="off")
+        assert next(iter(loader)).batch_size == seeds and len(loader) == -(-len(graph.node_id) // seeds)
     # rank 0 gets 1 seed, rank 1 three: equal steps; without shuffle rank 0's surplus steps are empty
     ids = torch.tensor(graph.node_id[:1 if rt.rank == 0 else 3])
     loader = NeighborLoader(graph, [2], input_nodes=ids, batch_size=1)
