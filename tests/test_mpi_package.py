@@ -15,8 +15,8 @@ PACKAGE = ROOT / "mpignn" / "mpi"
 # `from mpignn.mpi import X` keeps working for each of these (rendezvous_endpoint moved to mpignn.launch.rendezvous).
 PUBLIC = {"Topology", "world", "topology", "whoami", "check_launcher", "chunk_bounds", "ceil_split",
           "steps_per_epoch", "pad_to_steps", "root_first", "run_once", "check_all", "alltoallv", "allreduce_sum",
-          "allreduce_max", "run_main", "RootFailedError", "print0", "thread_budget", "MAX_COUNT", "exchange_counts",
-          "library_version", "segment_starts", "check_same"}
+          "allreduce_max", "run_main", "abort_on_uncaught", "RootFailedError", "print0", "thread_budget", "MAX_COUNT",
+          "exchange_counts", "library_version", "segment_starts", "check_same"}
 ALLOWED = {"mpignn.errors", "mpignn.env", "mpignn.mpi.watchdog"}
 
 
