@@ -31,6 +31,8 @@ class GraphOptions:
     """A dataset name (`data.KNOWN`)."""
     root: str = TrainConfig.root
     """Folder for datasets, their caches and automatic partitions."""
+    splits: str = TrainConfig.splits
+    """An npz of node ids `train`, `valid`, `test` replacing the dataset's splits (`data.split_file`); empty: none."""
     # partition
     partitions: str = TrainConfig.partitions
     """A partition folder (`python -m mpignn.partition`); empty: rank 0 partitions under `root/mpignn-parts/`."""
@@ -83,8 +85,8 @@ class GraphOptions:
     @classmethod
     def from_config(cls, cfg: TrainConfig, task: Any) -> "GraphOptions":
         """The graph options of a `config.train_config.TrainConfig` (its flags are checked already) and its `tasks.Task`."""
-        return cls(dataset=cfg.dataset, root=cfg.root, partitions=cfg.partitions, method=cfg.partition_method,
-                   replicated=cfg.replicated, seed=cfg.seed, local_prep=cfg.local_prep,
+        return cls(dataset=cfg.dataset, root=cfg.root, splits=cfg.splits, partitions=cfg.partitions,
+                   method=cfg.partition_method, replicated=cfg.replicated, seed=cfg.seed, local_prep=cfg.local_prep,
                    prep_timeout=cfg.prep_timeout, force=cfg.force, fanouts=tuple(cfg.fanouts),
                    edge_fanouts=cfg.edge_fanouts or None, cache_size=cfg.cache_size, exchange=cfg.exchange,
                    feature_norm=cfg.feature_norm, feature_dtype=cfg.feature_dtype, links=task.partition_extras())

@@ -46,6 +46,11 @@ RULES: tuple[Rule, ...] = (
          lambda embed_dim, replicated: bool(embed_dim and replicated),
          lambda embed_dim, replicated: "--embed-dim keeps each node's row on its owner, and --replicated has no "
                                        "owners. HINT: drop --replicated (partitioned training) or --embed-dim"),
+    Rule(("splits", "task"),
+         lambda splits, task: bool(splits) and task == "link",
+         lambda splits, task: f"--splits sets which nodes are classified in training, validation and test; --task "
+                              f"{task} holds out edges instead. HINT: drop --splits (--link-val and --link-test "
+                              "set the held-out edges)"),
     Rule(("partitions", "replicated"),
          lambda partitions, replicated: bool(partitions and replicated),
          lambda partitions, replicated: "--partitions and --replicated exclude each other. HINT: drop one"),

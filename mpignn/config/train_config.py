@@ -62,9 +62,13 @@ LINK_DEFAULTS: dict[str, Any] = {"feature_norm": "row", "epochs": 100, "fanout":
 @dataclass(kw_only=True)
 class TrainConfig:
     dataset: str = "synthetic"
-    """`synthetic[:key=value,...]`, `npz:PATH`, Cora, CiteSeer, PubMed, ogbn-arxiv, ogbn-products, ogbn-papers100M."""
+    """`synthetic[:key=value,...]`, `npz:PATH`, `npy:FOLDER`, or a public graph by name: Cora, Amazon-Photo,
+    Coauthor-CS, WikiCS, Reddit, ogbn-arxiv, ... (all in docs/datasets.md)."""
     root: str = "data"
     """Folder for downloaded datasets, preprocessed caches and automatic partitions."""
+    splits: str = ""
+    """An npz of int node ids `train`, `valid`, `test`: fixed splits in place of the dataset's own (any dataset;
+    checked; part of what a prepared partition is matched by). Empty: the dataset's."""
     local_prep: bool = False
     """Prepare the dataset on rank 0 of every host (node-local disks) instead of global rank 0."""
     epochs: int = 5

@@ -1,8 +1,10 @@
 """Datasets behind one registry, so `--dataset NAME` means the same in every command.
 
 Names: `synthetic[:key=value,...]` (embedded default, no files), `npz:PATH`, `npy:FOLDER` (memory-mapped),
-Cora / CiteSeer / PubMed, Tolokers[:split=K] and IMDB (heterogeneous) (their raw files), ogbn-arxiv / ogbn-products /
-ogbn-papers100M (ogb's raw files). Must not import torch-geometric at module level.
+Cora / CiteSeer / PubMed, Tolokers[:split=K], IMDB (heterogeneous), Amazon-Computers / Amazon-Photo / Coauthor-CS /
+Coauthor-Physics, WikiCS[:split=K], Flickr, Reddit (their raw files), ogbn-arxiv / ogbn-products / ogbn-papers100M /
+ogbn-mag (ogb's raw files); any of them with fixed splits from a file (`split_file`, `--splits`). Must not import
+torch-geometric at module level.
 
 Layer 4 (data): imports the leaves, config and mpi; never partition, sampling or anything above, never torch at module level.
 """
@@ -16,16 +18,17 @@ from mpignn.data.cache import fingerprint, load_cache, save_cache
 from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.npy import load_npy_folder
 from mpignn.data.npz import load_npz, save_npz
-from mpignn.data.public import (HETERO, HETEROPHILOUS, OGB, PLANETOID, heterophilous_key, load_hetero_public,
-                                load_heterophilous, load_ogb, load_planetoid)
+from mpignn.data.public import (BENCHMARKS, HETERO, HETEROPHILOUS, NUM_SPLITS, OGB, PLANETOID, load_benchmark,
+                                load_hetero_public, load_heterophilous, load_ogb, load_planetoid, split_key)
+from mpignn.data.split_file import apply_splits, splits_tag
 from mpignn.data.synthetic import SyntheticSpec, make_synthetic, parse_synthetic
 from mpignn.errors import DatasetError
 
 __all__ = ["GraphData", "csr_from_edges", "load_dataset", "dataset_key", "dataset_source", "source_present",
            "make_synthetic", "SyntheticSpec", "save_npz", "KNOWN", "check_known"]
 
-KNOWN = ("synthetic", "npz:PATH", "npy:FOLDER", *PLANETOID, *(f"{n}[:split=K]" for n in HETEROPHILOUS), *HETERO,
-         *OGB)
+_NAMED = (*PLANETOID, *HETEROPHILOUS, *HETERO, *BENCHMARKS, *OGB)
+KNOWN = ("synthetic", "npz:PATH", "npy:FOLDER", *(f"{n}[:split=K]" if n in NUM_SPLITS else n for n in _NAMED))
 
 
 def _public_key(name: str) -> str | None:
@@ -34,11 +37,11 @@ def _public_key(name: str) -> str | None:
     Raises:
         DatasetError: a known name with options it does not take.
     """
-    lowered = {n.lower(): n for n in (*PLANETOID, *HETEROPHILOUS, *HETERO, *OGB)}
+    lowered = {n.lower(): n for n in _NAMED}
     base, sep, options = name.partition(":")
     known = lowered.get(base.lower())
-    if known in HETEROPHILOUS:
-        return heterophilous_key(known, options)
+    if known in NUM_SPLITS:
+        return split_key(known, options)
     return None if known is None or sep else known
 
 
@@ -56,20 +59,23 @@ def dataset_key(name: str) -> str:
     return _canonical(name)
 
 
-def dataset_source(name: str, root: str = "data") -> str:
+def dataset_source(name: str, root: str = "data", splits: str = "") -> str:
     """What prepared data (an automatic partition, a partition folder's recorded source) is keyed by: the
     dataset's content, never its path. For `npz:` and `npy:` the kind and `cache.fingerprint` of the file or
     folder (size and sha256, sampled beyond 64 MiB; not the path, not the mtime), so a regenerated file is
     another source while a moved or copied one, or the same file typed as a relative or an absolute path, is
     the same; for synthetic graphs their canonical parameters; for public datasets their canonical name and,
     once their folder exists, `raw_fingerprint` (a first download therefore partitions again on the next run).
-    Reads the files' samples; not collective (under MPI one rank computes it and broadcasts it)."""
+    With `splits` (a `--splits` file), its content too (`split_file.splits_tag`), so other splits are another
+    source. Reads the files' samples; not collective (under MPI one rank computes it and broadcasts it)."""
     key = dataset_key(name)
     if name.startswith(("npz:", "npy:")):
-        return f"{name[:3]}|{fingerprint(name[4:])}"
-    if _public_key(name) is not None and os.path.isdir(public_folder(key, root)):
-        return f"{key}|{raw_fingerprint(key, root)}"
-    return key
+        source = f"{name[:3]}|{fingerprint(name[4:])}"
+    elif _public_key(name) is not None and os.path.isdir(public_folder(key, root)):
+        source = f"{key}|{raw_fingerprint(key, root)}"
+    else:
+        source = key
+    return source + splits_tag(splits)
 
 
 def source_present(name: str, root: str = "data") -> bool:
@@ -86,6 +92,8 @@ def source_present(name: str, root: str = "data") -> bool:
 def public_folder(key: str, root: str) -> str:
     """The folder a public dataset's files live in under `root` (its raw files, ogb's split/ too)."""
     base = key.partition(":")[0]
+    if base in BENCHMARKS:
+        return os.path.join(root, BENCHMARKS[base][0])
     if base in HETEROPHILOUS:
         return os.path.join(root, base.lower().replace("-", "_"))
     return os.path.join(root, base.replace("-", "_") if base in OGB else base)
@@ -114,10 +122,22 @@ def check_known(name: str) -> None:
                        "--dataset npz:/path/graph.npz for your own graph")
 
 
-def load_dataset(name: str, root: str = "data", mmap: bool = False) -> GraphData:
+def load_dataset(name: str, root: str = "data", mmap: bool = False, splits: str = "") -> GraphData:
     """Load a dataset, preprocessing and caching it on first use. Not collective: under MPI let one rank call
     it inside `mpignn.mpi.root_first`, as `partition.source.ensure_partition` does, so only one rank downloads
-    and writes the cache."""
+    and writes the cache.
+
+    Args:
+        splits: a `--splits` file (`split_file`): its train/valid/test ids replace the dataset's own splits
+            (after the cache: the cache holds the dataset as published).
+    Raises:
+        DatasetError: an unknown name, missing or bad files, a bad split file (one line each).
+    """
+    graph = _load(name, root, mmap)
+    return apply_splits(graph, splits) if splits else graph
+
+
+def _load(name: str, root: str, mmap: bool) -> GraphData:
     check_known(name)
     if name.startswith("synthetic"):
         return make_synthetic(parse_synthetic(name.partition(":")[2]))
@@ -137,6 +157,8 @@ def load_dataset(name: str, root: str = "data", mmap: bool = False) -> GraphData
         graph = load_heterophilous(key, root)
     elif key in HETERO:
         graph = load_hetero_public(key, root)
+    elif key.partition(":")[0] in BENCHMARKS:
+        graph = load_benchmark(key, root)
     else:
         graph = load_ogb(key, root)
     save_cache(root, graph, source=raw_fingerprint(key, root))  # after a download: the files as they are now

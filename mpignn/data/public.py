@@ -1,6 +1,6 @@
-"""Public datasets parsed from their raw files by mpignn itself (`raw_public`): Planetoid's pickles through an
-allow-listed unpickler, Tolokers' and IMDB's npz/npy with `allow_pickle=False`. OGB graphs are read from their
-raw files in `ogb_raw`.
+"""Public datasets parsed from their raw files by mpignn itself (`raw_public`, `raw_benchmarks`): Planetoid's
+pickles through an allow-listed unpickler; Tolokers', IMDB's, Amazon's, Coauthor's, Flickr's and Reddit's npz/npy
+with `allow_pickle=False`; WikiCS's and Flickr's json. OGB graphs are read from their raw files in `ogb_raw`.
 
 torch-geometric is imported inside the download helper only, for its URLs and `download_url`: its `process()` never
 runs and its `processed/` folder is never read, so nothing on disk can run code when a dataset loads.
@@ -16,17 +16,33 @@ import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.ogb_raw import OGB, load_ogb
+from mpignn.data.raw_benchmarks import (FLICKR_FILES, REDDIT_FILES, read_flickr, read_gnn_benchmark, read_reddit,
+                                        read_wikics)
 from mpignn.data.raw_public import (IMDB_FILES, PLANETOID_PARTS, read_heterophilous, read_imdb,
                                     read_planetoid)
+from mpignn.data.splits import split_problem
 from mpignn.errors import DatasetError
 
-__all__ = ["PLANETOID", "HETEROPHILOUS", "HETERO", "OGB", "load_planetoid", "load_heterophilous",
-           "heterophilous_key", "load_ogb", "load_hetero_public"]
+__all__ = ["PLANETOID", "HETEROPHILOUS", "HETERO", "OGB", "BENCHMARKS", "NUM_SPLITS", "load_planetoid",
+           "load_heterophilous", "split_key", "load_ogb", "load_hetero_public", "load_benchmark", "class_split"]
 
 PLANETOID = ("Cora", "CiteSeer", "PubMed")
 HETEROPHILOUS = ("Tolokers",)
 HETERO = ("IMDB",)  # heterogeneous; the target type is the one PyG labels
-_NUM_SPLITS = 10  # HeterophilousGraphDataset ships 10 fixed train/val/test splits
+BENCHMARKS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "Amazon-Computers": ("Computers", ("amazon_electronics_computers.npz",)),
+    "Amazon-Photo": ("Photo", ("amazon_electronics_photo.npz",)),
+    "Coauthor-CS": ("CS", ("ms_academic_cs.npz",)),
+    "Coauthor-Physics": ("Physics", ("ms_academic_phy.npz",)),
+    "WikiCS": ("WikiCS", ("data.json",)),
+    "Flickr": ("Flickr", FLICKR_FILES),
+    "Reddit": ("Reddit", REDDIT_FILES),
+}
+"""Name -> (folder under ROOT, the raw files in its raw/). The Amazon and Coauthor folders are those of PyG's
+`Amazon(ROOT, 'Photo')` / `Coauthor(ROOT, 'CS')` (`Photo/raw/amazon_electronics_photo.npz`, ...)."""
+NUM_SPLITS = {"Tolokers": 10, "WikiCS": 20}
+"""Datasets that ship several fixed splits, taken as `NAME:split=K` (default 0)."""
+_GNN_BENCHMARK = ("Amazon-Computers", "Amazon-Photo", "Coauthor-CS", "Coauthor-Physics")
 
 
 def _missing_error(name: str, folder: str, files: list[str], cause: BaseException) -> DatasetError:
@@ -84,15 +100,16 @@ def load_planetoid(name: str, root: str) -> GraphData:
     return _graph(name, arrays, arrays["train_idx"], arrays["val_idx"], arrays["test_idx"])
 
 
-def heterophilous_key(name: str, options: str) -> str:
-    """The canonical key of `Tolokers[:split=K]`: split 0 (the default) is plain `Tolokers`.
+def split_key(name: str, options: str) -> str:
+    """The canonical key of `NAME[:split=K]` for a dataset of NUM_SPLITS: split 0 (the default) is plain `NAME`.
 
     Raises:
-        DatasetError: options other than `split=K` with K in 0..9.
+        DatasetError: options other than `split=K` with K in 0..NUM_SPLITS[name] - 1.
     """
+    count = NUM_SPLITS[name]
     key, _, value = options.partition("=")
-    if options and not (key == "split" and value.isdigit() and int(value) < _NUM_SPLITS):
-        raise DatasetError(f"{name} takes one option, split=K with K in 0..{_NUM_SPLITS - 1} (its fixed splits); "
+    if options and not (key == "split" and value.isdigit() and int(value) < count):
+        raise DatasetError(f"{name} takes one option, split=K with K in 0..{count - 1} (its fixed splits); "
                            f"got '{options}'. HINT: --dataset {name}:split=3, or plain {name} for split 0")
     split = int(value) if options else 0
     return name if split == 0 else f"{name}:split={split}"
@@ -120,8 +137,8 @@ def load_heterophilous(key: str, root: str) -> GraphData:
     arrays = read_heterophilous(os.path.join(raw_dir, f"{folder}.npz"))
     n = len(arrays["y"])
     masks = [arrays[f"{part}_masks"] for part in ("train", "val", "test")]
-    if any(m.shape != (_NUM_SPLITS, n) for m in masks):
-        raise DatasetError(f"{raw_dir}/{folder}.npz: expected masks of shape ({_NUM_SPLITS}, {n}), got "
+    if any(m.shape != (NUM_SPLITS[name], n) for m in masks):
+        raise DatasetError(f"{raw_dir}/{folder}.npz: expected masks of shape ({NUM_SPLITS[name]}, {n}), got "
                            f"{[m.shape for m in masks]}. HINT: replace it with the dataset's original file")
     train, val, test = (np.flatnonzero(m[split]).astype(np.int64) for m in masks)
     return _graph(key, arrays, train, val, test)
@@ -148,3 +165,85 @@ def load_hetero_public(name: str, root: str) -> GraphData:
     raw = read_imdb(raw_dir)
     return build_hetero(name, raw["counts"], raw["edges"], raw["x"], "movie", raw["y"],
                         {k: raw[k] for k in ("train_idx", "val_idx", "test_idx")})
+
+
+def class_split(y: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The default split of a graph that publishes none (Amazon, Coauthor): each class's nodes shuffled by
+    `numpy.random.default_rng(seed)` and cut 60/20/20 (rounded; every class in every split it has nodes
+    enough for), so the split is the same on every machine. Returns sorted (train, val, test) ids."""
+    rng = np.random.default_rng(seed)
+    parts: tuple[list[np.ndarray], ...] = ([], [], [])
+    for c in np.unique(y[y >= 0]):
+        ids = rng.permutation(np.flatnonzero(y == c))
+        n_train, n_val = round(0.6 * len(ids)), round(0.2 * len(ids))
+        for part, chunk in zip(parts, np.split(ids, [n_train, n_train + n_val])):
+            part.append(chunk)
+    return tuple(np.sort(np.concatenate(p)).astype(np.int64) if p else np.empty(0, np.int64)  # type: ignore
+                 for p in parts)
+
+
+def _benchmark_fetch(name: str, files: tuple[str, ...]) -> Callable[[str], None]:
+    """Download `name`'s raw files into a folder with the URLs and helpers of PyG's dataset class."""
+    def fetch(tmp: str) -> None:
+        from torch_geometric.data import download_google_url, download_url, extract_zip
+        from torch_geometric import datasets
+
+        if name in _GNN_BENCHMARK:
+            url = (datasets.Amazon if name.startswith("Amazon") else datasets.Coauthor).url
+            download_url(url + files[0], tmp, log=False)
+        elif name == "WikiCS":
+            download_url(f"{datasets.WikiCS.url}/{files[0]}", tmp, log=False)
+        elif name == "Flickr":
+            ids = (datasets.Flickr.adj_full_id, datasets.Flickr.feats_id, datasets.Flickr.class_map_id,
+                   datasets.Flickr.role_id)
+            for file_id, file in zip(ids, files):
+                download_google_url(file_id, tmp, file, log=False)
+        else:  # Reddit: DGL's zip holds both files
+            extract_zip(download_url(datasets.Reddit.url, tmp, log=False), tmp, log=False)
+
+    return fetch
+
+
+def load_benchmark(key: str, root: str) -> GraphData:
+    """Load Amazon-Computers/-Photo, Coauthor-CS/-Physics, WikiCS[:split=K], Flickr or Reddit from
+    `root/<BENCHMARKS folder>/raw` (downloaded if absent), built as PyG builds it: Amazon, Coauthor and WikiCS
+    undirected (self loops dropped for Amazon and Coauthor, as `read_npz` does), Flickr and Reddit as stored.
+    Splits: WikiCS's split K (its test mask is one for all), Flickr's and Reddit's published ones, `class_split`
+    for Amazon and Coauthor (they publish none; `--splits FILE` gives others).
+
+    Raises:
+        DatasetError: raw files missing and not downloadable, truncated or not what the dataset ships.
+    """
+    name, _, options = key.partition(":")
+    folder, files = BENCHMARKS[name]
+    raw_dir = os.path.join(root, folder, "raw")
+    _ensure_raw(name, raw_dir, files, _benchmark_fetch(name, files))
+    path = os.path.join(raw_dir, files[0])
+    if name in _GNN_BENCHMARK:
+        arrays = read_gnn_benchmark(path)
+        train, val, test = class_split(arrays["y"])
+        symmetric, no_loops = True, True
+    elif name == "WikiCS":
+        arrays = read_wikics(path)
+        split = int(options.partition("=")[2]) if options else 0
+        if len(arrays["train_masks"]) != NUM_SPLITS[name]:
+            raise DatasetError(f"{path}: expected {NUM_SPLITS[name]} train and val masks, got "
+                               f"{len(arrays['train_masks'])}. HINT: replace it with the dataset's original file")
+        train, val, test = (np.flatnonzero(m).astype(np.int64) for m in
+                            (arrays["train_masks"][split], arrays["val_masks"][split], arrays["test_mask"]))
+        symmetric, no_loops = True, False  # to_undirected keeps self loops
+    else:
+        arrays = (read_flickr if name == "Flickr" else read_reddit)(raw_dir)
+        train, val, test = arrays["train_idx"], arrays["val_idx"], arrays["test_idx"]
+        symmetric, no_loops = False, False
+    y = np.asarray(arrays["y"], dtype=np.int64)
+    splits = {"train_idx": train, "val_idx": val, "test_idx": test}
+    problem = split_problem(splits, len(y))
+    unlabelled = next((k for k, ids in splits.items() if np.any(y[ids] < 0)), None)
+    if problem or unlabelled:
+        what = problem[0] if problem else f"{unlabelled} holds nodes without a label"
+        raise DatasetError(f"{raw_dir}: expected {name}'s splits to be sound, got: {what}. HINT: replace the raw "
+                           "files with the dataset's originals, or give fixed splits with --splits FILE")
+    rowptr, col = csr_from_edges(arrays["src"], arrays["dst"], len(y), drop_self_loops=no_loops, symmetric=symmetric)
+    return GraphData(name=key, rowptr=rowptr, col=col, x=np.asarray(arrays["x"], dtype=np.float32), y=y,
+                     train_idx=train, val_idx=val, test_idx=test, num_classes=int(y.max()) + 1)

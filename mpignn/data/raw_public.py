@@ -18,7 +18,7 @@ import numpy as np
 
 from mpignn.errors import DatasetError
 
-__all__ = ["PLANETOID_PARTS", "read_planetoid", "read_heterophilous", "read_imdb",
+__all__ = ["PLANETOID_PARTS", "read_planetoid", "read_heterophilous", "read_imdb", "npz_arrays", "scipy_csr",
            "IMDB_FILES", "IMDB_NODE_TYPES"]
 
 PLANETOID_PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
@@ -210,7 +210,12 @@ def read_planetoid(raw_dir: str, name: str) -> dict[str, np.ndarray]:
             "val_idx": as_ids(np.arange(train_n, train_n + 500)), "test_idx": as_ids(test_index)}
 
 
-def _npz(path: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+def npz_arrays(path: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The named arrays of an npz, read with allow_pickle=False (other keys, pickled ones too, never read).
+
+    Raises:
+        DatasetError: the file is missing, truncated or not a zip, lacks a key, or a named key is pickled.
+    """
     try:
         with np.load(path, allow_pickle=False) as z:
             missing = [k for k in keys if k not in z.files]
@@ -219,8 +224,8 @@ def _npz(path: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
             return {k: z[k] for k in keys}
     except Exception as exc:  # a pickled member, a bad zip or a missing key: all the file's fault
         raise DatasetError(f"{path}: expected an npz of plain arrays {', '.join(keys)}, got "
-                           f"{type(exc).__name__}: {str(exc)[:160]}. HINT: replace it with the dataset's "
-                           "original file, or delete it to download it again") from None
+                           f"{type(exc).__name__}: {' '.join(str(exc)[:160].split())}. HINT: replace it with the "
+                           "dataset's original file, or delete it to download it again") from None
 
 
 def read_heterophilous(path: str) -> dict[str, np.ndarray]:
@@ -233,7 +238,7 @@ def read_heterophilous(path: str) -> dict[str, np.ndarray]:
         DatasetError: a pickled member, a missing array, or edges naming nodes that do not exist.
     """
     keys = ("node_features", "node_labels", "edges", "train_masks", "val_masks", "test_masks")
-    raw = _npz(path, keys)
+    raw = npz_arrays(path, keys)
     x, edges = raw["node_features"], raw["edges"]
     n = len(x)
     if edges.ndim != 2 or edges.shape[1] != 2 or (edges.size and (edges.min() < 0 or edges.max() >= n)):
@@ -246,11 +251,14 @@ def read_heterophilous(path: str) -> dict[str, np.ndarray]:
             **{k: raw[k].astype(bool) for k in ("train_masks", "val_masks", "test_masks")}}
 
 
-def _csr(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
+def scipy_csr(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
     """A scipy `save_npz` csr file as (data, indices, indptr, shape), read with allow_pickle=False."""
-    raw = _npz(path, ("data", "indices", "indptr", "format", "shape"))
+    raw = npz_arrays(path, ("data", "indices", "indptr", "format", "shape"))
     fmt = raw["format"].item()
     fmt = fmt.decode("ascii", "replace") if isinstance(fmt, bytes) else str(fmt)
+    if raw["shape"].shape != (2,):
+        raise DatasetError(f"{path}: expected a scipy sparse matrix's shape (2 ints), got {raw['shape'].shape}. "
+                           "HINT: replace it with the dataset's original file")
     rows, cols = (int(v) for v in raw["shape"])
     indptr, indices = raw["indptr"].astype(np.int64), raw["indices"].astype(np.int64)
     if (fmt != "csr" or len(indptr) != rows + 1 or indptr[0] != 0 or np.any(np.diff(indptr) < 0)
@@ -262,7 +270,7 @@ def _csr(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]
 
 
 def _csr_dense(path: str) -> np.ndarray:
-    data, indices, indptr, (rows, cols) = _csr(path)
+    data, indices, indptr, (rows, cols) = scipy_csr(path)
     out = np.zeros((rows, cols), dtype=np.float32)
     np.add.at(out, (np.repeat(np.arange(rows), np.diff(indptr)), indices), data.astype(np.float32))
     return out
@@ -286,8 +294,8 @@ def read_imdb(raw_dir: str) -> dict[str, Any]:
     except Exception as exc:
         raise DatasetError(f"{p('labels.npy')}: expected a plain int npy, got {type(exc).__name__}: "
                            f"{str(exc)[:160]}. HINT: replace it with the dataset's original file") from None
-    split = _npz(p("train_val_test_idx.npz"), ("train_idx", "val_idx", "test_idx"))
-    _, indices, indptr, shape = _csr(p("adjM.npz"))
+    split = npz_arrays(p("train_val_test_idx.npz"), ("train_idx", "val_idx", "test_idx"))
+    _, indices, indptr, shape = scipy_csr(p("adjM.npz"))
     total = sum(counts.values())
     if shape != (total, total) or len(y) != counts["movie"]:
         raise DatasetError(f"{p('adjM.npz')}: expected {total}x{total} for {counts} nodes and {counts['movie']} "

@@ -7,6 +7,7 @@ __all__ = ["PURPOSE", "split_problem"]
 
 PURPOSE = {"train_idx": "nothing to train on", "val_idx": "nothing to select the model on",
            "test_idx": "nothing to report the accuracy on"}
+PURPOSE.update(train=PURPOSE["train_idx"], valid=PURPOSE["val_idx"], test=PURPOSE["test_idx"])  # --splits' keys
 
 
 def split_problem(splits: dict[str, np.ndarray], n: int) -> tuple[str, str] | None:

@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "--partitions OUT`.")
     parser.add_argument("--dataset", default="synthetic", help="dataset name (as for mpignn.train)")
     parser.add_argument("--root", default="data", help="dataset root folder")
+    parser.add_argument("--splits", default="", help=field_docs()["splits"])
     parser.add_argument("--num-parts", type=int, required=True, help="number of parts (= ranks of the job)")
     parser.add_argument("--out", required=True, help="output folder (refused if it exists, unless --force)")
     parser.add_argument("--method", default=PARTITION_DEFAULT, choices=[*PARTITION_METHODS, DEFAULT_METHOD],
@@ -51,20 +52,23 @@ def _key(name: str) -> str:
     return dataset_key(name)
 
 
-def load_for_partitioning(name: str, root: str) -> "GraphData":
+def load_for_partitioning(name: str, root: str, splits: str = "") -> "GraphData":
     """The graph, features memory-mapped: a synthetic graph is generated once into an npy folder under
-    `root/mpignn-cache/` (features written in chunks), then mapped like any `npy:` folder."""
+    `root/mpignn-cache/` (features written in chunks), then mapped like any `npy:` folder. With `splits` (a
+    `--splits` file) its train/valid/test ids replace the graph's own."""
     from mpignn.data import load_dataset
     from mpignn.data.npy import load_npy_folder
+    from mpignn.data.split_file import apply_splits
     from mpignn.data.synthetic import parse_synthetic, write_synthetic
 
     if not name.startswith("synthetic"):
-        return load_dataset(name, root)
+        return load_dataset(name, root, splits=splits)
     safe = _key(name).replace(":", "_").replace(",", "_").replace("=", "")
     folder = Path(root) / "mpignn-cache" / f"{safe}.npy"
     if not (folder / "meta.json").is_file():
         write_synthetic(parse_synthetic(name.partition(":")[2]), folder)
-    return load_npy_folder(folder)
+    graph = load_npy_folder(folder)
+    return apply_splits(graph, splits) if splits else graph
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -94,12 +98,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         start = time.perf_counter()
         # the user's files' content before they are read (a public dataset's once loaded, after any download):
         # a file replaced while it is partitioned is then refused by training, not trusted
-        source = dataset_source(args.dataset) if args.dataset.startswith(("npz:", "npy:")) else None
-        graph = load_for_partitioning(args.dataset, args.root)
+        source = (dataset_source(args.dataset, splits=args.splits) if args.dataset.startswith(("npz:", "npy:"))
+                  else None)
+        graph = load_for_partitioning(args.dataset, args.root, args.splits)
         load_s = time.perf_counter() - start
         rep = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
                               dataset=_key(args.dataset), force=args.force, threads=args.threads, links=links,
-                              source=source or dataset_source(args.dataset, args.root))
+                              source=source or dataset_source(args.dataset, args.root, args.splits))
     except MpignnError as exc:
         print(f"mpignn.partition: error: {exc}", file=sys.stderr)
         return 1

@@ -8,8 +8,9 @@ any id is then one binary search over `part_offsets` (works for ids on any devic
     OUT/
       META.json            format, dataset, method, seed, counts, part_offsets, edge cut, per-part sizes,
                            and the byte size + sha256 of every part file; written last; then `source`
-                           (data.dataset_source: the dataset's content, not its path), which training
-                           checks (`check_source`); older folders lack it
+                           (data.dataset_source: the dataset's content, not its path, and a --splits
+                           file's), which training checks (`check_splits`, `check_source`); older folders
+                           lack it
       node_map.npy         int64 [N]: new id of each original node id
       part-000/
         rowptr.npy         int64 [n_p + 1]  CSR over the part's own nodes (by target)
@@ -37,13 +38,14 @@ from pathlib import Path
 
 import numpy as np
 
+from mpignn.data.split_file import split_source
 from mpignn.errors import PartitionFormatError
 from mpignn.fileio import load_npy, read_json, sha256_file
 from mpignn.partition.validate import SCANNED, check_meta, check_part, sha256_and_max
 
 __all__ = ["FORMAT_VERSION", "PART_FILES", "HETERO_FILES", "PartitionMeta", "LocalPart", "read_meta",
-           "meta_from_json", "load_partition", "part_dir", "check_matches", "check_source", "report", "owner_of",
-           "group_by_owner"]
+           "meta_from_json", "load_partition", "part_dir", "check_matches", "check_source", "check_splits", "report",
+           "owner_of", "group_by_owner"]
 
 FORMAT_VERSION = 1
 PART_FILES = ("rowptr", "col", "x", "y", "train_idx", "val_idx", "test_idx", "orig_id", "halo_gid", "halo_deg")
@@ -212,7 +214,9 @@ def check_source(meta: PartitionMeta, folder: str | os.PathLike, source: str | N
         PartitionFormatError: the same dataset's files held other content then: the folder was made from an
             older (or other) version of them, and training on it would use that graph.
     """
-    recorded = meta.source
+    # the split files' tags are compared by `check_splits`, before: here the dataset's files alone
+    recorded = None if meta.source is None else split_source(meta.source)[0]
+    source = None if source is None else split_source(source)[0]
     if recorded is None or source is None or "|" not in recorded or "|" not in source:
         return False
     if recorded == source:
@@ -226,6 +230,28 @@ def check_source(meta: PartitionMeta, folder: str | os.PathLike, source: str | N
         f"{recorded}: made from an older or other version of those files, so it would train on that graph. "
         f"HINT: partition it again: python -m mpignn.partition --dataset {dataset} --root {root} --num-parts "
         f"{meta.num_parts} --method {meta.method} --seed {meta.seed}{links} --out {folder} --force (or a new --out)")
+
+
+def check_splits(meta: PartitionMeta, folder: str | os.PathLike, tag: str, splits: str, dataset: str) -> None:
+    """Refuse a partition folder made with other splits than this run's: another `--splits` file's content, or
+    one where the run gives none, or none where it gives one (`tag`: `data.split_file.splits_tag(splits)`).
+    A folder that records no source (an older mpignn, before `--splits`) was made with the dataset's own.
+
+    Raises:
+        PartitionFormatError: the splits differ; training on it would train and score other nodes than asked.
+    """
+    recorded = split_source(meta.source or "")[1]
+    wanted = split_source(tag)[1]
+    if recorded == wanted:
+        return
+    made = f"with a --splits file of content {recorded}" if recorded else "with the dataset's own splits"
+    asked = f"--splits {splits} (content {wanted})" if wanted else "the dataset's own splits (no --splits)"
+    fix = f"--splits {splits} " if wanted else ""
+    raise PartitionFormatError(
+        f"expected {folder} to hold {asked}; found it was made {made}, so it would train and score other nodes. "
+        f"HINT: pass the split file it was made with, or partition again: python -m mpignn.partition --dataset "
+        f"{dataset} {fix}--num-parts {meta.num_parts} --method {meta.method} --seed {meta.seed} --out {folder} "
+        "--force (or a new --out)")
 
 
 # What training reads of a part; `load_partition(mmap=True)` maps the big ones (features, columns) and the

@@ -14,11 +14,12 @@ from typing import Any, TYPE_CHECKING
 import numpy as np
 
 from mpignn.data import dataset_source, load_dataset, source_present
-from mpignn.errors import ConfigError, MpignnError, PartitionFormatError
+from mpignn.data.split_file import check_readable, splits_tag
+from mpignn.errors import ConfigError, DatasetError, MpignnError, PartitionFormatError
 from mpignn.config.graph_options import GraphOptions
 from mpignn.mpi import check_all, root_first
 from mpignn.partition import LocalPart, check_matches, load_partition, partition_graph, read_meta
-from mpignn.partition.format import check_source
+from mpignn.partition.format import check_source, check_splits
 from mpignn.partition.deliver import deliver_partition
 from mpignn.partition.links import has_link_split, load_link_split
 
@@ -52,8 +53,16 @@ def _content_key(key: str) -> str:
     return key[:3] if key.startswith(("npz:", "npy:")) else key
 
 
-def _present_source(opts: GraphOptions) -> str | None:
-    return dataset_source(opts.dataset, opts.root) if source_present(opts.dataset, opts.root) else None
+def _given_view(opts: GraphOptions) -> tuple[str | None, str, str]:
+    """Rank 0's view for a given --partitions folder: (the dataset's source with the split file's tag, None where
+    its files are not here; the split file's tag alone; why the split file cannot be read, or "")."""
+    try:
+        if opts.splits:
+            check_readable(opts.splits)
+    except DatasetError as exc:
+        return None, "", str(exc)
+    present = source_present(opts.dataset, opts.root)
+    return (dataset_source(opts.dataset, opts.root, opts.splits) if present else None), splits_tag(opts.splits), ""
 
 
 def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) -> Path:
@@ -65,10 +74,14 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) ->
         folder = Path(opts.partitions)
         deliver_partition(comm, folder, part_id, force=opts.force)  # to hosts that do not see rank 0's folder
         # rank 0's view of the dataset's content (None: its files are not there, nor needed: nothing to compare)
-        source = comm.bcast(_present_source(opts) if comm.rank == 0 else None, root=0)
+        # and of the split file's (compared whether or not the dataset's files are there)
+        source, tag, unreadable = comm.bcast(_given_view(opts) if comm.rank == 0 else None, root=0)
         problem = ""
         try:
+            if unreadable:
+                raise DatasetError(unreadable)
             meta = read_meta(folder)
+            check_splits(meta, folder, tag, opts.splits, opts.dataset)
             same = check_source(meta, folder, source, opts.dataset, opts.root)
             if meta.source is None and comm.rank == 0 and source is not None and "|" in source:
                 log.warning("%s records no fingerprint of the files it was made from (an older mpignn made it), so "
@@ -85,8 +98,9 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) ->
             problem = str(exc)
         check_all(comm, not problem, problem, PartitionFormatError)
         return folder
-    # rank 0's view of the files (other hosts may not see them): their content, not their path or the name typed
-    source = comm.bcast(dataset_source(opts.dataset, opts.root) if comm.rank == 0 else None, root=0)
+    # rank 0's view of the files (other hosts may not see them): their content, not their path or the name typed;
+    # a split file's content is part of it, so other splits get a partition of their own
+    source = comm.bcast(dataset_source(opts.dataset, opts.root, opts.splits) if comm.rank == 0 else None, root=0)
     folder = auto_folder(opts.root, _content_key(key) + ("-links" if opts.links else ""), opts.method, num_parts,
                          opts.seed, source)
     ready = lambda: (folder / "META.json").is_file() and (  # noqa: E731
@@ -95,7 +109,7 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) ->
                     what=f"preparing {opts.dataset}") as first:
         if first and not ready():
             try:
-                graph = load_dataset(opts.dataset, opts.root)
+                graph = load_dataset(opts.dataset, opts.root, splits=opts.splits)
                 rep = partition_graph(graph, num_parts, folder, method=opts.method, seed=opts.seed, dataset=key,
                                       force=True, links=link_params, source=source)  # --partitions checks it
             except OSError as exc:  # a read-only --root, a full disk: one line, not a traceback

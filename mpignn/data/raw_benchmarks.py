@@ -1,0 +1,206 @@
+"""Parse the raw files of the node-classification benchmarks PyG downloads as npz, npy and json, in mpignn itself:
+Amazon and Coauthor (shchur's gnn-benchmark npz of scipy csr parts), WikiCS (`data.json`), Flickr (GraphSAINT's
+`adj_full.npz`, `feats.npy`, `class_map.json`, `role.json`) and Reddit (DGL's `reddit_data.npz`,
+`reddit_graph.npz`). numpy with `allow_pickle=False` and json only, so reading them can never run code; the arrays
+come out as PyG's `read_npz`, `WikiCS.process`, `Flickr.process` and `Reddit.process` build them.
+"""
+from __future__ import annotations
+
+import json
+import os
+from itertools import chain
+from typing import Any
+
+import numpy as np
+
+from mpignn.data.raw_public import npz_arrays, scipy_csr
+from mpignn.errors import DatasetError
+
+__all__ = ["GNN_BENCHMARK_KEYS", "FLICKR_FILES", "REDDIT_FILES", "read_gnn_benchmark", "read_wikics", "read_flickr",
+           "read_reddit"]
+
+GNN_BENCHMARK_KEYS = ("adj_data", "adj_indices", "adj_indptr", "adj_shape", "attr_data", "attr_indices",
+                      "attr_indptr", "attr_shape", "labels")
+"""What PyG's `read_npz` reads of an Amazon/Coauthor file; the other keys (`class_names`, pickled in
+ms_academic_cs.npz) are never read."""
+FLICKR_FILES = ("adj_full.npz", "feats.npy", "class_map.json", "role.json")
+REDDIT_FILES = ("reddit_data.npz", "reddit_graph.npz")
+
+
+def _bad(path: str, expected: str, got: str) -> DatasetError:
+    got = " ".join(got.split())[:200]
+    return DatasetError(f"{path}: expected {expected}, got {got}. HINT: replace it with the dataset's original file, "
+                        "or delete it to download it again")
+
+
+def _csr_rows(path: str, name: str, raw: dict[str, np.ndarray]) -> tuple[int, int, np.ndarray, np.ndarray]:
+    """(rows, cols, each entry's row, each entry's column) of the csr parts `<name>_*` of a gnn-benchmark npz."""
+    shape, indptr, indices = raw[f"{name}_shape"], raw[f"{name}_indptr"], raw[f"{name}_indices"]
+    if shape.shape != (2,) or shape.dtype.kind not in "iu" or indptr.ndim != 1 or indices.ndim != 1:
+        raise _bad(path, f"csr parts {name}_shape (2 ints), {name}_indptr and {name}_indices (1-D)",
+                   f"shapes {shape.shape}, {indptr.shape}, {indices.shape}")
+    rows, cols = int(shape[0]), int(shape[1])
+    indptr, indices = indptr.astype(np.int64), indices.astype(np.int64)
+    if (len(indptr) != rows + 1 or indptr[0] != 0 or np.any(np.diff(indptr) < 0) or indptr[-1] != len(indices)
+            or len(raw[f"{name}_data"]) != len(indices)
+            or (len(indices) and (indices.min() < 0 or indices.max() >= cols))):
+        raise _bad(path, f"consistent csr parts {name}_* of a {rows}x{cols} matrix",
+                   f"{len(indptr)} row pointers and {len(indices)} entries")
+    return rows, cols, np.repeat(np.arange(rows, dtype=np.int64), np.diff(indptr)), indices
+
+
+def _labels(path: str, key: str, y: np.ndarray, n: int) -> np.ndarray:
+    """Whole-number labels (int, or float holding ints) as int64 [n]."""
+    if y.shape != (n,) or y.dtype.kind not in "iuf" or (y.dtype.kind == "f" and not np.all(y == np.round(y))):
+        raise _bad(path, f"{key}: one whole-number value per node, shape ({n},)", f"{y.dtype} with shape {y.shape}")
+    return y.astype(np.int64)
+
+
+def read_gnn_benchmark(path: str) -> dict[str, np.ndarray]:
+    """Read an Amazon/Coauthor npz (`amazon_electronics_*.npz`, `ms_academic_*.npz`) as PyG's `read_npz` does:
+    features densified and made binary (`x[x > 0] = 1`), each stored adjacency entry an edge row -> column.
+
+    Returns:
+        dict of x float32 [N, F], y int64 [N], src / dst int64 (as stored: self loops and the reverse
+        directions are left to the caller, as PyG's `remove_self_loops` and `to_undirected`).
+    Raises:
+        DatasetError: a missing, truncated or pickled array, or csr parts that do not fit together.
+    """
+    raw = npz_arrays(path, GNN_BENCHMARK_KEYS)
+    n, n_cols, src, dst = _csr_rows(path, "adj", raw)
+    if n != n_cols:
+        raise _bad(path, "a square adjacency (adj_shape)", f"{n}x{n_cols}")
+    rows, f, attr_row, attr_col = _csr_rows(path, "attr", raw)
+    if rows != n or raw["attr_data"].dtype.kind not in "biuf":
+        raise _bad(path, f"one feature row per node ({n}) of numbers", f"{rows} rows of {raw['attr_data'].dtype}")
+    y = _labels(path, "labels", raw["labels"], n)
+    if n and y.min() < 0:
+        raise _bad(path, "labels >= 0", f"min {y.min()}")
+    x = np.zeros((n, f), dtype=np.float32)
+    np.add.at(x, (attr_row, attr_col), raw["attr_data"].astype(np.float32))  # todense() sums repeats too
+    x[x > 0] = 1
+    return {"x": x, "y": y, "src": src, "dst": dst}
+
+
+def _json(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: truncated or not JSON
+        raise _bad(path, "a complete JSON file", f"{type(exc).__name__}: {exc}") from None
+
+
+def read_wikics(path: str) -> dict[str, np.ndarray]:
+    """Read WikiCS's `data.json` as `WikiCS.process` does: an edge i -> j for each j in `links[i]`.
+
+    Returns:
+        dict of x, y, src / dst (as listed; the caller makes them undirected, as PyG does by default), the
+        masks train_masks / val_masks bool [20, N] (one per split) and test_mask bool [N].
+    Raises:
+        DatasetError: truncated or invalid JSON, a missing key, ragged or mis-sized arrays, ids out of range.
+    """
+    data = _json(path)
+    keys = ("features", "labels", "links", "train_masks", "val_masks", "test_mask")
+    missing = [k for k in keys if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise _bad(path, f"a JSON object with {', '.join(keys)}", f"no {', '.join(missing)}")
+    try:
+        x = np.asarray(data["features"], dtype=np.float32)
+        y = np.asarray(data["labels"], dtype=np.int64)
+        links = data["links"]
+        lengths = np.fromiter((len(js) for js in links), dtype=np.int64, count=len(links))
+        dst = np.fromiter(chain.from_iterable(links), dtype=np.int64, count=int(lengths.sum()))
+        masks = {k: np.asarray(data[k], dtype=bool) for k in ("train_masks", "val_masks", "test_mask")}
+    except (TypeError, ValueError) as exc:  # ragged lists, strings where numbers belong
+        raise _bad(path, "numeric features, labels, masks and lists of neighbour ids",
+                   f"{type(exc).__name__}: {exc}") from None
+    n = len(y)
+    train, val, test = masks["train_masks"], masks["val_masks"], masks["test_mask"]
+    if (x.ndim != 2 or len(x) != n or len(lengths) != n or train.ndim != 2 or train.shape[1] != n
+            or val.shape != train.shape or test.shape != (n,)):
+        raise _bad(path, f"features [N, F], labels, links and test_mask of N = {n} nodes and train/val masks [K, N]",
+                   f"features {x.shape}, {len(lengths)} link lists, masks {train.shape}, {val.shape}, {test.shape}")
+    if len(dst) and (dst.min() < 0 or dst.max() >= n) or (n and y.min() < 0):
+        raise _bad(path, f"neighbour ids in 0..{n - 1} and labels >= 0", "ids or labels outside them")
+    src = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    return {"x": x, "y": y, "src": src, "dst": dst, "train_masks": train, "val_masks": val, "test_mask": test}
+
+
+def _ids(path: str, values: Any, what: str, n: int) -> np.ndarray:
+    try:
+        ids = np.asarray(values, dtype=np.int64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise _bad(path, f"{what}: a list of node ids", f"{type(exc).__name__}: {exc}") from None
+    if ids.size and (ids.min() < 0 or ids.max() >= n):
+        raise _bad(path, f"{what}: node ids in 0..{n - 1}", f"min {ids.min()}, max {ids.max()}")
+    return ids
+
+
+def read_flickr(raw_dir: str) -> dict[str, np.ndarray]:
+    """Read GraphSAINT's Flickr files as `Flickr.process` does: every stored entry of `adj_full.npz` an edge
+    row -> column (kept as stored: the file holds both directions), labels from `class_map.json` (-1 where a node
+    has none), the splits from `role.json` (`tr`, `va`, `te`).
+
+    Returns:
+        dict of x, y, src / dst and train_idx / val_idx / test_idx (sorted, each node once).
+    Raises:
+        DatasetError: a missing, truncated or pickled file, a multi-label class map, ids out of range.
+    """
+    p = lambda f: os.path.join(raw_dir, f)  # noqa: E731
+    _, indices, indptr, (n, cols) = scipy_csr(p("adj_full.npz"))
+    if n != cols:
+        raise _bad(p("adj_full.npz"), "a square adjacency", f"{n}x{cols}")
+    try:
+        x = np.load(p("feats.npy"), allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:  # truncated, pickled (object dtype) or not an npy file
+        raise _bad(p("feats.npy"), "a plain float npy array", f"{type(exc).__name__}: {exc}") from None
+    if x.ndim != 2 or len(x) != n or x.dtype.kind not in "biuf":
+        raise _bad(p("feats.npy"), f"numbers of shape ({n}, F)", f"{x.dtype} with shape {x.shape}")
+    class_map, role = _json(p("class_map.json")), _json(p("role.json"))
+    if not isinstance(class_map, dict) or not all(k.isdigit() and isinstance(v, int) and v >= 0
+                                                  for k, v in class_map.items()):
+        raise _bad(p("class_map.json"), "an object of node id -> one class id >= 0 (Flickr is single-label)",
+                   "other keys or values (a multi-label class map lists classes per node)")
+    y = np.full(n, -1, dtype=np.int64)
+    y[_ids(p("class_map.json"), [int(k) for k in class_map], "its keys", n)] = np.fromiter(
+        class_map.values(), dtype=np.int64, count=len(class_map))
+    if not isinstance(role, dict) or any(k not in role for k in ("tr", "va", "te")):
+        raise _bad(p("role.json"), "an object with tr, va and te lists", f"{type(role).__name__} "
+                   f"{sorted(role) if isinstance(role, dict) else ''}")
+    splits = {key: np.unique(_ids(p("role.json"), role[part], part, n))
+              for key, part in (("train_idx", "tr"), ("val_idx", "va"), ("test_idx", "te"))}
+    row_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    return {"x": x.astype(np.float32), "y": y, "src": row_of, "dst": indices, **splits}
+
+
+def read_reddit(raw_dir: str) -> dict[str, np.ndarray]:
+    """Read DGL's Reddit files as `Reddit.process` does: `reddit_graph.npz` (a scipy coo matrix) row -> col,
+    repeats merged; `node_types` 1/2/3 mark train/val/test.
+
+    Returns:
+        dict of x, y, src / dst and train_idx / val_idx / test_idx.
+    Raises:
+        DatasetError: a missing, truncated or pickled array, a matrix that is not coo of N x N, ids out of range.
+    """
+    data_path, graph_path = (os.path.join(raw_dir, f) for f in REDDIT_FILES)
+    data = npz_arrays(data_path, ("feature", "label", "node_types"))
+    graph = npz_arrays(graph_path, ("row", "col", "format", "shape"))
+    x = data["feature"]
+    n = len(x)
+    if x.ndim != 2 or x.dtype.kind not in "biuf":
+        raise _bad(data_path, "feature: numbers [N, F]", f"{x.dtype} with shape {x.shape}")
+    y = _labels(data_path, "label", data["label"], n)
+    kind = _labels(data_path, "node_types", data["node_types"], n)
+    fmt = graph["format"].item()
+    fmt = fmt.decode("ascii", "replace") if isinstance(fmt, bytes) else str(fmt)
+    shape = tuple(int(v) for v in graph["shape"].reshape(-1))
+    row, col = graph["row"].reshape(-1).astype(np.int64), graph["col"].reshape(-1).astype(np.int64)
+    if fmt != "coo" or shape != (n, n) or len(row) != len(col):
+        raise _bad(graph_path, f"a scipy coo matrix of {n}x{n} (save_npz)",
+                   f"format '{fmt}' shape {shape}, {len(row)} rows and {len(col)} columns")
+    if len(row) and (min(row.min(), col.min()) < 0 or max(row.max(), col.max()) >= n):
+        raise _bad(graph_path, f"node ids in 0..{n - 1}", f"min {min(row.min(), col.min())}, max "
+                                                          f"{max(row.max(), col.max())}")
+    return {"x": x.astype(np.float32), "y": y, "src": row, "dst": col,
+            **{key: np.flatnonzero(kind == k).astype(np.int64)
+               for k, key in enumerate(("train_idx", "val_idx", "test_idx"), start=1)}}

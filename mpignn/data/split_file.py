@@ -1,0 +1,126 @@
+"""`--splits FILE`: fixed train/val/test node ids for any dataset, from an npz of int arrays `train`, `valid` and
+`test` (the layout of the classic-GNN baselines' split files, and of `../shared/datasets/*/splits/`), read with
+`allow_pickle=False` and checked like every other input; and the tag that keys prepared data (automatic
+partitions, a partition folder's recorded source) to the file's content. numpy only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import zipfile
+import zlib
+
+import numpy as np
+
+from mpignn.data.cache import fingerprint
+from mpignn.data.graph import GraphData
+from mpignn.data.splits import split_problem
+from mpignn.errors import DatasetError
+
+__all__ = ["SPLIT_FILE_KEYS", "SPLITS_TAG", "read_split_file", "apply_splits", "splits_tag", "split_source",
+           "check_readable"]
+
+SPLIT_FILE_KEYS = ("train", "valid", "test")
+SPLITS_TAG = "|splits="
+"""What a source (`data.dataset_source`) made with `--splits` ends with, before the file's fingerprint."""
+_SAVE = "np.savez(FILE, train=ids, valid=ids, test=ids) with int node ids"
+_UNREADABLE = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, NotImplementedError)
+
+
+def _error(path: str, problem: str, hint: str = _SAVE) -> DatasetError:
+    return DatasetError(f"--splits {path}: {' '.join(problem.split())}. HINT: {hint}")
+
+
+def check_readable(path: str) -> None:
+    """Raise the one-line DatasetError `read_split_file` would for a file that is absent or unreadable."""
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):
+        why = "no such file" if not os.path.exists(path) else "not a readable file"
+        raise _error(path, f"expected an npz of node ids ({', '.join(SPLIT_FILE_KEYS)}); got {why}",
+                     f"pass the path of an existing split file, or save one: {_SAVE}")
+
+
+def read_split_file(path: str, num_nodes: int) -> dict[str, np.ndarray]:
+    """The `train`, `valid` and `test` ids of a split file, checked against `num_nodes`.
+
+    Returns:
+        {"train_idx", "val_idx", "test_idx"}: int64 ids in file order.
+    Raises:
+        DatasetError: one line naming the file, the problem and the fix: a missing, truncated or non-npz file,
+            a missing key, a pickled, non-integer (a boolean mask, floats) or not 1-D array, an empty split, ids
+            outside [0, num_nodes), an id twice in a split, an id in two splits.
+    """
+    check_readable(path)
+    arrays = {}
+    try:
+        z = np.load(path, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise _error(path, "expected an npz (np.savez) of train, valid and test; got a single .npy array")
+        with z:
+            missing = [k for k in SPLIT_FILE_KEYS if k not in z.files]
+            if missing:
+                raise _error(path, f"expected int arrays {', '.join(SPLIT_FILE_KEYS)}; got no {', '.join(missing)} "
+                                   f"(keys: {', '.join(z.files) or 'none'})",
+                             f"{_SAVE} (rename train_idx/val_idx/test_idx or masks' np.flatnonzero accordingly)")
+            for key in SPLIT_FILE_KEYS:
+                try:
+                    arrays[key] = z[key]
+                except ValueError as exc:
+                    if "allow_pickle" not in str(exc):
+                        raise
+                    raise _error(path, f"expected {key} as int node ids; got a pickled object array, which mpignn "
+                                       "never loads", f"save np.asarray({key}, dtype=np.int64)") from None
+    except DatasetError:
+        raise
+    except _UNREADABLE as exc:  # not an npz, a truncated or corrupt zip, a member cut short
+        raise _error(path, f"expected a complete npz file; got {type(exc).__name__}: {str(exc)[:160]}",
+                     f"write it again: {_SAVE}") from None
+    for key, ids in arrays.items():
+        if ids.dtype.kind == "b":
+            raise _error(path, f"expected {key} as int node ids; got a boolean mask of shape {ids.shape}",
+                         f"save np.flatnonzero(mask) as {key}")
+        if ids.dtype.kind not in "iu":
+            raise _error(path, f"expected {key} as int node ids; got dtype {ids.dtype}",
+                         f"save np.asarray({key}, dtype=np.int64)")
+        if ids.ndim != 1:
+            raise _error(path, f"expected {key} as a 1-D array of node ids; got shape {ids.shape}",
+                         f"save {key}.reshape(-1)")
+    ids = {key: arrays[key].astype(np.int64) for key in SPLIT_FILE_KEYS}
+    problem = split_problem(ids, num_nodes)
+    if problem:
+        raise _error(path, *problem)
+    return {"train_idx": ids["train"], "val_idx": ids["valid"], "test_idx": ids["test"]}
+
+
+def apply_splits(graph: GraphData, path: str) -> GraphData:
+    """`graph` with the splits of the file at `path` in place of its own (ids of a heterogeneous graph's labelled
+    type, 0 .. its count - 1, as PyG's `data[target].train_mask` numbers them).
+
+    Raises:
+        DatasetError: what `read_split_file` raises, or a split node without a label (y = -1).
+    """
+    schema = graph.schema
+    if schema is None:
+        n, lo = graph.num_nodes, 0
+    else:
+        k = schema.type_index(schema.target)
+        n, lo = int(schema.node_counts[k]), int(schema.offsets[k])
+    splits = read_split_file(path, n)
+    y = np.asarray(graph.y)
+    for key, name in zip(("train_idx", "val_idx", "test_idx"), SPLIT_FILE_KEYS):
+        unlabelled = splits[key][y[splits[key] + lo] < 0]
+        if unlabelled.size:
+            raise _error(path, f"expected labelled nodes in {name}; got {unlabelled.size} without a label (y = -1), "
+                               f"e.g. {unlabelled[0]}", f"drop them: np.setdiff1d({name}, unlabelled ids)")
+    return dataclasses.replace(graph, **{key: ids + lo for key, ids in splits.items()})
+
+
+def splits_tag(path: str) -> str:
+    """What a source gains with `--splits path` (`SPLITS_TAG` and the file's content fingerprint; not its path),
+    "" without one. Never raises: an unreadable file gets a fingerprint of its own, and loading it names it."""
+    return f"{SPLITS_TAG}{fingerprint(path)}" if path else ""
+
+
+def split_source(source: str) -> tuple[str, str]:
+    """(the dataset's part of a source, its split file's fingerprint or "" where none was given)."""
+    base, sep, tag = source.rpartition(SPLITS_TAG)
+    return (base, tag) if sep else (source, "")
