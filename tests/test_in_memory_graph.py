@@ -140,6 +140,7 @@ def test_a_bad_data_gets_the_npz_error(rt, graph, tmp_path, case):
     (7, {}, r"got int"),
     ("graph", {"root": "/data"}, r"expected no root with a graph held in memory .* got root='/data'"),
     ("graph", {"partitions": "/p"}, r"expected no partitions with a graph .* got partitions='/p'"),
+    ("graph", {"splits": "/s.npz"}, r"expected no splits with a graph .* got splits='/s.npz'"),
     ("graph", {"cache_rows": 5}, r"expected GraphOptions fields as keywords"),
 ])
 def test_refusals_are_one_agreed_line(rt, graph, dataset, keywords, needle):

@@ -40,8 +40,9 @@ __all__ = ["load_local_graph", "build_local_graph", "attach_embedding", "build_g
 
 
 
-_MEMORY_REFUSED = ("root", "partitions", "local_prep", "force")
-"""Keywords about files and folders, which mean nothing for a graph handed over in memory."""
+_MEMORY_REFUSED = ("root", "partitions", "local_prep", "force", "splits")
+"""Keywords about files and folders, which mean nothing for a graph handed over in memory (its splits are
+its masks or id tensors)."""
 
 
 def load_local_graph(rt: Runtime, dataset: Any, root: str | None = None, task: Task | None = None,
@@ -57,8 +58,8 @@ def load_local_graph(rt: Runtime, dataset: Any, root: str | None = None, task: T
     one labelled node type.
 
     The keyword arguments are `GraphOptions`' fields: partitions, method, replicated, seed, fanouts,
-    cache_size, local_prep, prep_timeout, exchange, feature_norm, feature_dtype, edge_fanouts, force; an
-    in-memory graph takes them all but `root`, partitions, local_prep and force (about files).
+    cache_size, local_prep, prep_timeout, exchange, feature_norm, feature_dtype, edge_fanouts, force, splits;
+    an in-memory graph takes them all but `root`, partitions, local_prep, force and splits (about files).
 
     Raises:
         ConfigError: an unknown keyword or a value `GraphOptions` refuses, ranks that pass different kinds of
