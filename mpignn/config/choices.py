@@ -12,7 +12,7 @@ from mpignn.errors import ConfigError
 
 __all__ = ["FEATURE_NORMS", "FEATURE_DTYPES", "PARTITION_METHODS", "DEFAULT_METHOD", "PARTITION_DEFAULT", "MODELS",
            "HETERO_MODELS", "DECODERS", "EXCHANGES", "PREFETCH_MODES", "TASKS", "NEGATIVES", "BATCH_SCOPES", "LR_SCALINGS",
-           "PRECISIONS", "EVALS", "MINIBATCHES", "check_choice", "parse_cache_size"]
+           "PRECISIONS", "EVALS", "MINIBATCHES", "NORMS", "check_choice", "parse_cache_size"]
 
 FEATURE_NORMS = ("none", "row")  # data.features.transform_rows
 FEATURE_DTYPES = ("fp32", "fp16", "bf16")  # data.features.transform_rows
@@ -21,6 +21,7 @@ DEFAULT_METHOD = "auto"  # partition.assign.default_method resolves it
 PARTITION_DEFAULT = "metis"  # the one default of mpignn.train --partition-method and mpignn.partition --method
 MODELS = ("sage", "gcn", "gat", "rgcn")  # models.build_model
 HETERO_MODELS = ("sage", "rgcn")  # models.hetero.HeteroGNN
+NORMS = ("none", "layer", "batch")  # models.norm.make_norm
 DECODERS = ("dot", "mlp")  # models.link.LinkModel (tasks.link)
 EXCHANGES = ("auto", "mpi", "torch")  # exchange.alltoall.make_alltoall
 PREFETCH_MODES = ("auto", "on", "off")  # prefetch.overlap

@@ -28,7 +28,21 @@ def _owner_flags(replicated: bool, embed_dim: int) -> str:
     return " and ".join(flag for flag, on in (("--replicated", replicated), ("--embed-dim", embed_dim)) if on)
 
 
+def _model_options(norm: str, residual: bool) -> str:
+    return " and ".join(flag for flag, on in ((f"--norm {norm}", norm != "none"), ("--residual", residual)) if on)
+
+
 RULES: tuple[Rule, ...] = (
+    Rule(("model", "norm", "residual"),  # R-GCN is HeteroGNN's: no norm or residual layers
+         lambda model, norm, residual: model == "rgcn" and (norm != "none" or bool(residual)),
+         lambda model, norm, residual: f"--model {model} has no norm or residual layers; got "
+                                       f"{_model_options(norm, residual)}. HINT: drop {_model_options(norm, residual)}"
+                                       " (--norm none), or --model sage, gcn or gat on a homogeneous graph"),
+    Rule(("hetero", "norm", "residual"),
+         lambda hetero, norm, residual: bool(hetero) and (norm != "none" or bool(residual)),
+         lambda hetero, norm, residual: f"{_model_options(norm, residual)} applies to the models of homogeneous "
+                                        "graphs (sage, gcn, gat); this graph has node and edge types. HINT: drop "
+                                        f"{_model_options(norm, residual)} (--norm none)"),
     Rule(("minibatch", "replicated", "embed_dim"),
          lambda mode, replicated, embed_dim: mode == "cooperative" and bool(replicated or embed_dim),
          lambda mode, replicated, embed_dim: f"--minibatch cooperative computes each row on its owner; "

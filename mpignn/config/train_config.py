@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
 from mpignn.config.choices import (BATCH_SCOPES, DECODERS, DEFAULT_METHOD, EVALS, EXCHANGES, FEATURE_DTYPES,
-                            FEATURE_NORMS, LR_SCALINGS, MINIBATCHES, MODELS, NEGATIVES, PARTITION_DEFAULT, PARTITION_METHODS,
+                            FEATURE_NORMS, LR_SCALINGS, MINIBATCHES, MODELS, NEGATIVES, NORMS, PARTITION_DEFAULT, PARTITION_METHODS,
                             PRECISIONS, PREFETCH_MODES, TASKS, check_choice, parse_cache_size)
 from mpignn.config.refusals import check_combinations
 from mpignn.config.values import check_memory, check_ranges, check_types, estimate_step_bytes
@@ -106,6 +106,12 @@ class TrainConfig:
     model: str = "sage"
     """sage (GraphSAGE), gcn or gat; on a heterogeneous graph sage (a SAGE conv per edge type, summed per
     node type) or rgcn."""
+    norm: str = "none"
+    """After each hidden layer (and its residual), before the ReLU: none, layer (LayerNorm per node) or batch
+    (BatchNorm, its statistics over every rank's rows of the layer; docs/training.md)."""
+    residual: bool = False
+    """Add each layer's input to its output: itself where the widths agree, else a linear projection (sage,
+    gcn, gat on homogeneous graphs)."""
     task: str = "node"
     """node (classify the labelled nodes) or link (predict held-out edges; AUC, MRR, Hits@K). A link run has
     its own defaults for flags not given (LINK_DEFAULTS here; docs/training.md "Defaults and why")."""
@@ -218,7 +224,8 @@ class TrainConfig:
         choices = {"precision": PRECISIONS, "exchange": EXCHANGES, "prefetch": PREFETCH_MODES, "eval": EVALS,
                    "batch_scope": BATCH_SCOPES, "lr_scaling": LR_SCALINGS, "task": tuple(TASKS), "decoder": DECODERS,
                    "negatives": NEGATIVES, "minibatch": MINIBATCHES, "feature_norm": FEATURE_NORMS, "feature_dtype": FEATURE_DTYPES,
-                   "partition_method": (*PARTITION_METHODS, DEFAULT_METHOD), "model": MODELS}
+                   "partition_method": (*PARTITION_METHODS, DEFAULT_METHOD), "model": MODELS,
+                   "norm": NORMS}
         for name, allowed in choices.items():
             check_choice(name, getattr(self, name), allowed)
         check_combinations(self.to_dict())  # every refused pair of flags, shared with the API (config.refusals)

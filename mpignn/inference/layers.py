@@ -32,7 +32,8 @@ _PER_NODE = "node"  # PyG LayerNorm's mode that normalises each node alone ("gra
 
 class LayerStack:
     """The layers of a node encoder, applied one at a time to a block, with the weights it holds, in eval mode
-    (no dropout): `SampledGNN` (sage, gat, gcn), `HeteroGNN` (sage, rgcn), PyG's basic GNNs (their `act`,
+    (no dropout): `SampledGNN` (sage, gat, gcn; its residual branch on the block's targets, then its norm:
+    LayerNorm per node, `RankBatchNorm` with its running statistics), `HeteroGNN` (sage, rgcn), PyG's basic GNNs (their `act`,
     `act_first`, `norms`, and `jk="last"` with its `lin`) and any module with a `.convs` ModuleList and `act`
     between the convs (PyG's examples: conv, ReLU, dropout; the last conv plain). DDP is unwrapped.
 
@@ -64,6 +65,9 @@ class LayerStack:
         self.plans: list[dict[int, tuple[Any, list[tuple[int, Any]]]]] | None = None
         self.act: Callable[[torch.Tensor], torch.Tensor] | None = torch.relu
         self.act_first, self.norms, self.head, self.after_last = False, None, None, False
+        self.residuals: torch.nn.ModuleList | None = None
+        if isinstance(encoder, SampledGNN):  # conv, + residual(input), norm, ReLU (models.sampled)
+            self.norms, self.residuals = encoder.norms, encoder.residuals
         if isinstance(encoder, HeteroGNN):
             self.node_types, self.plans = encoder.node_types, _hetero_plans(encoder)
             self.steps = ["hetero"] * len(convs)
@@ -139,6 +143,8 @@ class LayerStack:
             out = conv((x, x[:n_dst]), block["edge_index"], size=(x.size(0), n_dst))
         else:  # "pyg-pair": a conv without `size` (GATv2Conv) reads it from the pair
             out = conv((x, x[:n_dst]), block["edge_index"])
+        if self.residuals is not None:  # the targets' own input rows: the block's first n_dst sources
+            out = out + self.residuals[layer](x[:n_dst])
         return self._after(layer, out)
 
     def _after(self, layer: int, out: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 import torch
 
 from mpignn.config.choices import MODELS  # there: config reads it without torch
+from mpignn.config.refusals import check_combinations
 from mpignn.errors import ConfigError
 from mpignn.models.hetero import HETERO_MODELS, HeteroGNN
 from mpignn.models.sampled import SampledGNN, encode
@@ -19,11 +20,18 @@ __all__ = ["HeteroGNN", "MODELS", "build_model", "forward_batch", "encode", "Sam
 
 
 def build_model(name: str, in_channels: int | Mapping[str, int], hidden: int, out_channels: int, num_layers: int,
-                dropout: float = 0.0, *, schema: Any = None) -> torch.nn.Module:
+                dropout: float = 0.0, *, schema: Any = None, norm: str = "none",
+                residual: bool = False) -> torch.nn.Module:
     """`sage` (GraphSAGE, mean aggregation), `gat` (4 heads) or `gcn` (PyG's GCNConv): `out_channels` numbers per
-    seed node (a classifier's classes, or an encoder's embedding).
+    seed node (a classifier's classes, or an encoder's embedding), with `norm` ("none", "layer", "batch") after
+    each hidden layer and a `residual` branch on every layer (`SampledGNN`).
     With a heterogeneous `schema` (in_channels per node type): `sage` (a SAGE conv per edge type, summed per
-    target type) or `rgcn` (`models.hetero`), on the schema's target type."""
+    target type) or `rgcn` (`models.hetero`), on the schema's target type; they take no norm or residual.
+
+    Raises:
+        ConfigError: a model the graph cannot take, or norm/residual on one without them (`config.refusals`).
+    """
+    check_combinations({"model": name, "norm": norm, "residual": residual, "hetero": schema is not None})
     if schema is not None:
         if name not in HETERO_MODELS:
             raise ConfigError(f"a heterogeneous graph trains --model {' or '.join(HETERO_MODELS)}; "
@@ -32,7 +40,7 @@ def build_model(name: str, in_channels: int | Mapping[str, int], hidden: int, ou
     if name == "rgcn":
         raise ConfigError("--model rgcn needs a heterogeneous graph (edge types). HINT: --model sage")
     if name in ("sage", "gat", "gcn"):
-        return SampledGNN(name, in_channels, hidden, out_channels, num_layers, dropout)
+        return SampledGNN(name, in_channels, hidden, out_channels, num_layers, dropout, norm=norm, residual=residual)
     raise ConfigError(f"--model must be one of {', '.join(MODELS)}; got '{name}'. HINT: --model sage")
 
 

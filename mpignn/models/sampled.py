@@ -23,6 +23,7 @@ import torch
 from mpignn.models.activated_halo import activated_halo
 from mpignn.models.aggregate import MeanAdjacency
 from mpignn.models.dropout import relu_dropout
+from mpignn.models.norm import make_norm, make_residual
 
 __all__ = ["SampledGNN", "encode"]
 
@@ -33,12 +34,14 @@ class SampledGNN(torch.nn.Module):
     per-hop counts)."""
 
     def __init__(self, kind: str, in_channels: int, hidden: int, out_channels: int, num_layers: int,
-                 dropout: float = 0.0, heads: int = 4) -> None:
+                 dropout: float = 0.0, heads: int = 4, *, norm: str = "none", residual: bool = False) -> None:
         super().__init__()
         from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
         self.kind, self.dropout, self.num_layers = kind, dropout, num_layers
+        self.norm, self.residual = norm, residual
         self.convs = torch.nn.ModuleList()
+        widths = []  # (input, output) features of each layer
         for layer in range(num_layers):
             last = layer == num_layers - 1
             c_in = in_channels if layer == 0 else hidden
@@ -48,10 +51,18 @@ class SampledGNN(torch.nn.Module):
             elif kind == "gat":
                 per_head = c_out if last else max(1, hidden // heads)
                 self.convs.append(GATConv((c_in, c_in), per_head, heads=1 if last else heads, concat=not last))
+                c_out = per_head if last else per_head * heads
             elif kind == "gcn":
                 self.convs.append(GCNConv(c_in, c_out))
             else:
                 raise ValueError(f"unknown kind {kind}")
+            widths.append((c_in, c_out))
+        # --norm: after each hidden layer (its residual added), before the ReLU; the last layer's rows are the
+        # task's (logits, embeddings) and stay as the conv and its residual give them
+        self.norms = None if norm == "none" else torch.nn.ModuleList(
+            make_norm(norm, c_out) for _, c_out in widths[:-1])
+        # --residual: every layer, the input itself where the widths agree, else a projection
+        self.residuals = torch.nn.ModuleList(make_residual(*w) for w in widths) if residual else None
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes: Sequence[int],
                 num_sampled_edges: Sequence[int], in_degree: torch.Tensor | None = None,
@@ -79,15 +90,18 @@ class SampledGNN(torch.nn.Module):
             n_edges = int(sum(num_sampled_edges[:keep]))
             hidden = layer < self.num_layers - 1
             src, dst = edge_index[0, :n_edges], edge_index[1, :n_edges]
+            root = x  # the layer's input rows, targets first: its residual reads them (before GCN's scaling)
             if self.kind == "gcn":  # each source row scaled by its deg^-1/2 before it may cross to other ranks
                 x, inv_sqrt, weight = _gcn_scaled(x, num_sampled_nodes, keep, src, dst)
             if fused and layer > 0:  # the previous layer left x before its activation
                 x, src = activated_halo(halo, layer, x, self.dropout, self.training)
+                root = x
             elif halo is not None:
                 n_src = int(sum(num_sampled_nodes[:keep + 1]))
                 # a slice of all rows would still cost its backward a zero-filled copy of the gradient; the input
                 # may come with room for the remote rows (`Halo.table_rows`)
                 x, src = halo(layer, x if len(x) == n_src or layer == 0 else x[:n_src])
+                root = root if self.kind == "gcn" else x
             if self.kind == "gcn":
                 x = _gcn_sum(conv, x, src, dst, n_dst, inv_sqrt, weight)
             elif self.kind == "sage":
@@ -95,6 +109,10 @@ class SampledGNN(torch.nn.Module):
             else:
                 pairs = edge_index[:, :n_edges] if halo is None else torch.stack([src, dst])
                 x = conv((x, x[:n_dst]), pairs, size=(x.size(0), n_dst))
+            if self.residuals is not None:  # a fresh sum: the activation below may still write into it
+                x = x + self.residuals[layer](root[:n_dst])
+            if hidden and self.norms is not None:  # each rank's own rows of the layer (RankBatchNorm: all ranks')
+                x = self.norms[layer](x)
             if hidden and not fused:
                 # In place for SAGE: _SageMean's backward needs its inputs, not its output. The fused
                 # ReLU + dropout keeps no mask and, on CPU, takes no bernoulli_ draw (F.dropout's made the

@@ -47,6 +47,7 @@ class Task:
         unit: what the throughput counts (record field `<unit>_per_s`).
         cooperative: whether cooperative mini-batches can train it (its batches are node seeds and its
             forward is the model's): `config.refusals` asks.
+        norm, residual: the model's `--norm` and `--residual` (`models.build_model`), set by `from_config`.
     """
 
     name = ""
@@ -55,11 +56,18 @@ class Task:
     unit = "seeds"
     cooperative = False
     model_flags: tuple[str, ...] = ()
+    norm = "none"
+    residual = False
 
     @classmethod
     def from_config(cls, cfg: TrainConfig) -> "Task":
         """The task a `config.train_config.TrainConfig` asks for (its flags are checked already)."""
-        return cls()
+        return cls().with_model_options(cfg)
+
+    def with_model_options(self, cfg: TrainConfig) -> "Task":
+        """This task, building its models with `cfg`'s `--norm` and `--residual`."""
+        self.norm, self.residual = cfg.norm, cfg.residual
+        return self
 
     # --- data ------------------------------------------------------------------------------------------------
     def partition_extras(self) -> dict[str, Any] | None:

@@ -91,7 +91,7 @@ class LinkTask(Task):
     @classmethod
     def from_config(cls, cfg: TrainConfig) -> "LinkTask":
         return cls(val=cfg.link_val, test=cfg.link_test, num_tails=cfg.link_tails, decoder=cfg.decoder,
-                   negatives=cfg.negatives, hits_k=cfg.hits_k)
+                   negatives=cfg.negatives, hits_k=cfg.hits_k).with_model_options(cfg)
 
     def partition_extras(self) -> dict[str, Any]:
         return {"val": self.val, "test": self.test, "num_tails": self.num_tails}
@@ -121,7 +121,8 @@ class LinkTask(Task):
         return max(1, 8 * batch_size // (2 + seeds.tails.shape[1]))  # each positive brings 1 + K negatives
 
     def build_model(self, name: str, graph: LocalGraph, hidden: int, num_layers: int, dropout: float) -> torch.nn.Module:
-        encoder = build_model(name, graph.in_channels(), hidden, hidden, num_layers, dropout, schema=graph.schema)
+        encoder = build_model(name, graph.in_channels(), hidden, hidden, num_layers, dropout, schema=graph.schema,
+                              norm=self.norm, residual=self.residual)
         return LinkModel(encoder, hidden, self.decoder)
 
     def forward(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:

@@ -34,14 +34,14 @@ class NodeTask(Task):
 
     @classmethod
     def from_config(cls, cfg: TrainConfig) -> "NodeTask":
-        return cls(correct_counter(cfg.dataset))
+        return cls(correct_counter(cfg.dataset)).with_model_options(cfg)
 
     def seeds(self, graph: LocalGraph, split: str, pick: Pick) -> Any:
         return pick(getattr(graph.part, f"{split}_idx"), 0)
 
     def build_model(self, name: str, graph: LocalGraph, hidden: int, num_layers: int, dropout: float) -> torch.nn.Module:
         return build_model(name, graph.in_channels(), hidden, graph.num_classes, num_layers, dropout,
-                           schema=graph.schema)
+                           schema=graph.schema, norm=self.norm, residual=self.residual)
 
     def forward(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
         return forward_batch(model, batch)

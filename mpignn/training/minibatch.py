@@ -5,8 +5,8 @@ Whether cooperative mini-batches pay depends on what no formula here can know in
 neighbourhoods overlap (the rows `independent` computes twice) against what each layer's exchange and its
 synchronisation cost on this network and these devices. On a 2-core VM the exchange always lost; on GPUs with a
 fast interconnect the published gains are large. So `auto` measures: both modes train the same first steps of
-epoch 0 (weights, optimizer and random streams untouched: gradients are computed and dropped), taking turns,
-and cooperative is kept only where its steps are at least `MARGIN` faster on the slowest rank.
+epoch 0 (weights, buffers, optimizer and random streams untouched: gradients are computed and dropped), taking
+turns, and cooperative is kept only where its steps are at least `MARGIN` faster on the slowest rank.
 """
 from __future__ import annotations
 
@@ -75,6 +75,7 @@ def choose_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[
     probes: dict[str, Probe] = {}
     if not refusal:
         saved = rng_state(rt.device)  # dropout draws: training then starts from the state it would have had
+        buffers = [b.detach().clone() for b in model.buffers()]  # --norm batch's running statistics, likewise
         loader = make_loader("independent")
         if len(loader) < 1 + PROBE_STEPS:  # the same step count on every rank
             refusal = f"an epoch of {len(loader)} steps is too short to measure"
@@ -85,6 +86,9 @@ def choose_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[
             probes = {mode: min((p[mode] for p in passes), key=lambda probe: probe.step_s) for mode in loaders}
             loaders["cooperative"].sampler.close()  # training builds its own loader: free the probe's comms
         set_rng_state(saved, rt.device)
+        with torch.no_grad():
+            for buffer, before in zip(model.buffers(), buffers):
+                buffer.copy_(before)
         model.zero_grad(set_to_none=True)
     if refusal:
         if rt.rank == 0:

@@ -1,0 +1,116 @@
+"""The normalisation and residual connections of `SampledGNN` (`--norm`, `--residual`).
+
+`layer` is torch's LayerNorm over each node's features (no statistics over rows). `batch` is `RankBatchNorm`:
+BatchNorm1d whose training statistics are the sums over the ranks of the training process group, all-reduced
+differentiably, so N ranks computing their own rows of a layer normalise as one process computing all of them;
+in evaluation it uses its running statistics, so exact layer-wise inference reproduces it. Imports torch only.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from mpignn.config.choices import NORMS  # there: config reads it without torch
+
+__all__ = ["NORMS", "RankBatchNorm", "all_reduce_sum", "make_norm", "make_residual"]
+
+
+class _AllReduceSum(torch.autograd.Function):
+    """The sum over the group's ranks; its gradient is the sum of every rank's gradient (each rank's input
+    reaches every rank's output)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        out = x.clone()
+        torch.distributed.all_reduce(out, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        torch.distributed.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+def _group_size(group: Any) -> int:
+    dist = torch.distributed
+    return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
+
+
+def all_reduce_sum(x: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """Collective over `group` (torch.distributed's default group when None) when it has several ranks: every
+    rank must call it, in the same order. The sum of `x` over the ranks, differentiable; `x` itself where
+    torch.distributed is not initialised or the group has one rank."""
+    return _AllReduceSum.apply(x, group) if _group_size(group) > 1 else x
+
+
+class RankBatchNorm(torch.nn.Module):
+    """BatchNorm1d over the rows of all ranks: in training, each feature's mean and (biased) variance over the
+    rows every rank of `group` passes in this call, from their sums and sums of squares (float64) and counts
+    all-reduced with a differentiable sum; running statistics as torch's (momentum 0.1, unbiased variance).
+    In evaluation, the running statistics alone: no collective, each row on its own.
+
+    Training calls are collective over `group` when it has several ranks (every rank calls it, rows or none,
+    as DDP's forward is); `group` None is torch.distributed's default group (the training one). Without an
+    initialised torch.distributed, the rows of this process.
+    """
+
+    def __init__(self, width: int, eps: float = 1e-5, momentum: float = 0.1, group: Any = None) -> None:
+        super().__init__()
+        self.width, self.eps, self.momentum, self.group = width, eps, momentum, group
+        self.weight = torch.nn.Parameter(torch.ones(width))
+        self.bias = torch.nn.Parameter(torch.zeros(width))
+        self.register_buffer("running_mean", torch.zeros(width))
+        self.register_buffer("running_var", torch.ones(width))
+        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+
+    def extra_repr(self) -> str:
+        return f"{self.width}, eps={self.eps}, momentum={self.momentum}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        if self.training:
+            mean, var = self._batch_stats(xf)
+        else:
+            mean, var = self.running_mean, self.running_var
+        scale = torch.rsqrt(var + self.eps) * self.weight
+        return ((xf - mean) * scale + self.bias).to(x.dtype)
+
+    def _batch_stats(self, xf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, biased variance) over every rank's rows, float32; updates the running statistics (no host
+        read: a step without rows on any rank leaves them as they were)."""
+        local = torch.cat([xf.sum(0, dtype=torch.float64), (xf * xf).sum(0, dtype=torch.float64),
+                           torch.full((1,), float(len(xf)), dtype=torch.float64, device=xf.device)])
+        total = all_reduce_sum(local, self.group)
+        count = total[-1].detach()
+        n = count.clamp(min=1)
+        mean = total[:self.width] / n
+        var = (total[self.width:2 * self.width] / n - mean * mean).clamp(min=0)
+        with torch.no_grad():
+            rows = count > 0
+            unbiased = var * torch.where(count > 1, count / (count - 1).clamp(min=1), 1.0)
+            for buffer, value in ((self.running_mean, mean), (self.running_var, unbiased)):
+                step = torch.lerp(buffer, value.to(buffer.dtype), self.momentum)
+                buffer.copy_(torch.where(rows, step, buffer))
+            self.num_batches_tracked += rows.long()
+        return mean.float(), var.float()
+
+
+def make_norm(kind: str, width: int) -> torch.nn.Module | None:
+    """The norm `--norm kind` puts after a hidden layer of `width` features: None for "none", LayerNorm for
+    "layer" (per node), RankBatchNorm for "batch"."""
+    if kind == "none":
+        return None
+    if kind == "layer":
+        return torch.nn.LayerNorm(width)
+    if kind == "batch":
+        return RankBatchNorm(width)
+    raise ValueError(f"unknown norm {kind}; expected one of {', '.join(NORMS)}")
+
+
+def make_residual(c_in: int, c_out: int) -> torch.nn.Module:
+    """The residual branch of a layer from `c_in` to `c_out` features: the input itself where the widths agree,
+    else a linear projection without bias (the conv has one)."""
+    return torch.nn.Identity() if c_in == c_out else torch.nn.Linear(c_in, c_out, bias=False)
