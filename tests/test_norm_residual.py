@@ -102,6 +102,28 @@ def test_residuals_project_only_where_the_widths_differ():
     assert kinds == ["Linear", "Identity", "Linear"] and model.residuals[0].bias is None
 
 
+def test_minibatch_auto_puts_the_running_statistics_back_after_measuring(monkeypatch):
+    from types import SimpleNamespace
+
+    from mpignn.training import minibatch
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), RankBatchNorm(4))
+
+    def measure(rt, model, loader, task, bf16):
+        model.train()(torch.randn(8, 3) + 5).sum().backward()  # a measured step moves the statistics
+        return minibatch.Probe(1.0, None, 0.0)
+
+    class Loader(list):
+        sampler = SimpleNamespace(close=lambda: None)
+
+    monkeypatch.setattr(minibatch, "_measure", measure)
+    rt = SimpleNamespace(world_size=2, rank=0, device="cpu")
+    minibatch.choose_minibatch(rt, model, lambda mode: Loader([None] * (1 + minibatch.PROBE_STEPS)), task=None)
+    norm = model[1]
+    assert torch.equal(norm.running_mean, torch.zeros(4)) and torch.equal(norm.running_var, torch.ones(4))
+    assert int(norm.num_batches_tracked) == 0
+
+
 @pytest.mark.mpi
 def test_batch_norm_on_2_and_3_cooperative_ranks_equals_one_process(tmp_path):
     run_mpi("norm_step.py", 3, tmp_path, timeout=240)
