@@ -98,3 +98,12 @@ def test_resume_with_other_model_flags_fails_with_one_line_naming_them(link_run,
     assert code == 1 and "Traceback" not in out, out[-3000:]
     assert len(errors) == 1 and named in errors[0] and "HINT: resume with the checkpoint's flags" in errors[0], \
         out[-3000:]
+
+
+def test_a_checkpoint_older_than_norm_and_residual_held_a_model_without_them():
+    """Its config lacks the flags: a resume with them on is refused in one line, not inside torch's load."""
+    old = {"dataset": "Cora", "model": "sage", "hidden": 64, "fanout": "10,10"}
+    assert check_compatible(old, {**old, "norm": "none", "residual": False}) == []
+    with pytest.raises(ConfigError, match=r"got --norm batch \(checkpoint: none\), --residual True \(checkpoint: "
+                                          r"False\)\. HINT"):
+        check_compatible(old, {**old, "norm": "batch", "residual": True})

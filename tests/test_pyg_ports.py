@@ -13,8 +13,10 @@ from _mpirun import ROOT, SHARED, run_mpi_raw
 
 pytestmark = [pytest.mark.mpi, needs_cora]
 
-# the lowest final test accuracy (%) of the PyG originals over seeds 0-2 in one process, less 2 points
-FLOOR = {"pyg_reddit.py": 0.0, "pyg_distributed_sampling.py": 0.0}
+# The PyG originals on Cora in one process (torch-sparse 0.6.18, seeds 0-2, final test accuracy %, docs/from-pyg.md):
+# reddit.py 78.9-79.4; distributed_sampling.py 78.6-79.2 on the test mask (drop_last=False: with PyG's drop_last=True
+# Cora leaves no batch and the script stops). A port passes within 2 points of the originals' lowest.
+FLOOR = {"pyg_reddit.py": 76.9, "pyg_distributed_sampling.py": 76.6}
 
 
 def _last_test_accuracy(out: str) -> float:

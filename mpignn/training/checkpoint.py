@@ -175,12 +175,18 @@ def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
     return Path(folder) if (Path(folder) / CHECKPOINT).is_file() else None
 
 
+ADDED_OFF = {"norm": "none", "residual": False}
+"""Model flags newer than some checkpoints, and the value that builds the model those checkpoints hold."""
+
+
 def check_compatible(saved: dict[str, Any], config: dict[str, Any], model_flags: Sequence[str] = ()) -> list[str]:
     """Raise ConfigError when a MODEL_KEYS flag (or one of `model_flags`: the run's task's, `Task.model_flags`,
     e.g. link prediction's --decoder, which a node classifier does not have) differs from the
     checkpoint's config, naming each; return the REPLAY_KEYS flags that differ (the run continues, but does
     not replay the uninterrupted one exactly). A flag the checkpoint's config lacks (an older run) is not
-    compared."""
+    compared, except those added with a value that keeps the older model (`ADDED_OFF`): that value."""
+    saved = {**ADDED_OFF, **saved}
+
     def diff(keys: tuple[str, ...]) -> list[str]:
         return [f"--{k.replace('_', '-')} {config[k]} (checkpoint: {saved[k]})" for k in keys
                 if k in saved and k in config and saved[k] != config[k]]
