@@ -2,8 +2,8 @@
 #     mpirun -np 2 python examples/pyg_distributed_sampling.py        (CPU, or a GPU per rank; Cora ships in ../shared)
 # Against PyG's file, 15 lines differ, each marked "# mpignn": the import, the loaders take split names (each rank
 # its own nodes) and batch size 32 (Cora has 140 training nodes: with drop_last, 1024 gives no batch), devices from
-# the runtime (`rt`, set in __main__), accuracy over all ranks weighted by seeds (PyG averaged each rank's batch
-# averages), the launch. Deleted, for mpignn does them: MASTER_ADDR/PORT and init_process_group, moving x/y to the
+# the runtime (`rt`, set in __main__), the loss weighed by seed over ranks (`batch.loss_scale`), accuracy over all
+# ranks weighted by seeds (PyG averaged each rank's batch averages), the launch. Deleted, for mpignn does them: MASTER_ADDR/PORT and init_process_group, moving x/y to the
 # device, splitting indices by rank (whose `size // world_size` can make world_size + 1 chunks), averaging the
 # ranks' accuracies by hand (13 lines), mp.spawn; unused imports. Its test split is the test set (PyG used val_mask).
 import time
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from mpignn.runtime import NeighborLoader, accuracy, bootstrap, load_local_graph  # mpignn
+from mpignn.runtime import NeighborLoader, accuracy as acc, bootstrap, load_local_graph  # mpignn
 from torch_geometric.nn import SAGEConv
 
 
@@ -62,7 +62,6 @@ def run(rank, world_size, dataset, start):
                                                 10], drop_last=True, **kwargs)
 
     torch.manual_seed(12345)
-    acc = accuracy  # mpignn
     model = SAGE(dataset.num_features, 256, dataset.num_classes).to(rt.device)  # mpignn
     model = DistributedDataParallel(model)  # mpignn
     optimizer = torch.optim.Adam(model.parameters(), lr=0.001)
@@ -76,7 +75,7 @@ def run(rank, world_size, dataset, start):
             optimizer.zero_grad()
             out = model(batch.x, batch.edge_index.to(rt.device))[:batch.batch_size]  # mpignn
             loss = F.cross_entropy(out, batch.y[:batch.batch_size])
-            loss.backward()
+            (loss * batch.loss_scale).backward()  # mpignn: every seed weighs alike, however many each rank owns
             optimizer.step()
 
         dist.barrier()

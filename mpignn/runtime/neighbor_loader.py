@@ -23,6 +23,7 @@ from mpignn.exchange.features import FeatureStore
 from mpignn.loader.batches import BatchLoader
 from mpignn.loader.local_graph import SPLITS, LocalGraph
 from mpignn.loader.prefetch import overlap, rows_on_device
+from mpignn.mpi import chunk_bounds, pad_to_steps
 from mpignn.runtime.loaders import rank_batch_size
 from mpignn.sampling.neighbor import NeighborSampler
 from mpignn.tasks import picker
@@ -48,16 +49,22 @@ class NeighborLoader:
             `num_nodes`; an id tensor or array; None for every node. Each rank takes those it owns.
         batch_size: seeds per batch on each process (PyG's meaning). `batch_scope="global"`: the batch of
             all ranks together, each rank taking its ceiling-division share.
-        shuffle: a new seed order each pass. Every rank yields the same number of batches: with `shuffle`, a
-            rank with fewer seeds repeats some of its own in its last batches (training: every DDP step has
-            data); without, its surplus batches are empty (`batch_size` 0), so each seed counts once.
-        drop_last: drop each rank's last, partial batch.
+        shuffle: a new seed order each pass. Every rank yields the same number of batches (the rank with the
+            most seeds sets it): a rank with fewer seeds spreads them evenly over that many smaller batches;
+            with fewer seeds than batches, `shuffle` repeats some of them (training: every DDP step has data)
+            and no shuffle leaves the surplus batches empty (`batch_size` 0: each seed counts once).
+        drop_last: full batches only; the rank with the fewest seeds sets how many.
         seed: the shuffle's and the neighbour draws' seed; pass e uses `(seed, e)`.
         prefetch: "auto", "on" or "off": produce batch k+1 in a thread while batch k computes.
 
     Batches are PyG `Data` on the runtime's device: `x`, `y`, `edge_index`, `n_id` and `input_id` (the seeds,
     `n_id[:batch_size]`) in the dataset's ids, `part_n_id` (the same nodes in the partition's ids), `batch_size`,
-    `num_sampled_nodes`, `num_sampled_edges`. A heterogeneous graph gives `HeteroData` (ids of the partition).
+    `num_sampled_nodes`, `num_sampled_edges`, and `loss_scale`. A heterogeneous graph gives `HeteroData` (ids of
+    the partition).
+
+    `loss_scale`: a rank's seeds are the input nodes it owns, so ranks can hold different numbers of them, and
+    DDP's average of the ranks' gradients then weighs ranks, not seeds. A mean loss times `batch.loss_scale`
+    (world size x this rank's seeds in this step / all ranks' seeds in this step) weighs every seed alike.
     """
 
     def __init__(self, graph: LocalGraph, num_neighbors: Sequence[int] | Mapping[str, Sequence[int]],
@@ -84,17 +91,27 @@ class NeighborLoader:
         self.graph, self.num_neighbors = graph, num_neighbors
         sampler = NeighborSampler(graph.sampler.source, graph.sampler.num_nodes, fanouts)
         talks = rt.world_size > 1 and not graph.replicated
+        per_rank = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
         self.loader = BatchLoader(
-            sampler, graph.features, seeds, rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope),
-            shuffle=shuffle, drop_last=drop_last, seed=seed, comm=rt.comm, device=rt.device,
+            sampler, graph.features, seeds, per_rank, shuffle=shuffle, drop_last=drop_last, seed=seed,
+            comm=rt.comm, device=rt.device,
             prefetch=overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)), wrap=shuffle,
             layout=graph.layout, dataset_ids=None if graph.layout is not None else _id_store(graph))
+        sizes = np.array([_step_sizes(n, len(self.loader), b, drop_last, shuffle)
+                          for n, b in rt.comm.allgather((len(seeds), per_rank))], dtype=np.float64)
+        total = sizes.sum(axis=0)
+        self.loss_scales = np.divide(rt.world_size * sizes[rt.rank], total, out=np.zeros_like(total),
+                                     where=total > 0)
 
     def __len__(self) -> int:
         return len(self.loader)
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self.loader)
+        first = None
+        for i, batch in enumerate(self.loader):
+            first = self.loader.start_step if first is None else first  # known once the pass has begun
+            batch.loss_scale = float(self.loss_scales[first + i])
+            yield batch
 
     def set_epoch(self, epoch: int, start_step: int = 0, end_step: int | None = None) -> None:
         """Make the next pass epoch `epoch`'s (its shuffle and draws), from `start_step`: for resuming at an
@@ -109,6 +126,14 @@ class NeighborLoader:
     def dataset(self) -> np.ndarray:
         """This rank's seeds (partition ids); `len(loader.dataset)` counts them, as PyG's loaders do."""
         return self.loader.source.ids
+
+
+def _step_sizes(n: int, steps: int, batch_size: int, drop_last: bool, wrap: bool) -> list[int]:
+    """Seeds in each step of a rank with `n` seeds (`BatchLoader`'s cut, which every rank can compute)."""
+    items = np.arange(n)
+    if wrap or drop_last:
+        return [len(b) for b in pad_to_steps(items, steps, batch_size, drop_last)]
+    return [b - a for a, b in (chunk_bounds(n, steps, i) for i in range(steps))]
 
 
 def _check_keywords(kwargs: dict[str, Any]) -> None:

@@ -31,8 +31,11 @@ def main() -> None:
     # rank 0 gets 1 seed, rank 1 three: equal steps; without shuffle rank 0's surplus steps are empty
     ids = torch.tensor(graph.node_id[:1 if rt.rank == 0 else 3])
     loader = NeighborLoader(graph, [2], input_nodes=ids, batch_size=1)
-    sizes = [b.batch_size for b in loader]
+    batches = list(loader)
+    sizes, scales = [b.batch_size for b in batches], [b.loss_scale for b in batches]
     assert len(sizes) == 3 and sum(sizes) == len(ids), sizes
+    # steps hold 1+1, 0+1 and 0+1 seeds: world size x mine / all, so DDP's average weighs every seed alike
+    assert scales == ([1.0, 0.0, 0.0] if rt.rank == 0 else [1.0, 2.0, 2.0]), scales
     # 1 of 1 right on rank 0, 0 of 3 on rank 1: 0.25 over items (averaging the ranks' accuracies says 0.5)
     acc = accuracy(rt, torch.tensor([1] * len(ids)), torch.tensor([1] if rt.rank == 0 else [0, 0, 0]))
     assert acc == 0.25 and mean(rt, 2.0 * len(ids), len(ids)) == 2.0
