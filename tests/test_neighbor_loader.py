@@ -148,3 +148,33 @@ def test_docs_api_gives_every_public_signature():
         for name, param in params.items():
             if name != "self" and param.kind is not param.VAR_KEYWORD:
                 assert name in written, (fn.__name__, name)
+
+
+def test_heterogeneous_batches_carry_each_types_dataset_ids(rt, tmp_path):
+    """Each type's n_id is its nodes' ids within the type in the dataset; masks and ids are over the labelled type."""
+    from mpignn.data import save_npz
+    from mpignn.data.synthetic_hetero import make_user_item
+
+    save_npz(str(tmp_path / "ui.npz"), make_user_item(num_items=300, num_users=80, edges_per_item=4))
+    data = load_dataset(f"npz:{tmp_path / 'ui.npz'}", str(tmp_path))
+    graph = runtime.load_local_graph(rt, f"npz:{tmp_path / 'ui.npz'}", str(tmp_path), cache_size=0,
+                                     feature_norm="none")
+    schema, offsets = data.schema, data.schema.offsets
+    loader = runtime.NeighborLoader(graph, [3, 3], input_nodes="train", batch_size=64, shuffle=True)
+    for batch in loader:
+        for k, t in enumerate(schema.node_types):
+            rows = offsets[k] + batch[t].n_id.numpy()
+            if schema.feature_dims[k]:
+                assert np.allclose(batch[t].x.numpy(), np.asarray(data.x)[rows, :schema.feature_dims[k]])
+        target = batch[schema.target]
+        assert np.array_equal(target.input_id.numpy(), target.n_id[:target.batch_size].numpy())
+        assert np.array_equal(target.y[:target.batch_size].numpy(),
+                              np.asarray(data.y)[offsets[schema.type_index(schema.target)] + target.input_id.numpy()])
+    k = schema.type_index(schema.target)
+    picked = runtime.NeighborLoader(graph, [2, 2], input_nodes=(schema.target, torch.tensor([5, 7, 299])),
+                                    batch_size=8)
+    assert sorted(np.concatenate([b[schema.target].input_id.numpy() for b in picked])) == [5, 7, 299]
+    with pytest.raises(ConfigError, match="mask of shape"):
+        runtime.NeighborLoader(graph, [2, 2], input_nodes=torch.zeros(schema.node_counts[k] + 1, dtype=torch.bool))
+    with pytest.raises(ConfigError, match="labelled type"):
+        runtime.NeighborLoader(graph, [2, 2], input_nodes=("user", torch.tensor([1])))

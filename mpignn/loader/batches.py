@@ -73,8 +73,8 @@ class BatchLoader:
         layout: a `loader.hetero.HeteroLayout` for a heterogeneous graph: batches are then PyG `HeteroData`
             (seeds first in the target type; `batch.y`, `batch.batch_size` and `batch.n_id` on the batch too).
         dataset_ids: a `FeatureStore` whose one int64 column is each node's id in the dataset: batches then
-            carry `n_id` and `input_id` in those ids and the partition's ids as `part_n_id` (collective over its
-            comm, like the features: `runtime.NeighborLoader`).
+            carry `n_id` and `input_id` in those ids (per type on a heterogeneous graph) and the partition's ids
+            as `part_n_id` (collective over its comm, like the features: `runtime.NeighborLoader`).
 
     Each pass is an epoch: the one `set_epoch` named, else the previous pass's plus one (a new shuffle and new
     neighbour draws every pass, as PyG's loaders give).
@@ -160,14 +160,14 @@ class BatchLoader:
         if self.layout is not None:  # heterogeneous: cut by type into PyG's HeteroData
             data = self.layout.split(x, torch.from_numpy(y), out.n_id, out.row, out.col, out.edge_type,
                                      out.num_sampled_nodes, out.num_sampled_edges, out.batch_size,
-                                     device=self.device)
+                                     device=self.device, dataset_ids=self._dataset_ids(out.n_id))
             return self._finish(_carry(data, extras), x, t0, t1)
         edge_index = pinned_empty((2, len(out.row)), torch.int64, self.device)
         edge_index[0].numpy()[:], edge_index[1].numpy()[:] = out.row, out.col
         data = Data(x=x, y=torch.from_numpy(y), edge_index=edge_index, n_id=torch.from_numpy(out.n_id))
         if self.dataset_ids is not None:
             data.part_n_id = data.n_id
-            data.n_id = torch.from_numpy(self.dataset_ids.gather(out.n_id)[0][:, 0])
+            data.n_id = torch.from_numpy(self._dataset_ids(out.n_id))
             data.input_id = data.n_id[:out.batch_size]
         data.num_nodes = len(out.n_id)  # a cooperative x may have room for other ranks' rows after them
         data.batch_size = out.batch_size
@@ -175,6 +175,10 @@ class BatchLoader:
         data.num_sampled_edges = out.num_sampled_edges
         data.in_degree = torch.from_numpy(out.in_degree)  # the model's CSR pointers: no bincount on the device
         return self._finish(_carry(data, extras), x, t0, t1)
+
+    def _dataset_ids(self, n_id: np.ndarray) -> np.ndarray | None:
+        """The dataset's ids of partition ids `n_id` (collective like the features), or None without a store."""
+        return None if self.dataset_ids is None else self.dataset_ids.gather(n_id)[0][:, 0]
 
     def _finish(self, data: Any, x: torch.Tensor, t0: float, t1: float) -> Any:
         data = self.uploader.upload(data)

@@ -40,13 +40,18 @@ class HeteroLayout:
 
     def split(self, x: torch.Tensor, y: torch.Tensor, n_id: np.ndarray, row: np.ndarray, col: np.ndarray,
               edge_type: np.ndarray, num_sampled_nodes: list[int], num_sampled_edges: list[int],
-              batch_size: int, device: str | torch.device = "cpu") -> HeteroData:
+              batch_size: int, device: str | torch.device = "cpu",
+              dataset_ids: np.ndarray | None = None) -> HeteroData:
         """The batch (x [nodes, padded features] in batch order, edges as batch indices) by type. Featureless
         types get a constant one-column input (`mpignn.training.epoch.with_rows` replaces it by learnable rows).
 
         Each type's features keep x's dtype (half precision is widened after the copy, by the Uploader). For
         an accelerator `device` a host x is cut into pinned buffers, so the copy is asynchronous, and a device
-        x (`--exchange torch`) is cut on its device."""
+        x (`--exchange torch`) is cut on its device.
+
+        With `dataset_ids` (each node's id in the dataset's global numbering, aligned with `n_id`), each type's
+        `n_id` is the node's id within its type in the dataset, `part_n_id` its partition id, and the target
+        type's `input_id` its seeds' ids; the batch's `part_n_id` replaces its `n_id`."""
         schema, hops = self.schema, len(num_sampled_edges)
         ntype = self.node_types(n_id)
         node_hop = np.repeat(np.arange(hops + 1), num_sampled_nodes)
@@ -65,10 +70,15 @@ class HeteroLayout:
             pick = torch.from_numpy(idx)
             store.x = _rows(x, idx, dim, device) if dim else _ones(len(idx), device)
             store.n_id = torch.from_numpy(n_id[idx])
+            if dataset_ids is not None:
+                store.part_n_id = store.n_id
+                store.n_id = torch.from_numpy(dataset_ids[idx] - schema.offsets[k])
             store.num_sampled_nodes = np.bincount(node_hop[idx], minlength=hops + 1).tolist()
             if k == self.target:
                 store.y = y[pick]
                 store.batch_size = batch_size
+                if dataset_ids is not None:
+                    store.input_id = store.n_id[:batch_size]
         for e, (src, rel, dst) in enumerate(schema.edge_types):
             m = np.flatnonzero(edge_type == e)
             store = data[src, rel, dst]
@@ -81,7 +91,10 @@ class HeteroLayout:
         # What the training loop reads of any batch: the seeds' count and labels, every node's global id.
         data.batch_size = batch_size
         data.y = data[schema.target].y
-        data.n_id = torch.from_numpy(n_id)
+        if dataset_ids is None:
+            data.n_id = torch.from_numpy(n_id)
+        else:
+            data.part_n_id = torch.from_numpy(n_id)
         data.featureless = [t for t, d in zip(schema.node_types, schema.feature_dims) if not d]
         return data
 

@@ -46,7 +46,8 @@ class NeighborLoader:
         num_neighbors: neighbours per hop, outermost last; -1 takes all. A heterogeneous graph also takes
             {edge type "src__rel__dst": [per hop]} for the edge types that differ from `default` (-> all others).
         input_nodes: the seeds over the dataset's nodes: "train", "val" or "test"; a boolean mask of
-            `num_nodes`; an id tensor or array; None for every node. Each rank takes those it owns.
+            `num_nodes`; an id tensor or array; None for every node. Each rank takes those it owns. On a
+            heterogeneous graph, nodes of its labelled type (also as PyG's `(type, nodes)`).
         batch_size: seeds per batch on each process (PyG's meaning). `batch_scope="global"`: the batch of
             all ranks together, each rank taking its ceiling-division share.
         shuffle: a new seed order each pass. Every rank yields the same number of batches (the rank with the
@@ -59,8 +60,8 @@ class NeighborLoader:
 
     Batches are PyG `Data` on the runtime's device: `x`, `y`, `edge_index`, `n_id` and `input_id` (the seeds,
     `n_id[:batch_size]`) in the dataset's ids, `part_n_id` (the same nodes in the partition's ids), `batch_size`,
-    `num_sampled_nodes`, `num_sampled_edges`, and `loss_scale`. A heterogeneous graph gives `HeteroData` (ids of
-    the partition).
+    `num_sampled_nodes`, `num_sampled_edges`, and `loss_scale`. A heterogeneous graph gives `HeteroData`, each
+    type's `n_id` (and the labelled type's `input_id`) its ids within the type in the dataset.
 
     `loss_scale`: a rank's seeds are the input nodes it owns, so ranks can hold different numbers of them, and
     DDP's average of the ranks' gradients then weighs ranks, not seeds. A mean loss times `batch.loss_scale`
@@ -96,7 +97,7 @@ class NeighborLoader:
             sampler, graph.features, seeds, per_rank, shuffle=shuffle, drop_last=drop_last, seed=seed,
             comm=rt.comm, device=rt.device,
             prefetch=overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)), wrap=shuffle,
-            layout=graph.layout, dataset_ids=None if graph.layout is not None else _id_store(graph))
+            layout=graph.layout, dataset_ids=_id_store(graph))
         sizes = np.array([_step_sizes(n, len(self.loader), b, drop_last, shuffle)
                           for n, b in rt.comm.allgather((len(seeds), per_rank))], dtype=np.float64)
         total = sizes.sum(axis=0)
@@ -166,26 +167,35 @@ def _edge_name(key: Any) -> str:
 
 
 def _seeds(graph: LocalGraph, input_nodes: Any) -> np.ndarray:
-    """The partition ids of this rank's own input nodes (all of the graph's on a replicated graph)."""
-    part = graph.part
-    own = np.arange(part.lo, part.hi, dtype=np.int64)
+    """The partition ids of this rank's own input nodes (all of the graph's on a replicated graph). On a
+    heterogeneous graph seeds are nodes of the labelled (target) type, and masks and ids are over that type."""
+    part, schema = graph.part, graph.schema
+    if isinstance(input_nodes, tuple) and len(input_nodes) == 2 and isinstance(input_nodes[0], str):
+        if schema is None or input_nodes[0] != schema.target:  # PyG's (node type, nodes)
+            raise ConfigError(f"input_nodes names node type {input_nodes[0]!r}; seeds are nodes of the graph's "
+                              f"labelled type. HINT: input_nodes=({schema.target if schema else 'type'!r}, ...) "
+                              "on a heterogeneous graph, the nodes alone otherwise")
+        input_nodes = input_nodes[1]
+    own = np.arange(part.lo, part.hi, dtype=np.int64) if schema is None else _target_nodes(graph)
     if input_nodes is None:
-        return own if graph.layout is None else _target_nodes(graph)
+        return own
     if isinstance(input_nodes, str):
         if input_nodes not in SPLITS:
             raise ConfigError(f"input_nodes names no split: {input_nodes!r}. HINT: 'train', 'val', 'test', a "
                               "boolean mask or an id tensor over the dataset's nodes, or None for every node")
         return np.asarray(getattr(part, SPLITS[input_nodes]), dtype=np.int64)
-    if graph.layout is not None:
-        raise ConfigError("on a heterogeneous graph input_nodes takes a split name or None. HINT: "
-                          "input_nodes='train'")
-    ids = input_nodes.detach().cpu().numpy() if isinstance(input_nodes, torch.Tensor) else np.asarray(input_nodes)
+    # the dataset's ids of the candidates (within the labelled type on a heterogeneous graph)
+    own_ids = graph.node_id[own - part.lo]
     num_nodes = part.meta.num_nodes
+    if schema is not None:
+        k = schema.type_index(schema.target)
+        own_ids, num_nodes = own_ids - schema.offsets[k], schema.node_counts[k]
+    ids = input_nodes.detach().cpu().numpy() if isinstance(input_nodes, torch.Tensor) else np.asarray(input_nodes)
     if ids.dtype == np.bool_:
         if ids.shape != (num_nodes,):
             raise ConfigError(f"input_nodes is a mask of shape {tuple(ids.shape)}, the graph has {num_nodes} nodes. "
                               f"HINT: a boolean mask of shape ({num_nodes},) over the dataset's node ids")
-        return own[ids[graph.node_id]]
+        return own[ids[own_ids]]
     if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
         raise ConfigError(f"input_nodes must be a split name, a boolean mask or a 1-D integer id tensor; got dtype "
                           f"{ids.dtype} shape {tuple(ids.shape)}. HINT: mask.nonzero().view(-1)")
@@ -194,14 +204,14 @@ def _seeds(graph: LocalGraph, input_nodes: Any) -> np.ndarray:
                           "HINT: ids are the dataset's node ids")
     chosen = np.zeros(num_nodes, dtype=bool)
     chosen[ids] = True
-    return own[chosen[graph.node_id]]
+    return own[chosen[own_ids]]
 
 
 def _target_nodes(graph: LocalGraph) -> np.ndarray:
     """Every own node of a heterogeneous graph's target type."""
     layout = graph.layout
     nodes = np.arange(graph.part.lo, graph.part.hi, dtype=np.int64)
-    return nodes[layout.node_types(nodes) == layout.schema.node_types.index(layout.schema.target)]
+    return nodes[layout.node_types(nodes) == layout.schema.type_index(layout.schema.target)]
 
 
 def _id_store(graph: LocalGraph) -> FeatureStore:
