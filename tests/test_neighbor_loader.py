@@ -178,3 +178,15 @@ def test_heterogeneous_batches_carry_each_types_dataset_ids(rt, tmp_path):
         runtime.NeighborLoader(graph, [2, 2], input_nodes=torch.zeros(schema.node_counts[k] + 1, dtype=torch.bool))
     with pytest.raises(ConfigError, match="labelled type"):
         runtime.NeighborLoader(graph, [2, 2], input_nodes=("user", torch.tensor([1])))
+
+
+def test_one_rank_group_leaves_the_environment_children_inherit(rt, monkeypatch):
+    """A script that bootstraps and then starts mpirun itself must not hand it MASTER_ADDR/RANK/WORLD_SIZE."""
+    import os
+
+    for name in ("MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK", "GLOO_SOCKET_IFNAME"):
+        monkeypatch.delenv(name, raising=False)
+    runtime.shutdown()
+    again = runtime.bootstrap(logging_setup=False)
+    assert torch.distributed.is_initialized() and again.world_size == 1
+    assert not {"MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK"} & set(os.environ)

@@ -247,7 +247,8 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
     and broadcasts it over MPI; gloo binds its interface on that subnet. The store (the key-value table the
     ranks meet in) goes over MPI (`mpi_store.MPIStore`): no TCP port is opened for it, so no neighbour can
     read or change it. A MASTER_PORT set by hand on rank 0 is honoured with a TCPStore listening on exactly
-    MASTER_ADDR:MASTER_PORT (not all interfaces). The `mpi` backend needs no rendezvous.
+    MASTER_ADDR:MASTER_PORT (not all interfaces). The `mpi` backend needs no rendezvous, and one rank none
+    either (a store in this process; the environment is left as it was).
     """
     dist = torch.distributed
     if dist.is_initialized():
@@ -264,6 +265,16 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
         # registers the "ccl" backend; imported only for it: xccl is torch's own oneCCL, and a second oneCCL
         # library in the same process is asking for symbol clashes
         importlib.import_module("oneccl_bindings_for_pytorch")
+    timeout = datetime.timedelta(seconds=timeout_s)
+    kwargs: dict[str, Any] = {}
+    if device_id_accepted(choice, torch.__version__):
+        kwargs["device_id"] = torch.device(choice.device)
+    if world_size == 1 and choice.backend != "mpi":
+        # no peer to meet: a store in this process, and no MASTER_ADDR/RANK/... left in the environment that a
+        # program's child processes (an mpirun it starts) would inherit
+        dist.init_process_group(choice.backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout,
+                                **kwargs)
+        return
     if choice.backend != "mpi":
         addr, ifname = rendezvous_endpoint(comm)  # across hosts never a loopback address
         changed = _env.export_torch_env({"MASTER_ADDR": addr, "RANK": rank,
@@ -272,10 +283,6 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
                                          **({"GLOO_SOCKET_IFNAME": ifname} if ifname else {})})
         for name, (old, new) in changed.items():
             log.info("overriding %s=%s with %s", name, old, new)
-    timeout = datetime.timedelta(seconds=timeout_s)
-    kwargs: dict[str, Any] = {}
-    if device_id_accepted(choice, torch.__version__):
-        kwargs["device_id"] = torch.device(choice.device)
     if choice.backend == "mpi":
         dist.init_process_group("mpi", timeout=timeout)
         return

@@ -24,7 +24,7 @@ from mpignn.sampling import kernels
 from mpignn.sampling.cooperative import union_rows
 from mpignn.sampling.neighbor import NeighborSampler
 
-__all__ = ["BatchLoader", "NodeSeeds", "LoaderTimes"]
+__all__ = ["BatchLoader", "NodeSeeds", "LoaderTimes", "cut_steps"]
 
 
 class NodeSeeds:
@@ -127,9 +127,7 @@ class BatchLoader:
             seeds = seeds[rng.permutation(len(seeds))]
         if self.capped:
             seeds = seeds[:self.steps * self.batch_size]
-        if self.wrap or self.drop_last:
-            return pad_to_steps(seeds, self.steps, self.batch_size, self.drop_last)
-        return [seeds[a:b] for a, b in (chunk_bounds(len(seeds), self.steps, i) for i in range(self.steps))]
+        return cut_steps(seeds, self.steps, self.batch_size, self.drop_last, self.wrap)
 
     def _make(self, step: int, seeds: np.ndarray) -> Data:
         t0 = time.perf_counter()
@@ -209,6 +207,15 @@ class BatchLoader:
                 if step + 1 < len(batches):
                     pending = pool.submit(self._make, step + 1, batches[step + 1])
                 yield self.uploader.adopt(data)
+
+
+def cut_steps(items: np.ndarray, steps: int, batch_size: int, drop_last: bool, wrap: bool) -> list[np.ndarray]:
+    """`items` in exactly `steps` batches, as a rank's loader cuts them: `pad_to_steps` (full batches with
+    drop_last; with `wrap` items repeat rather than leave a batch empty), else spread evenly with each item
+    once (batches past the items empty)."""
+    if wrap or drop_last:
+        return pad_to_steps(items, steps, batch_size, drop_last)
+    return [items[a:b] for a, b in (chunk_bounds(len(items), steps, i) for i in range(steps))]
 
 
 def _carry(data: Any, extras: dict[str, Any]) -> Any:

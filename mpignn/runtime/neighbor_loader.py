@@ -20,10 +20,9 @@ from mpignn.data.hetero import hop_fanouts
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
 from mpignn.exchange.alltoall import MpiAlltoall
 from mpignn.exchange.features import FeatureStore
-from mpignn.loader.batches import BatchLoader
+from mpignn.loader.batches import BatchLoader, cut_steps
 from mpignn.loader.local_graph import SPLITS, LocalGraph
 from mpignn.loader.prefetch import overlap, rows_on_device
-from mpignn.mpi import chunk_bounds, pad_to_steps
 from mpignn.runtime.loaders import rank_batch_size
 from mpignn.sampling.neighbor import NeighborSampler
 from mpignn.tasks import picker
@@ -98,8 +97,8 @@ class NeighborLoader:
             comm=rt.comm, device=rt.device,
             prefetch=overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)), wrap=shuffle,
             layout=graph.layout, dataset_ids=_id_store(graph))
-        sizes = np.array([_step_sizes(n, len(self.loader), b, drop_last, shuffle)
-                          for n, b in rt.comm.allgather((len(seeds), per_rank))], dtype=np.float64)
+        sizes = np.array([[len(b) for b in cut_steps(np.arange(n), len(self.loader), size, drop_last, shuffle)]
+                          for n, size in rt.comm.allgather((len(seeds), per_rank))], dtype=np.float64)
         total = sizes.sum(axis=0)
         self.loss_scales = np.divide(rt.world_size * sizes[rt.rank], total, out=np.zeros_like(total),
                                      where=total > 0)
@@ -127,14 +126,6 @@ class NeighborLoader:
     def dataset(self) -> np.ndarray:
         """This rank's seeds (partition ids); `len(loader.dataset)` counts them, as PyG's loaders do."""
         return self.loader.source.ids
-
-
-def _step_sizes(n: int, steps: int, batch_size: int, drop_last: bool, wrap: bool) -> list[int]:
-    """Seeds in each step of a rank with `n` seeds (`BatchLoader`'s cut, which every rank can compute)."""
-    items = np.arange(n)
-    if wrap or drop_last:
-        return [len(b) for b in pad_to_steps(items, steps, batch_size, drop_last)]
-    return [b - a for a, b in (chunk_bounds(n, steps, i) for i in range(steps))]
 
 
 def _check_keywords(kwargs: dict[str, Any]) -> None:
