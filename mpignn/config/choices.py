@@ -31,8 +31,8 @@ NEGATIVES = ("uniform", "tail")  # tasks.link.LinkSeeds
 BATCH_SCOPES = ("global", "rank")  # runtime.rank_batch_size
 LR_SCALINGS = ("none", "linear", "sqrt")  # schedule.attach_lr_schedule
 PRECISIONS = ("auto", "fp32", "bf16")
-MINIBATCH_MODES = ("independent", "cooperative")  # runtime.make_loader
-MINIBATCHES = (*MINIBATCH_MODES, "auto")  # auto: train.py measures both (mpignn.training.minibatch)
+MINIBATCH_MODES = ("independent", "cooperative", "full")  # runtime.make_loader
+MINIBATCHES = (*MINIBATCH_MODES, "auto")  # auto: measured and chosen (mpignn.training.minibatch)
 EVALS = ("sampled", "full")  # fit: tasks.base.Task.evaluate_full
 
 

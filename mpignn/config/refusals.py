@@ -32,6 +32,8 @@ def _model_options(norm: str, residual: bool) -> str:
     return " and ".join(flag for flag, on in ((f"--norm {norm}", norm != "none"), ("--residual", residual)) if on)
 
 
+_OWNER_MODES = ("cooperative", "full")  # each row computed by its owner, its halo crossing layer by layer
+
 RULES: tuple[Rule, ...] = (
     Rule(("model", "norm", "residual"),  # R-GCN is HeteroGNN's: no norm or residual layers
          lambda model, norm, residual: model == "rgcn" and (norm != "none" or bool(residual)),
@@ -44,17 +46,17 @@ RULES: tuple[Rule, ...] = (
                                         "graphs (sage, gcn, gat); this graph has node and edge types. HINT: drop "
                                         f"{_model_options(norm, residual)} (--norm none)"),
     Rule(("minibatch", "replicated", "embed_dim"),
-         lambda mode, replicated, embed_dim: mode == "cooperative" and bool(replicated or embed_dim),
-         lambda mode, replicated, embed_dim: f"--minibatch cooperative computes each row on its owner; "
+         lambda mode, replicated, embed_dim: mode in _OWNER_MODES and bool(replicated or embed_dim),
+         lambda mode, replicated, embed_dim: f"--minibatch {mode} computes each row on its owner; "
                                              f"{_owner_flags(replicated, embed_dim)} cannot. HINT: --minibatch "
                                              "independent"),
     Rule(("minibatch", "task", "cooperative_task"),
-         lambda mode, task, able: mode == "cooperative" and not able,
-         lambda mode, task, able: f"--minibatch cooperative trains node classification; --task {task} batches "
+         lambda mode, task, able: mode in _OWNER_MODES and not able,
+         lambda mode, task, able: f"--minibatch {mode} trains node classification; --task {task} batches "
                                   "are not node seeds. HINT: --minibatch independent"),
     Rule(("minibatch", "hetero"),
-         lambda mode, hetero: mode == "cooperative" and bool(hetero),
-         lambda mode, hetero: "--minibatch cooperative samples homogeneous graphs; this one has node and edge "
+         lambda mode, hetero: mode in _OWNER_MODES and bool(hetero),
+         lambda mode, hetero: f"--minibatch {mode} samples homogeneous graphs; this one has node and edge "
                               "types. HINT: --minibatch independent"),
     Rule(("embed_dim", "replicated"),
          lambda embed_dim, replicated: bool(embed_dim and replicated),

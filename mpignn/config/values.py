@@ -143,7 +143,7 @@ def estimate_step_bytes(hidden: int, layers: int, seeds: int, *, model: str = "s
     return weights + activations
 
 
-def check_memory(estimate: int, available: int | None, what: str) -> None:
+def check_memory(estimate: int, available: int | None, what: str, hint: str = "") -> None:
     """Refuse when `estimate` bytes (`estimate_step_bytes` times the ranks sharing the memory) exceed
     `available` (None: unknown, nothing refused).
 
@@ -152,7 +152,7 @@ def check_memory(estimate: int, available: int | None, what: str) -> None:
     """
     if available is None or estimate <= available:
         return
+    hint = hint or "a smaller --hidden or --batch-size, fewer layers (--fanout), or fewer ranks per host"
     raise ConfigError(f"expected the model and one training step to fit in the available memory; got an estimate "
                       f"of at least {estimate / _GIB:.1f} GiB ({what}) where {available / _GIB:.1f} GiB is "
-                      "available. HINT: a smaller --hidden or --batch-size, fewer layers (--fanout), or fewer ranks "
-                      "per host (docs/failures.md)")
+                      f"available. HINT: {hint} (docs/failures.md)")

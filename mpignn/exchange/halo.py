@@ -71,18 +71,22 @@ class _HaloRows(torch.autograd.Function):
 class Halo:
     """A cooperative batch's layer plans and the transport their rows take; `SampledGNN` calls it before each
     layer: `table, src = halo(layer, own_rows)`. `counter.add` counts the bytes each exchange moved (the
-    sampler's `halo_bytes`)."""
+    sampler's `halo_bytes`). With `static_input` the batch is used again and again (full-graph training) and its
+    input rows never change: the input table's remote rows are exchanged on the first call only."""
 
-    def __init__(self, plans: list[LayerPlan], transport: Any, counter: Any) -> None:
+    def __init__(self, plans: list[LayerPlan], transport: Any, counter: Any, static_input: bool = False) -> None:
         self.plans, self.transport, self.counter = plans, transport, counter
+        self.static_input, self._filled = static_input, None  # the input table filled in place, if any
 
     def __call__(self, layer: int, own: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`own`: the layer's own rows, or (rows needing no gradient, e.g. input features) a whole table of
         `table_rows(layer)` rows with the own rows first, whose tail the remote rows then fill in place."""
         plan = self.plans[layer]
         if len(own) == self.table_rows(layer) != plan.n_own and not own.requires_grad:
-            with torch.no_grad():
-                own[plan.n_own:] = send_own(own, plan, self.transport, self.counter)[0]
+            if not (self.static_input and self._filled is own):
+                with torch.no_grad():
+                    own[plan.n_own:] = send_own(own, plan, self.transport, self.counter)[0]
+                self._filled = own
             return own, self.sources(layer, own.device)
         table = _HaloRows.apply(own, self.plan(layer, len(own)), self.transport, self.counter)
         return table, self.sources(layer, own.device)

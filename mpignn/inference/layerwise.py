@@ -23,6 +23,7 @@ from mpignn.exchange.features import FeatureStore
 from mpignn.mpi import allreduce_max, allreduce_sum
 from mpignn.inference.blocks import Block, HaloIndex, block_sources, make_blocks, type_runs
 from mpignn.inference.layers import LayerStack, unwrap
+from mpignn.sampling.neighbor import loop_free_degree
 
 if TYPE_CHECKING:
     from mpignn.launch.bootstrap import Runtime
@@ -37,10 +38,7 @@ log = logging.getLogger(__name__)
 def gcn_inv_sqrt_degree(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndarray:
     """float32 [n]: deg^-1/2 of each own node as PyG's `gcn_norm` computes it on the whole graph: in-edges
     other than self-loops, plus the one self-loop `add_remaining_self_loops` gives every node."""
-    n = len(rowptr) - 1
-    own = np.repeat(np.arange(lo, lo + n, dtype=np.int64), np.diff(rowptr))
-    loops = np.bincount(own[np.asarray(col) == own] - lo, minlength=n)
-    degree = torch.from_numpy((np.diff(rowptr) - loops + 1).astype(np.float32))
+    degree = torch.from_numpy((loop_free_degree(rowptr, col, lo) + 1).astype(np.float32))
     return degree.pow(-0.5).numpy()
 
 

@@ -22,7 +22,7 @@ from mpignn.exchange.halo import ByteCounter, Halo
 from mpignn.mpi import chunk_bounds, pad_to_steps, steps_per_epoch
 from mpignn.sampling import kernels
 from mpignn.sampling.cooperative import union_rows
-from mpignn.sampling.neighbor import NeighborSampler
+from mpignn.sampling.neighbor import NeighborSampler, loop_free_degree
 
 __all__ = ["BatchLoader", "NodeSeeds", "LoaderTimes", "cut_steps"]
 
@@ -72,6 +72,8 @@ class BatchLoader:
             shuffle. The cap is the same on every rank, so the agreed step count stays agreed.
         layout: a `loader.hetero.HeteroLayout` for a heterogeneous graph: batches are then PyG `HeteroData`
             (seeds first in the target type; `batch.y`, `batch.batch_size` and `batch.n_id` on the batch too).
+        reuse: every pass yields the batches of the first (full-graph batches: all seeds, every neighbour, so
+            every draw is the same): they are made once and kept, their halo's input rows exchanged once.
         dataset_ids: a `FeatureStore` whose one int64 column is each node's id in the dataset: batches then
             carry `n_id` and `input_id` in those ids (per type on a heterogeneous graph) and the partition's ids
             as `part_n_id` (collective over its comm, like the features: `runtime.NeighborLoader`).
@@ -83,13 +85,15 @@ class BatchLoader:
     def __init__(self, sampler: NeighborSampler, features: FeatureStore, seeds: np.ndarray, batch_size: int, *,
                  shuffle: bool = True, drop_last: bool = False, seed: int = 0, comm: Any = None,
                  device: str | torch.device = "cpu", prefetch: bool = False, wrap: bool = True,
-                 max_steps: int = 0, layout: Any = None, dataset_ids: FeatureStore | None = None) -> None:
+                 max_steps: int = 0, layout: Any = None, dataset_ids: FeatureStore | None = None,
+                 reuse: bool = False) -> None:
         self.sampler, self.features = sampler, features
         self.source = seeds if hasattr(seeds, "draw") else NodeSeeds(seeds)
         self.seeds = np.arange(len(self.source), dtype=np.int64)  # items: positions in the source
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.seed, self.device, self.prefetch, self.wrap = seed, torch.device(device), prefetch, wrap
         self.layout, self.dataset_ids = layout, dataset_ids
+        self.reuse, self._kept = reuse, {}  # reuse: step -> its batch, made on the first pass
         self.rank = comm.rank if comm is not None else 0
         if comm is not None and comm.size > 1:
             self.steps = steps_per_epoch(comm, len(self.seeds), batch_size, drop_last)
@@ -136,7 +140,7 @@ class BatchLoader:
         out, extras = self.source.draw(self.sampler, seeds, kernels.mix_seed(kernels.mix_seed(self.seed, self.epoch),
                                                                              stream))
         if cooperative:
-            extras["halo"] = Halo(out.halo, self.sampler.rows, ByteCounter(self.sampler))
+            extras["halo"] = Halo(out.halo, self.sampler.rows, ByteCounter(self.sampler), static_input=self.reuse)
         elif self.wrap and step == self.start_step and getattr(self.sampler.source, "comm", None) is not None:
             # independent batches' overlap, once a pass (a collective of ids per layer): `redundancy`
             hops = self.sampler.source
@@ -172,7 +176,16 @@ class BatchLoader:
         data.num_sampled_nodes = out.num_sampled_nodes
         data.num_sampled_edges = out.num_sampled_edges
         data.in_degree = torch.from_numpy(out.in_degree)  # the model's CSR pointers: no bincount on the device
+        if self.reuse:  # whole neighbourhoods: each row's whole-graph degree (GCN's, for the outermost hop too)
+            data.degree = torch.from_numpy(self._degree(out.n_id))
         return self._finish(_carry(data, extras), x, t0, t1)
+
+    def _degree(self, n_id: np.ndarray) -> np.ndarray:
+        """float32: the whole graph's loop-free in-degree of own nodes `n_id` (a full batch holds own rows only:
+        cooperative, or one process)."""
+        hops = getattr(self.sampler.source, "local", self.sampler.source)
+        degree = loop_free_degree(hops.rowptr, hops.col, hops.lo)
+        return degree[n_id - hops.lo].astype(np.float32)
 
     def _dataset_ids(self, n_id: np.ndarray) -> np.ndarray | None:
         """The dataset's ids of partition ids `n_id` (collective like the features), or None without a store."""
@@ -191,6 +204,14 @@ class BatchLoader:
         batches = self._batches()[:self.end_step]
         self.times = LoaderTimes()
         first = min(self.start_step, len(batches))
+        if self.reuse:
+            for step, seeds in enumerate(batches[first:], start=first):
+                t0 = time.perf_counter()
+                if step not in self._kept:
+                    self._kept[step] = self._make(step, seeds)
+                self.times.wait_s += time.perf_counter() - t0
+                yield self._kept[step]
+            return
         if not self.prefetch or len(batches) - first < 2:
             for step, seeds in enumerate(batches[first:], start=first):
                 t0 = time.perf_counter()

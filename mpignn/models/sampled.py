@@ -39,7 +39,7 @@ class SampledGNN(torch.nn.Module):
         from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
         self.kind, self.dropout, self.num_layers = kind, dropout, num_layers
-        self.norm, self.residual = norm, residual
+        self.norm, self.residual, self.heads = norm, residual, heads
         self.convs = torch.nn.ModuleList()
         widths = []  # (input, output) features of each layer
         for layer in range(num_layers):
@@ -57,6 +57,7 @@ class SampledGNN(torch.nn.Module):
             else:
                 raise ValueError(f"unknown kind {kind}")
             widths.append((c_in, c_out))
+        self.widths = widths
         # --norm: after each hidden layer (its residual added), before the ReLU; the last layer's rows are the
         # task's (logits, embeddings) and stay as the conv and its residual give them
         self.norms = None if norm == "none" else torch.nn.ModuleList(
@@ -64,9 +65,22 @@ class SampledGNN(torch.nn.Module):
         # --residual: every layer, the input itself where the widths agree, else a projection
         self.residuals = torch.nn.ModuleList(make_residual(*w) for w in widths) if residual else None
 
+    def activation_bytes(self, rows: int, edges: int, input_itemsize: int = 4) -> int:
+        """A training step's activations and their gradients on `rows` rows and `edges` edges in every layer (an
+        upper bound for a batch whose layers hold at most that many): each layer's input table, aggregation
+        and output with their gradients, and GAT's and GCN's per-edge messages. For refusing a full-graph step
+        that cannot fit, before it runs."""
+        total = 0
+        for layer, (c_in, c_out) in enumerate(self.widths):
+            itemsize = input_itemsize if layer == 0 else 4
+            total += rows * c_in * (itemsize + 4 + 4) + 3 * rows * c_out * 4  # table, aggregation, its gradient
+            if self.kind in ("gat", "gcn"):
+                total += 2 * edges * (c_out + self.heads) * 4
+        return total
+
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes: Sequence[int],
                 num_sampled_edges: Sequence[int], in_degree: torch.Tensor | None = None,
-                halo: Any = None) -> torch.Tensor:
+                halo: Any = None, degree: torch.Tensor | None = None) -> torch.Tensor:
         """Logits of the seed nodes (the first num_sampled_nodes[0] rows).
 
         `in_degree`: each hop's targets' edge counts, batch-local order (`SampleOutput.in_degree`, the
@@ -75,6 +89,8 @@ class SampledGNN(torch.nn.Module):
         `halo`: a cooperative batch (`exchange.halo.Halo`): `x` holds this rank's own rows only (or has
         `halo.table_rows(0)` rows, the own rows first), and before each layer the halo appends the rows other
         ranks computed and gives the layer's edge sources.
+        `degree`: whole neighbourhoods (`--minibatch full`): each row's loop-free in-degree in the whole graph,
+        which GCN's normalisation then uses (as PyG's full-batch GCNConv) instead of the batch's edges.
         """
         hops = len(num_sampled_edges)
         if hops != self.num_layers:
@@ -92,7 +108,7 @@ class SampledGNN(torch.nn.Module):
             src, dst = edge_index[0, :n_edges], edge_index[1, :n_edges]
             root = x  # the layer's input rows, targets first: its residual reads them (before GCN's scaling)
             if self.kind == "gcn":  # each source row scaled by its deg^-1/2 before it may cross to other ranks
-                x, inv_sqrt, weight = _gcn_scaled(x, num_sampled_nodes, keep, src, dst)
+                x, inv_sqrt, weight = _gcn_scaled(x, num_sampled_nodes, keep, src, dst, degree)
             if fused and layer > 0:  # the previous layer left x before its activation
                 x, src = activated_halo(halo, layer, x, self.dropout, self.training)
                 root = x
@@ -167,15 +183,19 @@ class _SageMean(torch.autograd.Function):
 
 
 def _gcn_scaled(x: torch.Tensor, num_sampled_nodes: Sequence[int], keep: int, src: torch.Tensor,
-                dst: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                dst: torch.Tensor, degree: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(the layer's source rows times deg^-1/2, deg^-1/2 of each source, each edge's weight: 0 for a sampled
     self-loop) with the degrees PyG's gcn_norm gives the trimmed layer: one self-loop per node (sampled ones
     merged into it) plus its other in-edges where the layer computes it, so 1 for the outermost hop's nodes.
-    Own sources keep their row index in every layer, so `src == dst` finds the loops before any exchange."""
+    Own sources keep their row index in every layer, so `src == dst` finds the loops before any exchange.
+    With `degree` (whole neighbourhoods) every source has its whole-graph degree plus its loop."""
     n_src, n_dst = int(sum(num_sampled_nodes[:keep + 1])), int(sum(num_sampled_nodes[:keep]))
     weight = (src != dst).to(torch.float32)
-    deg = torch.ones(n_src, dtype=torch.float32, device=x.device)
-    deg[:n_dst] += torch.zeros(n_dst, dtype=torch.float32, device=x.device).index_add_(0, dst, weight)
+    if degree is not None:
+        deg = degree[:n_src].to(device=x.device, dtype=torch.float32) + 1
+    else:
+        deg = torch.ones(n_src, dtype=torch.float32, device=x.device)
+        deg[:n_dst] += torch.zeros(n_dst, dtype=torch.float32, device=x.device).index_add_(0, dst, weight)
     inv_sqrt = deg.rsqrt()
     return x[:n_src] * inv_sqrt.to(x.dtype).unsqueeze(1), inv_sqrt, weight
 
@@ -200,12 +220,13 @@ def _sorted_by_target(edge_index: torch.Tensor) -> torch.Tensor:
 
 
 def encode(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes,
-           num_sampled_edges, in_degree: torch.Tensor | None = None, halo: Any = None) -> torch.Tensor:
+           num_sampled_edges, in_degree: torch.Tensor | None = None, halo: Any = None,
+           degree: torch.Tensor | None = None) -> torch.Tensor:
     """Output rows of the batch's seed nodes (the first num_sampled_nodes[0]), computing only what each
     layer needs (`in_degree`: the sampler's per-target edge counts, used by SampledGNN; `halo`: a
-    cooperative batch's exchange, SampledGNN only)."""
+    cooperative batch's exchange, SampledGNN only; `degree`: whole-graph degrees of a full batch)."""
     if isinstance(getattr(model, "module", model), SampledGNN):
-        return model(x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree, halo=halo)
+        return model(x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree, halo=halo, degree=degree)
     if halo is not None:
         raise ValueError("a cooperative batch needs a SampledGNN (--model sage, gat or gcn)")
     out = model(x, edge_index, num_sampled_nodes_per_hop=num_sampled_nodes,

@@ -10,18 +10,20 @@ import numpy as np
 from mpignn.config.choices import MINIBATCH_MODES
 from mpignn.config.refusals import refusal
 from mpignn.config.train_config import TrainConfig
+from mpignn.config.values import check_memory
 from mpignn.errors import ConfigError, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
+from mpignn.exchange.cache_policy import spare_memory
 from mpignn.launch.bootstrap import Runtime
 from mpignn.loader.batches import BatchLoader
 from mpignn.loader.local_graph import SPLITS, LocalGraph
 from mpignn.loader.prefetch import overlap, rows_on_device
-from mpignn.mpi import chunk_bounds
+from mpignn.mpi import check_all, chunk_bounds
 from mpignn.sampling.cooperative import CooperativeSampler
 from mpignn.sampling.neighbor import NeighborSampler
 from mpignn.tasks import make_task, picker
 
-__all__ = ["make_loader", "cooperative_refusal", "rank_batch_size"]
+__all__ = ["make_loader", "cooperative_refusal", "rank_batch_size", "check_full_fits"]
 
 
 def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[int] | None = None, *,
@@ -42,7 +44,10 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
         max_steps: for "train", at most this many steps per epoch (0: all), each epoch from a fresh shuffle.
         minibatch: for "train" on several parts, "cooperative": the ranks sample one batch together and each
             sampled node is computed by its owner only (`sampling.cooperative`); "independent": each rank
-            samples and computes its share's neighbourhoods. Evaluation is independent.
+            samples and computes its share's neighbourhoods. Evaluation is independent. "full" (every split):
+            one step per pass over all of the split's seeds and their whole L-hop neighbourhoods (every
+            neighbour), each row computed once by its owner as in cooperative batches; the batch is the same
+            every pass, so it is made once and kept (`BatchLoader`'s `reuse`).
     """
     task = graph.task or make_task()
     for key in unknown:  # the same call on every rank
@@ -60,9 +65,20 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
     if not train:
         batch_size = task.eval_batch_size(seeds, batch_size)
     sampler = graph.sampler
+    full = minibatch == "full"
+    if full:  # every neighbour of every hop
+        fanouts = [-1] * len(fanouts if fanouts is not None else sampler.fanouts)
     if fanouts is not None and list(fanouts) != sampler.fanouts:
         sampler = NeighborSampler(sampler.source, sampler.num_nodes, fanouts)
     talks = rt.world_size > 1 and not graph.replicated
+    if full:
+        problem = cooperative_refusal(graph, "full")
+        if problem:
+            raise mark_agreed(ConfigError(problem))
+        if talks:
+            sampler = _cooperative_sampler(rt, graph, sampler.fanouts)
+        return BatchLoader(sampler, graph.features, seeds, max(1, len(seeds)), shuffle=False, seed=seed,
+                           comm=rt.comm, device=rt.device, wrap=False, layout=graph.layout, reuse=True)
     if train:
         batch_size = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
         if minibatch == "cooperative" and talks:
@@ -73,11 +89,11 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
                        wrap=train, max_steps=max_steps if train else 0, layout=graph.layout)
 
 
-def cooperative_refusal(graph: LocalGraph) -> str:
-    """Why cooperative mini-batches cannot train `graph` (a one-line error with its hint, `config.refusals`), or
-    "" where they can. Not collective: every rank's graph is of the same kind."""
+def cooperative_refusal(graph: LocalGraph, mode: str = "cooperative") -> str:
+    """Why cooperative (or full-graph: `mode`) batches cannot train `graph` (a one-line error with its hint,
+    `config.refusals`), or "" where they can. Not collective: every rank's graph is of the same kind."""
     task = graph.task or make_task()
-    return refusal({"minibatch": "cooperative", "replicated": graph.replicated,
+    return refusal({"minibatch": mode, "replicated": graph.replicated,
                     "embed_dim": graph.embedding.dim if graph.embedding is not None else 0, "task": task.name,
                     "cooperative_task": task.cooperative, "hetero": graph.layout is not None})
 
@@ -91,6 +107,26 @@ def _cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any])
     local = graph.sampler.source.local
     rows = make_alltoall("torch" if rows_on_device(graph.features) else "mpi", rt.comm.Dup(), rt.device)
     return CooperativeSampler(rt.comm.Dup(), local, np.asarray(graph.part.meta.part_offsets), fanouts, rows)
+
+
+def check_full_fits(rt: Runtime, graph: LocalGraph, model: Any) -> None:
+    """Collective over `rt.comm`: refuse `--minibatch full` on every rank, in one line, where some rank's step
+    would not fit in its memory (`SampledGNN.activation_bytes` on all its own rows and the rows it links to,
+    what its layers hold at most, times the ranks sharing the memory)."""
+    module = getattr(model, "module", model)
+    problem = ""
+    if hasattr(module, "activation_bytes"):
+        part = graph.part
+        rows = int(part.hi - part.lo) + len(part.halo_gid)
+        available, sharing = spare_memory(rt, graph.features)
+        estimate = module.activation_bytes(rows, len(part.col), graph.features.x.dtype.itemsize) * sharing
+        try:
+            check_memory(estimate, available, f"--minibatch full: {rows:,} rows and {len(part.col):,} edges per "
+                         f"layer on this rank, {sharing} rank(s) sharing its memory",
+                         "more ranks (more hosts), or --minibatch cooperative (the same rows a batch at a time)")
+        except ConfigError as exc:
+            problem = str(exc)
+    check_all(rt.comm, not problem, problem, ConfigError)
 
 
 def rank_batch_size(batch_size: int, world_size: int, rank: int, scope: str = "global") -> int:

@@ -21,7 +21,7 @@ from mpignn.launch.bootstrap import Runtime, bootstrap, shutdown
 from mpignn.mpi import check_all, check_same
 from mpignn.mpi.watchdog import Deadline, Watchdog, bounded
 from mpignn.runtime.graph import build_graph_and_model
-from mpignn.runtime.loaders import cooperative_refusal, make_loader
+from mpignn.runtime.loaders import check_full_fits, cooperative_refusal, make_loader
 from mpignn.tasks import Task
 from mpignn.training.fit import fit
 from mpignn.training.minibatch import PROBE_STEPS, choose_minibatch
@@ -76,6 +76,8 @@ def train_run(cfg: TrainConfig, task: Task, options: GraphOptions, stop: StopSig
             mode, _ = choose_minibatch(rt, model, lambda m: loader("train", m, cap), task=task,
                                        bf16=cfg.precision == "bf16", refusal=cooperative_refusal(graph))
             cfg = dataclasses.replace(cfg, minibatch=mode)  # what checkpoints record: a resume compares it
+        if cfg.minibatch == "full":  # the whole neighbourhood in one step: refused up front where it cannot fit
+            check_full_fits(rt, graph, model)
         loaders: dict[str, Any] = {split: loader(split, cfg.minibatch) for split in ("train", "val", "test")}
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         code = fit(cfg, rt, graph, loaders, model, optimizer, stop)

@@ -15,7 +15,7 @@ from mpignn.config.train_config import parse_fanout
 from mpignn.sampling import kernels
 
 __all__ = ["SampleOutput", "HopSource", "LocalHops", "NeighborSampler", "parse_fanout", "ARRAY_MAP_BYTES",
-           "Fanout", "fanout_array"]
+           "Fanout", "fanout_array", "loop_free_degree"]
 
 
 @dataclass
@@ -89,6 +89,14 @@ class LocalHops:
         rows = ((gids - self.lo) * t)[:, None] + kinds
         keys = (gids * t)[:, None] + kinds
         return kernels.sample_rows(self.type_rowptr, self.col, rows.reshape(-1), keys.reshape(-1), fanouts, seed)
+
+
+def loop_free_degree(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndarray:
+    """int64 [rows]: each CSR row's in-edges other than self-loops (rows are the global ids lo, lo + 1, ...):
+    the degree PyG's `gcn_norm` adds one self-loop to, on the whole graph."""
+    n = len(rowptr) - 1
+    own = np.repeat(np.arange(lo, lo + n, dtype=np.int64), np.diff(rowptr))
+    return np.diff(rowptr) - np.bincount(own[np.asarray(col) == own] - lo, minlength=n)
 
 
 ARRAY_MAP_BYTES = 64 << 20

@@ -102,11 +102,12 @@ def evaluate_nodes(model: torch.nn.Module, loader: Any, *, device: str, bf16: bo
     for batch in loader:
         n = batch.batch_size
         with_rows(batch, embedding, device, train=False)  # collective: before skipping an empty batch
-        if not n:
+        if not n and getattr(batch, "halo", None) is None:  # a halo's layers are collective: every rank computes
             continue
         with autocast(device, bf16):
             logits = forward_batch(module, batch)
-        metric_sums.add("correct", (metric or count_equal)(logits.argmax(-1), batch.y[:n]))
+        if n:
+            metric_sums.add("correct", (metric or count_equal)(logits.argmax(-1), batch.y[:n]))
         sums["seeds"] += n
     return metric_sums.flush()
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from mpignn.launch.bootstrap import Runtime
     from mpignn.loader.local_graph import LocalGraph
 
-__all__ = ["train_epoch", "run_epoch"]
+__all__ = ["train_epoch", "run_epoch", "minibatch_mode"]
 
 
 def _progress(show: bool, step: int, steps: int, loss: float) -> None:
@@ -214,8 +214,16 @@ def run_epoch(rt: Runtime, epoch: int, model: torch.nn.Module, optimizer: torch.
         epoch=epoch, epochs_done=epoch + min(end_step or steps, steps) / max(steps, 1), total=total,
         slowest=slowest, scores=scores, unit=task.unit, layers=len(layers), world_size=rt.world_size,
         graph_fields={"cache_rows": graph.cache_rows, "cache_mib": graph.cache_mib, "graph_mib": graph.graph_mib},
-        minibatch="cooperative" if getattr(loaders["train"].sampler, "cooperative", False) else "independent",
+        minibatch=minibatch_mode(loaders["train"]),
         stopped_step=int(sums["stopped_step"]) if stopped else None, carried=_CARRIED)
+
+
+def minibatch_mode(loader: Any) -> str:
+    """How `loader`'s batches split the work over ranks: full (the whole neighbourhood, kept), cooperative or
+    independent."""
+    if getattr(loader, "reuse", False):
+        return "full"
+    return "cooperative" if getattr(loader.sampler, "cooperative", False) else "independent"
 
 
 _CARRIED = ("loss_sum", "correct", "seeds", "units")

@@ -70,9 +70,9 @@ SCHEMA: dict[str, Field] = {
     "own_rows_per_step": Field("rows", "the same on the busiest rank", _EPOCH),
     "redundancy": Field("", "rows computed on all ranks / rows of the union of their batches, the largest over "
                         "the layers (1.0: each row once; `redundancy`)", _EPOCH),
-    "halo_step_bytes": Field("bytes", "--minibatch cooperative: layer rows and their gradients moved per step",
+    "halo_step_bytes": Field("bytes", "--minibatch cooperative and full: layer rows and their gradients moved per step",
                              _EPOCH),
-    "minibatch": Field("", "how the batch was split over ranks: independent or cooperative", _EPOCH),
+    "minibatch": Field("", "how the batch was split over ranks: independent, cooperative or full", _EPOCH),
     "stopped_step": Field("steps", "only when a signal stopped the epoch: the first step not trained", _EPOCH),
     "partial": Field("", "only when stopped: the done steps' sums a resumed run adds back", _EPOCH),
     "best_epoch": Field("", "the evaluated epoch with the best validation score so far", _FIT),

@@ -1,0 +1,75 @@
+"""`--minibatch full` (issue 38 items 2 and 4): one epoch on 1, 2 and 3 ranks equals PyG's full-batch model on the
+whole graph (w:full_epoch); the CLI trains with one step per epoch and scores whole neighbourhoods, with a bf16
+feature table too; what it cannot train, or a step that cannot fit, is refused in one line before anything runs."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from _mpirun import run_mpi, run_mpi_raw
+from mpignn.config.refusals import refusal
+from mpignn.config.train_config import parse
+from mpignn.errors import ConfigError
+from mpignn.tasks import make_task
+from mpignn.training.fit import check_flags
+
+SMALL = ["--dataset", "synthetic:num_nodes=3000,avg_degree=8,num_features=16", "--hidden", "32", "--fanout", "5,5",
+         "--lr", "0.01", "--dropout", "0.2"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_a_full_epoch_equals_pyg_full_batch_forward_loss_and_gradients(tmp_path, n):
+    run_mpi("full_epoch.py", n, tmp_path, timeout=180)
+
+
+@pytest.mark.mpi
+def test_the_cli_trains_one_step_per_epoch_on_whole_neighbourhoods(tmp_path):
+    metrics = tmp_path / "full.jsonl"
+    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), *SMALL, "--epochs", "8",
+                              "--minibatch", "full", "--feature-dtype", "bf16", "--metrics-out", str(metrics)],
+                          timeout=240)
+    assert rc == 0, out[-4000:]
+    recs = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert {r["minibatch"] for r in recs} == {"full"}
+    assert recs[-1]["redundancy"] == 1.0 and recs[-1]["halo_step_bytes"] > 0
+    # the kept batch's input rows crossed once: later epochs move only the hidden layers' rows
+    assert recs[-1]["halo_step_bytes"] < recs[0]["halo_step_bytes"]
+    assert recs[-1]["loss"] < recs[0]["loss"] and recs[-1]["test_acc_at_best_val"] > 0.3  # 8 classes
+    assert "1 train steps per epoch" in out and "whole neighbourhoods" in out
+
+
+def test_link_prediction_and_replicated_graphs_are_refused_in_one_line():
+    with pytest.raises(ConfigError, match="--minibatch full trains node classification; --task link"):
+        check_flags(parse(["--minibatch", "full", "--task", "link"]), make_task(name="link"))
+    assert refusal({"minibatch": "full", "replicated": True, "embed_dim": 0}).startswith(
+        "--minibatch full computes each row on its owner; --replicated cannot. HINT")
+
+
+def test_a_heterogeneous_graph_is_refused_by_the_loader(rt, tmp_path):
+    from mpignn.data import save_npz
+    from mpignn.data.synthetic_hetero import make_user_item
+    from mpignn.runtime import cooperative_refusal, load_local_graph, make_loader
+
+    save_npz(str(tmp_path / "hetero.npz"), make_user_item(num_items=300, num_users=80, edges_per_item=4))
+    graph = load_local_graph(rt, f"npz:{tmp_path / 'hetero.npz'}", str(tmp_path), fanouts=[3, 3], cache_size=0)
+    assert "--minibatch full samples homogeneous graphs" in cooperative_refusal(graph, "full")
+    with pytest.raises(ConfigError, match="--minibatch full samples homogeneous graphs"):
+        make_loader(rt, graph, "train", minibatch="full")
+
+
+def test_a_step_that_cannot_fit_is_refused_before_it_runs(rt, tmp_path, monkeypatch):
+    from mpignn.models import build_model
+    from mpignn.runtime import load_local_graph, loaders
+
+    graph = load_local_graph(rt, "synthetic:num_nodes=500,num_features=8", str(tmp_path), fanouts=[3, 3],
+                             cache_size=0)
+    model = build_model("gat", graph.num_features, 16, graph.num_classes, 2)
+    need = model.activation_bytes(500, len(graph.part.col), 4)
+    monkeypatch.setattr(loaders, "spare_memory", lambda rt, features: (need - 1, 1))
+    with pytest.raises(ConfigError, match=r"--minibatch full: 500 rows .*HINT: more ranks"):
+        loaders.check_full_fits(rt, graph, model)
+    monkeypatch.setattr(loaders, "spare_memory", lambda rt, features: (need, 1))
+    loaders.check_full_fits(rt, graph, model)
