@@ -19,6 +19,7 @@ from torch_geometric.data import Data
 from mpignn.launch.device import Uploader, pinned_empty, synchronize
 from mpignn.exchange.features import FeatureStore
 from mpignn.exchange.halo import ByteCounter, Halo
+from mpignn.loader.whole import WholeNeighbourhoods
 from mpignn.mpi import chunk_bounds, pad_to_steps, steps_per_epoch
 from mpignn.sampling import kernels
 from mpignn.sampling.cooperative import union_rows
@@ -176,8 +177,8 @@ class BatchLoader:
         data.num_sampled_nodes = out.num_sampled_nodes
         data.num_sampled_edges = out.num_sampled_edges
         data.in_degree = torch.from_numpy(out.in_degree)  # the model's CSR pointers: no bincount on the device
-        if self.reuse:  # whole neighbourhoods: each row's whole-graph degree (GCN's, for the outermost hop too)
-            data.degree = torch.from_numpy(self._degree(out.n_id))
+        if self.reuse:  # whole neighbourhoods: each row's whole-graph degree, the input rows' CSR where sparse
+            data.whole = WholeNeighbourhoods(torch.from_numpy(self._degree(out.n_id)))
         return self._finish(_carry(data, extras), x, t0, t1)
 
     def _degree(self, n_id: np.ndarray) -> np.ndarray:

@@ -80,7 +80,7 @@ class SampledGNN(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes: Sequence[int],
                 num_sampled_edges: Sequence[int], in_degree: torch.Tensor | None = None,
-                halo: Any = None, degree: torch.Tensor | None = None) -> torch.Tensor:
+                halo: Any = None, whole: Any = None) -> torch.Tensor:
         """Logits of the seed nodes (the first num_sampled_nodes[0] rows).
 
         `in_degree`: each hop's targets' edge counts, batch-local order (`SampleOutput.in_degree`, the
@@ -89,8 +89,9 @@ class SampledGNN(torch.nn.Module):
         `halo`: a cooperative batch (`exchange.halo.Halo`): `x` holds this rank's own rows only (or has
         `halo.table_rows(0)` rows, the own rows first), and before each layer the halo appends the rows other
         ranks computed and gives the layer's edge sources.
-        `degree`: whole neighbourhoods (`--minibatch full`): each row's loop-free in-degree in the whole graph,
-        which GCN's normalisation then uses (as PyG's full-batch GCNConv) instead of the batch's edges.
+        `whole`: whole neighbourhoods (`--minibatch full`, `loader.whole.WholeNeighbourhoods`): GCN normalises
+        by each row's whole-graph degree (as PyG's full-batch GCNConv) instead of the batch's edges, and SAGE's
+        first layer multiplies sparse input rows as a sparse matrix.
         """
         hops = len(num_sampled_edges)
         if hops != self.num_layers:
@@ -108,7 +109,8 @@ class SampledGNN(torch.nn.Module):
             src, dst = edge_index[0, :n_edges], edge_index[1, :n_edges]
             root = x  # the layer's input rows, targets first: its residual reads them (before GCN's scaling)
             if self.kind == "gcn":  # each source row scaled by its deg^-1/2 before it may cross to other ranks
-                x, inv_sqrt, weight = _gcn_scaled(x, num_sampled_nodes, keep, src, dst, degree)
+                x, inv_sqrt, weight = _gcn_scaled(x, num_sampled_nodes, keep, src, dst,
+                                                  whole.degree if whole is not None else None)
             if fused and layer > 0:  # the previous layer left x before its activation
                 x, src = activated_halo(halo, layer, x, self.dropout, self.training)
                 root = x
@@ -121,7 +123,10 @@ class SampledGNN(torch.nn.Module):
             if self.kind == "gcn":
                 x = _gcn_sum(conv, x, src, dst, n_dst, inv_sqrt, weight)
             elif self.kind == "sage":
-                x = _sage(conv, x, MeanAdjacency(src, dst, n_dst, x.size(0), in_degree), n_dst)
+                adj = MeanAdjacency(src, dst, n_dst, x.size(0), in_degree)
+                sparse = whole.sparse_rows(x) if whole is not None and layer == 0 and not x.requires_grad else None
+                x = _sage(conv, x, adj, n_dst) if sparse is None else _SageSparseInput.apply(
+                    conv.lin_l.weight, conv.lin_l.bias, conv.lin_r.weight, *sparse, adj, n_dst)
             else:
                 pairs = edge_index[:, :n_edges] if halo is None else torch.stack([src, dst])
                 x = conv((x, x[:n_dst]), pairs, size=(x.size(0), n_dst))
@@ -182,6 +187,41 @@ class _SageMean(torch.autograd.Function):
         return grad_x, grad_wl, grad_b, grad_wr, None, None
 
 
+class _SageSparseInput(torch.autograd.Function):
+    """SAGE's first layer on sparse input rows that need no gradient: `rows` and `rows_t` (the transpose) as
+    (column ids, row starts, values), `loader.whole`. The mean is linear, so mean(x) W_l^T + x[:n_dst] W_r^T =
+    mean(x W_l^T) + (x W_r^T)[:n_dst]: one sparse product with both weights, then a mean of hidden-wide rows; the
+    weights' gradients are one product of the transpose with [mean^T(grad), grad]. Each product is an
+    `embedding_bag`: a weighted sum of the other matrix's rows. Float32 (the rows' values are)."""
+
+    @staticmethod
+    def forward(ctx, weight_l, bias_l, weight_r, rows, rows_t, adj, n_dst):
+        hidden = weight_l.shape[0]
+        both = _sparse_product(rows, torch.cat([weight_l, weight_r]).float().t().contiguous())  # [sources, 2h]
+        out = adj.mean(both[:, :hidden].contiguous())
+        out += both[:n_dst, hidden:]
+        out += bias_l.float()
+        ctx.rows_t, ctx.adj, ctx.n_dst, ctx.n_src, ctx.dtype = rows_t, adj, n_dst, len(rows[1]), weight_l.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.float()
+        hidden = grad.shape[1]
+        spread = torch.zeros(ctx.n_src, 2 * hidden, dtype=grad.dtype, device=grad.device)
+        spread[:, :hidden] = ctx.adj.mean_t(grad)
+        spread[:ctx.n_dst, hidden:] = grad
+        both = _sparse_product(ctx.rows_t, spread).t()  # [2 hidden, features]
+        return (both[:hidden].to(ctx.dtype), grad.sum(0).to(ctx.dtype), both[hidden:].to(ctx.dtype),
+                None, None, None, None)
+
+
+def _sparse_product(rows: tuple[torch.Tensor, ...], dense: torch.Tensor) -> torch.Tensor:
+    """Sparse rows (column ids, row starts, values) times `dense` (one row per column id)."""
+    cols, starts, values = rows
+    return torch.nn.functional.embedding_bag(cols, dense, starts, mode="sum", per_sample_weights=values)
+
+
 def _gcn_scaled(x: torch.Tensor, num_sampled_nodes: Sequence[int], keep: int, src: torch.Tensor,
                 dst: torch.Tensor, degree: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(the layer's source rows times deg^-1/2, deg^-1/2 of each source, each edge's weight: 0 for a sampled
@@ -221,12 +261,12 @@ def _sorted_by_target(edge_index: torch.Tensor) -> torch.Tensor:
 
 def encode(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes,
            num_sampled_edges, in_degree: torch.Tensor | None = None, halo: Any = None,
-           degree: torch.Tensor | None = None) -> torch.Tensor:
+           whole: Any = None) -> torch.Tensor:
     """Output rows of the batch's seed nodes (the first num_sampled_nodes[0]), computing only what each
     layer needs (`in_degree`: the sampler's per-target edge counts, used by SampledGNN; `halo`: a
-    cooperative batch's exchange, SampledGNN only; `degree`: whole-graph degrees of a full batch)."""
+    cooperative batch's exchange, SampledGNN only; `whole`: a full-graph batch's `loader.whole.WholeNeighbourhoods`)."""
     if isinstance(getattr(model, "module", model), SampledGNN):
-        return model(x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree, halo=halo, degree=degree)
+        return model(x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree, halo=halo, whole=whole)
     if halo is not None:
         raise ValueError("a cooperative batch needs a SampledGNN (--model sage, gat or gcn)")
     out = model(x, edge_index, num_sampled_nodes_per_hop=num_sampled_nodes,

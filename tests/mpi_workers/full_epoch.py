@@ -1,6 +1,7 @@
 """One `--minibatch full` epoch on N ranks equals PyG's full-batch model on the whole graph with the same weights:
 the training nodes' logits, the loss (the mean over all of them) and every parameter's gradient (as DDP averages
-them), for SAGE, GAT and GCN (GCN with the whole graph's degrees); a second pass reuses the kept batch and gives
+them), for SAGE (its first layer on dense and on CSR input rows), GAT and GCN (GCN with the whole graph's
+degrees); a second pass reuses the kept batch and gives
 the same logits. argv: ROOT."""
 import sys
 
@@ -9,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from mpignn.data import load_dataset
+from mpignn.loader import whole
 from mpignn.models import build_model, forward_batch
 from mpignn.mpi import run_main
 from mpignn.runtime import bootstrap, load_local_graph, make_loader
@@ -36,7 +38,8 @@ def main(root: str) -> None:
     x, edge_index, y = (torch.from_numpy(a) for a in (data.x, data.edge_index(), data.y))
     train = torch.from_numpy(np.asarray(data.train_idx, dtype=np.int64))
     comm, world = rt.comm, rt.world_size
-    for kind in ("sage", "gat", "gcn"):
+    for kind, density in (("sage", 0.0), ("sage", 1.0), ("gat", 0.0), ("gcn", 0.0)):
+        whole.SPARSE_DENSITY = density  # 1.0: SAGE's first layer multiplies the input rows as a CSR
         torch.manual_seed(0)
         model = build_model(kind, graph.num_features, 16, graph.num_classes, LAYERS, 0.0)
         loader = make_loader(rt, graph, "train", minibatch="full")
@@ -44,6 +47,7 @@ def main(root: str) -> None:
         batch = next(iter(loader))
         n = batch.batch_size
         logits = forward_batch(model, batch)
+        assert (batch.whole.sparse_rows(batch.x) is not None) == (density > 0), kind  # built on the filled table
         total = comm.allreduce(n)
         assert total == len(train), (total, len(train))
         loss = F.cross_entropy(logits, batch.y[:n], reduction="sum") * (world / total)

@@ -1,0 +1,108 @@
+"""`python -m mpignn.bench.fullgraph`: a `--minibatch full` epoch against PyG's full-batch GraphSAGE.
+
+PyG's side is the classic full-batch script (no sampler, so no pyg-lib): `SAGEConv` layers on the whole
+`edge_index`, ReLU and dropout between them, cross-entropy on the training nodes, Adam; it runs in this process
+with every core as threads. mpignn's side is `python -m mpignn.train --minibatch full` with the same layers,
+width, dropout and learning rate, on 1 rank with every core as threads and on N ranks (one core share each).
+What differs: PyG computes every node in every layer, mpignn only the training nodes' L-hop neighbourhood (the
+last layer the training nodes alone), by a CSR mean where PyG scatters per edge. Epoch seconds are medians
+over the epochs after the first (which builds the batch); evaluation is not timed on either side.
+
+    python -m mpignn.bench.fullgraph --dataset Coauthor-CS --root data \\
+        --splits ../shared/datasets/CS/splits/coauthor-cs_split.npz
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from statistics import median
+
+from mpignn.bench._common import run_train, table
+
+
+def pyg_full_batch(dataset: str, root: str, splits: str, layers: int, hidden: int, dropout: float, lr: float,
+                   epochs: int, threads: int) -> list[float]:
+    """Seconds of each epoch of PyG's full-batch GraphSAGE on `dataset` (its training split)."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    from torch_geometric.nn import SAGEConv
+
+    from mpignn.data import load_dataset
+
+    torch.set_num_threads(threads)
+    graph = load_dataset(dataset, root, splits=splits)
+    x, y = torch.from_numpy(graph.x).float(), torch.from_numpy(graph.y)
+    edge_index = torch.from_numpy(graph.edge_index())
+    train = torch.from_numpy(np.asarray(graph.train_idx, dtype=np.int64))
+    widths = [x.shape[1]] + [hidden] * (layers - 1) + [graph.num_classes]
+    torch.manual_seed(0)
+    convs = torch.nn.ModuleList(SAGEConv(a, b) for a, b in zip(widths[:-1], widths[1:]))
+    optimizer = torch.optim.Adam(convs.parameters(), lr=lr)
+    seconds = []
+    for _ in range(epochs):
+        t0 = time.perf_counter()
+        optimizer.zero_grad()
+        h = x
+        for i, conv in enumerate(convs):
+            h = conv(h, edge_index)
+            if i < layers - 1:
+                h = F.dropout(h.relu(), p=dropout, training=True)
+        F.cross_entropy(h[train], y[train]).backward()
+        optimizer.step()
+        seconds.append(time.perf_counter() - t0)
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mpignn.bench.fullgraph", description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="Coauthor-CS")
+    parser.add_argument("--root", default="", help="dataset root (default: a temporary folder)")
+    parser.add_argument("--splits", default="", help="--splits file of mpignn.train (fixed train/valid/test ids)")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--dropout", type=float, default=0.5)
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--epochs", type=int, default=6, help="epochs per configuration; the first is not timed")
+    parser.add_argument("--no-pyg", action="store_true", help="skip PyG's full-batch row")
+    args = parser.parse_args(argv)
+    cores = len(os.sched_getaffinity(0))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.root or tmp
+        common = ["--dataset", args.dataset, "--root", root, "--minibatch", "full", "--hidden", str(args.hidden),
+                  "--fanout=" + ",".join(["-1"] * args.layers), "--dropout", str(args.dropout), "--lr", str(args.lr),
+                  "--epochs", str(args.epochs), "--eval-every", str(args.epochs + 1), "--precision", "fp32",
+                  *(["--splits", args.splits] if args.splits else [])]
+        runs = [(f"mpignn full, 1 rank x {cores} threads", 1, ["--threads", str(cores)], 0),
+                ("mpignn full, 1 rank x 1 thread", 1, ["--threads", "1"], 1),
+                (f"mpignn full, {args.ranks} ranks x {max(1, cores // args.ranks)} thread(s)", args.ranks, [],
+                 max(1, cores // args.ranks))]
+        for label, ranks, extra, bind in runs:
+            recs = run_train(ranks, [*common, *extra], cores_per_rank=bind)
+            rows.append({"config": label, "epoch_s": median(r["epoch_s"] for r in recs[1:]),
+                         "halo": recs[-1].get("halo_step_bytes", 0) / 2**20, "rows": recs[-1]["rows_per_step"][0]})
+            print(f"  done: {label}", flush=True)
+        if not args.no_pyg:
+            seconds = pyg_full_batch(args.dataset, root, args.splits, args.layers, args.hidden, args.dropout,
+                                     args.lr, args.epochs, cores)
+            rows.append({"config": f"PyG full-batch GraphSAGE, {cores} threads", "epoch_s": median(seconds[1:])})
+    base = rows[-1]["epoch_s"] if not args.no_pyg else rows[0]["epoch_s"]
+    one = rows[1]["epoch_s"]  # 1 rank x 1 thread: what N ranks of one core share each scale from
+    for row in rows:
+        row["per_s"] = 1 / row["epoch_s"]
+        row["vs"] = base / row["epoch_s"]
+        row["vs_one"] = one / row["epoch_s"]
+    print(f"{args.dataset}: {args.layers} layers, hidden {args.hidden}, dropout {args.dropout}, fp32; median epoch "
+          f"of epochs 2-{args.epochs}")
+    print(table(rows, [("config", "config", "s"), ("epoch_s", "epoch s", ".3f"), ("per_s", "epochs/s", ".2f"),
+                       ("vs", "x PyG" if not args.no_pyg else "x first", ".2f"), ("vs_one", "x 1x1", ".2f"),
+                       ("rows", "input rows/step", ".0f"), ("halo", "halo MiB/epoch", ".1f")]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
