@@ -35,7 +35,7 @@ def _train(tmp_path, name, *extra):
 def test_cooperative_training_computes_each_row_once_and_learns_as_independent(tmp_path):
     coop, out = _train(tmp_path, "coop", "--minibatch", "cooperative", "--feature-dtype", "bf16",
                        "--prefetch", "on")
-    alone, _ = _train(tmp_path, "alone")
+    alone, _ = _train(tmp_path, "alone", "--minibatch", "independent")
     last = coop[-1]
     assert last["redundancy"] == 1.0 and last["halo_step_bytes"] > 0
     assert "redundancy 1.00 halo" in out
@@ -72,7 +72,7 @@ def test_auto_takes_cooperative_only_when_it_is_10_percent_faster(monkeypatch, c
     class Loader:
         def __init__(self, mode):
             self.mode = mode
-            self.sampler = SimpleNamespace(close=lambda: closed.append(mode))
+            self.sampler = SimpleNamespace(close=lambda: closed.append(mode), cooperative=mode == "cooperative")
 
         def __len__(self):
             return 1 + minibatch.PROBE_STEPS

@@ -1,6 +1,8 @@
 """Defaults chosen by measurement (docs/training.md "Defaults and why"): --task link's own defaults apply only
 where no flag or --config key sets them; --patience stops a run that plateaus and reports (and keeps, with
---checkpoint-dir) the best validation epoch."""
+--checkpoint-dir) the best validation epoch; without --epochs a run trains until validation stops improving,
+within a step budget, evaluating as often as its epochs' length asks (`training.converge`), and says why it
+stopped."""
 import json
 import sys
 
@@ -37,7 +39,36 @@ def test_patience_is_checked():
 
     with pytest.raises(ConfigError, match="--patience expected evaluations >= 0; got -1"):
         parse(["--patience", "-1"])
-    assert TrainConfig().patience == 0 or TrainConfig().patience >= TrainConfig().epochs  # the bare run: all epochs
+    assert TrainConfig().epochs == 0 and TrainConfig().patience == 0  # the bare run: the converge rule's
+
+
+@pytest.mark.parametrize("steps,epochs,every,evals,patience", [
+    (30, 10, 1, 1, 3),  # the embedded graph: an evaluation an epoch, at most STEP_BUDGET steps
+    (1, 300, 5, 1, 10),  # full-graph training: an epoch is a step, evaluated every 5, patience 50 steps
+    (5000, 1, 1, 25, 3),  # a huge graph: one epoch, evaluated every 200 steps inside it
+])
+def test_without_epochs_the_schedule_follows_the_epochs_length(steps, epochs, every, evals, patience):
+    from mpignn.training import converge
+
+    plan = converge.schedule(TrainConfig(), steps)
+    assert (plan.epochs, plan.eval_every, plan.evals_per_epoch, plan.patience) == (epochs, every, evals, patience)
+    assert plan.min_delta == converge.MIN_DELTA and plan.budget == max(steps, converge.STEP_BUDGET // steps * steps)
+    asked = converge.schedule(parse(["--epochs", "7", "--patience", "4"]), steps)
+    assert (asked.epochs, asked.patience, asked.min_delta, asked.budget) == (7, 4, 0.0, 0)  # as asked, as before
+
+
+@pytest.mark.mpi
+def test_without_epochs_a_run_stops_on_its_own_and_says_why(tmp_path):
+    # lr 1e-30: validation never moves, so the converge rule's patience (3 evaluations) ends the run
+    metrics = tmp_path / "m.jsonl"
+    rc, out = run_mpi_raw(1, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--dataset", TINY,
+                              "--lr", "1e-30", "--fanout=-1,-1", "--hidden", "16", "--batch-size", "8",
+                              "--minibatch", "independent", "--metrics-out", str(metrics)], timeout=180)
+    assert rc == 0, out[-4000:]
+    recs = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["epoch"] for r in recs] == [0, 1, 2, 3], out[-3000:]
+    assert "training until validation (evaluated 1x per epoch) stops improving by 0.002 for 3 evaluations" in out
+    assert "has not improved by 0.002 for 3 evaluations (best" in out and "stopping after epoch 3" in out
 
 
 @pytest.mark.mpi

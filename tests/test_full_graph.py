@@ -4,6 +4,7 @@ feature table too; what it cannot train, or a step that cannot fit, is refused i
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -69,7 +70,34 @@ def test_a_step_that_cannot_fit_is_refused_before_it_runs(rt, tmp_path, monkeypa
     model = build_model("gat", graph.num_features, 16, graph.num_classes, 2)
     need = model.activation_bytes(500, len(graph.part.col), 4)
     monkeypatch.setattr(loaders, "spare_memory", lambda rt, features: (need - 1, 1))
-    with pytest.raises(ConfigError, match=r"--minibatch full: 500 rows .*HINT: more ranks"):
-        loaders.check_full_fits(rt, graph, model)
+    assert re.search(r"--minibatch full: 500 rows .*HINT: more ranks", loaders.full_fit_problem(rt, graph, model))
     monkeypatch.setattr(loaders, "spare_memory", lambda rt, features: (need, 1))
-    loaders.check_full_fits(rt, graph, model)
+    assert loaders.full_fit_problem(rt, graph, model) == ""
+
+
+@pytest.mark.parametrize("coverage,full_s,picked", [(0.6, 1.9, "full"), (0.6, 2.1, "independent"),
+                                                    (0.4, 0.1, "independent")])
+def test_auto_trains_full_where_a_step_covers_the_graph_and_costs_at_most_two_steps(monkeypatch, coverage, full_s,
+                                                                                  picked):
+    import torch
+
+    from mpignn.training import minibatch
+
+    class Loader:
+        def __init__(self, mode):
+            self.mode, self.sampler = mode, None
+
+        def __len__(self):
+            return 1 + minibatch.PROBE_STEPS
+
+    rt = type("Rank", (), {"world_size": 1, "rank": 0, "device": "cpu"})()
+    times = {"independent": 1.0, "full": full_s}
+    monkeypatch.setattr(minibatch, "step_coverage", lambda rt, loader, n: coverage)
+    monkeypatch.setattr(minibatch, "_measure", lambda rt, model, loader, task, bf16: minibatch.Probe(
+        times[loader.mode], None, 0.0))
+    mode, probes = minibatch.choose_minibatch(rt, torch.nn.Linear(2, 2), Loader, task=None, num_nodes=100,
+                                              full_refusal="")
+    assert mode == picked and ("full" in probes) == (coverage >= minibatch.FULL_COVERAGE)
+    refused, _ = minibatch.choose_minibatch(rt, torch.nn.Linear(2, 2), Loader, task=None, num_nodes=100,
+                                            full_refusal="--minibatch full trains node classification")
+    assert refused == "independent"

@@ -43,7 +43,7 @@ def test_api_functions_default_to_the_cli_defaults():
             if param.default not in (inspect.Parameter.empty, None) and hasattr(cli, field):  # None: the graph's
                 assert param.default == getattr(cli, field), f"{fn.__name__}({name}=...) differs from --{field}"
                 checked += 1
-    assert checked >= 12
+    assert checked >= 11  # make_loader(minibatch=None): independent; the CLI's auto needs the model
 
 
 def _graph(**over):

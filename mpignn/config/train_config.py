@@ -71,8 +71,9 @@ class TrainConfig:
     checked; part of what a prepared partition is matched by). Empty: the dataset's."""
     local_prep: bool = False
     """Prepare the dataset on rank 0 of every host (node-local disks) instead of global rank 0."""
-    epochs: int = 5
-    """Passes over the training nodes (the embedded graph plateaus by then on 1 or 2 ranks)."""
+    epochs: int = 0
+    """Passes over the training nodes; 0: until validation stops improving, within a step budget
+    (docs/training.md)."""
     batch_size: int = 1024
     """Training seeds per optimizer step: over all ranks with --batch-scope global (split among them, so any
     rank count takes the same steps), per rank with --batch-scope rank. Also the evaluation batch."""
@@ -171,9 +172,9 @@ class TrainConfig:
     """Learning rate of the embeddings' sparse Adagrad."""
     eval_every: int = 1
     """Evaluate val/test every N epochs (and always after the last)."""
-    minibatch: str = "independent"
-    """independent: each rank computes every row its seeds reach (rows shared by ranks more than once);
-    cooperative: each sampled row once, by its owner; auto: try both, keep the faster (docs/training.md)."""
+    minibatch: str = "auto"
+    """auto: the fastest that pays of independent (each rank its seeds' rows), cooperative (each row once, by
+    its owner) and full (the whole graph a step; small graphs); docs/training.md."""
     eval: str = "sampled"
     """sampled: val/test scores on sampled neighbourhoods (--fanout), as training sees them; full: also those
     of exact inference (as python -m mpignn.predict), as the *_full fields of each evaluation."""
@@ -181,8 +182,8 @@ class TrainConfig:
     """Evaluate val/test K times per epoch, after each K-th of its steps (time to accuracy then resolves to
     a fraction of an epoch); more than 1 needs --eval-every 1."""
     patience: int = 0
-    """Stop once validation (accuracy; AUC for --task link) has not improved for this many evaluations; report
-    the test score at the best, and keep its weights in best/ with --checkpoint-dir (0: never)."""
+    """Stop once validation has not improved for this many evaluations; report the test score at the best,
+    keep its weights in best/ (0: with --epochs never, else the converge rule's)."""
     target_val: float = 0.0
     """Stop once the validation accuracy (AUC for --task link) reaches this (0: never; time-to-accuracy runs).
     The test split is then evaluated only where validation reaches it, and after the last epoch."""

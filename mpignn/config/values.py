@@ -66,7 +66,7 @@ def _finite(value: float) -> bool:
     return math.isfinite(value)
 
 
-_POSITIVE_INTS = ("epochs", "batch_size", "hidden", "eval_every", "evals_per_epoch")
+_POSITIVE_INTS = ("batch_size", "hidden", "eval_every", "evals_per_epoch")
 
 # (names, accepts(*values), message: a format string of the values {0}, {1} and the first name's {default})
 RANGES: tuple[tuple[tuple[str, ...], Callable[..., bool], str], ...] = (
@@ -95,8 +95,12 @@ RANGES: tuple[tuple[tuple[str, ...], Callable[..., bool], str], ...] = (
      "--prep-timeout must be positive seconds; got {0}. HINT: e.g. --prep-timeout 3600"),
     (("collective_timeout",), lambda v: 0 < v < math.inf,
      "--collective-timeout must be positive seconds; got {0}. HINT: e.g. --collective-timeout 300"),
+    (("epochs",), lambda v: v >= 0,
+     "--epochs must be >= 0; got {0}. HINT: e.g. --epochs 20, or leave it out (0) to train until validation stops "
+     "improving"),
     (("patience",), lambda v: v >= 0,
-     "--patience expected evaluations >= 0; got {0}. HINT: e.g. --patience 5, or 0 to never stop early"),
+     "--patience expected evaluations >= 0; got {0}. HINT: e.g. --patience 5, or 0: never stop early with --epochs "
+     "(without it: the converge rule's)"),
     (("max_steps",), lambda v: v >= 0, "--max-steps must be >= 0; got {0}. HINT: 0 means every batch"),
     (("keep_checkpoints",), lambda v: v >= 1,
      "--keep-checkpoints expected at least 1; got {0}. HINT: --keep-checkpoints 2 (the default)"),

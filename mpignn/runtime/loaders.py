@@ -23,13 +23,13 @@ from mpignn.sampling.cooperative import CooperativeSampler
 from mpignn.sampling.neighbor import NeighborSampler
 from mpignn.tasks import make_task, picker
 
-__all__ = ["make_loader", "cooperative_refusal", "rank_batch_size", "check_full_fits"]
+__all__ = ["make_loader", "cooperative_refusal", "rank_batch_size", "full_fit_problem"]
 
 
 def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[int] | None = None, *,
                 batch_size: int = TrainConfig.batch_size, batch_scope: str = TrainConfig.batch_scope,
                 shuffle: bool | None = None, seed: int = TrainConfig.seed, prefetch: str = TrainConfig.prefetch,
-                max_steps: int = TrainConfig.max_steps, minibatch: str = "independent", **unknown: Any) -> BatchLoader:
+                max_steps: int = TrainConfig.max_steps, minibatch: str | None = None, **unknown: Any) -> BatchLoader:
     """Collective over `rt.comm` (agrees on the step count): a loader over this rank's seeds of `split`
     ("train", "val" or "test") as `graph.task` gives them (`Task.seeds`: the split's nodes; for link
     prediction its pairs, and batches then carry `edge_label_index` and `edge_label`, as PyG's
@@ -47,7 +47,8 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
             samples and computes its share's neighbourhoods. Evaluation is independent. "full" (every split):
             one step per pass over all of the split's seeds and their whole L-hop neighbourhoods (every
             neighbour), each row computed once by its owner as in cooperative batches; the batch is the same
-            every pass, so it is made once and kept (`BatchLoader`'s `reuse`).
+            every pass, so it is made once and kept (`BatchLoader`'s `reuse`). None: independent (the CLI's
+            `--minibatch auto` times the modes with the model: `training.minibatch.choose_minibatch`).
     """
     task = graph.task or make_task()
     for key in unknown:  # the same call on every rank
@@ -57,6 +58,7 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
                                       "NeighborLoader(graph, num_neighbors=[15, 10], input_nodes='train')"))
     if split not in SPLITS:
         raise mark_agreed(ConfigError(f"split must be one of {', '.join(SPLITS)}; got {split!r}. HINT: 'train'"))
+    minibatch = minibatch or "independent"
     if minibatch not in MINIBATCH_MODES:  # the same argument on every rank ("auto" is the caller's to resolve)
         raise mark_agreed(ConfigError(f"minibatch must be one of {', '.join(MINIBATCH_MODES)}; got {minibatch!r}. "
                                       "HINT: minibatch='independent'"))
@@ -109,10 +111,14 @@ def _cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any])
     return CooperativeSampler(rt.comm.Dup(), local, np.asarray(graph.part.meta.part_offsets), fanouts, rows)
 
 
-def check_full_fits(rt: Runtime, graph: LocalGraph, model: Any) -> None:
-    """Collective over `rt.comm`: refuse `--minibatch full` on every rank, in one line, where some rank's step
-    would not fit in its memory (`SampledGNN.activation_bytes` on all its own rows and the rows it links to,
-    what its layers hold at most, times the ranks sharing the memory)."""
+def full_fit_problem(rt: Runtime, graph: LocalGraph, model: Any) -> str:
+    """Collective over `rt.comm`: why `--minibatch full` cannot train `graph` (`cooperative_refusal`), or where
+    some rank's step would not fit in its memory (`SampledGNN.activation_bytes` on all its own rows and the
+    rows it links to, what its layers hold at most, times the ranks sharing the memory): one line with its
+    hint, the same on every rank; "" where it can."""
+    problem = cooperative_refusal(graph, "full")
+    if problem:
+        return problem
     module = getattr(model, "module", model)
     problem = ""
     if hasattr(module, "activation_bytes"):
@@ -126,7 +132,11 @@ def check_full_fits(rt: Runtime, graph: LocalGraph, model: Any) -> None:
                          "more ranks (more hosts), or --minibatch cooperative (the same rows a batch at a time)")
         except ConfigError as exc:
             problem = str(exc)
-    check_all(rt.comm, not problem, problem, ConfigError)
+    try:
+        check_all(rt.comm, not problem, problem, ConfigError)
+    except ConfigError as exc:
+        return str(exc)
+    return ""
 
 
 def rank_batch_size(batch_size: int, world_size: int, rank: int, scope: str = "global") -> int:

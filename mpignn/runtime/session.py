@@ -16,12 +16,12 @@ import torch
 from mpignn import __version__
 from mpignn.config.graph_options import GraphOptions
 from mpignn.config.train_config import TrainConfig, check_fits
-from mpignn.errors import ConfigError
+from mpignn.errors import ConfigError, mark_agreed
 from mpignn.launch.bootstrap import Runtime, bootstrap, shutdown
 from mpignn.mpi import check_all, check_same
 from mpignn.mpi.watchdog import Deadline, Watchdog, bounded
 from mpignn.runtime.graph import build_graph_and_model
-from mpignn.runtime.loaders import check_full_fits, cooperative_refusal, make_loader
+from mpignn.runtime.loaders import cooperative_refusal, full_fit_problem, make_loader
 from mpignn.tasks import Task
 from mpignn.training.fit import fit
 from mpignn.training.minibatch import PROBE_STEPS, choose_minibatch
@@ -71,13 +71,16 @@ def train_run(cfg: TrainConfig, task: Task, options: GraphOptions, stop: StopSig
         loader = lambda split, mode, cap=cfg.max_steps: make_loader(  # noqa: E731
             rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope, seed=cfg.seed,
             prefetch=cfg.prefetch, max_steps=cap, minibatch=mode)
+        if cfg.minibatch in ("auto", "full"):  # the whole neighbourhood in one step: where it can, and fits
+            full_problem = full_fit_problem(rt, graph, model)  # collective
+            if full_problem and cfg.minibatch == "full":
+                raise mark_agreed(ConfigError(full_problem))
         if cfg.minibatch == "auto":  # measured on this run's first batches (collective)
             cap = min(cfg.max_steps or PROBE_STEPS + 1, PROBE_STEPS + 1)
             mode, _ = choose_minibatch(rt, model, lambda m: loader("train", m, cap), task=task,
-                                       bf16=cfg.precision == "bf16", refusal=cooperative_refusal(graph))
+                                       bf16=cfg.precision == "bf16", refusal=cooperative_refusal(graph),
+                                       num_nodes=graph.part.meta.num_nodes, full_refusal=full_problem)
             cfg = dataclasses.replace(cfg, minibatch=mode)  # what checkpoints record: a resume compares it
-        if cfg.minibatch == "full":  # the whole neighbourhood in one step: refused up front where it cannot fit
-            check_full_fits(rt, graph, model)
         loaders: dict[str, Any] = {split: loader(split, cfg.minibatch) for split in ("train", "val", "test")}
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         code = fit(cfg, rt, graph, loaders, model, optimizer, stop)

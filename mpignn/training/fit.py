@@ -12,6 +12,7 @@ import torch
 
 from mpignn.config.refusals import check_combinations
 from mpignn.training.checkpoint import latest_checkpoint, resume_state, save_state
+from mpignn.training import converge
 from mpignn.training.ddp import optimize_for_device, wrap_ddp
 from mpignn.training.epoch import run_epoch
 from mpignn.training.report import BestEpoch, format_epoch, format_final
@@ -87,13 +88,14 @@ def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, 
     task = graph.task
     comm, best = rt.comm, BestEpoch(metric=task.metric)
     first_epoch, first_step, carry, stale = 0, 0, None, 0  # stale: evaluations since validation improved
+    ref = None  # the validation score of the last improvement by min_delta (the converge rule's)
     check_outputs(comm, cfg, generation_bytes(model, getattr(graph, "embedding", None)))
     if resuming:
         info = resume_state(comm, cfg.checkpoint_dir, model, optimizer, cfg.to_dict(), rt.device,
                             rows=getattr(graph, "embedding", None), model_flags=task.model_flags)
         first_epoch, first_step = info["epoch"], info["step"]
         best = BestEpoch.from_dict(info["extra"].get("best", {}), best.metric)
-        stale = int(info["extra"].get("stale", 0))
+        stale, ref = int(info["extra"].get("stale", 0)), info["extra"].get("ref")
         carry = info["extra"].get("partial") if first_step else None
         log.info("resumed from %s (%s) at epoch %d step %d (%s)", cfg.checkpoint_dir, info["generation"],
                  first_epoch, first_step,
@@ -113,18 +115,21 @@ def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, 
         for group in optimizer.param_groups:
             group["lr"] = schedule.lr_at(schedule.step)
     ddp, timer = wrap_ddp(model, comm, rt.device)
-    log.info("%d train steps per epoch, %s", steps, "bf16 autocast" if bf16 else "fp32")
+    plan = converge.schedule(cfg, steps)
+    log.info("%d train steps per epoch, %s; training %s", steps, "bf16 autocast" if bf16 else "fp32",
+             plan.describe(steps))
     rec: dict[str, Any] | None = None
     tb = ScalarLog(cfg.tensorboard) if cfg.tensorboard and rt.rank == 0 else None
-    ends = eval_steps(steps, cfg.evals_per_epoch)
-    for epoch in range(first_epoch, cfg.epochs):
+    ends = eval_steps(steps, plan.evals_per_epoch)
+    reached = patience_out = False
+    for epoch in range(first_epoch, plan.epochs):
         resumed_here = epoch == first_epoch
         start = first_step if resumed_here else 0
         for end in [e for e in ends if e > start] or ends[-1:]:
             last = end == ends[-1]
-            final = last and epoch == cfg.epochs - 1  # the run's last evaluation always scores the test split
+            final = last and epoch == plan.epochs - 1  # the run's last evaluation always scores the test split
             rec = run_epoch(rt, epoch, ddp, optimizer, loaders, task=task, bf16=bf16, timer=timer, graph=graph,
-                            evaluate_now=not last or epoch == cfg.epochs - 1 or (epoch + 1) % cfg.eval_every == 0,
+                            evaluate_now=not last or epoch == plan.epochs - 1 or (epoch + 1) % plan.eval_every == 0,
                             stop=stop, start_step=start, end_step=None if last else end,
                             carry=carry if resumed_here and start == first_step else None,
                             test_if=cfg.target_val if cfg.target_val and not final else None)
@@ -135,8 +140,10 @@ def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, 
             elif cfg.eval == "full" and rec.get(f"val_{task.metric}") is not None:
                 rec.update(task.evaluate_full(rt, graph, ddp))  # collective: exact inference, every node
             improved = best.update(rec)
-            if rec.get(f"val_{best.metric}") is not None:
-                stale = 0 if improved else stale + 1
+            val = rec.get(f"val_{best.metric}")
+            if val is not None:
+                moved = improved if not plan.min_delta else ref is None or val >= ref + plan.min_delta
+                stale, ref = (0, val) if moved else (stale + 1, ref)
             rec.update(best.fields())
 
             def write(rec: dict[str, Any] = rec, step: int = eval_index(epoch, ends, end)) -> None:
@@ -146,16 +153,15 @@ def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, 
 
             report_epoch(comm, cfg, rec, write)
             start = end
-            val = rec.get(f"val_{best.metric}")
             reached = bool(cfg.target_val) and val is not None and val >= cfg.target_val
-            patience_out = bool(cfg.patience) and stale >= cfg.patience  # same on every rank: val is reduced
+            patience_out = bool(plan.patience) and stale >= plan.patience  # same on every rank: val is reduced
             if reached or patience_out:
                 break
         if cfg.checkpoint_dir:  # after the epoch, or where the target was reached inside it
             done = start == ends[-1]
             gen = _save(cfg, rt, graph, epoch=epoch + 1 if done else epoch, step=0 if done else start,
                         model=model, optimizer=optimizer,
-                        extra={"config": cfg.to_dict(), "best": best.to_dict(), "stale": stale})
+                        extra={"config": cfg.to_dict(), "best": best.to_dict(), "stale": stale, "ref": ref})
             if improved:  # the weights just saved are the best validation's
                 on_behalf(comm, lambda: keep_best(gen, cfg.checkpoint_dir), f"a copy of {gen.name} to best/ in "
                           f"{cfg.checkpoint_dir}", f"free space there; {gen.name} holds the same weights")
@@ -164,9 +170,15 @@ def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, 
                      cfg.target_val, rec["epochs_done"])
             break
         if patience_out:
-            log.info("validation %s has not improved for --patience %d evaluations (best %.4f at epoch %d): "
-                     "stopping after epoch %d", best.metric, cfg.patience, best.val_acc, best.epoch, epoch)
+            by = f" by {plan.min_delta:g}" if plan.min_delta else ""
+            log.info("validation %s has not improved%s for %s%d evaluations (best %.4f at epoch %d): stopping after "
+                     "epoch %d", best.metric, by, "--patience " if cfg.patience else "", plan.patience,
+                     best.val_acc, best.epoch, epoch)
             break
+    else:
+        if plan.budget and rec is not None:
+            log.info("the step budget of %d steps is spent after epoch %d (best validation %s at epoch %s): "
+                     "stopping; --epochs N trains N epochs", plan.budget, plan.epochs - 1, best.metric, best.epoch)
     if rt.rank == 0 and rec is not None:
         print(format_final(best, rec, rt.world_size, task.metric_name, task.metric), flush=True)
     return 0

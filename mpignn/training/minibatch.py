@@ -1,10 +1,19 @@
-"""`--minibatch auto`: time both ways of splitting a batch over ranks on the run's own first batches, and train
-with the faster.
+"""`--minibatch auto` (the default): time the ways of splitting the work over ranks on the run's own first
+batches, and train with the one that pays.
+
+On a small graph every mini-batch's L-hop neighbourhood covers most of it (Coauthor CS: 23,246 input rows a step
+over 2 ranks for 18,333 nodes), so an epoch of mini-batches computes the graph's first layer many times where
+`--minibatch full` computes each row once a step. Where the first step's input rows (summed over ranks, as they
+are computed) reach `FULL_COVERAGE` of the graph's nodes and full-graph training can run (a homogeneous graph,
+node classification, a step that fits in memory), a full-graph step is timed too, and kept where it takes at most
+`FULL_WORTH` independent steps: one full step carries every training node's gradient, but fewer steps per epoch
+(the embedded graph covers 1.6 of itself a step on 2 ranks, yet its full step costs 6 independent ones and
+independent wins; docs/training.md, "Choosing the mode").
 
 Whether cooperative mini-batches pay depends on what no formula here can know in advance: how much the ranks'
 neighbourhoods overlap (the rows `independent` computes twice) against what each layer's exchange and its
 synchronisation cost on this network and these devices. On a 2-core VM the exchange always lost; on GPUs with a
-fast interconnect the published gains are large. So `auto` measures: both modes train the same first steps of
+fast interconnect the published gains are large. So `auto` measures: the modes train the same first steps of
 epoch 0 (weights, buffers, optimizer and random streams untouched: gradients are computed and dropped), taking
 turns, and cooperative is kept only where its steps are at least `MARGIN` faster on the slowest rank.
 """
@@ -25,7 +34,7 @@ from mpignn.mpi import allreduce_max, allreduce_sum
 if TYPE_CHECKING:
     from mpignn.launch.bootstrap import Runtime
 
-__all__ = ["Probe", "choose_minibatch", "PROBE_STEPS", "ROUNDS", "MARGIN"]
+__all__ = ["Probe", "choose_minibatch", "step_coverage", "PROBE_STEPS", "ROUNDS", "MARGIN", "FULL_COVERAGE", "FULL_WORTH"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +43,12 @@ PROBE_STEPS = 2
 ROUNDS = 3
 """Passes per mode, the modes taking turns: a neighbour's burst of load slows both, and each mode keeps its
 fastest pass (as timeit does)."""
+FULL_COVERAGE = 0.5
+"""Time a full-graph step where one mini-batch step's input rows (all ranks) reach this share of the graph's
+nodes (below it, building the whole graph's batch to time it would cost more than it could save)."""
+FULL_WORTH = 2.0
+"""Train full-graph where its step takes at most this many independent steps' time: on the embedded graph 30
+full-graph steps reached the validation accuracy of 60 independent ones (docs/training.md)."""
 MARGIN = 0.10
 """Cooperative must take at most (1 - MARGIN) of independent's time per step: within the noise, the mode with
 fewer moving parts wins."""
@@ -62,45 +77,92 @@ class _Discard:
         self.model.zero_grad(set_to_none=True)
 
 
+def step_coverage(rt: Runtime, loader: Any, num_nodes: int) -> float:
+    """Collective over `rt.comm`: the input rows of `loader`'s first step of epoch 0, summed over the ranks,
+    over the graph's `num_nodes`."""
+    loader.set_epoch(0, 0, 1)
+    rows = sum(batch.num_nodes for batch in loader)
+    return float(allreduce_sum(rt.comm, [rows])[0]) / max(1, num_nodes)
+
+
 def choose_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[[str], Any], *, task: Any,
-                     bf16: bool = False, refusal: str = "") -> tuple[str, dict[str, Probe]]:
-    """Collective over `rt.comm`: "cooperative" or "independent", and what each measured.
+                     bf16: bool = False, refusal: str = "", num_nodes: int = 0,
+                     full_refusal: str = "one") -> tuple[str, dict[str, Probe]]:
+    """Collective over `rt.comm`: "full", "cooperative" or "independent", and what each measured.
 
     Args:
         make_loader: `mode -> training loader` of that mode (collective), capped at 1 + PROBE_STEPS steps; its
             epoch 0 is what training's epoch 0 draws.
-        refusal: why cooperative cannot train this run ("" where it can): then nothing is measured.
+        refusal: why cooperative cannot train this run ("" where it can): then it is not timed.
+        num_nodes, full_refusal: the graph's nodes, and why full-graph training cannot train it ("" where it can,
+            `runtime.full_fit_problem`); where it can and the first step covers `FULL_COVERAGE` of the graph, a
+            full-graph step is timed too.
     """
+    coverage = step_coverage(rt, make_loader("independent"), num_nodes) if not full_refusal else 0.0
     refusal = refusal or ("one rank" if rt.world_size == 1 else "")
+    modes = ["independent", *(["cooperative"] if not refusal else []),
+             *(["full"] if coverage >= FULL_COVERAGE else [])]
     probes: dict[str, Probe] = {}
-    if not refusal:
+    short = ""
+    if len(modes) > 1:
         saved = rng_state(rt.device)  # dropout draws: training then starts from the state it would have had
         buffers = [b.detach().clone() for b in model.buffers()]  # --norm batch's running statistics, likewise
-        loader = make_loader("independent")
-        if len(loader) < 1 + PROBE_STEPS:  # the same step count on every rank
-            refusal = f"an epoch of {len(loader)} steps is too short to measure"
+        loaders = {mode: make_loader(mode) for mode in modes}
+        if len(loaders["independent"]) < 1 + PROBE_STEPS:  # the same step count on every rank
+            short = f"an epoch of {len(loaders['independent'])} steps is too short to measure"
         else:
-            loaders = {"independent": loader, "cooperative": make_loader("cooperative")}
-            passes = [{mode: _measure(rt, model, loaders[mode], task, bf16) for mode in loaders}
-                      for _ in range(ROUNDS)]
-            probes = {mode: min((p[mode] for p in passes), key=lambda probe: probe.step_s) for mode in loaders}
-            loaders["cooperative"].sampler.close()  # training builds its own loader: free the probe's comms
+            passes = [{mode: _measure(rt, model, loaders[mode], task, bf16) for mode in loaders
+                       if mode != "full" or not r}  # one full pass: its steps are long, its noise small
+                      for r in range(ROUNDS)]
+            probes = {mode: min((p[mode] for p in passes if mode in p), key=lambda probe: probe.step_s)
+                      for mode in loaders}
+        for loader in loaders.values():  # training builds its own loaders: free the probe's comms
+            if getattr(getattr(loader, "sampler", None), "cooperative", False):
+                loader.sampler.close()
         set_rng_state(saved, rt.device)
         with torch.no_grad():
             for buffer, before in zip(model.buffers(), buffers):
                 buffer.copy_(before)
         model.zero_grad(set_to_none=True)
-    if refusal:
-        if rt.rank == 0:
-            log.info("--minibatch auto: independent (%s)", refusal.split(". HINT")[0])
-        return "independent", probes
-    ind, coop = probes["independent"], probes["cooperative"]
-    mode = "cooperative" if coop.step_s <= (1 - MARGIN) * ind.step_s else "independent"
+    mode = _pick(probes, "full" in modes and bool(short))
     if rt.rank == 0:
-        log.info("--minibatch auto: %s | independent %.3fs/step (redundancy %s), cooperative %.3fs/step "
-                 "(halo %.1f MiB/step); the fastest of %d passes of %d steps each", mode, ind.step_s,
-                 _fmt(ind.redundancy), coop.step_s, coop.halo_step_bytes / 2**20, ROUNDS, PROBE_STEPS)
+        if not probes:
+            why = short or refusal.split(". HINT")[0] or full_refusal.split(". HINT")[0]
+            log.info("--minibatch auto: %s (%s)", mode, why)
+        else:
+            timed = ", ".join(f"{m} {p.step_s:.3f}s/step" for m, p in probes.items())
+            log.info("--minibatch auto: %s | %s (redundancy %s%s); a step covers %.2f of the graph; the fastest "
+                     "of %d passes of %d steps each", mode, timed, _fmt(probes["independent"].redundancy),
+                     f", cooperative halo {probes['cooperative'].halo_step_bytes / 2**20:.1f} MiB/step"
+                     if "cooperative" in probes else "", coverage, ROUNDS, PROBE_STEPS)
     return mode, probes
+
+
+def _pick(probes: dict[str, Probe], full_when_short: bool) -> str:
+    """The mode the probes favour: full where its step costs at most FULL_WORTH independent steps, cooperative
+    where it is at least MARGIN faster than independent, else independent."""
+    if not probes:
+        return "full" if full_when_short else "independent"
+    ind = probes["independent"].step_s
+    if "full" in probes and probes["full"].step_s <= FULL_WORTH * ind:
+        return "full"
+    if "cooperative" in probes and probes["cooperative"].step_s <= (1 - MARGIN) * ind:
+        return "cooperative"
+    return "independent"
+
+
+class _Repeat:
+    """A full-graph loader (one step an epoch) as `times` steps: its kept batch again and again."""
+
+    def __init__(self, loader: Any, times: int) -> None:
+        self.loader, self.times, self.start_step, self.sampler = loader, times, 0, loader.sampler
+
+    def __len__(self) -> int:
+        return self.times
+
+    def __iter__(self) -> Any:
+        for _ in range(self.times):
+            yield from self.loader
 
 
 class _Clock:
@@ -108,6 +170,7 @@ class _Clock:
 
     def __init__(self, loader: Any) -> None:
         self.loader, self.start_step, self.done = loader, loader.start_step, []
+        self.sampler = loader.sampler
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -120,7 +183,10 @@ class _Clock:
 
 def _measure(rt: Runtime, model: torch.nn.Module, loader: Any, task: Any, bf16: bool) -> Probe:
     """Collective: `loader`'s first 1 + PROBE_STEPS steps of epoch 0, the first untimed."""
-    loader.set_epoch(0, 0, 1 + PROBE_STEPS)
+    if getattr(loader, "reuse", False):
+        loader = _Repeat(loader, 1 + PROBE_STEPS)
+    else:
+        loader.set_epoch(0, 0, 1 + PROBE_STEPS)
     halo0 = getattr(loader.sampler, "halo_bytes", 0)
     clock = _Clock(loader)
     sums = train_epoch(model, clock, _Discard(model), task=task, device=rt.device, bf16=bf16, comm=rt.comm)
