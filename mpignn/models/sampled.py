@@ -120,6 +120,7 @@ class SampledGNN(torch.nn.Module):
                 # may come with room for the remote rows (`Halo.table_rows`)
                 x, src = halo(layer, x if len(x) == n_src or layer == 0 else x[:n_src])
                 root = root if self.kind == "gcn" else x
+            sparse = None  # SAGE's first layer of a full-graph batch: its input rows as a sparse matrix, if sparse
             if self.kind == "gcn":
                 x = _gcn_sum(conv, x, src, dst, n_dst, inv_sqrt, weight)
             elif self.kind == "sage":
@@ -131,7 +132,7 @@ class SampledGNN(torch.nn.Module):
                 pairs = edge_index[:, :n_edges] if halo is None else torch.stack([src, dst])
                 x = conv((x, x[:n_dst]), pairs, size=(x.size(0), n_dst))
             if self.residuals is not None:  # a fresh sum: the activation below may still write into it
-                x = x + self.residuals[layer](root[:n_dst])
+                x = x + _residual(self.residuals[layer], root, n_dst, sparse)
             if hidden and self.norms is not None:  # each rank's own rows of the layer (RankBatchNorm: all ranks')
                 x = self.norms[layer](x)
             if hidden and not fused:
@@ -214,6 +215,32 @@ class _SageSparseInput(torch.autograd.Function):
         both = _sparse_product(ctx.rows_t, spread).t()  # [2 hidden, features]
         return (both[:hidden].to(ctx.dtype), grad.sum(0).to(ctx.dtype), both[hidden:].to(ctx.dtype),
                 None, None, None, None)
+
+
+def _residual(branch: torch.nn.Module, root: torch.Tensor, n_dst: int, sparse: Any) -> torch.Tensor:
+    """A layer's residual branch on its targets' input rows `root[:n_dst]`; a projection of sparse input rows
+    (`sparse`: the layer's rows and their transpose, `loader.whole`) as a sparse product."""
+    if sparse is None or not isinstance(branch, torch.nn.Linear):
+        return branch(root[:n_dst])
+    return _SparseProjection.apply(branch.weight, *sparse, n_dst)
+
+
+class _SparseProjection(torch.autograd.Function):
+    """The first `n_dst` of sparse rows (as `_SageSparseInput` takes them) times `weight`^T, without bias."""
+
+    @staticmethod
+    def forward(ctx, weight, rows, rows_t, n_dst):
+        cols, starts, values = rows
+        end = int(starts[n_dst]) if n_dst < len(starts) else len(cols)
+        out = _sparse_product((cols[:end], starts[:n_dst], values[:end]), weight.float().t().contiguous())
+        ctx.rows_t, ctx.n_src, ctx.dtype = rows_t, len(starts), weight.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        spread = torch.zeros(ctx.n_src, grad.shape[1], dtype=torch.float32, device=grad.device)
+        spread[:len(grad)] = grad
+        return _sparse_product(ctx.rows_t, spread).t().to(ctx.dtype), None, None, None
 
 
 def _sparse_product(rows: tuple[torch.Tensor, ...], dense: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """One `--minibatch full` epoch on N ranks equals PyG's full-batch model on the whole graph with the same weights:
 the training nodes' logits, the loss (the mean over all of them) and every parameter's gradient (as DDP averages
-them), for SAGE (its first layer on dense and on CSR input rows), GAT and GCN (GCN with the whole graph's
+them), for SAGE (its first layer on dense and on CSR input rows, with a residual projection too), GAT and GCN (GCN with the whole graph's
 degrees); a second pass reuses the kept batch and gives
 the same logits. argv: ROOT."""
 import sys
@@ -20,10 +20,13 @@ LAYERS = 3
 
 
 def pyg_full_batch(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
-    """PyG's full-batch forward: each conv on every node and edge, ReLU between (no dropout)."""
+    """PyG's full-batch forward: each conv on every node and edge (plus the residual branch), ReLU between (no
+    dropout)."""
     for i, conv in enumerate(model.convs):
-        x = conv(x, edge_index) if model.kind == "gcn" else conv((x, x), edge_index)
-        x = x.relu() if i < len(model.convs) - 1 else x
+        out = conv(x, edge_index) if model.kind == "gcn" else conv((x, x), edge_index)
+        if model.residuals is not None:
+            out = out + model.residuals[i](x)
+        x = out.relu() if i < len(model.convs) - 1 else out
     return x
 
 
@@ -38,10 +41,11 @@ def main(root: str) -> None:
     x, edge_index, y = (torch.from_numpy(a) for a in (data.x, data.edge_index(), data.y))
     train = torch.from_numpy(np.asarray(data.train_idx, dtype=np.int64))
     comm, world = rt.comm, rt.world_size
-    for kind, density in (("sage", 0.0), ("sage", 1.0), ("gat", 0.0), ("gcn", 0.0)):
+    for kind, density, residual in (("sage", 0.0, False), ("sage", 1.0, False), ("sage", 1.0, True),
+                                    ("gat", 0.0, False), ("gcn", 0.0, False)):
         whole.SPARSE_DENSITY = density  # 1.0: SAGE's first layer multiplies the input rows as a CSR
         torch.manual_seed(0)
-        model = build_model(kind, graph.num_features, 16, graph.num_classes, LAYERS, 0.0)
+        model = build_model(kind, graph.num_features, 16, graph.num_classes, LAYERS, 0.0, residual=residual)
         loader = make_loader(rt, graph, "train", minibatch="full")
         assert len(loader) == 1, len(loader)
         batch = next(iter(loader))
@@ -58,7 +62,7 @@ def main(root: str) -> None:
         again = forward_batch(model, next(iter(loader)))  # the kept batch, its halo's input rows not re-sent
         assert torch.equal(again, logits), (kind, (again - logits).abs().max())
 
-        reference = build_model(kind, graph.num_features, 16, graph.num_classes, LAYERS, 0.0)
+        reference = build_model(kind, graph.num_features, 16, graph.num_classes, LAYERS, 0.0, residual=residual)
         reference.load_state_dict(model.state_dict())
         want = pyg_full_batch(reference, x, edge_index)
         ref_loss = F.cross_entropy(want[train], y[train])
