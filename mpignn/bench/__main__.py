@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="which of: 1x1, 1xall, metis+cache, metis, random+cache, random, replicated, "
                              "metis+cache+prefetch (batches produced in a loader thread: --prefetch on), "
                              "coop (--minibatch cooperative: each sampled row computed once), coop+prefetch, "
-                             "auto (--minibatch auto: both measured on the first steps, the faster kept), "
+                             "auto (--minibatch auto: the modes timed on the first steps), full or 1xall-full "
+                             "(--minibatch full: one step an epoch over the whole graph), "
                              "rank-batch (--batch-scope rank: --batch-size seeds per rank), rank-batch+sqrt-lr "
                              "or rank-batch+linear-lr (and --lr-scaling sqrt or linear); any of them + fp16 or "
                              "+ bf16 (--feature-dtype), e.g. metis+bf16")
@@ -90,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
              "coop+prefetch": (f"{n} ranks metis, cooperative, prefetch", n,
                                ["--minibatch", "cooperative", *cache, "--prefetch", "on"], share),
              "auto": (f"{n} ranks metis+cache, --minibatch auto", n, ["--minibatch", "auto", *cache], share),
+             "full": (f"{n} ranks, full-graph", n, ["--minibatch", "full"], share),
+             "1xall-full": (f"1 rank x {cores} threads, full-graph", 1, ["--minibatch", "full", "--threads",
+                                                                         str(cores)], 0),
              "rank-batch": (f"{n} ranks metis+cache, batch per rank", n, [*cache, "--batch-scope", "rank"], share),
              **{f"rank-batch+{rule}-lr": (f"{n} ranks metis+cache, batch per rank, {rule} lr", n,
                                           [*cache, "--batch-scope", "rank", "--lr-scaling", rule], share)
@@ -110,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         root = args.root or tmp
 
         def train(ranks: int, extra: list[str], bind: int, epochs: int, evals: list[str], seed: int) -> list[dict]:
-            common = ["--dataset", args.dataset, "--root", root, "--seed", str(seed), "--epochs", str(epochs),
+            # independent unless a configuration says otherwise (its flags come later and win)
+            common = ["--minibatch", "independent", "--dataset", args.dataset, "--root", root, "--seed", str(seed),
+                      "--epochs", str(epochs),
                       "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
                       "--precision", args.precision, "--lr", str(args.lr), "--task", args.task,
                       "--max-steps", str(args.max_steps), *shlex.split(args.train_args), *evals]

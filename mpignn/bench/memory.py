@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  done: partition into {ranks}", flush=True)
         for ranks in (1, args.ranks):
             rec = run_train(ranks, ["--dataset", args.dataset, "--root", root, "--partitions",
-                                    str(folders[ranks]), "--epochs", "1", *args.extra])[-1]
+                                    str(folders[ranks]), "--epochs", "1", "--minibatch", "independent",
+                                    *args.extra])[-1]
             rows.append({"stage": "train", "config": f"{ranks} rank{'s' * (ranks > 1)}",
                          "part": part_mib(folders[ranks]), "startup": rec["load_peak_rss_mb"],
                          "graph_mib": rec["graph_mib"], "cache": rec["cache_mib"],

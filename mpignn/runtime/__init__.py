@@ -21,12 +21,12 @@ from mpignn.loader.local_graph import LocalGraph
 from mpignn.loader.prefetch import overlap
 from mpignn.partition.source import auto_folder
 from mpignn.runtime.graph import attach_embedding, build_graph_and_model, build_local_graph, load_local_graph
-from mpignn.runtime.loaders import cooperative_refusal, make_loader, rank_batch_size
+from mpignn.runtime.loaders import cooperative_refusal, full_fit_problem, make_loader, rank_batch_size
 from mpignn.runtime.exact_inference import inference
 from mpignn.runtime.metrics import accuracy, mean
 from mpignn.runtime.neighbor_loader import NeighborLoader
 
 __all__ = ["Runtime", "LocalGraph", "GraphOptions", "bootstrap", "load_local_graph", "build_local_graph",
            "attach_embedding", "make_loader", "reduce_sums", "shutdown", "rank_batch_size", "overlap", "cache_budget",
-           "auto_folder", "cooperative_refusal", "build_graph_and_model", "NeighborLoader", "accuracy", "mean",
+           "auto_folder", "cooperative_refusal", "full_fit_problem", "build_graph_and_model", "NeighborLoader", "accuracy", "mean",
            "inference"]

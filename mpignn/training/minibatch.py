@@ -112,7 +112,7 @@ def choose_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[
             short = f"an epoch of {len(loaders['independent'])} steps is too short to measure"
         else:
             passes = [{mode: _measure(rt, model, loaders[mode], task, bf16) for mode in loaders
-                       if mode != "full" or not r}  # one full pass: its steps are long, its noise small
+                       if mode != "full" or not r}  # one full pass (`_measure`)
                       for r in range(ROUNDS)]
             probes = {mode: min((p[mode] for p in passes if mode in p), key=lambda probe: probe.step_s)
                       for mode in loaders}
@@ -183,8 +183,8 @@ class _Clock:
 
 def _measure(rt: Runtime, model: torch.nn.Module, loader: Any, task: Any, bf16: bool) -> Probe:
     """Collective: `loader`'s first 1 + PROBE_STEPS steps of epoch 0, the first untimed."""
-    if getattr(loader, "reuse", False):
-        loader = _Repeat(loader, 1 + PROBE_STEPS)
+    if getattr(loader, "reuse", False):  # one timed full step: it is long, and its noise small
+        loader = _Repeat(loader, 2)
     else:
         loader.set_epoch(0, 0, 1 + PROBE_STEPS)
     halo0 = getattr(loader.sampler, "halo_bytes", 0)
