@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or xpu: where both sides train")
     parser.add_argument("--pyg-python", help="interpreter with torch-geometric + pyg-lib or torch-sparse")
     args = parser.parse_args(argv)
-    common = ["--minibatch", "independent", "--dataset", args.dataset, "--fanout", args.fanout, "--batch-size", str(args.batch_size),
+    common = ["--minibatch", "independent", "--dataset", args.dataset,
+              "--fanout", args.fanout, "--batch-size", str(args.batch_size),
               "--hidden", str(args.hidden), "--threads", str(args.threads), "--device", args.device]
     rows = []
     with tempfile.TemporaryDirectory() as root:

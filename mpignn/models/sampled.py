@@ -250,7 +250,8 @@ def _sparse_product(rows: tuple[torch.Tensor, ...], dense: torch.Tensor) -> torc
 
 
 def _gcn_scaled(x: torch.Tensor, num_sampled_nodes: Sequence[int], keep: int, src: torch.Tensor,
-                dst: torch.Tensor, degree: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                dst: torch.Tensor,
+                degree: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(the layer's source rows times deg^-1/2, deg^-1/2 of each source, each edge's weight: 0 for a sampled
     self-loop) with the degrees PyG's gcn_norm gives the trimmed layer: one self-loop per node (sampled ones
     merged into it) plus its other in-edges where the layer computes it, so 1 for the outermost hop's nodes.

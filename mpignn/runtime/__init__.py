@@ -28,5 +28,6 @@ from mpignn.runtime.neighbor_loader import NeighborLoader
 
 __all__ = ["Runtime", "LocalGraph", "GraphOptions", "bootstrap", "load_local_graph", "build_local_graph",
            "attach_embedding", "make_loader", "reduce_sums", "shutdown", "rank_batch_size", "overlap", "cache_budget",
-           "auto_folder", "cooperative_refusal", "full_fit_problem", "build_graph_and_model", "NeighborLoader", "accuracy", "mean",
+           "auto_folder", "cooperative_refusal", "full_fit_problem",
+           "build_graph_and_model", "NeighborLoader", "accuracy", "mean",
            "inference"]

@@ -7,8 +7,9 @@ for `patience` evaluations), within `STEP_BUDGET` optimizer steps. It evaluates 
 `EVAL_STEPS` steps where epochs are longer (huge graphs), so patience can act within an epoch; and every
 `MIN_EVAL_STEPS` steps' worth of epochs where they are shorter (a full-graph epoch is one step, and its evaluation
 costs about as much). Patience counts evaluations: at least `PATIENCE_EVALS`, and at least `PATIENCE_STEPS` steps'
-worth, since one full-graph step moves validation little. `--epochs N` trains N epochs as asked (with `--patience` only where given). The
-numbers, and the runs they come from, are in docs/training.md ("Converging by default"). Stdlib only.
+worth, since one full-graph step moves validation little. `--epochs N` trains N epochs as asked (with `--patience`
+only where given). The numbers, and the runs they come from, are in docs/training.md ("Converging by default").
+Stdlib only.
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from mpignn.config.train_config import TrainConfig
 
-__all__ = ["Schedule", "schedule", "STEP_BUDGET", "EVAL_STEPS", "MIN_EVAL_STEPS", "PATIENCE_EVALS", "PATIENCE_STEPS", "MIN_DELTA"]
+__all__ = ["Schedule", "schedule", "STEP_BUDGET", "EVAL_STEPS", "MIN_EVAL_STEPS", "PATIENCE_EVALS",
+           "PATIENCE_STEPS", "MIN_DELTA"]
 
 STEP_BUDGET = 300
 """Optimizer steps a run without --epochs trains at most (whole epochs; at least one)."""

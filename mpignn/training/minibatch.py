@@ -34,7 +34,8 @@ from mpignn.mpi import allreduce_max, allreduce_sum
 if TYPE_CHECKING:
     from mpignn.launch.bootstrap import Runtime
 
-__all__ = ["Probe", "choose_minibatch", "step_coverage", "PROBE_STEPS", "ROUNDS", "MARGIN", "FULL_COVERAGE", "FULL_WORTH"]
+__all__ = ["Probe", "choose_minibatch", "step_coverage", "PROBE_STEPS", "ROUNDS", "MARGIN", "FULL_COVERAGE",
+           "FULL_WORTH"]
 
 log = logging.getLogger(__name__)
 

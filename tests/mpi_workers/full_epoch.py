@@ -1,7 +1,7 @@
 """One `--minibatch full` epoch on N ranks equals PyG's full-batch model on the whole graph with the same weights:
 the training nodes' logits, the loss (the mean over all of them) and every parameter's gradient (as DDP averages
-them), for SAGE (its first layer on dense and on CSR input rows, with a residual projection too), GAT and GCN (GCN with the whole graph's
-degrees); a second pass reuses the kept batch and gives
+them), for SAGE (its first layer on dense and on CSR input rows, with a residual projection too), GAT and GCN
+(GCN with the whole graph's degrees); a second pass reuses the kept batch and gives
 the same logits. argv: ROOT."""
 import sys
 
