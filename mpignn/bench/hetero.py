@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--model", default="sage", help="sage or rgcn")
-    parser.add_argument("--imdb-args", default="--epochs 5 --fanout 10,5 --batch-size 128 --hidden 256 --lr 0.003")
+    parser.add_argument("--imdb-args", default="--fanout 10,5 --batch-size 128")
     parser.add_argument("--synthetic-args", default="--epochs 4 --fanout 10,5 --batch-size 256 --hidden 64 "
                                                     "--lr 0.01")
     parser.add_argument("--embed-dim", type=int, default=32)
