@@ -51,7 +51,7 @@ def test_no_schedule_where_the_global_batch_does_not_grow():
 @pytest.mark.mpi
 def test_steps_per_epoch_on_two_ranks(tmp_path):
     """A global batch keeps the optimizer steps of one rank; a per-rank batch halves them on two."""
-    args = [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--dataset",
+    args = [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--minibatch", "independent", "--dataset",
             "synthetic:num_nodes=4000,avg_degree=6,num_features=8", "--batch-size", "128", "--fanout", "4,4",
             "--hidden", "16", "--epochs", "1"]
     steps = {}

@@ -24,7 +24,8 @@ def test_training_reports_the_budget(tmp_path):
     metrics = tmp_path / "m.jsonl"
     rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--dataset",
                               "synthetic:num_nodes=3000,avg_degree=10,num_features=6", "--epochs", "1", "--hidden",
-                              "16", "--batch-size", "256", "--fanout", "4,3", "--metrics-out", str(metrics)],
+                              "16", "--batch-size", "256", "--fanout", "4,3", "--minibatch", "independent",
+                              "--metrics-out", str(metrics)],
                           timeout=180)
     assert rc == 0, out[-4000:]
     line = [l for l in out.splitlines() if "feature cache:" in l]

@@ -10,7 +10,7 @@ from _mpirun import run_mpi_raw
 pytestmark = pytest.mark.mpi
 
 SMALL = ["--dataset", "synthetic:num_nodes=5000,avg_degree=8,num_features=16", "--epochs", "2", "--hidden", "32",
-         "--batch-size", "128", "--fanout", "5,5", "--lr", "0.01", "--cache-size", "0"]
+         "--batch-size", "128", "--fanout", "5,5", "--lr", "0.01", "--cache-size", "0", "--minibatch", "independent"]
 SAME = ("loss", "train_acc", "val_acc", "test_acc", "remote_feature_bytes", "remote_structure_bytes")
 
 
