@@ -1,4 +1,4 @@
-"""`--norm none|layer|batch` and `--residual` (issue 38 item 5): every combination trains; batch norm alone equals
+"""`--norm none|layer|batch`, `--residual` and `--linear-head` (issue 38 item 5): every combination trains; batch norm alone equals
 torch's BatchNorm1d, and its statistics and gradients on 2 and 3 cooperative ranks equal one process's
 (w:norm_step, one mpirun); exact inference equals the whole-graph forward; a run checkpoints, predicts and
 refuses a resume with other values; a model or graph that cannot take them is refused in one agreed line."""
@@ -73,13 +73,15 @@ def batches():
     return out
 
 
-@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("residual,head", [(False, False), (True, False), (True, True)],
+                         ids=["plain", "residual", "residual+head"])
 @pytest.mark.parametrize("norm", NORMS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_each_combination_trains_a_few_steps(batches, kind, norm, residual):
+def test_each_combination_trains_a_few_steps(batches, kind, norm, residual, head):
     torch.manual_seed(0)
-    model = build_model(kind, 8, 16, 4, 3, dropout=0.3, norm=norm, residual=residual)
+    model = build_model(kind, 8, 16, 4, 3, dropout=0.3, norm=norm, residual=residual, linear_head=head)
     assert (model.norms is None) == (norm == "none") and (model.residuals is None) == (not residual)
+    assert (model.head is None) == (not head)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     losses = []
     for _ in range(4):
@@ -92,6 +94,7 @@ def test_each_combination_trains_a_few_steps(batches, kind, norm, residual):
             losses.append(float(loss))
     assert np.isfinite(losses).all() and np.mean(losses[-3:]) < np.mean(losses[:3]), losses
     if norm == "batch":
+        assert len(model.norms) == (3 if head else 2)
         assert all(int(m.num_batches_tracked) == 12 for m in model.norms)
         assert all(not torch.equal(m.running_mean, torch.zeros(16)) for m in model.norms)
 
@@ -100,6 +103,13 @@ def test_residuals_project_only_where_the_widths_differ():
     model = build_model("sage", 8, 16, 4, 3, residual=True)
     kinds = [type(r).__name__ for r in model.residuals]
     assert kinds == ["Linear", "Identity", "Linear"] and model.residuals[0].bias is None
+
+
+def test_a_linear_head_keeps_every_conv_hidden_wide():
+    model = build_model("gat", 8, 16, 4, 3, residual=True, norm="layer", linear_head=True)
+    assert [c_out for _, c_out in model.widths] == [16, 16, 16] and len(model.norms) == 3
+    assert [type(r).__name__ for r in model.residuals] == ["Linear", "Identity", "Identity"]
+    assert (model.head.in_features, model.head.out_features) == (16, 4)
 
 
 def test_minibatch_auto_puts_the_running_statistics_back_after_measuring(monkeypatch):
@@ -142,13 +152,16 @@ def whole():
     return torch.from_numpy(data.x), torch.from_numpy(data.edge_index())
 
 
-@pytest.mark.parametrize("norm,residual", [("layer", True), ("batch", True), ("batch", False), ("none", True)])
+@pytest.mark.parametrize("norm,residual,head", [("layer", True, False), ("batch", True, False),
+                                                ("batch", False, False), ("none", True, False),
+                                                ("layer", True, True), ("batch", False, True)])
 @pytest.mark.parametrize("kind", KINDS)
-def test_exact_inference_equals_the_whole_graph_forward(graph, whole, kind, norm, residual):
+def test_exact_inference_equals_the_whole_graph_forward(graph, whole, kind, norm, residual, head):
     from mpignn.runtime import inference
 
     torch.manual_seed(0)
-    model = build_model(kind, graph.num_features, 8, graph.num_classes, 3, norm=norm, residual=residual)
+    model = build_model(kind, graph.num_features, 8, graph.num_classes, 3, norm=norm, residual=residual,
+                        linear_head=head)
     with torch.no_grad():  # statistics and affine weights other than their start, so each shows
         for m in model.modules():
             if isinstance(m, (RankBatchNorm, torch.nn.LayerNorm)):
@@ -172,8 +185,10 @@ def _hetero_npz(tmp_path):
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["--model", "rgcn", "--norm", "batch"], "--model rgcn has no norm or residual layers; got --norm batch. HINT"),
+    (["--model", "rgcn", "--norm", "batch"],
+     "--model rgcn has no norm, residual or head layers; got --norm batch. HINT"),
     (["--model", "rgcn", "--residual"], "got --residual. HINT: drop --residual"),
+    (["--model", "rgcn", "--linear-head"], "got --linear-head. HINT: drop --linear-head"),
     (["--norm", "group"], "--norm must be one of none, layer, batch; got 'group'. HINT"),
 ])
 def test_a_model_without_norm_or_residual_is_refused_before_anything_runs(argv, needle):
@@ -211,12 +226,12 @@ def test_a_run_checkpoints_predicts_and_refuses_a_resume_with_other_values(tmp_p
     from mpignn.predict.cli import main as predict
     from mpignn.training.checkpoint import latest_checkpoint, load_checkpoint
 
-    code, out = _cli(tmp_path, "--epochs", "2", "--norm", "batch", "--residual", "--eval", "full")
+    code, out = _cli(tmp_path, "--epochs", "2", "--norm", "batch", "--residual", "--linear-head", "--eval", "full")
     assert code == 0, out[-3000:]
-    # python -m mpignn.predict rebuilds the model with the checkpoint's --norm and --residual
+    # python -m mpignn.predict rebuilds the model with the checkpoint's --norm, --residual and --linear-head
     assert predict(["--checkpoint-dir", str(tmp_path / "ck"), "--out", str(tmp_path / "pred"), "--threads", "1"]) == 0
     torch.manual_seed(0)
-    model = build_model("sage", 12, 16, 4, 2, norm="batch", residual=True)
+    model = build_model("sage", 12, 16, 4, 2, norm="batch", residual=True, linear_head=True)
     load_checkpoint(latest_checkpoint(tmp_path / "ck"), model)
     assert int(model.norms[0].num_batches_tracked) > 0
     data = load_dataset(RUN_GRAPH, str(tmp_path / "data"))
@@ -226,5 +241,6 @@ def test_a_run_checkpoints_predicts_and_refuses_a_resume_with_other_values(tmp_p
     code, out = _cli(tmp_path, "--epochs", "3", "--resume", "--norm", "layer")
     errors = [line for line in out.splitlines() if "--resume expects" in line]
     assert code == 1 and "Traceback" not in out, out[-3000:]
-    assert len(errors) == 1 and "--norm layer (checkpoint: batch), --residual False (checkpoint: True)" in errors[0] \
+    assert len(errors) == 1 and "--norm layer (checkpoint: batch), --residual False (checkpoint: True), " \
+        "--linear-head False (checkpoint: True)" in errors[0] \
         and "HINT: resume with the checkpoint's flags" in errors[0], out[-3000:]

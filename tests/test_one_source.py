@@ -97,7 +97,8 @@ def test_each_rule_refuses_and_accepts():
                "partitions": ("p", ""), "evals_per_epoch": (2, 1), "eval_every": (2, 1), "resume": (True, False),
                "requeue": (True, False), "checkpoint_dir": ("", "ck"), "force_new": (True, False), "device": ("xpu", "cpu"),
                "backend": ("gloo", "auto"), "splits": ("splits.npz", ""), "model": ("rgcn", "sage"),
-               "norm": ("batch", "none"), "residual": (True, False)}
+               "norm": ("batch", "none"), "residual": (True, False),
+               "linear_head": (True, False)}
     for rule in RULES:
         bad = [samples[n][0] for n in rule.names]
         good = [samples[n][1] for n in rule.names]

@@ -28,23 +28,27 @@ def _owner_flags(replicated: bool, embed_dim: int) -> str:
     return " and ".join(flag for flag, on in (("--replicated", replicated), ("--embed-dim", embed_dim)) if on)
 
 
-def _model_options(norm: str, residual: bool) -> str:
-    return " and ".join(flag for flag, on in ((f"--norm {norm}", norm != "none"), ("--residual", residual)) if on)
+def _model_options(norm: str, residual: bool, linear_head: bool) -> str:
+    return " and ".join(flag for flag, on in ((f"--norm {norm}", norm != "none"), ("--residual", residual),
+                                              ("--linear-head", linear_head)) if on)
+
+
+def _has_model_options(norm: str, residual: bool, linear_head: bool) -> bool:
+    return norm != "none" or bool(residual) or bool(linear_head)
 
 
 _OWNER_MODES = ("cooperative", "full")  # each row computed by its owner, its halo crossing layer by layer
 
 RULES: tuple[Rule, ...] = (
-    Rule(("model", "norm", "residual"),  # R-GCN is HeteroGNN's: no norm or residual layers
-         lambda model, norm, residual: model == "rgcn" and (norm != "none" or bool(residual)),
-         lambda model, norm, residual: f"--model {model} has no norm or residual layers; got "
-                                       f"{_model_options(norm, residual)}. HINT: drop {_model_options(norm, residual)}"
-                                       " (--norm none), or --model sage, gcn or gat on a homogeneous graph"),
-    Rule(("hetero", "norm", "residual"),
-         lambda hetero, norm, residual: bool(hetero) and (norm != "none" or bool(residual)),
-         lambda hetero, norm, residual: f"{_model_options(norm, residual)} applies to the models of homogeneous "
-                                        "graphs (sage, gcn, gat); this graph has node and edge types. HINT: drop "
-                                        f"{_model_options(norm, residual)} (--norm none)"),
+    Rule(("model", "norm", "residual", "linear_head"),  # R-GCN is HeteroGNN's: none of these layers
+         lambda model, *opts: model == "rgcn" and _has_model_options(*opts),
+         lambda model, *opts: f"--model {model} has no norm, residual or head layers; got {_model_options(*opts)}. "
+                              f"HINT: drop {_model_options(*opts)}, or --model sage, gcn or gat on a homogeneous "
+                              "graph"),
+    Rule(("hetero", "norm", "residual", "linear_head"),
+         lambda hetero, *opts: bool(hetero) and _has_model_options(*opts),
+         lambda hetero, *opts: f"{_model_options(*opts)} applies to the models of homogeneous graphs (sage, gcn, "
+                               f"gat); this graph has node and edge types. HINT: drop {_model_options(*opts)}"),
     Rule(("minibatch", "replicated", "embed_dim"),
          lambda mode, replicated, embed_dim: mode in _OWNER_MODES and bool(replicated or embed_dim),
          lambda mode, replicated, embed_dim: f"--minibatch {mode} computes each row on its owner; "

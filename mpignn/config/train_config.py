@@ -112,6 +112,9 @@ class TrainConfig:
     residual: bool = False
     """Add each layer's input to its output: itself where the widths agree, else a linear projection (sage,
     gcn, gat on homogeneous graphs)."""
+    linear_head: bool = False
+    """Every conv --hidden wide (each with its norm, ReLU and dropout), then one linear layer to the classes or
+    embeddings, as classic GNN baselines (sage, gcn, gat on homogeneous graphs)."""
     task: str = "node"
     """node (classify the labelled nodes) or link (predict held-out edges; AUC, MRR, Hits@K). A link run has
     its own defaults for flags not given (LINK_DEFAULTS here; docs/training.md "Defaults and why")."""

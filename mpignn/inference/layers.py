@@ -66,8 +66,9 @@ class LayerStack:
         self.act: Callable[[torch.Tensor], torch.Tensor] | None = torch.relu
         self.act_first, self.norms, self.head, self.after_last = False, None, None, False
         self.residuals: torch.nn.ModuleList | None = None
-        if isinstance(encoder, SampledGNN):  # conv, + residual(input), norm, ReLU (models.sampled)
+        if isinstance(encoder, SampledGNN):  # conv, + residual(input), norm, ReLU (models.sampled); its head
             self.norms, self.residuals = encoder.norms, encoder.residuals
+            self.head, self.after_last = encoder.head, encoder.head is not None
         if isinstance(encoder, HeteroGNN):
             self.node_types, self.plans = encoder.node_types, _hetero_plans(encoder)
             self.steps = ["hetero"] * len(convs)

@@ -21,17 +21,19 @@ __all__ = ["HeteroGNN", "MODELS", "build_model", "forward_batch", "encode", "Sam
 
 def build_model(name: str, in_channels: int | Mapping[str, int], hidden: int, out_channels: int, num_layers: int,
                 dropout: float = 0.0, *, schema: Any = None, norm: str = "none",
-                residual: bool = False) -> torch.nn.Module:
+                residual: bool = False, linear_head: bool = False) -> torch.nn.Module:
     """`sage` (GraphSAGE, mean aggregation), `gat` (4 heads) or `gcn` (PyG's GCNConv): `out_channels` numbers per
     seed node (a classifier's classes, or an encoder's embedding), with `norm` ("none", "layer", "batch") after
-    each hidden layer and a `residual` branch on every layer (`SampledGNN`).
+    each hidden layer, a `residual` branch on every layer and, with `linear_head`, hidden-wide convs and a linear
+    layer to `out_channels` (`SampledGNN`).
     With a heterogeneous `schema` (in_channels per node type): `sage` (a SAGE conv per edge type, summed per
-    target type) or `rgcn` (`models.hetero`), on the schema's target type; they take no norm or residual.
+    target type) or `rgcn` (`models.hetero`), on the schema's target type; they take none of the three.
 
     Raises:
         ConfigError: a model the graph cannot take, or norm/residual on one without them (`config.refusals`).
     """
-    check_combinations({"model": name, "norm": norm, "residual": residual, "hetero": schema is not None})
+    check_combinations({"model": name, "norm": norm, "residual": residual, "linear_head": linear_head,
+                        "hetero": schema is not None})
     if schema is not None:
         if name not in HETERO_MODELS:
             raise ConfigError(f"a heterogeneous graph trains --model {' or '.join(HETERO_MODELS)}; "
@@ -40,7 +42,8 @@ def build_model(name: str, in_channels: int | Mapping[str, int], hidden: int, ou
     if name == "rgcn":
         raise ConfigError("--model rgcn needs a heterogeneous graph (edge types). HINT: --model sage")
     if name in ("sage", "gat", "gcn"):
-        return SampledGNN(name, in_channels, hidden, out_channels, num_layers, dropout, norm=norm, residual=residual)
+        return SampledGNN(name, in_channels, hidden, out_channels, num_layers, dropout, norm=norm, residual=residual,
+                          linear_head=linear_head)
     raise ConfigError(f"--model must be one of {', '.join(MODELS)}; got '{name}'. HINT: --model sage")
 
 

@@ -31,10 +31,12 @@ __all__ = ["SampledGNN", "encode"]
 class SampledGNN(torch.nn.Module):
     """GraphSAGE (`kind="sage"`), GAT (`kind="gat"`, 4 heads) or GCN (`kind="gcn"`: PyG's GCNConv weights and
     normalisation on the sampled edges, as PyG's GCN with per-hop trimming computes it) over (x, edge_index,
-    per-hop counts)."""
+    per-hop counts). With `linear_head` every conv is hidden-wide (its norm, ReLU and dropout after it) and
+    one linear layer maps the seeds' rows to `out_channels`: the classic baselines' shape (Luo et al. 2024)."""
 
     def __init__(self, kind: str, in_channels: int, hidden: int, out_channels: int, num_layers: int,
-                 dropout: float = 0.0, heads: int = 4, *, norm: str = "none", residual: bool = False) -> None:
+                 dropout: float = 0.0, heads: int = 4, *, norm: str = "none", residual: bool = False,
+                 linear_head: bool = False) -> None:
         super().__init__()
         from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
@@ -43,7 +45,7 @@ class SampledGNN(torch.nn.Module):
         self.convs = torch.nn.ModuleList()
         widths = []  # (input, output) features of each layer
         for layer in range(num_layers):
-            last = layer == num_layers - 1
+            last = layer == num_layers - 1 and not linear_head  # the conv whose rows are the outputs
             c_in = in_channels if layer == 0 else hidden
             c_out = out_channels if last else hidden
             if kind == "sage":
@@ -58,12 +60,13 @@ class SampledGNN(torch.nn.Module):
                 raise ValueError(f"unknown kind {kind}")
             widths.append((c_in, c_out))
         self.widths = widths
-        # --norm: after each hidden layer (its residual added), before the ReLU; the last layer's rows are the
-        # task's (logits, embeddings) and stay as the conv and its residual give them
+        # --norm: after each hidden layer (its residual added), before the ReLU; the last conv's rows, where they
+        # are the task's (logits, embeddings), stay as the conv and its residual give them
         self.norms = None if norm == "none" else torch.nn.ModuleList(
-            make_norm(norm, c_out) for _, c_out in widths[:-1])
+            make_norm(norm, c_out) for _, c_out in (widths if linear_head else widths[:-1]))
         # --residual: every layer, the input itself where the widths agree, else a projection
         self.residuals = torch.nn.ModuleList(make_residual(*w) for w in widths) if residual else None
+        self.head = torch.nn.Linear(widths[-1][1], out_channels) if linear_head else None
 
     def activation_bytes(self, rows: int, edges: int, input_itemsize: int = 4) -> int:
         """A training step's activations and their gradients on `rows` rows and `edges` edges in every layer (an
@@ -105,7 +108,7 @@ class SampledGNN(torch.nn.Module):
             keep = hops - layer  # hops still needed as targets after this layer: 0..keep-1
             n_dst = int(sum(num_sampled_nodes[:keep]))
             n_edges = int(sum(num_sampled_edges[:keep]))
-            hidden = layer < self.num_layers - 1
+            hidden = layer < self.num_layers - 1 or self.head is not None
             src, dst = edge_index[0, :n_edges], edge_index[1, :n_edges]
             root = x  # the layer's input rows, targets first: its residual reads them (before GCN's scaling)
             if self.kind == "gcn":  # each source row scaled by its deg^-1/2 before it may cross to other ranks
@@ -135,12 +138,12 @@ class SampledGNN(torch.nn.Module):
                 x = x + _residual(self.residuals[layer], root, n_dst, sparse)
             if hidden and self.norms is not None:  # each rank's own rows of the layer (RankBatchNorm: all ranks')
                 x = self.norms[layer](x)
-            if hidden and not fused:
+            if hidden and (not fused or layer == self.num_layers - 1):  # fused: the next layer's halo does it
                 # In place for SAGE: _SageMean's backward needs its inputs, not its output. The fused
                 # ReLU + dropout keeps no mask and, on CPU, takes no bernoulli_ draw (F.dropout's made the
                 # default epoch 66-81% slower: docs/training.md).
                 x = relu_dropout(x, self.dropout, self.training, inplace=self.kind == "sage")
-        return x
+        return x if self.head is None else self.head(x)
 
 
 def _sage(conv: torch.nn.Module, x: torch.Tensor, adj: MeanAdjacency, n_dst: int) -> torch.Tensor:

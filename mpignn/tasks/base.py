@@ -47,7 +47,8 @@ class Task:
         unit: what the throughput counts (record field `<unit>_per_s`).
         cooperative: whether cooperative mini-batches can train it (its batches are node seeds and its
             forward is the model's): `config.refusals` asks.
-        norm, residual: the model's `--norm` and `--residual` (`models.build_model`), set by `from_config`.
+        norm, residual, linear_head: the model's `--norm`, `--residual` and `--linear-head`
+            (`models.build_model`), set by `from_config`.
     """
 
     name = ""
@@ -58,6 +59,7 @@ class Task:
     model_flags: tuple[str, ...] = ()
     norm = "none"
     residual = False
+    linear_head = False
 
     @classmethod
     def from_config(cls, cfg: TrainConfig) -> "Task":
@@ -65,8 +67,8 @@ class Task:
         return cls().with_model_options(cfg)
 
     def with_model_options(self, cfg: TrainConfig) -> "Task":
-        """This task, building its models with `cfg`'s `--norm` and `--residual`."""
-        self.norm, self.residual = cfg.norm, cfg.residual
+        """This task, building its models with `cfg`'s `--norm`, `--residual` and `--linear-head`."""
+        self.norm, self.residual, self.linear_head = cfg.norm, cfg.residual, cfg.linear_head
         return self
 
     # --- data ------------------------------------------------------------------------------------------------

@@ -122,7 +122,7 @@ class LinkTask(Task):
 
     def build_model(self, name: str, graph: LocalGraph, hidden: int, num_layers: int, dropout: float) -> torch.nn.Module:
         encoder = build_model(name, graph.in_channels(), hidden, hidden, num_layers, dropout, schema=graph.schema,
-                              norm=self.norm, residual=self.residual)
+                              norm=self.norm, residual=self.residual, linear_head=self.linear_head)
         return LinkModel(encoder, hidden, self.decoder)
 
     def forward(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:

@@ -41,7 +41,8 @@ class NodeTask(Task):
 
     def build_model(self, name: str, graph: LocalGraph, hidden: int, num_layers: int, dropout: float) -> torch.nn.Module:
         return build_model(name, graph.in_channels(), hidden, graph.num_classes, num_layers, dropout,
-                           schema=graph.schema, norm=self.norm, residual=self.residual)
+                           schema=graph.schema, norm=self.norm, residual=self.residual,
+                           linear_head=self.linear_head)
 
     def forward(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
         return forward_batch(model, batch)

@@ -38,10 +38,10 @@ __all__ = ["save_checkpoint", "load_checkpoint", "save_state", "resume_state", "
 CHECKPOINT = "checkpoint.pt"
 MANIFEST = "manifest.json"
 FORMAT = 2
-MODEL_KEYS = ("dataset", "task", "model", "hidden", "fanout", "embed_dim", "norm", "residual")
+MODEL_KEYS = ("dataset", "task", "model", "hidden", "fanout", "embed_dim", "norm", "residual", "linear_head")
 """Flags the saved weights' shapes depend on: a resume that changes one is refused (--fanout: its length is the
 number of layers; --dataset: the input width, the classes and a heterogeneous graph's types; --norm and
---residual: layers of their own)."""
+--residual, --linear-head: layers of their own)."""
 REPLAY_KEYS = ("seed", "batch_size", "batch_scope", "lr", "lr_scaling", "warmup_epochs", "weight_decay",
                "dropout", "precision", "replicated", "partition_method", "embed_lr", "minibatch")
 """Flags a bit-for-bit replay needs unchanged: a resume that changes one is allowed, with a warning."""
@@ -175,7 +175,7 @@ def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
     return Path(folder) if (Path(folder) / CHECKPOINT).is_file() else None
 
 
-ADDED_OFF = {"norm": "none", "residual": False}
+ADDED_OFF = {"norm": "none", "residual": False, "linear_head": False}
 """Model flags newer than some checkpoints, and the value that builds the model those checkpoints hold."""
 
 

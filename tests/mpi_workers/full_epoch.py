@@ -1,6 +1,7 @@
 """One `--minibatch full` epoch on N ranks equals PyG's full-batch model on the whole graph with the same weights:
 the training nodes' logits, the loss (the mean over all of them) and every parameter's gradient (as DDP averages
-them), for SAGE (its first layer on dense and on CSR input rows, with a residual projection too), GAT and GCN
+them), for SAGE (its first layer on dense and on CSR input rows, with a residual projection too, and with layer
+norm and a linear head), GAT and GCN
 (GCN with the whole graph's degrees); a second pass reuses the kept batch and gives
 the same logits. argv: ROOT."""
 import sys
@@ -20,14 +21,17 @@ LAYERS = 3
 
 
 def pyg_full_batch(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
-    """PyG's full-batch forward: each conv on every node and edge (plus the residual branch), ReLU between (no
-    dropout)."""
+    """PyG's full-batch forward: each conv on every node and edge (plus the residual branch, then the norm),
+    ReLU between (no dropout); the linear head after a ReLU on the last conv too."""
     for i, conv in enumerate(model.convs):
         out = conv(x, edge_index) if model.kind == "gcn" else conv((x, x), edge_index)
         if model.residuals is not None:
             out = out + model.residuals[i](x)
-        x = out.relu() if i < len(model.convs) - 1 else out
-    return x
+        hidden = i < len(model.convs) - 1 or model.head is not None
+        if hidden and model.norms is not None:
+            out = model.norms[i](out)
+        x = out.relu() if hidden else out
+    return x if model.head is None else model.head(x)
 
 
 def grads(model: torch.nn.Module) -> np.ndarray:
@@ -41,11 +45,13 @@ def main(root: str) -> None:
     x, edge_index, y = (torch.from_numpy(a) for a in (data.x, data.edge_index(), data.y))
     train = torch.from_numpy(np.asarray(data.train_idx, dtype=np.int64))
     comm, world = rt.comm, rt.world_size
-    for kind, density, residual in (("sage", 0.0, False), ("sage", 1.0, False), ("sage", 1.0, True),
-                                    ("gat", 0.0, False), ("gcn", 0.0, False)):
+    for kind, density, residual, head in (("sage", 0.0, False, False), ("sage", 1.0, False, False),
+                                          ("sage", 1.0, True, False), ("sage", 1.0, True, True),
+                                          ("gat", 0.0, False, False), ("gcn", 0.0, False, False)):
         whole.SPARSE_DENSITY = density  # 1.0: SAGE's first layer multiplies the input rows as a CSR
         torch.manual_seed(0)
-        model = build_model(kind, graph.num_features, 16, graph.num_classes, LAYERS, 0.0, residual=residual)
+        options = {"residual": residual, "linear_head": head, "norm": "layer" if head else "none"}
+        model = build_model(kind, graph.num_features, 16, graph.num_classes, LAYERS, 0.0, **options)
         loader = make_loader(rt, graph, "train", minibatch="full")
         assert len(loader) == 1, len(loader)
         batch = next(iter(loader))
@@ -62,7 +68,7 @@ def main(root: str) -> None:
         again = forward_batch(model, next(iter(loader)))  # the kept batch, its halo's input rows not re-sent
         assert torch.equal(again, logits), (kind, (again - logits).abs().max())
 
-        reference = build_model(kind, graph.num_features, 16, graph.num_classes, LAYERS, 0.0, residual=residual)
+        reference = build_model(kind, graph.num_features, 16, graph.num_classes, LAYERS, 0.0, **options)
         reference.load_state_dict(model.state_dict())
         want = pyg_full_batch(reference, x, edge_index)
         ref_loss = F.cross_entropy(want[train], y[train])

@@ -1,4 +1,4 @@
-"""--norm batch and layer with --residual: one cooperative step on all ranks, and on ranks 0-1 alone, equals one
+"""--norm batch and layer with --residual (batch with --linear-head too): one cooperative step on all ranks, and on ranks 0-1 alone, equals one
 process on the global batch (loss, every gradient summed over the ranks, the batch norms' running statistics),
 for SAGE, GAT and GCN. Batch norm all-reduces over its group. argv: folder."""
 import sys
@@ -27,10 +27,10 @@ from mpignn.sampling.cooperative import CooperativeSampler  # noqa: E402
 FANOUTS = [5, 4, 3]
 
 
-def run(kind, norm, group, x, edge_index, out, labels, total, halo=None):
+def run(kind, norm, head, group, x, edge_index, out, labels, total, halo=None):
     """One step's (loss, gradients, running statistics) of a fresh model with its batch norms over `group`."""
     torch.manual_seed(0)
-    model = SampledGNN(kind, 6, 16, 4, len(FANOUTS), norm=norm, residual=True)
+    model = SampledGNN(kind, 6, 16, 4, len(FANOUTS), norm=norm, residual=True, linear_head=head)
     for m in model.modules():
         if isinstance(m, RankBatchNorm):
             m.group = group
@@ -56,12 +56,12 @@ def case(comm, group, solo, folder, graph):
     all_seeds = np.concatenate(comm.allgather(seeds))
     ref = single.sample(all_seeds, 7)
     for kind in ("sage", "gat", "gcn"):
-        for norm in ("batch", "layer"):
+        for norm, head in (("batch", True), ("layer", False)):
             halo = Halo(out.halo, sampler.rows, ByteCounter(sampler))
-            loss, grad, stats = run(kind, norm, group, torch.from_numpy(x_all[out.n_id]),
+            loss, grad, stats = run(kind, norm, head, group, torch.from_numpy(x_all[out.n_id]),
                                     np.stack([out.row, out.col]), out,
                                     torch.from_numpy(y_all[out.n_id[:len(seeds)]]), len(all_seeds), halo)
-            want = run(kind, norm, solo, torch.from_numpy(x_all[ref.n_id]), np.stack([ref.row, ref.col]), ref,
+            want = run(kind, norm, head, solo, torch.from_numpy(x_all[ref.n_id]), np.stack([ref.row, ref.col]), ref,
                        torch.from_numpy(y_all[all_seeds]), len(all_seeds))
             assert abs(comm.allreduce(loss) - want[0]) < 1e-5, (comm.size, kind, norm, loss, want[0])
             diff = np.abs(comm.allreduce(grad) - want[1]).max()
