@@ -6,7 +6,8 @@ beside them and each row's largest logit difference from it.
     python -m mpignn.bench.predict --dataset npz:/tmp/sbm200k.npz --configs 1x2,1x1,2x1 [--pyg-python P]
     python -m mpignn.bench.predict --checkpoint RUN --configs 4x1      (a trained run's checkpoint as it is)
 
-The model is trained for one step first (`--max-steps 1`): inference costs the same whatever the weights.
+The model is trained for one independent step first (`--max-steps 1 --minibatch independent`): inference
+costs the same whatever the weights.
 """
 from __future__ import annotations
 
@@ -87,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             if not checkpoint.exists():
                 run_train(ranks, ["--dataset", args.dataset, "--root", root, "--model", args.model, "--hidden",
                                   str(args.hidden), "--fanout", ",".join(["5"] * args.layers), "--epochs", "1",
-                                  "--max-steps", "1", "--checkpoint-dir", str(checkpoint)])
+                                  "--max-steps", "1", "--minibatch", "independent",  # as measured
+                                  "--checkpoint-dir", str(checkpoint)])
             where = Path(tmp) / f"out-{ranks}x{threads}@{mib}"
             row = predict(ranks, threads, checkpoint, where, args.chunk_size, mib)
             if not num_nodes:
