@@ -75,13 +75,15 @@ def test_a_step_that_cannot_fit_is_refused_before_it_runs(rt, tmp_path, monkeypa
     assert loaders.full_fit_problem(rt, graph, model) == ""
 
 
-@pytest.mark.parametrize("coverage,full_s,picked", [(0.6, 1.9, "full"), (0.6, 2.1, "independent"),
-                                                    (0.4, 0.1, "independent")])
-def test_auto_trains_full_where_a_step_covers_the_graph_and_costs_at_most_two_steps(monkeypatch, coverage, full_s,
-                                                                                  picked):
+@pytest.mark.parametrize("coverage,full_steps,picked", [(0.6, 0.95, "full"), (0.6, 1.05, "independent"),
+                                                        (0.4, 0.1, "independent")])
+def test_auto_trains_full_where_a_step_covers_the_graph_and_costs_at_most_full_worth_steps(monkeypatch, coverage,
+                                                                                          full_steps, picked):
     import torch
 
     from mpignn.training import minibatch
+
+    full_s = full_steps * minibatch.FULL_WORTH
 
     class Loader:
         def __init__(self, mode):
