@@ -30,7 +30,8 @@ def build_model(name: str, in_channels: int | Mapping[str, int], hidden: int, ou
     target type) or `rgcn` (`models.hetero`), on the schema's target type; they take none of the three.
 
     Raises:
-        ConfigError: a model the graph cannot take, or norm/residual on one without them (`config.refusals`).
+        ConfigError: a model the graph cannot take, or norm, residual or head on one without them
+            (`config.refusals`).
     """
     check_combinations({"model": name, "norm": norm, "residual": residual, "linear_head": linear_head,
                         "hetero": schema is not None})
