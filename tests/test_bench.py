@@ -100,6 +100,29 @@ def test_time_to_accuracy_calibrates_then_trains_every_row_to_the_target(tmp_pat
         assert len(per_seed) == 2 and abs(sum(per_seed) / 2 - float(row[6])) < 0.06, row  # the mean of the seeds
 
 
+def test_time_to_a_test_score_reads_the_test_split():
+    from mpignn.bench.__main__ import _reach
+
+    recs = [{"epoch_s": 1.0, "epochs_done": 1.0, "val": 0.80, "test": 0.70},
+            {"epoch_s": 2.0, "epochs_done": 2.0, "val": 0.81, "test": None},  # not evaluated
+            {"epoch_s": 3.0, "epochs_done": 3.0, "val": 0.79, "test": 0.76}]
+    assert _reach(recs, 0.80)["seconds"] == 1.0
+    hit = _reach(recs, 0.75, "test")
+    assert (hit["seconds"], hit["epochs"], hit["test"]) == (6.0, 3.0, 0.76) and _reach(recs, 0.77, "test") is None
+
+
+def test_target_test_stops_training_where_the_test_score_reaches_it(tmp_path):
+    metrics = tmp_path / "m.jsonl"
+    cmd = [sys.executable, "-m", "mpignn.train", "--dataset", "synthetic:num_nodes=1500,avg_degree=6,num_features=8,"
+           "num_classes=4", "--root", str(tmp_path), "--fanout", "4,3", "--hidden", "16", "--batch-size", "128",
+           "--epochs", "20", "--minibatch", "independent", "--target-test", "0.3", "--metrics-out", str(metrics)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    recs = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert len(recs) < 20 and recs[-1]["test_acc"] >= 0.3 and all(r["test_acc"] < 0.3 for r in recs[:-1])
+    assert re.search(r"test acc 0\.\d{4} reached --target-test 0\.3000 after", out.stdout + out.stderr)
+
+
 def test_floor_row_takes_the_slowest_rank():
     from mpignn.bench.floor import _row
 

@@ -16,7 +16,8 @@ epochs until then, the test accuracy there, and the time as a share of the first
 accuracy against training time. With `--seeds 0,1,2` every configuration trains once per seed and the target
 and times are means over the seeds: where one run crosses a target near its plateau is partly chance (a
 configuration that trains the same steps as the first row lands a quarter epoch before or after it), and a
-single seed compares those coin flips, not the configurations.
+single seed compares those coin flips, not the configurations. `--target-split test` times the test score
+instead (`mpignn.train --target-test`): the time to a published test accuracy.
 """
 from __future__ import annotations
 
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", default="bench_split.png", help="PNG of the time split ('' for none)")
     parser.add_argument("--no-bind", action="store_true", help="leave core binding to the launcher's defaults")
     parser.add_argument("--target-acc", default="", help="time to this validation accuracy (a float, or auto)")
+    parser.add_argument("--target-split", choices=("val", "test"), default="val",
+                        help="the score --target-acc is for: val, or test (a published test accuracy)")
     parser.add_argument("--max-epochs", type=int, default=6, help="epoch limit per configuration with --target-acc")
     parser.add_argument("--evals-per-epoch", type=int, default=4,
                         help="with --target-acc: validation this many times per epoch (the time to accuracy "
@@ -128,11 +131,13 @@ def main(argv: list[str] | None = None) -> int:
             target = args.target_acc
             if target == "auto":  # calibration: the first configuration's validation accuracy after 2 epochs
                 _, ranks, extra, bind = configs[0]
-                accs = [train(ranks, extra, bind, 2, ["--eval-every", "2"], seed)[-1]["val"] for seed in seeds]
+                accs = [train(ranks, extra, bind, 2, ["--eval-every", "2"], seed)[-1][args.target_split]
+                        for seed in seeds]
                 target = str(mean(accs))
-                print(f"  target: {float(target):.4f} (validation accuracy of {configs[0][0]} after 2 epochs"
+                print(f"  target: {float(target):.4f} ({args.target_split} accuracy of {configs[0][0]} after 2 epochs"
                       + (f", mean of seeds {args.seeds})" if len(seeds) > 1 else ")"), flush=True)
-            evals = ["--eval-every", "1", "--evals-per-epoch", str(args.evals_per_epoch), "--target-val", target]
+            evals = ["--eval-every", "1", "--evals-per-epoch", str(args.evals_per_epoch),
+                     f"--target-{args.target_split}", target]
         for name, ranks, extra, bind in configs:
             runs = [train(ranks, extra, bind, args.max_epochs if timing else args.epochs, evals, seed)
                     for seed in (seeds if timing else seeds[:1])]
@@ -162,13 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _reach(recs: list[dict], target: float) -> dict | None:
-    """Where one run's validation accuracy first reached `target`: training seconds (summed between
+def _reach(recs: list[dict], target: float, split: str = "val") -> dict | None:
+    """Where one run's `split` score ("val" or "test") first reached `target`: training seconds (summed between
     evaluations), epochs, and the accuracies there; None if it never did."""
     elapsed = 0.0
     for rec in recs:
         elapsed += rec["epoch_s"]
-        if rec["val"] is not None and rec["val"] >= target:
+        if rec[split] is not None and rec[split] >= target:
             return {"seconds": elapsed, "epochs": rec["epochs_done"], "val": rec["val"],
                     "test": rec["test"]}
     return None
@@ -193,7 +198,7 @@ def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[lis
     last = curves[0][1][0][-1]
     metric = {"acc": "accuracy"}.get(last["metric"], last["metric"].upper())
     for name, runs in curves:
-        hits = [_reach(recs, target) for recs in runs]
+        hits = [_reach(recs, target, args.target_split) for recs in runs]
         got = [h for h in hits if h is not None]
         row = {"config": name, "reached": "yes" if len(got) == len(runs) else f"{len(got)}/{len(runs)}" if got
                else "no", "per_seed": "/".join(f"{h['seconds']:.2f}" if h else "-" for h in hits),
@@ -207,7 +212,8 @@ def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[lis
     for row in rows:
         row["vs_first"] = row["seconds"] / base if base and "seconds" in row else None
     print(f"{args.dataset}: fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, lr {args.lr}, "
-          f"{args.precision}; time to validation {metric} {target:.4f} (up to {args.max_epochs} epochs"
+          f"{args.precision}; time to {_SPLITS[args.target_split]} {metric} {target:.4f} (up to {args.max_epochs} "
+          "epochs"
           + (f"; means over {len(curves[0][1])} seeds)" if several else ")"))
     columns = [("config", "config", "s"), ("reached", "reached", "s"), ("seconds", "train s", ".2f"),
                ("epochs", "epochs", ".2f"), ("val", f"val {last['metric']}", ".4f"),
@@ -218,11 +224,14 @@ def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[lis
         columns.append(("per_seed", "train s per seed", "s"))
     print(table(rows, columns))
     if args.plot:
-        _plot_curves(curves, target, args.plot)
+        _plot_curves(curves, target, args.plot, args.target_split)
     return 0
 
 
-def _plot_curves(curves: list[tuple[str, list[list[dict]]]], target: float, path: str) -> None:
+_SPLITS = {"val": "validation", "test": "test"}
+
+
+def _plot_curves(curves: list[tuple[str, list[list[dict]]]], target: float, path: str, split: str = "val") -> None:
     try:
         import matplotlib
 
@@ -237,13 +246,13 @@ def _plot_curves(curves: list[tuple[str, list[list[dict]]]], target: float, path
             t, xs, ys = 0.0, [], []
             for rec in recs:
                 t += rec["epoch_s"]
-                if rec["val"] is not None:
+                if rec[split] is not None:
                     xs.append(t)
-                    ys.append(rec["val"])
+                    ys.append(rec[split])
             ax.plot(xs, ys, marker="o", color=f"C{k}", label=name if i == 0 else None)
     ax.axhline(target, color="grey", linestyle="--", linewidth=1)
     ax.set_xlabel("training seconds (slowest rank, evaluation excluded)")
-    ax.set_ylabel("validation accuracy")
+    ax.set_ylabel(f"{_SPLITS[split]} accuracy")
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -84,6 +84,8 @@ RANGES: tuple[tuple[tuple[str, ...], Callable[..., bool], str], ...] = (
      "(a finite rate)"),
     (("target_val",), lambda v: 0 <= v <= 1,
      "--target-val must be a score in [0, 1] (0: none); got {0}. HINT: e.g. --target-val 0.97"),
+    (("target_test",), lambda v: 0 <= v <= 1,
+     "--target-test must be a score in [0, 1] (0: none); got {0}. HINT: e.g. --target-test 0.96"),
     (("lr",), lambda v: _finite(v) and v > 0, "--lr must be a finite positive number; got {0}. HINT: e.g. --lr 0.003"),
     (("dropout",), lambda v: 0 <= v < 1,
      "--dropout must be a probability in [0, 1); got {0}. HINT: e.g. --dropout 0.5, or 0 for none"),

@@ -153,7 +153,9 @@ def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, 
 
             report_epoch(comm, cfg, rec, write)
             start = end
-            reached = bool(cfg.target_val) and val is not None and val >= cfg.target_val
+            test = rec.get(f"test_{best.metric}")
+            reached = (bool(cfg.target_val) and val is not None and val >= cfg.target_val) or \
+                (bool(cfg.target_test) and test is not None and test >= cfg.target_test)
             patience_out = bool(plan.patience) and stale >= plan.patience  # same on every rank: val is reduced
             if reached or patience_out:
                 break
@@ -166,8 +168,11 @@ def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, 
                 on_behalf(comm, lambda: keep_best(gen, cfg.checkpoint_dir), f"a copy of {gen.name} to best/ in "
                           f"{cfg.checkpoint_dir}", f"free space there; {gen.name} holds the same weights")
         if reached:
-            log.info("validation %s %.4f reached --target-val %.4f after %.2f epochs: stopping", best.metric, val,
-                     cfg.target_val, rec["epochs_done"])
+            hit_val = bool(cfg.target_val) and val is not None and val >= cfg.target_val
+            split, score, flag, target = (("validation", val, "--target-val", cfg.target_val) if hit_val
+                                          else ("test", test, "--target-test", cfg.target_test))
+            log.info("%s %s %.4f reached %s %.4f after %.2f epochs: stopping", split, best.metric, score, flag,
+                     target, rec["epochs_done"])
             break
         if patience_out:
             by = f" by {plan.min_delta:g}" if plan.min_delta else ""
