@@ -72,8 +72,8 @@ def test_time_to_accuracy_table(capsys):
     # "two" is evaluated twice per epoch: it passes the target half-way through its second epoch
     curves = [("one", [recs([4, 4, 4], [0.5, 0.8, 0.85])]),
               ("two", [recs([1] * 6, [0.5, 0.6, 0.81, 0.79, 0.9, 0.9], 2)]), ("never", [recs([1, 1], [0.1, 0.2])])]
-    args = argparse.Namespace(target_acc="auto", dataset="d", fanout="5", batch_size=8, hidden=4, lr=0.1,
-                              precision="fp32", max_epochs=3, plot="")
+    args = argparse.Namespace(target_acc="auto", target_split="val", dataset="d", fanout="5", batch_size=8,
+                              hidden=4, lr=0.1, precision="fp32", max_epochs=3, plot="")
     assert _time_to_accuracy(args, curves, 0.8) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "0.8000" in lines[0]
