@@ -1,6 +1,6 @@
-"""`--norm none|layer|batch`, `--residual` and `--linear-head` (issue 38 item 5): every combination trains; batch norm alone equals
-torch's BatchNorm1d, and its statistics and gradients on 2 and 3 cooperative ranks equal one process's
-(w:norm_step, one mpirun); exact inference equals the whole-graph forward; a run checkpoints, predicts and
+"""`--norm none|layer|batch`, `--residual` and `--linear-head` (issue 38 item 5): every combination trains;
+batch norm alone equals torch's BatchNorm1d, and its statistics and gradients on 2 and 3 cooperative ranks
+equal one process's (w:norm_step, one mpirun); exact inference equals the whole-graph forward; a run checkpoints, predicts and
 refuses a resume with other values; a model or graph that cannot take them is refused in one agreed line."""
 from __future__ import annotations
 
