@@ -1,7 +1,7 @@
 """Nothing lost, nothing silent (issue 42, item 6), Tier 1: every config value is checked for its type (TOML
 and flags alike, booleans strictly) and its range before anything is loaded; the model and one step that
 cannot fit in memory are refused up front (`config.train_config.check_fits`); numba's cache falls back to a
-per-user temporary folder where none of its own is writable (`env.ensure_numba_cache_dir`)."""
+per-user temporary folder where none of its own is writable (`compiled.ensure_numba_cache_dir`)."""
 import dataclasses
 import logging
 import os
@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from _mpirun import ROOT
-from mpignn import env
+from mpignn import compiled, env
 from mpignn.config.train_config import TrainConfig, build_parser, check_fits, parse
 from mpignn.config.values import check_memory, estimate_step_bytes
 from mpignn.errors import ConfigError, LaunchError
@@ -222,45 +222,45 @@ class _Lines(logging.Handler):
 
 
 @pytest.fixture
-def env_log():
+def numba_log():
     handler = _Lines()
-    logger = logging.getLogger("mpignn.env")
+    logger = logging.getLogger("mpignn.compiled")
     logger.addHandler(handler)
     yield handler.lines
     logger.removeHandler(handler)
 
 
-def test_no_writable_numba_folder_falls_back_to_a_private_temp_folder(tmp_path, env_log):
+def test_no_writable_numba_folder_falls_back_to_a_private_temp_folder(tmp_path, numba_log):
     pkg, user = _blocked(tmp_path)
     environ: dict[str, str] = {}
-    got = env.ensure_numba_cache_dir(pkg, environ, temp_dir=str(tmp_path / "tmp"), user_dir=user)
+    got = compiled.ensure_numba_cache_dir(pkg, environ, temp_dir=str(tmp_path / "tmp"), user_dir=user)
     want = str(tmp_path / "tmp" / f"mpignn-numba-{os.getuid()}")
     assert got == want and environ == {"NUMBA_CACHE_DIR": want}
     assert os.path.isdir(want) and os.stat(want).st_mode & 0o777 == 0o700
-    assert len(env_log) == 1 and f"NUMBA_CACHE_DIR={want}" in env_log[0], env_log
+    assert len(numba_log) == 1 and f"NUMBA_CACHE_DIR={want}" in numba_log[0], numba_log
 
 
-def test_an_unwritable_numba_cache_dir_is_replaced_and_said(tmp_path, env_log):
+def test_an_unwritable_numba_cache_dir_is_replaced_and_said(tmp_path, numba_log):
     pkg, user = _blocked(tmp_path)
     environ = {"NUMBA_CACHE_DIR": str(tmp_path / "home-file" / "nc")}
-    got = env.ensure_numba_cache_dir(pkg, environ, temp_dir=str(tmp_path / "tmp"), user_dir=user)
-    assert environ["NUMBA_CACHE_DIR"] == got and "home-file/nc: not writable" in env_log[0], env_log
+    got = compiled.ensure_numba_cache_dir(pkg, environ, temp_dir=str(tmp_path / "tmp"), user_dir=user)
+    assert environ["NUMBA_CACHE_DIR"] == got and "home-file/nc: not writable" in numba_log[0], numba_log
 
 
-def test_a_writable_numba_folder_changes_nothing(tmp_path, env_log):
+def test_a_writable_numba_folder_changes_nothing(tmp_path, numba_log):
     pkg, user = _blocked(tmp_path)
     (tmp_path / "ok").mkdir()
     environ = {"NUMBA_CACHE_DIR": str(tmp_path / "ok")}
-    assert env.ensure_numba_cache_dir(pkg, environ, temp_dir=str(tmp_path / "tmp"), user_dir=user) is None
-    assert environ == {"NUMBA_CACHE_DIR": str(tmp_path / "ok")} and env_log == []
-    assert env.ensure_numba_cache_dir(str(tmp_path), {}, user_dir=user) is None  # its __pycache__ can be made
-    assert env.ensure_numba_cache_dir(pkg, {}, user_dir=str(tmp_path / "ok")) is None  # numba's user folder
+    assert compiled.ensure_numba_cache_dir(pkg, environ, temp_dir=str(tmp_path / "tmp"), user_dir=user) is None
+    assert environ == {"NUMBA_CACHE_DIR": str(tmp_path / "ok")} and numba_log == []
+    assert compiled.ensure_numba_cache_dir(str(tmp_path), {}, user_dir=user) is None  # its __pycache__ can be made
+    assert compiled.ensure_numba_cache_dir(pkg, {}, user_dir=str(tmp_path / "ok")) is None  # numba's user folder
 
 
 def test_no_writable_folder_at_all_says_how_to_set_numba_cache_dir(tmp_path):
     pkg, user = _blocked(tmp_path)
     with pytest.raises(LaunchError) as err:
-        env.ensure_numba_cache_dir(pkg, {}, temp_dir=str(tmp_path / "home-file"), user_dir=user)
+        compiled.ensure_numba_cache_dir(pkg, {}, temp_dir=str(tmp_path / "home-file"), user_dir=user)
     assert "HINT: export NUMBA_CACHE_DIR=" in _one_line(err.value)
 
 
@@ -271,7 +271,7 @@ def test_a_temp_folder_that_is_not_ours_is_not_used(tmp_path):
     (tmp_path / "elsewhere").mkdir()
     os.symlink(tmp_path / "elsewhere", tmp_path / "tmp" / f"mpignn-numba-{os.getuid()}")
     with pytest.raises(LaunchError, match="NUMBA_CACHE_DIR"):
-        env.ensure_numba_cache_dir(pkg, {}, temp_dir=str(tmp_path / "tmp"), user_dir=user)
+        compiled.ensure_numba_cache_dir(pkg, {}, temp_dir=str(tmp_path / "tmp"), user_dir=user)
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
@@ -307,7 +307,7 @@ def test_a_read_only_install_without_a_writable_home_still_imports_the_kernels(t
 
 _PACKAGE = ROOT / "mpignn"
 # These define cached kernels too and are imported before sampling.kernels (mpignn.data imports data.graph), so
-# a read-only install still fails there until each calls env.ensure_numba_cache_dir first (not this change's files).
+# a read-only install still fails there until each calls compiled.ensure_numba_cache_dir first.
 _NOT_YET: set[str] = set()
 
 
@@ -315,11 +315,11 @@ _NOT_YET: set[str] = set()
     pytest.param(rel, marks=pytest.mark.xfail(strict=True, reason="add the ensure_numba_cache_dir line"))
     if rel in _NOT_YET else rel
     for rel in sorted(str(p.relative_to(ROOT)) for p in _PACKAGE.rglob("*.py") if "cache=True" in p.read_text()
-                      and p.name != "env.py")])
+                      and p.name != "compiled.py")])
 def test_every_module_with_cached_kernels_finds_a_writable_cache_first(path):
     text = (ROOT / path).read_text()
     call = text.find("\nensure_numba_cache_dir(")
-    assert 0 <= call < text.index("cache=True)"), f"{path}: call env.ensure_numba_cache_dir before its first " \
+    assert 0 <= call < text.index("cache=True)"), f"{path}: call compiled.ensure_numba_cache_dir before its first " \
                                                    "@njit(cache=True)"
 
 

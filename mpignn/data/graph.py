@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from mpignn.env import ensure_numba_cache_dir
+from mpignn.compiled import ensure_numba_cache_dir
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 

@@ -19,7 +19,7 @@ from numba import njit
 from mpignn.data.graph import GraphData
 from mpignn.data.hetero import type_rowptr
 from mpignn.data.npyio import NpyWriter, iter_chunks, read_rows, rows_per_chunk
-from mpignn.env import ensure_numba_cache_dir
+from mpignn.compiled import ensure_numba_cache_dir
 from mpignn.errors import ConfigError
 from mpignn.fileio import atomic_dir, save_npy, sha256_file, write_json
 from mpignn.partition.format import FORMAT_VERSION, HETERO_FILES, PART_FILES, part_dir

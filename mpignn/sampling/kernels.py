@@ -11,7 +11,7 @@ import os
 import numpy as np
 from numba import njit, prange
 
-from mpignn.env import ensure_numba_cache_dir
+from mpignn.compiled import ensure_numba_cache_dir, serial_or_parallel
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 
@@ -34,7 +34,7 @@ def mix_seed(seed, salt):
                     >> np.uint64(1))
 
 
-@njit(cache=True, parallel=True, nogil=True)
+@serial_or_parallel
 def sample_rows(rowptr, col, rows, gids, fanouts, seed):
     """Uniformly sample up to `fanouts[i % len(fanouts)]` in-neighbours of row i without replacement (all when
     the degree is at most that, all when it is < 0).
@@ -299,7 +299,8 @@ def layer_sources(code, e, n_own, slot):
 
 
 def warm_up() -> None:
-    """Compile every kernel (or load it from numba's cache) on tiny inputs."""
+    """Compile every kernel (or load it from numba's cache) on tiny inputs: the serial or the parallel ones, by
+    numba's thread count now."""
     one = np.zeros(1, dtype=np.int64)
     counts, nbrs = sample_rows(np.array([0, 1], dtype=np.int64), one, one, one, one + 1, mix_seed(0, 0))
     mapped = np.zeros(1, dtype=np.int64)  # a memory-mapped part's column array is read-only: its own signature
