@@ -101,6 +101,20 @@ def test_make_loader_refuses_num_neighbors_and_unknown_splits(rt, graph):
         runtime.make_loader(rt, graph, "valid")
 
 
+def test_make_loader_evaluates_larger_batches_than_it_trains(rt, graph):
+    """Evaluation runs forward only: EVAL_BATCH_FACTOR times the seeds of a training step (one rank here)."""
+    from mpignn.tasks.base import EVAL_BATCH_FACTOR
+
+    train = runtime.make_loader(rt, graph, "train", batch_size=16)
+    val = runtime.make_loader(rt, graph, "val", batch_size=16)
+    assert EVAL_BATCH_FACTOR > 1 and len(train) == -(-len(graph.part.train_idx) // 16)
+    assert len(val) == -(-len(graph.part.val_idx) // (16 * EVAL_BATCH_FACTOR))
+    sizes = [batch.batch_size for batch in val]
+    assert sum(sizes) == len(graph.part.val_idx) and 16 < max(sizes) <= 16 * EVAL_BATCH_FACTOR
+    asked = runtime.make_loader(rt, graph, "test", batch_size=16, eval_batch_size=40)  # --eval-batch-size
+    assert len(asked) == -(-len(graph.part.test_idx) // 40)
+
+
 def test_ddp_runs_unchanged_on_one_rank(rt, graph):
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(graph.num_features, 3))
     batch = next(iter(runtime.NeighborLoader(graph, [3], input_nodes="train", batch_size=16)))

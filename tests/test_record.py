@@ -10,7 +10,7 @@ def _record(**over):
              **{f"rows_{j}": 100.0 * (j + 1) for j in range(layers)},
              **{f"counted_rows_{j}": 10.0 * (j + 1) for j in range(layers)},
              **{f"union_rows_{j}": [8.0, 10.0, 30.0][j] for j in range(layers)}}
-    slowest = {"epoch_s": 2.0, "sample_s": 0.5, "exchange_s": 0.1, "compute_s": 1.0, "allreduce_s": 0.2,
+    slowest = {"epoch_s": 2.0, "eval_s": 0.7, "sample_s": 0.5, "exchange_s": 0.1, "compute_s": 1.0, "allreduce_s": 0.2,
                "wait_s": 0.3, "peak_rss_mb": 500.0, "load_peak_rss_mb": 400.0, "train_peak_rss_mb": 450.0,
                "rss_mb": 0.0, "own_rows": [60.0, 40.0, 20.0]}
     args = dict(epoch=1, epochs_done=2.0, total=total, slowest=slowest, scores={"val_acc": 0.5, "test_acc": None},
@@ -21,7 +21,7 @@ def _record(**over):
 
 def test_record_divides_sums_once_and_takes_the_slowest_rank():
     rec = _record()
-    assert rec["loss"] == 1.5 and rec["train_acc"] == 0.75 and rec["seeds_per_s"] == 4.0
+    assert rec["loss"] == 1.5 and rec["train_acc"] == 0.75 and rec["seeds_per_s"] == 4.0 and rec["eval_s"] == 0.7
     assert rec["nodes_per_step"] == 10.0 and rec["cache_hit_rate"] == 0.25
     assert rec["rows_per_step"] == [50.0, 100.0, 150.0]  # 4 steps over 2 ranks: 2 steps of all ranks
     assert rec["own_rows_per_step"] == [60.0, 40.0, 20.0] and rec["halo_step_bytes"] == 32

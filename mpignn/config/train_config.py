@@ -76,7 +76,10 @@ class TrainConfig:
     (docs/training.md)."""
     batch_size: int = 1024
     """Training seeds per optimizer step: over all ranks with --batch-scope global (split among them, so any
-    rank count takes the same steps), per rank with --batch-scope rank. Also the evaluation batch."""
+    rank count takes the same steps), per rank with --batch-scope rank."""
+    eval_batch_size: int = 0
+    """Nodes per rank in an evaluation step (forward only, so larger than training's); 0: four times --batch-size
+    (eight for --task link, a pair and its negatives counting each)."""
     max_steps: int = 0
     """Training steps per epoch at most (0: all). Each epoch then trains on that many batches of a fresh
     shuffle, as Lightning's limit_train_batches does: for quick checks and benchmarks on big edge sets."""

@@ -104,6 +104,8 @@ RANGES: tuple[tuple[tuple[str, ...], Callable[..., bool], str], ...] = (
      "--patience expected evaluations >= 0; got {0}. HINT: e.g. --patience 5, or 0: never stop early with --epochs "
      "(without it: the converge rule's)"),
     (("max_steps",), lambda v: v >= 0, "--max-steps must be >= 0; got {0}. HINT: 0 means every batch"),
+    (("eval_batch_size",), lambda v: v >= 0,
+     "--eval-batch-size must be >= 0; got {0}. HINT: e.g. --eval-batch-size 4096, or 0 for the default"),
     (("keep_checkpoints",), lambda v: v >= 1,
      "--keep-checkpoints expected at least 1; got {0}. HINT: --keep-checkpoints 2 (the default)"),
 )

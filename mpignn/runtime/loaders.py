@@ -29,7 +29,8 @@ __all__ = ["make_loader", "cooperative_refusal", "rank_batch_size", "full_fit_pr
 def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[int] | None = None, *,
                 batch_size: int = TrainConfig.batch_size, batch_scope: str = TrainConfig.batch_scope,
                 shuffle: bool | None = None, seed: int = TrainConfig.seed, prefetch: str = TrainConfig.prefetch,
-                max_steps: int = TrainConfig.max_steps, minibatch: str | None = None, **unknown: Any) -> BatchLoader:
+                max_steps: int = TrainConfig.max_steps, minibatch: str | None = None,
+                eval_batch_size: int = TrainConfig.eval_batch_size, **unknown: Any) -> BatchLoader:
     """Collective over `rt.comm` (agrees on the step count): a loader over this rank's seeds of `split`
     ("train", "val" or "test") as `graph.task` gives them (`Task.seeds`: the split's nodes; for link
     prediction its pairs, and batches then carry `edge_label_index` and `edge_label`, as PyG's
@@ -38,8 +39,10 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
     Args:
         batch_size: seeds (nodes, or positive pairs) per step; for "train" with `batch_scope="global"` the
             global batch, of which this rank takes its ceiling-division share (`rank_batch_size`); per rank
-            otherwise. Evaluation steps hold `Task.eval_batch_size` seeds (held-out pairs each bring 1 + K
-            negatives, so their batches hold fewer positives).
+            otherwise.
+        eval_batch_size: items per evaluation step ("val", "test"; 0: `Task.eval_factor` times `batch_size`):
+            forward only, so larger than training's; held-out pairs each bring 1 + K negatives, so their steps
+            hold fewer positives (`Task.eval_batch_size`).
         prefetch: auto, on or off: produce batch k+1 in a thread while batch k computes; see `overlap`.
         max_steps: for "train", at most this many steps per epoch (0: all), each epoch from a fresh shuffle.
         minibatch: for "train" on several parts, "cooperative": the ranks sample one batch together and each
@@ -65,7 +68,7 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
     seeds = task.seeds(graph, split, picker(graph.replicated, rt.world_size, rt.rank))
     train = split == "train"
     if not train:
-        batch_size = task.eval_batch_size(seeds, batch_size)
+        batch_size = task.eval_batch_size(seeds, eval_batch_size or task.eval_factor * batch_size)
     sampler = graph.sampler
     full = minibatch == "full"
     if full:  # every neighbour of every hop

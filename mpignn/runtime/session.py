@@ -70,7 +70,7 @@ def train_run(cfg: TrainConfig, task: Task, options: GraphOptions, stop: StopSig
             graph, model = build_graph_and_model(rt, cfg, task, options)
         loader = lambda split, mode, cap=cfg.max_steps: make_loader(  # noqa: E731
             rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope, seed=cfg.seed,
-            prefetch=cfg.prefetch, max_steps=cap, minibatch=mode)
+            prefetch=cfg.prefetch, max_steps=cap, minibatch=mode, eval_batch_size=cfg.eval_batch_size)
         if cfg.minibatch in ("auto", "full"):  # the whole neighbourhood in one step: where it can, and fits
             full_problem = full_fit_problem(rt, graph, model)  # collective
             if full_problem and cfg.minibatch == "full":

@@ -19,7 +19,12 @@ if TYPE_CHECKING:
     from mpignn.launch.bootstrap import Runtime
     from mpignn.loader.local_graph import LocalGraph
 
-__all__ = ["Task", "Pick", "picker"]
+__all__ = ["Task", "Pick", "picker", "EVAL_BATCH_FACTOR"]
+
+EVAL_BATCH_FACTOR = 4
+"""Evaluation steps take this many times --batch-size seeds per rank: they run forward only, keeping no
+activations for a backward pass, and a larger batch computes the neighbourhood its seeds share once, so an
+evaluation costs less (docs/training.md, "Evaluation batches")."""
 
 Pick = Callable[[np.ndarray, int], np.ndarray]
 """`pick(array, axis)`: this rank's share of `array` along `axis` (its ceiling-division share when every rank
@@ -93,9 +98,13 @@ class Task:
         object with `__len__`, `draw(sampler, items, seed)` and `attach(data, extra)`."""
         raise NotImplementedError
 
-    def eval_batch_size(self, seeds: Any, batch_size: int) -> int:
-        """Seeds per evaluation step (a task whose seeds bring extra items per seed makes it smaller)."""
-        return batch_size
+    eval_factor = EVAL_BATCH_FACTOR
+    """An evaluation step's items (the nodes its seeds bring) by default: this many times --batch-size."""
+
+    def eval_batch_size(self, seeds: Any, items: int) -> int:
+        """Seeds per evaluation step holding about `items` items (a task whose seeds bring several makes it
+        smaller)."""
+        return items
 
     # --- model and loss --------------------------------------------------------------------------------------
     def build_model(self, name: str, graph: LocalGraph, hidden: int, num_layers: int, dropout: float) -> torch.nn.Module:

@@ -117,8 +117,10 @@ class LinkTask(Task):
         return LinkSeeds(pos, num_nodes, fixed_neg=pick(arrays[f"{split}_neg"], 1),
                          tails=pick(arrays[f"{split}_neg_tails"], 0))
 
-    def eval_batch_size(self, seeds: Any, batch_size: int) -> int:
-        return max(1, 8 * batch_size // (2 + seeds.tails.shape[1]))  # each positive brings 1 + K negatives
+    eval_factor = 8
+
+    def eval_batch_size(self, seeds: Any, items: int) -> int:
+        return max(1, items // (2 + seeds.tails.shape[1]))  # each positive brings 1 + K negatives
 
     def build_model(self, name: str, graph: LocalGraph, hidden: int, num_layers: int, dropout: float) -> torch.nn.Module:
         encoder = build_model(name, graph.in_channels(), hidden, hidden, num_layers, dropout, schema=graph.schema,
@@ -160,7 +162,7 @@ class LinkTask(Task):
         scores = {}
         for split in ("val", "test"):
             seeds = self.seeds(graph, split, pick)
-            per = self.eval_batch_size(seeds, chunk)  # positives per step, each with 1 + K negatives
+            per = self.eval_batch_size(seeds, self.eval_factor * chunk)  # positives, each with 1 + K negatives
             steps = -(-len(seeds) // per)
             steps = int(allreduce_max(comm, [steps])[0]) if comm is not None else steps
             sums = LinkScores(self.hits_k)

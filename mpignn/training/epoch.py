@@ -188,8 +188,10 @@ def run_epoch(rt: Runtime, epoch: int, model: torch.nn.Module, optimizer: torch.
     train_peak = peak_rss_mb()  # the process's peak so far: where it rises again below, evaluation raised it
     for split in ("val", "test"):  # the same draws at every evaluation: epochs are compared on one sample
         loaders[split].set_epoch(0)
+    evaluated = time.perf_counter()
     scores = task.evaluate(rt, model, loaders, now=evaluate_now and not stopped, bf16=bf16, embedding=emb,
                            test_if=test_if)
+    eval_s = time.perf_counter() - evaluated
     times = loaders["train"].times
     steps = len(loaders["train"])
     layers = range(max(len(getattr(loaders["train"].sampler, "fanouts", [])) + 1, 1))
@@ -204,7 +206,7 @@ def run_epoch(rt: Runtime, epoch: int, model: torch.nn.Module, optimizer: torch.
     keys = sorted(local)
     total = dict(zip(keys, allreduce_sum(rt.comm, [local[k] for k in keys]).tolist()))
     per_step = lambda v: v / max(sums["steps"], 1)  # noqa: E731
-    maxima = {"epoch_s": train_s, "sample_s": times.sample_s, "exchange_s": times.exchange_s,
+    maxima = {"epoch_s": train_s, "eval_s": eval_s, "sample_s": times.sample_s, "exchange_s": times.exchange_s,
               "compute_s": sums["compute_s"], "allreduce_s": sums["allreduce_s"], "peak_rss_mb": peak_rss_mb(),
               "load_peak_rss_mb": graph.load_peak_rss_mb, "wait_s": times.wait_s, "train_peak_rss_mb": train_peak,
               "rss_mb": rss_mb() or 0.0}

@@ -44,6 +44,7 @@ SCHEMA: dict[str, Field] = {
     "<unit>_per_s": Field("items/s", "training throughput: seeds (nodes) or positive edges per second, all ranks",
                           _EPOCH),
     "epoch_s": Field("s", f"{_SLOW} training time of the epoch (evaluation excluded)", _EPOCH),
+    "eval_s": Field("s", f"{_SLOW} time evaluating the validation and test splits after it (0.0: none)", _EPOCH),
     "sample_s": Field("s", f"{_SLOW} time in sampling (the loader's)", _EPOCH),
     "exchange_s": Field("s", f"{_SLOW} time fetching remote features and structure", _EPOCH),
     "compute_s": Field("s", f"{_SLOW} forward + backward + optimizer time, all-reduce excluded", _EPOCH),
@@ -81,7 +82,8 @@ SCHEMA: dict[str, Field] = {
 }
 
 BEST_FIELDS = ("best_epoch", "best_val_acc", "test_acc_at_best_val")
-FIELDS = ("epoch", "epochs_done", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "seeds_per_s", "sample_s",
+FIELDS = ("epoch", "epochs_done", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "eval_s", "seeds_per_s",
+          "sample_s",
           "exchange_s", "compute_s", "allreduce_s", "wait_s", "nodes_per_step", "remote_feature_bytes",
           "remote_structure_bytes", "embedding_bytes", "cache_hit_rate", "graph_mib", "peak_rss_mb",
           "load_peak_rss_mb", "train_peak_rss_mb", "rss_mb", "world_size", "redundancy",
@@ -112,7 +114,7 @@ def epoch_record(*, epoch: int, epochs_done: float, total: Mapping[str, float], 
     Args:
         total: sums over all ranks (loss_sum, correct, seeds, units, nodes, steps, rows_j, counted_rows_j,
             union_rows_j, the byte counts, cache_hits, remote_rows).
-        slowest: maxima over ranks (epoch_s, sample_s, exchange_s, compute_s, allreduce_s, wait_s, the memory
+        slowest: maxima over ranks (epoch_s, eval_s, sample_s, exchange_s, compute_s, allreduce_s, wait_s, the memory
             readings, own_rows: the busiest rank's rows per step per layer).
         scores: the task's evaluation fields. graph_fields: cache_rows, cache_mib, graph_mib of the LocalGraph.
         carried: with `stopped_step`, the sums kept as `partial` for a resumed run.
@@ -124,7 +126,7 @@ def epoch_record(*, epoch: int, epochs_done: float, total: Mapping[str, float], 
         "loss": frac("loss_sum", "seeds") or 0.0, "train_acc": frac("correct", "seeds"), **scores,
         "epoch_s": slowest["epoch_s"],
         f"{unit}_per_s": total["units"] / slowest["epoch_s"] if slowest["epoch_s"] else 0.0,
-        **{k: slowest[k] for k in ("sample_s", "exchange_s", "compute_s", "allreduce_s", "wait_s")},
+        **{k: slowest[k] for k in ("eval_s", "sample_s", "exchange_s", "compute_s", "allreduce_s", "wait_s")},
         "nodes_per_step": total["nodes"] / total["steps"] if total["steps"] else 0.0,
         "remote_feature_bytes": int(total["remote_feature_bytes"]),
         "remote_structure_bytes": int(total["remote_structure_bytes"]),
