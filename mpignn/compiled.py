@@ -2,9 +2,10 @@
 
 Every module with an `@njit(cache=True)` first calls `ensure_numba_cache_dir` (a read-only install would
 otherwise fail at import). numba's parallel compilation (`parallel=True`) is slow: it dominated a fresh clone's
-first run, where every kernel compiles once, and most runs give each MPI rank one core, where a serial kernel does
-the same work without the threading layer: `serial_or_parallel` compiles the one the thread count needs. Figures:
-docs/training.md ("The quick start's first run"). Stdlib only at import (numba is imported where it is used).
+first run, where every kernel compiles once, and most runs give each MPI rank one core, where a serial kernel can
+do the same work without the threading layer: `serial_or_parallel` compiles the one the thread count needs. Not
+every kernel runs as fast serially (the in-place dropout kernels did not, and stay parallel): measure before
+using it. Figures: docs/training.md ("The quick start's first run"). Stdlib only at import (numba is imported where it is used).
 """
 from __future__ import annotations
 
@@ -23,8 +24,7 @@ log = logging.getLogger(__name__)
 
 def serial_or_parallel(func: Callable[..., Any]) -> Callable[..., Any]:
     """`func` (its loops `prange`) compiled twice: serially, called where numba runs one thread (an MPI rank per
-    core, the usual layout: the serial kernel compiles in a fraction of the time and runs no slower on one
-    thread), and in parallel otherwise. The parallel twin gets its own name, so numba's on-disk cache, which
+    core, the usual layout: the serial kernel compiles in a fraction of the time), and in parallel otherwise. The parallel twin gets its own name, so numba's on-disk cache, which
     keys files by name, keeps the two apart. Call `ensure_numba_cache_dir` first, as for any cached kernel."""
     import numba
 

@@ -3,7 +3,7 @@
 On CPU `F.dropout`'s `bernoulli_` mask made the default epoch 66-81% slower (docs/training.md "Defaults and why").
 Here fp32/fp64 CPU tensors take one numba pass: keep bits from SplitMix64 seeded from torch's generator (seeds
 fix the mask, whatever the thread count), ReLU, mask and 1/(1-p) in place, no mask kept (backward uses out > 0).
-Other devices and dtypes take the same math in torch ops. Imports torch, numpy, numba and `mpignn.compiled`.
+Other devices and dtypes take the same math in torch ops. Imports torch, numpy and numba only.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from mpignn.compiled import ensure_numba_cache_dir, serial_or_parallel
+from mpignn.compiled import ensure_numba_cache_dir
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 
@@ -45,7 +45,9 @@ def _mix(k, seed):
     return z ^ (z >> np.uint64(31))
 
 
-@serial_or_parallel
+# Parallel even where numba runs one thread (not `compiled.serial_or_parallel`): compiled serially, these kernels
+# made the default epoch's compute slower (docs/training.md, "The quick start's first run").
+@njit(cache=True, parallel=True, nogil=True)
 def _forward_kernel(src, dst, seed, threshold, scale):
     """dst[i] = src[i] * scale if src[i] > 0 and draw i's low 32 bits are < threshold, else 0 (1-D arrays;
     dst may be src). Chunks of _CHUNK elements per task, so the inner loop vectorises."""
@@ -59,7 +61,7 @@ def _forward_kernel(src, dst, seed, threshold, scale):
             dst[i] = v * scale if v > zero and (_mix(np.uint64(i), seed) & _LOW32) < threshold else zero
 
 
-@serial_or_parallel
+@njit(cache=True, parallel=True, nogil=True)
 def _backward_kernel(out, grad, grad_in, scale):
     """grad_in[i] = grad[i] * scale where out[i] > 0, else 0 (out > 0 exactly where the ReLU passed and the
     element was kept)."""
