@@ -168,3 +168,14 @@ def test_predict_bench_prints_a_row_per_config(tmp_path):
     assert "2000 nodes" in res.stdout and float(one[9]) == 0.0 and float(two[9]) > 0  # only 2 ranks fetch rows
     assert int(two[8]) == 3  # each of the 3 layers' halo rows cross at once (--halo-mib)
     assert float(one[6]) > 0 and float(two[6]) > 0 and float(one[10]) > 0 and float(two[10]) > 0
+
+
+def test_compile_bench_times_the_kernels_from_an_empty_cache(capsys):
+    """`python -m mpignn.bench.compile`: one row per thread count, from a new process and cache each."""
+    from mpignn.bench import compile as bench_compile
+
+    assert bench_compile.main(["--threads", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:2] == ["numba", "threads"] and len(lines) == 3
+    row = lines[2].split()
+    assert row[:2] == ["1", "serial"] and float(row[2]) > 0
