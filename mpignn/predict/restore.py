@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from mpignn.training.checkpoint import CHECKPOINT, MANIFEST, latest_checkpoint, resume_state
+from mpignn.training.optim import adam
 from mpignn.config.train_config import TrainConfig
 from mpignn.errors import ConfigError, MpignnError
 from mpignn.config.graph_options import GraphOptions
@@ -114,7 +115,7 @@ def restore_run(rt: Runtime, checkpoint_dir: str, generation: str = "latest",
         problem = str(exc)
     check_all(rt.comm, not problem, problem, ConfigError)
     graph, model = build_graph_and_model(rt, cfg, task, options)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)  # resume_state restores one; it is not used
+    optimizer = adam(model.parameters(), lr=cfg.lr)  # resume_state restores one; it is not used
     rng = torch.get_rng_state()
     info = resume_state(rt.comm, folder, model, optimizer, cfg.to_dict(), rt.device, rows=graph.embedding,
                         model_flags=task.model_flags)

@@ -25,6 +25,7 @@ from mpignn.runtime.loaders import cooperative_refusal, full_fit_problem, make_l
 from mpignn.tasks import Task
 from mpignn.training.fit import fit
 from mpignn.training.minibatch import PROBE_STEPS, choose_minibatch
+from mpignn.training.optim import adam
 from mpignn.training.stopping import StopSignal
 
 __all__ = ["train_run", "watched"]
@@ -82,7 +83,7 @@ def train_run(cfg: TrainConfig, task: Task, options: GraphOptions, stop: StopSig
                                        num_nodes=graph.part.meta.num_nodes, full_refusal=full_problem)
             cfg = dataclasses.replace(cfg, minibatch=mode)  # what checkpoints record: a resume compares it
         loaders: dict[str, Any] = {split: loader(split, cfg.minibatch) for split in ("train", "val", "test")}
-        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        optimizer = adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         code = fit(cfg, rt, graph, loaders, model, optimizer, stop)
     shutdown()
     return code
