@@ -1,0 +1,96 @@
+"""Layer-neighbour sampling (LABOR-0; Balın and Çatalyürek, NeurIPS 2023), the compiled kernel. numpy in, numpy
+out; no torch.
+
+Neighbour sampling draws each target's neighbours independently, so two targets that share a neighbour usually
+sample different ones and a hop's union of sources grows with its targets. LABOR-0 gives every source node of a
+hop one uniform variate r_s, a function of the hop's seed and the source's global id alone, and target t keeps
+source s where r_s < k / d_t (k the fanout, d_t the target's degree): each target still keeps k neighbours in
+expectation, but targets that share a source agree on it, so fewer distinct sources are sampled. Any rank draws
+the same r_s for a node, so a remote owner's answer equals one process's.
+
+Target t keeps s with probability p_t = min(1, k / d_t), so the sum of the kept sources' rows over
+d_t * p_t = min(d_t, k) is an unbiased estimate of the mean over all d_t neighbours (Horvitz-Thompson): the
+kernel returns that denominator per target, where neighbour sampling divides by the count drawn.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from numba import njit, prange
+
+from mpignn.compiled import ensure_numba_cache_dir, serial_or_parallel
+from mpignn.sampling.kernels import _splitmix
+
+ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first cached kernel below
+
+__all__ = ["labor_rows", "variate"]
+
+_UNIT = 1.0 / 9007199254740992.0  # 2**-53: the top 53 bits of a draw as a double in [0, 1)
+
+
+@njit(inline="always")
+def _draw(base, gid):
+    """Node `gid`'s variate under hop seed `base` (uint64): SplitMix64 of the two, as `sample_rows` seeds a
+    target's stream."""
+    return np.float64(_splitmix(base ^ (np.uint64(gid) * np.uint64(0x9E3779B97F4A7C15))) >> np.uint64(11)) * _UNIT
+
+
+@serial_or_parallel
+def labor_rows(rowptr, col, rows, fanouts, seed):
+    """LABOR-0 in-neighbours of each target row: row i keeps source s where s's variate of `seed` is below
+    `fanouts[i % len(fanouts)]` / its degree (every source where the fanout is < 0 or at least the degree).
+
+    Args:
+        rowptr, col: CSR (int64) of the rows this caller owns; `col` holds global ids (they seed the variates).
+        rows: local row of each target. fanouts: int64, one entry, or one per edge type (as `sample_rows`).
+        seed: the hop's seed: one variate per source node per hop.
+    Returns:
+        (counts[i] = sources kept for target i, their global ids concatenated in target order (in CSR order
+        within a target), denominators[i] = min(degree, fanout): the unbiased mean divides the kept rows' sum
+        by it).
+    """
+    n = rows.shape[0]
+    kinds = fanouts.shape[0]
+    counts = np.empty(n, dtype=np.int64)
+    denominators = np.empty(n, dtype=np.int64)
+    base = np.uint64(seed)
+    for i in prange(n):
+        start, end = rowptr[rows[i]], rowptr[rows[i] + 1]
+        deg = end - start
+        fanout = fanouts[i % kinds]
+        if fanout < 0 or deg <= fanout:
+            counts[i] = deg
+            denominators[i] = deg
+            continue
+        denominators[i] = fanout
+        cut = fanout / deg
+        kept = 0
+        for e in range(start, end):
+            if _draw(base, col[e]) < cut:
+                kept += 1
+        counts[i] = kept
+    offsets = np.empty(n + 1, dtype=np.int64)
+    offsets[0] = 0
+    for i in range(n):
+        offsets[i + 1] = offsets[i] + counts[i]
+    out = np.empty(offsets[n], dtype=np.int64)
+    for i in prange(n):
+        start, end = rowptr[rows[i]], rowptr[rows[i] + 1]
+        o = offsets[i]
+        if counts[i] == end - start:
+            for e in range(start, end):
+                out[o] = col[e]
+                o += 1
+            continue
+        cut = fanouts[i % kinds] / (end - start)
+        for e in range(start, end):
+            if _draw(base, col[e]) < cut:
+                out[o] = col[e]
+                o += 1
+    return counts, out, denominators
+
+
+def variate(seed: int, gids: np.ndarray) -> np.ndarray:
+    """The variates `labor_rows` gives the nodes `gids` under hop seed `seed` (float64 in [0, 1); tests)."""
+    return np.array([_draw(np.uint64(seed), np.int64(g)) for g in np.asarray(gids, dtype=np.int64)])
