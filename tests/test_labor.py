@@ -82,3 +82,101 @@ def test_per_edge_type_fanouts_and_the_twins_agree():
     b = labor_rows.parallel(rowptr, col, rows, fanouts, 11)
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     assert np.array_equal(a[2][1::2], deg[1::2]) and np.array_equal(a[2][::2], np.minimum(deg[::2], 3))
+
+
+def test_a_labor_batch_carries_its_denominators_and_all_neighbours_equal_neighbor_batches():
+    """`NeighborSampler(method="labor")`: `mean_over` beside `in_degree`, one per hop target; with every
+    neighbour asked for, the batch equals neighbour sampling's and its denominators are the degrees."""
+    from mpignn.sampling import LocalHops, NeighborSampler
+
+    rowptr, col, deg = _graph(targets=2000, sources=2000, max_degree=12)
+    hops = LocalHops(rowptr, col)
+    seeds = np.arange(0, 2000, 37, dtype=np.int64)
+    out = NeighborSampler(hops, 2000, [4, 3], method="labor").sample(seeds, 9)
+    assert out.mean_over is not None and len(out.mean_over) == len(out.in_degree) == sum(out.num_sampled_nodes[:-1])
+    assert np.array_equal(out.mean_over[:len(seeds)], np.minimum(deg[seeds], 4))
+    every = NeighborSampler(hops, 2000, [-1, -1], method="labor").sample(seeds, 9)
+    plain = NeighborSampler(hops, 2000, [-1, -1]).sample(seeds, 9)
+    for key in ("n_id", "row", "col", "in_degree"):
+        assert np.array_equal(getattr(every, key), getattr(plain, key)), key
+    assert np.array_equal(every.mean_over, every.in_degree) and plain.mean_over is None
+    with pytest.raises(ValueError, match="method must be one of"):
+        NeighborSampler(hops, 2000, [2], method="layer")
+
+
+def test_sage_divides_a_labor_hop_by_its_denominators():
+    """`MeanAdjacency` with `mean_over`: each target's sum over its kept sources, divided by min(degree, k)."""
+    import torch
+
+    from mpignn.models.aggregate import MeanAdjacency
+
+    row = torch.tensor([2, 3, 4, 2])  # target 0 keeps sources 2, 3, 4; target 1 keeps source 2
+    col = torch.tensor([0, 0, 0, 1])
+    x = torch.arange(10, dtype=torch.float32).reshape(5, 2)
+    counts, mean_over = torch.tensor([3, 1]), torch.tensor([4, 2])
+    got = MeanAdjacency(row, col, 2, 5, counts, mean_over).mean(x)
+    want = torch.stack([(x[2] + x[3] + x[4]) / 4, x[2] / 2])
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(MeanAdjacency(row, col, 2, 5, counts).mean(x),
+                               torch.stack([(x[2] + x[3] + x[4]) / 3, x[2]]))
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--sampler", "labor", "--model", "gcn"], "--sampler labor weights SAGE's mean to keep it unbiased; --model gcn"),
+    (["--sampler", "labor", "--minibatch", "cooperative"], "--sampler labor draws independent mini-batches"),
+    (["--sampler", "layer"], "--sampler must be one of neighbor, labor; got 'layer'. HINT"),
+])
+def test_what_labor_cannot_train_is_refused_before_anything_runs(argv, needle):
+    from mpignn.config.train_config import parse
+    from mpignn.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        parse(argv)
+    assert needle in str(err.value) and "HINT" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_heterogeneous_graph_refuses_labor_on_every_rank_alike(tmp_path):
+    from mpignn import train
+    from mpignn.data.npz import save_npz
+    from mpignn.data.synthetic_hetero import make_user_item
+    from mpignn.errors import ConfigError, is_agreed
+
+    save_npz(str(tmp_path / "h.npz"), make_user_item(num_items=300, num_users=80, edges_per_item=4))
+    with pytest.raises(ConfigError) as err:
+        train.main(["--dataset", f"npz:{tmp_path / 'h.npz'}", "--root", str(tmp_path / "data"), "--epochs", "1",
+                    "--threads", "1", "--sampler", "labor"])
+    assert is_agreed(err.value) and str(err.value).startswith("--sampler labor samples homogeneous graphs")
+
+
+def test_labor_trains_on_fewer_input_rows_than_neighbour_sampling(tmp_path):
+    """One process, the CLI: both samplers train the same graph; LABOR's steps compute fewer input rows."""
+    import json
+
+    from mpignn import train
+
+    graph = "synthetic:num_nodes=3000,avg_degree=20,num_features=16,num_classes=4"
+    records = {}
+    for sampler in ("neighbor", "labor"):
+        out = tmp_path / f"{sampler}.jsonl"
+        assert train.main(["--dataset", graph, "--root", str(tmp_path / "data"), "--epochs", "3", "--threads", "1",
+                           "--fanout", "10,5", "--hidden", "32", "--batch-size", "256", "--minibatch", "independent",
+                           "--sampler", sampler, "--metrics-out", str(out)]) == 0
+        records[sampler] = [json.loads(line) for line in out.read_text().splitlines()]
+    labor, plain = records["labor"][-1], records["neighbor"][-1]
+    assert labor["rows_per_step"][0] < 0.8 * plain["rows_per_step"][0]
+    assert labor["test_acc"] > 0.25 + 0.1 and abs(labor["test_acc"] - plain["test_acc"]) < 0.05  # 4 classes
+
+
+@pytest.mark.mpi
+def test_two_ranks_train_labor_and_auto_leaves_cooperative_out(tmp_path):
+    import sys
+
+    from _mpirun import run_mpi_raw
+
+    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path / "data"), "--dataset",
+                              "synthetic:num_nodes=3000,avg_degree=10,num_features=8,num_classes=4", "--epochs", "2",
+                              "--fanout", "5,5", "--hidden", "16", "--batch-size", "128", "--sampler", "labor"],
+                          timeout=240)
+    assert rc == 0, out[-3000:]
+    auto = next(line for line in out.splitlines() if "--minibatch auto:" in line)
+    assert "cooperative" not in auto.split("|")[-1] and "final test accuracy" in out, auto

@@ -98,7 +98,7 @@ def test_each_rule_refuses_and_accepts():
                "requeue": (True, False), "checkpoint_dir": ("", "ck"), "force_new": (True, False), "device": ("xpu", "cpu"),
                "backend": ("gloo", "auto"), "splits": ("splits.npz", ""), "model": ("rgcn", "sage"),
                "norm": ("batch", "none"), "residual": (True, False),
-               "linear_head": (True, False)}
+               "linear_head": (True, False), "sampler": ("labor", "neighbor")}
     for rule in RULES:
         bad = [samples[n][0] for n in rule.names]
         good = [samples[n][1] for n in rule.names]

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from mpignn.config.choices import (DEFAULT_METHOD, EXCHANGES, FEATURE_DTYPES, FEATURE_NORMS, PARTITION_METHODS, check_choice, parse_cache_size)
+from mpignn.config.choices import (DEFAULT_METHOD, EXCHANGES, FEATURE_DTYPES, FEATURE_NORMS, PARTITION_METHODS,
+                                   SAMPLERS,
+                                   check_choice, parse_cache_size)
 from mpignn.config.refusals import check_combinations
 from mpignn.config.train_config import TrainConfig, parse_fanout
 
@@ -53,6 +55,8 @@ class GraphOptions:
     """Neighbours sampled per layer (-1: all)."""
     edge_fanouts: dict[str, Sequence[int]] | None = None
     """Heterogeneous graphs: per edge type fanouts (`data.hetero.hop_fanouts`)."""
+    sampler: str = TrainConfig.sampler
+    """neighbor or labor (layer-neighbour sampling, `sampling.labor`; homogeneous graphs, SAGE)."""
     # cache and exchange
     cache_size: int | str = TrainConfig.cache_size
     """Remote feature rows cached per rank (`cache_policy`): a row count, "auto", or 0 for none."""
@@ -75,6 +79,7 @@ class GraphOptions:
         check_choice("exchange", self.exchange, EXCHANGES)
         check_choice("feature_norm", self.feature_norm, FEATURE_NORMS)
         check_choice("feature_dtype", self.feature_dtype, FEATURE_DTYPES)
+        check_choice("sampler", self.sampler, SAMPLERS)
         check_combinations({"partitions": self.partitions, "replicated": self.replicated})
 
     @property
@@ -88,5 +93,6 @@ class GraphOptions:
         return cls(dataset=cfg.dataset, root=cfg.root, splits=cfg.splits, partitions=cfg.partitions,
                    method=cfg.partition_method, replicated=cfg.replicated, seed=cfg.seed, local_prep=cfg.local_prep,
                    prep_timeout=cfg.prep_timeout, force=cfg.force, fanouts=tuple(cfg.fanouts),
-                   edge_fanouts=cfg.edge_fanouts or None, cache_size=cfg.cache_size, exchange=cfg.exchange,
+                   edge_fanouts=cfg.edge_fanouts or None, sampler=cfg.sampler, cache_size=cfg.cache_size,
+                   exchange=cfg.exchange,
                    feature_norm=cfg.feature_norm, feature_dtype=cfg.feature_dtype, links=task.partition_extras())

@@ -62,6 +62,18 @@ RULES: tuple[Rule, ...] = (
          lambda mode, hetero: mode in _OWNER_MODES and bool(hetero),
          lambda mode, hetero: f"--minibatch {mode} samples homogeneous graphs; this one has node and edge "
                               "types. HINT: --minibatch independent"),
+    Rule(("sampler", "model"),
+         lambda sampler, model: sampler == "labor" and model != "sage",
+         lambda sampler, model: f"--sampler labor weights SAGE's mean to keep it unbiased; --model {model} "
+                                "aggregates otherwise. HINT: --model sage, or --sampler neighbor"),
+    Rule(("sampler", "minibatch"),
+         lambda sampler, mode: sampler == "labor" and mode == "cooperative",
+         lambda sampler, mode: "--sampler labor draws independent mini-batches; cooperative batches draw by "
+                               "neighbour sampling. HINT: --minibatch independent (or auto), or --sampler neighbor"),
+    Rule(("sampler", "hetero"),
+         lambda sampler, hetero: sampler == "labor" and bool(hetero),
+         lambda sampler, hetero: "--sampler labor samples homogeneous graphs; this one has node and edge types. "
+                                 "HINT: --sampler neighbor"),
     Rule(("embed_dim", "replicated"),
          lambda embed_dim, replicated: bool(embed_dim and replicated),
          lambda embed_dim, replicated: "--embed-dim keeps each node's row on its owner, and --replicated has no "

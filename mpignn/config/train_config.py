@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from mpignn.config.choices import (BATCH_SCOPES, DECODERS, DEFAULT_METHOD, EVALS, EXCHANGES, FEATURE_DTYPES,
                             FEATURE_NORMS, LR_SCALINGS, MINIBATCHES, MODELS, NEGATIVES, NORMS, PARTITION_DEFAULT, PARTITION_METHODS,
-                            PRECISIONS, PREFETCH_MODES, TASKS, check_choice, parse_cache_size)
+                            PRECISIONS, PREFETCH_MODES, SAMPLERS, TASKS, check_choice, parse_cache_size)
 from mpignn.config.refusals import check_combinations
 from mpignn.config.values import check_memory, check_ranges, check_types, estimate_step_bytes
 from mpignn.errors import ConfigError
@@ -180,6 +180,9 @@ class TrainConfig:
     minibatch: str = "auto"
     """auto: the fastest that pays of independent (each rank its seeds' rows), cooperative (each row once, by
     its owner) and full (the whole graph a step; small graphs); docs/training.md."""
+    sampler: str = "neighbor"
+    """neighbor: each target draws its own --fanout neighbours; labor: layer-neighbour sampling, targets sharing a
+    neighbour agree on it, so fewer rows a step (docs/training.md)."""
     eval: str = "sampled"
     """sampled: val/test scores on sampled neighbourhoods (--fanout), as training sees them; full: also those
     of exact inference (as python -m mpignn.predict), as the *_full fields of each evaluation."""
@@ -234,7 +237,7 @@ class TrainConfig:
                    "batch_scope": BATCH_SCOPES, "lr_scaling": LR_SCALINGS, "task": tuple(TASKS), "decoder": DECODERS,
                    "negatives": NEGATIVES, "minibatch": MINIBATCHES, "feature_norm": FEATURE_NORMS, "feature_dtype": FEATURE_DTYPES,
                    "partition_method": (*PARTITION_METHODS, DEFAULT_METHOD), "model": MODELS,
-                   "norm": NORMS}
+                   "norm": NORMS, "sampler": SAMPLERS}
         for name, allowed in choices.items():
             check_choice(name, getattr(self, name), allowed)
         check_combinations(self.to_dict())  # every refused pair of flags, shared with the API (config.refusals)

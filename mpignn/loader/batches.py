@@ -177,6 +177,8 @@ class BatchLoader:
         data.num_sampled_nodes = out.num_sampled_nodes
         data.num_sampled_edges = out.num_sampled_edges
         data.in_degree = torch.from_numpy(out.in_degree)  # the model's CSR pointers: no bincount on the device
+        if out.mean_over is not None:  # layer-neighbour batches: what each target's mean divides by
+            data.mean_over = torch.from_numpy(out.mean_over)
         if self.reuse:  # whole neighbourhoods: each row's whole-graph degree, the input rows' CSR where sparse
             data.whole = WholeNeighbourhoods(torch.from_numpy(self._degree(out.n_id)))
         return self._finish(_carry(data, extras), x, t0, t1)

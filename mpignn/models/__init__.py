@@ -53,4 +53,5 @@ def forward_batch(model: torch.nn.Module, data) -> torch.Tensor:
     if isinstance(getattr(model, "module", model), HeteroGNN):
         return model(data)
     return encode(model, data.x, data.edge_index, data.num_sampled_nodes, data.num_sampled_edges,
-                  getattr(data, "in_degree", None), getattr(data, "halo", None), getattr(data, "whole", None))
+                  getattr(data, "in_degree", None), getattr(data, "halo", None), getattr(data, "whole", None),
+                  getattr(data, "mean_over", None))

@@ -35,11 +35,13 @@ class MeanAdjacency:
     the transposed weights ([n_dst, F] -> [n_src, F]), the gradient of `mean`. Edges must be grouped by
     target in ascending order (mpignn's loader emits them so; `SampledGNN` sorts other inputs).
     `in_degree` (optional, at least n_dst entries): each target's number of edges, as the sampler gives it
-    (`SampleOutput.in_degree`); without it the pointer is found by a binary search over `col`.
+    (`SampleOutput.in_degree`); without it the pointer is found by a binary search over `col`. `mean_over`
+    (optional, like `in_degree`): what each target's sum is divided by instead of its edge count (layer-neighbour
+    sampling's unbiased mean, `SampleOutput.mean_over`).
     """
 
     def __init__(self, row: torch.Tensor, col: torch.Tensor, n_dst: int, n_src: int,
-                 in_degree: torch.Tensor | None = None) -> None:
+                 in_degree: torch.Tensor | None = None, mean_over: torch.Tensor | None = None) -> None:
         self.row, self.col, self.n_dst, self.n_src = row, col, int(n_dst), int(n_src)
         self.kernel = kernel_for(row.device)
         if in_degree is None:  # sorted targets: the CSR pointer is a search, no bincount (a host sync on GPUs)
@@ -52,6 +54,8 @@ class MeanAdjacency:
             if self.kernel != "scatter":
                 self._crow = torch.zeros(self.n_dst + 1, dtype=torch.long, device=row.device)
                 torch.cumsum(counts, 0, out=self._crow[1:])
+        if mean_over is not None:
+            counts = mean_over[:self.n_dst].to(device=row.device, dtype=torch.long)
         self.weight = (1.0 / counts.clamp(min=1).to(torch.float32))[col]
         self._t: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 

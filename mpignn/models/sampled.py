@@ -83,7 +83,7 @@ class SampledGNN(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes: Sequence[int],
                 num_sampled_edges: Sequence[int], in_degree: torch.Tensor | None = None,
-                halo: Any = None, whole: Any = None) -> torch.Tensor:
+                halo: Any = None, whole: Any = None, mean_over: torch.Tensor | None = None) -> torch.Tensor:
         """Logits of the seed nodes (the first num_sampled_nodes[0] rows).
 
         `in_degree`: each hop's targets' edge counts, batch-local order (`SampleOutput.in_degree`, the
@@ -95,7 +95,10 @@ class SampledGNN(torch.nn.Module):
         `whole`: whole neighbourhoods (`--minibatch full`, `loader.whole.WholeNeighbourhoods`): GCN normalises
         by each row's whole-graph degree (as PyG's full-batch GCNConv) instead of the batch's edges, and SAGE's
         first layer multiplies sparse input rows as a sparse matrix.
+        `mean_over`: a layer-neighbour batch's mean denominators (`SampleOutput.mean_over`, SAGE only).
         """
+        if mean_over is not None and self.kind != "sage":
+            raise ValueError(f"layer-neighbour batches train --model sage; got {self.kind}")
         hops = len(num_sampled_edges)
         if hops != self.num_layers:
             raise ValueError(f"batch sampled {hops} hops for a {self.num_layers}-layer model")
@@ -127,7 +130,7 @@ class SampledGNN(torch.nn.Module):
             if self.kind == "gcn":
                 x = _gcn_sum(conv, x, src, dst, n_dst, inv_sqrt, weight)
             elif self.kind == "sage":
-                adj = MeanAdjacency(src, dst, n_dst, x.size(0), in_degree)
+                adj = MeanAdjacency(src, dst, n_dst, x.size(0), in_degree, mean_over)
                 sparse = whole.sparse_rows(x) if whole is not None and layer == 0 and not x.requires_grad else None
                 x = _sage(conv, x, adj, n_dst) if sparse is None else _SageSparseInput.apply(
                     conv.lin_l.weight, conv.lin_l.bias, conv.lin_r.weight, *sparse, adj, n_dst)
@@ -292,14 +295,16 @@ def _sorted_by_target(edge_index: torch.Tensor) -> torch.Tensor:
 
 def encode(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes,
            num_sampled_edges, in_degree: torch.Tensor | None = None, halo: Any = None,
-           whole: Any = None) -> torch.Tensor:
+           whole: Any = None, mean_over: torch.Tensor | None = None) -> torch.Tensor:
     """Output rows of the batch's seed nodes (the first num_sampled_nodes[0]), computing only what each
     layer needs (`in_degree`: the sampler's per-target edge counts, used by SampledGNN; `halo`: a
-    cooperative batch's exchange, SampledGNN only; `whole`: a full-graph batch's `loader.whole.WholeNeighbourhoods`)."""
+    cooperative batch's exchange, SampledGNN only; `whole`: a full-graph batch's `loader.whole.WholeNeighbourhoods`;
+    `mean_over`: a layer-neighbour batch's mean denominators, SampledGNN only)."""
     if isinstance(getattr(model, "module", model), SampledGNN):
-        return model(x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree, halo=halo, whole=whole)
-    if halo is not None:
-        raise ValueError("a cooperative batch needs a SampledGNN (--model sage, gat or gcn)")
+        return model(x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree, halo=halo, whole=whole,
+                     mean_over=mean_over)
+    if halo is not None or mean_over is not None:
+        raise ValueError("a cooperative or layer-neighbour batch needs a SampledGNN (--model sage, gat or gcn)")
     out = model(x, edge_index, num_sampled_nodes_per_hop=num_sampled_nodes,
                 num_sampled_edges_per_hop=num_sampled_edges)
     return out[:num_sampled_nodes[0]]

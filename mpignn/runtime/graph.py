@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from mpignn.config.graph_options import GraphOptions
-from mpignn.config.refusals import refusal
+from mpignn.config.refusals import check_combinations, refusal
 from mpignn.config.train_config import TrainConfig
 from mpignn.data import check_known, dataset_key
 from mpignn.data.features import transform_rows
@@ -31,7 +31,7 @@ from mpignn.mpi import allreduce_max, check_all, root_first
 from mpignn.partition import LocalPart
 from mpignn.partition.memory import scatter_graph
 from mpignn.partition.source import ensure_partition, load_part
-from mpignn.sampling import kernels
+from mpignn.sampling import kernels, labor
 from mpignn.sampling.distributed import DistributedHops
 from mpignn.sampling.neighbor import LocalHops, NeighborSampler
 from mpignn.tasks import Task, make_task
@@ -156,18 +156,21 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
     # numba writes its on-disk cache when it compiles: one rank per host compiles, the others then load.
     with root_first(rt.comm, per_host=True, timeout=opts.prep_timeout, what="compiling the sampling kernels"):
         kernels.warm_up()
+        if opts.sampler == "labor":
+            labor.warm_up()
     part.x = transform_rows(part.x, opts.feature_norm, opts.feature_dtype)
     meta = part.meta
     schema = HeteroSchema.from_json(meta.hetero) if meta.hetero else None
     try:
         fanouts = hop_fanouts(opts.fanouts, opts.edge_fanouts, schema)
         task.check_graph(schema)
+        check_combinations({"sampler": opts.sampler, "hetero": schema is not None})
     except MpignnError as exc:
         raise mark_agreed(exc) from None
     local = LocalHops(part.rowptr, part.col, part.lo, part.type_rowptr, schema.num_etypes if schema else 1)
     alone = opts.replicated or rt.world_size == 1
     source, features = _sources(rt, opts, part, local, alone)
-    sampler = NeighborSampler(source, meta.num_nodes, fanouts)
+    sampler = NeighborSampler(source, meta.num_nodes, fanouts, method=opts.sampler)
     cache_rows, cache_mib = 0, 0.0
     if not alone and opts.cache_size != 0:
         cache_rows, cache_mib = build_cache(rt, local, part, fanouts, features, opts.cache_size,

@@ -74,14 +74,14 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
     if full:  # every neighbour of every hop
         fanouts = [-1] * len(fanouts if fanouts is not None else sampler.fanouts)
     if fanouts is not None and list(fanouts) != sampler.fanouts:
-        sampler = NeighborSampler(sampler.source, sampler.num_nodes, fanouts)
+        sampler = NeighborSampler(sampler.source, sampler.num_nodes, fanouts, method=sampler.method)
     talks = rt.world_size > 1 and not graph.replicated
     if full:
         problem = cooperative_refusal(graph, "full")
         if problem:
             raise mark_agreed(ConfigError(problem))
         if talks:
-            sampler = _cooperative_sampler(rt, graph, sampler.fanouts)
+            sampler = _cooperative_sampler(rt, graph, sampler.fanouts, "full")
         return BatchLoader(sampler, graph.features, seeds, max(1, len(seeds)), shuffle=False, seed=seed,
                            comm=rt.comm, device=rt.device, wrap=False, layout=graph.layout, reuse=True)
     if train:
@@ -98,15 +98,18 @@ def cooperative_refusal(graph: LocalGraph, mode: str = "cooperative") -> str:
     """Why cooperative (or full-graph: `mode`) batches cannot train `graph` (a one-line error with its hint,
     `config.refusals`), or "" where they can. Not collective: every rank's graph is of the same kind."""
     task = graph.task or make_task()
-    return refusal({"minibatch": mode, "replicated": graph.replicated,
+    method = getattr(getattr(graph, "sampler", None), "method", "neighbor")
+    return refusal({"minibatch": mode, "sampler": method, "replicated": graph.replicated,
                     "embed_dim": graph.embedding.dim if graph.embedding is not None else 0, "task": task.name,
                     "cooperative_task": task.cooperative, "hetero": graph.layout is not None})
 
 
-def _cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any]) -> CooperativeSampler:
+def _cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any],
+                         mode: str = "cooperative") -> CooperativeSampler:
     """Collective over `rt.comm`: sampling on one communicator of its own (the loader thread's) and the layers'
-    rows on another (the training thread's), by the transport the features take."""
-    problem = cooperative_refusal(graph)
+    rows on another (the training thread's), by the transport the features take; for `mode` ("cooperative", or
+    "full": every neighbour)."""
+    problem = cooperative_refusal(graph, mode)
     if problem:
         raise mark_agreed(ConfigError(problem))
     local = graph.sampler.source.local

@@ -89,7 +89,7 @@ class NeighborLoader:
         except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
             raise mark_agreed(exc) from None
         self.graph, self.num_neighbors = graph, num_neighbors
-        sampler = NeighborSampler(graph.sampler.source, graph.sampler.num_nodes, fanouts)
+        sampler = NeighborSampler(graph.sampler.source, graph.sampler.num_nodes, fanouts, method=graph.sampler.method)
         talks = rt.world_size > 1 and not graph.replicated
         per_rank = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
         self.loader = BatchLoader(

@@ -1,8 +1,9 @@
 """Partition-aware hops: own targets are sampled from the rank's CSR, remote targets by their owners.
 
 Per hop, the frontier is grouped by owner and two variable all-to-alls run over `comm` (the requester's seed
-and ids out; counts (one per id and edge type) and neighbour ids back), each after one Alltoall of its sizes:
-four collectives a hop, whatever the number of edge types.
+and ids out; counts (one per id and edge type), for layer-neighbour sampling each id's mean denominator, and
+neighbour ids back), each after one Alltoall of its sizes: four collectives a hop, whatever the number of edge
+types.
 Every rank takes part in every hop, also with nothing to ask, so nothing deadlocks.
 The owner draws with the requester's seed and the kernels seed per node id, so the result equals what one
 process holding the whole graph would draw.
@@ -41,13 +42,22 @@ class DistributedHops:
         self.num_etypes = local.num_etypes
 
     def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        counts, nbrs, _ = self._hop(gids, fanout, seed, labor=False)
+        return counts, nbrs
+
+    def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self._hop(gids, fanout, seed, labor=True)
+
+    def _hop(self, gids: np.ndarray, fanout: Fanout, seed: int,
+             labor: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         comm, rank, size, t = self.comm, self.comm.rank, self.comm.size, self.num_etypes
+        draw = self.local.sample_labor if labor else self.local.sample
         owner, order, send_counts = group_by_owner(gids, self.part_offsets, size)
         own_pos = order[owner[order] == rank]
         remote_pos = order[owner[order] != rank]
         send_counts[rank] = 0  # own targets are sampled here, not sent
         # Two exchanges per hop. Out: to each owner asked [seed, its ids...] (the owner draws with the
-        # requester's seed). Back: from each owner [count per id..., neighbours...].
+        # requester's seed). Back: from each owner [count per id..., (labor: denominator per id...,) neighbours...].
         asks = send_counts > 0
         out_counts = np.where(asks, send_counts + 1, 0)
         out = np.full(int(out_counts.sum()), seed, dtype=np.int64)
@@ -58,19 +68,22 @@ class DistributedHops:
         answers, answer_counts = [], np.zeros(size, dtype=np.int64)
         for src, start in zip(range(size), segment_starts(asked_counts)):
             if asked_counts[src]:
-                c, n = self.local.sample(asked[start + 1:start + asked_counts[src]], fanout, int(asked[start]))
-                answers += [c, n]
-                answer_counts[src] = len(c) + len(n)
+                answer = draw(asked[start + 1:start + asked_counts[src]], fanout, int(asked[start]))
+                answers += [answer[0], *answer[2:], answer[1]]  # counts, (denominators,) neighbours
+                answer_counts[src] = sum(len(a) for a in answer)
         back, back_from = alltoallv(comm, np.concatenate(answers) if answers else _EMPTY, answer_counts)
         self.bytes_received += 8 * (len(asked) + len(back))
-        back_counts, back_nbrs = [], []
+        back_counts, back_means, back_nbrs = [], [], []
         for dest, start in zip(range(size), segment_starts(back_from)):
             asked_here = int(send_counts[dest]) * t  # a count per asked id and edge type
             back_counts.append(back[start:start + asked_here])
-            back_nbrs.append(back[start + asked_here:start + back_from[dest]])
+            head = 2 * asked_here if labor else asked_here  # labor: a denominator per id after the counts
+            back_means.append(back[start + asked_here:start + head])
+            back_nbrs.append(back[start + head:start + back_from[dest]])
         back_c = np.concatenate(back_counts) if back_counts else _EMPTY
         back_n = np.concatenate(back_nbrs) if back_nbrs else _EMPTY
-        own_counts, own_nbrs = self.local.sample(gids[own_pos], fanout, seed)
+        own = draw(gids[own_pos], fanout, seed)
+        own_counts, own_nbrs = own[0], own[1]
         counts = np.empty((len(gids), t), dtype=np.int64)
         counts[own_pos] = own_counts.reshape(-1, t)
         counts[remote_pos] = back_c.reshape(-1, t)
@@ -79,7 +92,12 @@ class DistributedHops:
         nbrs = np.empty(offsets[-1], dtype=np.int64)
         _place(nbrs, offsets, own_pos, own_counts.reshape(-1, t).sum(1), own_nbrs)
         _place(nbrs, offsets, remote_pos, back_c.reshape(-1, t).sum(1), back_n)
-        return counts.reshape(-1), nbrs
+        if not labor:
+            return counts.reshape(-1), nbrs, None
+        mean_over = np.empty(len(gids), dtype=np.int64)  # homogeneous: one per target
+        mean_over[own_pos] = own[2]
+        mean_over[remote_pos] = np.concatenate(back_means) if back_means else _EMPTY
+        return counts.reshape(-1), nbrs, mean_over
 
 
 _EMPTY = np.empty(0, dtype=np.int64)

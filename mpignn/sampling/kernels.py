@@ -15,12 +15,12 @@ from mpignn.compiled import ensure_numba_cache_dir, serial_or_parallel
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 
-__all__ = ["sample_rows", "relabel", "reset_scratch", "relabel_hashed", "rehash", "clear_table", "mix_seed",
+__all__ = ["sample_rows", "splitmix", "relabel", "reset_scratch", "relabel_hashed", "rehash", "clear_table", "mix_seed",
            "first_seen", "claim", "warm_up"]
 
 
 @njit(inline="always")
-def _splitmix(state):
+def splitmix(state):
     z = state + np.uint64(0x9E3779B97F4A7C15)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
@@ -30,7 +30,7 @@ def _splitmix(state):
 @njit(cache=True)
 def mix_seed(seed, salt):
     """A new 63-bit seed from two integers (for per-epoch, per-batch and per-hop streams)."""
-    return np.int64(_splitmix(np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(salt))
+    return np.int64(splitmix(np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(salt))
                     >> np.uint64(1))
 
 
@@ -70,10 +70,10 @@ def sample_rows(rowptr, col, rows, gids, fanouts, seed):
                 out[o + j] = col[start + j]
             continue
         # Floyd's algorithm: k distinct positions out of deg, O(k^2) with tiny k, no O(deg) scratch.
-        state = _splitmix(base_seed ^ (np.uint64(gids[i]) * np.uint64(0x9E3779B97F4A7C15)))
+        state = splitmix(base_seed ^ (np.uint64(gids[i]) * np.uint64(0x9E3779B97F4A7C15)))
         m = 0
         for j in range(deg - k, deg):
-            state = _splitmix(state)
+            state = splitmix(state)
             t = np.int64((state >> np.uint64(11)) % np.uint64(j + 1))
             for q in range(m):
                 if out[o + q] == t:

@@ -20,11 +20,11 @@ import numpy as np
 from numba import njit, prange
 
 from mpignn.compiled import ensure_numba_cache_dir, serial_or_parallel
-from mpignn.sampling.kernels import _splitmix
+from mpignn.sampling.kernels import splitmix
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first cached kernel below
 
-__all__ = ["labor_rows", "variate"]
+__all__ = ["labor_rows", "variate", "warm_up"]
 
 _UNIT = 1.0 / 9007199254740992.0  # 2**-53: the top 53 bits of a draw as a double in [0, 1)
 
@@ -33,7 +33,7 @@ _UNIT = 1.0 / 9007199254740992.0  # 2**-53: the top 53 bits of a draw as a doubl
 def _draw(base, gid):
     """Node `gid`'s variate under hop seed `base` (uint64): SplitMix64 of the two, as `sample_rows` seeds a
     target's stream."""
-    return np.float64(_splitmix(base ^ (np.uint64(gid) * np.uint64(0x9E3779B97F4A7C15))) >> np.uint64(11)) * _UNIT
+    return np.float64(splitmix(base ^ (np.uint64(gid) * np.uint64(0x9E3779B97F4A7C15))) >> np.uint64(11)) * _UNIT
 
 
 @serial_or_parallel
@@ -94,3 +94,14 @@ def labor_rows(rowptr, col, rows, fanouts, seed):
 def variate(seed: int, gids: np.ndarray) -> np.ndarray:
     """The variates `labor_rows` gives the nodes `gids` under hop seed `seed` (float64 in [0, 1); tests)."""
     return np.array([_draw(np.uint64(seed), np.int64(g)) for g in np.asarray(gids, dtype=np.int64)])
+
+
+def warm_up() -> None:
+    """Compile the kernel (or load it from numba's cache) on tiny inputs, for a writable and a memory-mapped
+    (read-only) part's column array."""
+    one = np.zeros(1, dtype=np.int64)
+    ptr = np.array([0, 1], dtype=np.int64)
+    labor_rows(ptr, one, one, one + 1, 0)
+    mapped = np.zeros(1, dtype=np.int64)
+    mapped.flags.writeable = False
+    labor_rows(ptr, mapped, one, one + 1, 0)

@@ -11,11 +11,16 @@ from typing import Protocol, Sequence, Union
 
 import numpy as np
 
+from mpignn.config.choices import SAMPLERS
 from mpignn.config.train_config import parse_fanout
 from mpignn.sampling import kernels
+from mpignn.sampling.labor import labor_rows
 
 __all__ = ["SampleOutput", "HopSource", "LocalHops", "NeighborSampler", "parse_fanout", "ARRAY_MAP_BYTES",
-           "Fanout", "fanout_array", "loop_free_degree"]
+           "Fanout", "fanout_array", "loop_free_degree", "SAMPLERS"]
+
+# SAMPLERS: how a hop draws. "neighbor": each target its own uniform draw (`kernels.sample_rows`); "labor":
+# layer-neighbour sampling, one variate per source shared by the hop's targets (`sampling.labor`).
 
 
 @dataclass
@@ -39,6 +44,7 @@ class SampleOutput:
     edge_label_index: np.ndarray | None = None  # from sample_from_edges: the pairs, in batch-local ids
     edge_type: np.ndarray | None = None  # int64 [E], heterogeneous graphs: each edge's type (index)
     in_degree: np.ndarray | None = None  # int64 [sum(num_sampled_nodes[:-1])], see above
+    mean_over: np.ndarray | None = None  # "labor": int64 like in_degree, what each target's mean divides by
     halo: list | None = None  # cooperative batches: a `sampling.cooperative.LayerPlan` per layer
 
 
@@ -48,6 +54,10 @@ class HopSource(Protocol):
     def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """(counts per target and edge type [len(gids) * num_etypes], neighbour gids concatenated in that
         order: target by target, each target's edge types in order)."""
+        ...
+
+    def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`sample` by layer-neighbour sampling, plus what each target's mean divides by (homogeneous graphs)."""
         ...
 
 
@@ -90,6 +100,11 @@ class LocalHops:
         keys = (gids * t)[:, None] + kinds
         return kernels.sample_rows(self.type_rowptr, self.col, rows.reshape(-1), keys.reshape(-1), fanouts, seed)
 
+    def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self.num_etypes > 1:
+            raise ValueError("layer-neighbour sampling takes homogeneous graphs")
+        return labor_rows(self.rowptr, self.col, gids - self.lo, fanout_array(fanout, 1), seed)
+
 
 def loop_free_degree(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndarray:
     """int64 [rows]: each CSR row's in-edges other than self-loops (rows are the global ids lo, lo + 1, ...):
@@ -114,11 +129,16 @@ class NeighborSampler:
     rows of its own (then while it takes at most ARRAY_MAP_BYTES), else the part map. Both give the same
     batches. With a part of a 2M-node graph, hash lookups made sampling 16-18% slower, a small share of a
     training step (docs/benchmarks.md): the part map keeps a rank's memory in proportion to its part.
+    `method` (`SAMPLERS`): "labor" draws each hop by layer-neighbour sampling (`HopSource.sample_labor`), and
+    its batches carry `mean_over`, what each target's mean divides by.
     """
 
-    def __init__(self, source: HopSource, num_nodes: int, fanouts: Sequence[Fanout], relabel: str = "auto") -> None:
+    def __init__(self, source: HopSource, num_nodes: int, fanouts: Sequence[Fanout], relabel: str = "auto",
+                 method: str = "neighbor") -> None:
         if relabel not in ("auto", "part", "array"):
             raise ValueError(f"relabel must be 'auto', 'part' or 'array'; got {relabel!r}")
+        if method not in SAMPLERS:
+            raise ValueError(f"method must be one of {', '.join(SAMPLERS)}; got {method!r}")
         local = getattr(source, "local", source)  # DistributedHops wraps the rank's LocalHops
         rowptr = getattr(local, "rowptr", None)
         self._own = (int(local.lo), len(rowptr) - 1) if rowptr is not None else (0, 0)
@@ -129,6 +149,7 @@ class NeighborSampler:
         self.num_nodes = int(num_nodes)
         self.fanouts = list(fanouts)
         self.relabel = relabel
+        self.method = method
         # Owning every node (one process, --replicated): the part map is the array map; skip the range checks.
         self._direct = relabel == "array" or self._own == (0, self.num_nodes)
         self._local = threading.local()
@@ -186,13 +207,19 @@ class NeighborSampler:
         if n_count != len(seeds):
             self._clear(n_id, n_count)
             raise ValueError("seed nodes must be distinct")
-        rows, cols, types, degrees = [], [], [], []
+        rows, cols, types, degrees, means = [], [], [], [], []
+        labor = self.method == "labor"
         num_nodes, num_edges = [n_count], []
         t = getattr(self.source, "num_etypes", 1)
         f_lo, f_hi = 0, n_count
         try:
             for hop, fanout in enumerate(self.fanouts):
-                counts, nbrs = self.source.sample(n_id[f_lo:f_hi], fanout, kernels.mix_seed(seed, hop))
+                hop_seed = kernels.mix_seed(seed, hop)
+                if labor:
+                    counts, nbrs, mean_over = self.source.sample_labor(n_id[f_lo:f_hi], fanout, hop_seed)
+                    means.append(mean_over)
+                else:
+                    counts, nbrs = self.source.sample(n_id[f_lo:f_hi], fanout, hop_seed)
                 if n_count + len(nbrs) > len(n_id):
                     grown = np.empty(max(2 * len(n_id), n_count + len(nbrs)), dtype=np.int64)
                     grown[:n_count] = n_id[:n_count]
@@ -213,7 +240,8 @@ class NeighborSampler:
                             col=np.concatenate(cols) if cols else empty, batch_size=len(seeds),
                             num_sampled_nodes=num_nodes, num_sampled_edges=num_edges,
                             edge_type=(np.concatenate(types) if types else empty) if t > 1 else None,
-                            in_degree=np.concatenate(degrees) if degrees else empty)
+                            in_degree=np.concatenate(degrees) if degrees else empty,
+                            mean_over=(np.concatenate(means) if means else empty) if labor else None)
 
     def sample_from_edges(self, src: np.ndarray, dst: np.ndarray, seed: int) -> SampleOutput:
         """Sample around both endpoints of the pairs (src[i], dst[i]); the seeds are the distinct endpoints,

@@ -1,5 +1,6 @@
 """Distributed sampling and feature exchange equal single-process results on the whole graph (method
-"hetero": a heterogeneous graph, per-edge-type fanouts and edge types included)."""
+"hetero": a heterogeneous graph, per-edge-type fanouts and edge types included); on homogeneous graphs
+layer-neighbour sampling too, its mean denominators included."""
 import sys
 
 import numpy as np
@@ -61,6 +62,15 @@ def main(folder: str, method: str, cache: int) -> None:
         assert np.array_equal(y[:len(seeds)], graph.y[inverse[seeds]])
     if cache and comm.size > 1:
         assert store.cache_hits > 0
+    if not hetero:  # LABOR: owners draw with the requester's hop seed and the sources' own variates
+        dist_labor = NeighborSampler(dist.source, graph.num_nodes, fanouts, method="labor")
+        single_labor = NeighborSampler(single.source, graph.num_nodes, fanouts, method="labor")
+        for step in range(3):
+            seeds = part.train_idx[:comm.rank * 7 + step + 3]
+            a, b = dist_labor.sample(seeds, 5 + step), single_labor.sample(seeds, 5 + step)
+            for key in ("n_id", "row", "col", "in_degree", "mean_over"):
+                assert np.array_equal(getattr(a, key), getattr(b, key)), key
+            assert len(a.mean_over) == len(a.in_degree) and np.all(a.mean_over <= np.maximum(a.in_degree, 4))
     print(f"MPIGNN-OK rank={comm.rank}", flush=True)
 
 
