@@ -21,6 +21,7 @@ def format_epoch(rec: dict[str, Any], scores: str, unit: str = "seeds") -> str:
             f"{rec['remote_feature_bytes'] / 2**20:.1f}+{rec['remote_structure_bytes'] / 2**20:.1f} MiB "
             + (f"rows {rec['embedding_bytes'] / 2**20:.1f} MiB " if rec.get("embedding_bytes") else "")
             + f"cache hit {rec['cache_hit_rate']:.2f} | "
+            + (f"input {rec['rows_per_step'][0]:,.0f} rows/step " if rec.get("rows_per_step") else "")
             + (f"redundancy {rec['redundancy']:.2f} " if rec.get("redundancy") is not None else "")
             + (f"halo {rec['halo_step_bytes'] / 2**20:.1f} MiB/step " if rec.get("halo_step_bytes") else "")
             + f"| peak {rec['peak_rss_mb']:.0f} MiB")
