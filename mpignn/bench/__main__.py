@@ -103,13 +103,16 @@ def main(argv: list[str] | None = None) -> int:
                 for rule in ("sqrt", "linear")}}
     configs = []
     for name in args.configs.split(","):
-        base, _, dtype = name.rpartition("+") if name.endswith(("+fp16", "+bf16")) else (name, "", "")
+        base, labor = (name[:-len("+labor")], True) if name.endswith("+labor") else (name, False)
+        base, _, dtype = base.rpartition("+") if base.endswith(("+fp16", "+bf16")) else (base, "", "")
         if base not in known:
             parser.error(f"--configs: unknown '{name}'; choose from {', '.join(known)} (each may end in +fp16 or "
-                         "+bf16)")
+                         "+bf16, then +labor)")
         label, ranks, extra, bind = known[base]
         if dtype:
             label, extra = f"{label}, {dtype} features", [*extra, "--feature-dtype", dtype]
+        if labor:
+            label, extra = f"{label}, labor", [*extra, "--sampler", "labor"]
         configs.append((label, ranks, extra, bind))
     timing = bool(args.target_acc)
     rows, curves = [], []
@@ -152,16 +155,18 @@ def main(argv: list[str] | None = None) -> int:
         row["remote_mib"] = (row["remote_feature_bytes"] + row["remote_structure_bytes"]) / 2**20
         row["feat_mib"] = row["remote_feature_bytes"] / 2**20
         row["halo_mib"] = row.get("halo_step_bytes", 0) / 2**20
+        row["input_rows"] = (row.get("rows_per_step") or [None])[0]
     unit = rows[0]["unit"]
     print(f"{args.dataset}: {args.task} task, fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, "
           f"{args.precision}, epoch {args.epochs - 1} of {args.epochs}")
     print(table(rows, [("config", "config", "s"), ("minibatch", "trained as", "s"), ("epoch_s", "epoch s", ".2f"), ("per_s", unit, ".0f"),
                        ("speedup", "x 1x1", ".2f"), ("sample_s", "sample", ".2f"), ("exchange_s", "exchange", ".2f"),
                        ("compute_s", "compute", ".2f"), ("allreduce_s", "allreduce", ".2f"), ("wait_s", "wait", ".2f"),
-                       ("nodes_per_step", "nodes/step", ".0f"),
+                       ("nodes_per_step", "nodes/step", ".0f"), ("input_rows", "input rows/step", ".0f"),
                        ("feat_mib", "feat MiB", ".1f"), ("remote_mib", "remote MiB", ".1f"),
                        ("cache_hit_rate", "cache hit", ".2f"), ("redundancy", "redundancy", ".2f"),
-                       ("halo_mib", "rows MiB/step", ".2f"), ("peak_rss_mb", "peak MiB", ".0f")]))
+                       ("halo_mib", "rows MiB/step", ".2f"), ("peak_rss_mb", "peak MiB", ".0f"),
+                       ("test", "test score", ".4f")]))
     if args.plot:
         _plot(rows, args.plot)
     return 0
