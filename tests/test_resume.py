@@ -79,6 +79,19 @@ def test_resume_replays_the_uninterrupted_run_bit_for_bit(tmp_path):
                "(checkpoint: 16). HINT:" in out, out[-2000:]
 
 
+def test_auto_resumes_the_mode_its_checkpoint_trained(tmp_path):
+    """`--minibatch auto` with a resume continues the checkpoint's mode instead of timing the modes again (a
+    resumed run replays the uninterrupted one); where that mode cannot train the run (cooperative on one rank),
+    it times them."""
+    folder = str(tmp_path / "ck")
+    _train(2, tmp_path, "--epochs", "1", "--checkpoint-dir", folder, "--minibatch", "cooperative")
+    out = _train(2, tmp_path, "--epochs", "2", "--checkpoint-dir", folder, "--resume", "--minibatch", "auto")
+    assert "--minibatch auto: cooperative (the checkpoint's: the resumed run trains as it did)" in out, out[-2000:]
+    assert "passes of" not in out and "epoch   1 |" in out
+    out = _train(1, tmp_path, "--epochs", "3", "--checkpoint-dir", folder, "--resume", "--minibatch", "auto")
+    assert "(the checkpoint's" not in out and "--minibatch auto:" in out and "epoch   2 |" in out
+
+
 def _start(n, root, *extra):
     cmd, env = mpi_cmd(n, [sys.executable, "-m", "mpignn.train", "--root", str(root), *ARGS, *extra], 120)
     env["MPIGNN_LOG_RANKS"] = "all"

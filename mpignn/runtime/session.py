@@ -23,7 +23,7 @@ from mpignn.mpi.watchdog import Deadline, Watchdog, bounded
 from mpignn.runtime.graph import build_graph_and_model
 from mpignn.runtime.loaders import cooperative_refusal, full_fit_problem, make_loader
 from mpignn.tasks import Task
-from mpignn.training.fit import fit
+from mpignn.training.fit import fit, resumed_minibatch
 from mpignn.training.minibatch import PROBE_STEPS, choose_minibatch
 from mpignn.training.optim import adam
 from mpignn.training.stopping import StopSignal
@@ -76,11 +76,18 @@ def train_run(cfg: TrainConfig, task: Task, options: GraphOptions, stop: StopSig
             full_problem = full_fit_problem(rt, graph, model)  # collective
             if full_problem and cfg.minibatch == "full":
                 raise mark_agreed(ConfigError(full_problem))
-        if cfg.minibatch == "auto":  # measured on this run's first batches (collective)
-            cap = min(cfg.max_steps or PROBE_STEPS + 1, PROBE_STEPS + 1)
-            mode, _ = choose_minibatch(rt, model, lambda m: loader("train", m, cap), task=task,
-                                       bf16=cfg.precision == "bf16", refusal=cooperative_refusal(graph),
-                                       num_nodes=graph.part.meta.num_nodes, full_refusal=full_problem)
+        if cfg.minibatch == "auto":  # a resume continues its checkpoint's mode; else measured (collective)
+            mode = resumed_minibatch(cfg, rt.comm)
+            if (mode == "cooperative" and (rt.world_size == 1 or cooperative_refusal(graph))) or \
+                    (mode == "full" and full_problem):
+                mode = ""  # that mode cannot train this run (other ranks, other flags): time them again
+            if mode and rt.rank == 0:
+                log.info("--minibatch auto: %s (the checkpoint's: the resumed run trains as it did)", mode)
+            if not mode:
+                cap = min(cfg.max_steps or PROBE_STEPS + 1, PROBE_STEPS + 1)
+                mode, _ = choose_minibatch(rt, model, lambda m: loader("train", m, cap), task=task,
+                                           bf16=cfg.precision == "bf16", refusal=cooperative_refusal(graph),
+                                           num_nodes=graph.part.meta.num_nodes, full_refusal=full_problem)
             cfg = dataclasses.replace(cfg, minibatch=mode)  # what checkpoints record: a resume compares it
         loaders: dict[str, Any] = {split: loader(split, cfg.minibatch) for split in ("train", "val", "test")}
         optimizer = adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

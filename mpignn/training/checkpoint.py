@@ -33,7 +33,7 @@ from mpignn.mpi.commit import commit_folder, manifest_bytes
 
 __all__ = ["save_checkpoint", "load_checkpoint", "save_state", "resume_state", "check_compatible", "rng_state",
            "set_rng_state", "generations", "latest_checkpoint", "CHECKPOINT", "MANIFEST", "MODEL_KEYS",
-           "REPLAY_KEYS"]
+           "REPLAY_KEYS", "checkpoint_config"]
 
 CHECKPOINT = "checkpoint.pt"
 MANIFEST = "manifest.json"
@@ -173,6 +173,17 @@ def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
     if found:
         return found[-1]
     return Path(folder) if (Path(folder) / CHECKPOINT).is_file() else None
+
+
+def checkpoint_config(folder: str | os.PathLike) -> dict[str, Any] | None:
+    """The flags the checkpoint a resume from `folder` loads was saved with (`latest_checkpoint`); None where
+    there is none. Not collective.
+
+    Raises:
+        ConfigError: the checkpoint is corrupt (as a resume would).
+    """
+    where = latest_checkpoint(folder)
+    return None if where is None else dict(_read(where).get("extra", {}).get("config", {}))
 
 
 ADDED_OFF = {"norm": "none", "residual": False, "linear_head": False}

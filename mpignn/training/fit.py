@@ -11,7 +11,9 @@ from typing import Any, TYPE_CHECKING
 import torch
 
 from mpignn.config.refusals import check_combinations
-from mpignn.training.checkpoint import latest_checkpoint, resume_state, save_state
+from mpignn.config.choices import MINIBATCH_MODES
+from mpignn.errors import MpignnError
+from mpignn.training.checkpoint import checkpoint_config, latest_checkpoint, resume_state, save_state
 from mpignn.training import converge
 from mpignn.training.ddp import optimize_for_device, wrap_ddp
 from mpignn.training.epoch import run_epoch
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     from mpignn.launch.bootstrap import Runtime
     from mpignn.loader.local_graph import LocalGraph
 
-__all__ = ["check_flags", "fit", "eval_steps"]
+__all__ = ["check_flags", "fit", "eval_steps", "resumed_minibatch"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,23 @@ def _wants_resume(cfg: TrainConfig, comm: Any) -> bool:
     found = latest_checkpoint(cfg.checkpoint_dir) is not None if comm.rank == 0 else None
     with bounded("resume check (bcast)"):
         return bool(comm.bcast(found, root=0))
+
+
+def resumed_minibatch(cfg: TrainConfig, comm: Any) -> str:
+    """Collective over `comm`: the mini-batch mode the checkpoint a resume would load trained with ("" where
+    there is no resume, or its checkpoint cannot say): `--minibatch auto` continues it instead of timing the
+    modes again, so a resumed run replays the uninterrupted one. An unreadable checkpoint is left to the resume
+    itself, which names the problem."""
+    if not _wants_resume(cfg, comm):
+        return ""
+    mode = ""
+    if comm.rank == 0:
+        try:
+            mode = str((checkpoint_config(cfg.checkpoint_dir) or {}).get("minibatch", ""))
+        except MpignnError:
+            mode = ""
+    with bounded("resume mode (bcast)"):
+        return str(comm.bcast(mode if mode in MINIBATCH_MODES else "", root=0))
 
 
 def fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any], model: torch.nn.Module,
