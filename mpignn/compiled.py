@@ -5,7 +5,8 @@ otherwise fail at import). numba's parallel compilation (`parallel=True`) is slo
 first run, where every kernel compiles once, and most runs give each MPI rank one core, where a serial kernel can
 do the same work without the threading layer: `serial_or_parallel` compiles the one the thread count needs. Not
 every kernel runs as fast serially (the in-place dropout kernels did not, and stay parallel): measure before
-using it. Figures: docs/training.md ("The quick start's first run"). Stdlib only at import (numba is imported where it is used).
+using it. Figures: docs/training.md ("The quick start's first run"). Stdlib only at import (numba is imported
+where it is used).
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ log = logging.getLogger(__name__)
 
 def serial_or_parallel(func: Callable[..., Any]) -> Callable[..., Any]:
     """`func` (its loops `prange`) compiled twice: serially, called where numba runs one thread (an MPI rank per
-    core, the usual layout: the serial kernel compiles in a fraction of the time), and in parallel otherwise. The parallel twin gets its own name, so numba's on-disk cache, which
-    keys files by name, keeps the two apart. Call `ensure_numba_cache_dir` first, as for any cached kernel."""
+    core, the usual layout: the serial kernel compiles in a fraction of the time), and in parallel otherwise.
+    The parallel twin gets its own name, so numba's on-disk cache, which keys files by name, keeps the two
+    apart. Call `ensure_numba_cache_dir` first, as for any cached kernel."""
     import numba
 
     twin = types.FunctionType(func.__code__, func.__globals__, func.__name__ + "_parallel", func.__defaults__,

@@ -16,7 +16,8 @@ def format_epoch(rec: dict[str, Any], scores: str, unit: str = "seeds") -> str:
     where = f"epoch {rec['epoch']:3d}" + (f" step {rec['step']}" if "step" in rec else "")
     evaluated = f" eval {rec['eval_s']:.2f}s" if rec.get("eval_s") else ""
     return (f"{where} | loss {rec['loss']:.4f} | {scores} | {rec['epoch_s']:.2f}s {rec[f'{unit}_per_s']:.0f} "
-            f"{unit}/s{evaluated} | sample {rec['sample_s']:.2f} exch {rec['exchange_s']:.2f} compute {rec['compute_s']:.2f} "
+            f"{unit}/s{evaluated} | sample {rec['sample_s']:.2f} exch {rec['exchange_s']:.2f} "
+            f"compute {rec['compute_s']:.2f} "
             f"allreduce {rec['allreduce_s']:.2f} wait {rec['wait_s']:.2f} | remote "
             f"{rec['remote_feature_bytes'] / 2**20:.1f}+{rec['remote_structure_bytes'] / 2**20:.1f} MiB "
             + (f"rows {rec['embedding_bytes'] / 2**20:.1f} MiB " if rec.get("embedding_bytes") else "")
