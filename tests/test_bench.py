@@ -141,7 +141,7 @@ def test_floor_row_takes_the_slowest_rank():
 def test_floor_bench_prints_one_rank_and_communication_free_rows(tmp_path):
     cmd = [sys.executable, "-m", "mpignn.bench.floor", "--dataset",
            "synthetic:num_nodes=4000,avg_degree=8,num_features=16", "--ranks", "2", "--steps", "3",
-           "--batch-size", "256", "--hidden", "32", "--fanout", "5,5", "--root", str(tmp_path)]
+           "--batch-size", "256", "--hidden", "32", "--fanout", "5,5", "--root", str(tmp_path), "--labor"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = {name: {k: float(v) for k, v in cells.items()} for name, cells in _table(out.stdout).items()}
@@ -155,6 +155,10 @@ def test_floor_bench_prints_one_rank_and_communication_free_rows(tmp_path):
     # cooperative ranks compute each row once: fewer input rows in all than independent halves, rows moved
     assert coop["input rows, all ranks"] < two["input rows, all ranks"] and coop["rows moved MiB/step"] > 0
     assert coop["redundancy"] == 1.0 and two["redundancy"] > 1.0 and one["redundancy"] == 1.0
+    # --labor: the same rows with layer-neighbour sampling, on fewer input rows
+    labor_one, labor_two = rows["1 rank x 1 thread, labor"], rows["2 ranks x 1 thread, no communication, labor"]
+    assert labor_one["input rows, all ranks"] < one["input rows, all ranks"]
+    assert labor_two["input rows, all ranks"] < two["input rows, all ranks"]
 
 
 @pytest.mark.mpi

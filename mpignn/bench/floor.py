@@ -7,9 +7,10 @@ holding its part only: `--minibatch cooperative`, with its real exchanges and gr
 run the same loop (sample, gather, forward, backward, Adam; no prefetch thread). The gap is what neighbourhood overlap costs (a rank's
 share of the seeds reaches more than its share of the nodes: the `layer-1 rows` column) against what N
 threads gain, before any communication. Where the floor row is not clearly faster than 1 x N, no exchange or
-overlap work can make N ranks x 1 thread beat 1 rank x N threads on that machine.
+overlap work can make N ranks x 1 thread beat 1 rank x N threads on that machine. `--labor` adds the 1 x 1 and
+the communication-free rows with layer-neighbour sampling (`--sampler labor`).
 
-Example: python -m mpignn.bench.floor --dataset npz:sbm200k.npz --ranks 2
+Example: python -m mpignn.bench.floor --dataset npz:sbm200k.npz --ranks 2 --labor
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ def _worker(args: argparse.Namespace) -> None:
     from mpignn.models.sampled import SampledGNN
     from mpignn.partition.format import load_partition, read_meta
     from mpignn.sampling.cooperative import CooperativeSampler
+    from mpignn.training.optim import adam
     from mpignn.training.record import redundancy
     from mpignn.sampling.neighbor import LocalHops, NeighborSampler
 
@@ -73,10 +75,10 @@ def _worker(args: argparse.Namespace) -> None:
         x = np.concatenate([np.asarray(p.x) for p in parts])
         y = np.concatenate([np.asarray(p.y) for p in parts])
         train = parts[comm.rank].train_idx if comm.size > 1 else np.concatenate([p.train_idx for p in parts])
-        sampler, lo = NeighborSampler(LocalHops(rowptr, col), meta.num_nodes, fanout), 0
+        sampler, lo = NeighborSampler(LocalHops(rowptr, col), meta.num_nodes, fanout, method=args.sampler), 0
     torch.manual_seed(0)
     model = SampledGNN("sage", x.shape[1], args.hidden, int(meta.num_classes), len(fanout))
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    optimizer = adam(model.parameters(), lr=args.lr)
     share = -(-args.batch_size // comm.size)  # each rank's ceiling-division share of the global batch
     rng = np.random.default_rng(comm.rank)
     times, rows, inputs = np.zeros(3), 0, 0
@@ -97,7 +99,8 @@ def _worker(args: argparse.Namespace) -> None:
         t2 = time.perf_counter()
         edge_index = torch.from_numpy(np.stack([out.row, out.col]))
         logits = model(torch.from_numpy(feats), edge_index, out.num_sampled_nodes, out.num_sampled_edges,
-                       torch.from_numpy(out.in_degree), halo=halo)
+                       torch.from_numpy(out.in_degree), halo=halo,
+                       mean_over=None if out.mean_over is None else torch.from_numpy(out.mean_over))
         # cooperative: the loss of the global batch's mean (every rank's share), gradients summed over ranks
         labels = torch.from_numpy(y[out.n_id[:len(seeds)] - lo])
         loss = torch.nn.functional.cross_entropy(logits, labels, reduction="sum") / (share * comm.size)
@@ -134,13 +137,14 @@ def _count(comm, out, per_layer: list[list[int]]) -> None:
             per_layer[j][1] += len(np.unique(np.concatenate(ids)))
 
 
-def _launch(folder: Path, ranks: int, threads: int, args: argparse.Namespace, cooperative: bool = False) -> list[dict]:
+def _launch(folder: Path, ranks: int, threads: int, args: argparse.Namespace, cooperative: bool = False,
+            sampler: str = "neighbor") -> list[dict]:
     exe = mpiexec()
     launcher, pin = binding(exe, ranks, threads)
     cmd = [exe, *launcher, "-n", str(ranks), sys.executable, "-m", "mpignn.bench.floor", "--worker",
            "--folder", str(folder), "--threads", str(threads), "--steps", str(args.steps), "--fanout", args.fanout,
            "--batch-size", str(args.batch_size), "--hidden", str(args.hidden), "--lr", str(args.lr),
-           *(["--cooperative"] if cooperative else [])]
+           "--sampler", sampler, *(["--cooperative"] if cooperative else [])]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=pin, timeout=3600)
     if out.returncode != 0:
@@ -173,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--cooperative", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--sampler", default="neighbor", help=argparse.SUPPRESS)
+    parser.add_argument("--labor", action="store_true",
+                        help="add the 1 x 1 and communication-free rows with --sampler labor")
     args = parser.parse_args(argv)
     if args.worker:
         from mpignn.launch.allocator import reexec_with_hugepages
@@ -189,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
                 _row(f"1 rank x {n} threads", _launch(whole, 1, n, args)),
                 _row(f"{n} ranks x 1 thread, no communication", _launch(parts, n, 1, args)),
                 _row(f"{n} ranks x 1 thread, cooperative", _launch(parts, n, 1, args, cooperative=True))]
+        if args.labor:
+            rows += [_row("1 rank x 1 thread, labor", _launch(whole, 1, 1, args, sampler="labor")),
+                     _row(f"{n} ranks x 1 thread, no communication, labor",
+                          _launch(parts, n, 1, args, sampler="labor"))]
     for row in rows:
         row["vs_first"] = row["seconds"] / rows[0]["seconds"]
         row["vs_threads"] = row["seconds"] / rows[1]["seconds"]
