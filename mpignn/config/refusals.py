@@ -66,10 +66,6 @@ RULES: tuple[Rule, ...] = (
          lambda sampler, model: sampler == "labor" and model != "sage",
          lambda sampler, model: f"--sampler labor weights SAGE's mean to keep it unbiased; --model {model} "
                                 "aggregates otherwise. HINT: --model sage, or --sampler neighbor"),
-    Rule(("sampler", "minibatch"),
-         lambda sampler, mode: sampler == "labor" and mode == "cooperative",
-         lambda sampler, mode: "--sampler labor draws independent mini-batches; cooperative batches draw by "
-                               "neighbour sampling. HINT: --minibatch independent (or auto), or --sampler neighbor"),
     Rule(("sampler", "hetero"),
          lambda sampler, hetero: sampler == "labor" and bool(hetero),
          lambda sampler, hetero: "--sampler labor samples homogeneous graphs; this one has node and edge types. "

@@ -114,7 +114,8 @@ def _cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any],
         raise mark_agreed(ConfigError(problem))
     local = graph.sampler.source.local
     rows = make_alltoall("torch" if rows_on_device(graph.features) else "mpi", rt.comm.Dup(), rt.device)
-    return CooperativeSampler(rt.comm.Dup(), local, np.asarray(graph.part.meta.part_offsets), fanouts, rows)
+    return CooperativeSampler(rt.comm.Dup(), local, np.asarray(graph.part.meta.part_offsets), fanouts, rows,
+                              method=graph.sampler.method)
 
 
 def full_fit_problem(rt: Runtime, graph: LocalGraph, model: Any) -> str:

@@ -57,9 +57,10 @@ class CooperativeSampler:
     cooperative = True
 
     def __init__(self, comm: Any, local: LocalHops, part_offsets: np.ndarray, fanouts: Sequence[Fanout],
-                 rows: Any = None) -> None:
+                 rows: Any = None, method: str = "neighbor") -> None:
         if local.num_etypes != 1:
             raise ValueError("cooperative mini-batches sample homogeneous graphs")
+        self.method = method  # "labor": each owner draws its targets by layer-neighbour sampling (same variates)
         self.comm, self.source, self.rows = comm, local, rows  # rows: the transport layers' rows travel by
         self.part_offsets = np.asarray(part_offsets, dtype=np.int64)
         self.lo, self.n_own = int(local.lo), len(local.rowptr) - 1
@@ -96,10 +97,16 @@ class CooperativeSampler:
         try:
             if n != len(seeds):
                 raise ValueError("seed nodes must be distinct")
-            depth_counts, degrees, targets, sources = [n], [], [], []
+            depth_counts, degrees, targets, sources, means = [n], [], [], [], []
+            labor = self.method == "labor"
             f_lo, f_hi = 0, n
             for hop, fanout in enumerate(self.fanouts):
-                counts, nbrs = self.source.sample(own[f_lo:f_hi], fanout, kernels.mix_seed(seed, hop))
+                if labor:
+                    counts, nbrs, mean_over = self.source.sample_labor(own[f_lo:f_hi], fanout,
+                                                                       kernels.mix_seed(seed, hop))
+                    means.append(mean_over)
+                else:
+                    counts, nbrs = self.source.sample(own[f_lo:f_hi], fanout, kernels.mix_seed(seed, hop))
                 degrees.append(counts)
                 targets.append(np.repeat(np.arange(f_lo, f_hi, dtype=np.int64), counts))
                 sources.append(nbrs)
@@ -123,7 +130,8 @@ class CooperativeSampler:
         return SampleOutput(n_id=n_id, row=plans[0].src if plans else _EMPTY,
                             col=np.concatenate(targets) if targets else _EMPTY, batch_size=len(seeds),
                             num_sampled_nodes=depth_counts, num_sampled_edges=[len(e) for e in sources],
-                            in_degree=np.concatenate(degrees) if degrees else _EMPTY, halo=plans)
+                            in_degree=np.concatenate(degrees) if degrees else _EMPTY, halo=plans,
+                            mean_over=(np.concatenate(means) if means else _EMPTY) if labor else None)
 
     def _plans(self, src: np.ndarray, edges: list[int], depth_counts: list[int], mark: np.ndarray) -> list[LayerPlan]:
         """Collective: every layer's exchange, in one request. Layer j reads the edges of hops 0..L-1-j (a
