@@ -12,7 +12,8 @@ import resource
 import sys
 from typing import Mapping
 
-__all__ = ["MMAP_THRESHOLD", "tune_allocator", "hugepage_tunables", "reexec_with_hugepages", "peak_rss_mb", "rss_mb"]
+__all__ = ["MMAP_THRESHOLD", "tune_allocator", "keep_big_blocks", "hugepage_tunables", "reexec_with_hugepages",
+           "peak_rss_mb", "rss_mb"]
 
 # Blocks at least this large are mmap'd and unmapped on free; smaller ones stay in the heap. Measured on the
 # default graph, 2 ranks (`python -m mpignn.bench.soak`, whose `RSS at epoch end` column is the heap's growth):
@@ -49,7 +50,20 @@ def tune_allocator(env: Mapping[str, str] | None = None) -> bool:
     except OSError:
         return False
     mapped = libc.mallopt(_M_MMAP_MAX, 0) if mode == "heap" else libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    return bool(mapped) and bool(libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
+    tuned = bool(mapped) and bool(libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
+    global _LIBC
+    _LIBC = libc if tuned and mode != "heap" else None
+    return tuned
+
+
+_LIBC = None  # glibc, where `tune_allocator` mapped the big blocks
+
+
+def keep_big_blocks() -> bool:
+    """Where `tune_allocator` maps big blocks, keep new ones in the heap from now on: for steps that allocate
+    the same blocks every time (full-graph training's one fixed batch), the heap's holes fit the next step's
+    blocks exactly, so it stays flat without the page faults of fresh mappings. Returns whether it changed."""
+    return _LIBC is not None and bool(_LIBC.mallopt(_M_MMAP_MAX, 0))
 
 
 def _thp_mode(path: str = "/sys/kernel/mm/transparent_hugepage/enabled") -> str:

@@ -21,6 +21,7 @@ from mpignn.launch.bootstrap import Runtime, bootstrap, shutdown
 from mpignn.mpi import check_all, check_same
 from mpignn.mpi.watchdog import Deadline, Watchdog, bounded
 from mpignn.runtime.graph import build_graph_and_model
+from mpignn.launch.allocator import keep_big_blocks
 from mpignn.runtime.loaders import cooperative_refusal, full_fit_problem, make_loader
 from mpignn.tasks import Task
 from mpignn.training.fit import fit, resumed_minibatch
@@ -90,6 +91,8 @@ def train_run(cfg: TrainConfig, task: Task, options: GraphOptions, stop: StopSig
                                            num_nodes=graph.part.meta.num_nodes, full_refusal=full_problem)
             cfg = dataclasses.replace(cfg, minibatch=mode)  # what checkpoints record: a resume compares it
         loaders: dict[str, Any] = {split: loader(split, cfg.minibatch) for split in ("train", "val", "test")}
+        if cfg.minibatch == "full":  # one fixed batch: every epoch allocates the same blocks
+            keep_big_blocks()
         optimizer = adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         code = fit(cfg, rt, graph, loaders, model, optimizer, stop)
     shutdown()
