@@ -218,7 +218,7 @@ class _SageSparseInput(torch.autograd.Function):
         spread = torch.zeros(ctx.n_src, 2 * hidden, dtype=grad.dtype, device=grad.device)
         spread[:, :hidden] = ctx.adj.mean_t(grad)
         spread[:ctx.n_dst, hidden:] = grad
-        both = _sparse_product(ctx.rows_t, spread).t()  # [2 hidden, features]
+        both = _sparse_product_blocked(ctx.rows_t, spread).t()  # [2 hidden, features]
         return (both[:hidden].to(ctx.dtype), grad.sum(0).to(ctx.dtype), both[hidden:].to(ctx.dtype),
                 None, None, None, None)
 
@@ -246,13 +246,28 @@ class _SparseProjection(torch.autograd.Function):
     def backward(ctx, grad):
         spread = torch.zeros(ctx.n_src, grad.shape[1], dtype=torch.float32, device=grad.device)
         spread[:len(grad)] = grad
-        return _sparse_product(ctx.rows_t, spread).t().to(ctx.dtype), None, None, None
+        return _sparse_product_blocked(ctx.rows_t, spread).t().to(ctx.dtype), None, None, None
 
 
 def _sparse_product(rows: tuple[torch.Tensor, ...], dense: torch.Tensor) -> torch.Tensor:
     """Sparse rows (column ids, row starts, values) times `dense` (one row per column id)."""
     cols, starts, values = rows
     return torch.nn.functional.embedding_bag(cols, dense, starts, mode="sum", per_sample_weights=values)
+
+
+# The weight gradients' products gather rows of a [sources x width] matrix at random, sources (all the rows of a
+# rank) being too many for the cache; a block of its columns this large stays in cache while every bag reads it.
+GATHER_BLOCK_BYTES = 4 << 20
+
+
+def _sparse_product_blocked(rows: tuple[torch.Tensor, ...], dense: torch.Tensor) -> torch.Tensor:
+    """`_sparse_product` a block of `dense`'s columns at a time (each element sums the same terms in the same
+    order, so the result is the same; docs/training.md times it)."""
+    width = dense.shape[1]
+    block = 1 << max(4, (GATHER_BLOCK_BYTES // max(1, dense.shape[0] * dense.element_size())).bit_length() - 1)
+    if block >= width:
+        return _sparse_product(rows, dense)
+    return torch.cat([_sparse_product(rows, dense[:, i:i + block].contiguous()) for i in range(0, width, block)], 1)
 
 
 def _gcn_scaled(x: torch.Tensor, num_sampled_nodes: Sequence[int], keep: int, src: torch.Tensor,
