@@ -12,7 +12,8 @@ from mpignn.errors import ConfigError
 
 __all__ = ["FEATURE_NORMS", "FEATURE_DTYPES", "PARTITION_METHODS", "DEFAULT_METHOD", "PARTITION_DEFAULT", "MODELS",
            "HETERO_MODELS", "DECODERS", "EXCHANGES", "PREFETCH_MODES", "TASKS", "NEGATIVES", "BATCH_SCOPES", "LR_SCALINGS",
-           "PRECISIONS", "EVALS", "MINIBATCHES", "NORMS", "SAMPLERS", "check_choice", "parse_cache_size"]
+           "PRECISIONS", "EVALS", "MINIBATCHES", "NORMS", "SAMPLERS", "SAMPLE_ON",
+           "check_choice", "parse_cache_size"]
 
 FEATURE_NORMS = ("none", "row")  # data.features.transform_rows
 FEATURE_DTYPES = ("fp32", "fp16", "bf16")  # data.features.transform_rows
@@ -35,6 +36,7 @@ MINIBATCH_MODES = ("independent", "cooperative", "full")  # runtime.make_loader
 MINIBATCHES = (*MINIBATCH_MODES, "auto")  # auto: measured and chosen (mpignn.training.minibatch)
 EVALS = ("sampled", "full")  # fit: tasks.base.Task.evaluate_full
 SAMPLERS = ("neighbor", "labor")  # sampling.neighbor.NeighborSampler's method
+SAMPLE_ON = ("auto", "host", "device")  # runtime.graph: numba kernels, or sampling.device_hops
 
 
 def check_choice(name: str, value: Any, allowed: Sequence[str]) -> str:

@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from mpignn.config.choices import (DEFAULT_METHOD, EXCHANGES, FEATURE_DTYPES, FEATURE_NORMS, PARTITION_METHODS,
-                                   SAMPLERS,
-                                   check_choice, parse_cache_size)
+                                   SAMPLE_ON, SAMPLERS, check_choice, parse_cache_size)
 from mpignn.config.refusals import check_combinations
 from mpignn.config.train_config import TrainConfig, parse_fanout
 
@@ -57,6 +56,8 @@ class GraphOptions:
     """Heterogeneous graphs: per edge type fanouts (`data.hetero.hop_fanouts`)."""
     sampler: str = TrainConfig.sampler
     """neighbor or labor (layer-neighbour sampling, `sampling.labor`; homogeneous graphs, SAGE)."""
+    sample_on: str = TrainConfig.sample_on
+    """host (numba kernels), device (`sampling.device_hops` on the compute device) or auto (host, for now)."""
     # cache and exchange
     cache_size: int | str = TrainConfig.cache_size
     """Remote feature rows cached per rank (`cache_policy`): a row count, "auto", or 0 for none."""
@@ -80,6 +81,7 @@ class GraphOptions:
         check_choice("feature_norm", self.feature_norm, FEATURE_NORMS)
         check_choice("feature_dtype", self.feature_dtype, FEATURE_DTYPES)
         check_choice("sampler", self.sampler, SAMPLERS)
+        check_choice("sample_on", self.sample_on, SAMPLE_ON)
         check_combinations({"partitions": self.partitions, "replicated": self.replicated})
 
     @property
@@ -93,6 +95,7 @@ class GraphOptions:
         return cls(dataset=cfg.dataset, root=cfg.root, splits=cfg.splits, partitions=cfg.partitions,
                    method=cfg.partition_method, replicated=cfg.replicated, seed=cfg.seed, local_prep=cfg.local_prep,
                    prep_timeout=cfg.prep_timeout, force=cfg.force, fanouts=tuple(cfg.fanouts),
-                   edge_fanouts=cfg.edge_fanouts or None, sampler=cfg.sampler, cache_size=cfg.cache_size,
+                   edge_fanouts=cfg.edge_fanouts or None, sampler=cfg.sampler, sample_on=cfg.sample_on,
+                   cache_size=cfg.cache_size,
                    exchange=cfg.exchange,
                    feature_norm=cfg.feature_norm, feature_dtype=cfg.feature_dtype, links=task.partition_extras())

@@ -12,7 +12,8 @@ from typing import Any, Sequence
 
 from mpignn.config.choices import (BATCH_SCOPES, DECODERS, DEFAULT_METHOD, EVALS, EXCHANGES, FEATURE_DTYPES,
                             FEATURE_NORMS, LR_SCALINGS, MINIBATCHES, MODELS, NEGATIVES, NORMS, PARTITION_DEFAULT, PARTITION_METHODS,
-                            PRECISIONS, PREFETCH_MODES, SAMPLERS, TASKS, check_choice, parse_cache_size)
+                            PRECISIONS, PREFETCH_MODES, SAMPLE_ON, SAMPLERS, TASKS, check_choice,
+                            parse_cache_size)
 from mpignn.config.refusals import check_combinations
 from mpignn.config.values import check_memory, check_ranges, check_types, estimate_step_bytes
 from mpignn.errors import ConfigError
@@ -183,6 +184,9 @@ class TrainConfig:
     sampler: str = "neighbor"
     """neighbor: each target draws its own --fanout neighbours; labor: layer-neighbour sampling, targets sharing a
     neighbour agree on it, so fewer rows a step (docs/training.md)."""
+    sample_on: str = "auto"
+    """Where hops are drawn: host (numba kernels) or device (torch ops on the compute device; the same draws).
+    auto: host, until the device's step is measured (docs/launchers-and-devices.md)."""
     eval: str = "sampled"
     """sampled: val/test scores on sampled neighbourhoods (--fanout), as training sees them; full: also those
     of exact inference (as python -m mpignn.predict), as the *_full fields of each evaluation."""
@@ -237,7 +241,8 @@ class TrainConfig:
                    "batch_scope": BATCH_SCOPES, "lr_scaling": LR_SCALINGS, "task": tuple(TASKS), "decoder": DECODERS,
                    "negatives": NEGATIVES, "minibatch": MINIBATCHES, "feature_norm": FEATURE_NORMS, "feature_dtype": FEATURE_DTYPES,
                    "partition_method": (*PARTITION_METHODS, DEFAULT_METHOD), "model": MODELS,
-                   "norm": NORMS, "sampler": SAMPLERS}
+                   "norm": NORMS, "sampler": SAMPLERS,
+                   "sample_on": SAMPLE_ON}
         for name, allowed in choices.items():
             check_choice(name, getattr(self, name), allowed)
         check_combinations(self.to_dict())  # every refused pair of flags, shared with the API (config.refusals)

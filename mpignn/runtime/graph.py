@@ -167,7 +167,7 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
         check_combinations({"sampler": opts.sampler, "hetero": schema is not None})
     except MpignnError as exc:
         raise mark_agreed(exc) from None
-    local = LocalHops(part.rowptr, part.col, part.lo, part.type_rowptr, schema.num_etypes if schema else 1)
+    local = _hops(rt, opts, part, schema.num_etypes if schema else 1)
     alone = opts.replicated or rt.world_size == 1
     source, features = _sources(rt, opts, part, local, alone)
     sampler = NeighborSampler(source, meta.num_nodes, fanouts, method=opts.sampler)
@@ -183,6 +183,16 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
                       task_data=task.local_data(part, held_out),
                       layout=HeteroLayout(schema, *meta.type_blocks()) if schema is not None else None,
                       runtime=rt)
+
+
+def _hops(rt: Runtime, opts: GraphOptions, part: LocalPart, num_etypes: int) -> LocalHops:
+    """This rank's hop source: the numba kernels on the host, or with `--sample-on device` the torch-op kernels
+    on the compute device (the same draws). "auto" stays on the host until the device step is measured."""
+    if opts.sample_on == "device":
+        from mpignn.sampling.device_hops import DeviceHops
+
+        return DeviceHops(part.rowptr, part.col, part.lo, part.type_rowptr, num_etypes, device=rt.device)
+    return LocalHops(part.rowptr, part.col, part.lo, part.type_rowptr, num_etypes)
 
 
 def _part_source(rt: Runtime, opts: GraphOptions, part_id: int, data: Any,
