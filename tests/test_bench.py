@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mpignn.bench._common import binding
+from mpignn.bench._common import binding, pyg_python
 
 
 def _fake_launcher(tmp_path, banner):
@@ -185,3 +185,17 @@ def test_compile_bench_times_the_kernels_from_an_empty_cache(capsys):
     assert lines[0].split()[:2] == ["numba", "threads"] and len(lines) == 3
     row = lines[2].split()
     assert row[:2] == ["1", "serial"] and float(row[2]) > 0
+
+
+@pytest.mark.mpi
+def test_the_epoch_bench_draws_on_the_host_and_on_the_device_and_says_why_pyg_is_missing(tmp_path):
+    cmd = [sys.executable, "-m", "mpignn.bench.epoch", "--dataset", "synthetic:num_nodes=3000,avg_degree=8,num_features=16",
+           "--batch-size", "256", "--hidden", "16", "--fanout", "5,5", "--threads", "1", "--precisions", "fp32"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    rows = {line.split("  ")[0]: line.split() for line in lines if line.startswith("mpignn (")}
+    host, device = rows["mpignn (fp32, cpu, sampled on host)"], rows["mpignn (fp32, cpu, sampled on device)"]
+    assert host[-2] == device[-2]  # the same draws: the same test accuracy
+    if pyg_python(None) is None:  # no pyg-lib, no torch-sparse: the row is skipped, and the line says why
+        assert "PyG rows skipped: no pyg-lib or torch-sparse" in out.stdout

@@ -1,6 +1,7 @@
 """`python -m mpignn.bench.epoch`: one training epoch on one process, mpignn against PyG's NeighborLoader +
 GraphSAGE, same graph, fanout, batch size, hidden size, thread count and device (`--device cuda`: both train
-on the same GPU; PyG's sampler runs on the CPU, as PyG users run it).
+on the same GPU; PyG's sampler runs on the CPU, as PyG users run it). mpignn's rows draw the hops on the host
+(numba) and on the device (`--sample-on device`: the torch-op kernels, the same draws).
 
     python -m mpignn.bench.epoch --pyg-python /path/venv-with-torch-sparse/bin/python
     python -m mpignn.bench.epoch --device cuda --precisions fp32
@@ -22,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or xpu: where both sides train")
+    parser.add_argument("--sample-on", default="host,device", help="where mpignn draws its hops: host, device")
     parser.add_argument("--pyg-python", help="interpreter with torch-geometric + pyg-lib or torch-sparse")
     args = parser.parse_args(argv)
     common = ["--minibatch", "independent", "--dataset", args.dataset,
@@ -29,26 +31,28 @@ def main(argv: list[str] | None = None) -> int:
               "--hidden", str(args.hidden), "--threads", str(args.threads), "--device", args.device]
     rows = []
     with tempfile.TemporaryDirectory() as root:
-        for precision in args.precisions.split(","):
-            recs = run_train(1, [*common, "--root", root, "--epochs", "2", "--eval-every", "2",
-                                 "--precision", precision])
-            last = recs[-1]
-            rows.append({"impl": f"mpignn ({precision}, {args.device})", "epoch_s": last["epoch_s"],
-                         "seeds_per_s": last["seeds_per_s"], "test_acc": last["test_acc"]})
+        for where in args.sample_on.split(","):
+            for precision in args.precisions.split(","):
+                recs = run_train(1, [*common, "--root", root, "--epochs", "2", "--eval-every", "2",
+                                     "--precision", precision, "--sample-on", where])
+                last = recs[-1]
+                rows.append({"impl": f"mpignn ({precision}, {args.device}, sampled on {where})",
+                             "epoch_s": last["epoch_s"], "seeds_per_s": last["seeds_per_s"],
+                             "test_acc": last["test_acc"], "sample_s": last["sample_s"]})
     ref = pyg_python(args.pyg_python)
     if ref:
         # PyG's per-hop trimming needs num_sampled_nodes, which only its pyg-lib sampler provides.
         rows.append(run_reference(ref, "epoch", "--dataset", args.dataset, "--fanout", args.fanout,
                                   "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
                                   "--threads", str(args.threads), "--trim", "--device", args.device))
-        base = rows[len(args.precisions.split(","))]["epoch_s"]
+        base = rows[-1]["epoch_s"]
         for row in rows:
             row["vs_pyg"] = row["epoch_s"] / base
     print(f"{args.dataset}, fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, "
           f"{args.threads} threads, device {args.device}, second epoch timed"
           + ("" if ref else " (PyG rows skipped: no pyg-lib or torch-sparse; see --pyg-python)"))
     print(table(rows, [("impl", "implementation", "s"), ("epoch_s", "epoch s", ".2f"),
-                       ("seeds_per_s", "seeds/s", ".0f"), ("test_acc", "test acc", ".4f"),
+                       ("sample_s", "sample s", ".2f"), ("seeds_per_s", "seeds/s", ".0f"), ("test_acc", "test acc", ".4f"),
                        ("vs_pyg", "time / PyG", ".2f")]))
     return 0
 
