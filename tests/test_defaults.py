@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from _mpirun import run_mpi_raw
-from mpignn.training.checkpoint import MANIFEST, generations
+from mpignn.training.checkpoint import MANIFEST, checkpoint_config, generations
 from mpignn.config.train_config import LINK_DEFAULTS, TrainConfig, parse
 
 TINY = "synthetic:num_nodes=600,avg_degree=4,num_features=8"
@@ -105,3 +105,17 @@ def test_best_copy_replaces_the_previous_one(tmp_path):
         keep_best(gen, str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best", "gen-000001", "gen-000002"]
     assert (tmp_path / "best" / "checkpoint.pt").read_bytes() == b"xx"
+
+
+@pytest.mark.parametrize("mode, flags, want", [("full", [], 0.5), ("independent", [], 0.7),
+                                               ("full", ["--dropout", "0.3"], 0.3)])
+def test_dropout_defaults_by_the_mode_that_trains_and_the_run_records_it(tmp_path, mode, flags, want):
+    from mpignn import train
+
+    metrics = tmp_path / "m.jsonl"
+    assert train.main(["--dataset", TINY, "--root", str(tmp_path), "--epochs", "1", "--threads", "1",
+                       "--fanout", "3,3", "--hidden", "8", "--minibatch", mode, "--checkpoint-dir",
+                       str(tmp_path / "ck"), "--metrics-out", str(metrics), *flags]) == 0
+    saved = checkpoint_config(tmp_path / "ck")
+    assert saved["dropout"] == want and saved["minibatch"] == mode
+    assert parse(flags).dropout == (want if flags else None)  # unset until the mode is known

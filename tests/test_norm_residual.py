@@ -44,8 +44,8 @@ def test_rank_batch_norm_in_one_process_equals_torch_batchnorm1d():
         (out * torch.arange(5.0)).pow(2).sum().backward()
         grads.append((out.detach(), xi.grad, m.weight.grad, m.bias.grad, m.running_mean.clone(),
                       m.running_var.clone()))
-    for a, b in zip(*grads):
-        assert torch.allclose(a, b, atol=1e-5, rtol=1e-5), (a - b).abs().max()
+    for a, b in zip(*grads):  # float32 sums of terms near 100: their rounding depends on the buffers' alignment
+        assert torch.allclose(a, b, atol=1e-5 * max(1.0, float(b.abs().max())), rtol=1e-5), (a - b).abs().max()
     assert int(ours.num_batches_tracked) == 1
     ours.eval(), theirs.eval()
     assert torch.allclose(ours(x), theirs(x), atol=1e-5)

@@ -23,7 +23,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (the default of many clusters' images): tomllib's origin, installed by setup.py there
     import tomli as tomllib
 
-__all__ = ["LINK_DEFAULTS", "TrainConfig", "build_parser", "check_fits", "field_docs", "parse", "parse_fanout",
+__all__ = ["LINK_DEFAULTS", "DROPOUT", "default_dropout", "TrainConfig", "build_parser", "check_fits", "field_docs", "parse", "parse_fanout",
            "parse_cache_size"]
 
 
@@ -58,6 +58,15 @@ def parse_fanout(text: str | Sequence[int]) -> list[int]:
 # stay off there: the link numbers were measured without them.
 LINK_DEFAULTS: dict[str, Any] = {"feature_norm": "row", "epochs": 100, "fanout": "10,10", "hidden": 128,
                                  "lr": 0.01, "eval_every": 5, "dropout": 0.0, "weight_decay": 0.0}
+
+
+# --dropout where it is not given, by the mode that trains (`default_dropout`): measured in docs/training.md.
+DROPOUT = {"independent": 0.7, "cooperative": 0.7, "full": 0.5}
+
+
+def default_dropout(minibatch: str) -> float:
+    """--dropout's default for a run trained in `minibatch` mode ("auto" before it is chosen: mini-batches')."""
+    return DROPOUT.get(minibatch, DROPOUT["independent"])
 
 
 @dataclass(kw_only=True)
@@ -102,9 +111,9 @@ class TrainConfig:
     """Width of each hidden layer."""
     lr: float = 0.003
     """Learning rate of Adam (multiplied as --lr-scaling says, where it applies)."""
-    dropout: float = 0.7
-    """Dropout after each hidden layer (0: off). 0.7: without it the default graph overfits; 0.7 stayed
-    nearest its best validation and scored highest at 5 epochs (docs/training.md "Defaults and why")."""
+    dropout: float | None = None
+    """Dropout after each hidden layer (0: off). Unset: 0.7 in mini-batches, 0.5 in full-graph training (both
+    measured: docs/training.md "Defaults and why")."""
     weight_decay: float = 5e-4
     """L2 penalty of Adam: the real graphs overfit without it (measured: docs/training.md "Defaults and why")."""
     model: str = "sage"
@@ -301,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
         if f.type in ("bool", bool):
             parser.add_argument(flag, action="store_true", default=argparse.SUPPRESS, help=text)
         else:
-            kind = {"int": int, "float": float}.get(str(f.type), str)
+            kind = {"int": int, "float": float, "float | None": float}.get(str(f.type), str)
             parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=text)
     return parser
 

@@ -13,7 +13,7 @@ import torch
 
 from mpignn.config.graph_options import GraphOptions
 from mpignn.config.refusals import check_combinations, refusal
-from mpignn.config.train_config import TrainConfig
+from mpignn.config.train_config import TrainConfig, default_dropout
 from mpignn.data import check_known, dataset_key
 from mpignn.data.features import transform_rows
 from mpignn.data.hetero import HeteroSchema, hop_fanouts
@@ -269,7 +269,8 @@ def build_graph_and_model(rt: Runtime, cfg: TrainConfig, task: Task,
     if cfg.embed_dim:
         graph = attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)
     try:
-        model = task.build_model(cfg.model, graph, cfg.hidden, cfg.num_layers, cfg.dropout).to(rt.device)
+        dropout = default_dropout(cfg.minibatch) if cfg.dropout is None else cfg.dropout
+        model = task.build_model(cfg.model, graph, cfg.hidden, cfg.num_layers, dropout).to(rt.device)
     except ConfigError as exc:  # the graph's kind decides, the same on every rank
         raise mark_agreed(exc) from None
     return graph, model

@@ -15,7 +15,7 @@ import torch
 
 from mpignn import __version__
 from mpignn.config.graph_options import GraphOptions
-from mpignn.config.train_config import TrainConfig, check_fits
+from mpignn.config.train_config import TrainConfig, check_fits, default_dropout
 from mpignn.errors import ConfigError, mark_agreed
 from mpignn.launch.bootstrap import Runtime, bootstrap, shutdown
 from mpignn.mpi import check_all, check_same
@@ -90,6 +90,9 @@ def train_run(cfg: TrainConfig, task: Task, options: GraphOptions, stop: StopSig
                                            bf16=cfg.precision == "bf16", refusal=cooperative_refusal(graph),
                                            num_nodes=graph.part.meta.num_nodes, full_refusal=full_problem)
             cfg = dataclasses.replace(cfg, minibatch=mode)  # what checkpoints record: a resume compares it
+        if cfg.dropout is None:  # its default follows the mode that trains: what checkpoints record
+            cfg = dataclasses.replace(cfg, dropout=default_dropout(cfg.minibatch))
+            getattr(model, "module", model).dropout = cfg.dropout
         loaders: dict[str, Any] = {split: loader(split, cfg.minibatch) for split in ("train", "val", "test")}
         if cfg.minibatch == "full":  # one fixed batch: every epoch allocates the same blocks
             keep_big_blocks()
