@@ -54,6 +54,11 @@ def labor_rows(rowptr, col, rows, fanouts, seed):
     kinds = fanouts.shape[0]
     counts = np.empty(n, dtype=np.int64)
     denominators = np.empty(n, dtype=np.int64)
+    edges = np.empty(n + 1, dtype=np.int64)  # where each target's edges start in `keep`
+    edges[0] = 0
+    for i in range(n):
+        edges[i + 1] = edges[i] + rowptr[rows[i] + 1] - rowptr[rows[i]]
+    keep = np.empty(edges[n], dtype=np.bool_)  # each edge hashed once: its verdict kept for the copy below
     base = np.uint64(seed)
     for i in prange(n):
         start, end = rowptr[rows[i]], rowptr[rows[i] + 1]
@@ -67,8 +72,9 @@ def labor_rows(rowptr, col, rows, fanouts, seed):
         cut = fanout / deg
         kept = 0
         for e in range(start, end):
-            if _draw(base, col[e]) < cut:
-                kept += 1
+            verdict = _draw(base, col[e]) < cut
+            keep[edges[i] + e - start] = verdict
+            kept += verdict
         counts[i] = kept
     offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
@@ -78,14 +84,9 @@ def labor_rows(rowptr, col, rows, fanouts, seed):
     for i in prange(n):
         start, end = rowptr[rows[i]], rowptr[rows[i] + 1]
         o = offsets[i]
-        if counts[i] == end - start:
-            for e in range(start, end):
-                out[o] = col[e]
-                o += 1
-            continue
-        cut = fanouts[i % kinds] / (end - start)
+        whole = denominators[i] == end - start  # every neighbour: no verdicts were drawn
         for e in range(start, end):
-            if _draw(base, col[e]) < cut:
+            if whole or keep[edges[i] + e - start]:
                 out[o] = col[e]
                 o += 1
     return counts, out, denominators
