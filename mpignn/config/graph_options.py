@@ -55,7 +55,7 @@ class GraphOptions:
     edge_fanouts: dict[str, Sequence[int]] | None = None
     """Heterogeneous graphs: per edge type fanouts (`data.hetero.hop_fanouts`)."""
     sampler: str = TrainConfig.sampler
-    """neighbor or labor (layer-neighbour sampling, `sampling.labor`; homogeneous graphs, SAGE)."""
+    """neighbor or labor (layer-neighbour sampling, `sampling.labor`; homogeneous graphs)."""
     sample_on: str = TrainConfig.sample_on
     """host (numba kernels), device (`sampling.device_hops` on the compute device) or auto (host, for now)."""
     # cache and exchange

@@ -62,10 +62,6 @@ RULES: tuple[Rule, ...] = (
          lambda mode, hetero: mode in _OWNER_MODES and bool(hetero),
          lambda mode, hetero: f"--minibatch {mode} samples homogeneous graphs; this one has node and edge "
                               "types. HINT: --minibatch independent"),
-    Rule(("sampler", "model"),
-         lambda sampler, model: sampler == "labor" and model != "sage",
-         lambda sampler, model: f"--sampler labor weights SAGE's mean to keep it unbiased; --model {model} "
-                                "aggregates otherwise. HINT: --model sage, or --sampler neighbor"),
     Rule(("sampler", "hetero"),
          lambda sampler, hetero: sampler == "labor" and bool(hetero),
          lambda sampler, hetero: "--sampler labor samples homogeneous graphs; this one has node and edge types. "

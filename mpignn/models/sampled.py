@@ -95,10 +95,10 @@ class SampledGNN(torch.nn.Module):
         `whole`: whole neighbourhoods (`--minibatch full`, `loader.whole.WholeNeighbourhoods`): GCN normalises
         by each row's whole-graph degree (as PyG's full-batch GCNConv) instead of the batch's edges, and SAGE's
         first layer multiplies sparse input rows as a sparse matrix.
-        `mean_over`: a layer-neighbour batch's mean denominators (`SampleOutput.mean_over`, SAGE only).
+        `mean_over`: a layer-neighbour batch's expected in-edge counts (`SampleOutput.mean_over`): SAGE's mean
+        and GCN's degrees count them; GAT's attention, normalised over the kept in-edges, needs no weights
+        (a target keeps each neighbour with the same probability).
         """
-        if mean_over is not None and self.kind != "sage":
-            raise ValueError(f"layer-neighbour batches train --model sage; got {self.kind}")
         hops = len(num_sampled_edges)
         if hops != self.num_layers:
             raise ValueError(f"batch sampled {hops} hops for a {self.num_layers}-layer model")
@@ -116,7 +116,7 @@ class SampledGNN(torch.nn.Module):
             root = x  # the layer's input rows, targets first: its residual reads them (before GCN's scaling)
             if self.kind == "gcn":  # each source row scaled by its deg^-1/2 before it may cross to other ranks
                 x, inv_sqrt, weight = _gcn_scaled(x, num_sampled_nodes, keep, src, dst,
-                                                  whole.degree if whole is not None else None)
+                                                  whole.degree if whole is not None else None, mean_over)
             if fused and layer > 0:  # the previous layer left x before its activation
                 x, src = activated_halo(halo, layer, x, self.dropout, self.training)
                 root = x
@@ -272,19 +272,28 @@ def _sparse_product_blocked(rows: tuple[torch.Tensor, ...], dense: torch.Tensor)
 
 def _gcn_scaled(x: torch.Tensor, num_sampled_nodes: Sequence[int], keep: int, src: torch.Tensor,
                 dst: torch.Tensor,
-                degree: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                degree: torch.Tensor | None = None,
+                mean_over: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(the layer's source rows times deg^-1/2, deg^-1/2 of each source, each edge's weight: 0 for a sampled
     self-loop) with the degrees PyG's gcn_norm gives the trimmed layer: one self-loop per node (sampled ones
     merged into it) plus its other in-edges where the layer computes it, so 1 for the outermost hop's nodes.
     Own sources keep their row index in every layer, so `src == dst` finds the loops before any exchange.
-    With `degree` (whole neighbourhoods) every source has its whole-graph degree plus its loop."""
+    With `degree` (whole neighbourhoods) every source has its whole-graph degree plus its loop. With
+    `mean_over` (layer-neighbour batches) a target counts the in-edges it keeps in expectation, min(d, k),
+    where neighbour sampling's count is: each neighbour is kept with the same probability under both, so the
+    layer's expected output is neighbour sampling's (`tests/test_labor.py`)."""
     n_src, n_dst = int(sum(num_sampled_nodes[:keep + 1])), int(sum(num_sampled_nodes[:keep]))
     weight = (src != dst).to(torch.float32)
     if degree is not None:
         deg = degree[:n_src].to(device=x.device, dtype=torch.float32) + 1
     else:
         deg = torch.ones(n_src, dtype=torch.float32, device=x.device)
-        deg[:n_dst] += torch.zeros(n_dst, dtype=torch.float32, device=x.device).index_add_(0, dst, weight)
+        if mean_over is None:
+            counted = torch.zeros(n_dst, dtype=torch.float32, device=x.device).index_add_(0, dst, weight)
+        else:  # less the self-loops kept: merged into the one every node has
+            loops = torch.zeros(n_dst, dtype=torch.float32, device=x.device).index_add_(0, dst, 1 - weight)
+            counted = mean_over[:n_dst].to(device=x.device, dtype=torch.float32) - loops
+        deg[:n_dst] += counted
     inv_sqrt = deg.rsqrt()
     return x[:n_src] * inv_sqrt.to(x.dtype).unsqueeze(1), inv_sqrt, weight
 
@@ -314,7 +323,7 @@ def encode(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, nu
     """Output rows of the batch's seed nodes (the first num_sampled_nodes[0]), computing only what each
     layer needs (`in_degree`: the sampler's per-target edge counts, used by SampledGNN; `halo`: a
     cooperative batch's exchange, SampledGNN only; `whole`: a full-graph batch's `loader.whole.WholeNeighbourhoods`;
-    `mean_over`: a layer-neighbour batch's mean denominators, SampledGNN only)."""
+    `mean_over`: a layer-neighbour batch's expected in-edge counts, SampledGNN only)."""
     if isinstance(getattr(model, "module", model), SampledGNN):
         return model(x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree, halo=halo, whole=whole,
                      mean_over=mean_over)

@@ -48,8 +48,9 @@ def main(folder: str) -> None:
                                            MpiAlltoall(comm.Dup()), method=method) for method in ("neighbor", "labor")}
     singles = {method: NeighborSampler(LocalHops(rowptr, col), graph.num_nodes, FANOUTS, method=method)
                for method in ("neighbor", "labor")}
-    # layer-neighbour sampling (SAGE's weighted mean): the owners draw with the sources' shared variates
-    for kind, method in (("sage", "neighbor"), ("gat", "neighbor"), ("gcn", "neighbor"), ("sage", "labor")):
+    # layer-neighbour sampling (SAGE's mean and GCN's degrees count min(d, k)): owners draw with shared variates
+    for kind, method in (("sage", "neighbor"), ("gat", "neighbor"), ("gcn", "neighbor"), ("sage", "labor"),
+                         ("gat", "labor"), ("gcn", "labor")):
         sampler, single = samplers[method], singles[method]
         mean_over = (lambda b: None) if method == "neighbor" else (lambda b: torch.from_numpy(b.mean_over))
         for step in range(2):
