@@ -56,16 +56,20 @@ def test_tune_allocator_maps_big_blocks_and_leaves_malloc_alone_when_asked():
         libc.free(block)
 
 
-FRAGMENTING_STEPS = """
+# glibc's malloc, free and mallinfo2 from ctypes, for the scripts below (each runs in a fresh process)
+LIBC = """
 import ctypes, random
 from mpignn.launch import allocator
-assert allocator.tune_allocator({})
 class Info(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
 libc = ctypes.CDLL("libc.so.6")
 libc.mallinfo2.restype = Info
 libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+"""
+
+FRAGMENTING_STEPS = LIBC + """
+assert allocator.tune_allocator({})
 rng, kept, start = random.Random(0), [], libc.mallinfo2().arena
 for step in range(300):
     blocks = [libc.malloc(rng.randrange(256 << 10, 4 << 20)) for _ in range(6)]
@@ -97,15 +101,7 @@ def test_default_two_rank_run_peak_stays_flat(tmp_path):
     assert max(peaks[3:]) <= 1.05 * peaks[2], peaks
 
 
-KEEP_AFTER_FULL = """
-import ctypes
-from mpignn.launch import allocator
-class Info(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                               "fsmblks", "uordblks", "fordblks", "keepcost")]
-libc = ctypes.CDLL("libc.so.6")
-libc.mallinfo2.restype = Info
-libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+KEEP_AFTER_FULL = LIBC + """
 assert not allocator.keep_big_blocks()  # untuned: malloc is not ours to change
 assert allocator.tune_allocator({})
 def mapped(size):
