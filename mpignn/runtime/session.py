@@ -17,11 +17,11 @@ from mpignn import __version__
 from mpignn.config.graph_options import GraphOptions
 from mpignn.config.train_config import TrainConfig, check_fits, default_dropout
 from mpignn.errors import ConfigError, mark_agreed
+from mpignn.launch.allocator import keep_big_blocks
 from mpignn.launch.bootstrap import Runtime, bootstrap, shutdown
 from mpignn.mpi import check_all, check_same
 from mpignn.mpi.watchdog import Deadline, Watchdog, bounded
 from mpignn.runtime.graph import build_graph_and_model
-from mpignn.launch.allocator import keep_big_blocks
 from mpignn.runtime.loaders import cooperative_refusal, full_fit_problem, make_loader
 from mpignn.tasks import Task
 from mpignn.training.fit import fit, resumed_minibatch
