@@ -41,16 +41,9 @@ class DeviceHops(LocalHops):
         return torch.from_numpy(np.array(array, dtype=np.int64)).to(self.device)  # a batch's ids: small, copied
 
     def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        t = self.num_etypes
-        fanouts = self._ids(fanout_array(fanout, t))
-        gids = np.asarray(gids, dtype=np.int64)
-        if t == 1:
-            rows, keys, rowptr = gids - self.lo, gids, self.t_rowptr
-        else:
-            kinds = np.arange(t, dtype=np.int64)
-            rows = (((gids - self.lo) * t)[:, None] + kinds).reshape(-1)
-            keys = ((gids * t)[:, None] + kinds).reshape(-1)
-            rowptr = self.t_type_rowptr
+        rows, keys, typed = self.kernel_rows(np.asarray(gids, dtype=np.int64))
+        rowptr = self.t_type_rowptr if typed else self.t_rowptr
+        fanouts = self._ids(fanout_array(fanout, self.num_etypes))
         counts, nbrs = torch_kernels.sample_rows(rowptr, self.t_col, self._ids(rows), self._ids(keys), fanouts, seed)
         return counts.cpu().numpy(), nbrs.cpu().numpy()
 

@@ -90,15 +90,20 @@ class LocalHops:
             raise ValueError("num_etypes > 1 needs type_rowptr")
         self.type_rowptr = None if type_rowptr is None else np.ascontiguousarray(type_rowptr, dtype=np.int64)
 
-    def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    def kernel_rows(self, gids: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+        """What the neighbour kernel draws for targets `gids`: (its CSR rows, the keys seeding their streams,
+        whether those rows index `type_rowptr`: one per target and edge type)."""
         t = self.num_etypes
-        fanouts = fanout_array(fanout, t)
         if t == 1:
-            return kernels.sample_rows(self.rowptr, self.col, gids - self.lo, gids, fanouts, seed)
+            return gids - self.lo, gids, False
         kinds = np.arange(t, dtype=np.int64)
         rows = ((gids - self.lo) * t)[:, None] + kinds
-        keys = (gids * t)[:, None] + kinds
-        return kernels.sample_rows(self.type_rowptr, self.col, rows.reshape(-1), keys.reshape(-1), fanouts, seed)
+        return rows.reshape(-1), ((gids * t)[:, None] + kinds).reshape(-1), True
+
+    def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        rows, keys, typed = self.kernel_rows(gids)
+        rowptr = self.type_rowptr if typed else self.rowptr
+        return kernels.sample_rows(rowptr, self.col, rows, keys, fanout_array(fanout, self.num_etypes), seed)
 
     def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.num_etypes > 1:

@@ -49,13 +49,18 @@ def _degrees(rowptr: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, to
     return start, rowptr[rows + 1] - start
 
 
+def _edges(deg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every edge of targets with degrees `deg`, in target order: (its target's index, its place among that
+    target's edges)."""
+    edge_of = torch.repeat_interleave(torch.arange(len(deg), device=deg.device), deg)
+    within = torch.arange(len(edge_of), device=deg.device) - torch.repeat_interleave(torch.cumsum(deg, 0) - deg, deg)
+    return edge_of, within
+
+
 def _copy_all(col: torch.Tensor, start: torch.Tensor, deg: torch.Tensor, out: torch.Tensor,
               offsets: torch.Tensor, which: torch.Tensor) -> None:
     """Write every neighbour of the targets `which` to their places in `out`."""
-    deg_w = deg[which]
-    edge_of = torch.repeat_interleave(torch.arange(len(which), device=col.device), deg_w)
-    within = torch.arange(len(edge_of), device=col.device) - torch.repeat_interleave(
-        torch.cumsum(deg_w, 0) - deg_w, deg_w)
+    edge_of, within = _edges(deg[which])
     out[offsets[which][edge_of] + within] = col[start[which][edge_of] + within]
 
 
@@ -97,8 +102,7 @@ def labor_rows(rowptr: torch.Tensor, col: torch.Tensor, rows: torch.Tensor, fano
     fanout = fanouts[torch.arange(n, device=rows.device) % len(fanouts)]
     whole = (fanout < 0) | (deg <= fanout)
     denominators = torch.where(whole, deg, fanout)
-    edge_of = torch.repeat_interleave(torch.arange(n, device=rows.device), deg)
-    within = torch.arange(len(edge_of), device=rows.device) - torch.repeat_interleave(torch.cumsum(deg, 0) - deg, deg)
+    edge_of, within = _edges(deg)
     src = col[start[edge_of] + within]
     draw = _shr(_stream(seed, src), 11).to(torch.float64) * _UNIT
     cut = fanout.to(torch.float64) / deg.clamp(min=1).to(torch.float64)
