@@ -21,3 +21,24 @@ def test_adam_is_fused_on_the_cpu_and_updates_as_the_default_one():
     plain_state = plain.state_dict()
     fused.load_state_dict(fused.state_dict())  # a checkpoint's round trip keeps it fused
     assert fused.param_groups[0]["fused"] and len(plain_state["state"]) == len(fused.state_dict()["state"])
+
+
+def test_a_column_major_weight_steps_as_a_contiguous_one_and_keeps_its_layout():
+    from mpignn.models.sampled import column_major
+
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(50, 20), torch.nn.Linear(50, 20)
+    b.load_state_dict(a.state_dict())
+    column_major(b)
+    assert b.weight.stride() == (1, 20)
+    opts = adam(a.parameters(), 0.01, 5e-4), adam(b.parameters(), 0.01, 5e-4)
+    x = torch.randn(64, 50)
+    for _ in range(3):
+        for model, opt in zip((a, b), opts):
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+    torch.testing.assert_close(a.weight, b.weight, rtol=1e-5, atol=1e-6)
+    state = opts[1].state[b.weight]
+    assert b.weight.stride() == (1, 20) and state["exp_avg"].stride() == (1, 20) and b.weight.shape == (20, 50)
+    assert b.weight.grad.shape == (20, 50)

@@ -24,4 +24,33 @@ def adam(params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float = 
         fused = device in _get_fused_kernels_supported_devices()
     except ImportError:  # a torch without the helper: the default update
         fused = False
-    return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
+    return Adam(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
+
+
+class Adam(torch.optim.Adam):
+    """torch's Adam that steps a column-major parameter (`models.sampled.column_major`) as its contiguous
+    transpose, with its gradient and moments: the update is elementwise, and the fused kernel copies a
+    non-contiguous tensor in and out (on CS's 6,805 x 256 first-layer weights, 3.3x its contiguous time)."""
+
+    def step(self, closure=None):  # type: ignore[override]
+        flipped = [p for group in self.param_groups for p in group["params"] if _column_major(p)]
+        for p in flipped:
+            self._transpose(p)
+        try:
+            return super().step(closure)
+        finally:
+            for p in flipped:
+                self._transpose(p)
+
+    def _transpose(self, p: torch.nn.Parameter) -> None:
+        p.data = p.data.t()
+        if p.grad is not None:
+            p.grad = p.grad.t()
+        state = self.state.get(p, {})
+        for key, value in state.items():
+            if torch.is_tensor(value) and value.dim() == 2:
+                state[key] = value.t()
+
+
+def _column_major(p: torch.Tensor) -> bool:
+    return p.dim() == 2 and not p.is_contiguous() and p.t().is_contiguous()
