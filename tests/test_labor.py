@@ -241,3 +241,100 @@ def test_two_ranks_train_labor_cooperatively(tmp_path):
                               "--minibatch", "cooperative"], timeout=240)
     assert rc == 0, out[-3000:]
     assert "final test accuracy" in out and re.search(r"input [\d,]+ rows/step", out), out[-2000:]
+
+
+def test_a_window_rotates_every_variate_by_its_share_of_the_range():
+    from mpignn.sampling.labor import window
+
+    assert window(13, 1) == (13, 0) and window(13, 4) == (3, 1 * ((1 << 53) // 4)) and window(8, 4) == (2, 0)
+    gids = np.arange(50)
+    base = variate(9, gids)
+    for step in range(4):
+        rotated = variate(9, gids, window(step, 4)[1])
+        np.testing.assert_allclose(rotated, (base + step / 4) % 1.0, atol=1e-15)
+
+
+def test_dependent_steps_keep_each_targets_fanout_and_share_most_sources():
+    """A rotated step is still a LABOR-0 draw (each target keeps its fanout in expectation), and consecutive
+    steps of a window keep most of each other's sources where independent seeds keep few."""
+    from mpignn.sampling.labor import window
+
+    rowptr, col, deg = _graph()
+    rows = np.arange(len(deg), dtype=np.int64)
+    k, dependency = 5, 16
+    counts = np.stack([labor_rows(rowptr, col, rows, np.array([k]), s, window(3, dependency)[1])[0] for s in SEEDS])
+    se = np.sqrt(np.maximum(counts.var(0), 1e-12) / len(SEEDS))
+    assert np.all(np.abs(counts.mean(0) - np.minimum(deg, k)) <= 4 * se + 1e-9)
+
+    def sources(seed, step):
+        return set(labor_rows(rowptr, col, rows, np.array([k]), seed, window(step, dependency)[1])[1].tolist())
+
+    shared = [len(sources(s, 0) & sources(s, 1)) / len(sources(s, 0)) for s in SEEDS[:50]]
+    fresh = [len(sources(s, 0) & sources(t, 0)) / len(sources(s, 0)) for s, t in zip(SEEDS[:50], SEEDS[50:100])]
+    assert np.mean(shared) > 0.65 and np.mean(fresh) < 0.45, (np.mean(shared), np.mean(fresh))  # 0.75, 0.36
+
+
+def test_a_training_loader_shares_variates_within_a_window_only():
+    """`BatchLoader` with a labor sampler of dependency K: the hops of steps in one window draw with one seed
+    (rotated), a new window with another; evaluation loaders (no wrap) draw each step its own."""
+    from mpignn.exchange.features import FeatureStore
+    from mpignn.loader.batches import BatchLoader
+    from mpignn.sampling import LocalHops, NeighborSampler
+
+    rowptr, col, deg = _graph(targets=400, sources=400, max_degree=30, seed=4)
+    calls = []
+
+    class Spy(NeighborSampler):
+        def sample(self, seeds, seed, variates=None):
+            calls.append(variates)
+            return super().sample(seeds, seed, variates)
+
+    sampler = Spy(LocalHops(rowptr, col), 400, [5, 5], method="labor", dependency=4)
+    features = FeatureStore(np.zeros((400, 2), dtype=np.float32), np.zeros(400, dtype=np.int64), 0)
+    for wrap, want in ((True, 8), (False, 0)):
+        calls.clear()
+        loader = BatchLoader(sampler, features, np.arange(400), 50, wrap=wrap)
+        list(loader)
+        assert sum(v is not None for v in calls) == want
+    loader = BatchLoader(sampler, features, np.arange(400), 50, wrap=True)
+    calls.clear()
+    list(loader)
+    seeds = [v[0] for v in calls]
+    assert seeds[0] == seeds[3] != seeds[4] == seeds[7]
+    assert [v[1] for v in calls[:4]] == [j * ((1 << 53) // 4) for j in range(4)]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--batch-dependency", "4"], "--batch-dependency 4 makes batches share layer-neighbour variates; --sampler "
+                                  "neighbor draws none. HINT: --sampler labor"),
+    (["--sampler", "labor", "--batch-dependency", "0"], "--batch-dependency must be a positive int; got 0. HINT"),
+])
+def test_batch_dependency_needs_labor_and_a_positive_window(argv, needle):
+    from mpignn.config.graph_options import GraphOptions
+    from mpignn.config.train_config import parse
+    from mpignn.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        parse(argv)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(ConfigError):
+        GraphOptions(sampler="labor" if "labor" in argv else "neighbor", batch_dependency=int(argv[-1]))
+
+
+@pytest.mark.mpi
+def test_two_ranks_train_dependent_labor_batches_and_reuse_rows(tmp_path):
+    import json
+    import sys
+
+    from _mpirun import run_mpi_raw
+
+    out_file = tmp_path / "m.jsonl"
+    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path / "data"), "--dataset",
+                              "synthetic:num_nodes=3000,avg_degree=10,num_features=8,num_classes=4", "--epochs", "2",
+                              "--fanout", "5,5", "--hidden", "16", "--batch-size", "128", "--sampler", "labor",
+                              "--batch-dependency", "8", "--minibatch", "independent", "--cache-size", "0",
+                              "--metrics-out", str(out_file)], timeout=240)
+    assert rc == 0, out[-3000:]
+    rec = json.loads(out_file.read_text().splitlines()[-1])
+    assert rec["recent_hit_rate"] > 0.2 and rec["test_acc"] > 0.35, rec
+    assert re.search(r"recent 0\.\d\d", out), out[-2000:]

@@ -14,6 +14,7 @@ from mpignn.config.choices import (DEFAULT_METHOD, EXCHANGES, FEATURE_DTYPES, FE
                                    SAMPLE_ON, SAMPLERS, check_choice, parse_cache_size)
 from mpignn.config.refusals import check_combinations
 from mpignn.config.train_config import TrainConfig, parse_fanout
+from mpignn.config.values import check_ranges
 
 
 __all__ = ["GraphOptions"]
@@ -56,6 +57,8 @@ class GraphOptions:
     """Heterogeneous graphs: per edge type fanouts (`data.hetero.hop_fanouts`)."""
     sampler: str = TrainConfig.sampler
     """neighbor or labor (layer-neighbour sampling, `sampling.labor`; homogeneous graphs)."""
+    batch_dependency: int = TrainConfig.batch_dependency
+    """labor: K training steps share their variates (`sampling.labor.window`); 1: each step its own."""
     sample_on: str = TrainConfig.sample_on
     """host (numba kernels), device (`sampling.device_hops` on the compute device) or auto (host, for now)."""
     # cache and exchange
@@ -82,7 +85,9 @@ class GraphOptions:
         check_choice("feature_dtype", self.feature_dtype, FEATURE_DTYPES)
         check_choice("sampler", self.sampler, SAMPLERS)
         check_choice("sample_on", self.sample_on, SAMPLE_ON)
-        check_combinations({"partitions": self.partitions, "replicated": self.replicated})
+        check_combinations({"partitions": self.partitions, "replicated": self.replicated,
+                            "batch_dependency": self.batch_dependency, "sampler": self.sampler})
+        check_ranges({"batch_dependency": self.batch_dependency}, {"batch_dependency": 8})
 
     @property
     def link_params(self) -> dict[str, Any] | None:
@@ -96,6 +101,6 @@ class GraphOptions:
                    method=cfg.partition_method, replicated=cfg.replicated, seed=cfg.seed, local_prep=cfg.local_prep,
                    prep_timeout=cfg.prep_timeout, force=cfg.force, fanouts=tuple(cfg.fanouts),
                    edge_fanouts=cfg.edge_fanouts or None, sampler=cfg.sampler, sample_on=cfg.sample_on,
-                   cache_size=cfg.cache_size,
+                   batch_dependency=cfg.batch_dependency, cache_size=cfg.cache_size,
                    exchange=cfg.exchange,
                    feature_norm=cfg.feature_norm, feature_dtype=cfg.feature_dtype, links=task.partition_extras())

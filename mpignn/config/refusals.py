@@ -66,6 +66,10 @@ RULES: tuple[Rule, ...] = (
          lambda sampler, hetero: sampler == "labor" and bool(hetero),
          lambda sampler, hetero: "--sampler labor samples homogeneous graphs; this one has node and edge types. "
                                  "HINT: --sampler neighbor"),
+    Rule(("batch_dependency", "sampler"),
+         lambda k, sampler: k > 1 and sampler != "labor",
+         lambda k, sampler: f"--batch-dependency {k} makes batches share layer-neighbour variates; --sampler "
+                            f"{sampler} draws none. HINT: --sampler labor, or drop --batch-dependency"),
     Rule(("embed_dim", "replicated"),
          lambda embed_dim, replicated: bool(embed_dim and replicated),
          lambda embed_dim, replicated: "--embed-dim keeps each node's row on its owner, and --replicated has no "

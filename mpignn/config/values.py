@@ -68,7 +68,7 @@ def _finite(value: float) -> bool:
     return math.isfinite(value)
 
 
-_POSITIVE_INTS = ("batch_size", "hidden", "eval_every", "evals_per_epoch")
+_POSITIVE_INTS = ("batch_size", "hidden", "eval_every", "evals_per_epoch", "batch_dependency")
 
 # (names, accepts(*values), message: a format string of the values {0}, {1} and the first name's {default})
 RANGES: tuple[tuple[tuple[str, ...], Callable[..., bool], str], ...] = (

@@ -36,7 +36,11 @@ class FeatureStore:
         self.cache_x = self._empty_rows(0)
         self.remote_rows = 0
         self.cache_hits = 0
+        self.recent_hits = 0  # remote rows the previous batch brought (`keep_recent`)
         self.bytes_received = 0
+        self.keep_recent = False  # dependent batches (`--batch-dependency`): keep each batch's remote rows
+        self._recent_gid = np.empty(0, dtype=np.int64)
+        self._recent_x = self._empty_rows(0)
 
     @property
     def num_features(self) -> int:
@@ -119,10 +123,24 @@ class FeatureStore:
         hit[slot_ok] = self.cache_gid[slot[slot_ok]] == remote[slot_ok]
         _put(x, remote_pos[hit], _take(self.cache_x, slot[hit]))
         miss_pos = remote_pos[~hit]
+        if self.keep_recent:  # rows the previous batch brought are not asked for again
+            miss_pos = miss_pos[~self._from_recent(x, miss_pos, n_id[miss_pos])]
         _put(x, miss_pos, self.fetch(n_id[miss_pos]))
+        if self.keep_recent:
+            order = np.argsort(remote)
+            self._recent_gid, self._recent_x = remote[order], _take(x, remote_pos[order])
         self.remote_rows += len(remote)
         self.cache_hits += int(hit.sum())
         return x, y
+
+    def _from_recent(self, x: Any, pos: np.ndarray, gids: np.ndarray) -> np.ndarray:
+        """Put the rows of `gids` that the previous batch brought at `pos` of `x`; which ones were there."""
+        slot = np.searchsorted(self._recent_gid, gids)
+        found = slot < len(self._recent_gid)
+        found[found] = self._recent_gid[slot[found]] == gids[found]
+        _put(x, pos[found], _take(self._recent_x, slot[found]))
+        self.recent_hits += int(found.sum())
+        return found
 
 
 def device_index(idx: np.ndarray, device: Any) -> Any:

@@ -21,7 +21,7 @@ from mpignn.exchange.features import FeatureStore
 from mpignn.exchange.halo import ByteCounter, Halo
 from mpignn.loader.whole import WholeNeighbourhoods
 from mpignn.mpi import chunk_bounds, pad_to_steps, steps_per_epoch
-from mpignn.sampling import kernels
+from mpignn.sampling import kernels, labor
 from mpignn.sampling.cooperative import union_rows
 from mpignn.sampling.neighbor import NeighborSampler, loop_free_degree
 
@@ -37,9 +37,10 @@ class NodeSeeds:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def draw(self, sampler: NeighborSampler, items: np.ndarray, seed: int) -> tuple[Any, dict[str, Any]]:
+    def draw(self, sampler: NeighborSampler, items: np.ndarray, seed: int,
+             variates: tuple[int, int] | None = None) -> tuple[Any, dict[str, Any]]:
         """(the sample around seeds `items` (positions in `ids`), what the batch carries besides)."""
-        return sampler.sample(self.ids[items], seed), {}
+        return sampler.sample(self.ids[items], seed, variates), {}
 
 
 @dataclass
@@ -137,9 +138,15 @@ class BatchLoader:
     def _make(self, step: int, seeds: np.ndarray) -> Data:
         t0 = time.perf_counter()
         cooperative = getattr(self.sampler, "cooperative", False)  # one batch of all ranks: one random stream
-        stream = (0 if cooperative else self.rank) * 1_000_003 + step
-        out, extras = self.source.draw(self.sampler, seeds, kernels.mix_seed(kernels.mix_seed(self.seed, self.epoch),
-                                                                             stream))
+        stream = (0 if cooperative else self.rank) * 1_000_003
+        epoch_seed = kernels.mix_seed(self.seed, self.epoch)
+        dependency = getattr(self.sampler, "dependency", 1) if self.wrap else 1  # training loaders only
+        if dependency > 1:  # labor: the window's seed, the step's shift
+            window, shift = labor.window(step, dependency)
+            variates = (kernels.mix_seed(kernels.mix_seed(epoch_seed, stream + window), dependency), shift)
+            out, extras = self.source.draw(self.sampler, seeds, kernels.mix_seed(epoch_seed, stream + step), variates)
+        else:
+            out, extras = self.source.draw(self.sampler, seeds, kernels.mix_seed(epoch_seed, stream + step))
         if cooperative:
             extras["halo"] = Halo(out.halo, self.sampler.rows, ByteCounter(self.sampler), static_input=self.reuse)
         elif self.wrap and step == self.start_step and getattr(self.sampler.source, "comm", None) is not None:

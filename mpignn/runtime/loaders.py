@@ -74,7 +74,8 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
     if full:  # every neighbour of every hop
         fanouts = [-1] * len(fanouts if fanouts is not None else sampler.fanouts)
     if fanouts is not None and list(fanouts) != sampler.fanouts:
-        sampler = NeighborSampler(sampler.source, sampler.num_nodes, fanouts, method=sampler.method)
+        sampler = NeighborSampler(sampler.source, sampler.num_nodes, fanouts, method=sampler.method,
+                                  dependency=sampler.dependency)
     talks = rt.world_size > 1 and not graph.replicated
     if full:
         problem = cooperative_refusal(graph, "full")
@@ -115,7 +116,8 @@ def _cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any],
     local = graph.sampler.source.local
     rows = make_alltoall("torch" if rows_on_device(graph.features) else "mpi", rt.comm.Dup(), rt.device)
     return CooperativeSampler(rt.comm.Dup(), local, np.asarray(graph.part.meta.part_offsets), fanouts, rows,
-                              method=graph.sampler.method)
+                              method=graph.sampler.method,
+                              dependency=1 if mode == "full" else graph.sampler.dependency)
 
 
 def full_fit_problem(rt: Runtime, graph: LocalGraph, model: Any) -> str:

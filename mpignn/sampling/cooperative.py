@@ -57,10 +57,11 @@ class CooperativeSampler:
     cooperative = True
 
     def __init__(self, comm: Any, local: LocalHops, part_offsets: np.ndarray, fanouts: Sequence[Fanout],
-                 rows: Any = None, method: str = "neighbor") -> None:
+                 rows: Any = None, method: str = "neighbor", dependency: int = 1) -> None:
         if local.num_etypes != 1:
             raise ValueError("cooperative mini-batches sample homogeneous graphs")
         self.method = method  # "labor": each owner draws its targets by layer-neighbour sampling (same variates)
+        self.dependency = int(dependency)  # as NeighborSampler's
         self.comm, self.source, self.rows = comm, local, rows  # rows: the transport layers' rows travel by
         self.part_offsets = np.asarray(part_offsets, dtype=np.int64)
         self.lo, self.n_own = int(local.lo), len(local.rowptr) - 1
@@ -84,9 +85,9 @@ class CooperativeSampler:
             mark = self._local.mark = np.full(self.n_own, -1, dtype=np.int64)
         return mark
 
-    def sample(self, seeds: np.ndarray, seed: int) -> SampleOutput:
+    def sample(self, seeds: np.ndarray, seed: int, variates: tuple[int, int] | None = None) -> SampleOutput:
         """Collective: sample around `seeds` (distinct global ids this rank owns) with the step's `seed`, which
-        must be the same on every rank."""
+        must be the same on every rank, and "labor"'s `variates` as `NeighborSampler.sample` takes them."""
         seeds = np.ascontiguousarray(seeds, dtype=np.int64)
         lo, hi = self.lo, self.lo + self.n_own
         if len(seeds) and (seeds.min() < lo or seeds.max() >= hi):
@@ -99,11 +100,12 @@ class CooperativeSampler:
                 raise ValueError("seed nodes must be distinct")
             depth_counts, degrees, targets, sources, means = [n], [], [], [], []
             labor = self.method == "labor"
+            labor_seed, shift = variates if variates is not None else (seed, 0)
             f_lo, f_hi = 0, n
             for hop, fanout in enumerate(self.fanouts):
                 if labor:
                     counts, nbrs, mean_over = self.source.sample_labor(own[f_lo:f_hi], fanout,
-                                                                       kernels.mix_seed(seed, hop))
+                                                                       kernels.mix_seed(labor_seed, hop), shift)
                     means.append(mean_over)
                 else:
                     counts, nbrs = self.source.sample(own[f_lo:f_hi], fanout, kernels.mix_seed(seed, hop))

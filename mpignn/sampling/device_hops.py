@@ -47,9 +47,11 @@ class DeviceHops(LocalHops):
         counts, nbrs = torch_kernels.sample_rows(rowptr, self.t_col, self._ids(rows), self._ids(keys), fanouts, seed)
         return counts.cpu().numpy(), nbrs.cpu().numpy()
 
-    def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int,
+                     shift: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.num_etypes > 1:
             raise ValueError("layer-neighbour sampling takes homogeneous graphs")
         rows = self._ids(np.asarray(gids, dtype=np.int64) - self.lo)
-        out = torch_kernels.labor_rows(self.t_rowptr, self.t_col, rows, self._ids(fanout_array(fanout, 1)), seed)
+        out = torch_kernels.labor_rows(self.t_rowptr, self.t_col, rows, self._ids(fanout_array(fanout, 1)), seed,
+                                       shift)
         return tuple(a.cpu().numpy() for a in out)  # type: ignore[return-value]

@@ -1,7 +1,7 @@
 """Partition-aware hops: own targets are sampled from the rank's CSR, remote targets by their owners.
 
 Per hop, the frontier is grouped by owner and two variable all-to-alls run over `comm` (the requester's seed
-and ids out; counts (one per id and edge type), for layer-neighbour sampling each id's mean denominator, and
+(for layer-neighbour sampling also its variates' shift) and ids out; counts (one per id and edge type), for layer-neighbour sampling each id's mean denominator, and
 neighbour ids back), each after one Alltoall of its sizes: four collectives a hop, whatever the number of edge
 types.
 Every rank takes part in every hop, also with nothing to ask, so nothing deadlocks.
@@ -42,33 +42,38 @@ class DistributedHops:
         self.num_etypes = local.num_etypes
 
     def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        counts, nbrs, _ = self._hop(gids, fanout, seed, labor=False)
+        counts, nbrs, _ = self._hop(gids, fanout, [seed], self.local.sample)
         return counts, nbrs
 
-    def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self._hop(gids, fanout, seed, labor=True)
+    def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int,
+                     shift: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self._hop(gids, fanout, [seed, shift], self.local.sample_labor)
 
-    def _hop(self, gids: np.ndarray, fanout: Fanout, seed: int,
-             labor: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def _hop(self, gids: np.ndarray, fanout: Fanout, header: list[int],
+             draw: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         comm, rank, size, t = self.comm, self.comm.rank, self.comm.size, self.num_etypes
-        draw = self.local.sample_labor if labor else self.local.sample
+        labor = len(header) > 1
         owner, order, send_counts = group_by_owner(gids, self.part_offsets, size)
         own_pos = order[owner[order] == rank]
         remote_pos = order[owner[order] != rank]
         send_counts[rank] = 0  # own targets are sampled here, not sent
-        # Two exchanges per hop. Out: to each owner asked [seed, its ids...] (the owner draws with the
-        # requester's seed). Back: from each owner [count per id..., (labor: denominator per id...,) neighbours...].
+        # Two exchanges per hop. Out: to each owner asked [seed, (labor: shift,) its ids...] (the owner draws
+        # with the requester's seed). Back: from each owner [count per id..., (labor: denominator per id...,)
+        # neighbours...].
         asks = send_counts > 0
-        out_counts = np.where(asks, send_counts + 1, 0)
-        out = np.full(int(out_counts.sum()), seed, dtype=np.int64)
+        out_counts = np.where(asks, send_counts + len(header), 0)
+        out = np.empty(int(out_counts.sum()), dtype=np.int64)
         is_id = np.ones(len(out), dtype=bool)
-        is_id[segment_starts(out_counts)[asks]] = False
+        for i, value in enumerate(header):
+            out[segment_starts(out_counts)[asks] + i] = value
+            is_id[segment_starts(out_counts)[asks] + i] = False
         out[is_id] = gids[remote_pos]
         asked, asked_counts = alltoallv(comm, out, out_counts)
         answers, answer_counts = [], np.zeros(size, dtype=np.int64)
         for src, start in zip(range(size), segment_starts(asked_counts)):
             if asked_counts[src]:
-                answer = draw(asked[start + 1:start + asked_counts[src]], fanout, int(asked[start]))
+                answer = draw(asked[start + len(header):start + asked_counts[src]], fanout,
+                              *(int(v) for v in asked[start:start + len(header)]))
                 answers += [answer[0], *answer[2:], answer[1]]  # counts, (denominators,) neighbours
                 answer_counts[src] = sum(len(a) for a in answer)
         back, back_from = alltoallv(comm, np.concatenate(answers) if answers else _EMPTY, answer_counts)
@@ -82,7 +87,7 @@ class DistributedHops:
             back_nbrs.append(back[start + head:start + back_from[dest]])
         back_c = np.concatenate(back_counts) if back_counts else _EMPTY
         back_n = np.concatenate(back_nbrs) if back_nbrs else _EMPTY
-        own = draw(gids[own_pos], fanout, seed)
+        own = draw(gids[own_pos], fanout, *header)
         own_counts, own_nbrs = own[0], own[1]
         counts = np.empty((len(gids), t), dtype=np.int64)
         counts[own_pos] = own_counts.reshape(-1, t)

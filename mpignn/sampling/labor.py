@@ -8,6 +8,12 @@ source s where r_s < k / d_t (k the fanout, d_t the target's degree): each targe
 expectation, but targets that share a source agree on it, so fewer distinct sources are sampled. Any rank draws
 the same r_s for a node, so a remote owner's answer equals one process's.
 
+Dependent batches (`--batch-dependency K`; Balın, LaSalle and Çatalyürek, TMLR 2025): the K steps of a window
+share one seed, and step j of the window rotates every variate by j/K (r_s + j/K mod 1, in the integers of the
+53-bit draw, so the host and device kernels agree bit for bit). Each step's variates stay uniform, so each
+batch is a LABOR-0 batch, but consecutive steps keep most of each other's sources: a source under a cut p at
+one step is under it at the next unless it was within 1/K of it.
+
 Target t keeps s with probability p_t = min(1, k / d_t), so the sum of the kept sources' rows over
 d_t * p_t = min(d_t, k) is an unbiased estimate of the mean over all d_t neighbours (Horvitz-Thompson): the
 kernel returns that denominator per target, where neighbour sampling divides by the count drawn.
@@ -24,22 +30,33 @@ from mpignn.sampling.kernels import splitmix
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first cached kernel below
 
-__all__ = ["labor_rows", "variate", "warm_up"]
+__all__ = ["labor_rows", "variate", "window", "warm_up"]
 
 _UNIT = 1.0 / 9007199254740992.0  # 2**-53: the top 53 bits of a draw as a double in [0, 1)
+_TOP = (1 << 53) - 1
 
 
 @njit(inline="always")
-def _draw(base, gid):
+def _draw(base, gid, shift):
     """Node `gid`'s variate under hop seed `base` (uint64): SplitMix64 of the two, as `sample_rows` seeds a
-    target's stream."""
-    return np.float64(splitmix(base ^ (np.uint64(gid) * np.uint64(0x9E3779B97F4A7C15))) >> np.uint64(11)) * _UNIT
+    target's stream, its top 53 bits plus `shift` (uint64, < 2**53) modulo 2**53."""
+    bits = splitmix(base ^ (np.uint64(gid) * np.uint64(0x9E3779B97F4A7C15))) >> np.uint64(11)
+    return np.float64((bits + shift) & np.uint64(_TOP)) * _UNIT
+
+
+def window(step: int, dependency: int) -> tuple[int, int]:
+    """(the window of step `step` under `--batch-dependency`, the shift of its variates: (step mod K) / K of
+    the 53-bit range); (step, 0) where K is 1."""
+    if dependency <= 1:
+        return step, 0
+    return step // dependency, (step % dependency) * ((1 << 53) // dependency)
 
 
 @serial_or_parallel
-def labor_rows(rowptr, col, rows, fanouts, seed):
-    """LABOR-0 in-neighbours of each target row: row i keeps source s where s's variate of `seed` is below
-    `fanouts[i % len(fanouts)]` / its degree (every source where the fanout is < 0 or at least the degree).
+def labor_rows(rowptr, col, rows, fanouts, seed, shift=0):
+    """LABOR-0 in-neighbours of each target row: row i keeps source s where s's variate of `seed` (rotated by
+    `shift`, see `window`) is below `fanouts[i % len(fanouts)]` / its degree (every source where the fanout is
+    < 0 or at least the degree).
 
     Args:
         rowptr, col: CSR (int64) of the rows this caller owns; `col` holds global ids (they seed the variates).
@@ -60,6 +77,7 @@ def labor_rows(rowptr, col, rows, fanouts, seed):
         edges[i + 1] = edges[i] + rowptr[rows[i] + 1] - rowptr[rows[i]]
     keep = np.empty(edges[n], dtype=np.bool_)  # each edge hashed once: its verdict kept for the copy below
     base = np.uint64(seed)
+    rotate = np.uint64(shift)
     for i in prange(n):
         start, end = rowptr[rows[i]], rowptr[rows[i] + 1]
         deg = end - start
@@ -72,7 +90,7 @@ def labor_rows(rowptr, col, rows, fanouts, seed):
         cut = fanout / deg
         kept = 0
         for e in range(start, end):
-            verdict = _draw(base, col[e]) < cut
+            verdict = _draw(base, col[e], rotate) < cut
             keep[edges[i] + e - start] = verdict
             kept += verdict
         counts[i] = kept
@@ -92,9 +110,11 @@ def labor_rows(rowptr, col, rows, fanouts, seed):
     return counts, out, denominators
 
 
-def variate(seed: int, gids: np.ndarray) -> np.ndarray:
-    """The variates `labor_rows` gives the nodes `gids` under hop seed `seed` (float64 in [0, 1); tests)."""
-    return np.array([_draw(np.uint64(seed), np.int64(g)) for g in np.asarray(gids, dtype=np.int64)])
+def variate(seed: int, gids: np.ndarray, shift: int = 0) -> np.ndarray:
+    """The variates `labor_rows` gives the nodes `gids` under hop seed `seed` and `shift` (float64 in [0, 1);
+    tests)."""
+    return np.array([_draw(np.uint64(seed), np.int64(g), np.uint64(shift))
+                     for g in np.asarray(gids, dtype=np.int64)])
 
 
 def warm_up() -> None:

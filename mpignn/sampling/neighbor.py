@@ -56,8 +56,10 @@ class HopSource(Protocol):
         order: target by target, each target's edge types in order)."""
         ...
 
-    def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`sample` by layer-neighbour sampling, plus what each target's mean divides by (homogeneous graphs)."""
+    def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int,
+                     shift: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`sample` by layer-neighbour sampling, plus what each target's mean divides by (homogeneous graphs);
+        `shift` rotates the variates (`sampling.labor.window`)."""
         ...
 
 
@@ -105,10 +107,11 @@ class LocalHops:
         rowptr = self.type_rowptr if typed else self.rowptr
         return kernels.sample_rows(rowptr, self.col, rows, keys, fanout_array(fanout, self.num_etypes), seed)
 
-    def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int,
+                     shift: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.num_etypes > 1:
             raise ValueError("layer-neighbour sampling takes homogeneous graphs")
-        return labor_rows(self.rowptr, self.col, gids - self.lo, fanout_array(fanout, 1), seed)
+        return labor_rows(self.rowptr, self.col, gids - self.lo, fanout_array(fanout, 1), seed, shift)
 
 
 def loop_free_degree(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndarray:
@@ -135,11 +138,12 @@ class NeighborSampler:
     batches. With a part of a 2M-node graph, hash lookups made sampling 16-18% slower, a small share of a
     training step (docs/benchmarks.md): the part map keeps a rank's memory in proportion to its part.
     `method` (`SAMPLERS`): "labor" draws each hop by layer-neighbour sampling (`HopSource.sample_labor`), and
-    its batches carry `mean_over`, what each target's mean divides by.
+    its batches carry `mean_over`, what each target's mean divides by. `dependency` (labor): how many
+    consecutive training steps a loader lets share their variates (`sampling.labor.window`).
     """
 
     def __init__(self, source: HopSource, num_nodes: int, fanouts: Sequence[Fanout], relabel: str = "auto",
-                 method: str = "neighbor") -> None:
+                 method: str = "neighbor", dependency: int = 1) -> None:
         if relabel not in ("auto", "part", "array"):
             raise ValueError(f"relabel must be 'auto', 'part' or 'array'; got {relabel!r}")
         if method not in SAMPLERS:
@@ -154,7 +158,7 @@ class NeighborSampler:
         self.num_nodes = int(num_nodes)
         self.fanouts = list(fanouts)
         self.relabel = relabel
-        self.method = method
+        self.method, self.dependency = method, int(dependency)
         # Owning every node (one process, --replicated): the part map is the array map; skip the range checks.
         self._direct = relabel == "array" or self._own == (0, self.num_nodes)
         self._local = threading.local()
@@ -204,8 +208,10 @@ class NeighborSampler:
             kernels.clear_table(self._scratch(), self._own[0], table, shift, n_id, n_count, self._local.in_table)
             self._local.in_table = 0
 
-    def sample(self, seeds: np.ndarray, seed: int) -> SampleOutput:
-        """Sample around `seeds` (global ids, distinct) with the random streams of `seed`."""
+    def sample(self, seeds: np.ndarray, seed: int, variates: tuple[int, int] | None = None) -> SampleOutput:
+        """Sample around `seeds` (global ids, distinct) with the random streams of `seed`; "labor" draws its
+        variates from `variates` (a seed and a shift, `sampling.labor.window`: batches that share them) where
+        given, else from `seed`."""
         seeds = np.ascontiguousarray(seeds, dtype=np.int64)
         n_id = np.empty(max(16, len(seeds) * 4), dtype=np.int64)
         local, n_count = self._map(seeds, n_id, 0)
@@ -214,17 +220,18 @@ class NeighborSampler:
             raise ValueError("seed nodes must be distinct")
         rows, cols, types, degrees, means = [], [], [], [], []
         labor = self.method == "labor"
+        labor_seed, shift = variates if variates is not None else (seed, 0)
         num_nodes, num_edges = [n_count], []
         t = getattr(self.source, "num_etypes", 1)
         f_lo, f_hi = 0, n_count
         try:
             for hop, fanout in enumerate(self.fanouts):
-                hop_seed = kernels.mix_seed(seed, hop)
                 if labor:
-                    counts, nbrs, mean_over = self.source.sample_labor(n_id[f_lo:f_hi], fanout, hop_seed)
+                    counts, nbrs, mean_over = self.source.sample_labor(
+                        n_id[f_lo:f_hi], fanout, kernels.mix_seed(labor_seed, hop), shift)
                     means.append(mean_over)
                 else:
-                    counts, nbrs = self.source.sample(n_id[f_lo:f_hi], fanout, hop_seed)
+                    counts, nbrs = self.source.sample(n_id[f_lo:f_hi], fanout, kernels.mix_seed(seed, hop))
                 if n_count + len(nbrs) > len(n_id):
                     grown = np.empty(max(2 * len(n_id), n_count + len(nbrs)), dtype=np.int64)
                     grown[:n_count] = n_id[:n_count]
@@ -248,7 +255,8 @@ class NeighborSampler:
                             in_degree=np.concatenate(degrees) if degrees else empty,
                             mean_over=(np.concatenate(means) if means else empty) if labor else None)
 
-    def sample_from_edges(self, src: np.ndarray, dst: np.ndarray, seed: int) -> SampleOutput:
+    def sample_from_edges(self, src: np.ndarray, dst: np.ndarray, seed: int,
+                          variates: tuple[int, int] | None = None) -> SampleOutput:
         """Sample around both endpoints of the pairs (src[i], dst[i]); the seeds are the distinct endpoints,
         and `edge_label_index` [2, len(src)] holds each pair in batch-local ids (PyG's LinkNeighborLoader
         layout)."""
@@ -256,6 +264,6 @@ class NeighborSampler:
         nodes = np.sort(ends)
         if len(nodes) > 1:
             nodes = nodes[np.concatenate([[True], nodes[1:] != nodes[:-1]])]
-        out = self.sample(nodes, seed)
+        out = self.sample(nodes, seed, variates)
         out.edge_label_index = np.searchsorted(nodes, ends).reshape(2, -1)
         return out

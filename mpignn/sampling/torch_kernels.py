@@ -19,6 +19,7 @@ _GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)  # the uint64 constants, as int64 bit p
 _MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)
 _MIX2 = 0x94D049BB133111EB - (1 << 64)
 _UNIT = 1.0 / 9007199254740992.0  # 2**-53, as `sampling.labor`
+_TOP = (1 << 53) - 1  # a rotated draw wraps at 2**53 (`sampling.labor.window`)
 
 
 def _shr(x: torch.Tensor, bits: int) -> torch.Tensor:
@@ -94,7 +95,7 @@ def sample_rows(rowptr: torch.Tensor, col: torch.Tensor, rows: torch.Tensor, gid
 
 
 def labor_rows(rowptr: torch.Tensor, col: torch.Tensor, rows: torch.Tensor, fanouts: torch.Tensor,
-               seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               seed: int, shift: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`sampling.labor.labor_rows` on torch tensors: (counts, kept sources in target order and CSR order within
     a target, denominators min(degree, fanout))."""
     n = len(rows)
@@ -104,7 +105,7 @@ def labor_rows(rowptr: torch.Tensor, col: torch.Tensor, rows: torch.Tensor, fano
     denominators = torch.where(whole, deg, fanout)
     edge_of, within = _edges(deg)
     src = col[start[edge_of] + within]
-    draw = _shr(_stream(seed, src), 11).to(torch.float64) * _UNIT
+    draw = ((_shr(_stream(seed, src), 11) + shift) & _TOP).to(torch.float64) * _UNIT
     cut = fanout.to(torch.float64) / deg.clamp(min=1).to(torch.float64)
     keep = whole[edge_of] | (draw < cut[edge_of])
     counts = torch.zeros(n, dtype=torch.int64, device=rows.device).index_add_(0, edge_of, keep.to(torch.int64))

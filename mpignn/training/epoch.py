@@ -167,6 +167,7 @@ def run_epoch(rt: Runtime, epoch: int, model: torch.nn.Module, optimizer: torch.
     features, hops, emb = graph.features, graph.sampler.source, getattr(graph, "embedding", None)
     emb_bytes0 = emb.bytes_received + emb.bytes_sent if emb is not None else 0
     feat_bytes0, hit0, rows0 = features.bytes_received, features.cache_hits, features.remote_rows
+    recent0 = getattr(features, "recent_hits", 0)
     samplers = {id(s): s for s in (hops, loaders["train"].sampler)}.values()  # cooperative: its own
     struct = lambda: sum(getattr(s, "bytes_received", 0) for s in samplers)  # noqa: E731
     struct0 = struct()
@@ -202,7 +203,8 @@ def run_epoch(rt: Runtime, epoch: int, model: torch.nn.Module, optimizer: torch.
              "remote_feature_bytes": features.bytes_received - feat_bytes0,
              "remote_structure_bytes": struct() - struct0,
              "embedding_bytes": (emb.bytes_received + emb.bytes_sent if emb is not None else 0) - emb_bytes0,
-             "cache_hits": features.cache_hits - hit0, "remote_rows": features.remote_rows - rows0}
+             "cache_hits": features.cache_hits - hit0, "remote_rows": features.remote_rows - rows0,
+             "recent_hits": getattr(features, "recent_hits", 0) - recent0}
     keys = sorted(local)
     total = dict(zip(keys, allreduce_sum(rt.comm, [local[k] for k in keys]).tolist()))
     per_step = lambda v: v / max(sums["steps"], 1)  # noqa: E731

@@ -113,7 +113,8 @@ def epoch_record(*, epoch: int, epochs_done: float, total: Mapping[str, float], 
 
     Args:
         total: sums over all ranks (loss_sum, correct, seeds, units, nodes, steps, rows_j, counted_rows_j,
-            union_rows_j, the byte counts, cache_hits, remote_rows).
+            union_rows_j, the byte counts, cache_hits, remote_rows, recent_hits: remote rows the previous
+            batch brought).
         slowest: maxima over ranks (epoch_s, eval_s, sample_s, exchange_s, compute_s, allreduce_s, wait_s, the memory
             readings, own_rows: the busiest rank's rows per step per layer).
         scores: the task's evaluation fields. graph_fields: cache_rows, cache_mib, graph_mib of the LocalGraph.
@@ -132,6 +133,7 @@ def epoch_record(*, epoch: int, epochs_done: float, total: Mapping[str, float], 
         "remote_structure_bytes": int(total["remote_structure_bytes"]),
         "embedding_bytes": int(total["embedding_bytes"]),
         "cache_hit_rate": (total["cache_hits"] / total["remote_rows"]) if total["remote_rows"] else 0.0,
+        "recent_hit_rate": (total.get("recent_hits", 0) / total["remote_rows"]) if total["remote_rows"] else 0.0,
         **graph_fields,
         **{k: slowest[k] for k in ("peak_rss_mb", "load_peak_rss_mb", "train_peak_rss_mb")},
         "rss_mb": slowest["rss_mb"] or None,

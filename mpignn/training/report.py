@@ -21,7 +21,8 @@ def format_epoch(rec: dict[str, Any], scores: str, unit: str = "seeds") -> str:
             f"allreduce {rec['allreduce_s']:.2f} wait {rec['wait_s']:.2f} | remote "
             f"{rec['remote_feature_bytes'] / 2**20:.1f}+{rec['remote_structure_bytes'] / 2**20:.1f} MiB "
             + (f"rows {rec['embedding_bytes'] / 2**20:.1f} MiB " if rec.get("embedding_bytes") else "")
-            + f"cache hit {rec['cache_hit_rate']:.2f} | "
+            + f"cache hit {rec['cache_hit_rate']:.2f} "
+            + (f"recent {rec['recent_hit_rate']:.2f} " if rec.get("recent_hit_rate") else "") + "| "
             + (f"input {rec['rows_per_step'][0]:,.0f} rows/step " if rec.get("rows_per_step") else "")
             + (f"redundancy {rec['redundancy']:.2f} " if rec.get("redundancy") is not None else "")
             + (f"halo {rec['halo_step_bytes'] / 2**20:.1f} MiB/step " if rec.get("halo_step_bytes") else "")

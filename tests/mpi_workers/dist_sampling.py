@@ -12,7 +12,7 @@ from mpignn.data.synthetic_hetero import make_user_item
 from mpignn.exchange.features import FeatureStore
 from mpignn.mpi import run_main, world
 from mpignn.partition import load_partition, partition_graph
-from mpignn.sampling import LocalHops, NeighborSampler
+from mpignn.sampling import LocalHops, NeighborSampler, labor
 from mpignn.sampling.distributed import DistributedHops
 
 
@@ -62,6 +62,22 @@ def main(folder: str, method: str, cache: int) -> None:
         assert np.array_equal(y[:len(seeds)], graph.y[inverse[seeds]])
     if cache and comm.size > 1:
         assert store.cache_hits > 0
+    # dependent batches: rows the previous batch brought are served here, the same rows, fewer fetched
+    recent = FeatureStore(part.x, part.y, part.lo, offsets, comm)
+    recent.keep_recent = True
+    first = dist.sample(part.train_idx[:20], 3).n_id
+    second = np.concatenate([first[::2], dist.sample(part.train_idx[20:30], 4).n_id])
+    second = second[np.sort(np.unique(second, return_index=True)[1])]
+    for n_id in (first, second):
+        before = recent.bytes_received
+        x, _ = recent.gather(n_id)
+        assert np.array_equal(x, graph.x[inverse[n_id]]), "rows kept from the previous batch differ"
+    remote = (second < part.lo) | (second >= part.hi)
+    reused = int(np.sum(np.isin(second, first) & remote))
+    assert recent.recent_hits == reused and (reused > 0 or comm.size == 1)
+    fetched = int(np.sum(remote)) - reused
+    if comm.size > 1:
+        assert recent.bytes_received - before == fetched * part.x.shape[1] * part.x.itemsize
     if not hetero:  # LABOR: owners draw with the requester's hop seed and the sources' own variates
         dist_labor = NeighborSampler(dist.source, graph.num_nodes, fanouts, method="labor")
         single_labor = NeighborSampler(single.source, graph.num_nodes, fanouts, method="labor")
@@ -71,6 +87,10 @@ def main(folder: str, method: str, cache: int) -> None:
             for key in ("n_id", "row", "col", "in_degree", "mean_over"):
                 assert np.array_equal(getattr(a, key), getattr(b, key)), key
             assert len(a.mean_over) == len(a.in_degree) and np.all(a.mean_over <= np.maximum(a.in_degree, 4))
+            variates = (11, labor.window(step, 4)[1])  # dependent batches: the owners rotate alike
+            a, b = dist_labor.sample(seeds, 5, variates), single_labor.sample(seeds, 5, variates)
+            for key in ("n_id", "row", "col", "in_degree", "mean_over"):
+                assert np.array_equal(getattr(a, key), getattr(b, key)), key
     print(f"MPIGNN-OK rank={comm.rank}", flush=True)
 
 
