@@ -199,3 +199,20 @@ def test_the_epoch_bench_draws_on_the_host_and_on_the_device_and_says_why_pyg_is
     assert host[-2] == device[-2]  # the same draws: the same test accuracy
     if pyg_python(None) is None:  # no pyg-lib, no torch-sparse: the row is skipped, and the line says why
         assert "PyG rows skipped: no pyg-lib or torch-sparse" in out.stdout
+
+
+def test_labor_star_counts_fewer_rows_with_more_iterations_and_checks_labor_0(capsys, tmp_path):
+    """`bench.labor_star` on a small graph: its LABOR-0 is `--sampler labor`'s draw (the bench exits otherwise),
+    and each iteration concentrates a hop's sources, so the rows fall from LABOR-0 to LABOR-*."""
+    from mpignn.bench import labor_star
+
+    graph = "synthetic:num_nodes=3000,avg_degree=15,num_features=4,num_classes=3"
+    assert labor_star.main(["--dataset", graph, "--root", str(tmp_path), "--fanout", "5,5", "--batch-size", "128",
+                            "--batches", "2", "--iterations", "0,1,*", "--same-variates"]) == 0
+    out = capsys.readouterr().out
+    rows = {m.group(1).strip(): int(m.group(2).replace(",", ""))
+            for m in re.finditer(r"^(neighbor|labor \(.*?\)|LABOR-\S+(?:, same variates every hop)?)\s+([\d,]+)",
+                                 out, re.M)}
+    assert rows["labor (LABOR-0, --sampler labor)"] == rows["LABOR-0"]
+    assert rows["LABOR-*"] < rows["LABOR-1"] < rows["LABOR-0"] < rows["neighbor"], rows
+    assert rows["LABOR-*, same variates every hop"] <= rows["LABOR-*"], rows

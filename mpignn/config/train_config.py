@@ -195,7 +195,7 @@ class TrainConfig:
     neighbour agree on it, so fewer rows a step (docs/training.md)."""
     batch_dependency: int = 1
     """--sampler labor: K consecutive training steps share their variates, each rotating them by 1/K, so their
-    sampled sets overlap and rows the previous batch brought are not fetched again (docs/training.md)."""
+    sampled sets overlap and rows the last batch brought are not fetched again (docs/training.md)."""
     sample_on: str = "auto"
     """Where hops are drawn: host (numba kernels) or device (torch ops on the compute device; the same draws).
     auto: host, until the device's step is measured (docs/launchers-and-devices.md)."""
