@@ -101,6 +101,9 @@ def test_each_rule_refuses_and_accepts():
                "linear_head": (True, False), "sampler": ("labor", "neighbor")}
     pairs = {("batch_dependency", "sampler"): ([4, "neighbor"], [4, "labor"])}  # labor is the good sampler here
     for rule in RULES:
-        bad, good = pairs.get(rule.names, ([samples[n][0] for n in rule.names], [samples[n][1] for n in rule.names]))
+        if rule.names in pairs:
+            bad, good = pairs[rule.names]
+        else:
+            bad, good = [samples[n][0] for n in rule.names], [samples[n][1] for n in rule.names]
         assert rule.refuses(*bad) and not rule.refuses(*good), rule.names
         assert "HINT:" in rule.message(*bad)
