@@ -57,6 +57,7 @@ SCHEMA: dict[str, Field] = {
                                     _EPOCH),
     "embedding_bytes": Field("bytes", "learnable rows (--embed-dim) sent and received, all ranks", _EPOCH),
     "cache_hit_rate": Field("", "share of remote rows served by the feature cache", _EPOCH),
+    "recent_hit_rate": Field("", "share of remote rows the previous batch brought (--batch-dependency)", _EPOCH),
     "cache_rows": Field("rows", "remote feature rows cached, the most on any rank", "runtime.graph"),
     "cache_mib": Field("MiB", "their memory, the most on any rank", "runtime.graph"),
     "graph_mib": Field("MiB", "memory that depends on the graph (part arrays, sampler scratch, cache, learnable "
@@ -85,7 +86,7 @@ BEST_FIELDS = ("best_epoch", "best_val_acc", "test_acc_at_best_val")
 FIELDS = ("epoch", "epochs_done", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "eval_s", "seeds_per_s",
           "sample_s",
           "exchange_s", "compute_s", "allreduce_s", "wait_s", "nodes_per_step", "remote_feature_bytes",
-          "remote_structure_bytes", "embedding_bytes", "cache_hit_rate", "graph_mib", "peak_rss_mb",
+          "remote_structure_bytes", "embedding_bytes", "cache_hit_rate", "recent_hit_rate", "graph_mib", "peak_rss_mb",
           "load_peak_rss_mb", "train_peak_rss_mb", "rss_mb", "world_size", "redundancy",
           "halo_step_bytes", *BEST_FIELDS)
 """The numeric fields of every node-classification record (the epoch line and TensorBoard show them)."""
