@@ -230,7 +230,8 @@ def test_labor_trains_on_fewer_input_rows_than_neighbour_sampling(tmp_path):
 
 
 @pytest.mark.mpi
-def test_two_ranks_train_labor_cooperatively(tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--layer-dependency", "--batch-dependency", "4"]])
+def test_two_ranks_train_labor_cooperatively(tmp_path, extra):
     import sys
 
     from _mpirun import run_mpi_raw
@@ -238,7 +239,7 @@ def test_two_ranks_train_labor_cooperatively(tmp_path):
     rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path / "data"), "--dataset",
                               "synthetic:num_nodes=3000,avg_degree=10,num_features=8,num_classes=4", "--epochs", "2",
                               "--fanout", "5,5", "--hidden", "16", "--batch-size", "128", "--sampler", "labor",
-                              "--minibatch", "cooperative"], timeout=240)
+                              "--minibatch", "cooperative", *extra], timeout=240)
     assert rc == 0, out[-3000:]
     assert "final test accuracy" in out and re.search(r"input [\d,]+ rows/step", out), out[-2000:]
 
@@ -308,8 +309,10 @@ def test_a_training_loader_shares_variates_within_a_window_only():
     (["--batch-dependency", "4"], "--batch-dependency 4 makes batches share layer-neighbour variates; --sampler "
                                   "neighbor draws none. HINT: --sampler labor"),
     (["--sampler", "labor", "--batch-dependency", "0"], "--batch-dependency must be a positive int; got 0. HINT"),
+    (["--layer-dependency"], "--layer-dependency shares layer-neighbour variates between hops; --sampler neighbor "
+                             "draws none. HINT: --sampler labor"),
 ])
-def test_batch_dependency_needs_labor_and_a_positive_window(argv, needle):
+def test_dependencies_need_labor_and_a_positive_window(argv, needle):
     from mpignn.config.graph_options import GraphOptions
     from mpignn.config.train_config import parse
     from mpignn.errors import ConfigError
@@ -318,7 +321,29 @@ def test_batch_dependency_needs_labor_and_a_positive_window(argv, needle):
         parse(argv)
     assert needle in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(ConfigError):
-        GraphOptions(sampler="labor" if "labor" in argv else "neighbor", batch_dependency=int(argv[-1]))
+        if argv[-1] == "--layer-dependency":
+            GraphOptions(layer_dependency=True)
+        else:
+            GraphOptions(sampler="labor" if "labor" in argv else "neighbor", batch_dependency=int(argv[-1]))
+
+
+def test_layer_dependency_gives_a_node_one_variate_for_every_hop_and_fewer_rows():
+    """With `layer_dependency` hop h draws with hop 0's seed: a target keeps a source where the source's variate
+    under that seed is below the cut, whatever the hop; and the batch reaches fewer nodes."""
+    from mpignn.sampling import LocalHops, NeighborSampler
+
+    rowptr, col, _ = _graph(targets=2000, sources=2000, max_degree=30, seed=6)
+    hops = LocalHops(rowptr, col)
+    seeds = np.arange(0, 2000, 20, dtype=np.int64)
+    one = NeighborSampler(hops, 2000, [4, 4, 4], method="labor", layer_dependency=True)
+    out = one.sample(seeds, 5)
+    r = variate(kernels.mix_seed(5, 0), np.arange(2000))
+    deg = np.diff(rowptr)
+    targets, sources = out.n_id[out.col], out.n_id[out.row]
+    assert np.all(r[sources] < 4 / np.maximum(deg[targets], 4) + (deg[targets] <= 4))
+    rows = [sum(NeighborSampler(hops, 2000, [4, 4, 4], method="labor", layer_dependency=same).sample(seeds, s)
+                .num_sampled_nodes) for same in (False, True) for s in range(5)]
+    assert sum(rows[5:]) < 0.97 * sum(rows[:5]), rows
 
 
 @pytest.mark.mpi

@@ -99,7 +99,8 @@ def test_each_rule_refuses_and_accepts():
                "backend": ("gloo", "auto"), "splits": ("splits.npz", ""), "model": ("rgcn", "sage"),
                "norm": ("batch", "none"), "residual": (True, False),
                "linear_head": (True, False), "sampler": ("labor", "neighbor")}
-    pairs = {("batch_dependency", "sampler"): ([4, "neighbor"], [4, "labor"])}  # labor is the good sampler here
+    pairs = {("batch_dependency", "sampler"): ([4, "neighbor"], [4, "labor"]),  # labor is the good sampler here
+             ("layer_dependency", "sampler"): ([True, "neighbor"], [True, "labor"])}
     for rule in RULES:
         if rule.names in pairs:
             bad, good = pairs[rule.names]

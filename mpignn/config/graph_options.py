@@ -59,6 +59,8 @@ class GraphOptions:
     """neighbor or labor (layer-neighbour sampling, `sampling.labor`; homogeneous graphs)."""
     batch_dependency: int = TrainConfig.batch_dependency
     """labor: K training steps share their variates (`sampling.labor.window`); 1: each step its own."""
+    layer_dependency: bool = TrainConfig.layer_dependency
+    """labor: every hop of a batch draws a node's one variate (`NeighborSampler`'s `layer_dependency`)."""
     sample_on: str = TrainConfig.sample_on
     """host (numba kernels), device (`sampling.device_hops` on the compute device) or auto (host, for now)."""
     # cache and exchange
@@ -86,7 +88,8 @@ class GraphOptions:
         check_choice("sampler", self.sampler, SAMPLERS)
         check_choice("sample_on", self.sample_on, SAMPLE_ON)
         check_combinations({"partitions": self.partitions, "replicated": self.replicated,
-                            "batch_dependency": self.batch_dependency, "sampler": self.sampler})
+                            "batch_dependency": self.batch_dependency, "sampler": self.sampler,
+                            "layer_dependency": self.layer_dependency})
         check_ranges({"batch_dependency": self.batch_dependency}, {"batch_dependency": 8})
 
     @property
@@ -101,6 +104,7 @@ class GraphOptions:
                    method=cfg.partition_method, replicated=cfg.replicated, seed=cfg.seed, local_prep=cfg.local_prep,
                    prep_timeout=cfg.prep_timeout, force=cfg.force, fanouts=tuple(cfg.fanouts),
                    edge_fanouts=cfg.edge_fanouts or None, sampler=cfg.sampler, sample_on=cfg.sample_on,
-                   batch_dependency=cfg.batch_dependency, cache_size=cfg.cache_size,
+                   batch_dependency=cfg.batch_dependency, layer_dependency=cfg.layer_dependency,
+                   cache_size=cfg.cache_size,
                    exchange=cfg.exchange,
                    feature_norm=cfg.feature_norm, feature_dtype=cfg.feature_dtype, links=task.partition_extras())

@@ -70,6 +70,10 @@ RULES: tuple[Rule, ...] = (
          lambda k, sampler: k > 1 and sampler != "labor",
          lambda k, sampler: f"--batch-dependency {k} makes batches share layer-neighbour variates; --sampler "
                             f"{sampler} draws none. HINT: --sampler labor, or drop --batch-dependency"),
+    Rule(("layer_dependency", "sampler"),
+         lambda same, sampler: bool(same) and sampler != "labor",
+         lambda same, sampler: f"--layer-dependency shares layer-neighbour variates between hops; --sampler "
+                               f"{sampler} draws none. HINT: --sampler labor, or drop --layer-dependency"),
     Rule(("embed_dim", "replicated"),
          lambda embed_dim, replicated: bool(embed_dim and replicated),
          lambda embed_dim, replicated: "--embed-dim keeps each node's row on its owner, and --replicated has no "

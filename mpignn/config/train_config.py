@@ -196,6 +196,9 @@ class TrainConfig:
     batch_dependency: int = 1
     """--sampler labor: K consecutive training steps share their variates, each rotating them by 1/K, so their
     sampled sets overlap and rows the last batch brought are not fetched again (docs/training.md)."""
+    layer_dependency: bool = False
+    """--sampler labor: every hop of a batch draws the same variate for a node (DGL's layer_dependency), so a
+    node kept at one hop tends to be kept at the next: fewer rows a step (docs/training.md)."""
     sample_on: str = "auto"
     """Where hops are drawn: host (numba kernels) or device (torch ops on the compute device; the same draws).
     auto: host, until the device's step is measured (docs/launchers-and-devices.md)."""

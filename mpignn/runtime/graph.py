@@ -171,7 +171,7 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
     alone = opts.replicated or rt.world_size == 1
     source, features = _sources(rt, opts, part, local, alone)
     sampler = NeighborSampler(source, meta.num_nodes, fanouts, method=opts.sampler,
-                              dependency=opts.batch_dependency)
+                              dependency=opts.batch_dependency, layer_dependency=opts.layer_dependency)
     features.keep_recent = opts.batch_dependency > 1 and not alone  # dependent batches overlap: keep their rows
     cache_rows, cache_mib = 0, 0.0
     if not alone and opts.cache_size != 0:

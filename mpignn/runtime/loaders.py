@@ -20,7 +20,6 @@ from mpignn.loader.local_graph import SPLITS, LocalGraph
 from mpignn.loader.prefetch import overlap, rows_on_device
 from mpignn.mpi import check_all, chunk_bounds
 from mpignn.sampling.cooperative import CooperativeSampler
-from mpignn.sampling.neighbor import NeighborSampler
 from mpignn.tasks import make_task, picker
 
 __all__ = ["make_loader", "cooperative_refusal", "rank_batch_size", "full_fit_problem"]
@@ -74,8 +73,7 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
     if full:  # every neighbour of every hop
         fanouts = [-1] * len(fanouts if fanouts is not None else sampler.fanouts)
     if fanouts is not None and list(fanouts) != sampler.fanouts:
-        sampler = NeighborSampler(sampler.source, sampler.num_nodes, fanouts, method=sampler.method,
-                                  dependency=sampler.dependency)
+        sampler = sampler.with_fanouts(fanouts)
     talks = rt.world_size > 1 and not graph.replicated
     if full:
         problem = cooperative_refusal(graph, "full")
@@ -117,7 +115,8 @@ def _cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any],
     rows = make_alltoall("torch" if rows_on_device(graph.features) else "mpi", rt.comm.Dup(), rt.device)
     return CooperativeSampler(rt.comm.Dup(), local, np.asarray(graph.part.meta.part_offsets), fanouts, rows,
                               method=graph.sampler.method,
-                              dependency=1 if mode == "full" else graph.sampler.dependency)
+                              dependency=1 if mode == "full" else graph.sampler.dependency,
+                              layer_dependency=graph.sampler.layer_dependency)
 
 
 def full_fit_problem(rt: Runtime, graph: LocalGraph, model: Any) -> str:

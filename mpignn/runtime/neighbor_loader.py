@@ -24,7 +24,6 @@ from mpignn.loader.batches import BatchLoader, cut_steps
 from mpignn.loader.local_graph import SPLITS, LocalGraph
 from mpignn.loader.prefetch import overlap, rows_on_device
 from mpignn.runtime.loaders import rank_batch_size
-from mpignn.sampling.neighbor import NeighborSampler
 from mpignn.tasks import picker
 
 __all__ = ["NeighborLoader"]
@@ -89,7 +88,7 @@ class NeighborLoader:
         except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
             raise mark_agreed(exc) from None
         self.graph, self.num_neighbors = graph, num_neighbors
-        sampler = NeighborSampler(graph.sampler.source, graph.sampler.num_nodes, fanouts, method=graph.sampler.method)
+        sampler = graph.sampler.with_fanouts(fanouts)
         talks = rt.world_size > 1 and not graph.replicated
         per_rank = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
         self.loader = BatchLoader(

@@ -57,11 +57,12 @@ class CooperativeSampler:
     cooperative = True
 
     def __init__(self, comm: Any, local: LocalHops, part_offsets: np.ndarray, fanouts: Sequence[Fanout],
-                 rows: Any = None, method: str = "neighbor", dependency: int = 1) -> None:
+                 rows: Any = None, method: str = "neighbor", dependency: int = 1,
+                 layer_dependency: bool = False) -> None:
         if local.num_etypes != 1:
             raise ValueError("cooperative mini-batches sample homogeneous graphs")
         self.method = method  # "labor": each owner draws its targets by layer-neighbour sampling (same variates)
-        self.dependency = int(dependency)  # as NeighborSampler's
+        self.dependency, self.layer_dependency = int(dependency), bool(layer_dependency)  # as NeighborSampler's
         self.comm, self.source, self.rows = comm, local, rows  # rows: the transport layers' rows travel by
         self.part_offsets = np.asarray(part_offsets, dtype=np.int64)
         self.lo, self.n_own = int(local.lo), len(local.rowptr) - 1
@@ -104,8 +105,8 @@ class CooperativeSampler:
             f_lo, f_hi = 0, n
             for hop, fanout in enumerate(self.fanouts):
                 if labor:
-                    counts, nbrs, mean_over = self.source.sample_labor(own[f_lo:f_hi], fanout,
-                                                                       kernels.mix_seed(labor_seed, hop), shift)
+                    hop_seed = kernels.mix_seed(labor_seed, 0 if self.layer_dependency else hop)
+                    counts, nbrs, mean_over = self.source.sample_labor(own[f_lo:f_hi], fanout, hop_seed, shift)
                     means.append(mean_over)
                 else:
                     counts, nbrs = self.source.sample(own[f_lo:f_hi], fanout, kernels.mix_seed(seed, hop))

@@ -139,11 +139,12 @@ class NeighborSampler:
     training step (docs/benchmarks.md): the part map keeps a rank's memory in proportion to its part.
     `method` (`SAMPLERS`): "labor" draws each hop by layer-neighbour sampling (`HopSource.sample_labor`), and
     its batches carry `mean_over`, what each target's mean divides by. `dependency` (labor): how many
-    consecutive training steps a loader lets share their variates (`sampling.labor.window`).
+    consecutive training steps a loader lets share their variates (`sampling.labor.window`);
+    `layer_dependency` (labor): every hop draws with the first hop's seed, so a node has one variate in a batch.
     """
 
     def __init__(self, source: HopSource, num_nodes: int, fanouts: Sequence[Fanout], relabel: str = "auto",
-                 method: str = "neighbor", dependency: int = 1) -> None:
+                 method: str = "neighbor", dependency: int = 1, layer_dependency: bool = False) -> None:
         if relabel not in ("auto", "part", "array"):
             raise ValueError(f"relabel must be 'auto', 'part' or 'array'; got {relabel!r}")
         if method not in SAMPLERS:
@@ -158,10 +159,15 @@ class NeighborSampler:
         self.num_nodes = int(num_nodes)
         self.fanouts = list(fanouts)
         self.relabel = relabel
-        self.method, self.dependency = method, int(dependency)
+        self.method, self.dependency, self.layer_dependency = method, int(dependency), bool(layer_dependency)
         # Owning every node (one process, --replicated): the part map is the array map; skip the range checks.
         self._direct = relabel == "array" or self._own == (0, self.num_nodes)
         self._local = threading.local()
+
+    def with_fanouts(self, fanouts: Sequence[Fanout]) -> "NeighborSampler":
+        """This sampler (source, method, dependencies) drawing `fanouts`."""
+        return NeighborSampler(self.source, self.num_nodes, fanouts, method=self.method, dependency=self.dependency,
+                               layer_dependency=self.layer_dependency)
 
     @property
     def scratch_bytes(self) -> int:
@@ -228,7 +234,8 @@ class NeighborSampler:
             for hop, fanout in enumerate(self.fanouts):
                 if labor:
                     counts, nbrs, mean_over = self.source.sample_labor(
-                        n_id[f_lo:f_hi], fanout, kernels.mix_seed(labor_seed, hop), shift)
+                        n_id[f_lo:f_hi], fanout, kernels.mix_seed(labor_seed, 0 if self.layer_dependency else hop),
+                        shift)
                     means.append(mean_over)
                 else:
                     counts, nbrs = self.source.sample(n_id[f_lo:f_hi], fanout, kernels.mix_seed(seed, hop))

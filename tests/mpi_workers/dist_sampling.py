@@ -91,6 +91,11 @@ def main(folder: str, method: str, cache: int) -> None:
             a, b = dist_labor.sample(seeds, 5, variates), single_labor.sample(seeds, 5, variates)
             for key in ("n_id", "row", "col", "in_degree", "mean_over"):
                 assert np.array_equal(getattr(a, key), getattr(b, key)), key
+            same = [NeighborSampler(s.source, graph.num_nodes, fanouts, method="labor", layer_dependency=True)
+                    for s in (dist_labor, single_labor)]  # one variate per node for every hop
+            a, b = same[0].sample(seeds, 7), same[1].sample(seeds, 7)
+            for key in ("n_id", "row", "col", "in_degree", "mean_over"):
+                assert np.array_equal(getattr(a, key), getattr(b, key)), key
     print(f"MPIGNN-OK rank={comm.rank}", flush=True)
 
 
