@@ -141,12 +141,11 @@ class BatchLoader:
         stream = (0 if cooperative else self.rank) * 1_000_003
         epoch_seed = kernels.mix_seed(self.seed, self.epoch)
         dependency = getattr(self.sampler, "dependency", 1) if self.wrap else 1  # training loaders only
+        variates = None
         if dependency > 1:  # labor: the window's seed, the step's shift
             window, shift = labor.window(step, dependency)
             variates = (kernels.mix_seed(kernels.mix_seed(epoch_seed, stream + window), dependency), shift)
-            out, extras = self.source.draw(self.sampler, seeds, kernels.mix_seed(epoch_seed, stream + step), variates)
-        else:
-            out, extras = self.source.draw(self.sampler, seeds, kernels.mix_seed(epoch_seed, stream + step))
+        out, extras = self.source.draw(self.sampler, seeds, kernels.mix_seed(epoch_seed, stream + step), variates)
         if cooperative:
             extras["halo"] = Halo(out.halo, self.sampler.rows, ByteCounter(self.sampler), static_input=self.reuse)
         elif self.wrap and step == self.start_step and getattr(self.sampler.source, "comm", None) is not None:

@@ -64,9 +64,10 @@ class DistributedHops:
         out_counts = np.where(asks, send_counts + len(header), 0)
         out = np.empty(int(out_counts.sum()), dtype=np.int64)
         is_id = np.ones(len(out), dtype=bool)
+        starts = segment_starts(out_counts)[asks]
         for i, value in enumerate(header):
-            out[segment_starts(out_counts)[asks] + i] = value
-            is_id[segment_starts(out_counts)[asks] + i] = False
+            out[starts + i] = value
+            is_id[starts + i] = False
         out[is_id] = gids[remote_pos]
         asked, asked_counts = alltoallv(comm, out, out_counts)
         answers, answer_counts = [], np.zeros(size, dtype=np.int64)
