@@ -19,7 +19,7 @@ from torch_geometric.data import Data
 from mpignn.launch.device import Uploader, pinned_empty, synchronize
 from mpignn.exchange.features import FeatureStore
 from mpignn.exchange.halo import ByteCounter, Halo
-from mpignn.loader.whole import WholeNeighbourhoods
+from mpignn.loader.whole import WholeNeighbourhoods, sparse_input
 from mpignn.mpi import chunk_bounds, pad_to_steps, steps_per_epoch
 from mpignn.sampling import kernels, labor
 from mpignn.sampling.cooperative import union_rows
@@ -186,7 +186,8 @@ class BatchLoader:
         if out.mean_over is not None:  # layer-neighbour batches: what each target's mean divides by
             data.mean_over = torch.from_numpy(out.mean_over)
         if self.reuse:  # whole neighbourhoods: each row's whole-graph degree, the input rows' CSR where sparse
-            data.whole = WholeNeighbourhoods(torch.from_numpy(self._degree(out.n_id)))
+            sparse = sparse_input(x[:len(out.n_id)], self.sampler.comm if cooperative else None)
+            data.whole = WholeNeighbourhoods(torch.from_numpy(self._degree(out.n_id)), sparse)
         return self._finish(_carry(data, extras), x, t0, t1)
 
     def _degree(self, n_id: np.ndarray) -> np.ndarray:

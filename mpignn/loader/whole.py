@@ -4,17 +4,18 @@ where they are mostly zeros.
 
 Bag-of-words features make the first layer's dense products most of a full-graph epoch (Coauthor CS: 6,805
 columns, 0.9% non-zero; PyG's full-batch GraphSAGE spends most of its epoch there). A kept batch's input rows
-never change, so their CSR (and its transpose, for the weights' gradients) is built once, after the halo filled
-the table, and the first layer multiplies it (`models.sampled`).
+never change, so their CSR (and its transpose, for the weights' gradients) is built once, from this rank's own
+rows, and the first layer multiplies it (`models.sparse_input`).
 """
 from __future__ import annotations
 
 import warnings
 from typing import Any
 
+import numpy as np
 import torch
 
-__all__ = ["WholeNeighbourhoods", "SPARSE_DENSITY"]
+__all__ = ["WholeNeighbourhoods", "SPARSE_DENSITY", "sparse_input"]
 
 SPARSE_DENSITY = 0.05
 """Input tables with at most this share of non-zeros go sparse (measured: docs/training.md, full-graph training)."""
@@ -22,28 +23,47 @@ SPARSE_DENSITY = 0.05
 
 class WholeNeighbourhoods:
     """`degree`: float32 [own rows], each row's loop-free in-degree in the whole graph (GCN's normalisation).
-    `sparse_rows(table)`: the table's rows and those of its transpose, each as (column ids, each row's start,
-    float32 values), or None where it is dense; built on the first call for a table and kept. As `embedding_bag`
-    takes them: a sparse product is a weighted sum of a weight matrix's rows (2x faster than torch's CSR product
-    on CPU, both directions)."""
+    `sparse`: whether the input rows are multiplied as a sparse matrix (`sparse_input`; the same on every rank,
+    whose layer-0 exchange it decides). `sparse_rows(table, n)`: the first `n` rows of the table and their
+    transpose, each as (column ids, each row's start, float32 values), or None where the input is dense; built on
+    the first call for a table and `n`, and kept. As `embedding_bag` takes them: a sparse product is a weighted
+    sum of a weight matrix's rows (2x faster than torch's CSR product on CPU, both directions)."""
 
-    def __init__(self, degree: torch.Tensor, density: float | None = None) -> None:
-        self.degree, self.density = degree, SPARSE_DENSITY if density is None else density
+    def __init__(self, degree: torch.Tensor, sparse: bool) -> None:
+        self.degree, self.sparse = degree, sparse
         self._table: Any = None
-        self._rows: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._rows: dict[int, tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]] = {}
+        self._kept: dict[Any, Any] = {}
 
-    def sparse_rows(self, table: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]] | None:
+    def kept(self, key: Any, make: Any) -> Any:
+        """What `make()` returns, made on the first call for `key` and kept with the batch (its layers' means:
+        `models.sampled`)."""
+        if key not in self._kept:
+            self._kept[key] = make()
+        return self._kept[key]
+
+    def sparse_rows(self, table: torch.Tensor, n: int) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]] | None:
+        if not self.sparse:
+            return None
         if self._table is not table:
-            self._table, self._rows = table, _csr_pair(table, self.density)
-        return self._rows
+            self._table, self._rows = table, {}
+        if n not in self._rows:
+            self._rows[n] = _csr_pair(table[:n])
+        return self._rows[n]
 
 
-def _csr_pair(table: torch.Tensor, density: float) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]] | None:
-    """The CSR of `table` and of its transpose (see `sparse_rows`) in float32 on its device, or None above
-    `density` non-zeros."""
+def sparse_input(rows: torch.Tensor, comm: Any = None) -> bool:
+    """Whether input rows (this rank's own; over all ranks of `comm`, collective) have at most
+    `SPARSE_DENSITY` non-zeros."""
+    counts = np.array([int(torch.count_nonzero(rows)), rows.numel()], dtype=np.int64)
+    if comm is not None:
+        counts = comm.allreduce(counts)  # numpy arrays sum element-wise
+    return bool(counts[1] > 0 and counts[0] <= SPARSE_DENSITY * counts[1])
+
+
+def _csr_pair(table: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+    """The CSR of `table` and of its transpose (see `sparse_rows`) in float32 on its device."""
     values = table.detach().float()
-    if not values.numel() or int(torch.count_nonzero(values)) > density * values.numel():
-        return None
     with warnings.catch_warnings():  # "sparse CSR support is in beta": only its layout is used
         warnings.simplefilter("ignore", UserWarning)
         pair = values.to_sparse_csr(), values.t().contiguous().to_sparse_csr()

@@ -58,6 +58,7 @@ class MeanAdjacency:
             counts = mean_over[:self.n_dst].to(device=row.device, dtype=torch.long)
         self.weight = (1.0 / counts.clamp(min=1).to(torch.float32))[col]
         self._t: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._t_csr: torch.Tensor | None = None
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel == "cpu_reduce":
@@ -69,9 +70,11 @@ class MeanAdjacency:
         return _scatter_mean(x, self.row, self.col, self.weight, self.n_dst)
 
     def mean_t(self, grad: torch.Tensor) -> torch.Tensor:
-        if self.kernel == "cpu_reduce":
-            csr = _csr(self._crow, self.row, self.weight.to(grad.dtype), self.n_dst, self.n_src)
-            return torch.sparse.mm(csr.t().to_sparse_csr(), grad, "sum")
+        if self.kernel == "cpu_reduce":  # the transposed CSR built on the first call (a kept batch's: once)
+            if self._t_csr is None or self._t_csr.dtype != grad.dtype:
+                csr = _csr(self._crow, self.row, self.weight.to(grad.dtype), self.n_dst, self.n_src)
+                self._t_csr = csr.t().to_sparse_csr()
+            return torch.sparse.mm(self._t_csr, grad, "sum")
         if self.kernel == "cusparse":
             crow_t, col_t, weight_t = self._transposed()
             return torch.sparse.mm(_csr(crow_t, col_t, weight_t, self.n_src, self.n_dst), grad.float()).to(grad.dtype)

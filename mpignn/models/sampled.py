@@ -24,6 +24,7 @@ from mpignn.models.activated_halo import activated_halo
 from mpignn.models.aggregate import MeanAdjacency
 from mpignn.models.dropout import relu_dropout
 from mpignn.models.norm import make_norm, make_residual
+from mpignn.models.sparse_input import column_major, sage_sparse_input, sparse_projection
 
 __all__ = ["SampledGNN", "encode"]
 
@@ -67,7 +68,7 @@ class SampledGNN(torch.nn.Module):
         # --residual: every layer, the input itself where the widths agree, else a projection
         self.residuals = torch.nn.ModuleList(make_residual(*w) for w in widths) if residual else None
         self.head = torch.nn.Linear(widths[-1][1], out_channels) if linear_head else None
-        if kind == "sage":  # the layer that may read sparse input rows (`_SageSparseInput`)
+        if kind == "sage":  # the layer that may read sparse input rows (`sparse_input`)
             column_major(self.convs[0].lin_l)
             column_major(self.convs[0].lin_r)
 
@@ -117,31 +118,32 @@ class SampledGNN(torch.nn.Module):
             hidden = layer < self.num_layers - 1 or self.head is not None
             src, dst = edge_index[0, :n_edges], edge_index[1, :n_edges]
             root = x  # the layer's input rows, targets first: its residual reads them (before GCN's scaling)
+            sparse = self._sparse_rows(x, layer, whole, halo, int(sum(num_sampled_nodes[:keep + 1])), n_dst)
             if self.kind == "gcn":  # each source row scaled by its deg^-1/2 before it may cross to other ranks
                 x, inv_sqrt, weight = _gcn_scaled(x, num_sampled_nodes, keep, src, dst,
                                                   whole.degree if whole is not None else None, mean_over)
             if fused and layer > 0:  # the previous layer left x before its activation
                 x, src = activated_halo(halo, layer, x, self.dropout, self.training)
                 root = x
+            elif halo is not None and sparse is not None:  # the products cross, in `sage_sparse_input`
+                src = halo.sources(layer, x.device)
             elif halo is not None:
                 n_src = int(sum(num_sampled_nodes[:keep + 1]))
                 # a slice of all rows would still cost its backward a zero-filled copy of the gradient; the input
                 # may come with room for the remote rows (`Halo.table_rows`)
                 x, src = halo(layer, x if len(x) == n_src or layer == 0 else x[:n_src])
                 root = root if self.kind == "gcn" else x
-            sparse = None  # SAGE's first layer of a full-graph batch: its input rows as a sparse matrix, if sparse
             if self.kind == "gcn":
                 x = _gcn_sum(conv, x, src, dst, n_dst, inv_sqrt, weight)
             elif self.kind == "sage":
-                adj = MeanAdjacency(src, dst, n_dst, x.size(0), in_degree, mean_over)
-                sparse = whole.sparse_rows(x) if whole is not None and layer == 0 and not x.requires_grad else None
-                x = _sage(conv, x, adj, n_dst) if sparse is None else _SageSparseInput.apply(
-                    conv.lin_l.weight, conv.lin_l.bias, conv.lin_r.weight, *sparse, adj, n_dst)
+                n_src = halo.table_rows(layer) if sparse is not None and halo is not None else x.size(0)
+                adj = _adjacency(whole, layer, src, dst, n_dst, n_src, in_degree, mean_over)
+                x = _sage(conv, x, adj, n_dst) if sparse is None else sage_sparse_input(conv, *sparse, halo, adj)
             else:
                 pairs = edge_index[:, :n_edges] if halo is None else torch.stack([src, dst])
                 x = conv((x, x[:n_dst]), pairs, size=(x.size(0), n_dst))
             if self.residuals is not None:  # a fresh sum: the activation below may still write into it
-                x = x + _residual(self.residuals[layer], root, n_dst, sparse)
+                x = x + _residual(self.residuals[layer], root, n_dst, None if sparse is None else sparse[1])
             if hidden and self.norms is not None:  # each rank's own rows of the layer (RankBatchNorm: all ranks')
                 x = self.norms[layer](x)
             if hidden and (not fused or layer == self.num_layers - 1):  # fused: the next layer's halo does it
@@ -150,6 +152,23 @@ class SampledGNN(torch.nn.Module):
                 # default epoch 66-81% slower: docs/training.md).
                 x = relu_dropout(x, self.dropout, self.training, inplace=self.kind == "sage")
         return x if self.head is None else self.head(x)
+
+    def _sparse_rows(self, x: torch.Tensor, layer: int, whole: Any, halo: Any, n_src: int, n_dst: int) -> Any:
+        """SAGE's first layer of a full-graph batch: its input rows as sparse matrices where they are sparse
+        (the rows it multiplies: its own with a halo, else its sources; and the targets' rows), else None."""
+        if self.kind != "sage" or whole is None or layer != 0 or x.requires_grad:
+            return None
+        sources = whole.sparse_rows(x, halo.plans[0].n_own if halo is not None else n_src)
+        return None if sources is None else (sources, whole.sparse_rows(x, n_dst))
+
+
+def _adjacency(whole: Any, layer: int, src: torch.Tensor, dst: torch.Tensor, n_dst: int, n_src: int,
+               in_degree: torch.Tensor | None, mean_over: torch.Tensor | None) -> MeanAdjacency:
+    """The layer's mean; a full-graph batch keeps its own (`whole.kept`: its edges never change), so its
+    pointers and transpose are built once, not every epoch."""
+    def make() -> MeanAdjacency:
+        return MeanAdjacency(src, dst, n_dst, n_src, in_degree, mean_over)
+    return make() if whole is None else whole.kept(("mean", layer), make)
 
 
 def _sage(conv: torch.nn.Module, x: torch.Tensor, adj: MeanAdjacency, n_dst: int) -> torch.Tensor:
@@ -204,96 +223,12 @@ def _weight_grad(grad: torch.Tensor, inputs: torch.Tensor, weight: torch.Tensor)
     return (grad.t() @ inputs).to(weight.dtype)
 
 
-class _SageSparseInput(torch.autograd.Function):
-    """SAGE's first layer on sparse input rows that need no gradient: `rows` and `rows_t` (the transpose) as
-    (column ids, row starts, values), `loader.whole`. The mean is linear, so mean(x) W_l^T + x[:n_dst] W_r^T =
-    mean(x W_l^T) + x[:n_dst] W_r^T: a sparse product with each weight (the root's on the targets' rows), then a
-    mean of hidden-wide rows; the weights' gradients are products of the transpose with mean^T(grad) and with
-    grad. Each product is an `embedding_bag`: a weighted sum of the other matrix's rows, here the rows of the
-    column-major weights (`column_major`). Float32 (the rows' values are)."""
-
-    @staticmethod
-    def forward(ctx, weight_l, bias_l, weight_r, rows, rows_t, adj, n_dst):
-        out = adj.mean(_sparse_product(rows, _rows_of(weight_l)))
-        out += _sparse_product(_first_rows(rows, n_dst), _rows_of(weight_r))
-        out += bias_l.float()
-        ctx.rows_t, ctx.adj, ctx.n_dst, ctx.n_src, ctx.dtype = rows_t, adj, n_dst, len(rows[1]), weight_l.dtype
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.float()
-        grad_l = _sparse_product_blocked(ctx.rows_t, ctx.adj.mean_t(grad))  # [features, hidden]
-        spread = torch.zeros(ctx.n_src, grad.shape[1], dtype=grad.dtype, device=grad.device)
-        spread[:ctx.n_dst] = grad
-        grad_r = _sparse_product_blocked(ctx.rows_t, spread)
-        return (grad_l.t().to(ctx.dtype), grad.sum(0).to(ctx.dtype), grad_r.t().to(ctx.dtype),
-                None, None, None, None)
-
-
 def _residual(branch: torch.nn.Module, root: torch.Tensor, n_dst: int, sparse: Any) -> torch.Tensor:
     """A layer's residual branch on its targets' input rows `root[:n_dst]`; a projection of sparse input rows
-    (`sparse`: the layer's rows and their transpose, `loader.whole`) as a sparse product."""
+    (`sparse`: the targets' rows and their transpose, `loader.whole`) as a sparse product."""
     if sparse is None or not isinstance(branch, torch.nn.Linear):
         return branch(root[:n_dst])
-    return _SparseProjection.apply(branch.weight, *sparse, n_dst)
-
-
-class _SparseProjection(torch.autograd.Function):
-    """The first `n_dst` of sparse rows (as `_SageSparseInput` takes them) times `weight`^T, without bias."""
-
-    @staticmethod
-    def forward(ctx, weight, rows, rows_t, n_dst):
-        out = _sparse_product(_first_rows(rows, n_dst), _rows_of(weight))
-        ctx.rows_t, ctx.n_src, ctx.dtype = rows_t, len(rows[1]), weight.dtype
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        spread = torch.zeros(ctx.n_src, grad.shape[1], dtype=torch.float32, device=grad.device)
-        spread[:len(grad)] = grad
-        return _sparse_product_blocked(ctx.rows_t, spread).t().to(ctx.dtype), None, None, None
-
-
-def column_major(linear: torch.nn.Module) -> None:
-    """Store `linear`'s weight [out x in] column-major: a sparse product reads the rows of its transpose, and a
-    gradient made column-major then lands in the parameter (and DDP's bucket) without a transposing copy
-    (each such copy of Coauthor CS's 6,805 x 256 weight took 7-9 ms on one core). Dense products read either
-    layout at the same speed; `_SageMean` makes its weight gradients in the weight's layout."""
-    linear.weight.data = linear.weight.data.t().contiguous().t()
-
-
-def _rows_of(weight: torch.Tensor) -> torch.Tensor:
-    """`weight`^T as float32 rows, a view where `weight` is column-major."""
-    return weight.float().t().contiguous()
-
-
-def _first_rows(rows: tuple[torch.Tensor, ...], n: int) -> tuple[torch.Tensor, ...]:
-    """The first `n` of sparse rows (column ids, row starts, values)."""
-    cols, starts, values = rows
-    end = int(starts[n]) if n < len(starts) else len(cols)
-    return cols[:end], starts[:n], values[:end]
-
-
-def _sparse_product(rows: tuple[torch.Tensor, ...], dense: torch.Tensor) -> torch.Tensor:
-    """Sparse rows (column ids, row starts, values) times `dense` (one row per column id)."""
-    cols, starts, values = rows
-    return torch.nn.functional.embedding_bag(cols, dense, starts, mode="sum", per_sample_weights=values)
-
-
-# The weight gradients' products gather rows of a [sources x width] matrix at random, sources (all the rows of a
-# rank) being too many for the cache; a block of its columns this large stays in cache while every bag reads it.
-GATHER_BLOCK_BYTES = 4 << 20
-
-
-def _sparse_product_blocked(rows: tuple[torch.Tensor, ...], dense: torch.Tensor) -> torch.Tensor:
-    """`_sparse_product` a block of `dense`'s columns at a time (each element sums the same terms in the same
-    order, so the result is the same; docs/training.md times it)."""
-    width = dense.shape[1]
-    block = 1 << max(4, (GATHER_BLOCK_BYTES // max(1, dense.shape[0] * dense.element_size())).bit_length() - 1)
-    if block >= width:
-        return _sparse_product(rows, dense)
-    return torch.cat([_sparse_product(rows, dense[:, i:i + block].contiguous()) for i in range(0, width, block)], 1)
+    return sparse_projection(branch.weight, sparse)
 
 
 def _gcn_scaled(x: torch.Tensor, num_sampled_nodes: Sequence[int], keep: int, src: torch.Tensor,

@@ -1,0 +1,89 @@
+"""SAGE's first layer on sparse input rows (a full-graph batch's bag-of-words features: `loader.whole`).
+
+The mean is linear, so mean(x) W_l^T + x[:n_dst] W_r^T = mean(x W_l^T) + x[:n_dst] W_r^T: a sparse product
+with each weight, then a mean of hidden-wide rows. Each product is an `embedding_bag`, a weighted sum of the
+rows of the weight's transpose, read in place from the column-major weights (`column_major`); the weights'
+gradients are products of the rows' transpose with the gradient. On N ranks each rank multiplies its own rows
+only and the hidden-wide products of the halo rows cross (`exchange.halo`): every row is multiplied once, by its
+owner, where multiplying the input rows each rank reads did the halo rows' products twice. Float32 (the rows'
+values are).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from mpignn.models.aggregate import MeanAdjacency
+
+__all__ = ["column_major", "sage_sparse_input", "sparse_projection"]
+
+# The weight gradients' products gather rows of a [sources x width] matrix at random, sources (all the rows of a
+# rank) being too many for the cache; a block of its columns this large stays in cache while every bag reads it.
+GATHER_BLOCK_BYTES = 4 << 20
+
+
+def column_major(linear: torch.nn.Module) -> None:
+    """Store `linear`'s weight [out x in] column-major: a sparse product reads the rows of its transpose, and a
+    gradient made column-major then lands in the parameter (and DDP's bucket) without a transposing copy
+    (each such copy of Coauthor CS's 6,805 x 256 weight took 7-9 ms on one core). Dense products read either
+    layout at the same speed; `_SageMean` makes its weight gradients in the weight's layout."""
+    linear.weight.data = linear.weight.data.t().contiguous().t()
+
+
+def sage_sparse_input(conv: torch.nn.Module, sources: tuple, targets: tuple, halo: Any,
+                      adj: MeanAdjacency) -> torch.Tensor:
+    """SAGEConv on sparse input rows: `sources` the rows the layer multiplies (this rank's own, with a `halo`;
+    else all its sources), `targets` its targets' rows, each as (rows, transposed rows) of
+    `WholeNeighbourhoods.sparse_rows`; `adj` the layer's mean over the sources (the halo's table, if any)."""
+    projected = sparse_projection(conv.lin_l.weight, sources)
+    if halo is not None:  # the halo rows' products from their owners
+        projected = halo(0, projected)[0]
+    return _Mean.apply(projected, adj) + sparse_projection(conv.lin_r.weight, targets) + conv.lin_l.bias.float()
+
+
+def sparse_projection(weight: torch.Tensor, rows: tuple) -> torch.Tensor:
+    """Sparse rows (rows, transposed rows) times `weight`^T, without bias."""
+    return _SparseProjection.apply(weight, *rows)
+
+
+class _SparseProjection(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, weight, rows, rows_t):
+        ctx.rows_t, ctx.dtype = rows_t, weight.dtype
+        return _sparse_product(rows, weight.float().t().contiguous())  # a view where `weight` is column-major
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _sparse_product_blocked(ctx.rows_t, grad.float().contiguous()).t().to(ctx.dtype), None, None
+
+
+class _Mean(torch.autograd.Function):
+    """adj.mean of rows needing a gradient, outside autocast (the products are float32)."""
+
+    @staticmethod
+    def forward(ctx, rows, adj):
+        ctx.adj = adj
+        with torch.autocast(rows.device.type, enabled=False):
+            return adj.mean(rows)
+
+    @staticmethod
+    def backward(ctx, grad):
+        with torch.autocast(grad.device.type, enabled=False):
+            return ctx.adj.mean_t(grad.float()), None
+
+
+def _sparse_product(rows: tuple[torch.Tensor, ...], dense: torch.Tensor) -> torch.Tensor:
+    """Sparse rows (column ids, row starts, values) times `dense` (one row per column id)."""
+    cols, starts, values = rows
+    return torch.nn.functional.embedding_bag(cols, dense, starts, mode="sum", per_sample_weights=values)
+
+
+def _sparse_product_blocked(rows: tuple[torch.Tensor, ...], dense: torch.Tensor) -> torch.Tensor:
+    """`_sparse_product` a block of `dense`'s columns at a time (each element sums the same terms in the same
+    order, so the result is the same; docs/training.md times it)."""
+    width = dense.shape[1]
+    block = 1 << max(4, (GATHER_BLOCK_BYTES // max(1, dense.shape[0] * dense.element_size())).bit_length() - 1)
+    if block >= width:
+        return _sparse_product(rows, dense)
+    return torch.cat([_sparse_product(rows, dense[:, i:i + block].contiguous()) for i in range(0, width, block)], 1)
