@@ -216,3 +216,22 @@ def test_labor_star_counts_fewer_rows_with_more_iterations_and_checks_labor_0(ca
     assert rows["labor (LABOR-0, --sampler labor)"] == rows["LABOR-0"]
     assert rows["LABOR-*"] < rows["LABOR-1"] < rows["LABOR-0"] < rows["neighbor"], rows
     assert rows["LABOR-*, same variates every hop"] <= rows["LABOR-*"], rows
+
+
+def test_fullgraph_rounds_take_each_rows_median_and_print_each_rounds_ratio(monkeypatch, capsys):
+    from mpignn.bench import fullgraph
+    # the rows in turn, round by round: 1 x all, 1 x 1, N ranks; each run's epochs after the first are timed
+    epochs = iter([0.1, 0.2, 0.1, 0.1, 0.3, 0.2, 0.2, 0.2, 0.1])
+    calls = []
+
+    def fake_run(ranks, args, cores_per_rank=0):
+        calls.append(ranks)
+        epoch = next(epochs)
+        return [{"epoch_s": 9.0, "rows_per_step": [10]}] + [{"epoch_s": epoch, "rows_per_step": [10]}] * 2
+
+    monkeypatch.setattr(fullgraph, "run_train", fake_run)
+    assert fullgraph.main(["--dataset", "synthetic:num_nodes=10", "--rounds", "3", "--no-pyg", "--ranks", "2"]) == 0
+    out = capsys.readouterr().out
+    assert calls == [1, 1, 2] * 3
+    assert "1 rank x 1 thread        0.200" in out  # the median of 0.2, 0.3, 0.2
+    assert "each round: 2.00x, 1.50x, 2.00x (median 2.00x)" in out, out

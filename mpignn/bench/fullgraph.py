@@ -6,7 +6,8 @@ with every core as threads. mpignn's side is `python -m mpignn.train --minibatch
 width, dropout and learning rate, on 1 rank with every core as threads and on N ranks (one core share each).
 What differs: PyG computes every node in every layer, mpignn only the training nodes' L-hop neighbourhood (the
 last layer the training nodes alone), by a CSR mean where PyG scatters per edge. Epoch seconds are medians
-over the epochs after the first (which builds the batch); evaluation is not timed on either side.
+over the epochs after the first (which builds the batch); evaluation is not timed on either side. With
+`--rounds R` the mpignn rows run R times in turn, each row's figure the median of its rounds.
 
     python -m mpignn.bench.fullgraph --dataset Coauthor-CS --root data \\
         --splits ../shared/datasets/CS/splits/coauthor-cs_split.npz
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--epochs", type=int, default=6, help="epochs per configuration; the first is not timed")
     parser.add_argument("--no-pyg", action="store_true", help="skip PyG's full-batch row")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the mpignn rows this many times, one after another in turn; each row's median "
+                             "over the rounds, and each round's N ranks against 1 x 1 (a noisy machine's spread)")
     args = parser.parse_args(argv)
     cores = len(os.sched_getaffinity(0))
     rows = []
@@ -81,15 +85,23 @@ def main(argv: list[str] | None = None) -> int:
                 ("mpignn full, 1 rank x 1 thread", 1, ["--threads", "1"], 1),
                 (f"mpignn full, {args.ranks} ranks x {max(1, cores // args.ranks)} thread(s)", args.ranks, [],
                  max(1, cores // args.ranks))]
-        for label, ranks, extra, bind in runs:
-            recs = run_train(ranks, [*common, *extra], cores_per_rank=bind)
-            rows.append({"config": label, "epoch_s": median(r["epoch_s"] for r in recs[1:]),
-                         "halo": recs[-1].get("halo_step_bytes", 0) / 2**20, "rows": recs[-1]["rows_per_step"][0]})
-            print(f"  done: {label}", flush=True)
+        seconds: dict[str, list[float]] = {label: [] for label, *_ in runs}
+        for round_ in range(max(1, args.rounds)):
+            for label, ranks, extra, bind in runs:
+                recs = run_train(ranks, [*common, *extra], cores_per_rank=bind)
+                seconds[label].append(median(r["epoch_s"] for r in recs[1:]))
+                if not round_:
+                    rows.append({"config": label, "halo": recs[-1].get("halo_step_bytes", 0) / 2**20,
+                                 "rows": recs[-1]["rows_per_step"][0]})
+                print(f"  done: {label}" + (f", round {round_ + 1}" if args.rounds > 1 else ""), flush=True)
+        for row in rows:
+            row["epoch_s"] = median(seconds[row["config"]])
+        ranks_label, one_label = runs[2][0], runs[1][0]
+        each = [one / many for one, many in zip(seconds[one_label], seconds[ranks_label])]
         if not args.no_pyg:
-            seconds = pyg_full_batch(args.dataset, root, args.splits, args.layers, args.hidden, args.dropout,
-                                     args.lr, args.epochs, cores)
-            rows.append({"config": f"PyG full-batch GraphSAGE, {cores} threads", "epoch_s": median(seconds[1:])})
+            pyg = pyg_full_batch(args.dataset, root, args.splits, args.layers, args.hidden, args.dropout, args.lr,
+                                 args.epochs, cores)
+            rows.append({"config": f"PyG full-batch GraphSAGE, {cores} threads", "epoch_s": median(pyg[1:])})
     base = rows[-1]["epoch_s"] if not args.no_pyg else rows[0]["epoch_s"]
     one = rows[1]["epoch_s"]  # 1 rank x 1 thread: what N ranks of one core share each scale from
     for row in rows:
@@ -101,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows, [("config", "config", "s"), ("epoch_s", "epoch s", ".3f"), ("per_s", "epochs/s", ".2f"),
                        ("vs", "x PyG" if not args.no_pyg else "x first", ".2f"), ("vs_one", "x 1x1", ".2f"),
                        ("rows", "input rows/step", ".0f"), ("halo", "halo MiB/epoch", ".1f")]))
+    if len(each) > 1:
+        print(f"{args.ranks} ranks against 1 x 1, each round: {', '.join(f'{r:.2f}x' for r in each)} "
+              f"(median {median(each):.2f}x)")
     return 0
 
 

@@ -28,7 +28,7 @@ def adam(params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float = 
 
 
 class Adam(torch.optim.Adam):
-    """torch's Adam that steps a column-major parameter (`models.sampled.column_major`) as its contiguous
+    """torch's Adam that steps a column-major parameter (`models.sparse_input.column_major`) as its contiguous
     transpose, with its gradient and moments: the update is elementwise, and the fused kernel copies a
     non-contiguous tensor in and out (on CS's 6,805 x 256 first-layer weights, 3.3x its contiguous time)."""
 
