@@ -119,3 +119,45 @@ def test_dropout_defaults_by_the_mode_that_trains_and_the_run_records_it(tmp_pat
     saved = checkpoint_config(tmp_path / "ck")
     assert saved["dropout"] == want and saved["minibatch"] == mode
     assert parse(flags).dropout == (want if flags else None)  # unset until the mode is known
+
+
+@pytest.mark.parametrize("mode, flags, want", [
+    ("full", [], ("layer", True, True)),  # --classic auto: the classic baselines' model, full-graph only
+    ("independent", [], ("none", False, False)),
+    ("full", ["--classic", "off"], ("none", False, False)),
+    ("full", ["--norm", "batch"], ("batch", False, False)),  # a flag given: only the flags given
+])
+def test_classic_model_options_default_by_the_mode_that_trains_and_the_run_records_them(tmp_path, mode, flags,
+                                                                                      want):
+    from mpignn import train
+
+    assert train.main(["--dataset", TINY, "--root", str(tmp_path), "--epochs", "1", "--threads", "1",
+                       "--fanout", "3,3", "--hidden", "8", "--minibatch", mode, "--checkpoint-dir",
+                       str(tmp_path / "ck"), *flags]) == 0
+    saved = checkpoint_config(tmp_path / "ck")
+    assert (saved["norm"], saved["residual"], saved["linear_head"]) == want
+    assert saved["minibatch"] == mode
+
+
+def test_classic_adds_its_options_to_full_graph_runs_given_none_of_them():
+    from mpignn.config.train_config import CLASSIC_OPTIONS, classic_options
+
+    assert classic_options(parse([]), "full") == CLASSIC_OPTIONS
+    assert classic_options(parse([]), "cooperative") == {}
+    assert classic_options(parse(["--residual"]), "full") == {}
+    assert classic_options(parse(["--model", "rgcn"]), "full") == {}
+
+
+def test_auto_choosing_full_graph_training_builds_the_classic_model(tmp_path, monkeypatch):
+    from mpignn import train
+    from mpignn.runtime import session
+
+    monkeypatch.setattr(session, "choose_minibatch", lambda *args, **kwargs: ("full", None))
+    assert train.main(["--dataset", TINY, "--root", str(tmp_path), "--epochs", "1", "--threads", "1",
+                       "--fanout", "3,3", "--hidden", "8", "--checkpoint-dir", str(tmp_path / "ck")]) == 0
+    saved = checkpoint_config(tmp_path / "ck")
+    assert (saved["minibatch"], saved["norm"], saved["residual"], saved["linear_head"]) == ("full", "layer", True,
+                                                                                            True)
+    assert saved["dropout"] == 0.5
+    state = torch.load(tmp_path / "ck" / "best" / "checkpoint.pt", weights_only=True)["model"]
+    assert "head.weight" in state and "norms.0.weight" in state  # the model trained is the one rebuilt

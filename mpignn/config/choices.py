@@ -12,7 +12,7 @@ from mpignn.errors import ConfigError
 
 __all__ = ["FEATURE_NORMS", "FEATURE_DTYPES", "PARTITION_METHODS", "DEFAULT_METHOD", "PARTITION_DEFAULT", "MODELS",
            "HETERO_MODELS", "DECODERS", "EXCHANGES", "PREFETCH_MODES", "TASKS", "NEGATIVES", "BATCH_SCOPES", "LR_SCALINGS",
-           "PRECISIONS", "EVALS", "MINIBATCHES", "NORMS", "SAMPLERS", "SAMPLE_ON",
+           "PRECISIONS", "EVALS", "MINIBATCHES", "NORMS", "CLASSIC", "SAMPLERS", "SAMPLE_ON",
            "check_choice", "parse_cache_size"]
 
 FEATURE_NORMS = ("none", "row")  # data.features.transform_rows
@@ -23,6 +23,7 @@ PARTITION_DEFAULT = "metis"  # the one default of mpignn.train --partition-metho
 MODELS = ("sage", "gcn", "gat", "rgcn")  # models.build_model
 HETERO_MODELS = ("sage", "rgcn")  # models.hetero.HeteroGNN
 NORMS = ("none", "layer", "batch")  # models.norm.make_norm
+CLASSIC = ("auto", "off")  # config.train_config.classic_options
 DECODERS = ("dot", "mlp")  # models.link.LinkModel (tasks.link)
 EXCHANGES = ("auto", "mpi", "torch")  # exchange.alltoall.make_alltoall
 PREFETCH_MODES = ("auto", "on", "off")  # prefetch.overlap

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
-from mpignn.config.choices import (BATCH_SCOPES, DECODERS, DEFAULT_METHOD, EVALS, EXCHANGES, FEATURE_DTYPES,
+from mpignn.config.choices import (BATCH_SCOPES, CLASSIC, DECODERS, DEFAULT_METHOD, EVALS, EXCHANGES, FEATURE_DTYPES,
                             FEATURE_NORMS, LR_SCALINGS, MINIBATCHES, MODELS, NEGATIVES, NORMS, PARTITION_DEFAULT, PARTITION_METHODS,
                             PRECISIONS, PREFETCH_MODES, SAMPLE_ON, SAMPLERS, TASKS, check_choice,
                             parse_cache_size)
@@ -23,7 +23,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (the default of many clusters' images): tomllib's origin, installed by setup.py there
     import tomli as tomllib
 
-__all__ = ["LINK_DEFAULTS", "DROPOUT", "default_dropout", "TrainConfig", "build_parser", "check_fits", "field_docs", "parse", "parse_fanout",
+__all__ = ["LINK_DEFAULTS", "DROPOUT", "CLASSIC_OPTIONS", "classic_options", "default_dropout", "TrainConfig", "build_parser", "check_fits", "field_docs", "parse", "parse_fanout",
            "parse_cache_size"]
 
 
@@ -67,6 +67,19 @@ DROPOUT = {"independent": 0.7, "cooperative": 0.7, "full": 0.5}
 def default_dropout(minibatch: str) -> float:
     """--dropout's default for a run trained in `minibatch` mode ("auto" before it is chosen: mini-batches')."""
     return DROPOUT.get(minibatch, DROPOUT["independent"])
+
+
+# What --classic auto adds to a full-graph run given none of them (`classic_options`): measured in docs/training.md.
+CLASSIC_OPTIONS: dict[str, Any] = {"norm": "layer", "residual": True, "linear_head": True}
+
+
+def classic_options(cfg: "TrainConfig", minibatch: str) -> dict[str, Any]:
+    """The model options --classic adds to `cfg` trained in `minibatch` mode (none: {}): full-graph training
+    (homogeneous node tasks: the only ones it takes) with none of --norm, --residual, --linear-head given."""
+    given = cfg.norm != "none" or cfg.residual or cfg.linear_head
+    if cfg.classic != "auto" or minibatch != "full" or given or cfg.model == "rgcn":
+        return {}
+    return dict(CLASSIC_OPTIONS)
 
 
 @dataclass(kw_only=True)
@@ -128,6 +141,9 @@ class TrainConfig:
     linear_head: bool = False
     """Every conv --hidden wide (each with its norm, ReLU and dropout), then one linear layer to the classes or
     embeddings, as classic GNN baselines (sage, gcn, gat on homogeneous graphs)."""
+    classic: str = "auto"
+    """auto: full-graph training adds --norm layer --residual --linear-head where none of the three is given
+    (classic baselines' model: docs/training.md); off: only the flags given."""
     task: str = "node"
     """node (classify the labelled nodes) or link (predict held-out edges; AUC, MRR, Hits@K). A link run has
     its own defaults for flags not given (LINK_DEFAULTS here; docs/training.md "Defaults and why")."""
@@ -256,7 +272,7 @@ class TrainConfig:
                    "batch_scope": BATCH_SCOPES, "lr_scaling": LR_SCALINGS, "task": tuple(TASKS), "decoder": DECODERS,
                    "negatives": NEGATIVES, "minibatch": MINIBATCHES, "feature_norm": FEATURE_NORMS, "feature_dtype": FEATURE_DTYPES,
                    "partition_method": (*PARTITION_METHODS, DEFAULT_METHOD), "model": MODELS,
-                   "norm": NORMS, "sampler": SAMPLERS,
+                   "norm": NORMS, "classic": CLASSIC, "sampler": SAMPLERS,
                    "sample_on": SAMPLE_ON}
         for name, allowed in choices.items():
             check_choice(name, getattr(self, name), allowed)

@@ -270,9 +270,17 @@ def build_graph_and_model(rt: Runtime, cfg: TrainConfig, task: Task,
     graph = build_local_graph(rt, opts, task)
     if cfg.embed_dim:
         graph = attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)
+    return graph, build_model(rt, cfg, task, graph)
+
+
+def build_model(rt: Runtime, cfg: TrainConfig, task: Task, graph: LocalGraph) -> torch.nn.Module:
+    """The task's model for `graph` on `rt.device` (`cfg`'s dropout, or its mode's default).
+
+    Raises:
+        ConfigError: a model the graph's kind cannot take, on every rank alike.
+    """
     try:
         dropout = default_dropout(cfg.minibatch) if cfg.dropout is None else cfg.dropout
-        model = task.build_model(cfg.model, graph, cfg.hidden, cfg.num_layers, dropout).to(rt.device)
+        return task.build_model(cfg.model, graph, cfg.hidden, cfg.num_layers, dropout).to(rt.device)
     except ConfigError as exc:  # the graph's kind decides, the same on every rank
         raise mark_agreed(exc) from None
-    return graph, model

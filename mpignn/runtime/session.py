@@ -15,13 +15,13 @@ import torch
 
 from mpignn import __version__
 from mpignn.config.graph_options import GraphOptions
-from mpignn.config.train_config import TrainConfig, check_fits, default_dropout
+from mpignn.config.train_config import TrainConfig, check_fits, classic_options, default_dropout
 from mpignn.errors import ConfigError, mark_agreed
 from mpignn.launch.allocator import keep_big_blocks
 from mpignn.launch.bootstrap import Runtime, bootstrap, shutdown
 from mpignn.mpi import check_all, check_same
 from mpignn.mpi.watchdog import Deadline, Watchdog, bounded
-from mpignn.runtime.graph import build_graph_and_model
+from mpignn.runtime.graph import build_graph_and_model, build_model
 from mpignn.runtime.loaders import cooperative_refusal, full_fit_problem, make_loader
 from mpignn.tasks import Task
 from mpignn.training.fit import fit, resumed_minibatch
@@ -48,6 +48,20 @@ def watched(rt: Runtime, timeout: float) -> Iterator[None]:
         yield
 
 
+def with_classic(cfg: TrainConfig, task: Task, mode: str, say: bool = False) -> TrainConfig:
+    """`cfg` with the model options --classic adds in `mode` (what checkpoints record), given to `task`, which
+    builds the model; `cfg` itself where it adds none. `say`: log what it adds."""
+    extra = classic_options(cfg, mode)
+    if not extra:
+        return cfg
+    if say:
+        log.info("--classic auto: full-graph training adds %s (--classic off: only the flags given)",
+                 " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in extra.items()))
+    cfg = dataclasses.replace(cfg, **extra)
+    task.norm, task.residual, task.linear_head = cfg.norm, cfg.residual, cfg.linear_head
+    return cfg
+
+
 def train_run(cfg: TrainConfig, task: Task, options: GraphOptions, stop: StopSignal | None = None) -> int:
     """Collective over COMM_WORLD: train as `cfg` says; returns the exit code (`fit`'s)."""
     rt = bootstrap(cfg.device, cfg.backend, cfg.threads, tune_process=True,  # process-wide tuning: CLI only
@@ -67,6 +81,7 @@ def train_run(cfg: TrainConfig, task: Task, options: GraphOptions, stop: StopSig
         except ConfigError as exc:
             problem = str(exc)
         check_all(rt.comm, not problem, problem, ConfigError)
+        cfg = with_classic(cfg, task, cfg.minibatch, rt.rank == 0)
         with bounded("start-up: the dataset's preparation, this rank's part and its cache",
                      limit=cfg.prep_timeout + cfg.collective_timeout):
             graph, model = build_graph_and_model(rt, cfg, task, options)
@@ -90,6 +105,11 @@ def train_run(cfg: TrainConfig, task: Task, options: GraphOptions, stop: StopSig
                                            bf16=cfg.precision == "bf16", refusal=cooperative_refusal(graph),
                                            num_nodes=graph.part.meta.num_nodes, full_refusal=full_problem)
             cfg = dataclasses.replace(cfg, minibatch=mode)  # what checkpoints record: a resume compares it
+            classic = with_classic(cfg, task, mode, rt.rank == 0)
+            if classic is not cfg:  # full-graph training's model, built as a run given --minibatch full builds it
+                cfg = classic
+                torch.manual_seed(cfg.seed)
+                model = build_model(rt, cfg, task, graph)
         if cfg.dropout is None:  # its default follows the mode that trains: what checkpoints record
             cfg = dataclasses.replace(cfg, dropout=default_dropout(cfg.minibatch))
             getattr(model, "module", model).dropout = cfg.dropout
