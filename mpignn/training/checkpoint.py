@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from mpignn.config.train_config import CLASSIC_OPTIONS
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
 from mpignn.fileio import atomic_path, fsync_dir, fsync_file, sha256_file, write_durable
 from mpignn.mpi import allreduce_max, check_all, topology
@@ -204,8 +205,11 @@ def check_compatible(saved: dict[str, Any], config: dict[str, Any], model_flags:
 
     changed = diff(MODEL_KEYS + tuple(model_flags))
     if changed:
+        classic = config.get("classic") == "auto" and any(saved.get(k) != config.get(k) for k in CLASSIC_OPTIONS)
         raise ConfigError(f"--resume expects the model flags of the checkpoint; got {', '.join(changed)}. HINT: "
-                          "resume with the checkpoint's flags, or use another --checkpoint-dir to start fresh")
+                          + ("--classic off keeps the flags given (auto adds --norm, --residual and "
+                             "--linear-head to full-graph runs), or " if classic else "")
+                          + "resume with the checkpoint's flags, or use another --checkpoint-dir to start fresh")
     return diff(REPLAY_KEYS)
 
 
