@@ -12,7 +12,7 @@ from mpignn.errors import ConfigError
 
 __all__ = ["FEATURE_NORMS", "FEATURE_DTYPES", "PARTITION_METHODS", "DEFAULT_METHOD", "PARTITION_DEFAULT", "MODELS",
            "HETERO_MODELS", "DECODERS", "EXCHANGES", "PREFETCH_MODES", "TASKS", "NEGATIVES", "BATCH_SCOPES", "LR_SCALINGS",
-           "PRECISIONS", "EVALS", "MINIBATCHES", "NORMS", "CLASSIC", "SAMPLERS", "SAMPLE_ON",
+           "PRECISIONS", "EVALS", "MINIBATCHES", "NORMS", "CLASSIC", "SAMPLERS", "SAMPLE_ON", "FEATURE_DEVICES",
            "check_choice", "parse_cache_size"]
 
 FEATURE_NORMS = ("none", "row")  # data.features.transform_rows
@@ -38,6 +38,7 @@ MINIBATCHES = (*MINIBATCH_MODES, "auto")  # auto: measured and chosen (mpignn.tr
 EVALS = ("sampled", "full")  # fit: tasks.base.Task.evaluate_full
 SAMPLERS = ("neighbor", "labor")  # sampling.neighbor.NeighborSampler's method
 SAMPLE_ON = ("auto", "host", "device")  # runtime.graph: numba kernels, or sampling.device_hops
+FEATURE_DEVICES = ("auto", "host", "device")  # launch.device.features_on_device
 
 
 def check_choice(name: str, value: Any, allowed: Sequence[str]) -> str:

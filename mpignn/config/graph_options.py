@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from mpignn.config.choices import (DEFAULT_METHOD, EXCHANGES, FEATURE_DTYPES, FEATURE_NORMS, PARTITION_METHODS,
-                                   SAMPLE_ON, SAMPLERS, check_choice, parse_cache_size)
+                                   FEATURE_DEVICES, SAMPLE_ON, SAMPLERS, check_choice,
+                                   parse_cache_size)
 from mpignn.config.refusals import check_combinations
 from mpignn.config.train_config import TrainConfig, parse_fanout
 from mpignn.config.values import check_ranges
@@ -63,6 +64,8 @@ class GraphOptions:
     """labor: every hop of a batch draws a node's one variate (`NeighborSampler`'s `layer_dependency`)."""
     sample_on: str = TrainConfig.sample_on
     """host (numba kernels), device (`sampling.device_hops` on the compute device) or auto (host, for now)."""
+    feature_device: str = TrainConfig.feature_device
+    """host, device or auto (`launch.device.features_on_device`): where the feature table lives."""
     # cache and exchange
     cache_size: int | str = TrainConfig.cache_size
     """Remote feature rows cached per rank (`cache_policy`): a row count, "auto", or 0 for none."""
@@ -87,7 +90,9 @@ class GraphOptions:
         check_choice("feature_dtype", self.feature_dtype, FEATURE_DTYPES)
         check_choice("sampler", self.sampler, SAMPLERS)
         check_choice("sample_on", self.sample_on, SAMPLE_ON)
-        check_combinations({"partitions": self.partitions, "replicated": self.replicated,
+        check_choice("feature_device", self.feature_device, FEATURE_DEVICES)
+        check_combinations({"feature_device": self.feature_device, "exchange": self.exchange,
+                            "partitions": self.partitions, "replicated": self.replicated,
                             "batch_dependency": self.batch_dependency, "sampler": self.sampler,
                             "layer_dependency": self.layer_dependency})
         check_ranges({"batch_dependency": self.batch_dependency}, {"batch_dependency": 8})
@@ -104,6 +109,7 @@ class GraphOptions:
                    method=cfg.partition_method, replicated=cfg.replicated, seed=cfg.seed, local_prep=cfg.local_prep,
                    prep_timeout=cfg.prep_timeout, force=cfg.force, fanouts=tuple(cfg.fanouts),
                    edge_fanouts=cfg.edge_fanouts or None, sampler=cfg.sampler, sample_on=cfg.sample_on,
+                   feature_device=cfg.feature_device,
                    batch_dependency=cfg.batch_dependency, layer_dependency=cfg.layer_dependency,
                    cache_size=cfg.cache_size,
                    exchange=cfg.exchange,

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from mpignn.config.choices import (BATCH_SCOPES, CLASSIC, DECODERS, DEFAULT_METHOD, EVALS, EXCHANGES, FEATURE_DTYPES,
                             FEATURE_NORMS, LR_SCALINGS, MINIBATCHES, MODELS, NEGATIVES, NORMS, PARTITION_DEFAULT, PARTITION_METHODS,
-                            PRECISIONS, PREFETCH_MODES, SAMPLE_ON, SAMPLERS, TASKS, check_choice,
+                            FEATURE_DEVICES, PRECISIONS, PREFETCH_MODES, SAMPLE_ON, SAMPLERS, TASKS, check_choice,
                             parse_cache_size)
 from mpignn.config.refusals import check_combinations
 from mpignn.config.values import check_memory, check_ranges, check_types, estimate_step_bytes
@@ -218,6 +218,9 @@ class TrainConfig:
     sample_on: str = "auto"
     """Where hops are drawn: host (numba kernels) or device (torch ops on the compute device; the same draws).
     auto: host, until the device's step is measured (docs/launchers-and-devices.md)."""
+    feature_device: str = "auto"
+    """Where feature rows live: host (pinned copies each step) or device (gathered there). auto: device for one
+    part where they fit in free device memory (docs/launchers-and-devices.md)."""
     eval: str = "sampled"
     """sampled: val/test scores on sampled neighbourhoods (--fanout), as training sees them; full: also those
     of exact inference (as python -m mpignn.predict), as the *_full fields of each evaluation."""
@@ -273,7 +276,7 @@ class TrainConfig:
                    "negatives": NEGATIVES, "minibatch": MINIBATCHES, "feature_norm": FEATURE_NORMS, "feature_dtype": FEATURE_DTYPES,
                    "partition_method": (*PARTITION_METHODS, DEFAULT_METHOD), "model": MODELS,
                    "norm": NORMS, "classic": CLASSIC, "sampler": SAMPLERS,
-                   "sample_on": SAMPLE_ON}
+                   "sample_on": SAMPLE_ON, "feature_device": FEATURE_DEVICES}
         for name, allowed in choices.items():
             check_choice(name, getattr(self, name), allowed)
         check_combinations(self.to_dict())  # every refused pair of flags, shared with the API (config.refusals)

@@ -8,13 +8,40 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["accelerator", "synchronize", "pinned_empty", "Uploader"]
+__all__ = ["accelerator", "synchronize", "pinned_empty", "Uploader", "FEATURE_DEVICE_SHARE", "features_on_device",
+           "free_memory"]
+
+FEATURE_DEVICE_SHARE = 0.5
+"""`--feature-device auto` moves a table that takes at most this share of the device memory free to its rank;
+the rest is the model's, the step's and the allocator's."""
 
 
 def accelerator(device: str | torch.device) -> Any:
     """`torch.cuda` or `torch.xpu` for an accelerator device, None for the CPU."""
     dev = torch.device(device)
     return None if dev.type == "cpu" else getattr(torch, dev.type, None)
+
+
+def free_memory(device: str | torch.device) -> int | None:
+    """Bytes free on an accelerator now (the driver's count, other processes' use included); None on a CPU."""
+    mod = accelerator(device)
+    if mod is None or not hasattr(mod, "mem_get_info"):
+        return None
+    return int(mod.mem_get_info(torch.device(device))[0])
+
+
+def features_on_device(choice: str, exchange: str, device: str | torch.device, parts: int, table_bytes: int,
+                       free_bytes: int | None, shared_by: int = 1) -> bool:
+    """Whether a rank's feature table lives on its compute device (`--feature-device`), where a step gathers
+    its rows with device index ops instead of copying them from pinned host memory. Always with `--exchange
+    torch` (rows cross device to device); auto: one part on an accelerator, where the table fits in
+    `FEATURE_DEVICE_SHARE` of the free memory of each rank sharing the device. Several parts stay on the host
+    under auto: their MPI exchange reads host buffers."""
+    if exchange == "torch" or choice == "device":
+        return True
+    if choice == "host" or parts > 1 or free_bytes is None or torch.device(device).type == "cpu":
+        return False
+    return table_bytes <= FEATURE_DEVICE_SHARE * free_bytes / max(shared_by, 1)
 
 
 def synchronize(device: str | torch.device) -> None:

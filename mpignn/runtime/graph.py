@@ -4,6 +4,7 @@ from a graph rank 0 holds in memory, then its sampler, feature store and cache (
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from mpignn.exchange.embedding import NodeEmbedding
 from mpignn.exchange.features import FeatureStore
 from mpignn.launch.allocator import peak_rss_mb
 from mpignn.launch.bootstrap import Runtime
+from mpignn.launch.device import features_on_device, free_memory
 from mpignn.loader.hetero import HeteroLayout
 from mpignn.loader.local_graph import LocalGraph
 from mpignn.mpi import allreduce_max, check_all, root_first
@@ -38,7 +40,7 @@ from mpignn.tasks import Task, make_task
 
 __all__ = ["load_local_graph", "build_local_graph", "attach_embedding", "build_graph_and_model"]
 
-
+log = logging.getLogger("mpignn.train")
 
 _MEMORY_REFUSED = ("root", "partitions", "local_prep", "force", "splits")
 """Keywords about files and folders, which mean nothing for a graph handed over in memory (its splits are
@@ -218,12 +220,18 @@ def _sources(rt: Runtime, opts: GraphOptions, part: LocalPart, local: LocalHops,
     """(what the sampler reads neighbours from, the feature store): this rank's part alone, or, across parts,
     both on a communicator of their own (collective over `rt.comm`: `Dup`), so a loader thread can sample and
     exchange while the training thread all-reduces gradients on `rt.comm`."""
+    parts = 1 if alone else part.meta.num_parts
+    on_device = features_on_device(opts.feature_device, opts.exchange, rt.device, parts, part.x.nbytes,
+                                   free_memory(rt.device), rt.choice.shared_by)
+    table = _device_table(part.x, rt.device) if on_device else part.x
+    if rt.rank == 0:
+        log.info("features: %.1f MiB per rank on the %s (--feature-device %s)", part.x.nbytes / 2**20,
+                 f"device ({rt.device})" if on_device else "host", opts.feature_device)
     if alone:
-        return local, FeatureStore(part.x, part.y, part.lo)
+        return local, FeatureStore(table, part.y, part.lo)
     offsets = np.asarray(part.meta.part_offsets)
     data_comm = rt.comm.Dup()
-    transport = make_alltoall(opts.exchange, data_comm, rt.device)
-    table = part.x if opts.exchange != "torch" else _device_table(part.x, rt.device)
+    transport = make_alltoall("torch" if on_device else opts.exchange, data_comm, rt.device)
     return (DistributedHops(data_comm, local, offsets),
             FeatureStore(table, part.y, part.lo, offsets, data_comm, transport))
 
@@ -248,7 +256,7 @@ def attach_embedding(rt: Runtime, graph: LocalGraph, dim: int, *, lr: float = Tr
 
 
 def _device_table(x: np.ndarray, device: str) -> Any:
-    """The rank's feature rows as a tensor on `device` (a view of the array on CPU), for `--exchange torch`."""
+    """The rank's feature rows as a tensor on `device` (a view of the array on CPU): `features_on_device`."""
     import torch
 
     if not x.flags.writeable:  # a memory-mapped part: torch wants writable memory to wrap

@@ -58,7 +58,7 @@ def with_classic(cfg: TrainConfig, task: Task, mode: str, say: bool = False) -> 
         log.info("--classic auto: full-graph training adds %s (--classic off: only the flags given)",
                  " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in extra.items()))
     cfg = dataclasses.replace(cfg, **extra)
-    task.norm, task.residual, task.linear_head = cfg.norm, cfg.residual, cfg.linear_head
+    task.with_model_options(cfg)
     return cfg
 
 

@@ -1,0 +1,76 @@
+"""`--feature-device`: where a rank's feature table lives. The choice (`launch.device.features_on_device`), its
+refusals, and on the CPU (where "device" is a torch tensor table gathered by index ops) the same losses as a
+host table, on one rank and across two parts (whose rows then cross by the torch exchange)."""
+import json
+import sys
+
+import pytest
+
+from mpignn.config.train_config import parse
+from mpignn.errors import ConfigError
+from mpignn.launch.device import FEATURE_DEVICE_SHARE, features_on_device
+
+GiB = 2**30
+
+
+@pytest.mark.parametrize("choice, exchange, device, parts, table, free, shared, want", [
+    ("auto", "auto", "cuda:0", 1, 1 * GiB, 10 * GiB, 1, True),  # fits: on the device
+    ("auto", "auto", "cuda:0", 1, 6 * GiB, 10 * GiB, 1, False),  # above the share of free memory
+    ("auto", "auto", "cuda:0", 1, 2 * GiB, 10 * GiB, 4, False),  # four ranks share the device's memory
+    ("auto", "auto", "cuda:0", 2, 1 * GiB, 10 * GiB, 1, False),  # several parts: the MPI exchange's host rows
+    ("auto", "torch", "cuda:0", 2, 1 * GiB, 10 * GiB, 1, True),  # --exchange torch: device to device
+    ("auto", "auto", "cpu", 1, 1, None, 1, False),  # no accelerator
+    ("host", "auto", "cuda:0", 1, 1, 10 * GiB, 1, False),
+    ("device", "auto", "cpu", 2, 6 * GiB, None, 1, True),  # asked for: no measurement overrides it
+])
+def test_the_table_goes_where_the_flag_and_the_free_memory_say(choice, exchange, device, parts, table, free,
+                                                               shared, want):
+    assert features_on_device(choice, exchange, device, parts, table, free, shared) is want
+
+
+def test_auto_takes_at_most_its_share_of_free_memory():
+    free = 8 * GiB
+    assert features_on_device("auto", "auto", "xpu:0", 1, int(FEATURE_DEVICE_SHARE * free), free)
+    assert not features_on_device("auto", "auto", "xpu:0", 1, int(FEATURE_DEVICE_SHARE * free) + 1, free)
+
+
+@pytest.mark.parametrize("where, exchange", [("host", "torch"), ("device", "mpi")])
+def test_a_table_and_an_exchange_that_disagree_are_refused_in_one_line(where, exchange):
+    with pytest.raises(ConfigError, match=f"^--feature-device {where} keeps .* --exchange {exchange} .*HINT: "
+                                          "--exchange auto$"):
+        parse(["--feature-device", where, "--exchange", exchange])
+
+
+def _losses(path) -> list[float]:
+    return [json.loads(line)["loss"] for line in path.read_text().splitlines()]
+
+
+ARGS = ["--dataset", "synthetic:num_nodes=2000,avg_degree=8,num_features=8,num_classes=4", "--epochs", "2",
+        "--fanout", "5,4", "--hidden", "16", "--batch-size", "256", "--minibatch", "independent"]
+
+
+def test_a_table_on_the_device_trains_as_one_on_the_host(tmp_path):
+    from mpignn import train
+
+    losses = {}
+    for where in ("host", "device"):
+        out = tmp_path / f"{where}.jsonl"
+        assert train.main([*ARGS, "--root", str(tmp_path / "data"), "--threads", "1", "--feature-device", where,
+                           "--metrics-out", str(out)]) == 0
+        losses[where] = _losses(out)
+    assert losses["device"] == losses["host"] and len(losses["host"]) == 2
+
+
+@pytest.mark.mpi
+def test_two_parts_with_tables_on_the_device_train_as_on_the_host(tmp_path):
+    from _mpirun import run_mpi_raw
+
+    losses = {}
+    for where in ("host", "device"):
+        out = tmp_path / f"{where}.jsonl"
+        rc, text = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", *ARGS, "--root", str(tmp_path / "data"),
+                                   "--feature-device", where, "--metrics-out", str(out)], timeout=240)
+        assert rc == 0, text[-3000:]
+        assert f"on the {'device (cpu)' if where == 'device' else 'host'} (--feature-device {where})" in text
+        losses[where] = _losses(out)
+    assert losses["device"] == losses["host"] and len(losses["host"]) == 2
