@@ -46,19 +46,25 @@ def _losses(path) -> list[float]:
 
 
 ARGS = ["--dataset", "synthetic:num_nodes=2000,avg_degree=8,num_features=8,num_classes=4", "--epochs", "2",
-        "--fanout", "5,4", "--hidden", "16", "--batch-size", "256", "--minibatch", "independent"]
+        "--fanout", "5,4", "--hidden", "16", "--batch-size", "256"]
 
 
-def test_a_table_on_the_device_trains_as_one_on_the_host(tmp_path):
+@pytest.mark.parametrize("mode", ["independent", "full"])
+def test_a_table_on_the_device_trains_as_one_on_the_host_also_with_batches_built_there(tmp_path, mode, capfd):
+    """Features on the device, then hops drawn and batches relabelled there too (`DeviceSampler`)."""
     from mpignn import train
 
     losses = {}
-    for where in ("host", "device"):
-        out = tmp_path / f"{where}.jsonl"
-        assert train.main([*ARGS, "--root", str(tmp_path / "data"), "--threads", "1", "--feature-device", where,
-                           "--metrics-out", str(out)]) == 0
-        losses[where] = _losses(out)
-    assert losses["device"] == losses["host"] and len(losses["host"]) == 2
+    for where, sample_on in (("host", "host"), ("device", "host"), ("device", "device")):
+        out = tmp_path / f"{where}-{sample_on}.jsonl"
+        capfd.readouterr()
+        assert train.main([*ARGS, "--minibatch", mode, "--root", str(tmp_path / "data"), "--threads", "1",
+                           "--feature-device", where, "--sample-on", sample_on, "--metrics-out", str(out)]) == 0
+        text = capfd.readouterr()
+        assert ("batches drawn and relabelled on the device" in text.out + text.err) == (sample_on == "device")
+        losses[where, sample_on] = _losses(out)
+    assert losses["device", "host"] == losses["host", "host"] == losses["device", "device"]
+    assert len(losses["host", "host"]) == 2
 
 
 @pytest.mark.mpi
@@ -68,7 +74,8 @@ def test_two_parts_with_tables_on_the_device_train_as_on_the_host(tmp_path):
     losses = {}
     for where in ("host", "device"):
         out = tmp_path / f"{where}.jsonl"
-        rc, text = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", *ARGS, "--root", str(tmp_path / "data"),
+        rc, text = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", *ARGS, "--minibatch", "independent",
+                                   "--root", str(tmp_path / "data"),
                                    "--feature-device", where, "--metrics-out", str(out)], timeout=240)
         assert rc == 0, text[-3000:]
         assert f"on the {'device (cpu)' if where == 'device' else 'host'} (--feature-device {where})" in text

@@ -18,8 +18,10 @@ from mpignn.models import forward_batch
 from mpignn.tasks.node import NodeTask, evaluate_nodes
 from mpignn.models.sampled import SampledGNN
 from mpignn.sampling import LocalHops, NeighborSampler
+from mpignn.sampling.device_hops import DeviceHops
+from mpignn.sampling.device_sampler import DeviceSampler
 
-READS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__")
+READS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__", "__index__")
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +135,26 @@ def test_sampler_ships_each_targets_in_degree():
                              [[2, 1], [1, 1]])
     out = hetero.sample(np.arange(0, 100, 3), seed=2)
     np.testing.assert_array_equal(out.in_degree, np.bincount(out.col, minlength=sum(out.num_sampled_nodes[:-1])))
+
+
+def test_batches_built_on_the_device_read_sizes_back_never_an_array(host_reads):
+    """The device path forced on CPU (issue 41 item 3): `DeviceSampler` over `DeviceHops`, features in a tensor
+    table. Per hop the torch kernels read the draw's size and Floyd's widest row (two scalars); no array comes
+    back to the host, and the batches are the host path's."""
+    graph = make_synthetic(SyntheticSpec(num_nodes=3000, avg_degree=8, num_features=16))
+    x = torch.from_numpy(np.asarray(graph.x, dtype=np.float32))
+    hops = 3
+    loader = BatchLoader(DeviceSampler(DeviceHops(graph.rowptr, graph.col), graph.num_nodes, [5, 4, 3]),
+                         FeatureStore(x, graph.y, 0), graph.train_idx, 32, seed=1)
+    host = list(BatchLoader(NeighborSampler(LocalHops(graph.rowptr, graph.col), graph.num_nodes, [5, 4, 3]),
+                            FeatureStore(graph.x, graph.y, 0), graph.train_idx, 32, seed=1))
+    host_reads.clear()
+    batches = list(loader)
+    seen = list(host_reads)
+    assert len(batches) == len(host) > 2
+    assert not {"cpu", "numpy", "tolist"} & set(seen), sorted(set(seen))
+    assert len(seen) <= 2 * hops * len(batches), (len(seen), len(batches))
+    for got, want in zip(batches, host):
+        assert torch.equal(got.x, want.x) and torch.equal(got.y, want.y)
+        assert torch.equal(got.edge_index, want.edge_index) and torch.equal(got.in_degree, want.in_degree)
+        assert torch.equal(got.n_id, want.n_id) and got.batch_size == want.batch_size

@@ -41,6 +41,7 @@ class FeatureStore:
         self.keep_recent = False  # dependent batches (`--batch-dependency`): keep each batch's remote rows
         self._recent_gid = np.empty(0, dtype=np.int64)
         self._recent_x = self._empty_rows(0)
+        self._labels: Any = None  # the labels on the device, for ids held there (`_gather_resident`)
 
     @property
     def num_features(self) -> int:
@@ -98,6 +99,8 @@ class FeatureStore:
         """(features [n, F], labels [n]) of the batch's nodes; labels of remote nodes are -1 (only seeds,
         which are always own nodes, need labels). Features go into `out` when given (e.g. a pinned host
         buffer for a numpy table), else into a new array or tensor like the table."""
+        if not isinstance(n_id, np.ndarray):  # ids on a device (`sampling.device_sampler`): one part
+            return self._gather_resident(n_id, out)
         own = (n_id >= self.lo) & (n_id < self.hi)
         if self.comm is None:
             if not own.all():
@@ -133,6 +136,20 @@ class FeatureStore:
         self.cache_hits += int(hit.sum())
         return x, y
 
+    def _gather_resident(self, n_id: Any, out: Any) -> tuple[Any, Any]:
+        """`gather` of own ids held in a tensor: from a tensor table by index ops on its device, labels from a
+        copy of them there (made once); from a host table the ids come back to the host first."""
+        if self.comm is not None:
+            raise ValueError("ids on a device are gathered from one part's store; this one has several parts")
+        local = n_id - self.lo
+        if self.on_host:
+            return self.gather(local.cpu().numpy() + self.lo, out)
+        if self._labels is None or self._labels.device != local.device:
+            import torch
+
+            self._labels = torch.from_numpy(np.asarray(self.y)).to(local.device)
+        return _take(self.x, local, out=out), self._labels[local]
+
     def _from_recent(self, x: Any, pos: np.ndarray, gids: np.ndarray) -> np.ndarray:
         """Put the rows of `gids` that the previous batch brought at `pos` of `x`; which ones were there."""
         slot = np.searchsorted(self._recent_gid, gids)
@@ -157,14 +174,16 @@ def device_index(idx: np.ndarray, device: Any) -> Any:
 
 
 def _take(table: Any, idx: np.ndarray, out: Any = None) -> Any:
-    """Rows `idx` (host int array) of a numpy or torch table (into `out` when given)."""
+    """Rows `idx` (a host int array, or a tensor on a torch table's device) of a numpy or torch table (into
+    `out` when given)."""
     if isinstance(table, np.ndarray):
         if out is None:
             return table[idx]
         return np.take(table, idx, axis=0, out=out, mode="clip")  # "raise" would buffer; ids are checked
     import torch
 
-    return torch.index_select(table, 0, device_index(idx, table.device), out=out)
+    ids = idx if isinstance(idx, torch.Tensor) else device_index(idx, table.device)  # device ids: as they are
+    return torch.index_select(table, 0, ids, out=out)
 
 
 def _put(out: Any, pos: np.ndarray, rows: Any) -> None:

@@ -95,13 +95,14 @@ class Uploader:
         self.mod = accelerator(self.device)
         self.stream = self.mod.Stream(device=self.device) if self.mod is not None else None
 
-    def upload(self, data: Any) -> Any:
+    def upload(self, data: Any, resident: bool = False) -> Any:
         """`data` on the device, its half-precision features (`--feature-dtype`) widened to float32 there:
         the copy moves half the bytes, and the widening runs on the side stream too.
 
         Features already on the device (`--exchange torch`) were written by the caller's current stream
-        (`index_copy_` of the gathered rows): the side stream waits for it before reading them."""
-        if self.mod is None:
+        (`index_copy_` of the gathered rows): the side stream waits for it before reading them. `resident`: every
+        tensor is on the device already (a `DeviceSampler` batch gathered there): only widened, on this stream."""
+        if self.mod is None or resident:
             return _widen(data)
         current = self.mod.current_stream(self.device)
         with self.mod.stream(self.stream):

@@ -153,6 +153,8 @@ class BatchLoader:
             hops = self.sampler.source
             extras["union_rows"] = union_rows(hops.comm, hops.part_offsets, out.n_id, out.num_sampled_nodes)
         t1 = time.perf_counter()
+        if isinstance(out.n_id, torch.Tensor):  # drawn and relabelled on the device (`DeviceSampler`)
+            return self._resident(out, extras, t0, t1)
         buffer = None
         if self.features.on_host and self.device.type != "cpu":
             rows = pinned_empty((len(out.n_id), self.features.num_features), _torch_dtype(self.features.x),
@@ -189,6 +191,35 @@ class BatchLoader:
             sparse = sparse_input(x[:len(out.n_id)], self.sampler.comm if cooperative else None)
             data.whole = WholeNeighbourhoods(torch.from_numpy(self._degree(out.n_id)), sparse)
         return self._finish(_carry(data, extras), x, t0, t1)
+
+    def _resident(self, out: Any, extras: dict[str, Any], t0: float, t1: float) -> Any:
+        """A batch whose ids and edges are tensors on the sampler's device: its rows gathered there where the
+        table is a tensor (`--feature-device`), its fields left where they are."""
+        x, y = self.features.gather(out.n_id)
+        x = torch.from_numpy(x) if isinstance(x, np.ndarray) else x
+        if x.dtype == torch.uint16:  # a bf16 feature table holds bfloat16 bits (data.features)
+            x = x.view(torch.bfloat16)
+        data = Data(x=x, y=y if isinstance(y, torch.Tensor) else torch.from_numpy(y),
+                    edge_index=torch.stack([out.row, out.col]), n_id=out.n_id)
+        if self.dataset_ids is not None:
+            data.part_n_id = data.n_id
+            data.n_id = torch.from_numpy(self._dataset_ids(out.n_id))
+            data.input_id = data.n_id[:out.batch_size]
+        data.num_nodes, data.batch_size = len(out.n_id), out.batch_size
+        data.num_sampled_nodes, data.num_sampled_edges = out.num_sampled_nodes, out.num_sampled_edges
+        data.in_degree = out.in_degree
+        if out.mean_over is not None:
+            data.mean_over = out.mean_over
+        if self.reuse:  # whole neighbourhoods, kept for every epoch: their degrees read once
+            n_id = out.n_id.cpu().numpy()
+            data.whole = WholeNeighbourhoods(torch.from_numpy(self._degree(n_id)).to(x.device), sparse_input(x))
+        data = _carry(data, extras)
+        if self.features.on_host:
+            return self._finish(data, x, t0, t1)
+        data = self.uploader.upload(data, resident=True)
+        self.times.sample_s += t1 - t0
+        self.times.exchange_s += time.perf_counter() - t1
+        return data
 
     def _degree(self, n_id: np.ndarray) -> np.ndarray:
         """float32: the whole graph's loop-free in-degree of own nodes `n_id` (a full batch holds own rows only:

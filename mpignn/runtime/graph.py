@@ -34,6 +34,7 @@ from mpignn.partition import LocalPart
 from mpignn.partition.memory import scatter_graph
 from mpignn.partition.source import ensure_partition, load_part
 from mpignn.sampling import kernels, labor
+from mpignn.sampling.device_sampler import DeviceSampler, resident
 from mpignn.sampling.distributed import DistributedHops
 from mpignn.sampling.neighbor import LocalHops, NeighborSampler
 from mpignn.tasks import Task, make_task
@@ -172,8 +173,11 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
     local = _hops(rt, opts, part, schema.num_etypes if schema else 1)
     alone = opts.replicated or rt.world_size == 1
     source, features = _sources(rt, opts, part, local, alone)
-    sampler = NeighborSampler(source, meta.num_nodes, fanouts, method=opts.sampler,
-                              dependency=opts.batch_dependency, layer_dependency=opts.layer_dependency)
+    kind = DeviceSampler if resident(source, meta.num_nodes) else NeighborSampler
+    if kind is DeviceSampler and rt.rank == 0:
+        log.info("sampling: batches drawn and relabelled on the device (%s)", rt.device)
+    sampler = kind(source, meta.num_nodes, fanouts, method=opts.sampler, dependency=opts.batch_dependency,
+                   layer_dependency=opts.layer_dependency)
     features.keep_recent = opts.batch_dependency > 1 and not alone  # dependent batches overlap: keep their rows
     cache_rows, cache_mib = 0, 0.0
     if not alone and opts.cache_size != 0:

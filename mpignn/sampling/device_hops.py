@@ -1,9 +1,9 @@
 """A rank's hops drawn by the torch-op kernels (`sampling.torch_kernels`) on a torch device: `--sample-on device`.
 
-The CSR is held as tensors on that device (on the CPU they share the part's arrays); each hop's draw runs there
-and its answer comes back as numpy, so the rest of the batch is built as with the host kernels, and the draws
-are theirs bit for bit. Owners answering remote hops (`sampling.distributed`) and cooperative batches use it too:
-they call their `LocalHops`.
+The CSR is held as tensors on that device (on the CPU they share the part's arrays); each hop's draw runs there,
+bit for bit the host kernels' draw. Asked with numpy ids, it answers numpy, and the batch is built on the host;
+asked with ids on the device (`sampling.device_sampler.DeviceSampler`), it answers there. Owners answering
+remote hops (`sampling.distributed`) and cooperative batches use it too: they call their `LocalHops`.
 """
 from __future__ import annotations
 
@@ -36,22 +36,33 @@ class DeviceHops(LocalHops):
         self.device = torch.device(device)
         self.t_rowptr, self.t_col = _tensor(self.rowptr, self.device), _tensor(self.col, self.device)
         self.t_type_rowptr = _tensor(self.type_rowptr, self.device)
+        self._fanout_tensors: dict[tuple[int, ...], torch.Tensor] = {}
 
     def _ids(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.array(array, dtype=np.int64)).to(self.device)  # a batch's ids: small, copied
 
+    def _fanouts(self, fanout: Fanout) -> torch.Tensor:
+        key = tuple(fanout_array(fanout, self.num_etypes).tolist())
+        if key not in self._fanout_tensors:  # one upload per fanout, not per hop
+            self._fanout_tensors[key] = self._ids(np.array(key, dtype=np.int64))
+        return self._fanout_tensors[key]
+
     def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """Ids on the device (a `DeviceSampler`'s batch, homogeneous) are answered there, as tensors."""
+        if isinstance(gids, torch.Tensor):
+            return torch_kernels.sample_rows(self.t_rowptr, self.t_col, gids - self.lo, gids, self._fanouts(fanout),
+                                             seed)
         rows, keys, typed = self.kernel_rows(np.asarray(gids, dtype=np.int64))
         rowptr = self.t_type_rowptr if typed else self.t_rowptr
-        fanouts = self._ids(fanout_array(fanout, self.num_etypes))
-        counts, nbrs = torch_kernels.sample_rows(rowptr, self.t_col, self._ids(rows), self._ids(keys), fanouts, seed)
+        counts, nbrs = torch_kernels.sample_rows(rowptr, self.t_col, self._ids(rows), self._ids(keys),
+                                                 self._fanouts(fanout), seed)
         return counts.cpu().numpy(), nbrs.cpu().numpy()
 
     def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int,
                      shift: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.num_etypes > 1:
             raise ValueError("layer-neighbour sampling takes homogeneous graphs")
-        rows = self._ids(np.asarray(gids, dtype=np.int64) - self.lo)
-        out = torch_kernels.labor_rows(self.t_rowptr, self.t_col, rows, self._ids(fanout_array(fanout, 1)), seed,
-                                       shift)
-        return tuple(a.cpu().numpy() for a in out)  # type: ignore[return-value]
+        resident = isinstance(gids, torch.Tensor)
+        rows = gids - self.lo if resident else self._ids(np.asarray(gids, dtype=np.int64) - self.lo)
+        out = torch_kernels.labor_rows(self.t_rowptr, self.t_col, rows, self._fanouts(fanout), seed, shift)
+        return out if resident else tuple(a.cpu().numpy() for a in out)  # type: ignore[return-value]

@@ -166,8 +166,8 @@ class NeighborSampler:
 
     def with_fanouts(self, fanouts: Sequence[Fanout]) -> "NeighborSampler":
         """This sampler (source, method, dependencies) drawing `fanouts`."""
-        return NeighborSampler(self.source, self.num_nodes, fanouts, method=self.method, dependency=self.dependency,
-                               layer_dependency=self.layer_dependency)
+        return type(self)(self.source, self.num_nodes, fanouts, method=self.method, dependency=self.dependency,
+                          layer_dependency=self.layer_dependency)
 
     @property
     def scratch_bytes(self) -> int:
@@ -218,8 +218,8 @@ class NeighborSampler:
         """Sample around `seeds` (global ids, distinct) with the random streams of `seed`; "labor" draws its
         variates from `variates` (a seed and a shift, `sampling.labor.window`: batches that share them) where
         given, else from `seed`."""
-        seeds = np.ascontiguousarray(seeds, dtype=np.int64)
-        n_id = np.empty(max(16, len(seeds) * 4), dtype=np.int64)
+        seeds = self._seeds(seeds)
+        n_id = self._buffer(max(16, len(seeds) * 4), None, 0)
         local, n_count = self._map(seeds, n_id, 0)
         if n_count != len(seeds):
             self._clear(n_id, n_count)
@@ -240,13 +240,11 @@ class NeighborSampler:
                 else:
                     counts, nbrs = self.source.sample(n_id[f_lo:f_hi], fanout, kernels.mix_seed(seed, hop))
                 if n_count + len(nbrs) > len(n_id):
-                    grown = np.empty(max(2 * len(n_id), n_count + len(nbrs)), dtype=np.int64)
-                    grown[:n_count] = n_id[:n_count]
-                    n_id = grown
+                    n_id = self._buffer(max(2 * len(n_id), n_count + len(nbrs)), n_id, n_count)
                 src, n_count = self._map(nbrs, n_id, n_count)
                 rows.append(src)
                 degrees.append(counts if t == 1 else counts.reshape(-1, t).sum(1))
-                cols.append(np.repeat(np.arange(f_lo, f_hi, dtype=np.int64).repeat(t), counts))
+                cols.append(self._targets(f_lo, f_hi, t, counts))
                 if t > 1:
                     types.append(np.repeat(np.tile(np.arange(t, dtype=np.int64), f_hi - f_lo), counts))
                 num_nodes.append(n_count - f_hi)
@@ -254,13 +252,29 @@ class NeighborSampler:
                 f_lo, f_hi = f_hi, n_count
         finally:
             self._clear(n_id, n_count)
-        empty = np.empty(0, dtype=np.int64)
-        return SampleOutput(n_id=n_id[:n_count].copy(), row=np.concatenate(rows) if rows else empty,
-                            col=np.concatenate(cols) if cols else empty, batch_size=len(seeds),
+        cat = self._concat
+        return SampleOutput(n_id=self._buffer(n_count, n_id, n_count), row=cat(rows), col=cat(cols), batch_size=len(seeds),
                             num_sampled_nodes=num_nodes, num_sampled_edges=num_edges,
-                            edge_type=(np.concatenate(types) if types else empty) if t > 1 else None,
-                            in_degree=np.concatenate(degrees) if degrees else empty,
-                            mean_over=(np.concatenate(means) if means else empty) if labor else None)
+                            edge_type=cat(types) if t > 1 else None, in_degree=cat(degrees),
+                            mean_over=cat(means) if labor else None)
+
+    # The batch's arrays: numpy here; `sampling.device_sampler.DeviceSampler` keeps them on its device.
+    def _seeds(self, seeds: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(seeds, dtype=np.int64)
+
+    def _buffer(self, size: int, old: np.ndarray | None, n_count: int) -> np.ndarray:
+        """Room for `size` batch nodes, the first `n_count` copied from `old`."""
+        out = np.empty(size, dtype=np.int64)
+        if old is not None:
+            out[:n_count] = old[:n_count]
+        return out
+
+    def _targets(self, f_lo: int, f_hi: int, t: int, counts: np.ndarray) -> np.ndarray:
+        """Each drawn edge's target (batch-local ids f_lo..f_hi, each once per edge type), as `counts` says."""
+        return np.repeat(np.arange(f_lo, f_hi, dtype=np.int64).repeat(t), counts)
+
+    def _concat(self, parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
     def sample_from_edges(self, src: np.ndarray, dst: np.ndarray, seed: int,
                           variates: tuple[int, int] | None = None) -> SampleOutput:

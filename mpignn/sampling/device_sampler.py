@@ -1,0 +1,75 @@
+"""A `NeighborSampler` whose batch never leaves the device: `--sample-on device` with one part.
+
+The hops are drawn by `DeviceHops` on the device, and the batch-local ids too: an id map of one int64 per node on
+the device (the host sampler's "array" map), each hop's new nodes appended in the order they first appear, as
+the host's relabel appends them. So the batches equal the host sampler's, bit for bit
+(`tests/test_device_sampler.py`), and the host learns only their sizes: two reads per hop (the size of the
+draw and of Floyd's widest row), never an array. Several parts (remote hops over MPI) and typed graphs keep
+`NeighborSampler` with `DeviceHops`, whose answers come back to the host.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from mpignn.sampling.device_hops import DeviceHops
+from mpignn.sampling.neighbor import Fanout, NeighborSampler
+
+__all__ = ["DeviceSampler", "resident"]
+
+
+def resident(source: Any, num_nodes: int) -> bool:
+    """Whether `source` can keep a batch on its device: `DeviceHops` owning every node, one edge type."""
+    return isinstance(source, DeviceHops) and source.num_etypes == 1 and source.lo == 0 \
+        and len(source.rowptr) - 1 == int(num_nodes)
+
+
+class DeviceSampler(NeighborSampler):
+    """`NeighborSampler`'s batches as tensors on the source's device (`SampleOutput` fields are tensors there;
+    the node counts stay Python ints)."""
+
+    def __init__(self, source: DeviceHops, num_nodes: int, fanouts: Sequence[Fanout], relabel: str = "array",
+                 method: str = "neighbor", dependency: int = 1, layer_dependency: bool = False) -> None:
+        if not resident(source, num_nodes):
+            raise ValueError("DeviceSampler needs a DeviceHops source owning every node of one edge type")
+        super().__init__(source, num_nodes, fanouts, "array", method, dependency, layer_dependency)
+        self.device = source.device
+
+    def _scratch(self) -> torch.Tensor:
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = torch.full((self.num_nodes,), -1, dtype=torch.int64, device=self.device)
+        return scratch
+
+    def _map(self, ids: torch.Tensor, n_id: torch.Tensor, n_count: int) -> tuple[torch.Tensor, int]:
+        scratch = self._scratch()
+        new = ids[scratch[ids] < 0]
+        uniq, inverse = torch.unique(new, return_inverse=True)
+        first = torch.full((len(uniq),), len(new), dtype=torch.int64, device=self.device)
+        first.scatter_reduce_(0, inverse, torch.arange(len(new), device=self.device), "amin")
+        fresh = uniq[torch.argsort(first)]  # in the order they first appear, as kernels.relabel appends them
+        n_id[n_count:n_count + len(fresh)] = fresh
+        scratch[fresh] = torch.arange(n_count, n_count + len(fresh), device=self.device)
+        return scratch[ids], n_count + len(fresh)
+
+    def _clear(self, n_id: torch.Tensor, n_count: int) -> None:
+        self._scratch()[n_id[:n_count]] = -1
+
+    def _seeds(self, seeds: Any) -> torch.Tensor:
+        if isinstance(seeds, torch.Tensor):
+            return seeds.to(self.device, torch.int64)
+        return torch.from_numpy(np.ascontiguousarray(seeds, dtype=np.int64)).to(self.device)
+
+    def _buffer(self, size: int, old: torch.Tensor | None, n_count: int) -> torch.Tensor:
+        out = torch.empty(size, dtype=torch.int64, device=self.device)
+        if old is not None:
+            out[:n_count] = old[:n_count]
+        return out
+
+    def _targets(self, f_lo: int, f_hi: int, t: int, counts: torch.Tensor) -> torch.Tensor:
+        return torch.repeat_interleave(torch.arange(f_lo, f_hi, dtype=torch.int64, device=self.device), counts)
+
+    def _concat(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64, device=self.device)
