@@ -195,7 +195,7 @@ def test_the_epoch_bench_draws_on_the_host_and_on_the_device_and_says_why_pyg_is
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     rows = {line.split("  ")[0]: line.split() for line in lines if line.startswith("mpignn (")}
-    host, device = rows["mpignn (fp32, cpu, sampled on host)"], rows["mpignn (fp32, cpu, sampled on device)"]
+    host, device = rows["mpignn (fp32, cpu, batches on the host)"], rows["mpignn (fp32, cpu, batches on the device)"]
     assert host[-2] == device[-2]  # the same draws: the same test accuracy
     if pyg_python(None) is None:  # no pyg-lib, no torch-sparse: the row is skipped, and the line says why
         assert "PyG rows skipped: no pyg-lib or torch-sparse" in out.stdout

@@ -1,7 +1,8 @@
 """`python -m mpignn.bench.epoch`: one training epoch on one process, mpignn against PyG's NeighborLoader +
 GraphSAGE, same graph, fanout, batch size, hidden size, thread count and device (`--device cuda`: both train
 on the same GPU; PyG's sampler runs on the CPU, as PyG users run it). mpignn's rows draw the hops on the host
-(numba) and on the device (`--sample-on device`: the torch-op kernels, the same draws).
+(numba), features gathered into pinned host memory, and on the device (`--sample-on device --feature-device
+device`: the torch-op kernels, the same draws, relabelled and gathered there).
 
     python -m mpignn.bench.epoch --pyg-python /path/venv-with-torch-sparse/bin/python
     python -m mpignn.bench.epoch --device cuda --precisions fp32
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or xpu: where both sides train")
-    parser.add_argument("--sample-on", default="host,device", help="where mpignn draws its hops: host, device")
+    parser.add_argument("--sample-on", default="host,device", help="where mpignn builds its batches (hops and features): host, device")
     parser.add_argument("--pyg-python", help="interpreter with torch-geometric + pyg-lib or torch-sparse")
     args = parser.parse_args(argv)
     common = ["--minibatch", "independent", "--dataset", args.dataset,
@@ -34,9 +35,10 @@ def main(argv: list[str] | None = None) -> int:
         for where in args.sample_on.split(","):
             for precision in args.precisions.split(","):
                 recs = run_train(1, [*common, "--root", root, "--epochs", "2", "--eval-every", "2",
-                                     "--precision", precision, "--sample-on", where])
+                                     "--precision", precision, "--sample-on", where,
+                                     "--feature-device", where])
                 last = recs[-1]
-                rows.append({"impl": f"mpignn ({precision}, {args.device}, sampled on {where})",
+                rows.append({"impl": f"mpignn ({precision}, {args.device}, batches on the {where})",
                              "epoch_s": last["epoch_s"], "seeds_per_s": last["seeds_per_s"],
                              "test_acc": last["test_acc"], "sample_s": last["sample_s"]})
     ref = pyg_python(args.pyg_python)
