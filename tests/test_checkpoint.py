@@ -58,6 +58,8 @@ def test_a_resume_that_classic_auto_changed_names_classic_off():
         check_compatible(saved, now)
     with pytest.raises(ConfigError, match=r"HINT: resume with the checkpoint's flags"):
         check_compatible(saved, {**now, "classic": "off"})
+    with pytest.raises(ConfigError, match=r"HINT: resume with the checkpoint's flags"):  # the user's own change
+        check_compatible(saved, {**saved, "classic": "auto", "norm": "layer"})
 
 
 @pytest.mark.parametrize("flag, value", [("dataset", "PubMed"), ("task", "node"), ("model", "gcn"), ("hidden", 32),

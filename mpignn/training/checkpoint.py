@@ -205,7 +205,8 @@ def check_compatible(saved: dict[str, Any], config: dict[str, Any], model_flags:
 
     changed = diff(MODEL_KEYS + tuple(model_flags))
     if changed:
-        classic = config.get("classic") == "auto" and any(saved.get(k) != config.get(k) for k in CLASSIC_OPTIONS)
+        classic = config.get("classic") == "auto" and all(config.get(k) == v for k, v in CLASSIC_OPTIONS.items()) \
+            and any(saved.get(k) != v for k, v in CLASSIC_OPTIONS.items())  # what --classic auto adds
         raise ConfigError(f"--resume expects the model flags of the checkpoint; got {', '.join(changed)}. HINT: "
                           + ("--classic off keeps the flags given (auto adds --norm, --residual and "
                              "--linear-head to full-graph runs), or " if classic else "")
