@@ -18,7 +18,7 @@ SMALL = ["--dataset", "synthetic:num_nodes=6000,avg_degree=8,num_features=16", "
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("n", [2, 3])  # 3: uneven parts; 4 ranks on this 2-core VM took 52 s and added no path
 def test_one_cooperative_step_equals_one_process_on_the_global_batch(tmp_path, n):
     run_mpi("coop_step.py", n, tmp_path / "parts", timeout=120)
 
