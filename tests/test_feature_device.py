@@ -49,7 +49,7 @@ ARGS = ["--dataset", "synthetic:num_nodes=2000,avg_degree=8,num_features=8,num_c
         "--fanout", "5,4", "--hidden", "16", "--batch-size", "256"]
 
 
-@pytest.mark.parametrize("mode", ["independent", "full"])
+@pytest.mark.parametrize("mode", ["independent", "full", "link"])
 def test_a_table_on_the_device_trains_as_one_on_the_host_also_with_batches_built_there(tmp_path, mode, capfd):
     """Features on the device, then hops drawn and batches relabelled there too (`DeviceSampler`)."""
     from mpignn import train
@@ -58,7 +58,8 @@ def test_a_table_on_the_device_trains_as_one_on_the_host_also_with_batches_built
     for where, sample_on in (("host", "host"), ("device", "host"), ("device", "device")):
         out = tmp_path / f"{where}-{sample_on}.jsonl"
         capfd.readouterr()
-        assert train.main([*ARGS, "--minibatch", mode, "--root", str(tmp_path / "data"), "--threads", "1",
+        task = ["--task", "link", "--minibatch", "independent"] if mode == "link" else ["--minibatch", mode]
+        assert train.main([*ARGS, *task, "--root", str(tmp_path / "data"), "--threads", "1",
                            "--feature-device", where, "--sample-on", sample_on, "--metrics-out", str(out)]) == 0
         text = capfd.readouterr()
         assert ("batches drawn and relabelled on the device" in text.out + text.err) == (sample_on == "device")

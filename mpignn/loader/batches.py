@@ -216,7 +216,7 @@ class BatchLoader:
         data = _carry(data, extras)
         if self.features.on_host:
             return self._finish(data, x, t0, t1)
-        data = self.uploader.upload(data, resident=True)
+        data = self.uploader.upload(data.to(x.device), resident=True)  # the task's extras (host arrays) too
         self.times.sample_s += t1 - t0
         self.times.exchange_s += time.perf_counter() - t1
         return data
