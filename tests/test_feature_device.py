@@ -1,10 +1,13 @@
 """`--feature-device`: where a rank's feature table lives. The choice (`launch.device.features_on_device`), its
-refusals, and on the CPU (where "device" is a torch tensor table gathered by index ops) the same losses as a
-host table, on one rank and across two parts (whose rows then cross by the torch exchange)."""
+refusal, and on the CPU (where "device" is a torch tensor table gathered by index ops) the same losses as a
+host table, on one rank and across two parts (whose rows then cross by the torch exchange, or by MPI through
+host buffers)."""
 import json
 import sys
 
+import numpy as np
 import pytest
+import torch
 
 from mpignn.config.train_config import parse
 from mpignn.errors import ConfigError
@@ -34,11 +37,22 @@ def test_auto_takes_at_most_its_share_of_free_memory():
     assert not features_on_device("auto", "auto", "xpu:0", 1, int(FEATURE_DEVICE_SHARE * free) + 1, free)
 
 
-@pytest.mark.parametrize("where, exchange", [("host", "torch"), ("device", "mpi")])
-def test_a_table_and_an_exchange_that_disagree_are_refused_in_one_line(where, exchange):
-    with pytest.raises(ConfigError, match=f"^--feature-device {where} keeps .* --exchange {exchange} .*HINT: "
-                                          "--exchange auto$"):
-        parse(["--feature-device", where, "--exchange", exchange])
+def test_a_host_table_with_the_device_exchange_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="^--feature-device host keeps .* --exchange torch .*HINT: --exchange auto$"):
+        parse(["--feature-device", "host", "--exchange", "torch"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_tensor_rows_cross_by_mpi_through_host_buffers_and_come_back_as_they_were(dtype):
+    """`--feature-device device --exchange mpi`: a device table's rows staged through the host (one rank's
+    all-to-all with itself)."""
+    from mpi4py import MPI
+
+    from mpignn.exchange.alltoall import MpiAlltoall
+
+    rows = torch.randn(5, 3).to(dtype)
+    got = MpiAlltoall(MPI.COMM_SELF).rows(rows, np.array([5]), np.array([5]))
+    assert isinstance(got, torch.Tensor) and got.dtype == dtype and torch.equal(got, rows)
 
 
 def _losses(path) -> list[float]:
@@ -73,12 +87,13 @@ def test_two_parts_with_tables_on_the_device_train_as_on_the_host(tmp_path):
     from _mpirun import run_mpi_raw
 
     losses = {}
-    for where in ("host", "device"):
-        out = tmp_path / f"{where}.jsonl"
+    for where, exchange in (("host", "auto"), ("device", "auto"), ("device", "mpi")):  # torch exchange; staged
+        out = tmp_path / f"{where}-{exchange}.jsonl"
         rc, text = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", *ARGS, "--minibatch", "independent",
-                                   "--root", str(tmp_path / "data"),
-                                   "--feature-device", where, "--metrics-out", str(out)], timeout=240)
+                                   "--root", str(tmp_path / "data"), "--feature-device", where, "--exchange",
+                                   exchange, "--metrics-out", str(out)], timeout=240)
         assert rc == 0, text[-3000:]
         assert f"on the {'device (cpu)' if where == 'device' else 'host'} (--feature-device {where})" in text
-        losses[where] = _losses(out)
-    assert losses["device"] == losses["host"] and len(losses["host"]) == 2
+        losses[where, exchange] = _losses(out)
+    assert losses["device", "auto"] == losses["host", "auto"] == losses["device", "mpi"]
+    assert len(losses["host", "auto"]) == 2

@@ -101,7 +101,7 @@ def test_each_rule_refuses_and_accepts():
                "linear_head": (True, False), "sampler": ("labor", "neighbor")}
     pairs = {("batch_dependency", "sampler"): ([4, "neighbor"], [4, "labor"]),  # labor is the good sampler here
              ("layer_dependency", "sampler"): ([True, "neighbor"], [True, "labor"]),
-             ("feature_device", "exchange"): (["device", "mpi"], ["device", "auto"])}
+             ("feature_device", "exchange"): (["host", "torch"], ["device", "mpi"])}
     for rule in RULES:
         if rule.names in pairs:
             bad, good = pairs[rule.names]

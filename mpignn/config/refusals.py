@@ -74,12 +74,10 @@ RULES: tuple[Rule, ...] = (
          lambda same, sampler: bool(same) and sampler != "labor",
          lambda same, sampler: f"--layer-dependency shares layer-neighbour variates between hops; --sampler "
                                f"{sampler} draws none. HINT: --sampler labor, or drop --layer-dependency"),
-    Rule(("feature_device", "exchange"),  # --exchange torch moves rows device to device; mpi, host buffers
-         lambda where, exchange: (where, exchange) in (("host", "torch"), ("device", "mpi")),
-         lambda where, exchange: f"--feature-device {where} keeps the feature rows on the {where}; --exchange "
-                                 f"{exchange} moves them "
-                                 + ("device to device" if exchange == "torch" else "through host buffers")
-                                 + ". HINT: --exchange auto"),
+    Rule(("feature_device", "exchange"),  # --exchange torch moves rows device to device
+         lambda where, exchange: where == "host" and exchange == "torch",
+         lambda where, exchange: "--feature-device host keeps the feature rows on the host; --exchange torch moves "
+                                 "them device to device. HINT: --exchange auto"),
     Rule(("embed_dim", "replicated"),
          lambda embed_dim, replicated: bool(embed_dim and replicated),
          lambda embed_dim, replicated: "--embed-dim keeps each node's row on its owner, and --replicated has no "

@@ -9,7 +9,7 @@ import numpy as np
 
 from mpignn.mpi import alltoallv, exchange_counts
 
-__all__ = ["MpiAlltoall", "TorchAlltoall", "make_alltoall"]
+__all__ = ["MpiAlltoall", "TorchAlltoall", "make_alltoall", "staged"]
 
 
 class MpiAlltoall:
@@ -28,10 +28,24 @@ class MpiAlltoall:
         """Collective: free the communicator (a transport built for a while, e.g. `--minibatch auto`'s probe)."""
         self.comm.Free()
 
-    def rows(self, send: np.ndarray, send_counts: np.ndarray, recv_counts: np.ndarray,
-             pieces: bool | None = None) -> np.ndarray:
-        """Collective: rows answering ids, both sides knowing the counts (one collective with `pieces` given)."""
-        return alltoallv(self.comm, send, send_counts, recv_counts, pieces)[0]
+    def rows(self, send: Any, send_counts: np.ndarray, recv_counts: np.ndarray, pieces: bool | None = None) -> Any:
+        """Collective: rows answering ids, both sides knowing the counts (one collective with `pieces` given).
+        Tensor rows (a table on a device, `--feature-device device --exchange mpi`) cross through host buffers
+        and come back as tensors on their device."""
+        if isinstance(send, np.ndarray):
+            return alltoallv(self.comm, send, send_counts, recv_counts, pieces)[0]
+        return staged(send, lambda host: alltoallv(self.comm, host, send_counts, recv_counts, pieces)[0])
+
+
+def staged(rows: Any, move: Any) -> Any:
+    """`move` (numpy rows in, numpy rows out) applied to tensor `rows` through host memory, the result back on
+    their device in their dtype (bfloat16 as its bits: numpy has no bfloat16)."""
+    import torch
+
+    bits = rows.dtype == torch.bfloat16
+    host = np.ascontiguousarray((rows.view(torch.int16) if bits else rows).cpu().numpy())
+    got = torch.from_numpy(np.ascontiguousarray(move(host))).to(rows.device)
+    return got.view(torch.bfloat16) if bits else got
 
 
 class TorchAlltoall(MpiAlltoall):

@@ -235,7 +235,9 @@ def _sources(rt: Runtime, opts: GraphOptions, part: LocalPart, local: LocalHops,
         return local, FeatureStore(table, part.y, part.lo)
     offsets = np.asarray(part.meta.part_offsets)
     data_comm = rt.comm.Dup()
-    transport = make_alltoall("torch" if on_device else opts.exchange, data_comm, rt.device)
+    # a table on the device: its rows by NCCL/xccl, or with --exchange mpi through host buffers
+    transport = make_alltoall("torch" if on_device and opts.exchange == "auto" else opts.exchange, data_comm,
+                              rt.device)
     return (DistributedHops(data_comm, local, offsets),
             FeatureStore(table, part.y, part.lo, offsets, data_comm, transport))
 
