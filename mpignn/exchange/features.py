@@ -141,9 +141,9 @@ class FeatureStore:
         copy of them there (made once); from a host table the ids come back to the host first."""
         if self.comm is not None:
             raise ValueError("ids on a device are gathered from one part's store; this one has several parts")
-        local = n_id - self.lo
         if self.on_host:
-            return self.gather(local.cpu().numpy() + self.lo, out)
+            return self.gather(n_id.cpu().numpy(), out)
+        local = n_id - self.lo
         if self._labels is None or self._labels.device != local.device:
             import torch
 

@@ -153,10 +153,9 @@ class BatchLoader:
             hops = self.sampler.source
             extras["union_rows"] = union_rows(hops.comm, hops.part_offsets, out.n_id, out.num_sampled_nodes)
         t1 = time.perf_counter()
-        if isinstance(out.n_id, torch.Tensor):  # drawn and relabelled on the device (`DeviceSampler`)
-            return self._resident(out, extras, t0, t1)
+        resident = isinstance(out.n_id, torch.Tensor)  # drawn and relabelled on the device (`DeviceSampler`)
         buffer = None
-        if self.features.on_host and self.device.type != "cpu":
+        if self.features.on_host and self.device.type != "cpu" and not resident:
             rows = pinned_empty((len(out.n_id), self.features.num_features), _torch_dtype(self.features.x),
                                 self.device)
             buffer = rows.numpy()
@@ -165,7 +164,7 @@ class BatchLoader:
                                              dtype=self.features.x.dtype))
             buffer = rows.numpy()[:len(out.n_id)]
         x, y = self.features.gather(out.n_id, out=buffer)
-        x = rows if buffer is not None else (torch.from_numpy(x) if isinstance(x, np.ndarray) else x)
+        x = rows if buffer is not None else _tensor(x)
         if x.dtype == torch.uint16:  # a bf16 feature table holds bfloat16 bits (data.features)
             x = x.view(torch.bfloat16)
         if self.layout is not None:  # heterogeneous: cut by type into PyG's HeteroData
@@ -173,9 +172,12 @@ class BatchLoader:
                                      out.num_sampled_nodes, out.num_sampled_edges, out.batch_size,
                                      device=self.device, dataset_ids=self._dataset_ids(out.n_id))
             return self._finish(_carry(data, extras), x, t0, t1)
-        edge_index = pinned_empty((2, len(out.row)), torch.int64, self.device)
-        edge_index[0].numpy()[:], edge_index[1].numpy()[:] = out.row, out.col
-        data = Data(x=x, y=torch.from_numpy(y), edge_index=edge_index, n_id=torch.from_numpy(out.n_id))
+        if resident:
+            edge_index = torch.stack([out.row, out.col])
+        else:
+            edge_index = pinned_empty((2, len(out.row)), torch.int64, self.device)
+            edge_index[0].numpy()[:], edge_index[1].numpy()[:] = out.row, out.col
+        data = Data(x=x, y=_tensor(y), edge_index=edge_index, n_id=_tensor(out.n_id))
         if self.dataset_ids is not None:
             data.part_n_id = data.n_id
             data.n_id = torch.from_numpy(self._dataset_ids(out.n_id))
@@ -184,42 +186,20 @@ class BatchLoader:
         data.batch_size = out.batch_size
         data.num_sampled_nodes = out.num_sampled_nodes
         data.num_sampled_edges = out.num_sampled_edges
-        data.in_degree = torch.from_numpy(out.in_degree)  # the model's CSR pointers: no bincount on the device
+        data.in_degree = _tensor(out.in_degree)  # the model's CSR pointers: no bincount on the device
         if out.mean_over is not None:  # layer-neighbour batches: what each target's mean divides by
-            data.mean_over = torch.from_numpy(out.mean_over)
+            data.mean_over = _tensor(out.mean_over)
         if self.reuse:  # whole neighbourhoods: each row's whole-graph degree, the input rows' CSR where sparse
             sparse = sparse_input(x[:len(out.n_id)], self.sampler.comm if cooperative else None)
-            data.whole = WholeNeighbourhoods(torch.from_numpy(self._degree(out.n_id)), sparse)
-        return self._finish(_carry(data, extras), x, t0, t1)
-
-    def _resident(self, out: Any, extras: dict[str, Any], t0: float, t1: float) -> Any:
-        """A batch whose ids and edges are tensors on the sampler's device: its rows gathered there where the
-        table is a tensor (`--feature-device`), its fields left where they are."""
-        x, y = self.features.gather(out.n_id)
-        x = torch.from_numpy(x) if isinstance(x, np.ndarray) else x
-        if x.dtype == torch.uint16:  # a bf16 feature table holds bfloat16 bits (data.features)
-            x = x.view(torch.bfloat16)
-        data = Data(x=x, y=y if isinstance(y, torch.Tensor) else torch.from_numpy(y),
-                    edge_index=torch.stack([out.row, out.col]), n_id=out.n_id)
-        if self.dataset_ids is not None:
-            data.part_n_id = data.n_id
-            data.n_id = torch.from_numpy(self._dataset_ids(out.n_id))
-            data.input_id = data.n_id[:out.batch_size]
-        data.num_nodes, data.batch_size = len(out.n_id), out.batch_size
-        data.num_sampled_nodes, data.num_sampled_edges = out.num_sampled_nodes, out.num_sampled_edges
-        data.in_degree = out.in_degree
-        if out.mean_over is not None:
-            data.mean_over = out.mean_over
-        if self.reuse:  # whole neighbourhoods, kept for every epoch: their degrees read once
-            n_id = out.n_id.cpu().numpy()
-            data.whole = WholeNeighbourhoods(torch.from_numpy(self._degree(n_id)).to(x.device), sparse_input(x))
+            n_id = out.n_id.cpu().numpy() if resident else out.n_id  # read once: the batch is kept
+            data.whole = WholeNeighbourhoods(torch.from_numpy(self._degree(n_id)).to(x.device), sparse)
         data = _carry(data, extras)
-        if self.features.on_host:
-            return self._finish(data, x, t0, t1)
-        data = self.uploader.upload(data.to(x.device), resident=True)  # the task's extras (host arrays) too
-        self.times.sample_s += t1 - t0
-        self.times.exchange_s += time.perf_counter() - t1
-        return data
+        if resident and not self.features.on_host:  # all on the device: the task's extras join it, no upload
+            data = self.uploader.upload(data.to(x.device), resident=True)
+            self.times.sample_s += t1 - t0
+            self.times.exchange_s += time.perf_counter() - t1
+            return data
+        return self._finish(data, x, t0, t1)
 
     def _degree(self, n_id: np.ndarray) -> np.ndarray:
         """float32: the whole graph's loop-free in-degree of own nodes `n_id` (a full batch holds own rows only:
@@ -284,6 +264,11 @@ def _carry(data: Any, extras: dict[str, Any]) -> Any:
     for key, value in extras.items():
         setattr(data, key, torch.from_numpy(value) if isinstance(value, np.ndarray) else value)
     return data
+
+
+def _tensor(a: Any) -> torch.Tensor:
+    """A host array as a tensor sharing its memory; a tensor (a device batch's field) as it is."""
+    return a if isinstance(a, torch.Tensor) else torch.from_numpy(a)
 
 
 def _torch_dtype(array: np.ndarray) -> torch.dtype:
