@@ -201,3 +201,43 @@ def test_hetero_batch_features_equal_on_device_and_host(table):
         assert torch.equal(dev[name].x.cpu(), host[name].x), name
     for e in g.schema.edge_types:
         assert torch.equal(dev[e].edge_index.cpu(), host[e].edge_index)
+
+
+@needs_device
+@pytest.mark.parametrize("method", ["neighbor", "labor"])
+def test_batches_built_on_the_device_equal_the_host_samplers(method):
+    """Issue 41 items 1 and 3: `DeviceSampler` draws and relabels on the accelerator what the numba sampler
+    builds on the host, bit for bit."""
+    import numpy as np
+
+    from mpignn.data import make_synthetic
+    from mpignn.data.synthetic import SyntheticSpec
+    from mpignn.sampling import LocalHops, NeighborSampler
+    from mpignn.sampling.device_hops import DeviceHops
+    from mpignn.sampling.device_sampler import DeviceSampler
+
+    g = make_synthetic(SyntheticSpec(num_nodes=4000, avg_degree=10, num_features=16))
+    host = NeighborSampler(LocalHops(g.rowptr, g.col), g.num_nodes, [6, 4, 3], method=method)
+    dev = DeviceSampler(DeviceHops(g.rowptr, g.col, device=DEVICE), g.num_nodes, [6, 4, 3], method=method)
+    seeds = np.random.default_rng(0).choice(g.num_nodes, 256, replace=False)
+    got, want = dev.sample(seeds, 7), host.sample(seeds, 7)
+    assert got.n_id.device.type == torch.device(DEVICE).type
+    for name in ("n_id", "row", "col", "in_degree"):
+        assert np.array_equal(getattr(got, name).cpu().numpy(), getattr(want, name)), name
+    assert got.num_sampled_nodes == want.num_sampled_nodes
+
+
+@pytest.mark.mpi
+@needs_device
+def test_one_rank_with_batches_built_on_the_device_trains_as_the_host_path(tmp_path):
+    """Issue 41: hops, relabelling and feature rows on the device (`--sample-on device --feature-device
+    device`) train on the same batches as the host path, so the losses follow it (kernels may round apart)."""
+    losses = {}
+    for where in ("host", "device"):
+        metrics = tmp_path / f"{where}.jsonl"
+        _final_acc(1, tmp_path, "--device", DEVICE, *PIPE, "--epochs", "2", "--minibatch", "independent",
+                   "--sample-on", where, "--feature-device", where, "--metrics-out", str(metrics))
+        losses[where] = [json.loads(line)["loss"] for line in metrics.read_text().splitlines()]
+    assert len(losses["device"]) == len(losses["host"]) == 2
+    for got, want in zip(losses["device"], losses["host"]):
+        assert abs(got - want) <= 0.02 * max(1.0, want), losses
