@@ -194,12 +194,7 @@ class BatchLoader:
             n_id = out.n_id.cpu().numpy() if resident else out.n_id  # read once: the batch is kept
             data.whole = WholeNeighbourhoods(torch.from_numpy(self._degree(n_id)).to(x.device), sparse)
         data = _carry(data, extras)
-        if resident and not self.features.on_host:  # all on the device: the task's extras join it, no upload
-            data = self.uploader.upload(data.to(x.device), resident=True)
-            self.times.sample_s += t1 - t0
-            self.times.exchange_s += time.perf_counter() - t1
-            return data
-        return self._finish(data, x, t0, t1)
+        return self._finish(data, x, t0, t1, resident=resident and not self.features.on_host)
 
     def _degree(self, n_id: np.ndarray) -> np.ndarray:
         """float32: the whole graph's loop-free in-degree of own nodes `n_id` (a full batch holds own rows only:
@@ -212,9 +207,11 @@ class BatchLoader:
         """The dataset's ids of partition ids `n_id` (collective like the features), or None without a store."""
         return None if self.dataset_ids is None else self.dataset_ids.gather(n_id)[0][:, 0]
 
-    def _finish(self, data: Any, x: torch.Tensor, t0: float, t1: float) -> Any:
-        data = self.uploader.upload(data)
-        if not self.features.on_host:
+    def _finish(self, data: Any, x: torch.Tensor, t0: float, t1: float, resident: bool = False) -> Any:
+        """`resident`: the whole batch was built on the device; the task's extras (host arrays) join it there,
+        and nothing is uploaded or waited for."""
+        data = self.uploader.upload(data.to(x.device) if resident else data, resident=resident)
+        if not self.features.on_host and not resident:
             synchronize(x.device)  # a device exchange is queued work until here
         self.times.sample_s += t1 - t0
         self.times.exchange_s += time.perf_counter() - t1

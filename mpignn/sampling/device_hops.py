@@ -49,14 +49,13 @@ class DeviceHops(LocalHops):
 
     def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """Ids on the device (a `DeviceSampler`'s batch, homogeneous) are answered there, as tensors."""
-        if isinstance(gids, torch.Tensor):
-            return torch_kernels.sample_rows(self.t_rowptr, self.t_col, gids - self.lo, gids, self._fanouts(fanout),
-                                             seed)
-        rows, keys, typed = self.kernel_rows(np.asarray(gids, dtype=np.int64))
+        resident = isinstance(gids, torch.Tensor)
+        rows, keys, typed = self.kernel_rows(gids if resident else np.asarray(gids, dtype=np.int64))
         rowptr = self.t_type_rowptr if typed else self.t_rowptr
-        counts, nbrs = torch_kernels.sample_rows(rowptr, self.t_col, self._ids(rows), self._ids(keys),
-                                                 self._fanouts(fanout), seed)
-        return counts.cpu().numpy(), nbrs.cpu().numpy()
+        if not resident:
+            rows, keys = self._ids(rows), self._ids(keys)
+        counts, nbrs = torch_kernels.sample_rows(rowptr, self.t_col, rows, keys, self._fanouts(fanout), seed)
+        return (counts, nbrs) if resident else (counts.cpu().numpy(), nbrs.cpu().numpy())
 
     def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int,
                      shift: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -28,7 +28,8 @@ def resident(source: Any, num_nodes: int) -> bool:
 
 class DeviceSampler(NeighborSampler):
     """`NeighborSampler`'s batches as tensors on the source's device (`SampleOutput` fields are tensors there;
-    the node counts stay Python ints)."""
+    the node counts stay Python ints). `relabel` is taken for `NeighborSampler`'s signature (`with_fanouts`):
+    the map is always the array one."""
 
     def __init__(self, source: DeviceHops, num_nodes: int, fanouts: Sequence[Fanout], relabel: str = "array",
                  method: str = "neighbor", dependency: int = 1, layer_dependency: bool = False) -> None:
