@@ -68,3 +68,28 @@ def run_mpi(worker: str, n: int, *args: object, timeout: float = 60, **env: str)
     ok = ok_ranks(out)
     assert rc == 0 and len(ok) == n, f"rc={rc}, ok={sorted(ok)}\n{out[-4000:]}"
     return out
+
+
+def run_cli_many(n: int, cases: dict[str, list[object]], out: Path, timeout: float = 300,
+                 **env: str) -> dict[str, tuple[list[int], str]]:
+    """Run several `python -m mpignn.train|predict|partition ARGS` ({name: [module, args...]}) one after
+    another in one n-rank job (mpi_workers/cli_many.py: the ranks import torch once, not once a case); returns
+    {name: (each rank's exit code, the ranks' output, rank 0's first)}. A case that fails on some rank only
+    ends the job (as it would alone): the cases it did not finish get exit codes -1 and the job's output."""
+    import json
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = out / "cases.json"
+    spec.write_text(json.dumps({name: [str(a) for a in argv] for name, argv in cases.items()}))
+    rc, text = run_mpi_raw(n, [sys.executable, str(WORKERS / "cli_many.py"), str(spec), str(out)], timeout, **env)
+    results = {}
+    for name in cases:
+        logs = [out / f"{name}.rank{r}.log" for r in range(n)]
+        codes = [out / f"{name}.rank{r}.rc" for r in range(n)]
+        logged = "".join(p.read_text() for p in logs if p.exists())
+        if all(p.exists() for p in codes):
+            results[name] = ([int(p.read_text()) for p in codes], logged)
+        else:  # -1: the job ended before this case did
+            results[name] = ([-1] * n, f"case {name!r} did not finish (job rc={rc}):\n{text[-4000:]}\n{logged}")
+    return results

@@ -1,0 +1,50 @@
+"""Several command-line runs in one MPI job: argv CASES OUT. CASES is a JSON file of {name: [module, args...]}
+(module `mpignn.train`, `mpignn.predict` or `mpignn.partition`, whose `main(argv)` the CLI calls); each rank
+runs them in order through `run_main`, as `python -m MODULE` does, with its stdout and stderr (file descriptors
+1 and 2, so logging and C output too) in OUT/NAME.rankR.log and the exit code in OUT/NAME.rankR.rc.
+
+Why: a rank spends 5-7 s of CPU importing torch and torch-geometric, most of a small test job; one job that
+runs a test module's cases pays it once (`tests/_mpirun.py::run_cli_many`)."""
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from mpignn.mpi import run_main, world
+
+MAINS = {"mpignn.train": "mpignn.train", "mpignn.predict": "mpignn.predict.cli",
+         "mpignn.partition": "mpignn.partition.cli"}
+
+
+def _run_to(log: Path, module: str, args: list[str]) -> int:
+    main = importlib.import_module(MAINS[module]).main
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        return run_main(main, args)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def main(cases: str, out: str) -> None:
+    comm, out = world(), Path(out)
+    for name, (module, *args) in json.loads(Path(cases).read_text()).items():
+        comm.Barrier()  # one case at a time on every rank
+        code = _run_to(out / f"{name}.rank{comm.rank}.log", module, args)
+        (out / f"{name}.rank{comm.rank}.rc").write_text(str(code))
+    print(f"MPIGNN-OK rank={comm.rank}", flush=True)
+
+
+if __name__ == "__main__":
+    run_main(main, *sys.argv[1:])
