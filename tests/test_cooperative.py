@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from _mpirun import run_mpi, run_mpi_raw
+from _mpirun import run_cli_many, run_mpi, run_mpi_raw
 from mpignn.config.train_config import TrainConfig
 from mpignn.errors import ConfigError
 from mpignn.training.fit import check_flags
@@ -23,19 +23,32 @@ def test_one_cooperative_step_equals_one_process_on_the_global_batch(tmp_path, n
     run_mpi("coop_step.py", n, tmp_path / "parts", timeout=120)
 
 
-def _train(tmp_path, name, *extra):
-    metrics = tmp_path / f"{name}.jsonl"
-    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), *SMALL,
-                              "--metrics-out", str(metrics), *extra], timeout=240)
-    assert rc == 0, out[-4000:]
-    return [json.loads(line) for line in metrics.read_text().splitlines()], out
+RUNS = {"coop": ["--minibatch", "cooperative", "--feature-dtype", "bf16", "--prefetch", "on"],
+        "alone": ["--minibatch", "independent"], "auto": ["--minibatch", "auto", "--epochs", "1"],
+        # each mode auto can pick, trained on its own (cheaper than a second job after auto's pick)
+        "same-independent": ["--minibatch", "independent", "--epochs", "1"],
+        "same-cooperative": ["--minibatch", "cooperative", "--epochs", "1"],
+        "same-full": ["--minibatch", "full", "--epochs", "1"]}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{name: (records, output)} of the 2-rank runs of RUNS, in one job."""
+    base = tmp_path_factory.mktemp("coop")
+    out = run_cli_many(2, {name: ["mpignn.train", "--root", base, *SMALL, "--metrics-out", base / f"{name}.jsonl",
+                                  *extra] for name, extra in RUNS.items()}, base / "out", timeout=600)
+    return {name: _records(base, out, name) for name in out}
+
+
+def _records(base, results, name):
+    codes, out = results[name]
+    assert codes == [0, 0], out[-4000:]
+    return [json.loads(line) for line in (base / f"{name}.jsonl").read_text().splitlines()], out
 
 
 @pytest.mark.mpi
-def test_cooperative_training_computes_each_row_once_and_learns_as_independent(tmp_path):
-    coop, out = _train(tmp_path, "coop", "--minibatch", "cooperative", "--feature-dtype", "bf16",
-                       "--prefetch", "on")
-    alone, _ = _train(tmp_path, "alone", "--minibatch", "independent")
+def test_cooperative_training_computes_each_row_once_and_learns_as_independent(runs):
+    (coop, out), (alone, _) = runs["coop"], runs["alone"]
     last = coop[-1]
     assert last["redundancy"] == 1.0 and last["halo_step_bytes"] > 0
     assert "redundancy 1.00 halo" in out
@@ -47,11 +60,11 @@ def test_cooperative_training_computes_each_row_once_and_learns_as_independent(t
 
 
 @pytest.mark.mpi
-def test_auto_measures_both_modes_and_then_trains_as_the_one_it_picked(tmp_path):
-    auto, out = _train(tmp_path, "auto", "--minibatch", "auto", "--epochs", "1")
+def test_auto_measures_both_modes_and_then_trains_as_the_one_it_picked(runs):
+    auto, out = runs["auto"]
     picked = auto[-1]["minibatch"]
+    same = runs[f"same-{picked}"][0]
     assert f"--minibatch auto: {picked} | independent " in out and "cooperative " in out
-    same, _ = _train(tmp_path, "same", "--minibatch", picked, "--epochs", "1")
     # the measured steps dropped their gradients and left the random streams as they were
     assert [(r["loss"], r["train_acc"], r["val_acc"]) for r in auto] == \
         [(r["loss"], r["train_acc"], r["val_acc"]) for r in same]
