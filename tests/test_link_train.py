@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from _mpirun import SHARED, run_mpi_raw
+from _mpirun import SHARED, run_cli_many
 from mpignn.config.train_config import parse
 from mpignn.training.record import undocumented
 from mpignn.errors import ConfigError
@@ -20,21 +20,44 @@ SMALL = ["--dataset", "Cora", "--task", "link", "--epochs", "2", "--hidden", "32
 FIELDS = ("val_auc", "test_auc", "test_mrr", "test_hits@10", "edges_per_s", "best_val_auc", "test_auc_at_best_val")
 
 
-def _run(n, tmp_path, *extra):
-    if not (tmp_path / "Cora").is_dir():
-        shutil.copytree(SHARED / "datasets" / "Cora", tmp_path / "Cora")
-    metrics = tmp_path / f"m{n}{''.join(extra)}.jsonl"
-    rc, out = run_mpi_raw(n, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), *SMALL,
-                              "--metrics-out", str(metrics), *extra], timeout=240)
-    assert rc == 0, out[-4000:]
+HAS_CORA = (SHARED / "datasets" / "Cora").is_dir()
+CORA_RUNS = {"m1": (1, []), "m2": (2, []), "m2-replicated": (2, ["--replicated"])}
+DATA = "synthetic:num_nodes=2000,avg_degree=6,num_features=8"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{name: (exit codes, output)} of the runs below, one job per world size, and their folder. The partition
+    CLI first writes a link-task folder and a node-task folder for the 2-rank runs that take them."""
+    base = tmp_path_factory.mktemp("link")
+    for name, extra in (("links", ["--task", "link", "--link-tails", "7"]), ("nodes", [])):
+        made = subprocess.run([sys.executable, "-m", "mpignn.partition", "--dataset", DATA, "--root", str(base),
+                               "--num-parts", "2", "--out", str(base / name), "--seed", "3", *extra],
+                              capture_output=True, text=True, timeout=180)
+        assert made.returncode == 0, made.stderr[-2000:]
+    if HAS_CORA:
+        shutil.copytree(SHARED / "datasets" / "Cora", base / "Cora")
+    by_world = {1: {}, 2: {}}
+    for name, (n, extra) in CORA_RUNS.items() if HAS_CORA else ():
+        by_world[n][name] = ["mpignn.train", "--root", base, *SMALL, "--metrics-out", base / f"{name}.jsonl", *extra]
+    for name, parts, extra in (("links", "links", []), ("links-other-flags", "links", ["--link-test", "0.2"]),
+                               ("node-folder", "nodes", [])):  # the refused ones last
+        by_world[2][name] = ["mpignn.train", "--dataset", DATA, "--root", base, "--task", "link", "--partitions",
+                             base / parts, "--epochs", "1", "--hidden", "16", "--fanout", "4,3", "--seed", "3",
+                             "--link-tails", "7", *extra]
+    results = {}
+    for n, cases in by_world.items():
+        results.update(run_cli_many(n, cases, base / f"out{n}", timeout=600) if cases else {})
+    return base, results
+
+
+@pytest.mark.skipif(not HAS_CORA, reason="../shared/datasets is absent")
+@pytest.mark.parametrize("name", list(CORA_RUNS))
+def test_link_training_reports_exact_pair_metrics(runs, name):
+    codes, out = runs[1][name]
+    assert codes == [0] * CORA_RUNS[name][0], out[-4000:]
     assert "final test AUC" in out, out[-2000:]
-    return [json.loads(line) for line in metrics.read_text().splitlines()]
-
-
-@pytest.mark.skipif(not (SHARED / "datasets" / "Cora").is_dir(), reason="../shared/datasets is absent")
-@pytest.mark.parametrize("n,extra", [(1, []), (2, []), (2, ["--replicated"])])
-def test_link_training_reports_exact_pair_metrics(tmp_path, n, extra):
-    last = _run(n, tmp_path, *extra)[-1]
+    last = json.loads((runs[0] / f"{name}.jsonl").read_text().splitlines()[-1])
     for field in FIELDS:
         assert last[field] is not None, field
     assert "val_acc" not in last and "seeds_per_s" not in last
@@ -51,28 +74,14 @@ def test_link_flags_are_checked():
         parse(["--feature-norm", "l2"])
 
 
-def test_the_partition_cli_writes_the_link_split_training_uses(tmp_path):
+def test_the_partition_cli_writes_the_link_split_training_uses(runs):
     """`python -m mpignn.partition --task link` stores the held-out edges; training with the same seed and link
     flags takes the folder, one with other flags (or a node-task folder) is refused with the hint."""
-    data = "synthetic:num_nodes=2000,avg_degree=6,num_features=8"
-
-    def partition(out, *extra):
-        made = subprocess.run([sys.executable, "-m", "mpignn.partition", "--dataset", data, "--root", str(tmp_path),
-                               "--num-parts", "2", "--out", str(out), "--seed", "3", *extra],
-                              capture_output=True, text=True, timeout=180)
-        assert made.returncode == 0, made.stderr[-2000:]
-
-    def train(out, *extra):
-        return run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--dataset", data, "--root", str(tmp_path),
-                               "--task", "link", "--partitions", str(out), "--epochs", "1", "--hidden", "16",
-                               "--fanout", "4,3", "--seed", "3", "--link-tails", "7", *extra], timeout=180)
-
-    partition(tmp_path / "links", "--task", "link", "--link-tails", "7")
-    assert (tmp_path / "links" / "links" / "SPLIT.json").is_file()
-    rc, log = train(tmp_path / "links")
-    assert rc == 0 and "final test AUC" in log, log[-3000:]
-    rc, log = train(tmp_path / "links", "--link-test", "0.2")
-    assert rc != 0 and "HINT: partition with python -m mpignn.partition --task link" in log, log[-2000:]
-    partition(tmp_path / "nodes")
-    rc, log = train(tmp_path / "nodes")
-    assert rc != 0 and "or drop --partitions" in log, log[-2000:]
+    base, results = runs
+    assert (base / "links" / "links" / "SPLIT.json").is_file()
+    codes, log = results["links"]
+    assert codes == [0, 0] and "final test AUC" in log, log[-3000:]
+    codes, log = results["links-other-flags"]
+    assert 0 not in codes and "HINT: partition with python -m mpignn.partition --task link" in log, log[-2000:]
+    codes, log = results["node-folder"]
+    assert 0 not in codes and "or drop --partitions" in log, log[-2000:]
