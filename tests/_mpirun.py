@@ -93,3 +93,21 @@ def run_cli_many(n: int, cases: dict[str, list[object]], out: Path, timeout: flo
         else:  # -1: the job ended before this case did
             results[name] = ([-1] * n, f"case {name!r} did not finish (job rc={rc}):\n{text[-4000:]}\n{logged}")
     return results
+
+
+def train_runs(n: int, base: Path, common: list[object], runs: dict[str, list[object]],
+               timeout: float = 600) -> dict[str, tuple[list[int], str]]:
+    """`run_cli_many` of `python -m mpignn.train COMMON --metrics-out BASE/NAME.jsonl EXTRA` for each
+    {NAME: EXTRA} of `runs`; read a run back with `records`."""
+    cases = {name: ["mpignn.train", *common, "--metrics-out", Path(base) / f"{name}.jsonl", *extra]
+             for name, extra in runs.items()}
+    return run_cli_many(n, cases, Path(base) / f"out-{n}-{'-'.join(runs)[:40]}", timeout)
+
+
+def records(base: Path, results: dict[str, tuple[list[int], str]], name: str) -> tuple[list[dict], str]:
+    """(the metrics records, the output) of `train_runs`' run NAME, which must have ended 0 on every rank."""
+    import json
+
+    codes, out = results[name]
+    assert set(codes) == {0}, out[-4000:]
+    return [json.loads(line) for line in (Path(base) / f"{name}.jsonl").read_text().splitlines()], out

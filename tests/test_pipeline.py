@@ -1,11 +1,8 @@
 """Tier 3: the device pipeline's variants train the same model: the batches, and so every loss and
 accuracy, do not depend on the transport (`--exchange`) or on producing batches in a thread (`--prefetch`)."""
-import json
-import sys
-
 import pytest
 
-from _mpirun import run_mpi_raw
+from _mpirun import records, train_runs
 
 pytestmark = pytest.mark.mpi
 
@@ -14,29 +11,32 @@ SMALL = ["--dataset", "synthetic:num_nodes=5000,avg_degree=8,num_features=16", "
 SAME = ("loss", "train_acc", "val_acc", "test_acc", "remote_feature_bytes", "remote_structure_bytes")
 
 
-def _records(tmp_path, name, *extra):
-    metrics = tmp_path / f"{name}.jsonl"
-    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), *SMALL,
-                              "--metrics-out", str(metrics), *extra], timeout=240)
-    assert rc == 0, out[-4000:]
-    return [json.loads(line) for line in metrics.read_text().splitlines()]
+VARIANTS = {"mpi": [], "prefetch": ["--prefetch", "on"], "both": ["--exchange", "torch", "--prefetch", "on"],
+            "stages": ["--prefetch", "off"]}
 
 
-def test_exchange_and_prefetch_variants_train_identically(tmp_path):
-    base = _records(tmp_path, "mpi")
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("pipeline")
+    results = train_runs(2, base, ["--root", base, *SMALL], VARIANTS)
+    return lambda name: records(base, results, name)[0]
+
+
+def test_exchange_and_prefetch_variants_train_identically(runs):
+    base = runs("mpi")
     assert base[-1]["remote_feature_bytes"] > 0, "no cache: rows must cross ranks"
     # without prefetch the step loop waits for every batch's sampling and exchange (max over ranks each)
     assert all(r["wait_s"] >= max(r["sample_s"], r["exchange_s"]) for r in base)
-    for name, extra in {"prefetch": ["--prefetch", "on"], "both": ["--exchange", "torch", "--prefetch", "on"]}.items():
-        got = _records(tmp_path, name, *extra)
+    for name in ("prefetch", "both"):
+        got = runs(name)
         for want, rec in zip(base, got):
             assert {k: rec[k] for k in SAME} == {k: want[k] for k in SAME}, name
 
 
-def test_stage_times_cover_the_epoch(tmp_path):
+def test_stage_times_cover_the_epoch(runs):
     """Without prefetch the step loop is waiting for batches, computing or all-reducing: the epoch line's
     stage times cover the training time, so they say where the time went."""
-    recs = _records(tmp_path, "stages", "--prefetch", "off")
+    recs = runs("stages")
     for rec in recs[1:]:
         parts = rec["wait_s"] + rec["compute_s"] + rec["allreduce_s"]
         # Nothing unaccounted: at least 90% (and 20 ms for the loop's bookkeeping) of the epoch is in the stages.

@@ -83,18 +83,23 @@ def test_a_run_sampled_on_the_device_writes_the_same_losses(tmp_path, sampler):
     assert losses["device"] == losses["host"] and len(losses["host"]) == 2
 
 
+@pytest.fixture(scope="module")
+def two_rank_runs(tmp_path_factory):
+    from _mpirun import train_runs
+
+    base = tmp_path_factory.mktemp("sample_on")
+    runs = {f"{mode}-{where}": ["--minibatch", mode, "--sample-on", where]
+            for mode in ("independent", "cooperative") for where in ("host", "device")}
+    return base, train_runs(2, base, ["--root", base / "data", "--dataset",
+                                      "synthetic:num_nodes=3000,avg_degree=10,num_features=8,num_classes=4",
+                                      "--epochs", "2", "--fanout", "5,5", "--hidden", "16", "--batch-size", "128"],
+                            runs)
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("mode", ["independent", "cooperative"])
-def test_two_ranks_sampled_on_the_device_write_the_same_losses(tmp_path, mode):
-    from _mpirun import run_mpi_raw
+def test_two_ranks_sampled_on_the_device_write_the_same_losses(two_rank_runs, mode):
+    from _mpirun import records
 
-    losses = {}
-    for where in ("host", "device"):
-        out = tmp_path / f"{where}.jsonl"
-        rc, text = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path / "data"),
-                                   "--dataset", "synthetic:num_nodes=3000,avg_degree=10,num_features=8,num_classes=4",
-                                   "--epochs", "2", "--fanout", "5,5", "--hidden", "16", "--batch-size", "128",
-                                   "--minibatch", mode, "--sample-on", where, "--metrics-out", str(out)], timeout=240)
-        assert rc == 0, text[-3000:]
-        losses[where] = _losses(out)
+    losses = {where: [r["loss"] for r in records(*two_rank_runs, f"{mode}-{where}")[0]] for where in ("host", "device")}
     assert losses["device"] == losses["host"] and len(losses["host"]) == 2
