@@ -3,6 +3,7 @@ SIGUSR2), refusal of another model shape, continuation on another world size."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import time
 import pytest
 import torch
 
-from _mpirun import mpi_cmd, run_mpi_raw
+from _mpirun import mpi_cmd, run_cli_many, run_mpi_raw
 from mpignn.training.checkpoint import latest_checkpoint
 
 pytestmark = pytest.mark.mpi
@@ -47,48 +48,78 @@ def _assert_same_weights(a, b):
         assert torch.equal(a[key], b[key]), f"{key} differs"
 
 
-def test_resume_replays_the_uninterrupted_run_bit_for_bit(tmp_path):
-    _train(2, tmp_path, "--epochs", "3", "--checkpoint-dir", str(tmp_path / "full"),
-           "--metrics-out", str(tmp_path / "full.jsonl"))
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The runs the two tests below read, in order, one job per world size: {name: (exit codes, output)}, and
+    their folder. The 3-rank run continues a copy of the 2-rank checkpoint, so that one stays as it was."""
+    base = tmp_path_factory.mktemp("resume")
+
+    def train(*extra):
+        return ["mpignn.train", "--root", base, *ARGS, *extra]
+
+    ck, auto = base / "ck", base / "auto"
+    results = run_cli_many(2, {
+        "full": train("--epochs", "3", "--checkpoint-dir", base / "full", "--metrics-out", base / "full.jsonl"),
+        # stopped after one epoch, evaluating three times in it
+        "stopped": train("--epochs", "1", "--evals-per-epoch", "3", "--checkpoint-dir", ck,
+                         "--metrics-out", base / "ck.jsonl"),
+        "resumed": train("--epochs", "3", "--checkpoint-dir", ck, "--resume", "--metrics-out", base / "ck.jsonl"),
+        "other-shape": train("--epochs", "5", "--checkpoint-dir", ck, "--resume", "--hidden", "32"),
+        "auto-first": train("--epochs", "1", "--checkpoint-dir", auto, "--minibatch", "cooperative"),
+        "auto-resumed": train("--epochs", "2", "--checkpoint-dir", auto, "--resume", "--minibatch", "auto"),
+    }, base / "out2", timeout=600)
+    shutil.copytree(ck, base / "ck3")
+    results.update(run_cli_many(3, {"three": train("--epochs", "4", "--checkpoint-dir", base / "ck3", "--resume")},
+                                base / "out3"))
+    results.update(run_cli_many(1, {"auto-one": train("--epochs", "3", "--checkpoint-dir", auto, "--resume",
+                                                      "--minibatch", "auto")}, base / "out1"))
+    return base, results
+
+
+def _out(runs, name, rc=0):
+    codes, out = runs[1][name]
+    assert set(codes) == {rc}, out[-3000:]
+    return out
+
+
+def test_resume_replays_the_uninterrupted_run_bit_for_bit(runs):
+    base = runs[0]
+    _out(runs, "full")
     # stopped after one epoch, evaluating three times in it (records at 1/3, 2/3 and the end of the epoch:
     # evaluating inside the epoch changes nothing the resumed run replays)
-    out = _train(2, tmp_path, "--epochs", "1", "--evals-per-epoch", "3", "--checkpoint-dir", str(tmp_path / "ck"),
-                 "--metrics-out", str(tmp_path / "ck.jsonl"))
-    k3 = [json.loads(line) for line in (tmp_path / "ck.jsonl").read_text().splitlines()]
+    out = _out(runs, "stopped")
+    k3 = [json.loads(line) for line in (base / "ck.jsonl").read_text().splitlines()][:3]
     assert [round(r["epochs_done"] * 3) for r in k3] == [1, 2, 3] and all(r["val_acc"] is not None for r in k3)
     assert "step" in k3[0] and "step" not in k3[2] and re.search(r"epoch   0 step \d+ \|", out)
-    out = _train(2, tmp_path, "--epochs", "3", "--checkpoint-dir", str(tmp_path / "ck"), "--resume",
-                 "--metrics-out", str(tmp_path / "ck.jsonl"))
+    out = _out(runs, "resumed")
     assert "resumed from" in out and "at epoch 1 step 0 (RNG states restored)" in out and "epoch   0 |" not in out
-    _assert_same_weights(_weights(tmp_path / "full"), _weights(tmp_path / "ck"))
+    _assert_same_weights(_weights(base / "full"), _weights(base / "ck"))
     # epoch 0's record of the stopped run covers only its last third (it evaluated inside the epoch)
-    assert _learned(tmp_path / "full.jsonl")[1:] == _learned(tmp_path / "ck.jsonl", epoch_ends=True)[1:]
+    assert _learned(base / "full.jsonl")[1:] == _learned(base / "ck.jsonl", epoch_ends=True)[1:]
 
-    state = torch.load(latest_checkpoint(tmp_path / "ck") / "checkpoint.pt", weights_only=True)  # tensors only
+    state = torch.load(latest_checkpoint(base / "ck") / "checkpoint.pt", weights_only=True)  # tensors only
     assert state["rng"]["cpu"].shape[0] == 2 and state["extra"]["config"]["hidden"] == 16
 
     # another world size continues from the same checkpoint (the data order differs, so results do too)
-    out = _train(3, tmp_path, "--epochs", "4", "--checkpoint-dir", str(tmp_path / "ck"), "--resume")
+    out = _out(runs, "three")
     assert "at epoch 3 step 0 (another world size" in out and "epoch   3 |" in out and "final test accuracy" in out
 
     # another model shape is refused on every rank with the fix
-    out = _train(2, tmp_path, "--epochs", "5", "--checkpoint-dir", str(tmp_path / "ck"), "--resume",
-                 "--hidden", "32", rc=1)
+    out = _out(runs, "other-shape", rc=1)
     for rank in (0, 1):
         assert f"[rank {rank}] rank 0: --resume expects the model flags of the checkpoint; got --hidden 32 " \
                "(checkpoint: 16). HINT:" in out, out[-2000:]
 
 
-def test_auto_resumes_the_mode_its_checkpoint_trained(tmp_path):
+def test_auto_resumes_the_mode_its_checkpoint_trained(runs):
     """`--minibatch auto` with a resume continues the checkpoint's mode instead of timing the modes again (a
     resumed run replays the uninterrupted one); where that mode cannot train the run (cooperative on one rank),
     it times them."""
-    folder = str(tmp_path / "ck")
-    _train(2, tmp_path, "--epochs", "1", "--checkpoint-dir", folder, "--minibatch", "cooperative")
-    out = _train(2, tmp_path, "--epochs", "2", "--checkpoint-dir", folder, "--resume", "--minibatch", "auto")
+    _out(runs, "auto-first")
+    out = _out(runs, "auto-resumed")
     assert "--minibatch auto: cooperative (the checkpoint's: the resumed run trains as it did)" in out, out[-2000:]
     assert "passes of" not in out and "epoch   1 |" in out
-    out = _train(1, tmp_path, "--epochs", "3", "--checkpoint-dir", folder, "--resume", "--minibatch", "auto")
+    out = _out(runs, "auto-one")
     assert "(the checkpoint's" not in out and "--minibatch auto:" in out and "epoch   2 |" in out
 
 
