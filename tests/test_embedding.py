@@ -63,23 +63,22 @@ def test_train_with_learnable_rows_checkpoints_and_resumes_them(tmp_path):
     import json
     import sys
 
-    from _mpirun import run_mpi_raw
+    from _mpirun import run_cli_many, run_mpi_raw
     from mpignn.training.checkpoint import latest_checkpoint
 
-    args = [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--dataset",
-            "synthetic:num_nodes=2000,avg_degree=6,num_features=4", "--hidden", "16", "--batch-size", "128",
-            "--fanout", "4,4", "--embed-dim", "8"]
+    args = ["--root", str(tmp_path), "--dataset", "synthetic:num_nodes=2000,avg_degree=6,num_features=4",
+            "--hidden", "16", "--batch-size", "128", "--fanout", "4,4", "--embed-dim", "8"]
 
-    def train(n, folder, *extra, rc=0):
-        code, out = run_mpi_raw(n, [*args, "--checkpoint-dir", str(tmp_path / folder), *extra], timeout=150)
-        assert code == rc, out[-3000:]
-        return out
+    def train(folder, *extra):
+        return ["mpignn.train", *args, "--checkpoint-dir", tmp_path / folder, *extra]
 
-    train(2, "full", "--epochs", "2", "--metrics-out", str(tmp_path / "m.jsonl"))
+    runs = run_cli_many(2, {"full": train("full", "--epochs", "2", "--metrics-out", tmp_path / "m.jsonl"),
+                            "stopped": train("ck", "--epochs", "1"), "resumed": train("ck", "--epochs", "2", "--resume")},
+                        tmp_path / "out")
+    for codes, out in runs.values():
+        assert codes == [0, 0], out[-3000:]
     recs = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert len(recs) == 2 and all(r["embedding_bytes"] > 0 for r in recs)
-    train(2, "ck", "--epochs", "1")
-    train(2, "ck", "--epochs", "2", "--resume")
     for rank in (0, 1):
         a, b = (np.load(latest_checkpoint(tmp_path / d) / f"embedding-rank{rank}.npz") for d in ("full", "ck"))
         assert np.array_equal(a["weight"], b["weight"]) and np.array_equal(a["sum"], b["sum"])
@@ -88,7 +87,8 @@ def test_train_with_learnable_rows_checkpoints_and_resumes_them(tmp_path):
     full, ck = (torch.load(latest_checkpoint(tmp_path / d) / "checkpoint.pt", weights_only=True)["model"]
                 for d in ("full", "ck"))
     assert all(torch.equal(full[k], ck[k]) for k in full)
-    out = train(3, "ck", "--epochs", "3", "--resume", rc=1)
+    code, out = run_mpi_raw(3, [sys.executable, "-m", *train("ck", "--epochs", "3", "--resume")], timeout=150)
+    assert code == 1, out[-3000:]
     assert "HINT" in out and out.count("embedding-rank") + out.count("learnable rows") >= 1, out[-2000:]
 
 
