@@ -1,12 +1,11 @@
 """Batch semantics across rank counts, learning-rate scaling, and the time-to-accuracy table."""
 import argparse
 import re
-import sys
 
 import pytest
 import torch
 
-from _mpirun import run_mpi_raw
+from _mpirun import run_cli_many
 from mpignn.runtime import rank_batch_size
 from mpignn.training.schedule import WarmupScaledLR, attach_lr_schedule, lr_factor
 
@@ -51,14 +50,15 @@ def test_no_schedule_where_the_global_batch_does_not_grow():
 @pytest.mark.mpi
 def test_steps_per_epoch_on_two_ranks(tmp_path):
     """A global batch keeps the optimizer steps of one rank; a per-rank batch halves them on two."""
-    args = [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--minibatch", "independent", "--dataset",
+    args = ["mpignn.train", "--root", tmp_path, "--minibatch", "independent", "--dataset",
             "synthetic:num_nodes=4000,avg_degree=6,num_features=8", "--batch-size", "128", "--fanout", "4,4",
             "--hidden", "16", "--epochs", "1"]
     steps = {}
-    for n, scope in [(1, "global"), (2, "global"), (2, "rank")]:
-        rc, out = run_mpi_raw(n, [*args, "--batch-scope", scope], timeout=120)
-        assert rc == 0, out[-3000:]
-        steps[n, scope] = int(re.search(r"(\d+) train steps per epoch", out).group(1))
+    for n, scopes in ((1, ["global"]), (2, ["global", "rank"])):
+        runs = run_cli_many(n, {scope: [*args, "--batch-scope", scope] for scope in scopes}, tmp_path / f"out{n}")
+        for scope, (codes, out) in runs.items():
+            assert set(codes) == {0}, out[-3000:]
+            steps[n, scope] = int(re.search(r"(\d+) train steps per epoch", out).group(1))
     assert steps == {(1, "global"): 10, (2, "global"): 10, (2, "rank"): 5}, steps  # 1200 training nodes / 128
 
 

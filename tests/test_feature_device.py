@@ -3,7 +3,6 @@ refusal, and on the CPU (where "device" is a torch tensor table gathered by inde
 host table, on one rank and across two parts (whose rows then cross by the torch exchange, or by MPI through
 host buffers)."""
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -84,16 +83,16 @@ def test_a_table_on_the_device_trains_as_one_on_the_host_also_with_batches_built
 
 @pytest.mark.mpi
 def test_two_parts_with_tables_on_the_device_train_as_on_the_host(tmp_path):
-    from _mpirun import run_mpi_raw
+    from _mpirun import records, train_runs
 
+    variants = (("host", "auto"), ("device", "auto"), ("device", "mpi"))  # torch exchange; staged
+    runs = train_runs(2, tmp_path, [*ARGS, "--minibatch", "independent", "--root", tmp_path / "data"],
+                      {f"{where}-{exchange}": ["--feature-device", where, "--exchange", exchange]
+                       for where, exchange in variants})
     losses = {}
-    for where, exchange in (("host", "auto"), ("device", "auto"), ("device", "mpi")):  # torch exchange; staged
-        out = tmp_path / f"{where}-{exchange}.jsonl"
-        rc, text = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", *ARGS, "--minibatch", "independent",
-                                   "--root", str(tmp_path / "data"), "--feature-device", where, "--exchange",
-                                   exchange, "--metrics-out", str(out)], timeout=240)
-        assert rc == 0, text[-3000:]
+    for where, exchange in variants:
+        recs, text = records(tmp_path, runs, f"{where}-{exchange}")
         assert f"on the {'device (cpu)' if where == 'device' else 'host'} (--feature-device {where})" in text
-        losses[where, exchange] = _losses(out)
+        losses[where, exchange] = [r["loss"] for r in recs]
     assert losses["device", "auto"] == losses["host", "auto"] == losses["device", "mpi"]
     assert len(losses["host", "auto"]) == 2

@@ -5,7 +5,6 @@ run's losses on 1 and 2 ranks, every mini-batch mode."""
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pytest
