@@ -1,8 +1,6 @@
 """Checkpoint contents: per-rank RNG states restore exactly, flag checks on resume (a resume with other model
 flags fails with one line naming them, not inside torch's load_state_dict), weights_only-safe files."""
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -83,29 +81,32 @@ SMALL_LINK = ["--dataset", "synthetic:num_nodes=500,avg_degree=4,num_features=8"
               "--fanout", "3,3", "--batch-size", "256"]
 
 
-def _train(folder, *extra):
-    cmd = [sys.executable, "-m", "mpignn.train", "--root", str(folder / "data"), "--checkpoint-dir",
-           str(folder / "ck"), *SMALL_LINK, *extra]
-    res = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=300)
-    return res.returncode, res.stdout + res.stderr
-
-
-@pytest.fixture(scope="module")
-def link_run(tmp_path_factory):
-    """A folder whose ck/ holds the checkpoint of one epoch of SMALL_LINK."""
-    folder = tmp_path_factory.mktemp("link-run")
-    code, out = _train(folder, "--epochs", "1")
-    assert code == 0, out[-3000:]
-    return folder
-
-
-@pytest.mark.parametrize("flags, named", [
+REFUSED = [
     (["--decoder", "mlp"], "--decoder mlp (checkpoint: dot)"),
     (["--task", "node"], "--task node (checkpoint: link)"),
     (["--fanout", "3,3,3"], "--fanout 3,3,3 (checkpoint: 3,3)"),  # one layer more
-])
-def test_resume_with_other_model_flags_fails_with_one_line_naming_them(link_run, flags, named):
-    code, out = _train(link_run, "--epochs", "2", "--resume", *flags)
+]
+
+
+@pytest.fixture(scope="module")
+def refused_resumes(tmp_path_factory):
+    """One epoch of SMALL_LINK into ck/, then a resume with each of REFUSED's flags: {named: (codes, output)},
+    the runs in one process (`run_cli_many` on one rank)."""
+    from _mpirun import run_cli_many
+
+    folder = tmp_path_factory.mktemp("link-run")
+    train = ["mpignn.train", "--root", folder / "data", "--checkpoint-dir", folder / "ck", *SMALL_LINK]
+    cases = {"first": [*train, "--epochs", "1"],
+             **{named: [*train, "--epochs", "2", "--resume", *flags] for flags, named in REFUSED}}
+    runs = run_cli_many(1, cases, folder / "out")
+    assert runs["first"][0] == [0], runs["first"][1][-3000:]
+    return runs
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("named", [named for _, named in REFUSED])
+def test_resume_with_other_model_flags_fails_with_one_line_naming_them(refused_resumes, named):
+    (code,), out = refused_resumes[named]
     errors = [line for line in out.splitlines() if "--resume expects" in line]
     assert code == 1 and "Traceback" not in out, out[-3000:]
     assert len(errors) == 1 and named in errors[0] and "HINT: resume with the checkpoint's flags" in errors[0], \

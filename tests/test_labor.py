@@ -229,18 +229,29 @@ def test_labor_trains_on_fewer_input_rows_than_neighbour_sampling(tmp_path):
     assert labor["test_acc"] > 0.25 + 0.1 and abs(labor["test_acc"] - plain["test_acc"]) < 0.05  # 4 classes
 
 
+TWO_RANK = {"coop": ["--minibatch", "cooperative"],
+            "coop-dependent": ["--minibatch", "cooperative", "--layer-dependency", "--batch-dependency", "4"],
+            "dependent": ["--batch-dependency", "8", "--minibatch", "independent", "--cache-size", "0"]}
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """The 2-rank labor runs of TWO_RANK, in one job."""
+    from _mpirun import train_runs
+
+    base = tmp_path_factory.mktemp("labor")
+    return base, train_runs(2, base, ["--root", base / "data", "--dataset",
+                                      "synthetic:num_nodes=3000,avg_degree=10,num_features=8,num_classes=4",
+                                      "--epochs", "2", "--fanout", "5,5", "--hidden", "16", "--batch-size", "128",
+                                      "--sampler", "labor"], TWO_RANK)
+
+
 @pytest.mark.mpi
-@pytest.mark.parametrize("extra", [[], ["--layer-dependency", "--batch-dependency", "4"]])
-def test_two_ranks_train_labor_cooperatively(tmp_path, extra):
-    import sys
+@pytest.mark.parametrize("name", ["coop", "coop-dependent"])
+def test_two_ranks_train_labor_cooperatively(two_ranks, name):
+    from _mpirun import records
 
-    from _mpirun import run_mpi_raw
-
-    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path / "data"), "--dataset",
-                              "synthetic:num_nodes=3000,avg_degree=10,num_features=8,num_classes=4", "--epochs", "2",
-                              "--fanout", "5,5", "--hidden", "16", "--batch-size", "128", "--sampler", "labor",
-                              "--minibatch", "cooperative", *extra], timeout=240)
-    assert rc == 0, out[-3000:]
+    _, out = records(*two_ranks, name)
     assert "final test accuracy" in out and re.search(r"input [\d,]+ rows/step", out), out[-2000:]
 
 
@@ -347,19 +358,10 @@ def test_layer_dependency_gives_a_node_one_variate_for_every_hop_and_fewer_rows(
 
 
 @pytest.mark.mpi
-def test_two_ranks_train_dependent_labor_batches_and_reuse_rows(tmp_path):
-    import json
-    import sys
+def test_two_ranks_train_dependent_labor_batches_and_reuse_rows(two_ranks):
+    from _mpirun import records
 
-    from _mpirun import run_mpi_raw
-
-    out_file = tmp_path / "m.jsonl"
-    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path / "data"), "--dataset",
-                              "synthetic:num_nodes=3000,avg_degree=10,num_features=8,num_classes=4", "--epochs", "2",
-                              "--fanout", "5,5", "--hidden", "16", "--batch-size", "128", "--sampler", "labor",
-                              "--batch-dependency", "8", "--minibatch", "independent", "--cache-size", "0",
-                              "--metrics-out", str(out_file)], timeout=240)
-    assert rc == 0, out[-3000:]
-    rec = json.loads(out_file.read_text().splitlines()[-1])
+    recs, out = records(*two_ranks, "dependent")
+    rec = recs[-1]
     assert rec["recent_hit_rate"] > 0.2 and rec["test_acc"] > 0.35, rec
     assert re.search(r"recent 0\.\d\d", out), out[-2000:]
