@@ -1,5 +1,6 @@
 """One DDP training step's gradients equal one process's on the same global batch (features and labels read
-from the whole graph). Args: MODE (replicated|partitioned) EXCHANGE (mpi|torch) NUM_TRAIN ROOT."""
+from the whole graph). Args: ROOT CASE...; each CASE is MODE:EXCHANGE:NUM_TRAIN (MODE replicated|partitioned,
+EXCHANGE mpi|torch), run in order in this one job; each passed case prints `MPIGNN-OK rank=R case=CASE`."""
 import sys
 from pathlib import Path
 
@@ -11,8 +12,8 @@ from mpignn.training.ddp import wrap_ddp
 from mpignn.training.epoch import train_epoch
 from mpignn.models import build_model
 from mpignn.tasks.node import NodeTask
-from mpignn.mpi import root_first, run_main
-from mpignn.runtime import bootstrap, load_local_graph, make_loader
+from mpignn.mpi import root_first, run_main, world
+from mpignn.runtime import bootstrap, load_local_graph, make_loader, shutdown
 
 
 def write_graph(path: Path, num_train: int, n: int = 80) -> None:
@@ -24,7 +25,7 @@ def write_graph(path: Path, num_train: int, n: int = 80) -> None:
              test_idx=np.arange(70, 80), num_classes=np.int64(3))
 
 
-def main(mode: str, exchange: str, num_train: int, root: str) -> None:
+def check(mode: str, exchange: str, num_train: int, root: str) -> None:
     rt = bootstrap(threads=1)
     path = Path(root) / f"grad{num_train}.npz"
     with root_first(rt.comm) as first:
@@ -59,8 +60,15 @@ def main(mode: str, exchange: str, num_train: int, root: str) -> None:
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
         err = (p.grad - q.grad).abs().max().item()
         assert torch.allclose(p.grad, q.grad, rtol=1e-5, atol=1e-6), f"rank {rt.rank} {name}: max error {err}"
-    print(f"MPIGNN-OK rank={rt.rank}", flush=True)
+
+
+def main(root: str, *cases: str) -> None:
+    for case in cases:
+        mode, exchange, num_train = case.split(":")
+        check(mode, exchange, int(num_train), root)
+        shutdown()
+        print(f"MPIGNN-OK rank={world().rank} case={case}", flush=True)
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main, sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]))
+    sys.exit(run_main(main, *sys.argv[1:]))
