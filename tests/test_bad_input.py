@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from _mpirun import run_mpi_raw
+from _mpirun import run_cli_many, run_mpi_raw
 
 pytestmark = pytest.mark.mpi
 
@@ -41,17 +41,27 @@ def _bad_npz(path, **override):
 
 @pytest.mark.parametrize("args,needle", [
     (["--dataset", "ogbn-nope"], "unknown dataset"),
-    (["--dataset", "Cora"], "Cora is not under"),
     (["--fanout", "10,0"], "--fanout must list"),
     (["--batch-size", "0"], "--batch-size must be a positive int"),
-    (["--device", "cuda"], "no CUDA device"),
-    (["--backend", "nccl"], "nccl is not available"),
-    (["--dataset", "synthetic:num_nodes=2,avg_degree=1"], "--num-parts must be between 1 and the node count"),
 ])
-def test_bad_flags_and_datasets(tmp_path, args, needle):
-    n = 3 if "num-parts" in needle else 2  # a 2-node graph cut into 3 parts
-    rc, out = _train(n, tmp_path, *args)
-    _assert_clean_failure(rc, out, needle, n)
+def test_bad_flags_fail_before_torch_is_imported(tmp_path, args, needle):
+    rc, out = _train(2, tmp_path, *args)
+    _assert_clean_failure(rc, out, needle, 2)
+
+
+LATER = {  # refused after torch is imported: run as cases of one job per world size (`refused` below)
+    "cora": (2, ["--dataset", "Cora"], "Cora is not under"),
+    "cuda": (2, ["--device", "cuda"], "no CUDA device"),
+    "nccl": (2, ["--backend", "nccl"], "nccl is not available"),
+    "parts": (3, ["--dataset", "synthetic:num_nodes=2,avg_degree=1"],  # a 2-node graph cut into 3 parts
+              "--num-parts must be between 1 and the node count"),
+}
+
+
+@pytest.mark.parametrize("name", list(LATER))
+def test_bad_flags_and_datasets(refused, name):
+    n, _, needle = LATER[name]
+    _assert_refused(refused[name], needle, n)
 
 
 MALFORMED = [
@@ -77,26 +87,46 @@ def test_malformed_npz_message(tmp_path, override, needle):
     assert needle in str(err.value) and "HINT" in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("override,needle", [MALFORMED[0], MALFORMED[5]])  # a header check, a data check
-def test_malformed_npz_fails_on_every_rank(tmp_path, override, needle):
-    name = _bad_npz(tmp_path / "g.npz", **override)
-    rc, out = _train(2, tmp_path, "--dataset", name)
-    _assert_clean_failure(rc, out, needle, 2)
+@pytest.mark.parametrize("case", [0, 5])  # a header check, a data check
+def test_malformed_npz_fails_on_every_rank(refused, case):
+    _assert_refused(refused[f"malformed-{case}"], MALFORMED[case][1], 2)
 
 
-def test_partition_folder_mismatches(tmp_path):
+def test_partition_folder_mismatches(refused):
+    _assert_refused(refused["parts-vs-ranks"], "has 3 parts but the job has 2 ranks", 2)
+    _assert_refused(refused["parts-vs-dataset"], "was made for dataset", 3)
+    # one part truncated, another missing: every rank fails with the first rank's problem
+    codes, out = refused["parts-broken"]
+    _assert_refused((codes, out), "part-001/", 3)
+    assert "missing" in out
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory):
+    """{name: (each rank's exit code, output)} of runs each refused on every rank alike, one job per world size
+    (`run_cli_many`: each run through `run_main`, as `python -m mpignn.train`)."""
     from mpignn.data import load_dataset
     from mpignn.partition import partition_graph
 
-    partition_graph(load_dataset(SMALL), 3, tmp_path / "p3", method="random", dataset=SMALL)
-    rc, out = _train(2, tmp_path, "--dataset", SMALL, "--partitions", str(tmp_path / "p3"))
-    _assert_clean_failure(rc, out, "has 3 parts but the job has 2 ranks", 2)
-    rc, out = _train(3, tmp_path, "--dataset", "synthetic", "--partitions", str(tmp_path / "p3"))
-    _assert_clean_failure(rc, out, "was made for dataset", 3)
-    # one part truncated, another missing: every rank fails with the first rank's problem
-    col = tmp_path / "p3" / "part-002" / "col.npy"
+    base = tmp_path_factory.mktemp("refused")
+    partition_graph(load_dataset(SMALL), 3, base / "p3", method="random", dataset=SMALL)
+    shutil.copytree(base / "p3", base / "p3-broken")
+    col = base / "p3-broken" / "part-002" / "col.npy"
     col.write_bytes(col.read_bytes()[:-16])
-    shutil.rmtree(tmp_path / "p3" / "part-001")
-    rc, out = _train(3, tmp_path, "--dataset", SMALL, "--partitions", str(tmp_path / "p3"))
-    _assert_clean_failure(rc, out, "part-001/", 3)
-    assert "missing" in out
+    shutil.rmtree(base / "p3-broken" / "part-001")
+    cases = {name: (n, args) for name, (n, args, _) in LATER.items()}
+    for i in (0, 5):
+        cases[f"malformed-{i}"] = (2, ["--dataset", _bad_npz(base / f"bad{i}.npz", **MALFORMED[i][0])])
+    cases["parts-vs-ranks"] = (2, ["--dataset", SMALL, "--partitions", base / "p3"])
+    cases["parts-vs-dataset"] = (3, ["--dataset", "synthetic", "--partitions", base / "p3"])
+    cases["parts-broken"] = (3, ["--dataset", SMALL, "--partitions", base / "p3-broken"])
+    results = {}
+    for n in (2, 3):
+        results.update(run_cli_many(n, {name: ["mpignn.train", "--root", base, "--epochs", "1", *args]
+                                        for name, (k, args) in cases.items() if k == n}, base / f"out{n}"))
+    return results
+
+
+def _assert_refused(result, needle, n):
+    codes, out = result
+    _assert_clean_failure(1 if set(codes) == {1} else 0, out, needle, n)
