@@ -95,9 +95,9 @@ def test_step_sized_blocks_leave_no_holes_that_grow_the_heap():
 @pytest.mark.slow
 def test_default_two_rank_run_peak_stays_flat(tmp_path):
     # The default graph and flags: before the fix each rank's peak rose 30-150 MiB an epoch here.
-    recs = run_train(2, ["--root", str(tmp_path), "--epochs", "6"], timeout=600)
+    recs = run_train(2, ["--root", str(tmp_path), "--epochs", "5"], timeout=600)
     peaks = [r["peak_rss_mb"] for r in recs]
-    assert len(peaks) == 6
+    assert len(peaks) == 5
     assert max(peaks[3:]) <= 1.05 * peaks[2], peaks
 
 
