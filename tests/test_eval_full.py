@@ -3,12 +3,11 @@ sampled ones, equal to what `python -m mpignn.predict` computes from the same we
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pytest
 
-from _mpirun import run_mpi_raw
+from _mpirun import run_cli_many
 from mpignn.data import load_dataset
 from mpignn.errors import ConfigError
 
@@ -49,21 +48,30 @@ def test_one_rank_full_scores_equal_the_predictions_of_the_same_weights(tmp_path
     assert "sampled neighbourhoods; exact inference" in final and f"test {last['test_acc_full']:.4f}" in final
 
 
-def _two_ranks(tmp_path, args):
-    """The last record of `python -m mpignn.train ARGS` on 2 ranks."""
-    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", *args], timeout=180)
-    assert rc == 0, out[-3000:]
-    last = _last(tmp_path)
-    assert last["world_size"] == 2
-    return last
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """The node and the link run on 2 ranks, in one job; returns a function of the name giving (its folder,
+    the data root, its last record)."""
+    base = tmp_path_factory.mktemp("eval_full")
+    root = base / "data"
+    args = {"node": _train_args(base / "node", root), "link": _link_args(base / "link", root)}
+    runs = run_cli_many(2, {name: ["mpignn.train", *a] for name, a in args.items()}, base / "out", timeout=300)
+
+    def run(name):
+        codes, out = runs[name]
+        assert codes == [0, 0], out[-3000:]
+        last = _last(base / name)
+        assert last["world_size"] == 2
+        return base / name, root, last
+
+    return run
 
 
 @pytest.mark.mpi
-def test_two_ranks_full_scores_equal_one_rank_predictions_of_their_weights(tmp_path):
-    root = tmp_path / "data"
-    last = _two_ranks(tmp_path, _train_args(tmp_path, root))
+def test_two_ranks_full_scores_equal_one_rank_predictions_of_their_weights(two_ranks):
+    folder, root, last = two_ranks("node")
     assert (last["val_acc_full"], last["test_acc_full"]) == pytest.approx(
-        _accuracy_from_predictions(tmp_path, tmp_path / "ck", root), abs=1e-12)
+        _accuracy_from_predictions(folder, folder / "ck", root), abs=1e-12)
 
 
 def _link_scores_from_predictions(tmp_path, checkpoint_dir, root) -> dict[str, float]:
@@ -112,10 +120,9 @@ def test_link_full_scores_equal_the_dot_products_of_the_predicted_embeddings(tmp
 
 
 @pytest.mark.mpi
-def test_two_ranks_link_full_scores_equal_one_rank_predictions_of_their_weights(tmp_path):
-    root = tmp_path / "data"
-    last = _two_ranks(tmp_path, _link_args(tmp_path, root))
-    want = _link_scores_from_predictions(tmp_path, tmp_path / "ck", root)
+def test_two_ranks_link_full_scores_equal_one_rank_predictions_of_their_weights(two_ranks):
+    folder, root, last = two_ranks("link")
+    want = _link_scores_from_predictions(folder, folder / "ck", root)
     assert {k: last[k] for k in want} == pytest.approx(want, abs=1e-6)
 
 
