@@ -4,12 +4,11 @@ where no flag or --config key sets them; --patience stops a run that plateaus an
 within a step budget, evaluating as often as its epochs' length asks (`training.converge`), and says why it
 stopped."""
 import json
-import sys
 
 import pytest
 import torch
 
-from _mpirun import run_mpi_raw
+from _mpirun import records, train_runs
 from mpignn.training.checkpoint import MANIFEST, checkpoint_config, generations
 from mpignn.config.train_config import LINK_DEFAULTS, TrainConfig, parse
 
@@ -57,31 +56,32 @@ def test_without_epochs_the_schedule_follows_the_epochs_length(steps, epochs, ev
     assert (asked.epochs, asked.patience, asked.min_delta, asked.budget) == (7, 4, 0.0, 0)  # as asked, as before
 
 
+@pytest.fixture(scope="module")
+def plateaus(tmp_path_factory):
+    """The two 1-rank runs below, in one job. lr 1e-30 leaves every weight as it is and whole neighbourhoods
+    (-1) make evaluation deterministic, so validation never beats epoch 0."""
+    base = tmp_path_factory.mktemp("plateau")
+    common = ["--root", base, "--dataset", TINY, "--lr", "1e-30", "--fanout=-1,-1", "--hidden", "16"]
+    runs = train_runs(1, base, common, {
+        "converge": ["--batch-size", "8", "--minibatch", "independent"],
+        "patience": ["--epochs", "20", "--patience", "2", "--batch-size", "128", "--checkpoint-dir", base / "ck"]})
+    return lambda name: (*records(base, runs, name), base)
+
+
 @pytest.mark.mpi
-def test_without_epochs_a_run_stops_on_its_own_and_says_why(tmp_path):
-    # lr 1e-30: validation never moves, so the converge rule's patience (3 evaluations) ends the run
-    metrics = tmp_path / "m.jsonl"
-    rc, out = run_mpi_raw(1, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--dataset", TINY,
-                              "--lr", "1e-30", "--fanout=-1,-1", "--hidden", "16", "--batch-size", "8",
-                              "--minibatch", "independent", "--metrics-out", str(metrics)], timeout=180)
-    assert rc == 0, out[-4000:]
-    recs = [json.loads(line) for line in metrics.read_text().splitlines()]
+def test_without_epochs_a_run_stops_on_its_own_and_says_why(plateaus):
+    # validation never moves, so the converge rule's patience (3 evaluations) ends the run
+    recs, out, _ = plateaus("converge")
     assert [r["epoch"] for r in recs] == [0, 1, 2, 3], out[-3000:]
     assert "training until validation (evaluated 1x per epoch) stops improving by 0.002 for 3 evaluations" in out
     assert "has not improved by 0.002 for 3 evaluations (best" in out and "stopping after epoch 3" in out
 
 
 @pytest.mark.mpi
-def test_patience_stops_a_plateau_and_keeps_the_best_epoch(tmp_path):
-    # lr 1e-30 leaves every weight as it is and whole neighbourhoods (-1) make evaluation deterministic, so
-    # validation never beats epoch 0: with --patience 2 the run stops after epoch 2, not 20.
-    metrics, ck = tmp_path / "m.jsonl", tmp_path / "ck"
-    rc, out = run_mpi_raw(1, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--dataset", TINY,
-                              "--epochs", "20", "--patience", "2", "--lr", "1e-30", "--fanout=-1,-1",
-                              "--hidden", "16", "--batch-size", "128", "--metrics-out", str(metrics),
-                              "--checkpoint-dir", str(ck)], timeout=180)
-    assert rc == 0, out[-4000:]
-    recs = [json.loads(line) for line in metrics.read_text().splitlines()]
+def test_patience_stops_a_plateau_and_keeps_the_best_epoch(plateaus):
+    # validation never beats epoch 0: with --patience 2 the run stops after epoch 2, not 20
+    recs, out, base = plateaus("patience")
+    ck = base / "ck"
     assert [r["epoch"] for r in recs] == [0, 1, 2], out[-3000:]
     assert len({r["val_acc"] for r in recs}) == 1 and all(r["best_epoch"] == 0 for r in recs)
     assert "has not improved for --patience 2 evaluations" in out, out[-3000:]
