@@ -5,19 +5,29 @@ import sys
 
 import pytest
 
-from _mpirun import run_mpi, run_mpi_raw
+from _mpirun import WORKERS, run_mpi, run_mpi_raw
 
 pytestmark = pytest.mark.mpi
 
 
-@pytest.mark.parametrize("cache_size,feature_norm,feature_dtype", [
-    ("auto", "none", "fp32"), ("100", "row", "fp16"), ("auto", "row", "bf16")])
-def test_cache_is_built_and_hits(tmp_path, cache_size, feature_norm, feature_dtype):
+CASES = ["auto:none:fp32", "100:row:fp16", "auto:row:bf16"]
+
+
+@pytest.fixture(scope="module")
+def cache_job(tmp_path_factory):
+    """The output of one 2-rank job checking every case of CASES in turn (a bootstrap and shutdown each)."""
+    root = tmp_path_factory.mktemp("cache")
+    _, out = run_mpi_raw(2, [sys.executable, str(WORKERS / "feature_cache.py"), str(root), *CASES], timeout=180)
+    return out
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_cache_is_built_and_hits(cache_job, case):
     """With feature_norm="row" every row, own, fetched or cached, arrives normalised by its owner; with a half
     feature dtype, rounded there and widened to float32 in the batch."""
-    out = run_mpi("feature_cache.py", 2, tmp_path, cache_size, feature_norm, feature_dtype, timeout=120)
-    rates = [float(r) for r in re.findall(r"hit rate=([0-9.]+)", out)]
-    assert rates and min(rates) > 0, out[-2000:]
+    assert len(set(re.findall(rf"MPIGNN-OK rank=(\d+) case={case}\b", cache_job))) == 2, cache_job[-4000:]
+    rates = [float(r) for r in re.findall(rf"case={case} cache rows=\d+ hit rate=([0-9.]+)", cache_job)]
+    assert rates and min(rates) > 0, cache_job[-2000:]
 
 
 def test_training_reports_the_budget(tmp_path):

@@ -4,7 +4,6 @@ equal one process's (w:norm_step, one mpirun); exact inference equals the whole-
 refuses a resume with other values; a model or graph that cannot take them is refused in one agreed line."""
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import numpy as np
@@ -213,20 +212,19 @@ def test_a_heterogeneous_graph_is_refused_on_every_rank_alike(tmp_path):
 RUN_GRAPH = "synthetic:num_nodes=800,avg_degree=6,num_features=12,num_classes=4"
 
 
-def _cli(tmp_path, *extra):
-    cmd = [sys.executable, "-m", "mpignn.train", "--dataset", RUN_GRAPH, "--root", str(tmp_path / "data"),
-           "--fanout", "3,2", "--hidden", "16", "--batch-size", "64", "--threads", "1",
-           "--checkpoint-dir", str(tmp_path / "ck"), *extra]
-    res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    return res.returncode, res.stdout + res.stderr
-
-
+@pytest.mark.mpi
 def test_a_run_checkpoints_predicts_and_refuses_a_resume_with_other_values(tmp_path):
+    from _mpirun import run_cli_many
     from mpignn.predict import load
     from mpignn.predict.cli import main as predict
     from mpignn.training.checkpoint import latest_checkpoint, load_checkpoint
 
-    code, out = _cli(tmp_path, "--epochs", "2", "--norm", "batch", "--residual", "--linear-head", "--eval", "full")
+    train = ["mpignn.train", "--dataset", RUN_GRAPH, "--root", tmp_path / "data", "--fanout", "3,2", "--hidden",
+             "16", "--batch-size", "64", "--threads", "1", "--checkpoint-dir", tmp_path / "ck"]
+    runs = run_cli_many(1, {  # one process: the second run resumes (and is refused) after the first
+        "first": [*train, "--epochs", "2", "--norm", "batch", "--residual", "--linear-head", "--eval", "full"],
+        "resume": [*train, "--epochs", "3", "--resume", "--norm", "layer"]}, tmp_path / "out")
+    (code,), out = runs["first"]
     assert code == 0, out[-3000:]
     # python -m mpignn.predict rebuilds the model with the checkpoint's --norm, --residual and --linear-head
     assert predict(["--checkpoint-dir", str(tmp_path / "ck"), "--out", str(tmp_path / "pred"), "--threads", "1"]) == 0
@@ -238,7 +236,7 @@ def test_a_run_checkpoints_predicts_and_refuses_a_resume_with_other_values(tmp_p
     want = whole_forward(model, torch.from_numpy(data.x), torch.from_numpy(data.edge_index())).argmax(-1)
     assert np.array_equal(load(tmp_path / "pred")["pred"], want)
 
-    code, out = _cli(tmp_path, "--epochs", "3", "--resume", "--norm", "layer")
+    (code,), out = runs["resume"]
     errors = [line for line in out.splitlines() if "--resume expects" in line]
     assert code == 1 and "Traceback" not in out, out[-3000:]
     assert len(errors) == 1 and "--norm layer (checkpoint: batch), --residual False (checkpoint: True), " \

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import re
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,7 +13,7 @@ import torch
 from torch_geometric.nn import GCNConv
 from torch_geometric.nn.models import GCN
 
-from _mpirun import run_mpi, run_mpi_raw
+from _mpirun import run_cli_many, run_mpi
 from mpignn.errors import ConfigError, is_agreed
 from mpignn.models import build_model
 from mpignn.predict import load
@@ -171,15 +170,31 @@ def test_predictions_equal_pyg_on_the_whole_graph(trained, n):
         assert np.array_equal(got["pred"], want[2].argmax(-1).numpy()), name
 
 
+LINK_PAIRS = np.array([[0, 1], [599, 3], [5, 5], [42, 300], [7, 598]], dtype=np.int64)
+
+
+@pytest.fixture(scope="module")
+def two_rank_predicts(trained, tmp_path_factory):
+    """`python -m mpignn.predict` on 2 ranks, one job: a folder without a checkpoint ("missing") and link
+    prediction scoring some pairs ("link"); {name: (exit codes, output)} and their folder."""
+    base = tmp_path_factory.mktemp("predict2")
+    (base / "empty").mkdir()
+    np.save(base / "pairs.npy", LINK_PAIRS.T)  # [2, P] is taken too
+    runs = run_cli_many(2, {
+        "missing": ["mpignn.predict", "--threads", "1", "--out", base / "missing-out", "--checkpoint-dir",
+                    base / "empty"],
+        "link": ["mpignn.predict", "--checkpoint-dir", trained / "ckpt" / "link", "--out", base / "link-out",
+                 "--pairs", base / "pairs.npy", "--threads", "1", "--chunk-size", "2"]}, base / "out", timeout=180)
+    return base, runs
+
+
 @pytest.mark.mpi
-def test_bad_input_fails_on_every_rank_with_one_line(trained, tmp_path):
-    out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "mpignn.predict", "--threads", "1", "--out", str(out)]
-    rc, text = run_mpi_raw(2, [*cmd, "--checkpoint-dir", str(tmp_path)], timeout=120)
-    # Hydra forwards each rank's output in chunks: two ranks' lines can run together
+def test_bad_input_fails_on_every_rank_with_one_line(two_rank_predicts):
+    base, runs = two_rank_predicts
+    codes, text = runs["missing"]
     ranks = re.findall(r"mpignn: error: \[rank (\d)\] [^\n]*?expected a checkpoint[^\n]*?HINT: train with", text)
-    assert rc != 0 and sorted(ranks) == ["0", "1"], text
-    assert not out.exists()
+    assert 0 not in codes and sorted(ranks) == ["0", "1"], text
+    assert not (base / "missing-out").exists()
 
 
 @pytest.mark.mpi
@@ -192,15 +207,12 @@ def test_each_bad_input_fails_alike_on_every_rank_in_one_process(trained, tmp_pa
 
 
 @pytest.mark.mpi
-def test_link_prediction_writes_embeddings_and_scores_pairs(trained, tmp_path):
-    pairs = np.array([[0, 1], [599, 3], [5, 5], [42, 300], [7, 598]], dtype=np.int64)
-    np.save(tmp_path / "pairs.npy", pairs.T)  # [2, P] is taken too
-    out = tmp_path / "out"
-    rc, text = run_mpi_raw(2, [sys.executable, "-m", "mpignn.predict", "--checkpoint-dir", trained / "ckpt" / "link",
-                               "--out", out, "--pairs", tmp_path / "pairs.npy", "--threads", "1", "--chunk-size", "2"],
-                           timeout=90)
-    assert rc == 0, text[-3000:]
-    got = load(out)
+def test_link_prediction_writes_embeddings_and_scores_pairs(trained, two_rank_predicts):
+    base, runs = two_rank_predicts
+    pairs = LINK_PAIRS
+    codes, text = runs["link"]
+    assert codes == [0, 0], text[-3000:]
+    got = load(base / "link-out")
     assert "pred" not in got and got["emb"].shape == (600, 16)  # the encoder's output: what the decoder scores
     state = torch.load(trained / "ckpt" / "link" / "gen-000001" / "checkpoint.pt", weights_only=True)["model"]
     mlp = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))

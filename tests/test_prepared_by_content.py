@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from _graphs import needs_cora, small_graph
-from _mpirun import ROOT, SHARED, clean_env, run_mpi_raw
+from _mpirun import ROOT, SHARED, clean_env, run_cli_many, run_mpi_raw
 from mpignn.data import dataset_source, load_dataset, save_npz
 from mpignn.data.cache import fingerprint
 
@@ -189,23 +189,39 @@ def test_the_same_content_typed_as_another_path_is_accepted(rt, tmp_path):
     assert graph.part.meta.num_nodes == 300
 
 
-@pytest.mark.mpi
-def test_a_copied_root_is_reused_by_training_on_two_ranks(tmp_path):
-    root = tmp_path / "root"
+@pytest.fixture(scope="module")
+def two_rank_runs(tmp_path_factory):
+    """One 2-rank job: the first training in root/, and one with a partition folder of an npz regenerated since
+    (refused); {name: (exit codes, output)} and their folder."""
+    base = tmp_path_factory.mktemp("by_content")
+    root = base / "root"
     root.mkdir()
     save_npz(str(root / "graph.npz"), small_graph(400, 0))
+    npz = base / "graph.npz"
+    save_npz(str(npz), small_graph(400, 0))
+    _partition(npz, base / "p", base)
+    save_npz(str(npz), small_graph(400, 7))  # regenerated: the same node count, other edges
+    runs = run_cli_many(2, {"first": _train_args(root),
+                            "regenerated": ["mpignn.train", "--dataset", f"npz:{npz}", "--root", base,
+                                            "--partitions", base / "p", "--epochs", "1"]}, base / "out")
+    return base, runs
 
-    def train(top):
-        return run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--dataset", f"npz:{top / 'graph.npz'}",
-                               "--root", str(top), "--epochs", "1", "--fanout", "2,2", "--hidden", "16"], timeout=120)
 
-    rc, out = train(root)
-    assert rc == 0 and "partitioned" in out, out[-3000:]
-    copy = tmp_path / "copy"
-    _copy(root, copy)
+def _train_args(top):
+    return ["mpignn.train", "--dataset", f"npz:{top / 'graph.npz'}", "--root", top, "--epochs", "1", "--fanout",
+            "2,2", "--hidden", "16"]
+
+
+@pytest.mark.mpi
+def test_a_copied_root_is_reused_by_training_on_two_ranks(two_rank_runs):
+    base, runs = two_rank_runs
+    codes, out = runs["first"]
+    assert codes == [0, 0] and "partitioned" in out, out[-3000:]
+    copy = base / "copy"
+    _copy(base / "root", copy)
     before = _listing(copy)
     try:
-        rc, out = train(copy)
+        rc, out = run_mpi_raw(2, [sys.executable, "-m", *map(str, _train_args(copy))], timeout=120)
         assert rc == 0, out[-3000:]
         assert "partitioned" not in out, out[-3000:]
         assert _listing(copy) == before, "something was written into the (read-only) copy"
@@ -214,21 +230,17 @@ def test_a_copied_root_is_reused_by_training_on_two_ranks(tmp_path):
 
 
 @pytest.mark.mpi
-def test_a_regenerated_npz_is_refused_on_every_rank(tmp_path):
-    npz = tmp_path / "graph.npz"
-    save_npz(str(npz), small_graph(400, 0))
-    _partition(npz, tmp_path / "p", tmp_path)
-    save_npz(str(npz), small_graph(400, 7))  # regenerated: the same node count, other edges
-    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--dataset", f"npz:{npz}", "--root",
-                              str(tmp_path), "--partitions", str(tmp_path / "p"), "--epochs", "1"], timeout=120)
-    assert rc == 1, f"rc={rc}\n{out[-3000:]}"
+def test_a_regenerated_npz_is_refused_on_every_rank(two_rank_runs):
+    base, runs = two_rank_runs
+    npz = base / "graph.npz"
+    codes, out = runs["regenerated"]
+    assert codes == [1, 1], f"exit codes {codes}\n{out[-3000:]}"
     assert "Traceback" not in out, out[-3000:]
-    # Hydra forwards each rank's output in chunks, so one rank's line can run into another's.
     lines = re.findall(r"mpignn: error: \[rank (\d)\] (?:rank 0: )?(expected \S+ to be partitioned from npz:\S+ as "
                        r"it is now.*?HINT: partition it again: python -m mpignn\.partition .*?--force \(or a new "
                        r"--out\))", out)
     assert {r for r, _ in lines} == {"0", "1"}, out[-3000:]
-    assert all(str(tmp_path / "p") in m and f"npz:{npz}" in m for _, m in lines), lines
+    assert all(str(base / "p") in m and f"npz:{npz}" in m for _, m in lines), lines
 
 
 @pytest.mark.parametrize("recorded,now,expect", [

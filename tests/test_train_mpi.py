@@ -36,7 +36,8 @@ def _tiny_npz(path, num_train):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """{name: (accuracy, output)} of every run below, and the folder their files are in."""
+    """(the folder the runs' files are in, {(world size, name): (each rank's exit code, output)}) of every run
+    below, one job per world size."""
     from mpignn.data import save_npz
     from mpignn.data.synthetic_hetero import make_user_item
 
@@ -65,10 +66,8 @@ def runs(tmp_path_factory):
     by_world[2]["hetero-resumed"] = train(*hetero, "--epochs", "3", "--metrics-out", base / "hetero-resumed.jsonl",
                                           "--checkpoint-dir", ckpt, "--resume")
     by_world[2]["hetero-whole"] = train(*hetero, "--epochs", "3", "--metrics-out", base / "hetero-whole.jsonl")
-    results = {}
-    for n, cases in by_world.items():
-        for name, (codes, out) in run_cli_many(n, cases, base / f"out{n}", timeout=900).items():
-            results[(n, name)] = (codes, out)
+    results = {(n, name): result for n, cases in by_world.items()
+               for name, result in run_cli_many(n, cases, base / f"out{n}", timeout=900).items()}
     return base, results
 
 

@@ -1,19 +1,20 @@
 """The remote-feature cache through the runtime API: built at start-up, sized, hit by training batches, and
 serving the right rows (row-normalised ones, owner-side, with feature_norm="row"; half-precision ones, widened
-to float32 in the batch, with feature_dtype fp16/bf16)."""
+to float32 in the batch, with feature_dtype fp16/bf16). Args: ROOT CASE..., each CASE CACHE_SIZE:FEATURE_NORM:
+FEATURE_DTYPE, run in order in this one job; a passed case prints `MPIGNN-OK rank=R case=CASE`."""
 import sys
 
 import numpy as np
 
 from mpignn.data import load_dataset
 from mpignn.data.features import transform_rows
-from mpignn.mpi import allreduce_max, allreduce_sum, run_main
+from mpignn.mpi import allreduce_max, allreduce_sum, run_main, world
 from mpignn.runtime import bootstrap, load_local_graph, make_loader, shutdown
 
 DATASET = "synthetic:num_nodes=3000,avg_degree=10,num_features=6"
 
 
-def main(root: str, cache_size: str, feature_norm: str, feature_dtype: str) -> None:
+def check(root: str, cache_size: str, feature_norm: str, feature_dtype: str) -> None:
     import torch
 
     rt = bootstrap(threads=1)
@@ -46,10 +47,16 @@ def main(root: str, cache_size: str, feature_norm: str, feature_dtype: str) -> N
         assert np.array_equal(batch.x.numpy(), expected[inverse[batch.n_id.numpy()]]), "wrong feature rows"
     hits, remote = allreduce_sum(rt.comm, [features.cache_hits, features.remote_rows])
     assert remote > 0 and hits > 0, (hits, remote)
-    print(f"cache rows={rows} hit rate={hits / remote:.3f}", flush=True)
+    print(f"case={cache_size}:{feature_norm}:{feature_dtype} cache rows={rows} hit rate={hits / remote:.3f}",
+          flush=True)
     shutdown()
-    print(f"MPIGNN-OK rank={rt.rank}", flush=True)
+
+
+def main(root: str, *cases: str) -> None:
+    for case in cases:
+        check(root, *case.split(":"))
+        print(f"MPIGNN-OK rank={world().rank} case={case}", flush=True)
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main, *sys.argv[1:5]))
+    sys.exit(run_main(main, *sys.argv[1:]))
