@@ -12,7 +12,7 @@ import pytest
 from _mpirun import ROOT, clean_env, mpiexec, run_cmd
 
 SCRIPTS = sorted((ROOT / "jobs").glob("*.sbatch"))
-SHELL = [*SCRIPTS, ROOT / "jobs" / "_common.sh", ROOT / "jobs" / "pipeline.sh"]
+SHELL = [*SCRIPTS, ROOT / "jobs" / "_common.sh", ROOT / "jobs" / "pipeline.sh", ROOT / "jobs" / "gpu_check.sh"]
 SMALL = ["--dataset", "synthetic:num_nodes=3000,avg_degree=8,num_features=8", "--epochs", "1", "--hidden", "16",
          "--batch-size", "128", "--fanout", "5,5"]
 
@@ -135,3 +135,30 @@ def test_predict_script_runs_after_training_under_imitated_slurm(tmp_path):
 
     got = load(tmp_path / "pred")
     assert len(got["node_id"]) == 3000 and (np.diff(got["node_id"]) == 1).all() and len(got["pred"]) == 3000
+
+
+def test_gpu_check_runs_each_step_keeps_its_log_and_names_the_failed_ones(tmp_path):
+    """jobs/gpu_check.sh with shims for python and mpiexec (each logs its arguments; the one given FAIL=WORD
+    fails where WORD is among them, SLOW=WORD sleeps past LIMIT): every step runs whatever an earlier one did."""
+    shim = tmp_path / "shim"
+    shim.write_text('#!/bin/bash\necho "ran: $*"\n'
+                    'if [[ -n ${SLOW:-} && " $* " == *" $SLOW "* ]]; then sleep 5; fi\n'
+                    'if [[ -n ${FAIL:-} && " $* " == *" $FAIL "* ]]; then exit 3; fi\n')
+    shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+
+    def check(out, **env):
+        return subprocess.run(["bash", str(ROOT / "jobs" / "gpu_check.sh"), str(out)], capture_output=True,
+                              text=True, cwd=ROOT, timeout=60,
+                              env={**os.environ, "PYTHON": str(shim), "MPIEXEC": str(shim), "LIMIT": "2", **env})
+
+    res = check(tmp_path / "ok")
+    assert res.returncode == 0 and "every step passed" in res.stdout, res.stdout + res.stderr
+    logs = {p.stem: p.read_text() for p in (tmp_path / "ok").glob("*.log")}
+    assert sorted(logs) == ["bench-epoch", "env", "pytest-gpu", "train"]
+    assert "-m pytest -m gpu" in logs["pytest-gpu"] and "--device cuda --epochs 5" in logs["train"]
+    assert "mpignn.bench.epoch --device cuda" in logs["bench-epoch"]
+    res = check(tmp_path / "bad", FAIL="pytest", SLOW="mpignn.bench.epoch", DEVICE="xpu")
+    assert res.returncode == 1 and "failed: pytest-gpu bench-epoch" in res.stdout, res.stdout
+    assert "exit 3 after" in res.stdout and "exit 124 after" in res.stdout
+    assert "--device xpu" in (tmp_path / "bad" / "train.log").read_text()
+
