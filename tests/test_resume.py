@@ -155,25 +155,47 @@ def _wait(proc, lines, timeout=60):
     return proc.returncode, "".join(lines)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGUSR2, signal.SIGTERM])  # Slurm's warning; scancel, a time limit
-def test_a_stop_signal_stops_every_rank_at_one_step_saves_and_resume_finishes(tmp_path, signum):
-    ck = tmp_path / "ck"
-    proc, lines = _start(2, tmp_path, "--epochs", "3", "--batch-size", "16", "--checkpoint-dir", str(ck))
-    _signal_one_rank_once_training(proc, lines, signum=signum)
-    rc, out = _wait(proc, lines)
+SIGNALS = [signal.SIGUSR2, signal.SIGTERM]  # Slurm's warning; scancel, a time limit
+STOPPED = ["--epochs", "3", "--batch-size", "16"]
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """For each of SIGNALS a 2-rank run stopped by it (its exit code, output and the (epoch, step) of the
+    checkpoint it saved); then one job resumes each and
+    trains the uninterrupted run (`run_cli_many`'s results); and their folder."""
+    base = tmp_path_factory.mktemp("stopped")
+    live = {}
+    for signum in SIGNALS:
+        proc, lines = _start(2, base, *STOPPED, "--checkpoint-dir", str(base / f"ck-{signum.name}"))
+        _signal_one_rank_once_training(proc, lines, signum=signum)
+        rc, out = _wait(proc, lines)
+        folder = base / f"ck-{signum.name}"
+        saved = torch.load(latest_checkpoint(folder) / "checkpoint.pt", weights_only=True) if rc == 75 else {}
+        live[signum.name] = rc, out, (saved.get("epoch"), saved.get("step"))  # before the resume saves more
+    train = ["mpignn.train", "--root", base, *ARGS, *STOPPED, "--checkpoint-dir"]
+    cases = {f"resume-{s.name}": [*train, base / f"ck-{s.name}", "--resume"] for s in SIGNALS}
+    cases["full"] = [*train, base / "full"]
+    return base, live, run_cli_many(2, cases, base / "out", timeout=600)
+
+
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_a_stop_signal_stops_every_rank_at_one_step_saves_and_resume_finishes(stopped, signum):
+    base, live, resumed = stopped
+    ck, name = base / f"ck-{signum.name}", signum.name
+    rc, out, saved = live[name]
     assert rc == 75, out[-3000:]
     stops = [l.split("stopping at ")[1].strip() for l in out.splitlines() if "stopping at epoch" in l]
     assert len(stops) == 2 and stops[0] == stops[1], out[-3000:]  # each rank logs where it stopped
     epoch, step = int(stops[0].split()[1]), int(stops[0].split()[3])
     print(f"stopped at epoch {epoch} step {step}")  # mid-epoch (step > 0) in the runs here
-    name = signal.Signals(signum).name
     assert f"stopped by {name} at epoch {epoch} step {step}; checkpoint in {ck}; resume with --resume" in out
-    saved = torch.load(latest_checkpoint(ck) / "checkpoint.pt", weights_only=True)
-    assert (saved["epoch"], saved["step"]) == (epoch, step)
-    out = _train(2, tmp_path, "--epochs", "3", "--batch-size", "16", "--checkpoint-dir", str(ck), "--resume")
+    assert saved == (epoch, step)
+    codes, out = resumed[f"resume-{name}"]
+    assert codes == [0, 0], out[-3000:]
     assert f"at epoch {epoch} step {step} (RNG states restored)" in out and "final test accuracy" in out
-    _train(2, tmp_path, "--epochs", "3", "--batch-size", "16", "--checkpoint-dir", str(tmp_path / "full"))
-    _assert_same_weights(_weights(tmp_path / "full"), _weights(ck))
+    assert resumed["full"][0] == [0, 0], resumed["full"][1][-3000:]
+    _assert_same_weights(_weights(base / "full"), _weights(ck))
 
 
 def test_sigusr2_without_checkpoint_dir_stops_cleanly_and_says_nothing_was_saved(tmp_path):
