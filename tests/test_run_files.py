@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from _mpirun import run_mpi_raw
+from _mpirun import run_cli_many, run_mpi_raw
 from mpignn.config.train_config import parse
 from mpignn.errors import ConfigError, is_agreed
 from mpignn.training.checkpoint import generations, save_state
@@ -117,31 +117,43 @@ ARGS = ["--dataset", "synthetic:num_nodes=3000,avg_degree=8,num_features=16", "-
         "256", "--fanout", "4,3", "--threads", "1", "--epochs", "1"]
 
 
-@pytest.mark.mpi
-def test_a_new_run_in_a_finished_runs_folder_is_refused_on_every_rank(tmp_path):
-    train = [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), *ARGS, "--checkpoint-dir",
-             str(tmp_path / "ck")]
-    rc, out = run_mpi_raw(2, train, timeout=180)
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory):
+    """A finished 2-rank run in ck/, its listing, then one job of runs each refused on every rank: another run
+    into ck/, metrics to a full disk, a root below a file ({name: (exit codes, output)})."""
+    base = tmp_path_factory.mktemp("refused")
+    train = ["--root", str(base), *ARGS]
+    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", *train, "--checkpoint-dir", str(base / "ck")],
+                          timeout=180)
     assert rc == 0, out[-3000:]
-    before = _listing(tmp_path / "ck")
-    rc, out = run_mpi_raw(2, train, timeout=180)
-    assert rc == 1 and out.count("holding another run's checkpoint gen-000001") == 2, out[-3000:]
-    assert "Traceback" not in out and _listing(tmp_path / "ck") == before
+    before = _listing(base / "ck")
+    blocker = base / "a-file"  # root runs these tests, so a folder it cannot write is a file in the path
+    blocker.write_text("")
+    runs = run_cli_many(2, {
+        "again": ["mpignn.train", *train, "--checkpoint-dir", base / "ck"],
+        "full-disk": ["mpignn.train", *train, "--metrics-out", "/dev/full"],
+        "unwritable": ["mpignn.train", "--root", blocker / "data", *ARGS]}, base / "out")
+    return base, before, runs
 
 
 @pytest.mark.mpi
-def test_a_full_disk_under_metrics_out_ends_every_rank_in_one_line(tmp_path):
-    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), *ARGS,
-                              "--metrics-out", "/dev/full"], timeout=180)
-    assert rc == 1 and out.count("expected to write epoch 0's record (--metrics-out /dev/full") == 2, out[-3000:]
+def test_a_new_run_in_a_finished_runs_folder_is_refused_on_every_rank(refused):
+    base, before, runs = refused
+    codes, out = runs["again"]
+    assert codes == [1, 1] and out.count("holding another run's checkpoint gen-000001") == 2, out[-3000:]
+    assert "Traceback" not in out and _listing(base / "ck") == before
+
+
+@pytest.mark.mpi
+def test_a_full_disk_under_metrics_out_ends_every_rank_in_one_line(refused):
+    codes, out = refused[2]["full-disk"]
+    assert codes == [1, 1] and out.count("expected to write epoch 0's record (--metrics-out /dev/full") == 2, \
+        out[-3000:]
     assert "Traceback" not in out, out[-3000:]
 
 
 @pytest.mark.mpi
-def test_an_unwritable_root_is_one_line_on_every_rank_not_a_traceback(tmp_path):
-    blocker = tmp_path / "a-file"  # root runs these tests, so a folder it cannot write is a file in the path
-    blocker.write_text("")
-    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(blocker / "data"), *ARGS],
-                          timeout=180)
-    assert rc == 1 and out.count("--root expected a folder where synthetic:") == 2, out[-3000:]
+def test_an_unwritable_root_is_one_line_on_every_rank_not_a_traceback(refused):
+    codes, out = refused[2]["unwritable"]
+    assert codes == [1, 1] and out.count("--root expected a folder where synthetic:") == 2, out[-3000:]
     assert "NotADirectoryError" in out and "Traceback" not in out, out[-3000:]
