@@ -74,7 +74,7 @@ def run_cli_many(n: int, cases: dict[str, list[object]], out: Path, timeout: flo
                  **env: str) -> dict[str, tuple[list[int], str]]:
     """Run several `python -m mpignn.train|predict|partition ARGS` ({name: [module, args...]}) one after
     another in one n-rank job (mpi_workers/cli_many.py: the ranks import torch once, not once a case); returns
-    {name: (each rank's exit code, the ranks' output, rank 0's first)}. A case that fails on some rank only
+    {name: (each rank's exit code, the ranks' logs of it joined, rank 0's first)}. A case that fails on some rank only
     ends the job (as it would alone): the cases it did not finish get exit codes -1 and the job's output."""
     import json
 

@@ -1,13 +1,12 @@
 """Cooperative mini-batches (`--minibatch cooperative`): one step equals one process on the global batch
 (rows, loss, gradients), training reports each row computed once, and what it cannot train is refused."""
-import json
 import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from _mpirun import run_cli_many, run_mpi, run_mpi_raw
+from _mpirun import records, run_mpi, run_mpi_raw, train_runs
 from mpignn.config.train_config import TrainConfig
 from mpignn.errors import ConfigError
 from mpignn.training.fit import check_flags
@@ -35,15 +34,8 @@ RUNS = {"coop": ["--minibatch", "cooperative", "--feature-dtype", "bf16", "--pre
 def runs(tmp_path_factory):
     """{name: (records, output)} of the 2-rank runs of RUNS, in one job."""
     base = tmp_path_factory.mktemp("coop")
-    out = run_cli_many(2, {name: ["mpignn.train", "--root", base, *SMALL, "--metrics-out", base / f"{name}.jsonl",
-                                  *extra] for name, extra in RUNS.items()}, base / "out", timeout=600)
-    return {name: _records(base, out, name) for name in out}
-
-
-def _records(base, results, name):
-    codes, out = results[name]
-    assert codes == [0, 0], out[-4000:]
-    return [json.loads(line) for line in (base / f"{name}.jsonl").read_text().splitlines()], out
+    results = train_runs(2, base, ["--root", base, *SMALL], RUNS)
+    return {name: records(base, results, name) for name in RUNS}
 
 
 @pytest.mark.mpi

@@ -73,8 +73,8 @@ def test_train_with_learnable_rows_checkpoints_and_resumes_them(tmp_path):
         return ["mpignn.train", *args, "--checkpoint-dir", tmp_path / folder, *extra]
 
     runs = run_cli_many(2, {"full": train("full", "--epochs", "2", "--metrics-out", tmp_path / "m.jsonl"),
-                            "stopped": train("ck", "--epochs", "1"), "resumed": train("ck", "--epochs", "2", "--resume")},
-                        tmp_path / "out")
+                            "stopped": train("ck", "--epochs", "1"),
+                            "resumed": train("ck", "--epochs", "2", "--resume")}, tmp_path / "out")
     for codes, out in runs.values():
         assert codes == [0, 0], out[-3000:]
     recs = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
