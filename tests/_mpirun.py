@@ -1,6 +1,7 @@
 """Run a worker script under `mpiexec -n N` with a hard timeout (the Tier-3 helper of STYLE.md §9)."""
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -62,9 +63,84 @@ def ok_ranks(out: str) -> set[str]:
     return set(re.findall(r"MPIGNN-OK rank=(\d+)", out))
 
 
+class _Pool:
+    """A standing n-rank job (mpi_workers/pool.py) that runs worker scripts and CLI runs one after another, so
+    the tests' small jobs do not each pay the ranks' imports of torch and torch-geometric."""
+
+    def __init__(self, n: int):
+        import tempfile
+
+        self.n, self.queue, self.next = n, Path(tempfile.mkdtemp(prefix=f"mpignn-pool{n}-")), 0
+        cmd, env = mpi_cmd(n, [sys.executable, str(WORKERS / "pool.py"), str(self.queue), str(os.getpid())],
+                           24 * 3600)
+        self.log = open(self.queue / "job.log", "w")
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def run(self, argv: list[str], timeout: float, cwd: str | Path | None) -> tuple[list[int] | None, str]:
+        """(each rank's exit code, or None where the job ended or timed out first; the ranks' output)."""
+        import json
+        import time
+
+        k, self.next = self.next, self.next + 1
+        tmp = self.queue / f"{k}.tmp"
+        tmp.write_text(json.dumps({"argv": argv, "cwd": None if cwd is None else str(cwd)}))
+        tmp.rename(self.queue / f"{k}.json")
+        rcs = [self.queue / f"{k}.rank{r}.rc" for r in range(self.n)]
+        deadline = time.monotonic() + timeout
+        while not all(p.exists() for p in rcs) and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        out = "".join(p.read_text() for r in range(self.n) if (p := self.queue / f"{k}.rank{r}.log").exists())
+        if all(p.exists() for p in rcs):
+            return [int(p.read_text()) for p in rcs], out
+        state = "ended" if self.proc.poll() is not None else f"hung > {timeout}s"
+        return None, f"{out}\n[the pooled job {state}]\n{(self.queue / 'job.log').read_text()[-4000:]}"
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.queue, ignore_errors=True)
+
+
+_POOLS: dict[int, _Pool] = {}
+FRESH = {"mpi_without_torch.py", "no_open_door.py", "device_identity.py", "device_collectives.py"}
+"""Workers that check what a fresh process holds (modules imported, sockets, devices): never pooled."""
+POOLED_CLIS = {"mpignn.train", "mpignn.predict", "mpignn.partition"}
+"""The CLIs a pooled rank runs in-process (mpi_workers/cli_many.py's MAINS)."""
+
+
+@atexit.register
+def _close_pools() -> None:
+    for pool in _POOLS.values():
+        pool.close()
+    _POOLS.clear()
+
+
+def run_python(n: int, argv: list[object], timeout: float = 60, cwd: str | Path | None = None,
+               **env: str) -> tuple[int, str]:
+    """`mpiexec -n n python ARGV...` (a script and its arguments, or `-m` and a CLI); returns (exit code, output).
+    Without extra environment it runs in the standing n-rank job (`_Pool`), unless the script is in FRESH;
+    MPIGNN_TEST_POOL=0 starts a fresh job every time. The standing job is dropped (the next run starts another)
+    after a run that did not end 0 on every rank, short of a CLI's agreed refusal (1 on every rank)."""
+    argv = [str(a) for a in argv]
+    pooled = not env and os.environ.get("MPIGNN_TEST_POOL", "1") != "0" and (
+        argv[1] in POOLED_CLIS if argv[0] == "-m" else Path(argv[0]).name not in FRESH)
+    if not pooled:
+        return run_mpi_raw(n, [sys.executable, *argv], timeout, cwd, **env)
+    pool = _POOLS.get(n) or _POOLS.setdefault(n, _Pool(n))
+    codes, out = pool.run(argv, timeout, cwd)
+    if codes is None or (set(codes) != {0} and not (argv[0] == "-m" and set(codes) == {1})):
+        pool.close()
+        del _POOLS[n]
+    return (-1 if codes is None else max(codes)), out
+
+
 def run_mpi(worker: str, n: int, *args: object, timeout: float = 60, **env: str) -> str:
-    """Run tests/mpi_workers/WORKER on n ranks; require exit 0 and n distinct `MPIGNN-OK rank=` lines."""
-    rc, out = run_mpi_raw(n, [sys.executable, str(WORKERS / worker), *map(str, args)], timeout, **env)
+    """Run tests/mpi_workers/WORKER on n ranks; require exit 0 and n distinct `MPIGNN-OK rank=` lines. Without
+    extra environment it runs in the standing job of `run_python`."""
+    rc, out = run_python(n, [WORKERS / worker, *args], timeout, **env)
     ok = ok_ranks(out)
     assert rc == 0 and len(ok) == n, f"rc={rc}, ok={sorted(ok)}\n{out[-4000:]}"
     return out
@@ -82,7 +158,7 @@ def run_cli_many(n: int, cases: dict[str, list[object]], out: Path, timeout: flo
     out.mkdir(parents=True, exist_ok=True)
     spec = out / "cases.json"
     spec.write_text(json.dumps({name: [str(a) for a in argv] for name, argv in cases.items()}))
-    rc, text = run_mpi_raw(n, [sys.executable, str(WORKERS / "cli_many.py"), str(spec), str(out)], timeout, **env)
+    rc, text = run_python(n, [WORKERS / "cli_many.py", spec, out], timeout, **env)
     results = {}
     for name in cases:
         logs = [out / f"{name}.rank{r}.log" for r in range(n)]

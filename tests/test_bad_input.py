@@ -1,12 +1,11 @@
 """Bad input: one line naming the problem and the fix, on every rank, non-zero exit, no traceback."""
 import re
 import shutil
-import sys
 
 import numpy as np
 import pytest
 
-from _mpirun import run_cli_many, run_mpi_raw
+from _mpirun import run_cli_many, run_python
 
 pytestmark = pytest.mark.mpi
 
@@ -14,8 +13,8 @@ SMALL = "synthetic:num_nodes=2000,avg_degree=6,num_features=4"
 
 
 def _train(n, root, *args, timeout=90):
-    return run_mpi_raw(n, [sys.executable, "-m", "mpignn.train", "--root", str(root), "--epochs", "1", *args],
-                       timeout=timeout)
+    return run_python(n, ["-m", "mpignn.train", "--root", str(root), "--epochs", "1", *args],
+                      timeout=timeout)
 
 
 def _assert_clean_failure(rc, out, needle, n):

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from _mpirun import WORKERS, run_mpi, run_mpi_raw
+from _mpirun import WORKERS, run_mpi, run_mpi_raw, run_python
 
 pytestmark = pytest.mark.mpi
 
@@ -32,11 +32,11 @@ def test_cache_is_built_and_hits(cache_job, case):
 
 def test_training_reports_the_budget(tmp_path):
     metrics = tmp_path / "m.jsonl"
-    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--dataset",
-                              "synthetic:num_nodes=3000,avg_degree=10,num_features=6", "--epochs", "1", "--hidden",
-                              "16", "--batch-size", "256", "--fanout", "4,3", "--minibatch", "independent",
-                              "--metrics-out", str(metrics)],
-                          timeout=180)
+    rc, out = run_python(2, ["-m", "mpignn.train", "--root", str(tmp_path), "--dataset",
+                             "synthetic:num_nodes=3000,avg_degree=10,num_features=6", "--epochs", "1", "--hidden",
+                             "16", "--batch-size", "256", "--fanout", "4,3", "--minibatch", "independent",
+                             "--metrics-out", str(metrics)],
+                         timeout=180)
     assert rc == 0, out[-4000:]
     line = [l for l in out.splitlines() if "feature cache:" in l]
     assert len(line) == 1 and "--cache-size auto" in line[0] and "GiB available over 2 ranks" in line[0], out[-3000:]

@@ -1,12 +1,11 @@
 """Cooperative mini-batches (`--minibatch cooperative`): one step equals one process on the global batch
 (rows, loss, gradients), training reports each row computed once, and what it cannot train is refused."""
-import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from _mpirun import records, run_mpi, run_mpi_raw, train_runs
+from _mpirun import records, run_mpi, run_python, train_runs
 from mpignn.config.train_config import TrainConfig
 from mpignn.errors import ConfigError
 from mpignn.training.fit import check_flags
@@ -138,8 +137,8 @@ def test_a_heterogeneous_graph_is_refused_on_every_rank(tmp_path):
 
     path = tmp_path / "hetero.npz"
     save_npz(str(path), make_user_item(num_items=400, num_users=100, edges_per_item=4))
-    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--dataset",
-                              f"npz:{path}", "--minibatch", "cooperative", "--epochs", "1"], timeout=120)
+    rc, out = run_python(2, ["-m", "mpignn.train", "--root", str(tmp_path), "--dataset",
+                             f"npz:{path}", "--minibatch", "cooperative", "--epochs", "1"], timeout=120)
     assert rc != 0
     assert out.count("--minibatch cooperative samples homogeneous graphs") >= 2, out[-3000:]
 

@@ -1,12 +1,11 @@
 """Tier 1: the dataset registry: synthetic, npz validation, Planetoid and Tolokers from ../shared, cache, offline
 errors (and one 1-rank training run on Tolokers)."""
 import shutil
-import sys
 
 import numpy as np
 import pytest
 
-from _mpirun import SHARED, run_mpi_raw
+from _mpirun import SHARED, run_python
 from mpignn.data import dataset_key, load_dataset, make_synthetic, save_npz
 from mpignn.data.cache import cache_dir
 from mpignn.data.synthetic import SyntheticSpec, parse_synthetic
@@ -91,8 +90,8 @@ def test_absent_tolokers_offline_names_the_file(tmp_path):
 @pytest.mark.mpi
 def test_one_rank_trains_on_tolokers(tmp_path):
     shutil.copytree(SHARED / "datasets" / "tolokers", tmp_path / "tolokers")
-    rc, out = run_mpi_raw(1, [sys.executable, "-m", "mpignn.train", "--dataset", "Tolokers", "--root", str(tmp_path),
-                              "--epochs", "1", "--fanout", "5,5", "--batch-size", "512"], timeout=240)
+    rc, out = run_python(1, ["-m", "mpignn.train", "--dataset", "Tolokers", "--root", str(tmp_path),
+                             "--epochs", "1", "--fanout", "5,5", "--batch-size", "512"], timeout=240)
     assert rc == 0, out[-3000:]
     accuracy = float(out.split("final test accuracy")[1].split()[0])
     assert 0.5 < accuracy <= 1.0, out[-2000:]  # binary, 78% of one class: a trained model is far from 0

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from _mpirun import run_mpi
+from _mpirun import run_mpi, run_python
 from mpignn.exchange.embedding import NodeEmbedding, init_rows
 
 
@@ -61,9 +61,8 @@ def test_train_with_learnable_rows_checkpoints_and_resumes_them(tmp_path):
     """--embed-dim on 2 ranks: rows travel (bytes in the metrics), each rank checkpoints its rows, a resumed
     run ends with the rows and weights of the uninterrupted one, and another world size is refused."""
     import json
-    import sys
 
-    from _mpirun import run_cli_many, run_mpi_raw
+    from _mpirun import run_cli_many
     from mpignn.training.checkpoint import latest_checkpoint
 
     args = ["--root", str(tmp_path), "--dataset", "synthetic:num_nodes=2000,avg_degree=6,num_features=4",
@@ -87,7 +86,7 @@ def test_train_with_learnable_rows_checkpoints_and_resumes_them(tmp_path):
     full, ck = (torch.load(latest_checkpoint(tmp_path / d) / "checkpoint.pt", weights_only=True)["model"]
                 for d in ("full", "ck"))
     assert all(torch.equal(full[k], ck[k]) for k in full)
-    code, out = run_mpi_raw(3, [sys.executable, "-m", *train("ck", "--epochs", "3", "--resume")], timeout=150)
+    code, out = run_python(3, ["-m", *train("ck", "--epochs", "3", "--resume")], timeout=150)
     assert code == 1, out[-3000:]
     assert "HINT" in out and out.count("embedding-rank") + out.count("learnable rows") >= 1, out[-2000:]
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 
 import pytest
 
-from _mpirun import run_mpi, run_mpi_raw
+from _mpirun import run_mpi, run_python
 from mpignn.config.refusals import refusal
 from mpignn.config.train_config import parse
 from mpignn.errors import ConfigError
@@ -29,10 +28,10 @@ def test_a_full_epoch_equals_pyg_full_batch_forward_loss_and_gradients(tmp_path,
 @pytest.mark.mpi
 def test_the_cli_trains_one_step_per_epoch_on_whole_neighbourhoods(tmp_path):
     metrics = tmp_path / "full.jsonl"
-    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), *SMALL, "--epochs", "8",
-                              "--minibatch", "full", "--feature-dtype", "bf16", "--metrics-out", str(metrics),
-                              "--classic", "off"],  # the plain model learns this graph in 8 steps
-                          timeout=240)
+    rc, out = run_python(2, ["-m", "mpignn.train", "--root", str(tmp_path), *SMALL, "--epochs", "8",
+                             "--minibatch", "full", "--feature-dtype", "bf16", "--metrics-out", str(metrics),
+                             "--classic", "off"],  # the plain model learns this graph in 8 steps
+                         timeout=240)
     assert rc == 0, out[-4000:]
     recs = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert {r["minibatch"] for r in recs} == {"full"}

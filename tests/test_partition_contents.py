@@ -5,12 +5,11 @@ import hashlib
 import json
 import re
 import shutil
-import sys
 
 import numpy as np
 import pytest
 
-from _mpirun import run_mpi_raw
+from _mpirun import run_python
 from mpignn.data import make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.data.synthetic_hetero import make_user_item
@@ -199,8 +198,8 @@ def test_held_out_link_arrays_are_checked(folders, tmp_path, name, change, needl
 @pytest.mark.mpi
 def test_crafted_folder_fails_on_every_rank_with_exit_1(folders, tmp_path):
     crafted = _craft(folders / "p2", tmp_path / "c", 1, "col", _set(5, 10**12))
-    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", "--dataset", SMALL, "--root", str(tmp_path),
-                              "--partitions", str(crafted), "--epochs", "1"], timeout=120)
+    rc, out = run_python(2, ["-m", "mpignn.train", "--dataset", SMALL, "--root", str(tmp_path),
+                             "--partitions", str(crafted), "--epochs", "1"], timeout=120)
     assert rc == 1, f"rc={rc}\n{out[-3000:]}"
     assert "Traceback" not in out and "Segmentation" not in out, out[-3000:]
     # Hydra forwards each rank's output in chunks, so one rank's line can run into another's.

@@ -5,7 +5,6 @@ the per-type predictions folder and its reader."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from _mpirun import run_mpi, run_mpi_raw
+from _mpirun import run_mpi, run_python
 from mpignn.data import load_dataset, save_npz
 from mpignn.data.hetero import type_rowptr
 from mpignn.data.synthetic_hetero import make_user_item
@@ -215,6 +214,6 @@ def test_eval_full_scores_the_classified_type(graph_dir, tmp_path):
 
 @pytest.mark.mpi
 def test_two_ranks_eval_full_equals_one_rank_predictions_of_their_weights(graph_dir, tmp_path):
-    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", *_eval_args(graph_dir, tmp_path)], timeout=180)
+    rc, out = run_python(2, ["-m", "mpignn.train", *_eval_args(graph_dir, tmp_path)], timeout=180)
     assert rc == 0, out[-3000:]
     assert _check_full_scores(graph_dir, tmp_path)["world_size"] == 2

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from _graphs import needs_cora, small_graph
-from _mpirun import ROOT, SHARED, clean_env, run_cli_many, run_mpi_raw
+from _mpirun import ROOT, SHARED, clean_env, run_cli_many, run_python
 from mpignn.data import dataset_source, load_dataset, save_npz
 from mpignn.data.cache import fingerprint
 
@@ -221,7 +221,7 @@ def test_a_copied_root_is_reused_by_training_on_two_ranks(two_rank_runs):
     _copy(base / "root", copy)
     before = _listing(copy)
     try:
-        rc, out = run_mpi_raw(2, [sys.executable, "-m", *map(str, _train_args(copy))], timeout=120)
+        rc, out = run_python(2, ["-m", *map(str, _train_args(copy))], timeout=120)
         assert rc == 0, out[-3000:]
         assert "partitioned" not in out, out[-3000:]
         assert _listing(copy) == before, "something was written into the (read-only) copy"

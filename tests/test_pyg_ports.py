@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
 
 import pytest
 
 from _graphs import needs_cora
-from _mpirun import ROOT, SHARED, run_mpi_raw
+from _mpirun import ROOT, SHARED, run_python
 
 pytestmark = [pytest.mark.mpi, needs_cora]
 
@@ -37,7 +36,7 @@ def workdir(tmp_path_factory):
 @pytest.mark.parametrize("ranks", [1, 2])
 @pytest.mark.parametrize("script", sorted(FLOOR))
 def test_ported_example_runs_and_reaches_the_originals_accuracy(workdir, script, ranks):
-    rc, out = run_mpi_raw(ranks, [sys.executable, str(ROOT / "examples" / script)], timeout=240, cwd=workdir)
+    rc, out = run_python(ranks, [str(ROOT / "examples" / script)], timeout=240, cwd=workdir)
     assert rc == 0, out[-3000:]
     assert _last_test_accuracy(out) >= FLOOR[script], out[-1500:]
 

@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from _mpirun import mpi_cmd, run_cli_many, run_mpi_raw
+from _mpirun import mpi_cmd, run_cli_many, run_python
 from mpignn.training.checkpoint import latest_checkpoint
 
 pytestmark = pytest.mark.mpi
@@ -26,8 +26,8 @@ LEARNED = ("loss", "train_acc", "val_acc", "test_acc", "best_epoch", "best_val_a
 
 
 def _train(n, root, *extra, rc=0):
-    code, out = run_mpi_raw(n, [sys.executable, "-m", "mpignn.train", "--root", str(root), *ARGS, *extra],
-                            timeout=150)
+    code, out = run_python(n, ["-m", "mpignn.train", "--root", str(root), *ARGS, *extra],
+                           timeout=150)
     assert code == rc, out[-3000:]
     return out
 

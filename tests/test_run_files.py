@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from _mpirun import run_cli_many, run_mpi_raw
+from _mpirun import run_cli_many, run_python
 from mpignn.config.train_config import parse
 from mpignn.errors import ConfigError, is_agreed
 from mpignn.training.checkpoint import generations, save_state
@@ -123,8 +123,8 @@ def refused(tmp_path_factory):
     into ck/, metrics to a full disk, a root below a file ({name: (exit codes, output)})."""
     base = tmp_path_factory.mktemp("refused")
     train = ["--root", str(base), *ARGS]
-    rc, out = run_mpi_raw(2, [sys.executable, "-m", "mpignn.train", *train, "--checkpoint-dir", str(base / "ck")],
-                          timeout=180)
+    rc, out = run_python(2, ["-m", "mpignn.train", *train, "--checkpoint-dir", str(base / "ck")],
+                         timeout=180)
     assert rc == 0, out[-3000:]
     before = _listing(base / "ck")
     blocker = base / "a-file"  # root runs these tests, so a folder it cannot write is a file in the path

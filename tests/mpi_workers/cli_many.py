@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 from mpignn.mpi import run_main, world
 
@@ -17,8 +18,13 @@ MAINS = {"mpignn.train": "mpignn.train", "mpignn.predict": "mpignn.predict.cli",
          "mpignn.partition": "mpignn.partition.cli"}
 
 
-def _run_to(log: Path, module: str, args: list[str]) -> int:
-    main = importlib.import_module(MAINS[module]).main
+def run_cli(module: str, args: list[str]) -> int:
+    """`python -m MODULE ARGS` as the CLI runs it, in this process."""
+    return run_main(importlib.import_module(MAINS[module]).main, args)
+
+
+def run_to(log: Path, run: Callable[[], int]) -> int:
+    """`run()` with file descriptors 1 and 2 in `log`."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
@@ -27,7 +33,7 @@ def _run_to(log: Path, module: str, args: list[str]) -> int:
     os.dup2(fd, 2)
     os.close(fd)
     try:
-        return run_main(main, args)
+        return run()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -41,7 +47,7 @@ def main(cases: str, out: str) -> None:
     comm, out = world(), Path(out)
     for name, (module, *args) in json.loads(Path(cases).read_text()).items():
         comm.Barrier()  # one case at a time on every rank
-        code = _run_to(out / f"{name}.rank{comm.rank}.log", module, args)
+        code = run_to(out / f"{name}.rank{comm.rank}.log", lambda: run_cli(module, args))
         (out / f"{name}.rank{comm.rank}.rc").write_text(str(code))
     print(f"MPIGNN-OK rank={comm.rank}", flush=True)
 

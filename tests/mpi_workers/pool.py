@@ -1,0 +1,84 @@
+"""A standing MPI job that runs worker scripts one after another: argv QUEUE PARENT_PID.
+
+Request K is QUEUE/K.json, {"argv": [SCRIPT, ARGS...] or ["-m", MODULE, ARGS...], "cwd": folder or null}
+(or null: stop); a MODULE is one of `cli_many.MAINS`, run as its CLI runs it. Every rank waits for it by polling the file
+system, not in an MPI call (MPICH spins in a blocking collective, and this job idles between tests on a 2-core
+machine), runs the script as `python SCRIPT ARGS` would (`__main__`, sys.argv), with its file descriptors 1 and 2
+in QUEUE/K.rankR.log, and writes its exit code to QUEUE/K.rankR.rc. The job ends with a stop request, or when
+the process that started it (pytest) is gone.
+
+Why: a rank spends 5-7 s of CPU importing torch and torch-geometric, most of a small test job; the tests'
+jobs that need no fresh process share these ranks (`tests/_mpirun.py::run_mpi`)."""
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from cli_many import run_cli, run_to
+
+from mpignn.mpi import world
+
+
+def _run(argv: list[str], cwd: str | None) -> int:
+    here = os.getcwd()
+    if cwd:
+        os.chdir(cwd)
+    try:
+        return run_cli(argv[1], argv[2:]) if argv[0] == "-m" else _script(argv)
+    finally:
+        os.chdir(here)
+
+
+def _script(argv: list[str]) -> int:
+    saved = sys.argv, list(sys.path)
+    sys.argv = list(argv)
+    sys.path.insert(0, str(Path(argv[0]).parent))  # as `python SCRIPT` puts the script's folder first
+    try:
+        runpy.run_path(argv[0], run_name="__main__")
+        return 0
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # uncaught: the rank ends, as `python SCRIPT` would, and the launcher ends the job
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    finally:
+        sys.argv, sys.path[:] = saved[0], saved[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def main(queue: str, parent: str) -> int:
+    import torch  # noqa: F401  (paid once, while the first test prepares)
+    import torch_geometric  # noqa: F401
+
+    rank, queue, parent_pid = world().rank, Path(queue), int(parent)
+    for k in range(sys.maxsize):
+        request = queue / f"{k}.json"
+        while not request.exists():
+            if not _alive(parent_pid):
+                return 0
+            time.sleep(0.02)
+        spec = json.loads(request.read_text())
+        if spec is None:
+            return 0
+        code = run_to(queue / f"{k}.rank{rank}.log", lambda: _run(spec["argv"], spec.get("cwd")))
+        done = queue / f"{k}.rank{rank}.rc"
+        done.with_suffix(".tmp").write_text(str(code))
+        done.with_suffix(".tmp").rename(done)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))
