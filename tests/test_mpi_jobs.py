@@ -61,3 +61,25 @@ def test_alltoallv_in_pieces_matches_one_call(limit):
     # MAX_COUNT lowered to `limit` rows: uneven and empty sends, 1-D/2-D/3-D arrays, five dtypes (one structured)
     out = run_mpi("alltoallv_pieces.py", 3, limit)
     assert out.count("cases=15") == 3, out[-2000:]
+
+
+def test_the_tests_standing_job_is_reused_and_dropped_after_a_failure(tmp_path):
+    """`_mpirun.run_python`: the same ranks run one script after another (same pids, the script's arguments and
+    exit code each time), and a run that fails on some rank leaves a fresh job for the next."""
+    from _mpirun import run_python
+
+    script = tmp_path / "pid.py"
+    script.write_text("import os, sys\nfrom mpignn.mpi import world\n"
+                      "print(f'pid={os.getpid()} rank={world().rank} arg={sys.argv[1]}', flush=True)\n"
+                      "sys.exit(3 if sys.argv[1] == 'fail' and world().rank == 1 else 0)\n")
+
+    def pids(arg, rc=0):
+        code, out = run_python(2, [script, arg], timeout=60)
+        assert code == rc and out.count(f"arg={arg}") == 2, out[-2000:]
+        return sorted(out.split("pid=")[1:])
+
+    first = pids("a")
+    assert pids("b") == [p.replace("arg=a", "arg=b") for p in first]
+    failed = pids("fail", rc=3)
+    assert failed == [p.replace("arg=a", "arg=fail") for p in first]
+    assert {p.split()[0] for p in pids("c")}.isdisjoint({p.split()[0] for p in first})
