@@ -21,7 +21,8 @@ FIELDS = ("val_auc", "test_auc", "test_mrr", "test_hits@10", "edges_per_s", "bes
 
 
 HAS_CORA = (SHARED / "datasets" / "Cora").is_dir()
-CORA_RUNS = {"m1": (1, []), "m2": (2, []), "m2-replicated": (2, ["--replicated"])}
+CORA_RUNS = {"m1": (1, []), "m2": (2, []), "m2-replicated": (2, ["--replicated"]),
+             "m2-labor": (2, ["--sampler", "labor"])}  # layer-neighbour batches: the encoder takes their denominators
 DATA = "synthetic:num_nodes=2000,avg_degree=6,num_features=8"
 
 

@@ -82,6 +82,33 @@ def test_link_model_scores_pairs_and_learns(graph, model, decoder):
     assert np.mean(losses[-5:]) < np.mean(losses[:5])
 
 
+
+def test_link_batches_of_layer_neighbour_sampling_use_their_denominators(graph):
+    """`--task link --sampler labor`: the encoder divides each target's sum by the batch's `mean_over`, as node
+    classification does (without it the mean would divide by the count drawn: biased), and all-neighbour
+    fanouts score as neighbour sampling does."""
+    from mpignn.models.sampled import encode
+
+    torch.manual_seed(0)
+    hops, pos = LocalHops(graph.rowptr, graph.col), undirected_pairs(graph.rowptr, graph.col)
+    net = LinkModel(build_model("sage", 8, 16, 16, 2), 16).eval()
+
+    def first(method, fanout):
+        sampler = NeighborSampler(hops, graph.num_nodes, fanout, method=method)
+        return next(iter(BatchLoader(sampler, FeatureStore(graph.x, graph.y, 0), LinkSeeds(pos, graph.num_nodes),
+                                     64, seed=2)))
+
+    batch = first("labor", [4, 3])
+    assert batch.mean_over is not None
+    args = (net.encoder, batch.x, batch.edge_index, batch.num_sampled_nodes, batch.num_sampled_edges,
+            batch.in_degree)
+    z, biased = encode(*args, mean_over=batch.mean_over), encode(*args)
+    assert not torch.allclose(z, biased)  # some target kept other than min(degree, 4) of its neighbours
+    eli = batch.edge_label_index
+    torch.testing.assert_close(score_pairs(net, batch), net.decode(z[eli[0]], z[eli[1]]))
+    every, plain = first("labor", [-1, -1]), first("neighbor", [-1, -1])
+    torch.testing.assert_close(score_pairs(net, every), score_pairs(net, plain))
+
 def test_auc_is_the_pairwise_win_rate():
     rng = np.random.default_rng(0)
     scores = np.round(rng.standard_normal(400), 1)  # ties on purpose
