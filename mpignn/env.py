@@ -100,12 +100,15 @@ def detect(env: Mapping[str, str] | None = None) -> LaunchInfo:
 
 
 def foreign_launcher_size(env: Mapping[str, str] | None = None) -> int:
-    """World size an MPI launcher (Open MPI, PMIx, PMI: MPICH, Intel MPI, srun) announced, 1 if none.
+    """World size a launcher announced (MPI's: Open MPI, PMIx, PMI: MPICH, Intel MPI, srun; or torchrun), 1 if
+    none.
 
-    MPI finding size 1 while this says more means the wrong mpirun started us (each rank is then a
+    MPI finding size 1 while this says more means the wrong launcher started us (each rank is then a
     singleton); a single-process tool seeing more than 1 was started as one of several copies."""
     env = os.environ if env is None else env
-    for var in ("OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"):
+    names = ("OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE") + (("WORLD_SIZE",) if env.get("TORCHELASTIC_RUN_ID")
+                                                                  else ())
+    for var in names:
         size = _int(env, var)
         if size is not None and size > 1:
             return size

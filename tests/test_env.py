@@ -43,6 +43,8 @@ def test_torchrun():
 def test_foreign_launcher_size():
     assert env.foreign_launcher_size({"OMPI_COMM_WORLD_SIZE": "4"}) == 4
     assert env.foreign_launcher_size({}) == 1
+    assert env.foreign_launcher_size({"TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "3"}) == 3  # torchrun
+    assert env.foreign_launcher_size({"WORLD_SIZE": "3"}) == 1  # torch.distributed's variable alone: not a launch
 
 
 def test_export_keeps_user_values_unless_told():

@@ -1,4 +1,4 @@
-"""The wrong `mpirun` (another MPI's launcher: each process is an MPI singleton) is refused by every entry point
+"""The wrong `mpirun` (another MPI's launcher, or torchrun: each process is an MPI singleton) is refused by every entry point
 with one line, before any work: the training CLI, `runtime.bootstrap`, `mpi.whoami`, and the partition CLI."""
 import sys
 
@@ -12,6 +12,7 @@ FOREIGN = {
     "openmpi": {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1"},
     "pmix": {"PMIX_SIZE": "2"},
     "pmi": {"PMI_SIZE": "2", "PMI_RANK": "1"},
+    "torchrun": {"TORCHELASTIC_RUN_ID": "none", "WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"},
 }
 
 
@@ -27,6 +28,7 @@ def test_train_cli_refuses_the_wrong_mpirun(tmp_path, launcher):
     assert rc == 1, out[-2000:]
     errors = _error_lines(out, "mpignn: error:")
     assert len(errors) == 1 and "got 1" in errors[0] and "HINT" in errors[0] and "mpirun" in errors[0], out[-2000:]
+    assert ("torchrun is not supported" in errors[0]) == (launcher == "torchrun"), errors[0]
     assert "Traceback" not in out and "final test accuracy" not in out, out[-2000:]
     assert not (tmp_path / "mpignn-parts").exists(), "it prepared data before refusing"
 

@@ -96,8 +96,11 @@ def check_launcher() -> None:
     """
     expected = _env.foreign_launcher_size()
     if expected > 1 and world().size == 1:
+        launch = _env.detect()
+        hint = (f"torchrun is not supported, mpignn's ranks come from MPI: mpirun -np {expected} python ..."
+                if launch.launcher == "torchrun" else "launch with the mpirun/mpiexec of the MPI that mpi4py was "
+                "built against (`python -m mpi4py --mpi-lib-version` names it)")
         raise mark_agreed(LaunchError(
             f"expected MPI to see the {expected} processes the launcher started; got 1 (this is launcher rank "
-            f"{_env.detect().rank}, alone in its MPI world, so every process would train and prepare data as "
-            "rank 0 of 1). HINT: launch with the mpirun/mpiexec of the MPI that mpi4py was built against "
-            "(`python -m mpi4py --mpi-lib-version` names it)"))
+            f"{launch.rank}, alone in its MPI world, so every process would train and prepare data as "
+            f"rank 0 of 1). HINT: {hint}"))

@@ -77,8 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     copies = foreign_launcher_size()
     if copies > 1:  # N copies would each partition the whole graph into the same --out folder at once
-        print(f"mpignn.partition: error: expected to run as one process; got one of {copies} started by an MPI "
-              "launcher. HINT: run it without mpirun/mpiexec/srun: python -m mpignn.partition ...",
+        print(f"mpignn.partition: error: expected to run as one process; got one of {copies} started by a "
+              "launcher. HINT: run it without mpirun/mpiexec/srun/torchrun: python -m mpignn.partition ...",
               file=sys.stderr)
         return 1
     from mpignn.data import dataset_source
