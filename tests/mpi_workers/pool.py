@@ -1,11 +1,11 @@
 """A standing MPI job that runs worker scripts one after another: argv QUEUE PARENT_PID.
 
-Request K is QUEUE/K.json, {"argv": [SCRIPT, ARGS...] or ["-m", MODULE, ARGS...], "cwd": folder or null}
-(or null: stop); a MODULE is one of `cli_many.MAINS`, run as its CLI runs it. Every rank waits for it by polling the file
-system, not in an MPI call (MPICH spins in a blocking collective, and this job idles between tests on a 2-core
-machine), runs the script as `python SCRIPT ARGS` would (`__main__`, sys.argv), with its file descriptors 1 and 2
-in QUEUE/K.rankR.log, and writes its exit code to QUEUE/K.rankR.rc. The job ends with a stop request, or when
-the process that started it (pytest) is gone.
+Request K is QUEUE/K.json, {"argv": [SCRIPT, ARGS...] or ["-m", MODULE, ARGS...], "cwd": folder or null}; a
+MODULE is one of `cli_many.MAINS`, run as its CLI runs it. Every rank waits for it by polling the file system,
+not in an MPI call (MPICH spins in a blocking collective, and this job idles between tests on a 2-core machine),
+runs the script as `python SCRIPT ARGS` would (`__main__`, sys.argv), with its file descriptors 1 and 2 in
+QUEUE/K.rankR.log, and writes its exit code to QUEUE/K.rankR.rc. The job ends when the process that started it
+(pytest) is gone, or is killed (`tests/_mpirun.py::_Pool.close`).
 
 Why: a rank spends 5-7 s of CPU importing torch and torch-geometric, most of a small test job; the tests'
 jobs that need no fresh process share these ranks (`tests/_mpirun.py::run_mpi`)."""
@@ -71,12 +71,10 @@ def main(queue: str, parent: str) -> int:
                 return 0
             time.sleep(0.02)
         spec = json.loads(request.read_text())
-        if spec is None:
-            return 0
-        code = run_to(queue / f"{k}.rank{rank}.log", lambda: _run(spec["argv"], spec.get("cwd")))
-        done = queue / f"{k}.rank{rank}.rc"
-        done.with_suffix(".tmp").write_text(str(code))
-        done.with_suffix(".tmp").rename(done)
+        code = run_to(queue / f"{k}.rank{rank}.log", lambda: _run(spec["argv"], spec["cwd"]))
+        tmp = queue / f"{k}.rank{rank}.tmp"  # the test reads the exit code whole or not at all
+        tmp.write_text(str(code))
+        tmp.rename(queue / f"{k}.rank{rank}.rc")
     return 0
 
 
