@@ -1,11 +1,10 @@
 """Tier 3: the remote-feature cache on 2 ranks: built at start-up, hit by training batches, reported."""
 import json
 import re
-import sys
 
 import pytest
 
-from _mpirun import WORKERS, run_mpi, run_mpi_raw, run_python
+from _mpirun import WORKERS, run_mpi, run_python
 
 pytestmark = pytest.mark.mpi
 
@@ -17,7 +16,7 @@ CASES = ["auto:none:fp32", "100:row:fp16", "auto:row:bf16"]
 def cache_job(tmp_path_factory):
     """The output of one 2-rank job checking every case of CASES in turn (a bootstrap and shutdown each)."""
     root = tmp_path_factory.mktemp("cache")
-    _, out = run_mpi_raw(2, [sys.executable, str(WORKERS / "feature_cache.py"), str(root), *CASES], timeout=180)
+    _, out = run_python(2, [WORKERS / "feature_cache.py", root, *CASES], timeout=180)
     return out
 
 

@@ -1,11 +1,10 @@
 """Tier 3: DDP's gradient all-reduce really averages (one step equals one process on the same global batch),
 also with more ranks than training nodes (ranks without seeds join every step with zeros)."""
 import re
-import sys
 
 import pytest
 
-from _mpirun import WORKERS, run_mpi_raw
+from _mpirun import WORKERS, run_python
 
 pytestmark = pytest.mark.mpi
 
@@ -28,8 +27,7 @@ def passed(tmp_path_factory):
     outputs = {}
     for ranks in sorted({r for _, _, r, _ in CASES}):
         cases = [f"{mode}:{exchange}:{num_train}" for mode, exchange, r, num_train in CASES if r == ranks]
-        _, outputs[ranks] = run_mpi_raw(ranks, [sys.executable, str(WORKERS / "grad_sync.py"), str(root), *cases],
-                                         timeout=180)
+        _, outputs[ranks] = run_python(ranks, [WORKERS / "grad_sync.py", root, *cases], timeout=180)
     return outputs
 
 
