@@ -57,7 +57,8 @@ class GraphOptions:
     edge_fanouts: dict[str, Sequence[int]] | None = None
     """Heterogeneous graphs: per edge type fanouts (`data.hetero.hop_fanouts`)."""
     sampler: str = TrainConfig.sampler
-    """neighbor or labor (layer-neighbour sampling, `sampling.labor`; homogeneous graphs)."""
+    """neighbor or labor (layer-neighbour sampling, `sampling.labor`; homogeneous graphs). Labor batches carry
+    `mean_over`: mpignn's models divide by it; a PyG layer's mean ignores it."""
     batch_dependency: int = TrainConfig.batch_dependency
     """labor: K training steps share their variates (`sampling.labor.window`); 1: each step its own."""
     layer_dependency: bool = TrainConfig.layer_dependency
