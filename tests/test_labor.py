@@ -231,7 +231,9 @@ def test_labor_trains_on_fewer_input_rows_than_neighbour_sampling(tmp_path):
 
 TWO_RANK = {"coop": ["--minibatch", "cooperative"],
             "coop-dependent": ["--minibatch", "cooperative", "--layer-dependency", "--batch-dependency", "4"],
-            "dependent": ["--batch-dependency", "8", "--minibatch", "independent", "--cache-size", "0"]}
+            "dependent": ["--batch-dependency", "8", "--minibatch", "independent", "--cache-size", "0"],
+            "coop-star": ["--minibatch", "cooperative", "--labor-iterations", "2"],  # LABOR-2 (test_labor_importance)
+            "star": ["--minibatch", "independent", "--labor-iterations", "2", "--cache-size", "0"]}
 
 
 @pytest.fixture(scope="module")
@@ -247,8 +249,8 @@ def two_ranks(tmp_path_factory):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("name", ["coop", "coop-dependent"])
-def test_two_ranks_train_labor_cooperatively(two_ranks, name):
+@pytest.mark.parametrize("name", ["coop", "coop-dependent", "coop-star", "star"])
+def test_two_ranks_train_labor_in_each_mode(two_ranks, name):
     from _mpirun import records
 
     _, out = records(*two_ranks, name)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import tempfile
 from statistics import fmean as mean
@@ -103,16 +104,19 @@ def main(argv: list[str] | None = None) -> int:
                 for rule in ("sqrt", "linear")}}
     configs = []
     for name in args.configs.split(","):
-        base, labor = (name[:-len("+labor")], True) if name.endswith("+labor") else (name, False)
+        found = re.search(r"\+labor(\d*)$", name)  # +labor: LABOR-0; +laborI: I importance iterations
+        base, labor = (name[:found.start()], found.group(1) or "0") if found else (name, "")
         base, _, dtype = base.rpartition("+") if base.endswith(("+fp16", "+bf16")) else (base, "", "")
         if base not in known:
             parser.error(f"--configs: unknown '{name}'; choose from {', '.join(known)} (each may end in +fp16 or "
-                         "+bf16, then +labor)")
+                         "+bf16, then +labor or +laborI, I the --labor-iterations)")
         label, ranks, extra, bind = known[base]
         if dtype:
             label, extra = f"{label}, {dtype} features", [*extra, "--feature-dtype", dtype]
-        if labor:
+        if labor == "0":
             label, extra = f"{label}, labor", [*extra, "--sampler", "labor"]
+        elif labor:
+            label, extra = f"{label}, labor-{labor}", [*extra, "--sampler", "labor", "--labor-iterations", labor]
         configs.append((label, ranks, extra, bind))
     timing = bool(args.target_acc)
     rows, curves = [], []

@@ -63,6 +63,8 @@ class GraphOptions:
     """labor: K training steps share their variates (`sampling.labor.window`); 1: each step its own."""
     layer_dependency: bool = TrainConfig.layer_dependency
     """labor: every hop of a batch draws a node's one variate (`NeighborSampler`'s `layer_dependency`)."""
+    labor_iterations: int = TrainConfig.labor_iterations
+    """labor: LABOR-i's importance-sampling iterations (`sampling.labor.labor_importance`); 0: LABOR-0."""
     sample_on: str = TrainConfig.sample_on
     """host (numba kernels), device (`sampling.device_hops` on the compute device) or auto (host, for now)."""
     feature_device: str = TrainConfig.feature_device
@@ -95,8 +97,10 @@ class GraphOptions:
         check_combinations({"feature_device": self.feature_device, "exchange": self.exchange,
                             "partitions": self.partitions, "replicated": self.replicated,
                             "batch_dependency": self.batch_dependency, "sampler": self.sampler,
-                            "layer_dependency": self.layer_dependency})
-        check_ranges({"batch_dependency": self.batch_dependency}, {"batch_dependency": 8})
+                            "layer_dependency": self.layer_dependency, "labor_iterations": self.labor_iterations,
+                            "sample_on": self.sample_on})
+        check_ranges({"batch_dependency": self.batch_dependency, "labor_iterations": self.labor_iterations},
+                     {"batch_dependency": 8, "labor_iterations": 3})
 
     @property
     def link_params(self) -> dict[str, Any] | None:
@@ -112,6 +116,7 @@ class GraphOptions:
                    edge_fanouts=cfg.edge_fanouts or None, sampler=cfg.sampler, sample_on=cfg.sample_on,
                    feature_device=cfg.feature_device,
                    batch_dependency=cfg.batch_dependency, layer_dependency=cfg.layer_dependency,
+                   labor_iterations=cfg.labor_iterations,
                    cache_size=cfg.cache_size,
                    exchange=cfg.exchange,
                    feature_norm=cfg.feature_norm, feature_dtype=cfg.feature_dtype, links=task.partition_extras())

@@ -74,6 +74,19 @@ RULES: tuple[Rule, ...] = (
          lambda same, sampler: bool(same) and sampler != "labor",
          lambda same, sampler: f"--layer-dependency shares layer-neighbour variates between hops; --sampler "
                                f"{sampler} draws none. HINT: --sampler labor, or drop --layer-dependency"),
+    Rule(("labor_iterations", "sampler"),
+         lambda iterations, sampler: iterations > 0 and sampler != "labor",
+         lambda iterations, sampler: f"--labor-iterations {iterations} weights layer-neighbour sampling; --sampler "
+                                     f"{sampler} draws no variates. HINT: --sampler labor, or drop --labor-iterations"),
+    Rule(("labor_iterations", "sample_on"),
+         lambda iterations, where: iterations > 0 and where == "device",
+         lambda iterations, where: f"--labor-iterations {iterations} runs its iterations on the host; --sample-on "
+                                   "device draws on the device. HINT: --sample-on host, or drop --labor-iterations"),
+    Rule(("labor_iterations", "model"),
+         lambda iterations, model: iterations > 0 and model == "gat",
+         lambda iterations, model: f"--labor-iterations {iterations} weights each sampled edge, and --model {model}'s "
+                                   "attention takes no edge weights. HINT: --model sage or gcn, or drop "
+                                   "--labor-iterations (LABOR-0 needs no weights)"),
     Rule(("feature_device", "exchange"),  # --exchange torch moves rows device to device
          lambda where, exchange: where == "host" and exchange == "torch",
          lambda where, exchange: "--feature-device host keeps the feature rows on the host; --exchange torch moves "

@@ -215,6 +215,9 @@ class TrainConfig:
     layer_dependency: bool = False
     """--sampler labor: every hop of a batch draws the same variate for a node (DGL's layer_dependency), so a
     node kept at one hop tends to be kept at the next: fewer rows a step (docs/training.md)."""
+    labor_iterations: int = 0
+    """--sampler labor: LABOR-i's importance-sampling iterations, which concentrate a hop on fewer sources
+    (edges weighted to stay unbiased); 0: LABOR-0 (docs/training.md)."""
     sample_on: str = "auto"
     """Where hops are drawn: host (numba kernels) or device (torch ops on the compute device; the same draws).
     auto: host, until the device's step is measured (docs/launchers-and-devices.md)."""

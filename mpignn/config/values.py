@@ -105,6 +105,8 @@ RANGES: tuple[tuple[tuple[str, ...], Callable[..., bool], str], ...] = (
     (("patience",), lambda v: v >= 0,
      "--patience expected evaluations >= 0; got {0}. HINT: e.g. --patience 5, or 0: never stop early with --epochs "
      "(without it: the converge rule's)"),
+    (("labor_iterations",), lambda v: 0 <= v <= 16,
+     "--labor-iterations must be in [0, 16]; got {0}. HINT: e.g. --labor-iterations 3, or 0 for LABOR-0"),
     (("max_steps",), lambda v: v >= 0, "--max-steps must be >= 0; got {0}. HINT: 0 means every batch"),
     (("eval_batch_size",), lambda v: v >= 0,
      "--eval-batch-size must be >= 0; got {0}. HINT: e.g. --eval-batch-size 4096, or 0 for the default"),

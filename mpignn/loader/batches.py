@@ -189,6 +189,8 @@ class BatchLoader:
         data.in_degree = _tensor(out.in_degree)  # the model's CSR pointers: no bincount on the device
         if out.mean_over is not None:  # layer-neighbour batches: what each target's mean divides by
             data.mean_over = _tensor(out.mean_over)
+        if out.edge_weight is not None:  # LABOR-i: each edge's importance weight
+            data.edge_weight = _tensor(out.edge_weight)
         if self.reuse:  # whole neighbourhoods: each row's whole-graph degree, the input rows' CSR where sparse
             sparse = sparse_input(x[:len(out.n_id)], self.sampler.comm if cooperative else None)
             n_id = out.n_id.cpu().numpy() if resident else out.n_id  # read once: the batch is kept

@@ -54,4 +54,4 @@ def forward_batch(model: torch.nn.Module, data) -> torch.Tensor:
         return model(data)
     return encode(model, data.x, data.edge_index, data.num_sampled_nodes, data.num_sampled_edges,
                   getattr(data, "in_degree", None), getattr(data, "halo", None), getattr(data, "whole", None),
-                  getattr(data, "mean_over", None))
+                  getattr(data, "mean_over", None), getattr(data, "edge_weight", None))

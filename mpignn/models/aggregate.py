@@ -37,11 +37,13 @@ class MeanAdjacency:
     `in_degree` (optional, at least n_dst entries): each target's number of edges, as the sampler gives it
     (`SampleOutput.in_degree`); without it the pointer is found by a binary search over `col`. `mean_over`
     (optional, like `in_degree`): what each target's sum is divided by instead of its edge count (layer-neighbour
-    sampling's unbiased mean, `SampleOutput.mean_over`).
+    sampling's unbiased mean, `SampleOutput.mean_over`). `edge_weight` (optional, one per edge): multiplies
+    each edge's weight (LABOR-i's importance weights, `SampleOutput.edge_weight`).
     """
 
     def __init__(self, row: torch.Tensor, col: torch.Tensor, n_dst: int, n_src: int,
-                 in_degree: torch.Tensor | None = None, mean_over: torch.Tensor | None = None) -> None:
+                 in_degree: torch.Tensor | None = None, mean_over: torch.Tensor | None = None,
+                 edge_weight: torch.Tensor | None = None) -> None:
         self.row, self.col, self.n_dst, self.n_src = row, col, int(n_dst), int(n_src)
         self.kernel = kernel_for(row.device)
         if in_degree is None:  # sorted targets: the CSR pointer is a search, no bincount (a host sync on GPUs)
@@ -57,6 +59,8 @@ class MeanAdjacency:
         if mean_over is not None:
             counts = mean_over[:self.n_dst].to(device=row.device, dtype=torch.long)
         self.weight = (1.0 / counts.clamp(min=1).to(torch.float32))[col]
+        if edge_weight is not None:
+            self.weight = self.weight * edge_weight.to(device=row.device, dtype=torch.float32)
         self._t: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._t_csr: torch.Tensor | None = None
 

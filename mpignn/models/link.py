@@ -29,11 +29,12 @@ class LinkModel(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes: Sequence[int],
                 num_sampled_edges: Sequence[int], edge_label_index: torch.Tensor,
-                in_degree: torch.Tensor | None = None, mean_over: torch.Tensor | None = None) -> torch.Tensor:
-        """`mean_over`: a layer-neighbour batch's denominators (`SampleOutput.mean_over`), which keep the
-        encoder's mean unbiased as in node classification."""
+                in_degree: torch.Tensor | None = None, mean_over: torch.Tensor | None = None,
+                edge_weight: torch.Tensor | None = None) -> torch.Tensor:
+        """`mean_over`, `edge_weight`: a layer-neighbour batch's denominators and LABOR-i's edge weights
+        (`SampleOutput`), which keep the encoder's mean unbiased as in node classification."""
         z = encode(self.encoder, x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree,
-                   mean_over=mean_over)
+                   mean_over=mean_over, edge_weight=edge_weight)
         return self.decode(z[edge_label_index[0]], z[edge_label_index[1]])
 
     def decode(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

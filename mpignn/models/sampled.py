@@ -87,7 +87,8 @@ class SampledGNN(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes: Sequence[int],
                 num_sampled_edges: Sequence[int], in_degree: torch.Tensor | None = None,
-                halo: Any = None, whole: Any = None, mean_over: torch.Tensor | None = None) -> torch.Tensor:
+                halo: Any = None, whole: Any = None, mean_over: torch.Tensor | None = None,
+                edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         """Logits of the seed nodes (the first num_sampled_nodes[0] rows).
 
         `in_degree`: each hop's targets' edge counts, batch-local order (`SampleOutput.in_degree`, the
@@ -102,7 +103,11 @@ class SampledGNN(torch.nn.Module):
         `mean_over`: a layer-neighbour batch's expected in-edge counts (`SampleOutput.mean_over`): SAGE's mean
         and GCN's degrees count them; GAT's attention, normalised over the kept in-edges, needs no weights
         (a target keeps each neighbour with the same probability).
+        `edge_weight`: LABOR-i's per-edge importance weights (`SampleOutput.edge_weight`), which SAGE's mean and
+        GCN's sum multiply each edge's message by (GAT is refused them: `config.refusals`).
         """
+        if edge_weight is not None and self.kind == "gat":
+            raise ValueError("GAT's attention takes no edge weights (LABOR-i batches): use sage or gcn")
         hops = len(num_sampled_edges)
         if hops != self.num_layers:
             raise ValueError(f"batch sampled {hops} hops for a {self.num_layers}-layer model")
@@ -117,11 +122,13 @@ class SampledGNN(torch.nn.Module):
             n_edges = int(sum(num_sampled_edges[:keep]))
             hidden = layer < self.num_layers - 1 or self.head is not None
             src, dst = edge_index[0, :n_edges], edge_index[1, :n_edges]
+            weights = None if edge_weight is None else edge_weight[:n_edges]
             root = x  # the layer's input rows, targets first: its residual reads them (before GCN's scaling)
             sparse = self._sparse_rows(x, layer, whole, halo, int(sum(num_sampled_nodes[:keep + 1])), n_dst)
             if self.kind == "gcn":  # each source row scaled by its deg^-1/2 before it may cross to other ranks
                 x, inv_sqrt, weight = _gcn_scaled(x, num_sampled_nodes, keep, src, dst,
-                                                  whole.degree if whole is not None else None, mean_over)
+                                                  whole.degree if whole is not None else None, mean_over,
+                                                  weights)
             if fused and layer > 0:  # the previous layer left x before its activation
                 x, src = activated_halo(halo, layer, x, self.dropout, self.training)
                 root = x
@@ -137,7 +144,7 @@ class SampledGNN(torch.nn.Module):
                 x = _gcn_sum(conv, x, src, dst, n_dst, inv_sqrt, weight)
             elif self.kind == "sage":
                 n_src = halo.table_rows(layer) if sparse is not None and halo is not None else x.size(0)
-                adj = _adjacency(whole, layer, src, dst, n_dst, n_src, in_degree, mean_over)
+                adj = _adjacency(whole, layer, src, dst, n_dst, n_src, in_degree, mean_over, weights)
                 x = _sage(conv, x, adj, n_dst) if sparse is None else sage_sparse_input(conv, *sparse, halo, adj)
             else:
                 pairs = edge_index[:, :n_edges] if halo is None else torch.stack([src, dst])
@@ -163,11 +170,12 @@ class SampledGNN(torch.nn.Module):
 
 
 def _adjacency(whole: Any, layer: int, src: torch.Tensor, dst: torch.Tensor, n_dst: int, n_src: int,
-               in_degree: torch.Tensor | None, mean_over: torch.Tensor | None) -> MeanAdjacency:
+               in_degree: torch.Tensor | None, mean_over: torch.Tensor | None,
+               edge_weight: torch.Tensor | None = None) -> MeanAdjacency:
     """The layer's mean; a full-graph batch keeps its own (`whole.kept`: its edges never change), so its
     pointers and transpose are built once, not every epoch."""
     def make() -> MeanAdjacency:
-        return MeanAdjacency(src, dst, n_dst, n_src, in_degree, mean_over)
+        return MeanAdjacency(src, dst, n_dst, n_src, in_degree, mean_over, edge_weight)
     return make() if whole is None else whole.kept(("mean", layer), make)
 
 
@@ -234,7 +242,8 @@ def _residual(branch: torch.nn.Module, root: torch.Tensor, n_dst: int, sparse: A
 def _gcn_scaled(x: torch.Tensor, num_sampled_nodes: Sequence[int], keep: int, src: torch.Tensor,
                 dst: torch.Tensor,
                 degree: torch.Tensor | None = None,
-                mean_over: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                mean_over: torch.Tensor | None = None,
+                edge_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(the layer's source rows times deg^-1/2, deg^-1/2 of each source, each edge's weight: 0 for a sampled
     self-loop) with the degrees PyG's gcn_norm gives the trimmed layer: one self-loop per node (sampled ones
     merged into it) plus its other in-edges where the layer computes it, so 1 for the outermost hop's nodes.
@@ -242,7 +251,8 @@ def _gcn_scaled(x: torch.Tensor, num_sampled_nodes: Sequence[int], keep: int, sr
     With `degree` (whole neighbourhoods) every source has its whole-graph degree plus its loop. With
     `mean_over` (layer-neighbour batches) a target counts the in-edges it keeps in expectation, min(d, k),
     where neighbour sampling's count is: each neighbour is kept with the same probability under both, so the
-    layer's expected output is neighbour sampling's (`tests/test_labor.py`)."""
+    layer's expected output is neighbour sampling's (`tests/test_labor.py`). `edge_weight` (LABOR-i) scales
+    each edge's message by its importance weight, which keeps that expectation."""
     n_src, n_dst = int(sum(num_sampled_nodes[:keep + 1])), int(sum(num_sampled_nodes[:keep]))
     weight = (src != dst).to(torch.float32)
     if degree is not None:
@@ -256,6 +266,8 @@ def _gcn_scaled(x: torch.Tensor, num_sampled_nodes: Sequence[int], keep: int, sr
             counted = mean_over[:n_dst].to(device=x.device, dtype=torch.float32) - loops
         deg[:n_dst] += counted
     inv_sqrt = deg.rsqrt()
+    if edge_weight is not None:
+        weight = weight * edge_weight.to(device=x.device, dtype=torch.float32)
     return x[:n_src] * inv_sqrt.to(x.dtype).unsqueeze(1), inv_sqrt, weight
 
 
@@ -280,15 +292,17 @@ def _sorted_by_target(edge_index: torch.Tensor) -> torch.Tensor:
 
 def encode(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, num_sampled_nodes,
            num_sampled_edges, in_degree: torch.Tensor | None = None, halo: Any = None,
-           whole: Any = None, mean_over: torch.Tensor | None = None) -> torch.Tensor:
+           whole: Any = None, mean_over: torch.Tensor | None = None,
+           edge_weight: torch.Tensor | None = None) -> torch.Tensor:
     """Output rows of the batch's seed nodes (the first num_sampled_nodes[0]), computing only what each
     layer needs (`in_degree`: the sampler's per-target edge counts, used by SampledGNN; `halo`: a
     cooperative batch's exchange, SampledGNN only; `whole`: a full-graph batch's `loader.whole.WholeNeighbourhoods`;
-    `mean_over`: a layer-neighbour batch's expected in-edge counts, SampledGNN only)."""
+    `mean_over`, `edge_weight`: a layer-neighbour batch's expected in-edge counts and LABOR-i's edge weights,
+    SampledGNN only)."""
     if isinstance(getattr(model, "module", model), SampledGNN):
         return model(x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree, halo=halo, whole=whole,
-                     mean_over=mean_over)
-    if halo is not None or mean_over is not None:
+                     mean_over=mean_over, edge_weight=edge_weight)
+    if halo is not None or mean_over is not None or edge_weight is not None:
         raise ValueError("a cooperative or layer-neighbour batch needs a SampledGNN (--model sage, gat or gcn)")
     out = model(x, edge_index, num_sampled_nodes_per_hop=num_sampled_nodes,
                 num_sampled_edges_per_hop=num_sampled_edges)

@@ -160,7 +160,7 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
     with root_first(rt.comm, per_host=True, timeout=opts.prep_timeout, what="compiling the sampling kernels"):
         kernels.warm_up()
         if opts.sampler == "labor":
-            labor.warm_up()
+            labor.warm_up(importance=opts.labor_iterations > 0)
     part.x = transform_rows(part.x, opts.feature_norm, opts.feature_dtype)
     meta = part.meta
     schema = HeteroSchema.from_json(meta.hetero) if meta.hetero else None
@@ -177,7 +177,7 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
     if kind is DeviceSampler and rt.rank == 0:
         log.info("sampling: batches drawn and relabelled on the device (%s)", rt.device)
     sampler = kind(source, meta.num_nodes, fanouts, method=opts.sampler, dependency=opts.batch_dependency,
-                   layer_dependency=opts.layer_dependency)
+                   layer_dependency=opts.layer_dependency, iterations=opts.labor_iterations)
     features.keep_recent = opts.batch_dependency > 1 and not alone  # dependent batches overlap: keep their rows
     cache_rows, cache_mib = 0, 0.0
     if not alone and opts.cache_size != 0:

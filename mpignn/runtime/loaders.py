@@ -116,7 +116,8 @@ def _cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any],
     return CooperativeSampler(rt.comm.Dup(), local, np.asarray(graph.part.meta.part_offsets), fanouts, rows,
                               method=graph.sampler.method,
                               dependency=1 if mode == "full" else graph.sampler.dependency,
-                              layer_dependency=graph.sampler.layer_dependency)
+                              layer_dependency=graph.sampler.layer_dependency,
+                              iterations=0 if mode == "full" else graph.sampler.iterations)
 
 
 def full_fit_problem(rt: Runtime, graph: LocalGraph, model: Any) -> str:

@@ -23,7 +23,7 @@ import numpy as np
 from mpignn.mpi import allreduce_sum, alltoallv, collectives, segment_starts
 from mpignn.partition.format import owner_of
 from mpignn.sampling import kernels
-from mpignn.sampling.neighbor import Fanout, LocalHops, SampleOutput
+from mpignn.sampling.neighbor import Fanout, LocalHops, SampleOutput, importance_hop
 
 __all__ = ["CooperativeSampler", "LayerPlan", "union_rows"]
 
@@ -58,11 +58,12 @@ class CooperativeSampler:
 
     def __init__(self, comm: Any, local: LocalHops, part_offsets: np.ndarray, fanouts: Sequence[Fanout],
                  rows: Any = None, method: str = "neighbor", dependency: int = 1,
-                 layer_dependency: bool = False) -> None:
+                 layer_dependency: bool = False, iterations: int = 0) -> None:
         if local.num_etypes != 1:
             raise ValueError("cooperative mini-batches sample homogeneous graphs")
         self.method = method  # "labor": each owner draws its targets by layer-neighbour sampling (same variates)
         self.dependency, self.layer_dependency = int(dependency), bool(layer_dependency)  # as NeighborSampler's
+        self.iterations = int(iterations)  # LABOR-i: each source's weight is a maximum over every rank's targets
         self.comm, self.source, self.rows = comm, local, rows  # rows: the transport layers' rows travel by
         self.part_offsets = np.asarray(part_offsets, dtype=np.int64)
         self.lo, self.n_own = int(local.lo), len(local.rowptr) - 1
@@ -99,14 +100,19 @@ class CooperativeSampler:
         try:
             if n != len(seeds):
                 raise ValueError("seed nodes must be distinct")
-            depth_counts, degrees, targets, sources, means = [n], [], [], [], []
+            depth_counts, degrees, targets, sources, means, weights = [n], [], [], [], [], []
             labor = self.method == "labor"
             labor_seed, shift = variates if variates is not None else (seed, 0)
             f_lo, f_hi = 0, n
             for hop, fanout in enumerate(self.fanouts):
                 if labor:
                     hop_seed = kernels.mix_seed(labor_seed, 0 if self.layer_dependency else hop)
-                    counts, nbrs, mean_over = self.source.sample_labor(own[f_lo:f_hi], fanout, hop_seed, shift)
+                    if self.iterations:
+                        counts, nbrs, mean_over, weight = importance_hop(
+                            self.source, own[f_lo:f_hi], fanout, hop_seed, shift, self.iterations, self._max_over_ranks)
+                        weights.append(weight)
+                    else:
+                        counts, nbrs, mean_over = self.source.sample_labor(own[f_lo:f_hi], fanout, hop_seed, shift)
                     means.append(mean_over)
                 else:
                     counts, nbrs = self.source.sample(own[f_lo:f_hi], fanout, kernels.mix_seed(seed, hop))
@@ -134,7 +140,33 @@ class CooperativeSampler:
                             col=np.concatenate(targets) if targets else _EMPTY, batch_size=len(seeds),
                             num_sampled_nodes=depth_counts, num_sampled_edges=[len(e) for e in sources],
                             in_degree=np.concatenate(degrees) if degrees else _EMPTY, halo=plans,
-                            mean_over=(np.concatenate(means) if means else _EMPTY) if labor else None)
+                            mean_over=(np.concatenate(means) if means else _EMPTY) if labor else None,
+                            edge_weight=np.concatenate(weights) if weights else None)
+
+    def _max_over_ranks(self, sources: np.ndarray) -> Any:
+        """Collective: a function taking each of `sources`' values (this rank's) to its maximum over every rank
+        that has the same source. The ids go to their owners once; then each call is two all-to-alls (values
+        out, maxima back)."""
+        comm = self.comm
+        owner = owner_of(sources, self.part_offsets)
+        order = np.argsort(owner, kind="stable")
+        sent = np.bincount(owner, minlength=comm.size).astype(np.int64)
+        asked_from, pieces = collectives.exchange_counts(comm, sent)
+        asked = alltoallv(comm, sources[order], sent, asked_from, pieces)[0]
+        distinct, slot = np.unique(asked, return_inverse=True)
+        slot = slot.reshape(-1)
+        self.bytes_received += 8 * len(asked)
+
+        def combine(values: np.ndarray) -> np.ndarray:
+            got = alltoallv(comm, values[order], sent, asked_from, pieces)[0]
+            top = np.zeros(len(distinct), dtype=np.float64)
+            np.maximum.at(top, slot, got)
+            back = alltoallv(comm, top[slot], asked_from, sent, pieces)[0]
+            self.bytes_received += 8 * (len(got) + len(back))
+            out = np.empty(len(sources), dtype=np.float64)
+            out[order] = back
+            return out
+        return combine
 
     def _plans(self, src: np.ndarray, edges: list[int], depth_counts: list[int], mark: np.ndarray) -> list[LayerPlan]:
         """Collective: every layer's exchange, in one request. Layer j reads the edges of hops 0..L-1-j (a

@@ -32,9 +32,12 @@ class DeviceSampler(NeighborSampler):
     the map is always the array one."""
 
     def __init__(self, source: DeviceHops, num_nodes: int, fanouts: Sequence[Fanout], relabel: str = "array",
-                 method: str = "neighbor", dependency: int = 1, layer_dependency: bool = False) -> None:
+                 method: str = "neighbor", dependency: int = 1, layer_dependency: bool = False,
+                 iterations: int = 0) -> None:
         if not resident(source, num_nodes):
             raise ValueError("DeviceSampler needs a DeviceHops source owning every node of one edge type")
+        if iterations:
+            raise ValueError("LABOR-i's iterations run on the host only (sample on the host)")
         super().__init__(source, num_nodes, fanouts, "array", method, dependency, layer_dependency)
         self.device = source.device
 

@@ -21,16 +21,17 @@ kernel returns that denominator per target, where neighbour sampling divides by 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 from numba import njit, prange
 
 from mpignn.compiled import ensure_numba_cache_dir, serial_or_parallel
-from mpignn.sampling.kernels import splitmix
+from mpignn.sampling.kernels import first_seen, splitmix
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first cached kernel below
 
-__all__ = ["labor_rows", "variate", "window", "warm_up"]
+__all__ = ["labor_rows", "labor_importance", "importance_scales", "variate", "window", "warm_up"]
 
 _UNIT = 1.0 / 9007199254740992.0  # 2**-53: the top 53 bits of a draw as a double in [0, 1)
 _TOP = (1 << 53) - 1
@@ -110,19 +111,145 @@ def labor_rows(rowptr, col, rows, fanouts, seed, shift=0):
     return counts, out, denominators
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _scale(weights, fanout):
+    """c with sum(min(1, c w)) = fanout over `weights` sorted in descending order (more than `fanout` of them):
+    the j heaviest saturate (c w >= 1) and the others share fanout - j. The sum runs in sorted order, so the
+    result does not depend on the order of a target's edges."""
+    rest = 0.0
+    for j in range(weights.shape[0] - 1, -1, -1):
+        rest += weights[j]
+    c = fanout / rest
+    for j in range(weights.shape[0]):
+        c = (fanout - j) / rest
+        if c * weights[j] < 1.0 or rest <= weights[j]:
+            break
+        rest -= weights[j]
+    return c
+
+
+@serial_or_parallel
+def importance_scales(ptr, edge_pi, fanout):
+    """LABOR-i's c_t for each target of a hop's CSR (`ptr` over targets, `edge_pi` the weight of each edge's
+    source): sum over t's edges of min(1, c_t pi_s) = fanout; inf where t keeps every neighbour. With every
+    pi_s = 1 this is fanout / degree, LABOR-0's cut, to the bit."""
+    n = ptr.shape[0] - 1
+    out = np.empty(n, dtype=np.float64)
+    for i in prange(n):
+        start, end = ptr[i], ptr[i + 1]
+        deg = end - start
+        if fanout < 0 or deg <= fanout:
+            out[i] = np.inf
+            continue
+        weights = np.empty(deg, dtype=np.float64)
+        for j in range(deg):  # insertion sort, descending: degrees are mostly small
+            w = edge_pi[start + j]
+            k = j
+            while k > 0 and weights[k - 1] < w:
+                weights[k] = weights[k - 1]
+                k -= 1
+            weights[k] = w
+            if j > 64:  # a large degree: sort the rest at once
+                weights[:] = -np.sort(-edge_pi[start:end])
+                break
+        out[i] = _scale(weights, fanout)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _raised(ptr, inverse, scale, pi, n_sources):
+    """pi'_s = max over the hop's targets t of min(1, c_t pi_s) (`inverse`: each edge's source index)."""
+    new = np.zeros(n_sources, dtype=np.float64)
+    for i in range(ptr.shape[0] - 1):
+        c = scale[i]
+        for e in range(ptr[i], ptr[i + 1]):
+            s = inverse[e]
+            v = min(1.0, c * pi[s])
+            if v > new[s]:
+                new[s] = v
+    return new
+
+
+@njit(cache=True, nogil=True)
+def _variates(base, gids, shift):
+    out = np.empty(gids.shape[0], dtype=np.float64)
+    for i in range(gids.shape[0]):
+        out[i] = _draw(base, gids[i], shift)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _importance_draw(ptr, nbrs, inverse, scale, pi, r, fanout):
+    """Target t keeps edge e (source s) where r_s < p_ts = min(1, c_t pi_s): (kept per target, kept ids, their
+    weights q_t / p_ts, denominators min(degree, fanout))."""
+    n = ptr.shape[0] - 1
+    counts = np.zeros(n, dtype=np.int64)
+    denominators = np.empty(n, dtype=np.int64)
+    out = np.empty(nbrs.shape[0], dtype=np.int64)
+    weight = np.empty(nbrs.shape[0], dtype=np.float32)
+    o = 0
+    for i in range(n):
+        deg = ptr[i + 1] - ptr[i]
+        whole = fanout < 0 or deg <= fanout
+        denominators[i] = deg if whole else fanout
+        q = 1.0 if whole else fanout / deg
+        for e in range(ptr[i], ptr[i + 1]):
+            s = inverse[e]
+            p = min(1.0, scale[i] * pi[s])
+            if r[s] < p:
+                out[o] = nbrs[e]
+                weight[o] = q / p
+                o += 1
+                counts[i] += 1
+    return counts, out[:o].copy(), weight[:o].copy(), denominators
+
+
+def labor_importance(ptr: np.ndarray, nbrs: np.ndarray, fanout: int, seed: int, shift: int, iterations: int,
+                     reduce: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """LABOR-`iterations` (importance sampling) on a hop whose targets' whole neighbourhoods are known: target
+    t's neighbours `nbrs[ptr[t]:ptr[t + 1]]` (global ids).
+
+    Every source s has a weight pi_s (1 to start); t keeps s where s's variate (as `labor_rows` draws it) is
+    under p_ts = min(1, c_t pi_s), c_t chosen so t keeps `fanout` in expectation. An iteration sets pi_s to
+    max_t p_ts over the hop's targets: a source one target must keep with high probability is then likely
+    kept by the others too, so the hop reaches fewer sources. 0 iterations is LABOR-0, `labor_rows`'s draw.
+    `reduce(sources)` (collective; cooperative batches, whose hop's targets are spread over the ranks) gives
+    a function taking each source's pi' on this rank's targets to its maximum over all ranks'.
+
+    Returns:
+        (kept per target, their ids in CSR order, denominators min(degree, fanout) as `labor_rows`'s, and
+        float32 edge weights q_t / p_ts with q_t = min(1, fanout / degree): each edge's share of neighbour
+        sampling's expected sum, so the weighted sum over the denominator is an unbiased mean, and 1 for
+        every edge of LABOR-0).
+    """
+    ptr = np.ascontiguousarray(ptr, dtype=np.int64)
+    nbrs = np.ascontiguousarray(nbrs, dtype=np.int64)
+    sources, inverse = first_seen(nbrs)
+    combine = reduce(sources) if reduce is not None else None
+    pi = np.ones(len(sources), dtype=np.float64)
+    for _ in range(iterations):
+        pi = _raised(ptr, inverse, importance_scales(ptr, pi[inverse], fanout), pi, len(sources))
+        if combine is not None:
+            pi = combine(pi)
+    scale = importance_scales(ptr, pi[inverse], fanout)
+    r = _variates(np.uint64(seed), sources, np.uint64(shift))
+    counts, kept, weight, denominators = _importance_draw(ptr, nbrs, inverse, scale, pi, r, fanout)
+    return counts, kept, denominators, weight
+
 def variate(seed: int, gids: np.ndarray, shift: int = 0) -> np.ndarray:
     """The variates `labor_rows` gives the nodes `gids` under hop seed `seed` and `shift` (float64 in [0, 1);
     tests)."""
-    return np.array([_draw(np.uint64(seed), np.int64(g), np.uint64(shift))
-                     for g in np.asarray(gids, dtype=np.int64)])
+    return _variates(np.uint64(seed), np.ascontiguousarray(gids, dtype=np.int64), np.uint64(shift))
 
 
-def warm_up() -> None:
+def warm_up(importance: bool = False) -> None:
     """Compile the kernel (or load it from numba's cache) on tiny inputs, for a writable and a memory-mapped
-    (read-only) part's column array."""
+    (read-only) part's column array; with `importance`, LABOR-i's kernels too."""
     one = np.zeros(1, dtype=np.int64)
     ptr = np.array([0, 1], dtype=np.int64)
     labor_rows(ptr, one, one, one + 1, 0)
     mapped = np.zeros(1, dtype=np.int64)
     mapped.flags.writeable = False
     labor_rows(ptr, mapped, one, one + 1, 0)
+    if importance:
+        labor_importance(np.array([0, 2], dtype=np.int64), np.array([3, 5], dtype=np.int64), 1, 0, 0, 1)

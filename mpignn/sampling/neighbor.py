@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Protocol, Sequence, Union
+from typing import Any, Protocol, Sequence, Union
 
 import numpy as np
 
 from mpignn.config.choices import SAMPLERS
 from mpignn.config.train_config import parse_fanout
 from mpignn.sampling import kernels
-from mpignn.sampling.labor import labor_rows
+from mpignn.sampling.labor import labor_importance, labor_rows
 
 __all__ = ["SampleOutput", "HopSource", "LocalHops", "NeighborSampler", "parse_fanout", "ARRAY_MAP_BYTES",
-           "Fanout", "fanout_array", "loop_free_degree", "SAMPLERS"]
+           "Fanout", "fanout_array", "loop_free_degree", "importance_hop", "SAMPLERS"]
 
 # SAMPLERS: how a hop draws. "neighbor": each target its own uniform draw (`kernels.sample_rows`); "labor":
 # layer-neighbour sampling, one variate per source shared by the hop's targets (`sampling.labor`).
@@ -45,6 +45,7 @@ class SampleOutput:
     edge_type: np.ndarray | None = None  # int64 [E], heterogeneous graphs: each edge's type (index)
     in_degree: np.ndarray | None = None  # int64 [sum(num_sampled_nodes[:-1])], see above
     mean_over: np.ndarray | None = None  # "labor": int64 like in_degree, what each target's mean divides by
+    edge_weight: np.ndarray | None = None  # LABOR-i, i > 0: float32 [E], each edge's importance weight
     halo: list | None = None  # cooperative batches: a `sampling.cooperative.LayerPlan` per layer
 
 
@@ -114,6 +115,17 @@ class LocalHops:
         return labor_rows(self.rowptr, self.col, gids - self.lo, fanout_array(fanout, 1), seed, shift)
 
 
+def importance_hop(source: HopSource, gids: np.ndarray, fanout: Fanout, seed: int, shift: int, iterations: int,
+                   reduce: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A LABOR-`iterations` hop (`sampling.labor.labor_importance`): the targets' whole neighbourhoods from
+    `source` (from their owners where they are remote: every in-edge crosses, not a sample), then the
+    iterations here, so a rank's hop equals one process's. `reduce`: see `labor_importance`."""
+    counts, nbrs = source.sample(gids, -1, 0)
+    ptr = np.zeros(len(gids) + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return labor_importance(ptr, nbrs, int(fanout_array(fanout, 1)[0]), seed, shift, iterations, reduce)
+
+
 def loop_free_degree(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndarray:
     """int64 [rows]: each CSR row's in-edges other than self-loops (rows are the global ids lo, lo + 1, ...):
     the degree PyG's `gcn_norm` adds one self-loop to, on the whole graph."""
@@ -141,10 +153,13 @@ class NeighborSampler:
     its batches carry `mean_over`, what each target's mean divides by. `dependency` (labor): how many
     consecutive training steps a loader lets share their variates (`sampling.labor.window`);
     `layer_dependency` (labor): every hop draws with the first hop's seed, so a node has one variate in a batch.
+    `iterations` (labor): LABOR-i's importance-sampling iterations (`importance_hop`; 0: LABOR-0); its batches
+    also carry `edge_weight`.
     """
 
     def __init__(self, source: HopSource, num_nodes: int, fanouts: Sequence[Fanout], relabel: str = "auto",
-                 method: str = "neighbor", dependency: int = 1, layer_dependency: bool = False) -> None:
+                 method: str = "neighbor", dependency: int = 1, layer_dependency: bool = False,
+                 iterations: int = 0) -> None:
         if relabel not in ("auto", "part", "array"):
             raise ValueError(f"relabel must be 'auto', 'part' or 'array'; got {relabel!r}")
         if method not in SAMPLERS:
@@ -160,6 +175,7 @@ class NeighborSampler:
         self.fanouts = list(fanouts)
         self.relabel = relabel
         self.method, self.dependency, self.layer_dependency = method, int(dependency), bool(layer_dependency)
+        self.iterations = int(iterations)
         # Owning every node (one process, --replicated): the part map is the array map; skip the range checks.
         self._direct = relabel == "array" or self._own == (0, self.num_nodes)
         self._local = threading.local()
@@ -167,7 +183,7 @@ class NeighborSampler:
     def with_fanouts(self, fanouts: Sequence[Fanout]) -> "NeighborSampler":
         """This sampler (source, method, dependencies) drawing `fanouts`."""
         return type(self)(self.source, self.num_nodes, fanouts, method=self.method, dependency=self.dependency,
-                          layer_dependency=self.layer_dependency)
+                          layer_dependency=self.layer_dependency, iterations=self.iterations)
 
     @property
     def scratch_bytes(self) -> int:
@@ -224,7 +240,7 @@ class NeighborSampler:
         if n_count != len(seeds):
             self._clear(n_id, n_count)
             raise ValueError("seed nodes must be distinct")
-        rows, cols, types, degrees, means = [], [], [], [], []
+        rows, cols, types, degrees, means, weights = [], [], [], [], [], []
         labor = self.method == "labor"
         labor_seed, shift = variates if variates is not None else (seed, 0)
         num_nodes, num_edges = [n_count], []
@@ -233,9 +249,13 @@ class NeighborSampler:
         try:
             for hop, fanout in enumerate(self.fanouts):
                 if labor:
-                    counts, nbrs, mean_over = self.source.sample_labor(
-                        n_id[f_lo:f_hi], fanout, kernels.mix_seed(labor_seed, 0 if self.layer_dependency else hop),
-                        shift)
+                    hop_seed = kernels.mix_seed(labor_seed, 0 if self.layer_dependency else hop)
+                    if self.iterations:
+                        counts, nbrs, mean_over, weight = importance_hop(
+                            self.source, n_id[f_lo:f_hi], fanout, hop_seed, shift, self.iterations)
+                        weights.append(weight)
+                    else:
+                        counts, nbrs, mean_over = self.source.sample_labor(n_id[f_lo:f_hi], fanout, hop_seed, shift)
                     means.append(mean_over)
                 else:
                     counts, nbrs = self.source.sample(n_id[f_lo:f_hi], fanout, kernels.mix_seed(seed, hop))
@@ -256,7 +276,8 @@ class NeighborSampler:
         return SampleOutput(n_id=self._buffer(n_count, n_id, n_count), row=cat(rows), col=cat(cols), batch_size=len(seeds),
                             num_sampled_nodes=num_nodes, num_sampled_edges=num_edges,
                             edge_type=cat(types) if t > 1 else None, in_degree=cat(degrees),
-                            mean_over=cat(means) if labor else None)
+                            mean_over=cat(means) if labor else None,
+                            edge_weight=np.concatenate(weights) if weights else None)
 
     # The batch's arrays: numpy here; `sampling.device_sampler.DeviceSampler` keeps them on its device.
     def _seeds(self, seeds: np.ndarray) -> np.ndarray:

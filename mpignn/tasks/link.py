@@ -199,7 +199,8 @@ class LinkTask(Task):
 def score_pairs(model: torch.nn.Module, batch: Any) -> torch.Tensor:
     """One logit per pair of the batch's `edge_label_index`, by a `LinkModel`."""
     return model(batch.x, batch.edge_index, batch.num_sampled_nodes, batch.num_sampled_edges,
-                 batch.edge_label_index, getattr(batch, "in_degree", None), getattr(batch, "mean_over", None))
+                 batch.edge_label_index, getattr(batch, "in_degree", None), getattr(batch, "mean_over", None),
+                 getattr(batch, "edge_weight", None))
 
 
 @torch.no_grad()

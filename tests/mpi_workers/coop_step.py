@@ -1,7 +1,8 @@
 """One cooperative step on N ranks equals one process training the same global batch with the same sampled
 neighbourhoods: the rows of each depth (each node once, all ranks together), the loss and every parameter's
 gradient (summed over ranks, as DDP's all-reduce does up to its 1/N), for SAGE, GAT and GCN, and for SAGE on
-layer-neighbour (LABOR) batches, with a rank that has no seeds. argv: folder."""
+layer-neighbour (LABOR-0, and LABOR-3 with its edge weights: each source's weight a maximum over every rank's
+targets) batches, with a rank that has no seeds. argv: folder."""
 import sys
 
 import numpy as np
@@ -44,15 +45,18 @@ def main(folder: str) -> None:
     part = load_partition(folder, comm.rank)
     offsets = np.asarray(part.meta.part_offsets)
     rowptr, col, x_all, y_all = whole_graph(graph, np.load(f"{folder}/node_map.npy"))
-    samplers = {method: CooperativeSampler(comm.Dup(), LocalHops(part.rowptr, part.col, part.lo), offsets, FANOUTS,
-                                           MpiAlltoall(comm.Dup()), method=method) for method in ("neighbor", "labor")}
-    singles = {method: NeighborSampler(LocalHops(rowptr, col), graph.num_nodes, FANOUTS, method=method)
-               for method in ("neighbor", "labor")}
+    kinds = {"neighbor": ("neighbor", 0), "labor": ("labor", 0), "labor3": ("labor", 3)}
+    samplers = {name: CooperativeSampler(comm.Dup(), LocalHops(part.rowptr, part.col, part.lo), offsets, FANOUTS,
+                                         MpiAlltoall(comm.Dup()), method=method, iterations=iterations)
+                for name, (method, iterations) in kinds.items()}
+    singles = {name: NeighborSampler(LocalHops(rowptr, col), graph.num_nodes, FANOUTS, method=method,
+                                     iterations=iterations) for name, (method, iterations) in kinds.items()}
     # layer-neighbour sampling (SAGE's mean and GCN's degrees count min(d, k)): owners draw with shared variates
     for kind, method in (("sage", "neighbor"), ("gat", "neighbor"), ("gcn", "neighbor"), ("sage", "labor"),
-                         ("gat", "labor"), ("gcn", "labor")):
+                         ("gat", "labor"), ("gcn", "labor"), ("sage", "labor3"), ("gcn", "labor3")):
         sampler, single = samplers[method], singles[method]
         mean_over = (lambda b: None) if method == "neighbor" else (lambda b: torch.from_numpy(b.mean_over))
+        weight = lambda b: None if b.edge_weight is None else torch.from_numpy(b.edge_weight)  # noqa: E731
         for step in range(2):
             # step 1: every exchange in pieces of at most 7 rows (MAX_COUNT lowered), as huge batches would go
             collectives.MAX_COUNT = 7 if step == 1 else 2**31 - 1
@@ -73,7 +77,8 @@ def main(folder: str) -> None:
             edge_index = torch.from_numpy(np.stack([out.row, out.col]))
             halo = Halo(out.halo, sampler.rows, ByteCounter(sampler))
             logits = model(x, edge_index, out.num_sampled_nodes, out.num_sampled_edges,
-                           torch.from_numpy(out.in_degree), halo=halo, mean_over=mean_over(out))
+                           torch.from_numpy(out.in_degree), halo=halo, mean_over=mean_over(out),
+                           edge_weight=weight(out))
             labels = torch.from_numpy(y_all[out.n_id[:len(seeds)]])
             loss = F.cross_entropy(logits, labels, reduction="sum") / len(all_seeds)
             loss.backward()
@@ -84,7 +89,7 @@ def main(folder: str) -> None:
             model = SampledGNN(kind, 6, 16, 4, len(FANOUTS))
             logits = model(torch.from_numpy(x_all[ref.n_id]), torch.from_numpy(np.stack([ref.row, ref.col])),
                            ref.num_sampled_nodes, ref.num_sampled_edges, torch.from_numpy(ref.in_degree),
-                           mean_over=mean_over(ref))
+                           mean_over=mean_over(ref), edge_weight=weight(ref))
             loss = F.cross_entropy(logits, torch.from_numpy(y_all[all_seeds]), reduction="sum") / len(all_seeds)
             loss.backward()
             ref_loss = float(loss.detach())
@@ -93,6 +98,7 @@ def main(folder: str) -> None:
             assert diff < 1e-5, (kind, step, diff)
             assert all(plan.pieces == (step == 1) for plan in out.halo)
     assert all(s.halo_bytes > 0 for s in samplers.values())
+    assert ref.edge_weight is not None and (ref.edge_weight != 1).any()  # LABOR-3's weights were in play
     print(f"MPIGNN-OK rank={comm.rank}", flush=True)
 
 

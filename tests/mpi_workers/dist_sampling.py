@@ -96,6 +96,12 @@ def main(folder: str, method: str, cache: int) -> None:
             a, b = same[0].sample(seeds, 7), same[1].sample(seeds, 7)
             for key in ("n_id", "row", "col", "in_degree", "mean_over"):
                 assert np.array_equal(getattr(a, key), getattr(b, key)), key
+            star = [NeighborSampler(s.source, graph.num_nodes, fanouts, method="labor", iterations=3)
+                    for s in (dist_labor, single_labor)]  # LABOR-3: remote targets' whole neighbourhoods cross
+            a, b = star[0].sample(seeds, 9), star[1].sample(seeds, 9)
+            for key in ("n_id", "row", "col", "in_degree", "mean_over", "edge_weight"):
+                assert np.array_equal(getattr(a, key), getattr(b, key)), key
+            assert len(a.edge_weight) == len(a.row)
     print(f"MPIGNN-OK rank={comm.rank}", flush=True)
 
 
