@@ -44,7 +44,7 @@ def test_the_probabilities_sum_to_the_fanout_and_saturate_at_one():
     scale = importance_scales.serial(ptr, pi, 5)
     assert np.array_equal(scale, importance_scales.parallel(ptr, pi, 5))
     sums = [np.minimum(1.0, c * pi[a:b]).sum() for c, a, b in zip(scale, ptr[:-1], ptr[1:])]
-    np.testing.assert_allclose(sums, 5.0, rtol=1e-12)
+    np.testing.assert_allclose(sums, 5.0, rtol=1e-9)
     assert np.array_equal(importance_scales(ptr, np.ones(ptr[-1]), 5), 5 / deg)
     assert np.all(np.isinf(importance_scales(ptr, pi, 100)[deg <= 100]))
 

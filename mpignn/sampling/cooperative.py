@@ -109,7 +109,8 @@ class CooperativeSampler:
                     hop_seed = kernels.mix_seed(labor_seed, 0 if self.layer_dependency else hop)
                     if self.iterations:
                         counts, nbrs, mean_over, weight = importance_hop(
-                            self.source, own[f_lo:f_hi], fanout, hop_seed, shift, self.iterations, self._max_over_ranks)
+                            self.source, own[f_lo:f_hi], fanout, hop_seed, shift, self.iterations, self._max_over_ranks,
+                            self.num_nodes)
                         weights.append(weight)
                     else:
                         counts, nbrs, mean_over = self.source.sample_labor(own[f_lo:f_hi], fanout, hop_seed, shift)

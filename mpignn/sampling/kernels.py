@@ -223,12 +223,13 @@ def _probe(keys, g, mask, shift):
 
 
 @njit(cache=True, nogil=True)
-def first_seen(ids):
+def first_seen(ids, bound=-1):
     """(the distinct ids in order of first occurrence, each id's index among them): `np.unique` without the
-    sort, in one pass over a hash table of at least twice as many slots as ids."""
+    sort, in one pass over a hash table of at least twice as many slots as there can be distinct ids (`ids`,
+    or `bound` where given and smaller: e.g. the graph's nodes, far fewer than a hop's edges)."""
     n = ids.shape[0]
-    keys, slots, mask, shift = _empty_table(n)
-    distinct = np.empty(n, dtype=np.int64)
+    keys, slots, mask, shift = _empty_table(n if bound < 0 else min(n, bound))
+    distinct = np.empty(n if bound < 0 else min(n, bound), dtype=np.int64)
     index = np.empty(n, dtype=np.int64)
     k = 0
     for i in range(n):

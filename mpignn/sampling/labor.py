@@ -111,14 +111,14 @@ def labor_rows(rowptr, col, rows, fanouts, seed, shift=0):
     return counts, out, denominators
 
 
+_FIXED = 2.0 ** 52  # a target's weights (at most 1 each) summed as integers: exact, in any order
+_FIXED_EDGES = 2048  # targets of more edges than this (2**63 / 2**52) sum their sorted weights instead
+
+
 @njit(cache=True, nogil=True, inline="always")
-def _scale(weights, fanout):
-    """c with sum(min(1, c w)) = fanout over `weights` sorted in descending order (more than `fanout` of them):
-    the j heaviest saturate (c w >= 1) and the others share fanout - j. The sum runs in sorted order, so the
-    result does not depend on the order of a target's edges."""
-    rest = 0.0
-    for j in range(weights.shape[0] - 1, -1, -1):
-        rest += weights[j]
+def _saturated(weights, fanout, rest):
+    """c with sum(min(1, c w)) = fanout over `weights` sorted in descending order, `rest` their sum: the j
+    heaviest saturate (c w >= 1) and the others share fanout - j."""
     c = fanout / rest
     for j in range(weights.shape[0]):
         c = (fanout - j) / rest
@@ -132,7 +132,8 @@ def _scale(weights, fanout):
 def importance_scales(ptr, edge_pi, fanout):
     """LABOR-i's c_t for each target of a hop's CSR (`ptr` over targets, `edge_pi` the weight of each edge's
     source): sum over t's edges of min(1, c_t pi_s) = fanout; inf where t keeps every neighbour. With every
-    pi_s = 1 this is fanout / degree, LABOR-0's cut, to the bit."""
+    pi_s = 1 this is fanout / degree, LABOR-0's cut, to the bit. No result depends on the order of a target's
+    edges (its sum is exact, or taken in sorted order), so every rank's c_t is one process's."""
     n = ptr.shape[0] - 1
     out = np.empty(n, dtype=np.float64)
     for i in prange(n):
@@ -141,18 +142,24 @@ def importance_scales(ptr, edge_pi, fanout):
         if fanout < 0 or deg <= fanout:
             out[i] = np.inf
             continue
-        weights = np.empty(deg, dtype=np.float64)
-        for j in range(deg):  # insertion sort, descending: degrees are mostly small
-            w = edge_pi[start + j]
-            k = j
-            while k > 0 and weights[k - 1] < w:
-                weights[k] = weights[k - 1]
-                k -= 1
-            weights[k] = w
-            if j > 64:  # a large degree: sort the rest at once
-                weights[:] = -np.sort(-edge_pi[start:end])
-                break
-        out[i] = _scale(weights, fanout)
+        if deg <= _FIXED_EDGES:
+            total = np.int64(0)
+            top = 0.0
+            for e in range(start, end):
+                total += np.int64(edge_pi[e] * _FIXED)
+                top = max(top, edge_pi[e])
+            rest = total / _FIXED
+            c = fanout / rest
+            if c * top < 1.0:  # nothing saturates: the usual case, no sort
+                out[i] = c
+                continue
+            weights = -np.sort(-edge_pi[start:end])
+        else:
+            weights = -np.sort(-edge_pi[start:end])
+            rest = 0.0
+            for j in range(deg - 1, -1, -1):
+                rest += weights[j]
+        out[i] = _saturated(weights, fanout, rest)
     return out
 
 
@@ -205,7 +212,7 @@ def _importance_draw(ptr, nbrs, inverse, scale, pi, r, fanout):
 
 
 def labor_importance(ptr: np.ndarray, nbrs: np.ndarray, fanout: int, seed: int, shift: int, iterations: int,
-                     reduce: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                     reduce: Any = None, num_nodes: int = -1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """LABOR-`iterations` (importance sampling) on a hop whose targets' whole neighbourhoods are known: target
     t's neighbours `nbrs[ptr[t]:ptr[t + 1]]` (global ids).
 
@@ -214,7 +221,8 @@ def labor_importance(ptr: np.ndarray, nbrs: np.ndarray, fanout: int, seed: int, 
     max_t p_ts over the hop's targets: a source one target must keep with high probability is then likely
     kept by the others too, so the hop reaches fewer sources. 0 iterations is LABOR-0, `labor_rows`'s draw.
     `reduce(sources)` (collective; cooperative batches, whose hop's targets are spread over the ranks) gives
-    a function taking each source's pi' on this rank's targets to its maximum over all ranks'.
+    a function taking each source's pi' on this rank's targets to its maximum over all ranks'. `num_nodes`: the
+    graph's, where known (a bound on the distinct sources, which sizes their hash table).
 
     Returns:
         (kept per target, their ids in CSR order, denominators min(degree, fanout) as `labor_rows`'s, and
@@ -224,7 +232,7 @@ def labor_importance(ptr: np.ndarray, nbrs: np.ndarray, fanout: int, seed: int, 
     """
     ptr = np.ascontiguousarray(ptr, dtype=np.int64)
     nbrs = np.ascontiguousarray(nbrs, dtype=np.int64)
-    sources, inverse = first_seen(nbrs)
+    sources, inverse = first_seen(nbrs, num_nodes)
     combine = reduce(sources) if reduce is not None else None
     pi = np.ones(len(sources), dtype=np.float64)
     for _ in range(iterations):

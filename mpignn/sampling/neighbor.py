@@ -116,14 +116,14 @@ class LocalHops:
 
 
 def importance_hop(source: HopSource, gids: np.ndarray, fanout: Fanout, seed: int, shift: int, iterations: int,
-                   reduce: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                   reduce: Any = None, num_nodes: int = -1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A LABOR-`iterations` hop (`sampling.labor.labor_importance`): the targets' whole neighbourhoods from
     `source` (from their owners where they are remote: every in-edge crosses, not a sample), then the
-    iterations here, so a rank's hop equals one process's. `reduce`: see `labor_importance`."""
+    iterations here, so a rank's hop equals one process's. `reduce`, `num_nodes`: see `labor_importance`."""
     counts, nbrs = source.sample(gids, -1, 0)
     ptr = np.zeros(len(gids) + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
-    return labor_importance(ptr, nbrs, int(fanout_array(fanout, 1)[0]), seed, shift, iterations, reduce)
+    return labor_importance(ptr, nbrs, int(fanout_array(fanout, 1)[0]), seed, shift, iterations, reduce, num_nodes)
 
 
 def loop_free_degree(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndarray:
@@ -252,7 +252,8 @@ class NeighborSampler:
                     hop_seed = kernels.mix_seed(labor_seed, 0 if self.layer_dependency else hop)
                     if self.iterations:
                         counts, nbrs, mean_over, weight = importance_hop(
-                            self.source, n_id[f_lo:f_hi], fanout, hop_seed, shift, self.iterations)
+                            self.source, n_id[f_lo:f_hi], fanout, hop_seed, shift, self.iterations,
+                            num_nodes=self.num_nodes)
                         weights.append(weight)
                     else:
                         counts, nbrs, mean_over = self.source.sample_labor(n_id[f_lo:f_hi], fanout, hop_seed, shift)
