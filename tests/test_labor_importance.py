@@ -1,6 +1,6 @@
 """LABOR-i, layer-neighbour sampling with importance-sampling iterations (`--labor-iterations`,
 `sampling.labor.labor_importance`): 0 iterations is LABOR-0's draw, each target still keeps its fanout in
-expectation, the weighted mean stays unbiased, the iterations concentrate a hop on fewer sources, SAGE and GCN
+expectation, the weighted mean is unbiased before the weights are normalised per target, the iterations concentrate a hop on fewer sources, SAGE and GCN
 take the weights, and what cannot take them is refused (Tier 1). Distributed and cooperative LABOR-3 equal one
 process's batch: w:dist_sampling and w:coop_step. Monte Carlo checks run the fixed hop seeds of test_labor."""
 import numpy as np
@@ -50,17 +50,32 @@ def test_the_probabilities_sum_to_the_fanout_and_saturate_at_one():
 
 
 @pytest.mark.parametrize("iterations", [1, 3])
-def test_the_weighted_mean_is_unbiased(iterations):
+def test_the_weighted_mean_is_unbiased_before_normalising(iterations):
     rowptr, col, deg = _graph(seed=1)
     x = np.random.default_rng(2).normal(size=2000) + 3.0
     truth = np.array([x[col[a:b]].mean() for a, b in zip(rowptr[:-1], rowptr[1:])])
     estimates = []
-    for counts, nbrs, den, weight in _draws(rowptr, col, 4, iterations):
+    for counts, nbrs, den, weight in [labor_importance(rowptr, col, 4, s, 0, iterations, normalise=False)
+                                      for s in SEEDS]:
         owner = np.repeat(np.arange(len(counts)), counts)
         estimates.append(np.bincount(owner, weights=weight * x[nbrs], minlength=len(counts)) / den)
     estimates = np.stack(estimates)
     se = estimates.std(0) / np.sqrt(len(SEEDS))
     assert np.all(np.abs(estimates.mean(0) - truth) <= 4 * se + 1e-9)
+
+
+def test_normalised_weights_sum_to_each_targets_denominator_and_keep_their_ratios():
+    rowptr, col, deg = _graph(seed=4)
+    for s in SEEDS[:20]:
+        counts, nbrs, den, weight = labor_importance(rowptr, col, 4, s, 0, 2)
+        raw = labor_importance(rowptr, col, 4, s, 0, 2, normalise=False)
+        assert np.array_equal(nbrs, raw[1]) and np.array_equal(counts, raw[0])
+        owner = np.repeat(np.arange(len(counts)), counts)
+        sums = np.bincount(owner, weights=weight, minlength=len(counts))
+        np.testing.assert_allclose(sums[counts > 0], den[counts > 0], rtol=1e-5)
+        ratio = weight / raw[3]
+        np.testing.assert_allclose(ratio, (den / np.maximum(np.bincount(owner, raw[3], len(counts)), 1e-30))[owner],
+                                   rtol=1e-5)
 
 
 def test_iterations_concentrate_a_hop_on_fewer_sources():
@@ -107,14 +122,21 @@ def test_mean_adjacency_multiplies_each_edge_by_its_weight():
 
 
 @pytest.mark.parametrize("kind", ["sage", "gcn"])
-def test_a_layer_on_weighted_batches_has_neighbour_samplings_expected_output(kind):
-    """A one-layer model's outputs averaged over 400 hop seeds: LABOR-3 with its weights against neighbour
-    sampling, within 4.5 standard errors of their difference (as test_labor's GCN check)."""
+def test_a_layer_on_weighted_batches_has_neighbour_samplings_expected_output(kind, monkeypatch):
+    """A one-layer model's outputs averaged over 400 hop seeds: LABOR-3 with its raw (Horvitz-Thompson) weights
+    against neighbour sampling, within 4.5 standard errors of their difference (as test_labor's GCN check):
+    the models apply each edge's weight as the estimate needs. (The sampler's normalised weights trade this
+    unbiasedness for a lower variance: test_normalised_weights_sum_to_each_targets_denominator...)"""
+    import functools
+
     import torch
+
+    from mpignn.sampling import neighbor
 
     from mpignn.models import build_model
     from mpignn.sampling import LocalHops, NeighborSampler
 
+    monkeypatch.setattr(neighbor, "labor_importance", functools.partial(labor_importance, normalise=False))
     rowptr, col, n = _bipartite()
     hops, seeds = LocalHops(rowptr, col), np.arange(40, dtype=np.int64)
     torch.manual_seed(0)
