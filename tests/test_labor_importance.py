@@ -41,12 +41,15 @@ def test_the_probabilities_sum_to_the_fanout_and_saturate_at_one():
     deg = rng.integers(6, 90, 50)
     ptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
     pi = rng.uniform(0.01, 1.0, ptr[-1]) ** 3  # skewed: the heaviest saturate
-    scale = importance_scales.serial(ptr, pi, 5)
-    assert np.array_equal(scale, importance_scales.parallel(ptr, pi, 5))
+    edges = np.arange(ptr[-1], dtype=np.int64)  # each edge its own source
+    scale = importance_scales.serial(ptr, edges, pi, 5)
+    assert np.array_equal(scale, importance_scales.parallel(ptr, edges, pi, 5))
     sums = [np.minimum(1.0, c * pi[a:b]).sum() for c, a, b in zip(scale, ptr[:-1], ptr[1:])]
     np.testing.assert_allclose(sums, 5.0, rtol=1e-9)
-    assert np.array_equal(importance_scales(ptr, np.ones(ptr[-1]), 5), 5 / deg)
-    assert np.all(np.isinf(importance_scales(ptr, pi, 100)[deg <= 100]))
+    assert np.array_equal(importance_scales(ptr, edges, np.ones(ptr[-1]), 5), 5 / deg)
+    assert np.all(np.isinf(importance_scales(ptr, edges, pi, 100)[deg <= 100]))
+    shuffled = np.concatenate([np.random.default_rng(a).permutation(np.arange(a, b)) for a, b in zip(ptr[:-1], ptr[1:])])
+    assert np.array_equal(importance_scales(ptr, shuffled, pi, 5), scale)  # whatever the order of the edges
 
 
 @pytest.mark.parametrize("iterations", [1, 3])

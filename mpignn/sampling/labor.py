@@ -129,9 +129,9 @@ def _saturated(weights, fanout, rest):
 
 
 @serial_or_parallel
-def importance_scales(ptr, edge_pi, fanout):
-    """LABOR-i's c_t for each target of a hop's CSR (`ptr` over targets, `edge_pi` the weight of each edge's
-    source): sum over t's edges of min(1, c_t pi_s) = fanout; inf where t keeps every neighbour. With every
+def importance_scales(ptr, inverse, pi, fanout):
+    """LABOR-i's c_t for each target of a hop's CSR (`ptr` over targets, `inverse` each edge's source, `pi` the
+    sources' weights): sum over t's edges of min(1, c_t pi_s) = fanout; inf where t keeps every neighbour. With every
     pi_s = 1 this is fanout / degree, LABOR-0's cut, to the bit. No result depends on the order of a target's
     edges (its sum is exact, or taken in sorted order), so every rank's c_t is one process's."""
     n = ptr.shape[0] - 1
@@ -146,16 +146,17 @@ def importance_scales(ptr, edge_pi, fanout):
             total = np.int64(0)
             top = 0.0
             for e in range(start, end):
-                total += np.int64(edge_pi[e] * _FIXED)
-                top = max(top, edge_pi[e])
+                w = pi[inverse[e]]
+                total += np.int64(w * _FIXED)
+                top = max(top, w)
             rest = total / _FIXED
             c = fanout / rest
             if c * top < 1.0:  # nothing saturates: the usual case, no sort
                 out[i] = c
                 continue
-            weights = -np.sort(-edge_pi[start:end])
+            weights = -np.sort(-pi[inverse[start:end]])
         else:
-            weights = -np.sort(-edge_pi[start:end])
+            weights = -np.sort(-pi[inverse[start:end]])
             rest = 0.0
             for j in range(deg - 1, -1, -1):
                 rest += weights[j]
@@ -248,10 +249,10 @@ def labor_importance(ptr: np.ndarray, nbrs: np.ndarray, fanout: int, seed: int, 
     combine = reduce(sources) if reduce is not None else None
     pi = np.ones(len(sources), dtype=np.float64)
     for _ in range(iterations):
-        pi = _raised(ptr, inverse, importance_scales(ptr, pi[inverse], fanout), pi, len(sources))
+        pi = _raised(ptr, inverse, importance_scales(ptr, inverse, pi, fanout), pi, len(sources))
         if combine is not None:
             pi = combine(pi)
-    scale = importance_scales(ptr, pi[inverse], fanout)
+    scale = importance_scales(ptr, inverse, pi, fanout)
     r = _variates(np.uint64(seed), sources, np.uint64(shift))
     counts, kept, weight, denominators = _importance_draw(ptr, nbrs, inverse, scale, pi, r, fanout,
                                                           normalise and iterations > 0)
