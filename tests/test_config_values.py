@@ -5,6 +5,7 @@ per-user temporary folder where none of its own is writable (`compiled.ensure_nu
 import dataclasses
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -319,8 +320,8 @@ _NOT_YET: set[str] = set()
 def test_every_module_with_cached_kernels_finds_a_writable_cache_first(path):
     text = (ROOT / path).read_text()
     call = text.find("\nensure_numba_cache_dir(")
-    assert 0 <= call < text.index("cache=True)"), f"{path}: call compiled.ensure_numba_cache_dir before its first " \
-                                                   "@njit(cache=True)"
+    first = re.search(r"cache=True[,)]", text).start()
+    assert 0 <= call < first, f"{path}: call compiled.ensure_numba_cache_dir before its first @njit(cache=True)"
 
 
 def test_the_training_cli_refuses_a_model_that_cannot_fit_before_any_data(tmp_path):

@@ -64,7 +64,8 @@ class GraphOptions:
     layer_dependency: bool = TrainConfig.layer_dependency
     """labor: every hop of a batch draws a node's one variate (`NeighborSampler`'s `layer_dependency`)."""
     labor_iterations: int = TrainConfig.labor_iterations
-    """labor: LABOR-i's importance-sampling iterations (`sampling.labor.labor_importance`); 0: LABOR-0."""
+    """labor: LABOR-i's importance-sampling iterations (`sampling.labor.labor_importance`); 0: LABOR-0. Batches
+    then carry `edge_weight`, which mpignn's SAGE and GCN multiply in."""
     sample_on: str = TrainConfig.sample_on
     """host (numba kernels), device (`sampling.device_hops` on the compute device) or auto (host, for now)."""
     feature_device: str = TrainConfig.feature_device
