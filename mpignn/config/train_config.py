@@ -217,7 +217,7 @@ class TrainConfig:
     node kept at one hop tends to be kept at the next: fewer rows a step (docs/training.md)."""
     labor_iterations: int = 0
     """--sampler labor: LABOR-i's importance-sampling iterations, which concentrate a hop on fewer sources
-    (edges weighted to stay unbiased); 0: LABOR-0 (docs/training.md)."""
+    (each edge weighted; --model sage or gcn); 0: LABOR-0 (docs/training.md)."""
     sample_on: str = "auto"
     """Where hops are drawn: host (numba kernels) or device (torch ops on the compute device; the same draws).
     auto: host, until the device's step is measured (docs/launchers-and-devices.md)."""

@@ -252,7 +252,7 @@ def _gcn_scaled(x: torch.Tensor, num_sampled_nodes: Sequence[int], keep: int, sr
     `mean_over` (layer-neighbour batches) a target counts the in-edges it keeps in expectation, min(d, k),
     where neighbour sampling's count is: each neighbour is kept with the same probability under both, so the
     layer's expected output is neighbour sampling's (`tests/test_labor.py`). `edge_weight` (LABOR-i) scales
-    each edge's message by its importance weight, which keeps that expectation."""
+    each edge's message by its importance weight (raw weights keep that expectation: tests/test_labor_importance.py)."""
     n_src, n_dst = int(sum(num_sampled_nodes[:keep + 1])), int(sum(num_sampled_nodes[:keep]))
     weight = (src != dst).to(torch.float32)
     if degree is not None:
