@@ -1,8 +1,9 @@
 """LABOR-i, layer-neighbour sampling with importance-sampling iterations (`--labor-iterations`,
 `sampling.labor.labor_importance`): 0 iterations is LABOR-0's draw, each target still keeps its fanout in
-expectation, the weighted mean is unbiased before the weights are normalised per target, the iterations concentrate a hop on fewer sources, SAGE and GCN
-take the weights, and what cannot take them is refused (Tier 1). Distributed and cooperative LABOR-3 equal one
-process's batch: w:dist_sampling and w:coop_step. Monte Carlo checks run the fixed hop seeds of test_labor."""
+expectation, the weighted mean is unbiased before the weights are normalised per target, the iterations
+concentrate a hop on fewer sources, SAGE and GCN take the weights, and what cannot take them is refused
+(Tier 1). Distributed and cooperative LABOR-3 equal one process's batch: w:dist_sampling and w:coop_step.
+Monte Carlo checks run the fixed hop seeds of test_labor."""
 import numpy as np
 import pytest
 from test_labor import SEEDS, _bipartite, _graph
@@ -48,7 +49,8 @@ def test_the_probabilities_sum_to_the_fanout_and_saturate_at_one():
     np.testing.assert_allclose(sums, 5.0, rtol=1e-9)
     assert np.array_equal(importance_scales(ptr, edges, np.ones(ptr[-1]), 5), 5 / deg)
     assert np.all(np.isinf(importance_scales(ptr, edges, pi, 100)[deg <= 100]))
-    shuffled = np.concatenate([np.random.default_rng(a).permutation(np.arange(a, b)) for a, b in zip(ptr[:-1], ptr[1:])])
+    shuffled = np.concatenate([np.random.default_rng(a).permutation(np.arange(a, b))
+                               for a, b in zip(ptr[:-1], ptr[1:])])
     assert np.array_equal(importance_scales(ptr, shuffled, pi, 5), scale)  # whatever the order of the edges
 
 

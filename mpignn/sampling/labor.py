@@ -131,9 +131,9 @@ def _saturated(weights, fanout, rest):
 @serial_or_parallel
 def importance_scales(ptr, inverse, pi, fanout):
     """LABOR-i's c_t for each target of a hop's CSR (`ptr` over targets, `inverse` each edge's source, `pi` the
-    sources' weights): sum over t's edges of min(1, c_t pi_s) = fanout; inf where t keeps every neighbour. With every
-    pi_s = 1 this is fanout / degree, LABOR-0's cut, to the bit. No result depends on the order of a target's
-    edges (its sum is exact, or taken in sorted order), so every rank's c_t is one process's."""
+    sources' weights): sum over t's edges of min(1, c_t pi_s) = fanout; inf where t keeps every neighbour.
+    With every pi_s = 1 this is fanout / degree, LABOR-0's cut, to the bit. No result depends on the order of
+    a target's edges (its sum is exact, or taken in sorted order), so every rank's c_t is one process's."""
     n = ptr.shape[0] - 1
     out = np.empty(n, dtype=np.float64)
     for i in prange(n):
@@ -235,9 +235,9 @@ def labor_importance(ptr: np.ndarray, nbrs: np.ndarray, fanout: int, seed: int, 
     The edge weights are q_t / p_ts with q_t = min(1, fanout / degree): each edge's share of neighbour
     sampling's expected sum, so the weighted sum over the denominator is an unbiased mean (Horvitz-Thompson),
     and 1 for every edge of LABOR-0. With `normalise` (the default; iterations > 0) each target's weights are
-    then scaled to sum to its denominator, so the mean is the kept rows' weighted average (the ratio estimator: consistent,
-    not unbiased, but of lower variance; on sbm200k 2 ranks x 3 epochs LABOR-3 tested 0.9816 with it, 0.9578
-    without: docs/training.md).
+    then scaled to sum to its denominator, so the mean is the kept rows' weighted average (the ratio estimator:
+    consistent, not unbiased, but of lower variance; on sbm200k 2 ranks x 3 epochs LABOR-3 tested 0.9816 with
+    it, 0.9578 without: docs/training.md).
 
     Returns:
         (kept per target, their ids in CSR order, denominators min(degree, fanout) as `labor_rows`'s, float32
@@ -257,6 +257,7 @@ def labor_importance(ptr: np.ndarray, nbrs: np.ndarray, fanout: int, seed: int, 
     counts, kept, weight, denominators = _importance_draw(ptr, nbrs, inverse, scale, pi, r, fanout,
                                                           normalise and iterations > 0)
     return counts, kept, denominators, weight
+
 
 def variate(seed: int, gids: np.ndarray, shift: int = 0) -> np.ndarray:
     """The variates `labor_rows` gives the nodes `gids` under hop seed `seed` and `shift` (float64 in [0, 1);
