@@ -32,10 +32,14 @@ def _backend() -> str:
 
 
 def sample(spec: str, fanout: list[int], batch_size: int, batches: int, threads: int) -> dict:
+    """Index sampling, as `bench.sampler` times mpignn's: the graph without features or labels, so the loader
+    gathers no rows (only the sampled ids, edges and their relabelling)."""
+    from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
 
     torch.set_num_threads(threads)
-    g, data = _graph(spec)
+    g, _ = _graph(spec)
+    data = Data(edge_index=torch.from_numpy(g.edge_index()), num_nodes=g.num_nodes)
     loader = NeighborLoader(data, num_neighbors=fanout, batch_size=batch_size, shuffle=True,
                             input_nodes=torch.from_numpy(g.train_idx))
     it = iter(loader)
