@@ -1,5 +1,5 @@
-"""Layer-neighbour sampling (LABOR-0; Balın and Çatalyürek, NeurIPS 2023), the compiled kernel. numpy in, numpy
-out; no torch.
+"""Layer-neighbour sampling (LABOR-0 and LABOR-i; Balın and Çatalyürek, NeurIPS 2023), the compiled kernels.
+numpy in, numpy out; no torch.
 
 Neighbour sampling draws each target's neighbours independently, so two targets that share a neighbour usually
 sample different ones and a hop's union of sources grows with its targets. LABOR-0 gives every source node of a
@@ -17,6 +17,10 @@ one step is under it at the next unless it was within 1/K of it.
 Target t keeps s with probability p_t = min(1, k / d_t), so the sum of the kept sources' rows over
 d_t * p_t = min(d_t, k) is an unbiased estimate of the mean over all d_t neighbours (Horvitz-Thompson): the
 kernel returns that denominator per target, where neighbour sampling divides by the count drawn.
+
+LABOR-i (`labor_importance`, `--labor-iterations`) raises the cut of sources that some target must keep with
+high probability, over i iterations, so the hop's targets agree on fewer sources; each kept edge then carries
+a weight.
 """
 from __future__ import annotations
 
