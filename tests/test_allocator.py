@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from mpignn.errors import ConfigError
 from mpignn.launch import allocator
 from mpignn.bench._common import run_train
 
@@ -59,6 +60,7 @@ def test_tune_allocator_maps_big_blocks_and_leaves_malloc_alone_when_asked():
 # glibc's malloc, free and mallinfo2 from ctypes, for the scripts below (each runs in a fresh process)
 LIBC = """
 import ctypes, random
+from mpignn.errors import ConfigError
 from mpignn.launch import allocator
 class Info(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
@@ -66,6 +68,12 @@ class Info(ctypes.Structure):
 libc = ctypes.CDLL("libc.so.6")
 libc.mallinfo2.restype = Info
 libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+def mapped(size):  # whether malloc maps a block of `size` (mallinfo2 counts those in hblkhd)
+    before = libc.mallinfo2().hblkhd
+    block = libc.malloc(size)
+    grew = libc.mallinfo2().hblkhd > before
+    libc.free(block)
+    return grew
 """
 
 FRAGMENTING_STEPS = LIBC + """
@@ -104,12 +112,6 @@ def test_default_two_rank_run_peak_stays_flat(tmp_path):
 KEEP_AFTER_FULL = LIBC + """
 assert not allocator.keep_big_blocks()  # untuned: malloc is not ours to change
 assert allocator.tune_allocator({})
-def mapped(size):
-    before = libc.mallinfo2().hblkhd
-    block = libc.malloc(size)
-    grew = libc.mallinfo2().hblkhd > before
-    libc.free(block)
-    return grew
 assert mapped(4 * allocator.MMAP_THRESHOLD)
 assert allocator.keep_big_blocks()
 assert not mapped(4 * allocator.MMAP_THRESHOLD)
@@ -123,3 +125,61 @@ def test_full_graph_steps_keep_big_blocks_in_the_heap():
     out = subprocess.run([sys.executable, "-c", KEEP_AFTER_FULL], capture_output=True, text=True, timeout=60,
                          env={k: v for k, v in os.environ.items() if k != "MPIGNN_MALLOC"})
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+STEPS_IN_HEAP = LIBC + """
+import os
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+assert allocator.tune_allocator({})
+big = 64 << 20
+with allocator.steps_in_heap():
+    assert not mapped(4 * allocator.MMAP_THRESHOLD)
+    block = libc.malloc(big)
+    ctypes.memset(block, 1, big)  # touched: resident
+    libc.free(block)
+    kept = rss()
+assert mapped(4 * allocator.MMAP_THRESHOLD)
+print(kept - rss())
+"""
+
+
+def test_training_steps_keep_blocks_in_the_heap_and_give_its_free_pages_back_after():
+    # Steps reuse the heap's pages (no fresh faults); leaving, its free pages go back and big blocks are mapped
+    # again, so evaluation's larger blocks do not scatter the heap and the peak stays flat.
+    out = subprocess.run([sys.executable, "-c", STEPS_IN_HEAP], capture_output=True, text=True, timeout=60,
+                         env={k: v for k, v in os.environ.items() if k != "MPIGNN_MALLOC"})
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) > 48, f"only {float(out.stdout):.1f} MiB of the freed 64 MiB went back"
+
+
+MAPPED_OR_KEPT = LIBC + """
+size = 4 * allocator.MMAP_THRESHOLD
+assert allocator.tune_allocator({"MPIGNN_MALLOC": "mapped"})
+with allocator.steps_in_heap():
+    assert mapped(size)  # MPIGNN_MALLOC=mapped: the steps' blocks too
+assert allocator.tune_allocator({})
+assert allocator.keep_big_blocks()
+with allocator.steps_in_heap():
+    pass
+assert not mapped(size)  # full-graph training kept every block in the heap: leaving steps does not map again
+print("ok")
+"""
+
+
+def test_mapped_policy_and_kept_blocks_are_left_as_they_are():
+    out = subprocess.run([sys.executable, "-c", MAPPED_OR_KEPT], capture_output=True, text=True, timeout=60,
+                         env={k: v for k, v in os.environ.items() if k != "MPIGNN_MALLOC"})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_an_unknown_policy_is_refused_in_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="MPIGNN_MALLOC='heep' names no malloc policy. HINT: one of mapped"):
+        allocator.tune_allocator({"MPIGNN_MALLOC": "heep"})
+    env = {**os.environ, "MPIGNN_MALLOC": "heep"}
+    out = subprocess.run([sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--epochs", "1"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode != 0
+    lines = [line for line in out.stderr.splitlines() if "MPIGNN_MALLOC" in line]
+    assert len(lines) == 1 and "HINT" in lines[0] and "Traceback" not in out.stderr, out.stderr
+    assert list(tmp_path.iterdir()) == []  # refused before any data was prepared

@@ -43,11 +43,12 @@ def table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
     return "\n".join(lines)
 
 
-def run_train(np_: int, args: list[str], timeout: float = 3600, *, cores_per_rank: int = 0) -> list[dict]:
+def run_train(np_: int, args: list[str], timeout: float = 3600, *, cores_per_rank: int = 0,
+              env: dict[str, str | None] | None = None) -> list[dict]:
     """`mpiexec -n np_ python -m mpignn.train ARGS --metrics-out TMP`; returns the per-epoch records.
 
     With `cores_per_rank`, each rank is confined to that many cores (see `binding`), so a row labelled
-    "1 thread" really has one core and N ranks really have N.
+    "1 thread" really has one core and N ranks really have N. `env` sets variables for the run (None: unset).
     """
     import tempfile
 
@@ -57,8 +58,9 @@ def run_train(np_: int, args: list[str], timeout: float = 3600, *, cores_per_ran
         metrics = Path(tmp) / "metrics.jsonl"
         cmd = [exe, *launcher_args, "-n", str(np_), sys.executable, "-m", "mpignn.train", *args,
                "--metrics-out", str(metrics)]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, preexec_fn=pin)
+        merged = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+        merged = {k: v for k, v in merged.items() if v is not None}
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=merged, preexec_fn=pin)
         if out.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
         return [json.loads(line) for line in metrics.read_text().splitlines()]

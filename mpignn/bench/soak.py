@@ -3,8 +3,10 @@ ranks) where it was reached (by the end of loading, of the epoch's training, of 
 least-squares line through the second half, and the growth after epoch 3, to show memory does not grow; and
 the resident memory at each epoch's end (max over ranks), which falls where memory is given back: its growth
 is memory kept (objects, or the allocator's free space), where the peak's alone may be one larger batch.
+With `--malloc`, the same run under each MPIGNN_MALLOC policy in turn, and a table comparing them.
 
     python -m mpignn.bench.soak --ranks 2 --epochs 30
+    python -m mpignn.bench.soak --ranks 1 --epochs 30 --malloc default,heap,mapped -- --threads 1
 """
 from __future__ import annotations
 
@@ -24,17 +26,18 @@ def slope(values: list[float]) -> float:
     return float(np.polyfit(np.arange(len(tail)), tail, 1)[0])
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mpignn.bench.soak", description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="synthetic")
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--precision", default="auto")
-    parser.add_argument("extra", nargs="*", help="more mpignn.train flags (after --)")
-    args = parser.parse_args(argv)
+def growth(peaks: list[float]) -> float:
+    """The peak's rise after epoch 3, in % of its value there (0 with fewer epochs)."""
+    return 100 * (max(peaks[3:]) / peaks[3] - 1) if len(peaks) > 3 else 0.0
+
+
+def soak(args: argparse.Namespace, policy: str) -> list[dict]:
+    """One run under MPIGNN_MALLOC=`policy` ("default": unset); prints its per-epoch table."""
     with tempfile.TemporaryDirectory() as root:
         recs = run_train(args.ranks, ["--dataset", args.dataset, "--root", root, "--epochs", str(args.epochs),
-                                      "--precision", args.precision, *args.extra])
+                                      "--precision", args.precision, *args.extra],
+                         env={"MPIGNN_MALLOC": None if policy == "default" else policy})
+    print(f"MPIGNN_MALLOC: {policy}")
     print(table(recs, [("epoch", "epoch", "d"), ("epoch_s", "epoch s", ".2f"), ("loss", "loss", ".4f"),
                        ("val_acc", "val acc", ".4f"), ("load_peak_rss_mb", "peak MiB: load", ".1f"),
                        ("train_peak_rss_mb", "after training", ".1f"),
@@ -43,11 +46,36 @@ def main(argv: list[str] | None = None) -> int:
     peaks = [r["peak_rss_mb"] for r in recs]
     print(f"slope over epochs {args.epochs // 2}..{args.epochs - 1}: {slope(peaks):+.2f} MiB/epoch")
     if len(peaks) > 3:
-        print(f"growth after epoch 3: {100 * (max(peaks[3:]) / peaks[3] - 1):+.1f}% "
-              f"({peaks[3]:.0f} -> {max(peaks[3:]):.0f} MiB)")
+        print(f"growth after epoch 3: {growth(peaks):+.1f}% ({peaks[3]:.0f} -> {max(peaks[3:]):.0f} MiB)")
     ends = [r.get("rss_mb") for r in recs]
     if len(ends) > 3 and None not in ends:
         print(f"RSS at epoch end after epoch 3: {ends[3]:.0f} -> {ends[-1]:.0f} MiB ({ends[-1] - ends[3]:+.1f} MiB)")
+    print()
+    return recs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mpignn.bench.soak", description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="synthetic")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--precision", default="auto")
+    parser.add_argument("--malloc", default="",
+                        help="comma list of MPIGNN_MALLOC policies to run in turn (default, mapped, heap, system)")
+    parser.add_argument("extra", nargs="*", help="more mpignn.train flags (after --)")
+    args = parser.parse_args(argv)
+    policies = args.malloc.split(",") if args.malloc else ["default"]
+    runs = {policy: soak(args, policy) for policy in policies}
+    if len(runs) > 1:
+        base = runs.get("heap", runs[policies[0]])
+        median = lambda recs: float(np.median([r["epoch_s"] for r in recs[1:] or recs]))  # noqa: E731
+        rows = [{"policy": p, "median": median(recs), "ratio": median(recs) / median(base),
+                 "peak3": recs[min(3, len(recs) - 1)]["peak_rss_mb"], "peak": max(r["peak_rss_mb"] for r in recs),
+                 "growth": growth([r["peak_rss_mb"] for r in recs])} for p, recs in runs.items()]
+        print(table(rows, [("policy", "MPIGNN_MALLOC", "s"), ("median", "median epoch s (after epoch 0)", ".2f"),
+                           ("ratio", f"x {'heap' if 'heap' in runs else policies[0]}", ".3f"),
+                           ("peak3", "peak MiB at epoch 3", ".0f"), ("peak", "highest peak MiB", ".0f"),
+                           ("growth", "growth after epoch 3 %", "+.1f")]))
     return 0
 
 

@@ -1,18 +1,20 @@
 """The process's memory: glibc's malloc policy for training (fast steps, a peak that stays flat over many epochs)
 and the readings of resident memory every layer above reports.
 
-Stdlib only (ctypes); imports nothing of torch or the rest of mpignn. Process-wide: the training CLI applies it,
-a library caller opts in (`runtime.bootstrap(tune_process=True)`). MPIGNN_MALLOC=system leaves malloc alone;
-MPIGNN_MALLOC=heap never unmaps (the fastest steps, for short runs: the peak grows every epoch).
+Stdlib only (ctypes); of mpignn it imports `errors` alone, and nothing of torch. Process-wide: the training CLI applies it,
+a library caller opts in (`runtime.bootstrap(tune_process=True)`). Training steps keep their blocks in the heap
+(`steps_in_heap`); everything else maps its big blocks. MPIGNN_MALLOC=mapped maps them in the steps too (slower
+steps), MPIGNN_MALLOC=heap never unmaps (the peak grows every epoch), MPIGNN_MALLOC=system leaves malloc alone.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import sys
 from typing import Mapping
 
-__all__ = ["MMAP_THRESHOLD", "tune_allocator", "keep_big_blocks", "hugepage_tunables", "reexec_with_hugepages",
+__all__ = ["MMAP_THRESHOLD", "tune_allocator", "steps_in_heap", "keep_big_blocks", "hugepage_tunables", "reexec_with_hugepages",
            "peak_rss_mb", "rss_mb"]
 
 # Blocks at least this large are mmap'd and unmapped on free; smaller ones stay in the heap. Measured on the
@@ -26,21 +28,29 @@ __all__ = ["MMAP_THRESHOLD", "tune_allocator", "keep_big_blocks", "hugepage_tuna
 MMAP_THRESHOLD = 256 << 10
 _TRIM_THRESHOLD = 1 << 30  # freed heap memory is kept (no page faults on reuse); the big blocks are mmap'd
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
+_MMAP_MAX_DEFAULT = 65536  # glibc's own limit on mapped blocks: mapping back on
 _REEXEC_MARK = "MPIGNN_MALLOC_REEXEC"
+_MODES = ("", "mapped", "heap", "system")  # MPIGNN_MALLOC's values ("": the default)
 
 
 def tune_allocator(env: Mapping[str, str] | None = None) -> bool:
     """Set glibc's mmap threshold to MMAP_THRESHOLD (fixed: glibc stops raising it) and keep freed heap memory.
 
-    Fresh mmap'd pages fault in 4 KiB at a time, which made steps 1.3x slower than a heap that never gives
-    memory back; with transparent huge pages on those blocks (`reexec_with_hugepages`) the cost fell to 2-10%
-    of an epoch here (at a 4 MiB threshold; 256 KiB timed the same within noise: docs/failures.md), and the
-    peak stays flat where the never-unmapping heap grew without end. MPIGNN_MALLOC=heap
-    keeps that earlier policy (nothing mmap'd). Returns False where this is not glibc, or with
-    MPIGNN_MALLOC=system.
+    Mapped blocks give their pages back on free, so nothing in the heap can grow; their fresh pages cost faults
+    (transparent huge pages on them, `reexec_with_hugepages`, cut the count), which is why training steps keep
+    their blocks in the heap (`steps_in_heap`). MPIGNN_MALLOC=heap keeps every block in the heap. Returns False
+    where this is not glibc, or with MPIGNN_MALLOC=system.
+
+    Raises:
+        ConfigError: MPIGNN_MALLOC names no policy.
     """
     env = os.environ if env is None else env
     mode = env.get("MPIGNN_MALLOC", "")
+    if mode not in _MODES:
+        from mpignn.errors import ConfigError
+
+        raise ConfigError(f"MPIGNN_MALLOC={mode!r} names no malloc policy. HINT: one of "
+                          f"{', '.join(m for m in _MODES if m)}, or unset it (steps in the heap, the rest mapped)")
     if mode == "system":
         return False
     try:
@@ -51,18 +61,43 @@ def tune_allocator(env: Mapping[str, str] | None = None) -> bool:
         return False
     mapped = libc.mallopt(_M_MMAP_MAX, 0) if mode == "heap" else libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
     tuned = bool(mapped) and bool(libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
-    global _LIBC
+    global _LIBC, _STEPS_IN_HEAP
     _LIBC = libc if tuned and mode != "heap" else None
+    _STEPS_IN_HEAP = mode != "mapped"
     return tuned
 
 
 _LIBC = None  # glibc, where `tune_allocator` mapped the big blocks
+_STEPS_IN_HEAP = True  # False with MPIGNN_MALLOC=mapped, and once `keep_big_blocks` kept every block
+
+
+@contextlib.contextmanager
+def steps_in_heap():
+    """Where `tune_allocator` maps big blocks: keep the training steps' blocks in the heap, then give the heap's
+    free pages back (malloc_trim) and map big blocks again on leaving.
+
+    Mapped blocks cost page faults and zeroed pages on every step: 1.3x slower steps on one core (the embedded
+    graph, `python -m mpignn.bench.soak --malloc mapped,heap`). A heap kept for good grows instead: steps of
+    other sizes every time leave holes the next ones do not fit, and evaluation's larger blocks scatter them.
+    So the heap serves a training pass (its holes refault nothing), and giving its free pages back after each
+    pass caps the growth, at one pass's worth of faults an epoch."""
+    if _LIBC is None or not _STEPS_IN_HEAP:
+        yield
+        return
+    _LIBC.mallopt(_M_MMAP_MAX, 0)
+    try:
+        yield
+    finally:
+        _LIBC.mallopt(_M_MMAP_MAX, _MMAP_MAX_DEFAULT)
+        _LIBC.malloc_trim(0)
 
 
 def keep_big_blocks() -> bool:
     """Where `tune_allocator` maps big blocks, keep new ones in the heap from now on: for steps that allocate
     the same blocks every time (full-graph training's one fixed batch), the heap's holes fit the next step's
     blocks exactly, so it stays flat without the page faults of fresh mappings. Returns whether it changed."""
+    global _STEPS_IN_HEAP
+    _STEPS_IN_HEAP = False  # for good: evaluation's blocks stay in the heap too
     return _LIBC is not None and bool(_LIBC.mallopt(_M_MMAP_MAX, 0))
 
 
