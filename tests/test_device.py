@@ -164,11 +164,9 @@ class _FakeAccel:
 @pytest.fixture
 def fake_accel(monkeypatch):
     import mpignn.launch.device
-    import mpignn.training.ddp
 
     fake = _FakeAccel()
     monkeypatch.setattr(mpignn.launch.device, "accelerator", lambda device: fake)
-    monkeypatch.setattr(mpignn.training.ddp, "accelerator", lambda device: fake)
     return fake
 
 

@@ -114,12 +114,17 @@ def test_multi_gpu_collective_job():
 @pytest.mark.mpi
 @needs_device
 def test_stage_times_add_up_on_the_device(tmp_path):
-    """With the device synchronised at stage borders, wait + compute + all-reduce cover the training time."""
+    """Wait + compute + all-reduce cover the training time. Compute is the device's (events, no sync a step),
+    so it may overlap the host making the next batch: the sum may exceed the epoch by the compute at most."""
     metrics = tmp_path / "m.jsonl"
     _final_acc(1, tmp_path, "--device", DEVICE, "--epochs", "2", "--prefetch", "off", "--metrics-out", str(metrics))
-    last = json.loads(metrics.read_text().splitlines()[-1])
-    parts = last["wait_s"] + last["compute_s"] + last["allreduce_s"]
-    assert abs(parts - last["epoch_s"]) <= 0.1 * last["epoch_s"], last
+    _covers_the_epoch(json.loads(metrics.read_text().splitlines()[-1]))
+
+
+def _covers_the_epoch(rec: dict) -> None:
+    parts = rec["wait_s"] + rec["compute_s"] + rec["allreduce_s"]
+    assert 0.9 * rec["epoch_s"] <= parts, rec  # nothing the epoch spent is missing
+    assert rec["wait_s"] + rec["allreduce_s"] <= 1.1 * rec["epoch_s"], rec  # only compute overlaps
 
 
 TWO = pytest.mark.skipif(_count() < 2, reason="needs 2 GPUs/XPUs on this host (one per rank)")
@@ -160,12 +165,11 @@ def test_device_exchange_bf16_trains_as_the_host_exchange(tmp_path):
 @TWO
 def test_device_event_stage_times_add_up_to_the_epoch(tmp_path):
     """Issue #30 item 6: the all-reduce is timed by device events (the part backward did not hide) and the
-    step's compute by the compute stream: with batches made in the step loop, wait + compute + all-reduce
-    is the epoch within 10%."""
+    step's compute by events on the compute stream: with batches made in the step loop, wait + compute +
+    all-reduce covers the epoch (the device's compute may overlap the host's next batch)."""
     recs = _train_records(tmp_path, "stages", "--epochs", "3", "--prefetch", "off", "--eval-every", "3")
     for rec in recs[1:2]:  # the first epoch warms up kernels; the last one evaluates
-        parts = rec["wait_s"] + rec["compute_s"] + rec["allreduce_s"]
-        assert abs(parts - rec["epoch_s"]) <= 0.1 * rec["epoch_s"], rec
+        _covers_the_epoch(rec)
         assert rec["allreduce_s"] >= 0
 
 

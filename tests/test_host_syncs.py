@@ -2,12 +2,16 @@
 
 A "host read" is any Python-level call that would copy a device tensor to the host and wait for it:
 `.item()`, `.tolist()`, `.cpu()`, `.numpy()`, `float()`, `int()`, `bool()`. The loop runs with
-`device="cuda"` on CPU tensors, its device layer (`synchronize`) replaced by a counter, so the code path
-taken is the accelerator's while every read is visible here.
+`device="cuda"` on CPU tensors, its device layer (`accelerator`: timing events) replaced by a logging fake, so
+the code path taken is the accelerator's while every read and every wait is visible here.
 """
+import time
+
 import numpy as np
 import pytest
 import torch
+
+import mpignn.launch.device as device_layer
 
 from mpignn.training import epoch as loop
 from mpignn.data import make_synthetic
@@ -46,21 +50,54 @@ def host_reads(monkeypatch):
     return seen
 
 
+class _Event:
+    """A device timing event: its time is the host clock's when recorded; reading it is logged."""
+
+    def __init__(self, log, enable_timing=False):
+        self.log, self.at = log, None
+
+    def record(self, stream=None):
+        self.at = time.perf_counter()
+        self.log.append("record")
+
+    def synchronize(self):
+        self.log.append("sync")
+
+    def elapsed_time(self, end):
+        return (end.at - self.at) * 1000.0
+
+
+class _Accelerator:
+    """The fake device layer: events and a current stream, everything logged."""
+
+    def __init__(self):
+        self.log = []
+
+    def Event(self, enable_timing=False):  # noqa: N802
+        return _Event(self.log, enable_timing)
+
+    def current_stream(self, device=None):
+        return None
+
+
 def _train(batches, steps, host_reads, monkeypatch):
-    syncs = []
-    monkeypatch.setattr(loop, "synchronize", lambda device: syncs.append(device))  # the fake device layer
+    fake = _Accelerator()
+    monkeypatch.setattr(device_layer, "accelerator", lambda device: None if str(device) == "cpu" else fake)
     torch.manual_seed(0)
     model = SampledGNN("sage", 16, 16, 8, num_layers=3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # Adam reads its step counter (a host tensor)
     host_reads.clear()
     sums = loop.train_epoch(model, batches[:steps], optimizer, task=NodeTask(), device="cuda")
-    return sums, list(host_reads), syncs
+    return sums, list(host_reads), fake.log
 
 
 def test_train_epoch_reads_the_metrics_once_per_epoch_not_per_step(batches, host_reads, monkeypatch):
     few, reads_few, _ = _train(batches, 2, host_reads, monkeypatch)
-    many, reads_many, syncs = _train(batches, 8, host_reads, monkeypatch)
-    assert many["steps"] == 8 and len(syncs) == 8
+    many, reads_many, log = _train(batches, 8, host_reads, monkeypatch)
+    # Each step's compute is timed by two events on the stream, read after the last step: no step waits.
+    assert many["steps"] == 8 and log.count("record") == 16
+    assert log.index("sync") > max(i for i, e in enumerate(log) if e == "record"), log
+    assert many["compute_s"] > 0
     assert reads_many == reads_few, f"host reads grow with the steps: {reads_few} -> {reads_many}"
     assert len(reads_many) <= 2, reads_many  # loss_sum and correct, at the end of the epoch
     assert many["seeds"] == sum(b.batch_size for b in batches[:8])
@@ -69,7 +106,8 @@ def test_train_epoch_reads_the_metrics_once_per_epoch_not_per_step(batches, host
 
 def test_device_sums_equal_the_cpu_sums(batches, monkeypatch):
     """The accelerator path (sums kept as tensors) and the CPU path (Python floats per step) agree."""
-    monkeypatch.setattr(loop, "synchronize", lambda device: None)
+    fake = _Accelerator()
+    monkeypatch.setattr(device_layer, "accelerator", lambda device: None if str(device) == "cpu" else fake)
     results = []
     for device in ("cpu", "cuda"):
         torch.manual_seed(0)
@@ -158,3 +196,26 @@ def test_batches_built_on_the_device_read_sizes_back_never_an_array(host_reads):
         assert torch.equal(got.x, want.x) and torch.equal(got.y, want.y)
         assert torch.equal(got.edge_index, want.edge_index) and torch.equal(got.in_degree, want.in_degree)
         assert torch.equal(got.n_id, want.n_id) and got.batch_size == want.batch_size
+
+
+def test_batches_built_on_the_device_are_timed_by_events_read_at_the_end(monkeypatch):
+    """The loader's stage split: a device-built batch's sample and exchange spans are device events, read when
+    the epoch's totals are (no batch waits to be timed); a host batch keeps the host clock."""
+    from mpignn.loader.batches import LoaderTimes
+
+    fake = _Accelerator()
+    monkeypatch.setattr(device_layer, "accelerator", lambda device: None if str(device) == "cpu" else fake)
+    times = LoaderTimes("cuda")
+    for on_device in (True, True, False):
+        start = times.mark()
+        time.sleep(0.01)
+        drawn = times.mark()
+        time.sleep(0.02)
+        times.add(start, drawn, on_device=on_device)
+    assert "sync" not in fake.log and fake.log.count("record") == 9  # three marks a batch, none read yet
+    assert times.sample_s == pytest.approx(0.03, abs=0.02) and times.exchange_s == pytest.approx(0.06, abs=0.02)
+    assert fake.log.count("sync") == 4  # the two device batches' two spans, read once
+    cpu = LoaderTimes("cpu")
+    start = cpu.mark()
+    cpu.add(start, cpu.mark(), on_device=True)  # no events on the CPU: the host clock
+    assert cpu.sample_s >= 0 and start[1] is None

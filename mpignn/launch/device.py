@@ -4,11 +4,12 @@ branch on its type; on CPU every helper is a no-op. Imports torch, never torch-g
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 import torch
 
-__all__ = ["accelerator", "synchronize", "pinned_empty", "Uploader", "FEATURE_DEVICE_SHARE", "features_on_device",
+__all__ = ["accelerator", "synchronize", "EventSpans", "StepClock", "pinned_empty", "Uploader", "FEATURE_DEVICE_SHARE", "features_on_device",
            "free_memory"]
 
 FEATURE_DEVICE_SHARE = 0.5
@@ -79,6 +80,52 @@ def _on_device(data: Any) -> bool:
         if isinstance(x, torch.Tensor) and x.device.type != "cpu":
             return True
     return False
+
+
+class EventSpans:
+    """Spans of work on an accelerator's stream, timed by events and read only when asked (`seconds`): timing
+    a stage this way makes no step wait for the device. On the CPU, `mod` is None and nothing is recorded."""
+
+    def __init__(self, device: str | torch.device) -> None:
+        self.device = torch.device(device)
+        self.mod = accelerator(self.device)
+        self._done_s = 0.0
+        self._spans: list[tuple[Any, Any]] = []  # (start, end) events, not read yet
+
+    def event(self) -> Any:
+        """A timing event recorded on the calling thread's current stream (None on the CPU)."""
+        if self.mod is None:
+            return None
+        event = self.mod.Event(enable_timing=True)
+        event.record(self.mod.current_stream(self.device))
+        return event
+
+    def add(self, start: Any, end: Any) -> None:
+        self._spans.append((start, end))
+
+    @property
+    def seconds(self) -> float:
+        """The spans' seconds so far: waits for the last end events (once an epoch, not once a step)."""
+        for start, end in self._spans:
+            end.synchronize()
+            self._done_s += start.elapsed_time(end) / 1000.0
+        self._spans.clear()
+        return self._done_s
+
+
+class StepClock(EventSpans):
+    """The training steps' compute time: the host clock on the CPU; on an accelerator, an event on the compute
+    stream where each step starts and ends, so the epoch line's compute is the device's and no step
+    synchronizes to measure it (`tests/test_host_syncs.py`)."""
+
+    def start(self) -> None:
+        self._start = self.event() if self.mod is not None else time.perf_counter()
+
+    def stop(self) -> None:
+        if self.mod is None:
+            self._done_s += time.perf_counter() - self._start
+        else:
+            self.add(self._start, self.event())
 
 
 class Uploader:

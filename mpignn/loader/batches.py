@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from mpignn.launch.device import Uploader, pinned_empty, synchronize
+from mpignn.launch.device import EventSpans, Uploader, pinned_empty, synchronize
 from mpignn.exchange.features import FeatureStore
 from mpignn.exchange.halo import ByteCounter, Halo
 from mpignn.loader.whole import WholeNeighbourhoods, sparse_input
@@ -43,14 +42,38 @@ class NodeSeeds:
         return sampler.sample(self.ids[items], seed, variates), {}
 
 
-@dataclass
 class LoaderTimes:
     """Seconds spent producing batches, by stage (summed over the epoch), and how long the consumer waited
-    for them (equal to their sum without prefetch, less with it: the part that did not overlap compute)."""
+    for them (equal to their sum without prefetch, less with it: the part that did not overlap compute).
 
-    sample_s: float = 0.0
-    exchange_s: float = 0.0  # features from owners and cache, and the copy to the device
-    wait_s: float = 0.0
+    Batches built on the device (`DeviceSampler`) are timed by device events, read when a total is, so no
+    batch waits for its kernels to be timed; host batches by the host clock (their copy waits for itself)."""
+
+    def __init__(self, device: str | torch.device = "cpu") -> None:
+        self.wait_s = 0.0
+        self._host_s = [0.0, 0.0]  # sample, exchange (features from owners and cache, the copy to the device)
+        self._spans = (EventSpans(device), EventSpans(device))
+
+    def mark(self) -> tuple[float, Any]:
+        """Now, on the host clock and (on an accelerator) as an event on the current stream."""
+        return time.perf_counter(), self._spans[0].event()
+
+    def add(self, start: tuple[float, Any], drawn: tuple[float, Any], on_device: bool) -> None:
+        """One batch: drawn between `start` and `drawn`, finished now; `on_device`: time it by its events."""
+        end = self.mark()
+        for stage, (a, b) in enumerate(((start, drawn), (drawn, end))):
+            if on_device and b[1] is not None:
+                self._spans[stage].add(a[1], b[1])
+            else:
+                self._host_s[stage] += b[0] - a[0]
+
+    @property
+    def sample_s(self) -> float:
+        return self._host_s[0] + self._spans[0].seconds
+
+    @property
+    def exchange_s(self) -> float:
+        return self._host_s[1] + self._spans[1].seconds
 
 
 class BatchLoader:
@@ -107,7 +130,7 @@ class BatchLoader:
             self.steps = max_steps
         self.epoch, self.start_step, self.end_step = 0, 0, None
         self._named, self._passes = False, 0  # whether set_epoch named the next pass; passes begun
-        self.times = LoaderTimes()
+        self.times = LoaderTimes(self.device)
         self.uploader = Uploader(self.device)
 
     def __len__(self) -> int:
@@ -136,7 +159,7 @@ class BatchLoader:
         return cut_steps(seeds, self.steps, self.batch_size, self.drop_last, self.wrap)
 
     def _make(self, step: int, seeds: np.ndarray) -> Data:
-        t0 = time.perf_counter()
+        t0 = self.times.mark()
         cooperative = getattr(self.sampler, "cooperative", False)  # one batch of all ranks: one random stream
         stream = (0 if cooperative else self.rank) * 1_000_003
         epoch_seed = kernels.mix_seed(self.seed, self.epoch)
@@ -152,7 +175,7 @@ class BatchLoader:
             # independent batches' overlap, once a pass (a collective of ids per layer): `redundancy`
             hops = self.sampler.source
             extras["union_rows"] = union_rows(hops.comm, hops.part_offsets, out.n_id, out.num_sampled_nodes)
-        t1 = time.perf_counter()
+        t1 = self.times.mark()
         resident = isinstance(out.n_id, torch.Tensor)  # drawn and relabelled on the device (`DeviceSampler`)
         buffer = None
         if self.features.on_host and self.device.type != "cpu" and not resident:
@@ -209,20 +232,20 @@ class BatchLoader:
         """The dataset's ids of partition ids `n_id` (collective like the features), or None without a store."""
         return None if self.dataset_ids is None else self.dataset_ids.gather(n_id)[0][:, 0]
 
-    def _finish(self, data: Any, x: torch.Tensor, t0: float, t1: float, resident: bool = False) -> Any:
+    def _finish(self, data: Any, x: torch.Tensor, t0: tuple[float, Any], t1: tuple[float, Any],
+                resident: bool = False) -> Any:
         """`resident`: the whole batch was built on the device; the task's extras (host arrays) join it there,
         and nothing is uploaded or waited for."""
         data = self.uploader.upload(data.to(x.device) if resident else data, resident=resident)
         if not self.features.on_host and not resident:
             synchronize(x.device)  # a device exchange is queued work until here
-        self.times.sample_s += t1 - t0
-        self.times.exchange_s += time.perf_counter() - t1
+        self.times.add(t0, t1, on_device=resident)
         return data
 
     def __iter__(self) -> Iterator[Data]:
         self._next_pass()
         batches = self._batches()[:self.end_step]
-        self.times = LoaderTimes()
+        self.times = LoaderTimes(self.device)
         first = min(self.start_step, len(batches))
         if self.reuse:
             for step, seeds in enumerate(batches[first:], start=first):

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from mpignn.launch.device import accelerator
+from mpignn.launch.device import EventSpans
 from mpignn.mpi.watchdog import bounded
 
 __all__ = ["AllreduceTimer", "wrap_ddp", "optimize_for_device"]
@@ -29,18 +29,14 @@ class AllreduceTimer:
 
     def __init__(self, comm: Any, use_mpi: bool, device: str = "cpu") -> None:
         self.comm, self.use_mpi, self.device = comm, use_mpi, torch.device(device)
-        self.mod = None if use_mpi else accelerator(self.device)
+        self.spans = EventSpans("cpu" if use_mpi else self.device)
+        self.mod = self.spans.mod
         self._host_s = 0.0
-        self._spans: list[tuple[Any, Any]] = []  # (start, end) device events, not read yet
 
     @property
     def seconds(self) -> float:
         """All-reduce seconds so far (device spans are read here: waits for their end events)."""
-        for start, end in self._spans:
-            end.synchronize()
-            self._host_s += start.elapsed_time(end) / 1000.0
-        self._spans.clear()
-        return self._host_s
+        return self._host_s + self.spans.seconds
 
     def hook(self) -> Any:
         """The hook as a plain function: DDP inspects its name, qualname and annotations."""
@@ -65,9 +61,7 @@ class AllreduceTimer:
     def _device_allreduce(self, bucket: Any) -> Any:
         """Queue the bucket's all-reduce (torch's own timeout bounds it on NCCL/xccl/gloo); a future for DDP."""
         last = self.mod is not None and bucket.is_last()
-        if last:
-            start = self.mod.Event(enable_timing=True)
-            start.record(self.mod.current_stream(self.device))
+        start = self.spans.event() if last else None
         size = self.comm.size
         with bounded("DDP gradient all-reduce"):
             work = torch.distributed.all_reduce(bucket.buffer(), async_op=True)
@@ -75,9 +69,7 @@ class AllreduceTimer:
         def average(fut: Any) -> torch.Tensor:
             buf = fut.value()[0].div_(size)
             if last:  # the callback's current stream is ordered after the all-reduce
-                end = self.mod.Event(enable_timing=True)
-                end.record(self.mod.current_stream(self.device))
-                self._spans.append((start, end))
+                self.spans.add(start, self.spans.event())
             return buf
 
         return work.get_future().then(average)

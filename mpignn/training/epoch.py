@@ -14,7 +14,7 @@ import torch
 
 from mpignn.tasks.forward import MetricSums, autocast, empty_loss, with_rows
 from mpignn.training.ddp import AllreduceTimer
-from mpignn.launch.device import synchronize
+from mpignn.launch.device import StepClock
 from mpignn.mpi import allreduce_max, allreduce_sum
 from mpignn.tasks import Task
 from mpignn.training.record import epoch_record
@@ -60,6 +60,7 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
             steps, compute_s, allreduce_s, and stopped_step (-1: not stopped).
     """
     model.train()
+    clock = StepClock(device)  # device events on an accelerator: no step waits to be timed
     rows = RowCounts(comm.size if comm is not None else 1)
     sums = {"loss_sum": 0.0, "correct": 0.0, "seeds": 0.0, "steps": 0.0, "compute_s": 0.0, "allreduce_s": 0.0,
             "stopped_step": -1.0, "units": 0.0, "nodes": 0.0}
@@ -71,7 +72,6 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
             continue
         if end_step is not None and step >= end_step:  # the same step on every rank: no collective is left
             break
-        t0 = time.perf_counter()
         n = task.items(batch)
         wants_stop = float(stop is not None and stop.requested)
         t_agree = time.perf_counter()
@@ -80,6 +80,7 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
         if stops:
             sums["stopped_step"] = step
             break
+        clock.start()
         optimizer.zero_grad(set_to_none=True)
         with_rows(batch, embedding, device)
         with autocast(device, bf16):
@@ -96,19 +97,20 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
         optimizer.step()
         if embedding is not None:
             embedding.step()  # collective: the rows' gradients to their owners, updated there
-        synchronize(device)  # kernels are queued work: the step's compute ends when the device is done
+        clock.stop()
         sums["seeds"] += n
         sums["steps"] += 1
         sums["nodes"] += batch.num_nodes  # the nodes this step computed on (seeds and sampled neighbours)
         rows.add(batch)
-        sums["compute_s"] += time.perf_counter() - t0
         if progress:  # reading the loss waits for the device: only where the bar is shown (a tty)
             _progress(progress, step + 1, len(loader), float(loss_sum.detach()) / max(n, 1))
     metric_sums.flush()
     sums.update(rows.sums())
-    # The per-step agreement is a collective too: where a rank waits for a slower one, it waits there.
-    sums["allreduce_s"] = (timer.seconds - reduce_before if timer else 0.0) + agree_s
-    sums["compute_s"] -= sums["allreduce_s"]
+    # The per-step agreement is a collective too: where a rank waits for a slower one, it waits there. The
+    # gradient all-reduce runs inside the steps' spans: compute is what is left of them.
+    gradients_s = timer.seconds - reduce_before if timer else 0.0
+    sums["allreduce_s"] = gradients_s + agree_s
+    sums["compute_s"] = clock.seconds - gradients_s
     return sums
 
 
