@@ -26,7 +26,7 @@ def _pair(graph, fanouts, **kw):
 
 
 def _equal(got, want) -> None:
-    for name in ("n_id", "row", "col", "in_degree", "mean_over", "edge_label_index"):
+    for name in ("n_id", "row", "col", "in_degree", "mean_over", "edge_weight", "edge_label_index"):
         a, b = getattr(got, name), getattr(want, name)
         assert (a is None) == (b is None), name
         if a is not None:
@@ -35,8 +35,9 @@ def _equal(got, want) -> None:
     assert got.batch_size == want.batch_size
 
 
-@pytest.mark.parametrize("kw", [{}, {"method": "labor"}, {"method": "labor", "layer_dependency": True}],
-                         ids=["neighbor", "labor", "labor-layer-dependency"])
+@pytest.mark.parametrize("kw", [{}, {"method": "labor"}, {"method": "labor", "layer_dependency": True},
+                                {"method": "labor", "iterations": 3}],
+                         ids=["neighbor", "labor", "labor-layer-dependency", "labor-3"])
 @pytest.mark.parametrize("fanouts", [[5, 4, 3], [-1, 2], [0, 3]], ids=str)
 def test_device_batches_equal_the_host_samplers_bit_for_bit(graph, kw, fanouts):
     host, device = _pair(graph, fanouts, **kw)

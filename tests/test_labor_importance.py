@@ -173,8 +173,6 @@ def test_a_layer_on_weighted_batches_has_neighbour_samplings_expected_output(kin
     (["--sampler", "labor", "--labor-iterations", "-1"], "--labor-iterations must be in [0, 16]; got -1. HINT"),
     (["--sampler", "labor", "--labor-iterations", "2", "--model", "gat"],
      "--labor-iterations 2 weights each sampled edge, and --model gat's attention takes no edge weights. HINT"),
-    (["--sampler", "labor", "--labor-iterations", "2", "--sample-on", "device"],
-     "--labor-iterations 2 runs its iterations on the host; --sample-on device draws on the device. HINT"),
 ])
 def test_what_cannot_take_the_weights_is_refused_in_one_line(argv, needle):
     from mpignn.config.graph_options import GraphOptions
@@ -187,6 +185,5 @@ def test_what_cannot_take_the_weights_is_refused_in_one_line(argv, needle):
     if "--model" not in argv:  # the Python API refuses alike (it knows no model here)
         values = dict(zip(argv[::2], argv[1::2]))
         with pytest.raises(ConfigError):
-            GraphOptions(sampler=values.get("--sampler", "neighbor"), sample_on=values.get("--sample-on", "auto"),
-                         labor_iterations=int(values["--labor-iterations"]))
+            GraphOptions(sampler=values.get("--sampler", "neighbor"), labor_iterations=int(values["--labor-iterations"]))
 

@@ -102,7 +102,6 @@ def test_each_rule_refuses_and_accepts():
     pairs = {("batch_dependency", "sampler"): ([4, "neighbor"], [4, "labor"]),  # labor is the good sampler here
              ("layer_dependency", "sampler"): ([True, "neighbor"], [True, "labor"]),
              ("labor_iterations", "sampler"): ([3, "neighbor"], [3, "labor"]),
-             ("labor_iterations", "sample_on"): ([3, "device"], [3, "host"]),
              ("labor_iterations", "model"): ([3, "gat"], [3, "sage"]),
              ("feature_device", "exchange"): (["host", "torch"], ["device", "mpi"])}
     for rule in RULES:

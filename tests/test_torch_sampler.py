@@ -1,7 +1,8 @@
 """The torch-op sampling kernels (issue 41 item 1) draw what the numba kernels draw, bit for bit, so
 `--sample-on device` never changes what trains: on random CSRs (fanouts above, below and at the degree, all
-neighbours, one fanout per edge type), through `DeviceHops` for homogeneous and heterogeneous rows, and a CLI
-run's losses on 1 and 2 ranks, every mini-batch mode."""
+neighbours, one fanout per edge type; LABOR-i's iterations with saturated sources and targets of 2048 edges and
+more), through `DeviceHops` for homogeneous and heterogeneous rows, and a CLI run's losses on 1 and 2 ranks,
+every mini-batch mode."""
 from __future__ import annotations
 
 import json
@@ -63,11 +64,36 @@ def test_device_hops_answer_as_local_hops_do_also_per_edge_type():
         assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("fanout", [5, 15, -1])
+def test_labor_iterations_in_torch_ops_are_the_numba_kernels_bit_for_bit(fanout):
+    rng = np.random.default_rng(fanout + 7)
+    deg = rng.integers(0, 300, 400)
+    deg[:4] = [2047, 2048, 2049, 5000]  # the fixed-point sums drop a bit from 2048 edges on
+    rowptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+    nbrs = rng.integers(0, 3000, int(rowptr[-1])).astype(np.int64)  # shared sources: their weights rise
+    t = torch.from_numpy
+    for iterations in (0, 1, 3):
+        for normalise in (True, False):
+            want = labor.labor_importance(rowptr, nbrs, fanout, 99, 5 << 40, iterations, normalise=normalise)
+            got = torch_kernels.labor_importance(t(deg), t(nbrs), fanout, 99, 5 << 40, iterations, normalise)
+            for a, b in zip(got, want):
+                assert a.numpy().dtype == b.dtype and np.array_equal(a.numpy(), b)
+    # the sequential steps over sorted weights ran: some targets' sources saturate after the iterations
+    sources, inverse = np.unique(nbrs, return_inverse=True)
+    edge_of = torch.repeat_interleave(torch.arange(len(deg)), t(deg))
+    pi = torch.rand(len(sources), dtype=torch.float64, generator=torch.Generator().manual_seed(0)) ** 4
+    scale = torch_kernels.importance_scales(edge_of, t(deg), t(inverse), pi, fanout)
+    host = labor.importance_scales(rowptr, inverse.astype(np.int64), pi.numpy(), fanout)
+    assert np.array_equal(scale.numpy(), host)
+    top = torch.zeros(len(deg), dtype=torch.float64).scatter_reduce_(0, edge_of, pi[t(inverse)], "amax")
+    assert fanout < 0 or bool(((scale * top >= 1) & (t(deg) > fanout)).any())
+
+
 def _losses(path) -> list[float]:
     return [json.loads(line)["loss"] for line in path.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("sampler", ["neighbor", "labor"])
+@pytest.mark.parametrize("sampler", ["neighbor", "labor", "labor --labor-iterations 2"])
 def test_a_run_sampled_on_the_device_writes_the_same_losses(tmp_path, sampler):
     from mpignn import train
 
@@ -77,7 +103,7 @@ def test_a_run_sampled_on_the_device_writes_the_same_losses(tmp_path, sampler):
         assert train.main(["--dataset", "synthetic:num_nodes=2000,avg_degree=12,num_features=8,num_classes=4",
                            "--root", str(tmp_path / "data"), "--epochs", "2", "--threads", "1", "--fanout", "6,4",
                            "--hidden", "16", "--batch-size", "256", "--minibatch", "independent", "--sampler",
-                           sampler, "--sample-on", where, "--metrics-out", str(out)]) == 0
+                           *sampler.split(), "--sample-on", where, "--metrics-out", str(out)]) == 0
         losses[where] = _losses(out)
     assert losses["device"] == losses["host"] and len(losses["host"]) == 2
 

@@ -78,10 +78,6 @@ RULES: tuple[Rule, ...] = (
          lambda iterations, sampler: iterations > 0 and sampler != "labor",
          lambda iterations, sampler: f"--labor-iterations {iterations} weights layer-neighbour sampling; --sampler "
                                      f"{sampler} draws no variates. HINT: --sampler labor, or drop --labor-iterations"),
-    Rule(("labor_iterations", "sample_on"),
-         lambda iterations, where: iterations > 0 and where == "device",
-         lambda iterations, where: f"--labor-iterations {iterations} runs its iterations on the host; --sample-on "
-                                   "device draws on the device. HINT: --sample-on host, or drop --labor-iterations"),
     Rule(("labor_iterations", "model"),
          lambda iterations, model: iterations > 0 and model == "gat",
          lambda iterations, model: f"--labor-iterations {iterations} weights each sampled edge, and --model {model}'s "

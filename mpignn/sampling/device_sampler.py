@@ -36,9 +36,7 @@ class DeviceSampler(NeighborSampler):
                  iterations: int = 0) -> None:
         if not resident(source, num_nodes):
             raise ValueError("DeviceSampler needs a DeviceHops source owning every node of one edge type")
-        if iterations:
-            raise ValueError("LABOR-i's iterations run on the host only (sample on the host)")
-        super().__init__(source, num_nodes, fanouts, "array", method, dependency, layer_dependency)
+        super().__init__(source, num_nodes, fanouts, "array", method, dependency, layer_dependency, iterations)
         self.device = source.device
 
     def _scratch(self) -> torch.Tensor:

@@ -115,8 +115,18 @@ def labor_rows(rowptr, col, rows, fanouts, seed, shift=0):
     return counts, out, denominators
 
 
-_FIXED = 2.0 ** 52  # a target's weights (at most 1 each) summed as integers: exact, in any order
-_FIXED_EDGES = 2048  # targets of more edges than this (2**63 / 2**52) sum their sorted weights instead
+_POW2 = np.array([2.0 ** k for k in range(64)])  # exact powers of two, for the fixed-point sums
+
+
+@njit(cache=True, nogil=True, inline="always")
+def fixed_point(degree):
+    """The bits k a target's weights (each at most 1) are summed with, as integers w * 2**k: exact, so the
+    sum is the same in any order, and under 2**63 for `degree` weights (52 below 2048 edges, one bit fewer
+    each time the degree doubles)."""
+    k = 52
+    while degree >= np.int64(1) << (63 - k):
+        k -= 1
+    return k
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -137,7 +147,8 @@ def importance_scales(ptr, inverse, pi, fanout):
     """LABOR-i's c_t for each target of a hop's CSR (`ptr` over targets, `inverse` each edge's source, `pi` the
     sources' weights): sum over t's edges of min(1, c_t pi_s) = fanout; inf where t keeps every neighbour.
     With every pi_s = 1 this is fanout / degree, LABOR-0's cut, to the bit. No result depends on the order of
-    a target's edges (its sum is exact, or taken in sorted order), so every rank's c_t is one process's."""
+    a target's edges (its sum is exact: `fixed_point`), so every rank's c_t is one process's, and the torch-op
+    twin's (`torch_kernels.importance_scales`)."""
     n = ptr.shape[0] - 1
     out = np.empty(n, dtype=np.float64)
     for i in prange(n):
@@ -146,25 +157,19 @@ def importance_scales(ptr, inverse, pi, fanout):
         if fanout < 0 or deg <= fanout:
             out[i] = np.inf
             continue
-        if deg <= _FIXED_EDGES:
-            total = np.int64(0)
-            top = 0.0
-            for e in range(start, end):
-                w = pi[inverse[e]]
-                total += np.int64(w * _FIXED)
-                top = max(top, w)
-            rest = total / _FIXED
-            c = fanout / rest
-            if c * top < 1.0:  # nothing saturates: the usual case, no sort
-                out[i] = c
-                continue
-            weights = -np.sort(-pi[inverse[start:end]])
-        else:
-            weights = -np.sort(-pi[inverse[start:end]])
-            rest = 0.0
-            for j in range(deg - 1, -1, -1):
-                rest += weights[j]
-        out[i] = _saturated(weights, fanout, rest)
+        scale = _POW2[fixed_point(deg)]
+        total = np.int64(0)
+        top = 0.0
+        for e in range(start, end):
+            w = pi[inverse[e]]
+            total += np.int64(w * scale)
+            top = max(top, w)
+        rest = total / scale
+        c = fanout / rest
+        if c * top < 1.0:  # nothing saturates: the usual case, no sort
+            out[i] = c
+            continue
+        out[i] = _saturated(-np.sort(-pi[inverse[start:end]]), fanout, rest)
     return out
 
 
@@ -252,6 +257,7 @@ def labor_importance(ptr: np.ndarray, nbrs: np.ndarray, fanout: int, seed: int, 
     sources, inverse = first_seen(nbrs, num_nodes)
     combine = reduce(sources) if reduce is not None else None
     pi = np.ones(len(sources), dtype=np.float64)
+    iterations = iterations if fanout != 0 else 0  # a hop keeping nothing: no weight to raise (0 / 0 past one)
     for _ in range(iterations):
         pi = _raised(ptr, inverse, importance_scales(ptr, inverse, pi, fanout), pi, len(sources))
         if combine is not None:

@@ -119,8 +119,13 @@ def importance_hop(source: HopSource, gids: np.ndarray, fanout: Fanout, seed: in
                    reduce: Any = None, num_nodes: int = -1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A LABOR-`iterations` hop (`sampling.labor.labor_importance`): the targets' whole neighbourhoods from
     `source` (from their owners where they are remote: every in-edge crosses, not a sample), then the
-    iterations here, so a rank's hop equals one process's. `reduce`, `num_nodes`: see `labor_importance`."""
+    iterations here, so a rank's hop equals one process's. `reduce`, `num_nodes`: see `labor_importance`.
+    A hop on the device (`DeviceSampler`: tensors in, tensors out) runs the torch-op twin there, bit for bit."""
     counts, nbrs = source.sample(gids, -1, 0)
+    if not isinstance(nbrs, np.ndarray):  # a DeviceSampler's hop (one part: nothing to reduce over ranks)
+        from mpignn.sampling import torch_kernels
+
+        return torch_kernels.labor_importance(counts, nbrs, int(fanout_array(fanout, 1)[0]), seed, shift, iterations)
     ptr = np.zeros(len(gids) + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
     return labor_importance(ptr, nbrs, int(fanout_array(fanout, 1)[0]), seed, shift, iterations, reduce, num_nodes)
@@ -278,7 +283,7 @@ class NeighborSampler:
                             num_sampled_nodes=num_nodes, num_sampled_edges=num_edges,
                             edge_type=cat(types) if t > 1 else None, in_degree=cat(degrees),
                             mean_over=cat(means) if labor else None,
-                            edge_weight=np.concatenate(weights) if weights else None)
+                            edge_weight=cat(weights) if weights else None)
 
     # The batch's arrays: numpy here; `sampling.device_sampler.DeviceSampler` keeps them on its device.
     def _seeds(self, seeds: np.ndarray) -> np.ndarray:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["sample_rows", "labor_rows"]
+__all__ = ["sample_rows", "labor_rows", "importance_scales", "labor_importance"]
 
 _GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)  # the uint64 constants, as int64 bit patterns
 _MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)
 _MIX2 = 0x94D049BB133111EB - (1 << 64)
 _UNIT = 1.0 / 9007199254740992.0  # 2**-53, as `sampling.labor`
 _TOP = (1 << 53) - 1  # a rotated draw wraps at 2**53 (`sampling.labor.window`)
+_POW2 = [2.0 ** k for k in range(64)]  # exact powers of two (`sampling.labor.fixed_point`)
 
 
 def _shr(x: torch.Tensor, bits: int) -> torch.Tensor:
@@ -110,3 +111,92 @@ def labor_rows(rowptr: torch.Tensor, col: torch.Tensor, rows: torch.Tensor, fano
     keep = whole[edge_of] | (draw < cut[edge_of])
     counts = torch.zeros(n, dtype=torch.int64, device=rows.device).index_add_(0, edge_of, keep.to(torch.int64))
     return counts, src[keep], denominators
+
+
+def _variates(seed: int, gids: torch.Tensor, shift: int) -> torch.Tensor:
+    """Each node's layer-neighbour variate (`sampling.labor._draw`), float64 in [0, 1)."""
+    return ((_shr(_stream(seed, gids), 11) + shift) & _TOP).to(torch.float64) * _UNIT
+
+
+def _over(k: int, x: torch.Tensor) -> torch.Tensor:
+    """k / x rounded once, as numba divides: torch takes `k / x` for 1 / x times k, an ulp off at times."""
+    return torch.full_like(x, float(k)).div_(x)
+
+
+def importance_scales(edge_of: torch.Tensor, deg: torch.Tensor, inverse: torch.Tensor, pi: torch.Tensor,
+                      fanout: int) -> torch.Tensor:
+    """`sampling.labor.importance_scales` on tensors (`edge_of`: each edge's target, edges grouped by target in
+    order): the same integer sums, and the same sequential steps over the saturated targets' sorted weights,
+    vectorised over those targets (at most fanout + 1 steps: a step past the fanout would leave c = 0)."""
+    n, dev = len(deg), deg.device
+    out = torch.full((n,), float("inf"), dtype=torch.float64, device=dev)
+    if fanout < 0:
+        return out
+    w = pi[inverse]
+    bits = 52 - (torch.frexp(deg.to(torch.float64)).exponent.to(torch.int64) - 11).clamp(min=0)
+    scale = torch.tensor(_POW2, dtype=torch.float64, device=dev)[bits]
+    total = torch.zeros(n, dtype=torch.int64, device=dev).index_add_(0, edge_of, (w * scale[edge_of]).to(torch.int64))
+    rest = total.to(torch.float64) / scale
+    top = torch.zeros(n, dtype=torch.float64, device=dev).scatter_reduce_(0, edge_of, w, "amax")
+    c = _over(fanout, rest)
+    active = deg > fanout
+    out = torch.where(active, c, out)
+    saturated = active & (c * top >= 1.0)
+    sat = torch.nonzero(saturated).flatten()
+    if len(sat) == 0:
+        return out
+    mine = saturated[edge_of]  # their edges, heaviest first within each target
+    t_of, w_of = edge_of[mine], w[mine]
+    order = torch.argsort(w_of, descending=True, stable=True)
+    order = order[torch.argsort(t_of[order], stable=True)]
+    weights = w_of[order]
+    first = torch.cumsum(deg[sat], 0) - deg[sat]
+    rest = rest[sat]
+    c = _over(fanout, rest)
+    done = torch.zeros(len(sat), dtype=torch.bool, device=dev)
+    for j in range(fanout + 1):
+        wj = weights[first + j]
+        cj = _over(fanout - j, rest)
+        c = torch.where(done, c, cj)
+        done = done | (cj * wj < 1.0) | (rest <= wj)
+        rest = torch.where(done, rest, rest - wj)
+    out[sat] = c
+    return out
+
+
+def labor_importance(counts: torch.Tensor, nbrs: torch.Tensor, fanout: int, seed: int, shift: int,
+                     iterations: int, normalise: bool = True
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`sampling.labor.labor_importance` on tensors, bit for bit: target t's whole neighbourhood is
+    `nbrs` (global ids) over its `counts[t]` edges. Returns (kept per target, kept ids in CSR order,
+    denominators min(degree, fanout), float32 edge weights). Sizes read back: the largest kept count once a
+    hop, where the weights are normalised (each target's sum is taken in its edges' order, as the host's)."""
+    dev = nbrs.device
+    n = len(counts)
+    edge_of, _ = _edges(counts)
+    sources, inverse = torch.unique(nbrs, return_inverse=True)  # the order of sources changes no result
+    pi = torch.ones(len(sources), dtype=torch.float64, device=dev)
+    iterations = iterations if fanout != 0 else 0  # as the host's: a hop keeping nothing
+    for _ in range(iterations):
+        scale = importance_scales(edge_of, counts, inverse, pi, fanout)
+        raised = torch.clamp(scale[edge_of] * pi[inverse], max=1.0)
+        pi = torch.zeros_like(pi).scatter_reduce_(0, inverse, raised, "amax")
+    scale = importance_scales(edge_of, counts, inverse, pi, fanout)
+    p = torch.clamp(scale[edge_of] * pi[inverse], max=1.0)
+    keep = _variates(seed, sources, shift)[inverse] < p
+    whole = (fanout < 0) | (counts <= fanout)
+    denominators = torch.where(whole, counts, torch.full_like(counts, fanout))
+    q = torch.where(whole, torch.ones(n, dtype=torch.float64, device=dev),
+                    _over(fanout, counts.clamp(min=1).to(torch.float64)))
+    values = (q[edge_of] / p)[keep]
+    kept_of = edge_of[keep]
+    kept = torch.zeros(n, dtype=torch.int64, device=dev).index_add_(0, kept_of, torch.ones_like(kept_of))
+    weight = values.to(torch.float32)
+    if normalise and iterations > 0 and len(values):
+        _, within = _edges(kept)
+        total = torch.zeros(n, dtype=torch.float64, device=dev)
+        for j in range(int(kept.max())):  # one value per target a step: the host's sequential sum
+            at = within == j
+            total[kept_of[at]] += values[at]
+        weight = (weight.to(torch.float64) * (denominators.to(torch.float64) / total)[kept_of]).to(torch.float32)
+    return kept, nbrs[keep], denominators, weight
