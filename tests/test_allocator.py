@@ -131,7 +131,7 @@ STEPS_IN_HEAP = LIBC + """
 import os
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-assert allocator.tune_allocator({})
+assert allocator.tune_allocator({"MPIGNN_MALLOC": "steps"})
 big = 64 << 20
 with allocator.steps_in_heap():
     assert not mapped(4 * allocator.MMAP_THRESHOLD)
@@ -145,8 +145,8 @@ print(kept - rss())
 
 
 def test_training_steps_keep_blocks_in_the_heap_and_give_its_free_pages_back_after():
-    # Steps reuse the heap's pages (no fresh faults); leaving, its free pages go back and big blocks are mapped
-    # again, so evaluation's larger blocks do not scatter the heap and the peak stays flat.
+    # MPIGNN_MALLOC=steps: steps reuse the heap's pages (no fresh faults); leaving, its free pages go back and
+    # big blocks are mapped again, so evaluation's larger blocks do not scatter the heap.
     out = subprocess.run([sys.executable, "-c", STEPS_IN_HEAP], capture_output=True, text=True, timeout=60,
                          env={k: v for k, v in os.environ.items() if k != "MPIGNN_MALLOC"})
     assert out.returncode == 0, out.stderr
@@ -155,10 +155,10 @@ def test_training_steps_keep_blocks_in_the_heap_and_give_its_free_pages_back_aft
 
 MAPPED_OR_KEPT = LIBC + """
 size = 4 * allocator.MMAP_THRESHOLD
-assert allocator.tune_allocator({"MPIGNN_MALLOC": "mapped"})
-with allocator.steps_in_heap():
-    assert mapped(size)  # MPIGNN_MALLOC=mapped: the steps' blocks too
 assert allocator.tune_allocator({})
+with allocator.steps_in_heap():
+    assert mapped(size)  # the default: the steps' blocks are mapped too
+assert allocator.tune_allocator({"MPIGNN_MALLOC": "steps"})
 assert allocator.keep_big_blocks()
 with allocator.steps_in_heap():
     pass
@@ -167,14 +167,14 @@ print("ok")
 """
 
 
-def test_mapped_policy_and_kept_blocks_are_left_as_they_are():
+def test_the_default_and_kept_blocks_are_left_as_they_are():
     out = subprocess.run([sys.executable, "-c", MAPPED_OR_KEPT], capture_output=True, text=True, timeout=60,
                          env={k: v for k, v in os.environ.items() if k != "MPIGNN_MALLOC"})
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
 def test_an_unknown_policy_is_refused_in_one_line(tmp_path):
-    with pytest.raises(ConfigError, match="MPIGNN_MALLOC='heep' names no malloc policy. HINT: one of mapped"):
+    with pytest.raises(ConfigError, match="MPIGNN_MALLOC='heep' names no malloc policy. HINT: one of steps"):
         allocator.tune_allocator({"MPIGNN_MALLOC": "heep"})
     env = {**os.environ, "MPIGNN_MALLOC": "heep"}
     out = subprocess.run([sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--epochs", "1"],

@@ -187,3 +187,15 @@ def test_what_cannot_take_the_weights_is_refused_in_one_line(argv, needle):
         with pytest.raises(ConfigError):
             GraphOptions(sampler=values.get("--sampler", "neighbor"), labor_iterations=int(values["--labor-iterations"]))
 
+
+
+def test_the_integer_sums_hold_past_2048_edges():
+    # 2048 weights of 1 at 2**52 each overflowed int64 (the sum is 2**63): from 2048 edges on, a bit fewer
+    deg = np.array([2047, 2048, 2049, 5000, 70000])
+    ptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+    edges = np.arange(ptr[-1], dtype=np.int64)
+    assert np.array_equal(importance_scales(ptr, edges, np.ones(ptr[-1]), 5), 5 / deg)
+    pi = np.random.default_rng(0).uniform(0.2, 1.0, ptr[-1])
+    scale = importance_scales(ptr, edges, pi, 5)
+    sums = [np.minimum(1.0, c * pi[a:b]).sum() for c, a, b in zip(scale, ptr[:-1], ptr[1:])]
+    np.testing.assert_allclose(sums, 5.0, rtol=1e-9)

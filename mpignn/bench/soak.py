@@ -6,7 +6,7 @@ is memory kept (objects, or the allocator's free space), where the peak's alone 
 With `--malloc`, the same run under each MPIGNN_MALLOC policy in turn, and a table comparing them.
 
     python -m mpignn.bench.soak --ranks 2 --epochs 30
-    python -m mpignn.bench.soak --ranks 1 --epochs 30 --malloc default,heap,mapped -- --threads 1
+    python -m mpignn.bench.soak --ranks 1 --epochs 30 --malloc heap,default,steps -- --threads 1
 """
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--malloc", default="",
-                        help="comma list of MPIGNN_MALLOC policies to run in turn (default, mapped, heap, system)")
+                        help="comma list of MPIGNN_MALLOC policies to run in turn (default, steps, heap, system)")
     parser.add_argument("extra", nargs="*", help="more mpignn.train flags (after --)")
     args = parser.parse_args(argv)
     policies = args.malloc.split(",") if args.malloc else ["default"]

@@ -2,9 +2,10 @@
 and the readings of resident memory every layer above reports.
 
 Stdlib only (ctypes); of mpignn it imports `errors` alone, and nothing of torch. Process-wide: the training CLI applies it,
-a library caller opts in (`runtime.bootstrap(tune_process=True)`). Training steps keep their blocks in the heap
-(`steps_in_heap`); everything else maps its big blocks. MPIGNN_MALLOC=mapped maps them in the steps too (slower
-steps), MPIGNN_MALLOC=heap never unmaps (the peak grows every epoch), MPIGNN_MALLOC=system leaves malloc alone.
+a library caller opts in (`runtime.bootstrap(tune_process=True)`). Big blocks are mapped (a flat peak, slower
+steps). MPIGNN_MALLOC=steps keeps the training steps' blocks in the heap (`steps_in_heap`: faster steps, a peak
+that grows more slowly than the heap's), MPIGNN_MALLOC=heap never unmaps (the fastest steps, the peak grows every
+epoch), MPIGNN_MALLOC=system leaves malloc alone.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ _TRIM_THRESHOLD = 1 << 30  # freed heap memory is kept (no page faults on reuse)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
 _MMAP_MAX_DEFAULT = 65536  # glibc's own limit on mapped blocks: mapping back on
 _REEXEC_MARK = "MPIGNN_MALLOC_REEXEC"
-_MODES = ("", "mapped", "heap", "system")  # MPIGNN_MALLOC's values ("": the default)
+_MODES = ("", "steps", "heap", "system")  # MPIGNN_MALLOC's values ("": the default, big blocks mapped)
 
 
 def tune_allocator(env: Mapping[str, str] | None = None) -> bool:
@@ -38,7 +39,8 @@ def tune_allocator(env: Mapping[str, str] | None = None) -> bool:
 
     Mapped blocks give their pages back on free, so nothing in the heap can grow; their fresh pages cost faults
     (transparent huge pages on them, `reexec_with_hugepages`, cut the count), which is why training steps keep
-    their blocks in the heap (`steps_in_heap`). MPIGNN_MALLOC=heap keeps every block in the heap. Returns False
+    their blocks in the heap under MPIGNN_MALLOC=steps (`steps_in_heap`). MPIGNN_MALLOC=heap keeps every block
+    in the heap. Returns False
     where this is not glibc, or with MPIGNN_MALLOC=system.
 
     Raises:
@@ -50,7 +52,7 @@ def tune_allocator(env: Mapping[str, str] | None = None) -> bool:
         from mpignn.errors import ConfigError
 
         raise ConfigError(f"MPIGNN_MALLOC={mode!r} names no malloc policy. HINT: one of "
-                          f"{', '.join(m for m in _MODES if m)}, or unset it (steps in the heap, the rest mapped)")
+                          f"{', '.join(m for m in _MODES if m)}, or unset it (big blocks mapped)")
     if mode == "system":
         return False
     try:
@@ -63,24 +65,23 @@ def tune_allocator(env: Mapping[str, str] | None = None) -> bool:
     tuned = bool(mapped) and bool(libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
     global _LIBC, _STEPS_IN_HEAP
     _LIBC = libc if tuned and mode != "heap" else None
-    _STEPS_IN_HEAP = mode != "mapped"
+    _STEPS_IN_HEAP = mode == "steps"
     return tuned
 
 
 _LIBC = None  # glibc, where `tune_allocator` mapped the big blocks
-_STEPS_IN_HEAP = True  # False with MPIGNN_MALLOC=mapped, and once `keep_big_blocks` kept every block
+_STEPS_IN_HEAP = False  # MPIGNN_MALLOC=steps, until `keep_big_blocks` keeps every block
 
 
 @contextlib.contextmanager
 def steps_in_heap():
-    """Where `tune_allocator` maps big blocks: keep the training steps' blocks in the heap, then give the heap's
-    free pages back (malloc_trim) and map big blocks again on leaving.
+    """Under MPIGNN_MALLOC=steps: keep the training steps' blocks in the heap, then give the heap's free pages
+    back (malloc_trim) and map big blocks again on leaving; elsewhere nothing.
 
-    Mapped blocks cost page faults and zeroed pages on every step: 1.3x slower steps on one core (the embedded
-    graph, `python -m mpignn.bench.soak --malloc mapped,heap`). A heap kept for good grows instead: steps of
-    other sizes every time leave holes the next ones do not fit, and evaluation's larger blocks scatter them.
-    So the heap serves a training pass (its holes refault nothing), and giving its free pages back after each
-    pass caps the growth, at one pass's worth of faults an epoch."""
+    Mapped blocks cost page faults and zeroed pages every step; a heap kept for good grows without end, most of
+    it from evaluation's larger blocks. Here the heap serves the training passes only: faster than mapped
+    blocks, but its peak still rose on sbm200k, so mapped blocks stay the default (docs/failures.md, "Memory
+    over long runs", and `python -m mpignn.bench.soak --malloc heap,default,steps`)."""
     if _LIBC is None or not _STEPS_IN_HEAP:
         yield
         return

@@ -180,7 +180,7 @@ def run_epoch(rt: Runtime, epoch: int, model: torch.nn.Module, optimizer: torch.
             loader.set_epoch(epoch, start_step, end_step)
         else:
             loader.set_epoch(epoch)
-    with steps_in_heap():  # fast steps; their free pages go back before evaluation's bigger blocks come
+    with steps_in_heap():  # MPIGNN_MALLOC=steps: the steps' blocks in the heap, its free pages back after
         sums = train_epoch(model, loaders["train"], optimizer, task=task, device=rt.device, bf16=bf16,
                            timer=timer, progress=rt.rank == 0 and sys.stderr.isatty(), comm=rt.comm, stop=stop,
                            start_step=start_step, end_step=end_step, embedding=emb)
