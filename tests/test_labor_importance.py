@@ -185,7 +185,8 @@ def test_what_cannot_take_the_weights_is_refused_in_one_line(argv, needle):
     if "--model" not in argv:  # the Python API refuses alike (it knows no model here)
         values = dict(zip(argv[::2], argv[1::2]))
         with pytest.raises(ConfigError):
-            GraphOptions(sampler=values.get("--sampler", "neighbor"), labor_iterations=int(values["--labor-iterations"]))
+            GraphOptions(sampler=values.get("--sampler", "neighbor"),
+                         labor_iterations=int(values["--labor-iterations"]))
 
 
 

@@ -1,9 +1,9 @@
 """The process's memory: glibc's malloc policy for training (fast steps, a peak that stays flat over many epochs)
 and the readings of resident memory every layer above reports.
 
-Stdlib only (ctypes); of mpignn it imports `errors` alone, and nothing of torch. Process-wide: the training CLI applies it,
-a library caller opts in (`runtime.bootstrap(tune_process=True)`). Big blocks are mapped (a flat peak, slower
-steps). MPIGNN_MALLOC=steps keeps the training steps' blocks in the heap (`steps_in_heap`: faster steps, a peak
+Stdlib only (ctypes); of mpignn it imports `errors` alone, and nothing of torch. Process-wide: the training CLI
+applies it, a library caller opts in (`runtime.bootstrap(tune_process=True)`). Big blocks are mapped (a flat
+peak, slower steps). MPIGNN_MALLOC=steps keeps the training steps' blocks in the heap (`steps_in_heap`: faster steps, a peak
 that grows more slowly than the heap's), MPIGNN_MALLOC=heap never unmaps (the fastest steps, the peak grows every
 epoch), MPIGNN_MALLOC=system leaves malloc alone.
 """
@@ -15,8 +15,8 @@ import resource
 import sys
 from typing import Mapping
 
-__all__ = ["MMAP_THRESHOLD", "tune_allocator", "steps_in_heap", "keep_big_blocks", "hugepage_tunables", "reexec_with_hugepages",
-           "peak_rss_mb", "rss_mb"]
+__all__ = ["MMAP_THRESHOLD", "tune_allocator", "steps_in_heap", "keep_big_blocks", "hugepage_tunables",
+           "reexec_with_hugepages", "peak_rss_mb", "rss_mb"]
 
 # Blocks at least this large are mmap'd and unmapped on free; smaller ones stay in the heap. Measured on the
 # default graph, 2 ranks (`python -m mpignn.bench.soak`, whose `RSS at epoch end` column is the heap's growth):
@@ -40,8 +40,7 @@ def tune_allocator(env: Mapping[str, str] | None = None) -> bool:
     Mapped blocks give their pages back on free, so nothing in the heap can grow; their fresh pages cost faults
     (transparent huge pages on them, `reexec_with_hugepages`, cut the count), which is why training steps keep
     their blocks in the heap under MPIGNN_MALLOC=steps (`steps_in_heap`). MPIGNN_MALLOC=heap keeps every block
-    in the heap. Returns False
-    where this is not glibc, or with MPIGNN_MALLOC=system.
+    in the heap. Returns False where this is not glibc, or with MPIGNN_MALLOC=system.
 
     Raises:
         ConfigError: MPIGNN_MALLOC names no policy.

@@ -9,8 +9,8 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["accelerator", "synchronize", "EventSpans", "StepClock", "pinned_empty", "Uploader", "FEATURE_DEVICE_SHARE", "features_on_device",
-           "free_memory"]
+__all__ = ["accelerator", "synchronize", "EventSpans", "StepClock", "pinned_empty", "Uploader", "FEATURE_DEVICE_SHARE",
+           "features_on_device", "free_memory"]
 
 FEATURE_DEVICE_SHARE = 0.5
 """`--feature-device auto` moves a table that takes at most this share of the device memory free to its rank;
