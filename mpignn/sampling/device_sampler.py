@@ -4,7 +4,8 @@ The hops are drawn by `DeviceHops` on the device, and the batch-local ids too: a
 the device (the host sampler's "array" map), each hop's new nodes appended in the order they first appear, as
 the host's relabel appends them. So the batches equal the host sampler's, bit for bit
 (`tests/test_device_sampler.py`), and the host learns only their sizes: two reads per hop (the size of the
-draw and of Floyd's widest row), never an array. Several parts (remote hops over MPI) and typed graphs keep
+draw and of Floyd's widest row), never an array; LABOR-i adds a few per iteration (the saturated targets' count,
+the draw's size, the largest kept count). Several parts (remote hops over MPI) and typed graphs keep
 `NeighborSampler` with `DeviceHops`, whose answers come back to the host.
 """
 from __future__ import annotations
