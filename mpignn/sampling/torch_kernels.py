@@ -20,7 +20,6 @@ _MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)
 _MIX2 = 0x94D049BB133111EB - (1 << 64)
 _UNIT = 1.0 / 9007199254740992.0  # 2**-53, as `sampling.labor`
 _TOP = (1 << 53) - 1  # a rotated draw wraps at 2**53 (`sampling.labor.window`)
-_POW2 = [2.0 ** k for k in range(64)]  # exact powers of two (`sampling.labor.fixed_point`)
 
 
 def _shr(x: torch.Tensor, bits: int) -> torch.Tensor:
@@ -134,7 +133,7 @@ def importance_scales(edge_of: torch.Tensor, deg: torch.Tensor, inverse: torch.T
         return out
     w = pi[inverse]
     bits = 52 - (torch.frexp(deg.to(torch.float64)).exponent.to(torch.int64) - 11).clamp(min=0)
-    scale = torch.tensor(_POW2, dtype=torch.float64, device=dev)[bits]
+    scale = ((bits + 1023) << 52).view(torch.float64)  # 2**bits, built from its exponent bits: exact
     total = torch.zeros(n, dtype=torch.int64, device=dev).index_add_(0, edge_of, (w * scale[edge_of]).to(torch.int64))
     rest = total.to(torch.float64) / scale
     top = torch.zeros(n, dtype=torch.float64, device=dev).scatter_reduce_(0, edge_of, w, "amax")
