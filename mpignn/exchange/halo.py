@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from mpignn.exchange.alltoall import TorchAlltoall
-from mpignn.sampling.cooperative import LayerPlan
+from mpignn.sampling.cooperative import KeptInputs, LayerPlan
 
 __all__ = ["ByteCounter", "Halo", "move_rows", "return_grads", "send_own"]
 
@@ -72,24 +72,59 @@ class Halo:
     """A cooperative batch's layer plans and the transport their rows take; `SampledGNN` calls it before each
     layer: `table, src = halo(layer, own_rows)`. `counter.add` counts the bytes each exchange moved (the
     sampler's `halo_bytes`). With `static_input` the batch is used again and again (full-graph training) and its
-    input rows never change: the input table's remote rows are exchanged on the first call only."""
+    input rows never change: the input table's remote rows are exchanged on the first call only. With `keeper`
+    (the sampler, when its plans keep input rows: `KeptInputs`) the input layer's remote rows that an earlier
+    batch brought are copied from it, and this batch's are kept for the next (`keeper.filled_inputs`)."""
 
-    def __init__(self, plans: list[LayerPlan], transport: Any, counter: Any, static_input: bool = False) -> None:
-        self.plans, self.transport, self.counter = plans, transport, counter
+    def __init__(self, plans: list[LayerPlan], transport: Any, counter: Any, static_input: bool = False,
+                 keeper: Any = None) -> None:
+        self.plans, self.transport, self.counter, self.keeper = plans, transport, counter, keeper
         self.static_input, self._filled = static_input, None  # the input table filled in place, if any
 
-    def __call__(self, layer: int, own: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, layer: int, own: torch.Tensor, raw: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """`own`: the layer's own rows, or (rows needing no gradient, e.g. input features) a whole table of
-        `table_rows(layer)` rows with the own rows first, whose tail the remote rows then fill in place."""
+        `table_rows(layer)` rows with the own rows first, whose tail the remote rows then fill in place.
+        `raw`: the rows are the features as read, the same for a node in every batch (every rank's model says
+        the same), so rows a recent batch brought may stand in for those the owners would send."""
         plan = self.plans[layer]
+        kept = plan.kept if raw and self.keeper is not None and not own.requires_grad else None
+        if plan.kept is not None and kept is None:  # rows of this batch only (GCN's scaled ones): keep no chain
+            plan.kept.recent = None
         if len(own) == self.table_rows(layer) != plan.n_own and not own.requires_grad:
             if not (self.static_input and self._filled is own):
                 with torch.no_grad():
-                    own[plan.n_own:] = send_own(own, plan, self.transport, self.counter)[0]
+                    if kept is not None:
+                        self._fill_kept(own, plan.n_own, kept)
+                    else:
+                        own[plan.n_own:] = send_own(own, plan, self.transport, self.counter)[0]
                 self._filled = own
             return own, self.sources(layer, own.device)
+        if kept is not None:  # rows without room for the remote ones: a table made here
+            self.plan(layer, len(own))
+            table = own.new_empty((self.table_rows(layer),) + tuple(own.shape[1:]))
+            table[:plan.n_own] = own
+            self._fill_kept(table, plan.n_own, kept)
+            return table, self.sources(layer, own.device)
         table = _HaloRows.apply(own, self.plan(layer, len(own)), self.transport, self.counter)
         return table, self.sources(layer, own.device)
+
+    def _fill_kept(self, table: torch.Tensor, n_own: int, kept: KeptInputs) -> None:
+        """Collective: the remote rows of the input table whose own rows are filled: those `kept.recent` holds
+        from it, the others from their owners; then keep them for later batches."""
+        tail = table[n_own:]
+        got = send_own(table[:n_own], kept, self.transport, self.counter)[0]
+        if len(kept.fresh):
+            tail.index_copy_(0, torch.from_numpy(kept.fresh).to(table.device), got.to(table.dtype))
+        if len(kept.kept):
+            recent = kept.recent.rows
+            if recent is None:
+                raise RuntimeError("cooperative batch: the batch drawn before it never filled its input rows")
+            rows = recent.index_select(0, torch.from_numpy(kept.slots).to(recent.device))
+            tail.index_copy_(0, torch.from_numpy(kept.kept).to(table.device), rows.to(table.device, table.dtype))
+        kept.recent, kept.rows = None, tail  # a view: its batch's table lives until a later batch is filled
+        self.keeper.input_rows += len(tail)
+        self.keeper.kept_rows += len(kept.kept)
+        self.keeper.filled_inputs = kept
 
     def table_rows(self, layer: int) -> int:
         """Rows of layer `layer`'s table: its own rows, then those other ranks send."""

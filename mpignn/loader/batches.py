@@ -170,7 +170,8 @@ class BatchLoader:
             variates = (kernels.mix_seed(kernels.mix_seed(epoch_seed, stream + window), dependency), shift)
         out, extras = self.source.draw(self.sampler, seeds, kernels.mix_seed(epoch_seed, stream + step), variates)
         if cooperative:
-            extras["halo"] = Halo(out.halo, self.sampler.rows, ByteCounter(self.sampler), static_input=self.reuse)
+            extras["halo"] = Halo(out.halo, self.sampler.rows, ByteCounter(self.sampler), static_input=self.reuse,
+                                  keeper=self.sampler if self.sampler.keep_inputs else None)
         elif self.wrap and step == self.start_step and getattr(self.sampler.source, "comm", None) is not None:
             # independent batches' overlap, once a pass (a collective of ids per layer): `redundancy`
             hops = self.sampler.source
@@ -244,6 +245,8 @@ class BatchLoader:
 
     def __iter__(self) -> Iterator[Data]:
         self._next_pass()
+        if hasattr(self.sampler, "new_pass"):  # cooperative batches that keep input rows: see CooperativeSampler
+            self.sampler.new_pass()
         batches = self._batches()[:self.end_step]
         self.times = LoaderTimes(self.device)
         first = min(self.start_step, len(batches))

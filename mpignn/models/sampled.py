@@ -138,7 +138,8 @@ class SampledGNN(torch.nn.Module):
                 n_src = int(sum(num_sampled_nodes[:keep + 1]))
                 # a slice of all rows would still cost its backward a zero-filled copy of the gradient; the input
                 # may come with room for the remote rows (`Halo.table_rows`)
-                x, src = halo(layer, x if len(x) == n_src or layer == 0 else x[:n_src])
+                x, src = halo(layer, x if len(x) == n_src or layer == 0 else x[:n_src],
+                              raw=layer == 0 and self.kind != "gcn")  # GCN's rows were scaled for this batch
                 root = root if self.kind == "gcn" else x
             if self.kind == "gcn":
                 x = _gcn_sum(conv, x, src, dst, n_dst, inv_sqrt, weight)

@@ -117,7 +117,8 @@ def _cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any],
                               method=graph.sampler.method,
                               dependency=1 if mode == "full" else graph.sampler.dependency,
                               layer_dependency=graph.sampler.layer_dependency,
-                              iterations=0 if mode == "full" else graph.sampler.iterations)
+                              iterations=0 if mode == "full" else graph.sampler.iterations,
+                              keep_inputs=mode != "full" and graph.sampler.dependency > 1)
 
 
 def full_fit_problem(rt: Runtime, graph: LocalGraph, model: Any) -> str:

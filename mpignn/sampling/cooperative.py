@@ -25,7 +25,7 @@ from mpignn.partition.format import owner_of
 from mpignn.sampling import kernels
 from mpignn.sampling.neighbor import Fanout, LocalHops, SampleOutput, importance_hop
 
-__all__ = ["CooperativeSampler", "LayerPlan", "union_rows"]
+__all__ = ["CooperativeSampler", "KeptInputs", "LayerPlan", "union_rows"]
 
 
 @dataclass
@@ -44,6 +44,31 @@ class LayerPlan:
     recv_counts: np.ndarray
     n_own: int
     pieces: bool = False  # whether its exchanges go in pieces (MAX_COUNT), agreed by every rank
+    kept: KeptInputs | None = None  # the input layer's: its exchange when rows a recent batch brought are kept
+
+
+@dataclass
+class KeptInputs:
+    """The input layer's exchange when its rows are the features themselves, the same in every batch
+    (`CooperativeSampler.keep_inputs`): remote rows that an earlier batch (`recent`) holds are taken from it;
+    only the others cross. Row positions count from the table's first remote row.
+
+    `send_idx`, `send_counts`, `recv_counts`, `pieces`: that smaller exchange, as `LayerPlan`'s;
+    `fresh`: the positions the rows received fill, in order; `kept`: those `recent` fills, from its rows
+    `slots`; `gids`, `pos`: this batch's remote ids, sorted, and their positions, what later batches look up
+    in `rows`, its remote rows once the exchange has filled them (`exchange.halo`)."""
+
+    send_idx: np.ndarray
+    send_counts: np.ndarray
+    recv_counts: np.ndarray
+    pieces: bool
+    fresh: np.ndarray
+    kept: np.ndarray
+    slots: np.ndarray
+    recent: KeptInputs | None
+    gids: np.ndarray
+    pos: np.ndarray
+    rows: Any = None
 
 
 class CooperativeSampler:
@@ -52,13 +77,20 @@ class CooperativeSampler:
     The result is a `SampleOutput` of this rank's own batch nodes only (`n_id`, depth order, `num_sampled_nodes`
     per depth), their in-edges of each hop (`col`: target rows; `row`: the first layer's source rows, see
     `LayerPlan.src`) and `halo`: a `LayerPlan` per layer. Counters: `bytes_received` (ids), `halo_bytes` (rows,
-    added by the exchange)."""
+    added by the exchange); with `keep_inputs`, `input_rows` (remote input rows) and `kept_rows` (those a recent
+    batch brought), added by the exchange.
+
+    `keep_inputs` (dependent batches, whose sampled sets overlap): the input layer's remote rows that the
+    batch before brought are not sent again (`KeptInputs`). A batch drawn ahead (prefetch) looks up the batch
+    drawn before it, which trains first; the first batch of a pass (`new_pass`) looks up the last batch the
+    exchange filled (`filled_inputs`, set from the training thread), as the previous pass may have drawn a
+    batch it never trained."""
 
     cooperative = True
 
     def __init__(self, comm: Any, local: LocalHops, part_offsets: np.ndarray, fanouts: Sequence[Fanout],
                  rows: Any = None, method: str = "neighbor", dependency: int = 1,
-                 layer_dependency: bool = False, iterations: int = 0) -> None:
+                 layer_dependency: bool = False, iterations: int = 0, keep_inputs: bool = False) -> None:
         if local.num_etypes != 1:
             raise ValueError("cooperative mini-batches sample homogeneous graphs")
         self.method = method  # "labor": each owner draws its targets by layer-neighbour sampling (same variates)
@@ -71,6 +103,10 @@ class CooperativeSampler:
         self.fanouts = list(fanouts)
         self.bytes_received = 0
         self.halo_bytes = 0
+        self.keep_inputs = bool(keep_inputs)  # the same on every rank
+        self.filled_inputs: KeptInputs | None = None  # the last batch whose input rows were filled
+        self._drawn: KeptInputs | None = None  # this pass's last batch drawn
+        self.input_rows = self.kept_rows = 0
         self._local = threading.local()
 
     def close(self) -> None:
@@ -79,6 +115,10 @@ class CooperativeSampler:
         self.comm.Free()
         if self.rows is not None:
             self.rows.close()
+
+    def new_pass(self) -> None:
+        """The loader starts a pass: batches drawn before may never have trained."""
+        self._drawn = None
 
     def _mark(self) -> np.ndarray:
         """Per own node: its row in the current batch, -1 when not in it (part-sized; per thread)."""
@@ -185,7 +225,13 @@ class CooperativeSampler:
         prefix = [int(sum(edges[:hops - j])) for j in range(hops)]  # layer j's edge count
         reads = [int(np.searchsorted(first_pos, e)) for e in prefix]  # layer j reads remote sources [0, reads[j])
         counts = np.stack([np.bincount(owner[:r], minlength=size) for r in reads], axis=1)
-        asked, asked_from = alltoallv(self.comm, remote[order], per_owner)
+        ids = remote[order]  # also the input layer's remote rows, in its table's order
+        recent = (self._drawn or self.filled_inputs) if self.keep_inputs else None
+        have = _found(recent.gids, ids) if recent is not None else np.zeros(len(ids), dtype=bool)
+        # an id this rank holds goes as -1 - id: its owner then leaves it out of the input layer's exchange
+        asked, asked_from = alltoallv(self.comm, np.where(have, -1 - ids, ids), per_owner)
+        skip = asked < 0
+        asked = np.where(skip, -1 - asked, asked)
         # With each rank's layer counts goes a flag, the same to every rank, so all agree on `pieces`: some
         # layer's exchange may move more than MAX_COUNT // size rows to or from this rank (sends bounded by
         # its own rows times the other ranks, what it could be asked for at most).
@@ -213,6 +259,15 @@ class CooperativeSampler:
             index = kernels.layer_sources(code, e, n_own, segment_starts(recv_counts)[owner[:r]] + within[:r])
             plans.append(LayerPlan(src=index, send_idx=send_idx, send_counts=send_counts.astype(np.int64),
                                    recv_counts=recv_counts, n_own=n_own, pieces=pieces))
+        if self.keep_inputs and plans:  # the input layer's exchange reads every remote row: all of `asked`
+            by_rank = np.repeat(np.arange(size), asked_from)
+            sorted_pos = np.argsort(ids, kind="stable")
+            plans[0].kept = self._drawn = KeptInputs(
+                send_idx=rows[~skip], send_counts=np.bincount(by_rank[~skip], minlength=size).astype(np.int64),
+                recv_counts=np.bincount(owner[order][~have], minlength=size).astype(np.int64), pieces=pieces,
+                fresh=np.flatnonzero(~have), kept=np.flatnonzero(have),
+                slots=recent.pos[np.searchsorted(recent.gids, ids[have])] if recent is not None else _EMPTY,
+                recent=recent, gids=ids[sorted_pos], pos=sorted_pos)
         return plans
 
 
@@ -228,6 +283,14 @@ def union_rows(comm: Any, part_offsets: np.ndarray, n_id: np.ndarray, num_sample
         got = alltoallv(comm, ids, sizes)[0]
         counts.append(len(np.unique(got)))
     return [int(c) for c in allreduce_sum(comm, counts)]
+
+
+def _found(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Which of `ids` are in `sorted_ids`."""
+    slot = np.searchsorted(sorted_ids, ids)
+    found = slot < len(sorted_ids)
+    found[found] = sorted_ids[slot[found]] == ids[found]
+    return found
 
 
 _EMPTY = np.empty(0, dtype=np.int64)

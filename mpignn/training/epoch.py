@@ -170,10 +170,13 @@ def run_epoch(rt: Runtime, epoch: int, model: torch.nn.Module, optimizer: torch.
     emb_bytes0 = emb.bytes_received + emb.bytes_sent if emb is not None else 0
     feat_bytes0, hit0, rows0 = features.bytes_received, features.cache_hits, features.remote_rows
     recent0 = getattr(features, "recent_hits", 0)
-    samplers = {id(s): s for s in (hops, loaders["train"].sampler)}.values()  # cooperative: its own
+    train_sampler = loaders["train"].sampler
+    samplers = {id(s): s for s in (hops, train_sampler)}.values()  # cooperative: its own
     struct = lambda: sum(getattr(s, "bytes_received", 0) for s in samplers)  # noqa: E731
     struct0 = struct()
-    halo0 = getattr(loaders["train"].sampler, "halo_bytes", 0)  # cooperative batches' layer rows
+    halo0 = getattr(train_sampler, "halo_bytes", 0)  # cooperative batches' layer rows
+    # and their remote input rows, and those a recent batch brought (`--batch-dependency`)
+    inputs0, kept0 = getattr(train_sampler, "input_rows", 0), getattr(train_sampler, "kept_rows", 0)
     start = time.perf_counter()
     for name, loader in loaders.items():
         if name == "train":
@@ -202,12 +205,14 @@ def run_epoch(rt: Runtime, epoch: int, model: torch.nn.Module, optimizer: torch.
     counts = {f"{name}_{j}": sums.get(f"{name}_{j}", 0.0) for name in ("rows", "counted_rows", "union_rows")
               for j in layers}
     local = {**{k: sums[k] for k in ("loss_sum", "correct", "seeds", "units", "nodes", "steps")}, **counts,
-             "halo_bytes": getattr(loaders["train"].sampler, "halo_bytes", 0) - halo0,
+             "halo_bytes": getattr(train_sampler, "halo_bytes", 0) - halo0,
              "remote_feature_bytes": features.bytes_received - feat_bytes0,
              "remote_structure_bytes": struct() - struct0,
              "embedding_bytes": (emb.bytes_received + emb.bytes_sent if emb is not None else 0) - emb_bytes0,
              "cache_hits": features.cache_hits - hit0, "remote_rows": features.remote_rows - rows0,
-             "recent_hits": getattr(features, "recent_hits", 0) - recent0}
+             "recent_hits": getattr(features, "recent_hits", 0) - recent0,
+             "input_rows": getattr(train_sampler, "input_rows", 0) - inputs0,
+             "kept_rows": getattr(train_sampler, "kept_rows", 0) - kept0}
     keys = sorted(local)
     total = dict(zip(keys, allreduce_sum(rt.comm, [local[k] for k in keys]).tolist()))
     per_step = lambda v: v / max(sums["steps"], 1)  # noqa: E731

@@ -57,7 +57,8 @@ SCHEMA: dict[str, Field] = {
                                     _EPOCH),
     "embedding_bytes": Field("bytes", "learnable rows (--embed-dim) sent and received, all ranks", _EPOCH),
     "cache_hit_rate": Field("", "share of remote rows served by the feature cache", _EPOCH),
-    "recent_hit_rate": Field("", "share of remote rows the previous batch brought (--batch-dependency)", _EPOCH),
+    "recent_hit_rate": Field("", "share of remote rows a recent batch brought (--batch-dependency; cooperative: of the"
+                             " input layer's)", _EPOCH),
     "cache_rows": Field("rows", "remote feature rows cached, the most on any rank", "runtime.graph"),
     "cache_mib": Field("MiB", "their memory, the most on any rank", "runtime.graph"),
     "graph_mib": Field("MiB", "memory that depends on the graph (part arrays, sampler scratch, cache, learnable "
@@ -100,6 +101,14 @@ def undocumented(rec: Mapping[str, Any]) -> list[str]:
     return [k for k in rec if k not in SCHEMA and not any(re.fullmatch(p, k) for p, _ in _PATTERNS)]
 
 
+def _recent_share(total: Mapping[str, float]) -> float:
+    """The share of remote rows a recent batch brought: of a cooperative batch's input layer where it keeps them
+    (the training steps'), else of the rows the feature store was asked for."""
+    if total.get("input_rows"):
+        return total["kept_rows"] / total["input_rows"]
+    return total.get("recent_hits", 0) / total["remote_rows"] if total["remote_rows"] else 0.0
+
+
 def redundancy(counted: Sequence[float], union: Sequence[float]) -> float | None:
     """Rows computed on all ranks / rows of the union of their batches, per layer, the largest (None where no
     layer's union was counted). 1.0: each row computed once."""
@@ -115,7 +124,8 @@ def epoch_record(*, epoch: int, epochs_done: float, total: Mapping[str, float], 
     Args:
         total: sums over all ranks (loss_sum, correct, seeds, units, nodes, steps, rows_j, counted_rows_j,
             union_rows_j, the byte counts, cache_hits, remote_rows, recent_hits: remote rows the previous
-            batch brought).
+            batch brought; a cooperative batch's input_rows, remote rows of its input layer, and kept_rows, those
+            a recent batch brought).
         slowest: maxima over ranks (epoch_s, eval_s, sample_s, exchange_s, compute_s, allreduce_s, wait_s, the memory
             readings, own_rows: the busiest rank's rows per step per layer).
         scores: the task's evaluation fields. graph_fields: cache_rows, cache_mib, graph_mib of the LocalGraph.
@@ -134,7 +144,7 @@ def epoch_record(*, epoch: int, epochs_done: float, total: Mapping[str, float], 
         "remote_structure_bytes": int(total["remote_structure_bytes"]),
         "embedding_bytes": int(total["embedding_bytes"]),
         "cache_hit_rate": (total["cache_hits"] / total["remote_rows"]) if total["remote_rows"] else 0.0,
-        "recent_hit_rate": (total.get("recent_hits", 0) / total["remote_rows"]) if total["remote_rows"] else 0.0,
+        "recent_hit_rate": _recent_share(total),
         **graph_fields,
         **{k: slowest[k] for k in ("peak_rss_mb", "load_peak_rss_mb", "train_peak_rss_mb")},
         "rss_mb": slowest["rss_mb"] or None,
