@@ -168,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                        ("compute_s", "compute", ".2f"), ("allreduce_s", "allreduce", ".2f"), ("wait_s", "wait", ".2f"),
                        ("nodes_per_step", "nodes/step", ".0f"), ("input_rows", "input rows/step", ".0f"),
                        ("feat_mib", "feat MiB", ".1f"), ("remote_mib", "remote MiB", ".1f"),
-                       ("cache_hit_rate", "cache hit", ".2f"), ("redundancy", "redundancy", ".2f"),
-                       ("halo_mib", "rows MiB/step", ".2f"), ("peak_rss_mb", "peak MiB", ".0f"),
+                       ("cache_hit_rate", "cache hit", ".2f"), ("recent_hit_rate", "recent", ".2f"),
+                       ("redundancy", "redundancy", ".2f"), ("halo_mib", "rows MiB/step", ".2f"), ("peak_rss_mb", "peak MiB", ".0f"),
                        ("test", "test score", ".4f")]))
     if args.plot:
         _plot(rows, args.plot)
