@@ -200,3 +200,20 @@ def test_the_integer_sums_hold_past_2048_edges():
     scale = importance_scales(ptr, edges, pi, 5)
     sums = [np.minimum(1.0, c * pi[a:b]).sum() for c, a, b in zip(scale, ptr[:-1], ptr[1:])]
     np.testing.assert_allclose(sums, 5.0, rtol=1e-9)
+
+
+def test_a_hops_sources_through_the_node_array_are_the_hash_tables_and_leave_it_clean():
+    """LABOR-i finds a hop's distinct sources through a per-thread array over the graph's nodes (no probing):
+    the same ids in the same order, the same index per edge; the array is all -1 again after, and an id past
+    the graph's raises before anything is written."""
+    from mpignn.sampling.kernels import first_seen, first_seen_mapped
+
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 5000, 40000)
+    index_of = np.full(5000, -1, dtype=np.int64)
+    for chunk in (ids, ids[:7], ids[:0]):
+        got, want = first_seen_mapped(chunk, index_of), first_seen(chunk, 5000)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want)) and (index_of == -1).all()
+    with pytest.raises(ValueError, match="outside the map"):
+        first_seen_mapped(np.array([4, 5000]), index_of)
+    assert (index_of == -1).all()

@@ -15,7 +15,7 @@ from mpignn.compiled import ensure_numba_cache_dir, serial_or_parallel
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 
-__all__ = ["sample_rows", "splitmix", "relabel", "reset_scratch", "relabel_hashed", "rehash", "clear_table", "mix_seed",
+__all__ = ["ARRAY_MAP_BYTES", "first_seen_mapped", "sample_rows", "splitmix", "relabel", "reset_scratch", "relabel_hashed", "rehash", "clear_table", "mix_seed",
            "first_seen", "claim", "warm_up"]
 
 
@@ -241,6 +241,36 @@ def first_seen(ids, bound=-1):
             distinct[k] = g
             k += 1
         index[i] = slots[slot]
+    return distinct[:k], index
+
+
+ARRAY_MAP_BYTES = 64 << 20
+"""Largest global array map kept per thread where a hash table would do (8M nodes): `NeighborSampler`'s "auto"
+relabel map, LABOR-i's sources (`sampling.labor`)."""
+
+
+@njit(cache=True, nogil=True)
+def first_seen_mapped(ids, index_of):
+    """`first_seen` through `index_of`, one int64 per node, all -1 (and so again on return): one direct
+    lookup per id where the hash table probes. Ids outside it raise before any is written."""
+    n = ids.shape[0]
+    for i in range(n):
+        if ids[i] < 0 or ids[i] >= index_of.shape[0]:
+            raise ValueError("first_seen_mapped: an id outside the map (a node id past the graph's)")
+    distinct = np.empty(min(n, index_of.shape[0]), dtype=np.int64)
+    index = np.empty(n, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        g = ids[i]
+        j = index_of[g]
+        if j < 0:
+            j = k
+            index_of[g] = k
+            distinct[k] = g
+            k += 1
+        index[i] = j
+    for j in range(k):
+        index_of[distinct[j]] = -1
     return distinct[:k], index
 
 

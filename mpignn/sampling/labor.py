@@ -25,13 +25,14 @@ a weight.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import numpy as np
 from numba import njit, prange
 
 from mpignn.compiled import ensure_numba_cache_dir, serial_or_parallel
-from mpignn.sampling.kernels import first_seen, splitmix
+from mpignn.sampling.kernels import ARRAY_MAP_BYTES, first_seen, first_seen_mapped, splitmix
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first cached kernel below
 
@@ -175,16 +176,17 @@ def importance_scales(ptr, inverse, pi, fanout):
 
 @njit(cache=True, nogil=True)
 def _raised(ptr, inverse, scale, pi, n_sources):
-    """pi'_s = max over the hop's targets t of min(1, c_t pi_s) (`inverse`: each edge's source index)."""
-    new = np.zeros(n_sources, dtype=np.float64)
+    """pi'_s = max over the hop's targets t of min(1, c_t pi_s) (`inverse`: each edge's source index), taken as
+    min(1, pi_s max_t c_t): rounding a product and min are monotone, so it is the same bits with one product
+    per source instead of one per edge."""
+    top = np.zeros(n_sources, dtype=np.float64)
     for i in range(ptr.shape[0] - 1):
         c = scale[i]
         for e in range(ptr[i], ptr[i + 1]):
             s = inverse[e]
-            v = min(1.0, c * pi[s])
-            if v > new[s]:
-                new[s] = v
-    return new
+            if c > top[s]:
+                top[s] = c
+    return np.minimum(1.0, pi * top)
 
 
 @njit(cache=True, nogil=True)
@@ -254,7 +256,7 @@ def labor_importance(ptr: np.ndarray, nbrs: np.ndarray, fanout: int, seed: int, 
     """
     ptr = np.ascontiguousarray(ptr, dtype=np.int64)
     nbrs = np.ascontiguousarray(nbrs, dtype=np.int64)
-    sources, inverse = first_seen(nbrs, num_nodes)
+    sources, inverse = _first_seen(nbrs, num_nodes)
     combine = reduce(sources) if reduce is not None else None
     pi = np.ones(len(sources), dtype=np.float64)
     iterations = iterations if fanout != 0 else 0  # a hop keeping nothing: no weight to raise (0 / 0 past one)
@@ -267,6 +269,20 @@ def labor_importance(ptr: np.ndarray, nbrs: np.ndarray, fanout: int, seed: int, 
     counts, kept, weight, denominators = _importance_draw(ptr, nbrs, inverse, scale, pi, r, fanout,
                                                           normalise and iterations > 0)
     return counts, kept, denominators, weight
+
+
+_MAPS = threading.local()
+
+
+def _first_seen(ids: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """`first_seen` of a hop's sources: through a per-thread array over the graph's nodes where that is at most
+    ARRAY_MAP_BYTES (a direct lookup, no probing; the same result), else a hash table."""
+    if not 0 < num_nodes <= ARRAY_MAP_BYTES // 8:
+        return first_seen(ids, num_nodes)
+    index_of = getattr(_MAPS, "index_of", None)
+    if index_of is None or len(index_of) != num_nodes:
+        index_of = _MAPS.index_of = np.full(num_nodes, -1, dtype=np.int64)
+    return first_seen_mapped(ids, index_of)
 
 
 def variate(seed: int, gids: np.ndarray, shift: int = 0) -> np.ndarray:
@@ -285,4 +301,6 @@ def warm_up(importance: bool = False) -> None:
     mapped.flags.writeable = False
     labor_rows(ptr, mapped, one, one + 1, 0)
     if importance:
-        labor_importance(np.array([0, 2], dtype=np.int64), np.array([3, 5], dtype=np.int64), 1, 0, 0, 1)
+        for num_nodes in (-1, 6):  # sources through a hash table, and through a node array
+            labor_importance(np.array([0, 2], dtype=np.int64), np.array([3, 5], dtype=np.int64), 1, 0, 0, 1,
+                             num_nodes=num_nodes)

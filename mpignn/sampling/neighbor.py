@@ -14,6 +14,7 @@ import numpy as np
 from mpignn.config.choices import SAMPLERS
 from mpignn.config.train_config import parse_fanout
 from mpignn.sampling import kernels
+from mpignn.sampling.kernels import ARRAY_MAP_BYTES
 from mpignn.sampling.labor import labor_importance, labor_rows
 
 __all__ = ["SampleOutput", "HopSource", "LocalHops", "NeighborSampler", "parse_fanout", "ARRAY_MAP_BYTES",
@@ -137,10 +138,6 @@ def loop_free_degree(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndarray
     n = len(rowptr) - 1
     own = np.repeat(np.arange(lo, lo + n, dtype=np.int64), np.diff(rowptr))
     return np.diff(rowptr) - np.bincount(own[np.asarray(col) == own] - lo, minlength=n)
-
-
-ARRAY_MAP_BYTES = 64 << 20
-"""Largest global array map "auto" keeps for a source without rows of its own (8M nodes)."""
 
 
 class NeighborSampler:
