@@ -163,13 +163,15 @@ def main(argv: list[str] | None = None) -> int:
     unit = rows[0]["unit"]
     print(f"{args.dataset}: {args.task} task, fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, "
           f"{args.precision}, epoch {args.epochs - 1} of {args.epochs}")
-    print(table(rows, [("config", "config", "s"), ("minibatch", "trained as", "s"), ("epoch_s", "epoch s", ".2f"), ("per_s", unit, ".0f"),
+    print(table(rows, [("config", "config", "s"), ("minibatch", "trained as", "s"), ("epoch_s", "epoch s", ".2f"),
+                       ("per_s", unit, ".0f"),
                        ("speedup", "x 1x1", ".2f"), ("sample_s", "sample", ".2f"), ("exchange_s", "exchange", ".2f"),
                        ("compute_s", "compute", ".2f"), ("allreduce_s", "allreduce", ".2f"), ("wait_s", "wait", ".2f"),
                        ("nodes_per_step", "nodes/step", ".0f"), ("input_rows", "input rows/step", ".0f"),
                        ("feat_mib", "feat MiB", ".1f"), ("remote_mib", "remote MiB", ".1f"),
                        ("cache_hit_rate", "cache hit", ".2f"), ("recent_hit_rate", "recent", ".2f"),
-                       ("redundancy", "redundancy", ".2f"), ("halo_mib", "rows MiB/step", ".2f"), ("peak_rss_mb", "peak MiB", ".0f"),
+                       ("redundancy", "redundancy", ".2f"), ("halo_mib", "rows MiB/step", ".2f"),
+                       ("peak_rss_mb", "peak MiB", ".0f"),
                        ("test", "test score", ".4f")]))
     if args.plot:
         _plot(rows, args.plot)

@@ -226,7 +226,9 @@ class CooperativeSampler:
         reads = [int(np.searchsorted(first_pos, e)) for e in prefix]  # layer j reads remote sources [0, reads[j])
         counts = np.stack([np.bincount(owner[:r], minlength=size) for r in reads], axis=1)
         ids = remote[order]  # also the input layer's remote rows, in its table's order
-        recent = (self._drawn or self.filled_inputs) if self.keep_inputs else None
+        recent = None
+        if self.keep_inputs:  # the batch drawn before this one in the pass, else the last one filled
+            recent = self._drawn if self._drawn is not None else self.filled_inputs
         have = _found(recent.gids, ids) if recent is not None else np.zeros(len(ids), dtype=bool)
         # an id this rank holds goes as -1 - id: its owner then leaves it out of the input layer's exchange
         asked, asked_from = alltoallv(self.comm, np.where(have, -1 - ids, ids), per_owner)

@@ -15,8 +15,8 @@ from mpignn.compiled import ensure_numba_cache_dir, serial_or_parallel
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 
-__all__ = ["ARRAY_MAP_BYTES", "first_seen_mapped", "sample_rows", "splitmix", "relabel", "reset_scratch", "relabel_hashed", "rehash", "clear_table", "mix_seed",
-           "first_seen", "claim", "warm_up"]
+__all__ = ["ARRAY_MAP_BYTES", "sample_rows", "splitmix", "relabel", "reset_scratch", "relabel_hashed", "rehash",
+           "clear_table", "mix_seed", "first_seen", "first_seen_mapped", "claim", "warm_up"]
 
 
 @njit(inline="always")
