@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from mpignn.exchange.alltoall import TorchAlltoall
+from mpignn.exchange.features import device_index
 from mpignn.sampling.cooperative import KeptInputs, LayerPlan
 
 __all__ = ["ByteCounter", "Halo", "move_rows", "return_grads", "send_own"]
@@ -113,14 +114,14 @@ class Halo:
         from it, the others from their owners; then keep them for later batches."""
         tail = table[n_own:]
         got = send_own(table[:n_own], kept, self.transport, self.counter)[0]
-        if len(kept.fresh):
-            tail.index_copy_(0, torch.from_numpy(kept.fresh).to(table.device), got.to(table.dtype))
+        if len(kept.fresh):  # (ids through pinned memory: no host sync on an accelerator)
+            tail.index_copy_(0, device_index(kept.fresh, table.device), got.to(table.dtype))
         if len(kept.kept):
             recent = kept.recent.rows
             if recent is None:
                 raise RuntimeError("cooperative batch: the batch drawn before it never filled its input rows")
-            rows = recent.index_select(0, torch.from_numpy(kept.slots).to(recent.device))
-            tail.index_copy_(0, torch.from_numpy(kept.kept).to(table.device), rows.to(table.device, table.dtype))
+            rows = recent.index_select(0, device_index(kept.slots, recent.device))
+            tail.index_copy_(0, device_index(kept.kept, table.device), rows.to(table.device, table.dtype))
         kept.recent, kept.rows = None, tail  # a view: its batch's table lives until a later batch is filled
         self.keeper.input_rows += len(tail)
         self.keeper.kept_rows += len(kept.kept)
