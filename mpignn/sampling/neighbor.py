@@ -187,6 +187,13 @@ class NeighborSampler:
         return type(self)(self.source, self.num_nodes, fanouts, method=self.method, dependency=self.dependency,
                           layer_dependency=self.layer_dependency, iterations=self.iterations)
 
+    def for_evaluation(self) -> "NeighborSampler":
+        """The sampler evaluation batches draw with: neighbour sampling at this one's fanouts, whatever trains.
+        Layer-neighbour batches save rows for training, but their estimate of a node's mean is noisier: on
+        sbm200k a LABOR-3 model tested 0.47 point lower on its own batches than on neighbour-sampled ones, and
+        equal under exact inference (docs/training.md)."""
+        return self if self.method == "neighbor" else type(self)(self.source, self.num_nodes, self.fanouts)
+
     @property
     def scratch_bytes(self) -> int:
         """Bytes of one sampling thread's id map: global-node-sized with relabel 'array', part-sized otherwise
