@@ -46,7 +46,8 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
         max_steps: for "train", at most this many steps per epoch (0: all), each epoch from a fresh shuffle.
         minibatch: for "train" on several parts, "cooperative": the ranks sample one batch together and each
             sampled node is computed by its owner only (`sampling.cooperative`); "independent": each rank
-            samples and computes its share's neighbourhoods. Evaluation is independent. "full" (every split):
+            samples and computes its share's neighbourhoods. Evaluation is independent, and draws by neighbour
+            sampling whatever the graph's sampler (`NeighborSampler.for_evaluation`). "full" (every split):
             one step per pass over all of the split's seeds and their whole L-hop neighbourhoods (every
             neighbour), each row computed once by its owner as in cooperative batches; the batch is the same
             every pass, so it is made once and kept (`BatchLoader`'s `reuse`). None: independent (the CLI's

@@ -251,26 +251,14 @@ relabel map, LABOR-i's sources (`sampling.labor`)."""
 
 @njit(cache=True, nogil=True)
 def first_seen_mapped(ids, index_of):
-    """`first_seen` through `index_of`, one int64 per node, all -1 (and so again on return): one direct
-    lookup per id where the hash table probes. Ids outside it raise before any is written."""
-    n = ids.shape[0]
-    for i in range(n):
+    """`first_seen` through `index_of`, one int64 per node, all -1 (and so again on return): `relabel`'s direct
+    lookup where the hash table probes. Ids outside it raise before any is written."""
+    for i in range(ids.shape[0]):
         if ids[i] < 0 or ids[i] >= index_of.shape[0]:
             raise ValueError("first_seen_mapped: an id outside the map (a node id past the graph's)")
-    distinct = np.empty(min(n, index_of.shape[0]), dtype=np.int64)
-    index = np.empty(n, dtype=np.int64)
-    k = 0
-    for i in range(n):
-        g = ids[i]
-        j = index_of[g]
-        if j < 0:
-            j = k
-            index_of[g] = k
-            distinct[k] = g
-            k += 1
-        index[i] = j
-    for j in range(k):
-        index_of[distinct[j]] = -1
+    distinct = np.empty(min(ids.shape[0], index_of.shape[0]), dtype=np.int64)
+    index, k = relabel(ids, index_of, distinct, 0)
+    reset_scratch(index_of, distinct, k)
     return distinct[:k], index
 
 
