@@ -15,7 +15,7 @@ from _mpirun import clean_env, mpiexec, run_cmd
 pytestmark = pytest.mark.mpi
 
 SMALL = ["--dataset", "synthetic:num_nodes=3000", "--epochs", "1", "--fanout", "3,2", "--batch-size", "256",
-         "--threads", "1", "--prep-timeout", "12", "--collective-timeout", "12"]
+         "--threads", "1", "--prep-timeout", "20", "--collective-timeout", "12"]
 
 
 def test_ranks_that_parsed_other_options_refuse_in_one_line_before_any_data(tmp_path):
@@ -86,5 +86,5 @@ def test_a_rank_stopped_while_rank_0_prepares_the_data_ends_the_job_naming_it(tm
         assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)[-3000:]
         time.sleep(0.01)
     os.kill(pid, signal.SIGSTOP)
-    rc, out, took = _ends_within(proc, lines, 12 + 12 + 30, pid)
+    rc, out, took = _ends_within(proc, lines, 20 + 12 + 30, pid)
     assert rc != 0 and f"rank 1 (pid {pid}" in out and "stopped answering" in out, out[-3000:]
