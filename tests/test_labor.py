@@ -386,8 +386,11 @@ def test_evaluation_batches_draw_by_neighbour_sampling_whatever_trains(rt, tmp_p
                                      fanouts=[5, 5], sampler="labor", labor_iterations=2, cache_size=0)
     train = runtime.make_loader(rt, graph, "train", batch_size=128)
     assert (train.sampler.method, train.sampler.iterations) == ("labor", 2)
+    samplers = []
     for split in ("val", "test"):
         loader = runtime.make_loader(rt, graph, split, batch_size=128)
         assert (loader.sampler.method, loader.sampler.fanouts, loader.sampler.iterations) == ("neighbor", [5, 5], 0)
         batch = next(iter(loader))
         assert getattr(batch, "mean_over", None) is None and getattr(batch, "edge_weight", None) is None
+        samplers.append(loader.sampler)
+    assert samplers[0] is samplers[1]  # made once: the splits share its id maps

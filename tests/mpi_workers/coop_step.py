@@ -2,7 +2,8 @@
 neighbourhoods: the rows of each depth (each node once, all ranks together), the loss and every parameter's
 gradient (summed over ranks, as DDP's all-reduce does up to its 1/N), for SAGE, GAT and GCN, and for SAGE on
 layer-neighbour (LABOR-0, and LABOR-3 with its edge weights: each source's weight a maximum over every rank's
-targets) batches, with a rank that has no seeds. argv: folder."""
+targets) batches, with a rank that has no seeds; and dependent batches that keep the input rows the batch before
+brought (`KeptInputs`). argv: folder."""
 import sys
 
 import numpy as np
