@@ -378,8 +378,7 @@ def test_two_ranks_train_dependent_labor_batches_and_reuse_rows(two_ranks):
 
 def test_evaluation_batches_draw_by_neighbour_sampling_whatever_trains(rt, tmp_path):
     """Layer-neighbour batches save training rows; evaluation, forward only, draws neighbour-sampled batches at
-    the same fanouts, whose estimates are less noisy (docs/training.md: LABOR-3's model scored 0.47 point
-    lower on its own batches, the same under exact inference)."""
+    the same fanouts, whose estimates are less noisy (docs/training.md)."""
     from mpignn import runtime
 
     graph = runtime.load_local_graph(rt, "synthetic:num_nodes=2000,avg_degree=10,num_features=8", str(tmp_path),

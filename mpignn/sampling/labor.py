@@ -247,8 +247,7 @@ def labor_importance(ptr: np.ndarray, nbrs: np.ndarray, fanout: int, seed: int, 
     sampling's expected sum, so the weighted sum over the denominator is an unbiased mean (Horvitz-Thompson),
     and 1 for every edge of LABOR-0. With `normalise` (the default; iterations > 0) each target's weights are
     then scaled to sum to its denominator, so the mean is the kept rows' weighted average (the ratio estimator:
-    consistent, not unbiased, but of lower variance; on sbm200k 2 ranks x 3 epochs LABOR-3 tested 0.9816 with
-    it, 0.9578 without: docs/training.md).
+    consistent, not unbiased, but of lower variance: it trained to the better accuracy, docs/training.md).
 
     Returns:
         (kept per target, their ids in CSR order, denominators min(degree, fanout) as `labor_rows`'s, float32

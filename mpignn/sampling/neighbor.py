@@ -190,9 +190,9 @@ class NeighborSampler:
 
     def for_evaluation(self) -> "NeighborSampler":
         """The sampler evaluation batches draw with: neighbour sampling at this one's fanouts, whatever trains.
-        Layer-neighbour batches save rows for training, but their estimate of a node's mean is noisier: on
-        sbm200k a LABOR-3 model tested 0.47 point lower on its own batches than on neighbour-sampled ones, and
-        equal under exact inference (docs/training.md). Made once: val and test share its per-thread id maps."""
+        Layer-neighbour batches save rows for training, but their estimate of a node's mean is noisier, so
+        they scored a model under what exact inference gives it (docs/training.md). Made once: val and test
+        share its per-thread id maps."""
         if self.method == "neighbor":
             return self
         if self._evaluation is None:
