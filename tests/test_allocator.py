@@ -24,7 +24,7 @@ def test_huge_pages_are_asked_for_once_and_never_over_the_users_choice():
 
 
 def test_the_cli_re_executes_itself_once_with_huge_pages():
-    code = ("from mpignn.launch.allocator import reexec_with_hugepages as r; r(); import os; "
+    code = ("from mpignn.launch.allocator import reexec_tuned as r; r(); import os; "
             "print(os.environ.get('GLIBC_TUNABLES'), os.environ.get('MPIGNN_MALLOC_REEXEC'))")
     env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "MPIGNN_MALLOC", "MPIGNN_MALLOC_REEXEC")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
@@ -176,7 +176,7 @@ def test_the_default_and_kept_blocks_are_left_as_they_are():
 
 
 def test_an_unknown_policy_is_refused_in_one_line(tmp_path):
-    with pytest.raises(ConfigError, match="MPIGNN_MALLOC='heep' names no malloc policy. HINT: one of steps"):
+    with pytest.raises(ConfigError, match="MPIGNN_MALLOC='heep' names no malloc policy. HINT: one of pages"):
         allocator.tune_allocator({"MPIGNN_MALLOC": "heep"})
     env = {**os.environ, "MPIGNN_MALLOC": "heep"}
     out = subprocess.run([sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--epochs", "1"],

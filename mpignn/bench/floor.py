@@ -183,9 +183,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="add the 1 x 1 and communication-free rows with --sampler labor")
     args = parser.parse_args(argv)
     if args.worker:
-        from mpignn.launch.allocator import reexec_with_hugepages
+        from mpignn.launch.allocator import reexec_tuned
 
-        reexec_with_hugepages()  # as mpignn.train does: fresh big blocks fault in huge pages, not 4 KiB ones
+        reexec_tuned()  # as mpignn.train does: the page pool preloaded, glibc's mapped blocks in huge pages
         _worker(args)
         return 0
     n = args.ranks

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--malloc", default="",
-                        help="comma list of MPIGNN_MALLOC policies to run in turn (default, steps, heap, system)")
+                        help="comma list of MPIGNN_MALLOC policies to run in turn (default, pages, mapped, steps, heap, system)")
     parser.add_argument("extra", nargs="*", help="more mpignn.train flags (after --)")
     args = parser.parse_args(argv)
     policies = args.malloc.split(",") if args.malloc else ["default"]

@@ -1,22 +1,29 @@
-"""The process's memory: glibc's malloc policy for training (fast steps, a peak that stays flat over many epochs)
+"""The process's memory: the malloc policy for training (fast steps, a peak that stays flat over many epochs)
 and the readings of resident memory every layer above reports.
 
 Stdlib only (ctypes); of mpignn it imports `errors` alone, and nothing of torch. Process-wide: the training CLI
-applies it, a library caller opts in (`runtime.bootstrap(tune_process=True)`). Big blocks are mapped (a flat
-peak, slower steps). MPIGNN_MALLOC=steps keeps the training steps' blocks in the heap (`steps_in_heap`: faster steps, a peak
-that grows more slowly than the heap's), MPIGNN_MALLOC=heap never unmaps (the fastest steps, the peak grows every
-epoch), MPIGNN_MALLOC=system leaves malloc alone.
+applies it, a library caller opts in (`runtime.bootstrap(tune_process=True)`). By default (MPIGNN_MALLOC=pages)
+the CLI re-executes itself with `bigblocks.c` preloaded: blocks of 256 KiB and more are made of pooled pages that
+earlier blocks freed (a flat peak, no page faults once warm); where no C compiler builds it, glibc maps them
+(MPIGNN_MALLOC=mapped: a flat peak, slower steps). MPIGNN_MALLOC=steps keeps the training steps' blocks in glibc's
+heap (`steps_in_heap`), MPIGNN_MALLOC=heap never unmaps (fast, the peak grows every epoch), MPIGNN_MALLOC=system
+leaves malloc alone.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import resource
+import shlex
+import shutil
+import subprocess
 import sys
+import tempfile
 from typing import Mapping
 
 __all__ = ["MMAP_THRESHOLD", "tune_allocator", "steps_in_heap", "keep_big_blocks", "hugepage_tunables",
-           "reexec_with_hugepages", "peak_rss_mb", "rss_mb"]
+           "build_pages", "pages_stats", "policy", "reexec_tuned", "peak_rss_mb", "rss_mb"]
 
 # Blocks at least this large are mmap'd and unmapped on free; smaller ones stay in the heap. Measured on the
 # default graph, 2 ranks (`python -m mpignn.bench.soak`, whose `RSS at epoch end` column is the heap's growth):
@@ -31,7 +38,8 @@ _TRIM_THRESHOLD = 1 << 30  # freed heap memory is kept (no page faults on reuse)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
 _MMAP_MAX_DEFAULT = 65536  # glibc's own limit on mapped blocks: mapping back on
 _REEXEC_MARK = "MPIGNN_MALLOC_REEXEC"
-_MODES = ("", "steps", "heap", "system")  # MPIGNN_MALLOC's values ("": the default, big blocks mapped)
+_PAGES_MARK = "MPIGNN_MALLOC_PAGES"  # the preloaded library's path, for the re-executed process to clean up
+_MODES = ("", "pages", "mapped", "steps", "heap", "system")  # MPIGNN_MALLOC's values ("": pages where it builds)
 
 
 def tune_allocator(env: Mapping[str, str] | None = None) -> bool:
@@ -51,7 +59,13 @@ def tune_allocator(env: Mapping[str, str] | None = None) -> bool:
         from mpignn.errors import ConfigError
 
         raise ConfigError(f"MPIGNN_MALLOC={mode!r} names no malloc policy. HINT: one of "
-                          f"{', '.join(m for m in _MODES if m)}, or unset it (big blocks mapped)")
+                          f"{', '.join(m for m in _MODES if m)}, or unset it (pages where a C compiler is found)")
+    if mode == "pages" and pages_stats() is None:
+        from mpignn.errors import ConfigError
+
+        raise ConfigError("MPIGNN_MALLOC=pages: the page pool is not loaded (python -m mpignn.train builds and "
+                          "preloads mpignn/launch/bigblocks.c with a C compiler). HINT: install gcc or set CC, or "
+                          "unset MPIGNN_MALLOC")
     if mode == "system":
         return False
     try:
@@ -123,16 +137,89 @@ def hugepage_tunables(env: Mapping[str, str], thp_mode: str) -> str | None:
     return f"{current}:glibc.malloc.hugetlb=1" if current else "glibc.malloc.hugetlb=1"
 
 
-def reexec_with_hugepages() -> None:
-    """Re-execute this command line once with huge pages for glibc's mmap'd blocks (glibc reads its tunables
-    only at start-up). Call it first thing in a CLI's entry point, before MPI or torch start: the process keeps
-    its pid, environment and open files, so mpirun, srun and PMI see the same process. Returns where nothing is
-    to be done (see `hugepage_tunables`), or where the command line cannot be known."""
-    tunables = hugepage_tunables(os.environ, _thp_mode())
-    argv = list(getattr(sys, "orig_argv", []))
-    if tunables is None or len(argv) < 2 or not sys.executable or not sys.platform.startswith("linux"):
+def build_pages(cc: str | None = None) -> str | None:
+    """Compile `bigblocks.c` into a new private folder; returns the library's path, or None where this is not
+    Linux with glibc or no C compiler (`CC`, else cc or gcc) builds it. A fresh build each start: no cached code
+    is loaded, and ranks never share a file being written."""
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bigblocks.c")
+    compiler = cc or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not compiler or not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        return None
+    folder = tempfile.mkdtemp(prefix="mpignn-malloc-")
+    library = os.path.join(folder, "bigblocks.so")
+    try:
+        subprocess.run([*shlex.split(compiler), "-O2", "-shared", "-fPIC", "-o", library, source, "-lpthread", "-ldl"],
+                       check=True, capture_output=True, timeout=120)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    return library
+
+
+def pages_stats() -> dict | None:
+    """The preloaded page pool's counters (blocks made, chunks reused from the pool, new chunks, MiB pooled), or
+    None where it is not loaded."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None).mpignn_bigblocks_stats
+    except (OSError, AttributeError):
+        return None
+    out = (ctypes.c_uint64 * 4)()
+    fn(out)
+    return {"blocks": out[0], "chunks_reused": out[1], "chunks_new": out[2], "pooled_mb": out[3] / 2**20}
+
+
+def policy(env: Mapping[str, str] | None = None) -> str:
+    """The malloc policy this process runs under (what the run log and benchmarks print)."""
+    env = os.environ if env is None else env
+    if pages_stats() is not None:
+        return "pages"
+    return env.get("MPIGNN_MALLOC", "") or "mapped"
+
+
+def _forget_pages() -> None:
+    """In the re-executed process: the library is loaded, so its file goes, and child processes do not inherit
+    the preload (its path no longer exists)."""
+    library = os.environ.pop(_PAGES_MARK, "")
+    if not library:
         return
-    env = dict(os.environ, GLIBC_TUNABLES=tunables, **{_REEXEC_MARK: "1"})
+    rest = [p for p in os.environ.get("LD_PRELOAD", "").split(":") if p and p != library]
+    if rest:
+        os.environ["LD_PRELOAD"] = ":".join(rest)
+    else:
+        os.environ.pop("LD_PRELOAD", None)
+    shutil.rmtree(os.path.dirname(library), ignore_errors=True)
+
+
+def reexec_tuned() -> None:
+    """Re-execute this command line once with the page pool preloaded (MPIGNN_MALLOC unset or pages, where it
+    builds) and huge pages for glibc's mapped blocks (glibc reads its tunables only at start-up). Call it first
+    thing in a CLI's entry point, before MPI or torch start: the process keeps its pid, environment and open
+    files, so mpirun, srun and PMI see the same process. Returns where nothing is to be done.
+
+    Where the library does not build, the process goes on with glibc's mapped blocks (`tune_allocator` refuses
+    an explicit MPIGNN_MALLOC=pages then, inside the run's error handling).
+    """
+    if os.environ.get(_REEXEC_MARK):
+        _forget_pages()
+        return
+    argv = list(getattr(sys, "orig_argv", []))
+    if len(argv) < 2 or not sys.executable or not sys.platform.startswith("linux"):
+        return
+    mode = os.environ.get("MPIGNN_MALLOC", "")
+    env = dict(os.environ)
+    tunables = hugepage_tunables(os.environ, _thp_mode())
+    if tunables is not None:
+        env["GLIBC_TUNABLES"] = tunables
+    if mode in ("", "pages"):
+        library = build_pages()
+        if library is not None:
+            env["LD_PRELOAD"] = f"{library}:{env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else library
+            env[_PAGES_MARK] = library
+    if env == os.environ:
+        return
+    env[_REEXEC_MARK] = "1"
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, *argv[1:]], env)

@@ -14,7 +14,7 @@ from mpignn.config.train_config import TrainConfig
 from mpignn.env import bound_onednn_cache, detect, thread_budget
 from mpignn.errors import LaunchError, MpignnError
 from mpignn.launch import process_group as dist
-from mpignn.launch.allocator import tune_allocator
+from mpignn.launch.allocator import policy as malloc_policy, tune_allocator
 from mpignn.log import setup_logging
 from mpignn.mpi import Topology, abort_on_uncaught, allreduce_sum, check_all, check_launcher, topology, world
 from mpignn.mpi.watchdog import Deadline
@@ -87,6 +87,8 @@ def _bootstrap(device: str, backend: str, threads: int, logging_setup: bool, com
     if tune_process:
         tune_allocator()
         bound_onednn_cache()
+        if topo.rank == 0:
+            log.info("malloc policy: %s (MPIGNN_MALLOC; docs/failures.md, 'Memory over long runs')", malloc_policy())
     error, kind = "", LaunchError
     choice = dist.Choice("cpu", "gloo")
     hw = dist.detect_hardware()

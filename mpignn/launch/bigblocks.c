@@ -1,0 +1,276 @@
+/* Big blocks built from the pages earlier blocks freed: a malloc interposer that mpignn.launch.allocator
+compiles and preloads (MPIGNN_MALLOC=pages, the default where a C compiler is found).
+
+Why: a training step allocates hundreds of blocks of 256 KiB and more, of other sizes every step. glibc's heap
+serves them fast but fragments (its peak grows every epoch); mapping each one afresh keeps memory flat, but every
+new page faults and is zeroed. Here every big block is made of chunks (2 MiB, a huge page, for blocks of 2 MiB
+and more; 64 KiB below). A freed block's chunks wait in a pool, and a new block gets pooled chunks moved into
+its address range (mremap: the pages move, nothing is copied or zeroed) before any new page is mapped. So the
+pool plus the blocks in use never hold more chunks than the most in use at once, whatever the sizes asked for;
+chunks that wait MPIGNN_BIGBLOCK_AGE big allocations unused are unmapped. Requests under 256 KiB and alignments
+above 64 bytes go to glibc. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+
+#define PAGE 4096UL
+#define HEAD 64UL              /* the user's pointer is a page start + 64: 64-byte aligned, as torch asks */
+#define MIN_BIG (256UL << 10)
+#define MAX_BIG (1UL << 40)
+#define HUGE (2UL << 20)       /* blocks of a huge page or more are built from huge-page chunks, the rest from */
+#define SMALL (64UL << 10)     /* 64 KiB chunks: every chunk is its own kernel mapping at most, so not too many */
+#define LIVE_SLOTS 8192        /* open addressing over the blocks in use, by start */
+
+typedef struct { uintptr_t base; size_t len; int pool; } block;  /* len: whole chunks of pools[pool] */
+typedef struct { uintptr_t *addr; uint64_t *last; size_t cap, head, n; size_t chunk; } pool_t;  /* oldest first */
+
+static uintptr_t huge_addr[1 << 16], small_addr[1 << 12];
+static uint64_t huge_last[1 << 16], small_last[1 << 12];
+static pool_t pools[2] = {{huge_addr, huge_last, 1 << 16, 0, 0, HUGE}, {small_addr, small_last, 1 << 12, 0, 0, SMALL}};
+static block live[LIVE_SLOTS];
+static int n_live;
+static uint64_t tick, max_age = 4096;
+static uint64_t n_blocks, n_moved, n_fresh;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int ready;
+
+static size_t slot_of(uintptr_t base) { return (size_t)((base >> 12) * 0x9E3779B97F4A7C15ULL >> 51); }
+
+static void live_add(uintptr_t base, size_t len, int pool) {
+    size_t i = slot_of(base);
+    while (live[i].base) i = (i + 1) & (LIVE_SLOTS - 1);
+    live[i] = (block){base, len, pool};
+    n_live++;
+}
+
+static block *live_find(uintptr_t base) {
+    size_t i = slot_of(base);
+    while (live[i].base) {
+        if (live[i].base == base) return &live[i];
+        i = (i + 1) & (LIVE_SLOTS - 1);
+    }
+    return NULL;
+}
+
+/* Linear probing's deletion: shift later entries of the run back so that no search stops early. */
+static void live_remove(block *b) {
+    size_t i = (size_t)(b - live), j = i;
+    live[i].base = 0;
+    n_live--;
+    for (;;) {
+        j = (j + 1) & (LIVE_SLOTS - 1);
+        if (!live[j].base) return;
+        size_t home = slot_of(live[j].base);
+        int between = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
+        if (!between) {
+            live[i] = live[j];
+            live[j].base = 0;
+            i = j;
+        }
+    }
+}
+
+/* For mpignn.launch.allocator: blocks made, chunks moved in from the pool, chunks of new pages, bytes pooled. */
+void mpignn_bigblocks_stats(uint64_t out[4]) {
+    pthread_mutex_lock(&lock);
+    out[0] = n_blocks;
+    out[1] = n_moved;
+    out[2] = n_fresh;
+    out[3] = pools[0].n * pools[0].chunk + pools[1].n * pools[1].chunk;
+    pthread_mutex_unlock(&lock);
+}
+
+static void setup(void) {
+    const char *age = getenv("MPIGNN_BIGBLOCK_AGE");
+    if (age && *age) max_age = strtoull(age, NULL, 10);
+    ready = 1;
+}
+
+static void before_fork(void) { pthread_mutex_lock(&lock); }
+static void after_fork(void) { pthread_mutex_unlock(&lock); }
+
+__attribute__((constructor)) static void init(void) { pthread_atfork(before_fork, after_fork, after_fork); }
+
+/* Unmaps the chunks that waited more than max_age big allocations; the oldest wait at the head. */
+static void expire(pool_t *q) {
+    while (q->n && tick - q->last[q->head] > max_age) {
+        munmap((void *)q->addr[q->head], q->chunk);
+        q->head = (q->head + 1) % q->cap;
+        q->n--;
+    }
+}
+
+static void push(pool_t *q, uintptr_t addr) {
+    if (q->n == q->cap) {
+        munmap((void *)addr, q->chunk);
+        return;
+    }
+    size_t i = (q->head + q->n++) % q->cap;
+    q->addr[i] = addr;
+    q->last[i] = tick;
+}
+
+/* The most recently freed chunk (its pages likeliest to be in cache). */
+static uintptr_t pop(pool_t *q) { return q->addr[(q->head + --q->n) % q->cap]; }
+
+/* A block of `need` bytes (HEAD included): whole chunks, the pooled ones moved in first. *reused: how many of its
+   first bytes are old pages (not zero). Called with the lock held. */
+static void *take(size_t need, size_t *reused) {
+    if (!ready) setup();
+    if (n_live >= LIVE_SLOTS / 2) return NULL;
+    int which = need >= HUGE ? 0 : 1;
+    pool_t *q = &pools[which];
+    size_t c = q->chunk, len = (need + c - 1) & ~(c - 1), span = len + (c == HUGE ? c : 0);
+    tick++;
+    expire(&pools[0]);
+    expire(&pools[1]);
+    char *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    uintptr_t base = span > len ? ((uintptr_t)p + c - 1) & ~(c - 1) : (uintptr_t)p;  /* huge pages move whole */
+    if (base > (uintptr_t)p) munmap(p, base - (uintptr_t)p);
+    if ((uintptr_t)p + span > base + len) munmap((void *)(base + len), (uintptr_t)p + span - base - len);
+    size_t done = 0;
+    while (q->n && done < len) {
+        uintptr_t from = pop(q);
+        if (mremap((void *)from, c, c, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(base + done)) == MAP_FAILED) {
+            munmap((void *)from, c);
+            break;
+        }
+        done += c;
+        n_moved++;
+    }
+    if (done < len && c == HUGE) madvise((void *)(base + done), len - done, MADV_HUGEPAGE);
+    n_fresh += (len - done) / c;
+    n_blocks++;
+    live_add(base, len, which);
+    *reused = done;
+    return (void *)(base + HEAD);
+}
+
+static void *big(size_t n, size_t *reused) {
+    pthread_mutex_lock(&lock);
+    void *p = take(n + HEAD, reused);
+    pthread_mutex_unlock(&lock);
+    return p;
+}
+
+/* Frees p into the pool if it is one of ours (returns 1), else returns 0; with `size`, only reports its size. */
+static int give_back(void *p, size_t *size) {
+    uintptr_t u = (uintptr_t)p;
+    if ((u & (PAGE - 1)) != HEAD) return 0;
+    pthread_mutex_lock(&lock);
+    block *b = live_find(u - HEAD);
+    if (!b) {
+        pthread_mutex_unlock(&lock);
+        return 0;
+    }
+    if (size) {
+        *size = b->len - HEAD;
+    } else {
+        pool_t *q = &pools[b->pool];
+        for (uintptr_t a = b->base; a < b->base + b->len; a += q->chunk) push(q, a);
+        live_remove(b);
+    }
+    pthread_mutex_unlock(&lock);
+    return 1;
+}
+
+void *malloc(size_t n) {
+    if (n >= MIN_BIG && n < MAX_BIG) {
+        size_t reused;
+        void *p = big(n, &reused);
+        if (p) return p;
+    }
+    return __libc_malloc(n);
+}
+
+void free(void *p) {
+    if (p && !give_back(p, NULL)) __libc_free(p);
+}
+
+void *calloc(size_t count, size_t size) {
+    size_t n;
+    if (__builtin_mul_overflow(count, size, &n)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (n >= MIN_BIG && n < MAX_BIG) {
+        size_t reused;
+        void *p = big(n, &reused);
+        if (p) {
+            if (reused > HEAD) memset(p, 0, reused - HEAD < n ? reused - HEAD : n);
+            return p;
+        }
+    }
+    return __libc_calloc(count, size);
+}
+
+void *realloc(void *p, size_t n) {
+    size_t have;
+    if (!p) return malloc(n);
+    if (!give_back(p, &have)) return __libc_realloc(p, n);
+    if (n == 0) {
+        free(p);
+        return NULL;
+    }
+    if (n <= have) return p;
+    void *q = malloc(n);
+    if (!q) return NULL;
+    memcpy(q, p, have);
+    free(p);
+    return q;
+}
+
+void *reallocarray(void *p, size_t count, size_t size) {
+    size_t n;
+    if (__builtin_mul_overflow(count, size, &n)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return realloc(p, n);
+}
+
+static void *aligned(size_t align, size_t n) {
+    if (align <= HEAD && n >= MIN_BIG && n < MAX_BIG) {
+        size_t reused;
+        void *p = big(n, &reused);
+        if (p) return p;
+    }
+    return __libc_memalign(align, n);
+}
+
+int posix_memalign(void **out, size_t align, size_t n) {
+    if (align < sizeof(void *) || (align & (align - 1))) return EINVAL;
+    void *p = aligned(align, n);
+    if (!p && n) return ENOMEM;
+    *out = p;
+    return 0;
+}
+
+void *aligned_alloc(size_t align, size_t n) { return aligned(align, n); }
+
+void *memalign(size_t align, size_t n) { return aligned(align, n); }
+
+void *valloc(size_t n) { return __libc_memalign(PAGE, n); }
+
+void *pvalloc(size_t n) { return __libc_memalign(PAGE, (n + PAGE - 1) & ~(PAGE - 1)); }
+
+size_t malloc_usable_size(void *p) {
+    static size_t (*next)(void *);
+    size_t have;
+    if (!p) return 0;
+    if (give_back(p, &have)) return have;
+    if (!next) next = (size_t (*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+    return next ? next(p) : 0;
+}
