@@ -142,6 +142,12 @@ def test_the_cli_preloads_the_pool_and_leaves_nothing_behind(library, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={**env, "MPIGNN_MALLOC": "mapped"})
     assert out.stdout.split()[0] == "mapped", out.stderr
+    mine = next((p for p in ("/lib/x86_64-linux-gnu/libm.so.6", "/lib/aarch64-linux-gnu/libm.so.6",
+                             "/usr/lib64/libm.so.6", "/lib64/libm.so.6") if os.path.exists(p)), None)
+    if mine:  # an allocator the user preloads (jemalloc, tcmalloc; here a harmless library) is left alone
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                             env={**env, "LD_PRELOAD": mine})
+        assert out.stdout.split() == ["mapped", mine, "None"], out.stderr
 
 
 def test_without_a_compiler_the_default_maps_and_pages_is_refused_in_one_line(library, tmp_path):

@@ -93,8 +93,8 @@ def steps_in_heap():
 
     Mapped blocks cost page faults and zeroed pages every step; a heap kept for good grows without end, most of
     it from evaluation's larger blocks. Here the heap serves the training passes only: faster than mapped
-    blocks, but its peak still rose on sbm200k, so mapped blocks stay the default (docs/failures.md, "Memory
-    over long runs", and `python -m mpignn.bench.soak --malloc heap,default,steps`)."""
+    blocks, but its peak still rose on sbm200k; the page pool is the default (docs/failures.md, "The page
+    pool", and `python -m mpignn.bench.soak --malloc heap,default,steps`)."""
     if _LIBC is None or not _STEPS_IN_HEAP:
         yield
         return
@@ -193,8 +193,8 @@ def _forget_pages() -> None:
 
 
 def reexec_tuned() -> None:
-    """Re-execute this command line once with the page pool preloaded (MPIGNN_MALLOC unset or pages, where it
-    builds) and huge pages for glibc's mapped blocks (glibc reads its tunables only at start-up). Call it first
+    """Re-execute this command line once with the page pool preloaded (MPIGNN_MALLOC=pages, or unset where nothing
+    else is preloaded, such as the user's jemalloc; where it builds) and huge pages for glibc's mapped blocks (glibc reads its tunables only at start-up). Call it first
     thing in a CLI's entry point, before MPI or torch start: the process keeps its pid, environment and open
     files, so mpirun, srun and PMI see the same process. Returns where nothing is to be done.
 
@@ -212,7 +212,7 @@ def reexec_tuned() -> None:
     tunables = hugepage_tunables(os.environ, _thp_mode())
     if tunables is not None:
         env["GLIBC_TUNABLES"] = tunables
-    if mode in ("", "pages"):
+    if mode == "pages" or (mode == "" and not os.environ.get("LD_PRELOAD")):  # a preloaded allocator of the user's wins
         library = build_pages()
         if library is not None:
             env["LD_PRELOAD"] = f"{library}:{env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else library
