@@ -17,7 +17,7 @@ from mpignn.launch import process_group as dist
 from mpignn.launch.allocator import policy as malloc_policy, tune_allocator
 from mpignn.log import setup_logging
 from mpignn.mpi import Topology, abort_on_uncaught, allreduce_sum, check_all, check_launcher, topology, world
-from mpignn.mpi.watchdog import Deadline
+from mpignn.mpi.watchdog import Deadline, Watchdog
 
 __all__ = ["Runtime", "bootstrap", "reduce_sums", "shutdown"]
 
@@ -57,8 +57,9 @@ def bootstrap(device: str = TrainConfig.device, backend: str = TrainConfig.backe
             fast steps, a flat peak over many epochs) and oneDNN's primitive
             cache is capped (`env.bound_onednn_cache`). Off by default: both change the whole process, the
             rest of your program included. Turn it on before any torch compute runs.
-        collective_timeout: seconds a torch.distributed collective may wait (the process group's timeout), and
-            the start-up itself (MPI_Init, the device agreement, the rendezvous) may take.
+        collective_timeout: seconds a collective may wait (the training watchdog's bound; the process group's
+            timeout is a few seconds longer, so the watchdog names a stopped rank first), and the start-up itself
+            (MPI_Init, the device agreement, the rendezvous) may take.
     Raises:
         LaunchError: on every rank alike, when the device or backend is not there, or when the wrong `mpirun`
             started the job (MPI sees one process while the launcher started several).
@@ -103,7 +104,7 @@ def _bootstrap(device: str, backend: str, threads: int, logging_setup: bool, com
     check_all(comm, not error, error, kind)
     # on one rank too, so DistributedDataParallel(model) in a script runs unchanged under `mpirun -np 1`
     dist.init_process_group(comm, topo.rank, topo.world_size, topo.local_rank, topo.local_size, choice,
-                            timeout_s=collective_timeout)
+                            timeout_s=Watchdog.reported_within(collective_timeout))
     # after torch's own hook (which buffers what it prints): a script's uncaught exception on one rank ends
     # the job with the rank and cause named, instead of leaving the others waiting in their next collective
     abort_on_uncaught()

@@ -95,6 +95,14 @@ def watching() -> "Watchdog | None":
     return _active
 
 
+def _grace(timeout: float) -> float:
+    return min(10.0, max(3.0, timeout / 4))
+
+
+def _tick(timeout: float) -> float:
+    return min(1.0, max(0.05, timeout / 20))
+
+
 class Watchdog:
     """A daemon thread that wakes every `tick` seconds, answers other ranks' liveness pings, and, when a
     thread of this rank has been in one collective for more than `timeout` seconds, pings every other rank
@@ -105,6 +113,13 @@ class Watchdog:
     this thread (torch and MPI release the GIL). Needs MPI_THREAD_MULTIPLE (mpi4py's default) to ping;
     without it the job still ends at the bound, without the names.
     """
+
+    @staticmethod
+    def reported_within(timeout: float) -> float:
+        """Seconds after a collective began by which a watchdog of this `timeout` (default grace and tick) has
+        named the silent ranks and ended the job, with a margin: torch's own collective timeout goes past it, so
+        the message that names a stopped rank comes first, not gloo's "Timed out waiting"."""
+        return timeout + _tick(timeout) + _grace(timeout) + 5.0
 
     def __init__(self, comm: Any, timeout: float, *, grace: float | None = None, tick: float | None = None,
                  on_expiry: Callable[[str], None] | None = None) -> None:
@@ -122,8 +137,8 @@ class Watchdog:
         if not timeout > 0:
             raise ValueError(f"the collective timeout must be positive seconds; got {timeout}")
         self.timeout = float(timeout)
-        self.grace = float(grace) if grace is not None else min(10.0, max(3.0, self.timeout / 4))
-        self.tick = float(tick) if tick is not None else min(1.0, max(0.05, self.timeout / 20))
+        self.grace = float(grace) if grace is not None else _grace(self.timeout)
+        self.tick = float(tick) if tick is not None else _tick(self.timeout)
         self.comm = comm.Dup()
         self.rank, self.size = self.comm.rank, self.comm.size
         self.where = self.comm.allgather((socket.gethostname(), os.getpid()))
