@@ -53,8 +53,8 @@ def bootstrap(device: str = TrainConfig.device, backend: str = TrainConfig.backe
 
     Args:
         tune_process: also apply mpignn's process-wide tuning, as `python -m mpignn.train` does: glibc's
-            malloc keeps freed heap memory and mmaps blocks of 256 KiB and more (`allocator.tune_allocator`:
-            fast steps, a flat peak over many epochs) and oneDNN's primitive
+            malloc keeps freed heap memory and mmaps blocks of 256 KiB and more (`allocator.tune_allocator`;
+            the CLI's page pool needs `allocator.reexec_tuned()` first thing in the script) and oneDNN's primitive
             cache is capped (`env.bound_onednn_cache`). Off by default: both change the whole process, the
             rest of your program included. Turn it on before any torch compute runs.
         collective_timeout: seconds a collective may wait (the training watchdog's bound; the process group's
