@@ -3,12 +3,13 @@ compiles and preloads (MPIGNN_MALLOC=pages, the default where a C compiler is fo
 
 Why: a training step allocates hundreds of blocks of 256 KiB and more, of other sizes every step. glibc's heap
 serves them fast but fragments (its peak grows every epoch); mapping each one afresh keeps memory flat, but every
-new page faults and is zeroed. Here every big block is made of chunks (2 MiB, a huge page, for blocks of 2 MiB
-and more; 64 KiB below). A freed block's chunks wait in a pool, and a new block gets pooled chunks moved into
-its address range (mremap: the pages move, nothing is copied or zeroed) before any new page is mapped. So the
-pool plus the blocks in use never hold more chunks than the most in use at once, whatever the sizes asked for;
-chunks that wait MPIGNN_BIGBLOCK_AGE big allocations unused are unmapped. Requests under 256 KiB and alignments
-above 64 bytes go to glibc. */
+new page faults and is zeroed. Here every big block is whole chunks (2 MiB, a huge page, for blocks of 2 MiB and
+more; 64 KiB below). A freed block waits in a pool as a run of chunks. A new block takes the smallest run that
+holds it, where it lies (no system call: each one is also an event that MPI's UCX queues); only if none does are
+runs moved into its address range (mremap: the pages move, nothing is copied or zeroed), and only then are new
+pages mapped. So the pool plus the blocks in use never hold more chunks than the most in use at once, whatever
+the sizes asked for; runs that wait MPIGNN_BIGBLOCK_AGE big allocations unused are unmapped. Requests under
+256 KiB and alignments above 64 bytes go to glibc. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -33,11 +34,11 @@ extern void *__libc_memalign(size_t, size_t);
 #define LIVE_SLOTS 8192        /* open addressing over the blocks in use, by start */
 
 typedef struct { uintptr_t base; size_t len; int pool; } block;  /* len: whole chunks of pools[pool] */
-typedef struct { uintptr_t *addr; uint64_t *last; size_t cap, head, n; size_t chunk; } pool_t;  /* oldest first */
+typedef struct { uintptr_t addr; size_t len; uint64_t last; } run_t;  /* freed chunks, contiguous, one mapping */
+typedef struct { run_t *runs; size_t cap, n, chunk; uint64_t oldest; } pool_t;  /* oldest: no run waited longer */
 
-static uintptr_t huge_addr[1 << 16], small_addr[1 << 12];
-static uint64_t huge_last[1 << 16], small_last[1 << 12];
-static pool_t pools[2] = {{huge_addr, huge_last, 1 << 16, 0, 0, HUGE}, {small_addr, small_last, 1 << 12, 0, 0, SMALL}};
+static run_t huge_runs[1 << 12], small_runs[1 << 12];
+static pool_t pools[2] = {{huge_runs, 1 << 12, 0, HUGE, 0}, {small_runs, 1 << 12, 0, SMALL, 0}};
 static block live[LIVE_SLOTS];
 static int n_live;
 static uint64_t tick, max_age = 4096;
@@ -87,7 +88,9 @@ void mpignn_bigblocks_stats(uint64_t out[4]) {
     out[0] = n_blocks;
     out[1] = n_moved;
     out[2] = n_fresh;
-    out[3] = pools[0].n * pools[0].chunk + pools[1].n * pools[1].chunk;
+    out[3] = 0;
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < pools[k].n; i++) out[3] += pools[k].runs[i].len;
     pthread_mutex_unlock(&lock);
 }
 
@@ -102,30 +105,45 @@ static void after_fork(void) { pthread_mutex_unlock(&lock); }
 
 __attribute__((constructor)) static void init(void) { pthread_atfork(before_fork, after_fork, after_fork); }
 
-/* Unmaps the chunks that waited more than max_age big allocations; the oldest wait at the head. */
+static void drop(pool_t *q, size_t i) { q->runs[i] = q->runs[--q->n]; }
+
+/* Unmaps the runs that waited more than max_age big allocations; the runs are looked at only when one may have. */
 static void expire(pool_t *q) {
-    while (q->n && tick - q->last[q->head] > max_age) {
-        munmap((void *)q->addr[q->head], q->chunk);
-        q->head = (q->head + 1) % q->cap;
-        q->n--;
+    if (!q->n || tick - q->oldest <= max_age) return;
+    q->oldest = tick;
+    for (size_t i = q->n; i-- > 0;) {
+        if (tick - q->runs[i].last > max_age) {
+            munmap((void *)q->runs[i].addr, q->runs[i].len);
+            drop(q, i);
+        } else if (q->runs[i].last < q->oldest) {
+            q->oldest = q->runs[i].last;
+        }
     }
 }
 
-static void push(pool_t *q, uintptr_t addr) {
+static void push(pool_t *q, uintptr_t addr, size_t len) {
     if (q->n == q->cap) {
-        munmap((void *)addr, q->chunk);
+        munmap((void *)addr, len);
         return;
     }
-    size_t i = (q->head + q->n++) % q->cap;
-    q->addr[i] = addr;
-    q->last[i] = tick;
+    if (!q->n) q->oldest = tick;
+    q->runs[q->n++] = (run_t){addr, len, tick};
 }
 
-/* The most recently freed chunk (its pages likeliest to be in cache). */
-static uintptr_t pop(pool_t *q) { return q->addr[(q->head + --q->n) % q->cap]; }
+/* The smallest run that holds len bytes, else the largest (-1: none). */
+static long fit(pool_t *q, size_t len) {
+    long best = -1, largest = -1;
+    for (size_t i = 0; i < q->n; i++) {
+        size_t l = q->runs[i].len;
+        if (l >= len && (best < 0 || l < q->runs[best].len)) best = (long)i;
+        if (largest < 0 || l > q->runs[largest].len) largest = (long)i;
+    }
+    return best >= 0 ? best : largest;
+}
 
-/* A block of `need` bytes (HEAD included): whole chunks, the pooled ones moved in first. *reused: how many of its
-   first bytes are old pages (not zero). Called with the lock held. */
+/* A block of `need` bytes (HEAD included), whole chunks. A freed run that holds it is used where it lies (no
+   system call); else runs are moved into a new range, largest first, and only the rest is new pages. *reused: how
+   many of its first bytes are old pages (not zero). Called with the lock held. */
 static void *take(size_t need, size_t *reused) {
     if (!ready) setup();
     if (n_live >= LIVE_SLOTS / 2) return NULL;
@@ -135,6 +153,18 @@ static void *take(size_t need, size_t *reused) {
     tick++;
     expire(&pools[0]);
     expire(&pools[1]);
+    long i = fit(q, len);
+    if (i >= 0 && q->runs[i].len >= len) {
+        uintptr_t base = q->runs[i].addr;
+        q->runs[i].addr += len;
+        q->runs[i].len -= len;
+        if (!q->runs[i].len) drop(q, (size_t)i);
+        n_moved += len / c;
+        n_blocks++;
+        live_add(base, len, which);
+        *reused = len;
+        return (void *)(base + HEAD);
+    }
     char *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
     uintptr_t base = span > len ? ((uintptr_t)p + c - 1) & ~(c - 1) : (uintptr_t)p;  /* huge pages move whole */
@@ -142,13 +172,18 @@ static void *take(size_t need, size_t *reused) {
     if ((uintptr_t)p + span > base + len) munmap((void *)(base + len), (uintptr_t)p + span - base - len);
     size_t done = 0;
     while (q->n && done < len) {
-        uintptr_t from = pop(q);
-        if (mremap((void *)from, c, c, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(base + done)) == MAP_FAILED) {
-            munmap((void *)from, c);
+        run_t *r = &q->runs[fit(q, len - done)];
+        size_t part = r->len < len - done ? r->len : len - done;
+        uintptr_t from = r->addr;
+        r->addr += part;
+        r->len -= part;
+        if (!r->len) drop(q, (size_t)(r - q->runs));
+        if (mremap((void *)from, part, part, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(base + done)) == MAP_FAILED) {
+            munmap((void *)from, part);
             break;
         }
-        done += c;
-        n_moved++;
+        done += part;
+        n_moved += part / c;
     }
     if (done < len && c == HUGE) madvise((void *)(base + done), len - done, MADV_HUGEPAGE);
     n_fresh += (len - done) / c;
@@ -178,8 +213,7 @@ static int give_back(void *p, size_t *size) {
     if (size) {
         *size = b->len - HEAD;
     } else {
-        pool_t *q = &pools[b->pool];
-        for (uintptr_t a = b->base; a < b->base + b->len; a += q->chunk) push(q, a);
+        push(&pools[b->pool], b->base, b->len);
         live_remove(b);
     }
     pthread_mutex_unlock(&lock);
