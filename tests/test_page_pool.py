@@ -84,6 +84,24 @@ def test_blocks_keep_their_bytes_and_the_pool_never_holds_more_than_was_in_use(l
     assert pooled <= most, (pooled, most)
 
 
+IN_PLACE = LIBC + """
+p = libc.malloc(1 << 20)  # 1 MiB + the 64-byte head: a run of 17 chunks of 64 KiB once freed
+libc.free(p)
+big = libc.malloc(4 << 20)  # no run holds it: new pages
+before = allocator.pages_stats()
+q = libc.malloc(512 << 10)  # 9 chunks, from the run's start
+r = libc.malloc(300 << 10)  # 5 chunks, right after them
+after = allocator.pages_stats()
+print(q - p, r - p, after["in_place"] - before["in_place"], after["chunks_new"] - before["chunks_new"])
+"""
+
+
+def test_a_freed_run_that_holds_a_block_is_used_where_it_lies(library):
+    # Each chunk moved is a system call (and an event MPI's UCX queues): a block that fits a freed run takes it.
+    q, r, in_place, new = map(int, run(library, IN_PLACE).split())
+    assert (q, r, in_place, new) == (0, 9 * 64 << 10, 2, 0)
+
+
 ODD_REQUESTS = LIBC + """
 p = libc.memalign(4096, 1 << 20)  # alignments above 64 bytes: glibc's, as before
 assert p % 4096 == 0
@@ -161,3 +179,16 @@ def test_without_a_compiler_the_default_maps_and_pages_is_refused_in_one_line(li
     assert out.returncode != 0
     lines = [line for line in out.stderr.splitlines() if "MPIGNN_MALLOC" in line]
     assert len(lines) == 1 and "HINT" in lines[0] and "Traceback" not in out.stderr, out.stderr
+
+
+def test_the_blocks_benchmark_prints_each_policy(library, capsys):
+    # `python -m mpignn.bench.blocks`, shortened: every policy and band has its row, and the pool says how many of
+    # its blocks it took in place.
+    from mpignn.bench import blocks
+
+    blocks.main(["--steps", "40", "--policies", "heap,pages"])
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("heap", "pages"))]
+    assert [(r[0], r[1]) for r in rows] == [(p, b.split()[0]) for p in ("heap", "pages") for b in
+                                            ("256-2048", "2048-8192", "8192-32768")], out
+    assert all(r[-1] == "-" for r in rows[:3]) and all(0 <= float(r[-1]) <= 1 for r in rows[3:]), out

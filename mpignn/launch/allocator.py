@@ -129,7 +129,9 @@ def hugepage_tunables(env: Mapping[str, str], thp_mode: str) -> str | None:
     """The GLIBC_TUNABLES value that asks glibc to back its mmap'd blocks with huge pages (madvise), or None
     where that cannot help or is not ours to set: MPIGNN_MALLOC=system or heap, huge pages off in the kernel, the
     user's GLIBC_TUNABLES already naming glibc.malloc.hugetlb, or this process already re-executed once."""
-    if env.get("MPIGNN_MALLOC", "") in ("system", "heap") or env.get(_REEXEC_MARK) or thp_mode not in ("always", "madvise"):
+    if env.get("MPIGNN_MALLOC", "") in ("system", "heap") or env.get(_REEXEC_MARK):
+        return None
+    if thp_mode not in ("always", "madvise"):
         return None
     current = env.get("GLIBC_TUNABLES", "")
     if "glibc.malloc.hugetlb" in current:
@@ -137,11 +139,11 @@ def hugepage_tunables(env: Mapping[str, str], thp_mode: str) -> str | None:
     return f"{current}:glibc.malloc.hugetlb=1" if current else "glibc.malloc.hugetlb=1"
 
 
-def build_pages(cc: str | None = None) -> str | None:
-    """Compile `bigblocks.c` into a new private folder; returns the library's path, or None where this is not
-    Linux with glibc or no C compiler (`CC`, else cc or gcc) builds it. A fresh build each start: no cached code
-    is loaded, and ranks never share a file being written."""
-    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bigblocks.c")
+def build_pages(cc: str | None = None, source: str | None = None) -> str | None:
+    """Compile `bigblocks.c` (or `source`, for benchmarks) into a new private folder; returns the library's path,
+    or None where this is not Linux with glibc or no C compiler (`CC`, else cc or gcc) builds it. A fresh build
+    each start: no cached code is loaded, and ranks never share a file being written."""
+    source = source or os.path.join(os.path.dirname(os.path.abspath(__file__)), "bigblocks.c")
     compiler = cc or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not compiler or not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         return None
@@ -157,17 +159,18 @@ def build_pages(cc: str | None = None) -> str | None:
 
 
 def pages_stats() -> dict | None:
-    """The preloaded page pool's counters (blocks made, chunks reused from the pool, new chunks, MiB pooled), or
-    None where it is not loaded."""
+    """The preloaded page pool's counters (blocks made, chunks reused from the pool, new chunks, MiB pooled, blocks
+    taken where a freed run lay), or None where it is not loaded."""
     import ctypes
 
     try:
         fn = ctypes.CDLL(None).mpignn_bigblocks_stats
     except (OSError, AttributeError):
         return None
-    out = (ctypes.c_uint64 * 4)()
+    out = (ctypes.c_uint64 * 5)()
     fn(out)
-    return {"blocks": out[0], "chunks_reused": out[1], "chunks_new": out[2], "pooled_mb": out[3] / 2**20}
+    return {"blocks": out[0], "chunks_reused": out[1], "chunks_new": out[2], "pooled_mb": out[3] / 2**20,
+            "in_place": out[4]}
 
 
 def policy(env: Mapping[str, str] | None = None) -> str:
@@ -194,9 +197,10 @@ def _forget_pages() -> None:
 
 def reexec_tuned() -> None:
     """Re-execute this command line once with the page pool preloaded (MPIGNN_MALLOC=pages, or unset where nothing
-    else is preloaded, such as the user's jemalloc; where it builds) and huge pages for glibc's mapped blocks (glibc reads its tunables only at start-up). Call it first
-    thing in a CLI's entry point, before MPI or torch start: the process keeps its pid, environment and open
-    files, so mpirun, srun and PMI see the same process. Returns where nothing is to be done.
+    else is preloaded, such as the user's jemalloc; where it builds) and huge pages for glibc's mapped blocks
+    (glibc reads its tunables only at start-up). Call it first thing in a CLI's entry point, before MPI or torch
+    start: the process keeps its pid, environment and open files, so mpirun, srun and PMI see the same process.
+    Returns where nothing is to be done.
 
     Where the library does not build, the process goes on with glibc's mapped blocks (`tune_allocator` refuses
     an explicit MPIGNN_MALLOC=pages then, inside the run's error handling).

@@ -42,7 +42,7 @@ static pool_t pools[2] = {{huge_runs, 1 << 12, 0, HUGE, 0}, {small_runs, 1 << 12
 static block live[LIVE_SLOTS];
 static int n_live;
 static uint64_t tick, max_age = 4096;
-static uint64_t n_blocks, n_moved, n_fresh;
+static uint64_t n_blocks, n_moved, n_fresh, n_in_place;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int ready;
 
@@ -82,12 +82,14 @@ static void live_remove(block *b) {
     }
 }
 
-/* For mpignn.launch.allocator: blocks made, chunks moved in from the pool, chunks of new pages, bytes pooled. */
-void mpignn_bigblocks_stats(uint64_t out[4]) {
+/* For mpignn.launch.allocator: blocks made, chunks reused from the pool, chunks of new pages, bytes pooled, blocks
+   taken where a run lay (no system call). */
+void mpignn_bigblocks_stats(uint64_t out[5]) {
     pthread_mutex_lock(&lock);
     out[0] = n_blocks;
     out[1] = n_moved;
     out[2] = n_fresh;
+    out[4] = n_in_place;
     out[3] = 0;
     for (int k = 0; k < 2; k++)
         for (size_t i = 0; i < pools[k].n; i++) out[3] += pools[k].runs[i].len;
@@ -160,6 +162,7 @@ static void *take(size_t need, size_t *reused) {
         q->runs[i].len -= len;
         if (!q->runs[i].len) drop(q, (size_t)i);
         n_moved += len / c;
+        n_in_place++;
         n_blocks++;
         live_add(base, len, which);
         *reused = len;

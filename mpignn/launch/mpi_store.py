@@ -78,7 +78,8 @@ class MPIStore(torch.distributed.Store):
     """Collective over `comm` to create: a key-value store for `init_process_group(store=...)` over MPI.
 
     Rank 0 holds the keys. A daemon thread there polls a duplicate of `comm` for the other ranks' requests
-    (sleeping up to 5 ms, 50 ms after a quiet second, so it costs no core) and answers get/wait as soon as their keys exist.
+    (sleeping up to 5 ms, 50 ms after a quiet second, so it costs no core) and answers get/wait as soon as their
+    keys exist.
     Nothing listens on a socket, so no neighbour on the host or the network can read, set or delete a key.
     Needs MPI_THREAD_MULTIPLE (mpi4py asks for it by default). `close()` says goodbye: the other ranks tell rank
     0 they are done, and rank 0's thread serves until every rank has (or the timeout passed), so a rank that
