@@ -143,6 +143,25 @@ static long fit(pool_t *q, size_t len) {
     return best >= 0 ? best : largest;
 }
 
+/* Moves `part` pooled bytes to `to`; returns how many moved. Before Linux 6.17 one mremap moves one kernel mapping,
+   and a run freed from a block built of moved runs can span several: then chunk by chunk (no chunk spans two).
+   What was not moved is unmapped, and the rest of `to` is made zero pages again (since 6.17 a failed move can be
+   partly done). */
+static size_t move(uintptr_t from, size_t part, uintptr_t to, size_t c) {
+#ifndef BIGBLOCKS_CHUNKWISE /* tests build it with, to take the path older kernels take */
+    if (mremap((void *)from, part, part, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)to) != MAP_FAILED) return part;
+#endif
+    size_t off = 0;
+    while (off < part && mremap((void *)(from + off), c, c, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(to + off))
+                             != MAP_FAILED)
+        off += c;
+    if (off < part) {
+        munmap((void *)(from + off), part - off);
+        madvise((void *)(to + off), part - off, MADV_DONTNEED);
+    }
+    return off;
+}
+
 /* A block of `need` bytes (HEAD included), whole chunks. A freed run that holds it is used where it lies (no
    system call); else runs are moved into a new range, largest first, and only the rest is new pages. *reused: how
    many of its first bytes are old pages (not zero). Called with the lock held. */
@@ -181,12 +200,10 @@ static void *take(size_t need, size_t *reused) {
         r->addr += part;
         r->len -= part;
         if (!r->len) drop(q, (size_t)(r - q->runs));
-        if (mremap((void *)from, part, part, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(base + done)) == MAP_FAILED) {
-            munmap((void *)from, part);
-            break;
-        }
-        done += part;
-        n_moved += part / c;
+        size_t moved = move(from, part, base + done, c);
+        done += moved;
+        n_moved += moved / c;
+        if (moved < part) break;
     }
     if (done < len && c == HUGE) madvise((void *)(base + done), len - done, MADV_HUGEPAGE);
     n_fresh += (len - done) / c;
