@@ -60,7 +60,8 @@ def measure(policy: str, steps: int, mpi: bool, library: str | None) -> list[dic
     out = subprocess.run([sys.executable, "-c", CHILD, str(steps), "1" if mpi else "0", json.dumps(BANDS)],
                          capture_output=True, text=True, env=env, timeout=1800)
     if out.returncode != 0:
-        raise SystemExit(f"bench.blocks: {policy} failed: {out.stderr.strip().splitlines()[-1:]}")
+        last = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        raise SystemExit(f"bench.blocks: MPIGNN_MALLOC={policy} failed: {last}")
     return [{"policy": policy, **row} for row in json.loads(out.stdout.strip().splitlines()[-1])]
 
 
