@@ -421,3 +421,34 @@ def test_ipex_keeps_fp32_weights_under_bf16_autocast(monkeypatch, tmp_path):
     model, _ = optimize_for_device(model, opt, "xpu:0", bf16=True)
     assert sys.modules["intel_extension_for_pytorch"].calls == [torch.float32]
     assert model.weight.dtype == torch.float32
+
+
+@pytest.mark.parametrize("avx512_bf16, amx, device, lacks", [
+    (False, False, "cpu", True),  # bf16 autocast is emulated: the run warns
+    (True, False, "cpu", False),
+    (False, True, "cpu", False),
+    (False, False, "cuda:0", False),  # a GPU's bf16 is the accelerator's business
+])
+def test_bf16_on_a_cpu_without_bf16_units_is_named(monkeypatch, avx512_bf16, amx, device, lacks):
+    from mpignn.launch.device import cpu_lacks_bf16_units
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert cpu_lacks_bf16_units(device) is lacks
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")  # torch moved its probe: no guess, no warning
+    assert cpu_lacks_bf16_units(device) is False
+
+
+def test_training_in_bf16_on_such_a_cpu_warns_with_the_fix(monkeypatch, tmp_path, capfd):
+    from mpignn import train
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    args = ["--dataset", "synthetic:num_nodes=600,avg_degree=4,num_features=4,num_classes=2", "--epochs", "1",
+            "--fanout", "3", "--hidden", "8", "--batch-size", "256", "--threads", "1", "--root", str(tmp_path)]
+    for precision, warned in (("bf16", True), ("fp32", False)):
+        capfd.readouterr()
+        assert train.main([*args, "--precision", precision]) == 0
+        text = capfd.readouterr()
+        assert ("CPU without bf16 units" in text.out + text.err) is warned
+        assert ("HINT: --precision fp32" in text.out + text.err) is warned

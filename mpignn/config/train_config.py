@@ -194,8 +194,8 @@ class TrainConfig:
     threads: int = 0
     """Threads per rank; 0: the host's cores divided by its ranks."""
     precision: str = "auto"
-    """fp32, bf16 (autocast: faster on CPUs with bf16 matrix units at the same accuracy, but its peak memory
-    grows over the first epochs: docs/failures.md), or auto (= fp32)."""
+    """fp32, bf16 (autocast: faster on CPUs with bf16 matrix units, much slower without them (the run warns);
+    its peak grows over the first epochs: docs/failures.md), or auto (= fp32)."""
     embed_dim: int = 0
     """Learnable numbers per node, appended to its features (for nodes without useful features); owners keep
     and update their rows by sparse Adagrad (mpignn.exchange.embedding). 0: none."""

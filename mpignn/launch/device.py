@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import torch
 
 __all__ = ["accelerator", "synchronize", "EventSpans", "StepClock", "pinned_empty", "Uploader", "FEATURE_DEVICE_SHARE",
-           "features_on_device", "free_memory"]
+           "features_on_device", "free_memory", "cpu_lacks_bf16_units"]
 
 FEATURE_DEVICE_SHARE = 0.5
 """`--feature-device auto` moves a table that takes at most this share of the device memory free to its rank;
@@ -29,6 +29,18 @@ def free_memory(device: str | torch.device) -> int | None:
     if mod is None or not hasattr(mod, "mem_get_info"):
         return None
     return int(mod.mem_get_info(torch.device(device))[0])
+
+
+def cpu_lacks_bf16_units(device: str | torch.device) -> bool:
+    """Whether `device` is a CPU that torch knows has neither AVX512-BF16 nor AMX: there bf16 autocast
+    emulates its matrix products and runs many times slower than fp32 (docs/failures.md, "Troubleshooting").
+    False where torch cannot tell (its probes are private and may move), so only a known case warns."""
+    if torch.device(device).type != "cpu":
+        return False
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if any(probe is None for probe in probes):
+        return False
+    return not any(probe() for probe in probes)
 
 
 def features_on_device(choice: str, exchange: str, device: str | torch.device, parts: int, table_bytes: int,

@@ -15,6 +15,7 @@ from mpignn.config.choices import MINIBATCH_MODES
 from mpignn.errors import MpignnError
 from mpignn.training.checkpoint import checkpoint_config, latest_checkpoint, resume_state, save_state
 from mpignn.training import converge
+from mpignn.launch.device import cpu_lacks_bf16_units
 from mpignn.training.ddp import optimize_for_device, wrap_ddp
 from mpignn.training.epoch import run_epoch
 from mpignn.training.report import BestEpoch, format_epoch, format_final
@@ -124,6 +125,9 @@ def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, 
             log.warning("resuming with %s: the run continues but does not replay the original one exactly",
                         ", ".join(info["replay_changes"]))
     bf16 = cfg.precision == "bf16"
+    if bf16 and rt.rank == 0 and cpu_lacks_bf16_units(rt.device):
+        log.warning("--precision bf16 on a CPU without bf16 units (AVX512-BF16 or AMX): autocast emulates its "
+                    "matrix products, many times slower than fp32. HINT: --precision fp32 (docs/failures.md)")
     model, optimizer = optimize_for_device(model, optimizer, rt.device, bf16)
     steps = len(loaders["train"])
     schedule = attach_lr_schedule(optimizer, cfg.lr, cfg.lr_scaling, batch_size=cfg.batch_size,
