@@ -202,6 +202,22 @@ def test_the_epoch_bench_draws_on_the_host_and_on_the_device_and_says_why_pyg_is
         assert "PyG rows skipped: no pyg-lib or torch-sparse" in out.stdout
 
 
+def test_the_epoch_bench_times_bf16_only_where_the_cpu_has_bf16_units(monkeypatch):
+    """Without the units a bf16 epoch is emulated, many times the fp32 one: `auto` leaves it out and says so."""
+    import torch
+
+    from mpignn.bench import epoch
+
+    for units in (False, True):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: units)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+        chosen, note = epoch.precisions("auto", "cpu")
+        assert chosen == (["fp32", "bf16"] if units else ["fp32"])
+        assert ("bf16 skipped: this CPU has no bf16 units" in note) is not units
+        assert epoch.precisions("fp32,bf16", "cpu") == (["fp32", "bf16"], "")  # asked for: timed anyway
+        assert epoch.precisions("auto", "cuda")[0] == ["fp32", "bf16"]
+
+
 def test_labor_star_counts_fewer_rows_with_more_iterations(capsys, tmp_path):
     """`bench.labor_star` on a small graph: each iteration concentrates a hop's sources, so the rows fall from
     neighbour sampling to LABOR-0 to LABOR-3, and one variate per node for every hop takes fewer still."""
