@@ -1,5 +1,6 @@
 """`--eval full`: training reports exact-inference scores (every layer over whole neighbourhoods) beside the
-sampled ones, equal to what `python -m mpignn.predict` computes from the same weights."""
+sampled ones, equal to what `python -m mpignn.predict` computes from the same weights. `--eval exact`: those
+scores alone, in the place of the sampled ones (no evaluation batch drawn)."""
 from __future__ import annotations
 
 import json
@@ -31,8 +32,16 @@ def _train_args(tmp_path, root):
             "--metrics-out", str(tmp_path / "m.jsonl")]
 
 
+def _records(tmp_path):
+    return [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+
+
 def _last(tmp_path):
-    return [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()][-1]
+    return _records(tmp_path)[-1]
+
+
+def _exact(args):
+    return [*args[:args.index("--eval")], "--eval", "exact", *args[args.index("--eval") + 2:]]
 
 
 def test_one_rank_full_scores_equal_the_predictions_of_the_same_weights(tmp_path, capsys):
@@ -54,7 +63,8 @@ def two_ranks(tmp_path_factory):
     the data root, its last record)."""
     base = tmp_path_factory.mktemp("eval_full")
     root = base / "data"
-    args = {"node": _train_args(base / "node", root), "link": _link_args(base / "link", root)}
+    args = {"node": _train_args(base / "node", root), "link": _link_args(base / "link", root),
+            "node_exact": _exact(_train_args(base / "node_exact", root))}
     runs = run_cli_many(2, {name: ["mpignn.train", *a] for name, a in args.items()}, base / "out", timeout=300)
 
     def run(name):
@@ -72,6 +82,39 @@ def test_two_ranks_full_scores_equal_one_rank_predictions_of_their_weights(two_r
     folder, root, last = two_ranks("node")
     assert (last["val_acc_full"], last["test_acc_full"]) == pytest.approx(
         _accuracy_from_predictions(folder, folder / "ck", root), abs=1e-12)
+
+
+@pytest.mark.mpi
+def test_two_ranks_exact_scores_are_those_beside_the_sampled_ones(two_ranks):
+    _, _, full = two_ranks("node")
+    _, _, exact = two_ranks("node_exact")
+    assert (exact["val_acc"], exact["test_acc"]) == (full["val_acc_full"], full["test_acc_full"])
+    assert "val_acc_full" not in exact
+
+
+@pytest.mark.parametrize("task", ["node", "link"])
+def test_eval_exact_scores_by_exact_inference_alone(tmp_path, capsys, monkeypatch, task):
+    """The same weights (same seed) as an `--eval full` run: each evaluation's scores are that run's exact ones,
+    and no sampled evaluation runs (it would raise here)."""
+    from mpignn import train
+    from mpignn.tasks import link, node
+
+    root = tmp_path / "data"
+    make = _link_args if task == "link" else _train_args
+    assert train.main(make(tmp_path / "full", root)) == 0
+    monkeypatch.setattr(node, "evaluate_nodes", lambda *a, **k: pytest.fail("a sampled evaluation ran"))
+    monkeypatch.setattr(link, "evaluate_links", lambda *a, **k: pytest.fail("a sampled evaluation ran"))
+    capsys.readouterr()
+    assert train.main(_exact(make(tmp_path / "exact", root))) == 0
+    full, exact = _records(tmp_path / "full"), _records(tmp_path / "exact")
+    keys = [k for k in full[-1] if k.endswith("_full")]
+    assert keys and len(exact) == len(full)
+    for f, e in zip(full, exact):
+        assert {k.removesuffix("_full"): e[k.removesuffix("_full")] for k in keys} == \
+            {k.removesuffix("_full"): f[k] for k in keys}
+        assert not any(k.endswith("_full") for k in e) and e["eval_s"] > 0
+    final = [line for line in capsys.readouterr().out.splitlines() if line.startswith("final test")][-1]
+    assert final.endswith("exact inference (whole neighbourhoods)")
 
 
 def _link_scores_from_predictions(tmp_path, checkpoint_dir, root) -> dict[str, float]:
@@ -132,5 +175,5 @@ def test_a_task_without_exact_evaluation_is_refused():
     class Bare(Task):
         name = "bare"
 
-    with pytest.raises(ConfigError, match="^--eval full expects a task with exact evaluation; --task bare"):
+    with pytest.raises(ConfigError, match="^--eval full and exact expect a task with exact evaluation; --task bare"):
         Bare().evaluate_full(None, None, None)

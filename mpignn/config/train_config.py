@@ -225,8 +225,8 @@ class TrainConfig:
     """Where feature rows live: host (pinned copies each step) or device (gathered there). auto: device for one
     part where they fit in free device memory (docs/launchers-and-devices.md)."""
     eval: str = "sampled"
-    """sampled: val/test scores on sampled neighbourhoods (--fanout), as training sees them; full: also those
-    of exact inference (as python -m mpignn.predict), as the *_full fields of each evaluation."""
+    """sampled: val/test scores on sampled neighbourhoods (--fanout); full: also those of exact inference (as
+    python -m mpignn.predict), as *_full fields; exact: only those (docs/predict.md)."""
     evals_per_epoch: int = 1
     """Evaluate val/test K times per epoch, after each K-th of its steps (time to accuracy then resolves to
     a fraction of an epoch); more than 1 needs --eval-every 1."""

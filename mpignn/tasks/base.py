@@ -143,14 +143,14 @@ class Task:
         raise NotImplementedError
 
     def evaluate_full(self, rt: Runtime, graph: LocalGraph, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
-        """Collective over `rt.comm`: the scores of exact inference (`--eval full`: every layer over whole
-        neighbourhoods, `inference.layerwise`) as record fields `<split>_<metric>_full`.
+        """Collective over `rt.comm`: the scores of exact inference (`--eval full` and `exact`: every layer over
+        whole neighbourhoods, `inference.layerwise`) as record fields `<split>_<metric>_full`.
 
         Raises:
             ConfigError: the task has no exact evaluation.
         """
-        raise ConfigError(f"--eval full expects a task with exact evaluation; --task {self.name} has none yet. "
-                          "HINT: --eval sampled, and python -m mpignn.predict for its embeddings")
+        raise ConfigError(f"--eval full and exact expect a task with exact evaluation; --task {self.name} has none "
+                          "yet. HINT: --eval sampled, and python -m mpignn.predict for its embeddings")
 
     # --- prediction (`python -m mpignn.predict`) ---------------------------------------------------------------
     def encoder(self, model: torch.nn.Module) -> torch.nn.Module:

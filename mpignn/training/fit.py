@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
 from pathlib import Path
 from typing import Any, TYPE_CHECKING
 
@@ -44,7 +45,7 @@ def check_flags(cfg: TrainConfig, task: Any) -> None:
     if cfg.tensorboard:  # up front, before any data is loaded: the optional package is installed
         require()
     check_combinations({"minibatch": cfg.minibatch, "task": task.name, "cooperative_task": task.cooperative})
-    if cfg.eval == "full" and type(task).evaluate_full is Task.evaluate_full:
+    if cfg.eval in ("full", "exact") and type(task).evaluate_full is Task.evaluate_full:
         task.evaluate_full(None, None, None)  # its ConfigError: the task has no exact evaluation
 
 
@@ -151,13 +152,18 @@ def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, 
         for end in [e for e in ends if e > start] or ends[-1:]:
             last = end == ends[-1]
             final = last and epoch == plan.epochs - 1  # the run's last evaluation always scores the test split
+            due = not last or epoch == plan.epochs - 1 or (epoch + 1) % plan.eval_every == 0
             rec = run_epoch(rt, epoch, ddp, optimizer, loaders, task=task, bf16=bf16, timer=timer, graph=graph,
-                            evaluate_now=not last or epoch == plan.epochs - 1 or (epoch + 1) % plan.eval_every == 0,
-                            stop=stop, start_step=start, end_step=None if last else end,
+                            evaluate_now=due and cfg.eval != "exact", stop=stop, start_step=start,
+                            end_step=None if last else end,
                             carry=carry if resumed_here and start == first_step else None,
                             test_if=cfg.target_val if cfg.target_val and not final else None)
             if "stopped_step" in rec:
                 return _stopped(cfg, rt, graph, stop, rec, model, optimizer, best)
+            if due and cfg.eval == "exact":  # collective: the scores of exact inference, in place of sampled ones
+                evaluated = time.perf_counter()
+                rec.update({key.removesuffix("_full"): v for key, v in task.evaluate_full(rt, graph, ddp).items()})
+                rec["eval_s"] += time.perf_counter() - evaluated
             if not last:
                 rec["step"] = end
             elif cfg.eval == "full" and rec.get(f"val_{task.metric}") is not None:
@@ -208,7 +214,8 @@ def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, 
             log.info("the step budget of %d steps is spent after epoch %d (best validation %s at epoch %s): "
                      "stopping; --epochs N trains N epochs", plan.budget, plan.epochs - 1, best.metric, best.epoch)
     if rt.rank == 0 and rec is not None:
-        print(format_final(best, rec, rt.world_size, task.metric_name, task.metric), flush=True)
+        print(format_final(best, rec, rt.world_size, task.metric_name, task.metric, exact_eval=cfg.eval == "exact"),
+              flush=True)
     return 0
 
 

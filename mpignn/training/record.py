@@ -36,15 +36,16 @@ SCHEMA: dict[str, Field] = {
                   _FIT),
     "loss": Field("", "mean training loss over the epoch's labelled items on all ranks (sums divided once)", _EPOCH),
     "train_acc": Field("", "share of the epoch's training items predicted right, on all ranks", _EPOCH),
-    "<split>_<metric>": Field("", "val/test score of sampled neighbourhoods (acc; auc, and test_mrr for links); "
-                              "None when not evaluated this time", _TASK),
+    "<split>_<metric>": Field("", "val/test score of sampled neighbourhoods (acc; auc, and test_mrr for links; "
+                              "of exact inference with --eval exact); None when not evaluated this time", _TASK),
     "test_hits@K": Field("", "--task link: share of held-out edges ranked in the top K of their negatives", _TASK),
     "<split>_<metric>_full": Field("", "--eval full: the same score from exact inference over whole "
                                    "neighbourhoods", "tasks (Task.evaluate_full), added by training.fit"),
     "<unit>_per_s": Field("items/s", "training throughput: seeds (nodes) or positive edges per second, all ranks",
                           _EPOCH),
     "epoch_s": Field("s", f"{_SLOW} training time of the epoch (evaluation excluded)", _EPOCH),
-    "eval_s": Field("s", f"{_SLOW} time evaluating the validation and test splits after it (0.0: none)", _EPOCH),
+    "eval_s": Field("s", f"{_SLOW} time evaluating the validation and test splits after it (0.0: none; "
+                    "--eval full's exact inference not included)", _EPOCH),
     "sample_s": Field("s", f"{_SLOW} time in sampling (the loader's)", _EPOCH),
     "exchange_s": Field("s", f"{_SLOW} time fetching remote features and structure", _EPOCH),
     "compute_s": Field("s", f"{_SLOW} forward + backward + optimizer time, all-reduce excluded", _EPOCH),
