@@ -191,9 +191,9 @@ def _eval_args(base, tmp_path):
             "--eval", "full", "--checkpoint-dir", str(tmp_path / "ck"), "--metrics-out", str(tmp_path / "m.jsonl")]
 
 
-def _check_full_scores(base, tmp_path):
-    """The last epoch's val_acc_full / test_acc_full equal the accuracy of the items' predicted classes of the
-    same checkpoint (`python -m mpignn.predict` on 1 rank)."""
+def _check_full_scores(base, tmp_path, suffix="_full"):
+    """The last epoch's val_acc_full / test_acc_full (`suffix` "": --eval exact's val_acc / test_acc) equal the
+    accuracy of the items' predicted classes of the same checkpoint (`python -m mpignn.predict` on 1 rank)."""
     from mpignn.predict.cli import main as predict
 
     last = json.loads((tmp_path / "m.jsonl").read_text().splitlines()[-1])
@@ -201,7 +201,7 @@ def _check_full_scores(base, tmp_path):
     pred = load(tmp_path / "pred")["item"]["pred"]
     graph = load_dataset(f"npz:{base / 'ui.npz'}", str(base / "data"))
     want = [float((pred[idx] == graph.y[idx]).mean()) for idx in (graph.val_idx, graph.test_idx)]  # items first
-    assert [last["val_acc_full"], last["test_acc_full"]] == pytest.approx(want, abs=1e-12)
+    assert [last[f"val_acc{suffix}"], last[f"test_acc{suffix}"]] == pytest.approx(want, abs=1e-12)
     return last
 
 
@@ -210,6 +210,15 @@ def test_eval_full_scores_the_classified_type(graph_dir, tmp_path):
 
     assert train.main(_eval_args(graph_dir, tmp_path)) == 0
     assert _check_full_scores(graph_dir, tmp_path)["val_acc"] is not None  # the sampled scores stay beside them
+
+
+def test_eval_exact_scores_the_classified_type_alone(graph_dir, tmp_path):
+    from mpignn import train
+
+    args = _eval_args(graph_dir, tmp_path)
+    args[args.index("--eval") + 1] = "exact"
+    assert train.main(args) == 0
+    assert "val_acc_full" not in _check_full_scores(graph_dir, tmp_path, suffix="")
 
 
 @pytest.mark.mpi
