@@ -208,6 +208,7 @@ def test_the_epoch_bench_times_bf16_only_where_the_cpu_has_bf16_units(monkeypatc
 
     from mpignn.bench import epoch
 
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
     for units in (False, True):
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: units)
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)

@@ -432,9 +432,13 @@ def test_ipex_keeps_fp32_weights_under_bf16_autocast(monkeypatch, tmp_path):
 def test_bf16_on_a_cpu_without_bf16_units_is_named(monkeypatch, avx512_bf16, amx, device, lacks):
     from mpignn.launch.device import cpu_lacks_bf16_units
 
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
     assert cpu_lacks_bf16_units(device) is lacks
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")  # the probes ask for x86 features only
+    assert cpu_lacks_bf16_units(device) is False
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
     monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")  # torch moved its probe: no guess, no warning
     assert cpu_lacks_bf16_units(device) is False
 
@@ -442,6 +446,7 @@ def test_bf16_on_a_cpu_without_bf16_units_is_named(monkeypatch, avx512_bf16, amx
 def test_training_in_bf16_on_such_a_cpu_warns_with_the_fix(monkeypatch, tmp_path, capfd):
     from mpignn import train
 
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     args = ["--dataset", "synthetic:num_nodes=600,avg_degree=4,num_features=4,num_classes=2", "--epochs", "1",

@@ -4,6 +4,7 @@ branch on its type; on CPU every helper is a no-op. Imports torch, never torch-g
 """
 from __future__ import annotations
 
+import platform
 import time
 from typing import Any, Sequence
 
@@ -32,10 +33,11 @@ def free_memory(device: str | torch.device) -> int | None:
 
 
 def cpu_lacks_bf16_units(device: str | torch.device) -> bool:
-    """Whether `device` is a CPU that torch knows has neither AVX512-BF16 nor AMX: there bf16 autocast
+    """Whether `device` is an x86 CPU that torch knows has neither AVX512-BF16 nor AMX: there bf16 autocast
     emulates its matrix products and runs many times slower than fp32 (docs/failures.md, "Troubleshooting").
-    False where torch cannot tell (its probes are private and may move), so only a known case warns."""
-    if torch.device(device).type != "cpu":
+    False where torch cannot tell: other architectures (the probes ask for x86 features only; Arm CPUs with
+    BF16 instructions would read as lacking them) and a torch whose private probes moved."""
+    if torch.device(device).type != "cpu" or platform.machine().lower() not in ("x86_64", "amd64", "i686", "i386"):
         return False
     probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
     if any(probe is None for probe in probes):
