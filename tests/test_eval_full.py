@@ -86,34 +86,50 @@ def test_two_ranks_full_scores_equal_one_rank_predictions_of_their_weights(two_r
 
 @pytest.mark.mpi
 def test_two_ranks_exact_scores_are_those_beside_the_sampled_ones(two_ranks):
-    _, _, full = two_ranks("node")
-    _, _, exact = two_ranks("node_exact")
-    assert (exact["val_acc"], exact["test_acc"]) == (full["val_acc_full"], full["test_acc_full"])
-    assert "val_acc_full" not in exact
+    folder, _, _ = two_ranks("node")
+    exact_folder, _, _ = two_ranks("node_exact")
+    full, exact = _records(folder), _records(exact_folder)
+    assert len(full) == len(exact) == 2
+    for f, e in zip(full, exact):
+        assert (e["val_acc"], e["test_acc"]) == (f["val_acc_full"], f["test_acc_full"])
+        assert "val_acc_full" not in e
 
 
 @pytest.mark.parametrize("task", ["node", "link"])
 def test_eval_exact_scores_by_exact_inference_alone(tmp_path, capsys, monkeypatch, task):
     """The same weights (same seed) as an `--eval full` run: each evaluation's scores are that run's exact ones,
-    and no sampled evaluation runs (it would raise here)."""
+    they choose the best epoch, their time is eval_s's, and no sampled evaluation runs (it would fail here)."""
+    import time
+
     from mpignn import train
     from mpignn.tasks import link, node
 
     root = tmp_path / "data"
     make = _link_args if task == "link" else _train_args
-    assert train.main(make(tmp_path / "full", root)) == 0
+    more = ["--epochs", "3", "--eval-every", "1"]  # links evaluate after the last epoch by default
+    args = [*make(tmp_path / "full", root), *more]
+    assert train.main(args) == 0
     monkeypatch.setattr(node, "evaluate_nodes", lambda *a, **k: pytest.fail("a sampled evaluation ran"))
     monkeypatch.setattr(link, "evaluate_links", lambda *a, **k: pytest.fail("a sampled evaluation ran"))
+    cls = link.LinkTask if task == "link" else node.NodeTask
+    exact_pass = cls.evaluate_full
+    monkeypatch.setattr(cls, "evaluate_full", lambda *a, **k: time.sleep(0.2) or exact_pass(*a, **k))
     capsys.readouterr()
-    assert train.main(_exact(make(tmp_path / "exact", root))) == 0
+    assert train.main([*_exact(make(tmp_path / "exact", root)), *more]) == 0
     full, exact = _records(tmp_path / "full"), _records(tmp_path / "exact")
     keys = [k for k in full[-1] if k.endswith("_full")]
-    assert keys and len(exact) == len(full)
-    for f, e in zip(full, exact):
+    assert keys and len(exact) == len(full) == 3
+    metric = "auc" if task == "link" else "acc"
+    for i, (f, e) in enumerate(zip(full, exact)):
         assert {k.removesuffix("_full"): e[k.removesuffix("_full")] for k in keys} == \
             {k.removesuffix("_full"): f[k] for k in keys}
-        assert not any(k.endswith("_full") for k in e) and e["eval_s"] > 0
+        assert not any(k.endswith("_full") for k in e) and e["eval_s"] >= 0.2
+        best = max(range(i + 1), key=lambda j: (exact[j][f"val_{metric}"], -j))  # the first of the highest
+        assert (e["best_epoch"], e[f"best_val_{metric}"], e[f"test_{metric}_at_best_val"]) == \
+            (best, exact[best][f"val_{metric}"], exact[best][f"test_{metric}"])
     final = [line for line in capsys.readouterr().out.splitlines() if line.startswith("final test")][-1]
+    best = exact[-1]["best_epoch"]
+    assert f" {exact[best][f'test_{metric}']:.4f} at best val epoch {best} " in final
     assert final.endswith("exact inference (whole neighbourhoods)")
 
 

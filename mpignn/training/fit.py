@@ -163,7 +163,7 @@ def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, 
             if due and cfg.eval == "exact":  # collective: the scores of exact inference, in place of sampled ones
                 evaluated = time.perf_counter()
                 rec.update({key.removesuffix("_full"): v for key, v in task.evaluate_full(rt, graph, ddp).items()})
-                rec["eval_s"] += time.perf_counter() - evaluated
+                rec["eval_s"] += float(allreduce_max(comm, [time.perf_counter() - evaluated])[0])  # the slowest
             if not last:
                 rec["step"] = end
             elif cfg.eval == "full" and rec.get(f"val_{task.metric}") is not None:

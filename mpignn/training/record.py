@@ -45,7 +45,7 @@ SCHEMA: dict[str, Field] = {
                           _EPOCH),
     "epoch_s": Field("s", f"{_SLOW} training time of the epoch (evaluation excluded)", _EPOCH),
     "eval_s": Field("s", f"{_SLOW} time evaluating the validation and test splits after it (0.0: none; "
-                    "--eval full's exact inference not included)", _EPOCH),
+                    "--eval full's exact inference not included, --eval exact's is)", _EPOCH),
     "sample_s": Field("s", f"{_SLOW} time in sampling (the loader's)", _EPOCH),
     "exchange_s": Field("s", f"{_SLOW} time fetching remote features and structure", _EPOCH),
     "compute_s": Field("s", f"{_SLOW} forward + backward + optimizer time, all-reduce excluded", _EPOCH),
@@ -64,7 +64,8 @@ SCHEMA: dict[str, Field] = {
     "cache_mib": Field("MiB", "their memory, the most on any rank", "runtime.graph"),
     "graph_mib": Field("MiB", "memory that depends on the graph (part arrays, sampler scratch, cache, learnable "
                        "rows), the most on any rank", "runtime.graph"),
-    "peak_rss_mb": Field("MiB", "process peak resident memory so far, the most on any rank", _EPOCH),
+    "peak_rss_mb": Field("MiB", "process peak resident memory so far, the most on any rank (read before --eval "
+                         "full's and exact's exact inference, whose peak the next record shows)", _EPOCH),
     "load_peak_rss_mb": Field("MiB", "peak resident memory by the end of start-up, the most on any rank",
                               "runtime.graph"),
     "train_peak_rss_mb": Field("MiB", "peak resident memory by the end of training (before evaluation)", _EPOCH),
