@@ -43,6 +43,10 @@ def test_resume_refuses_another_model_shape_and_names_replay_changes():
     saved = {"dataset": "Cora", "model": "sage", "hidden": 64, "fanout": "10,10", "lr": 0.01, "seed": 0}
     assert check_compatible(saved, {**saved, "epochs": 9}) == []
     assert check_compatible(saved, {**saved, "lr": 0.1}) == ["--lr 0.1 (checkpoint: 0.01)"]
+    sampled = {**saved, "eval": "sampled"}  # the scores that choose the best epoch: sampled (and full) or exact
+    assert check_compatible(sampled, {**sampled, "eval": "full"}) == []
+    assert check_compatible(sampled, {**sampled, "eval": "exact"}) == [
+        "--eval exact (checkpoint: sampled; the best epoch so far was chosen by other scores)"]
     with pytest.raises(ConfigError, match=r"got --hidden 32 \(checkpoint: 64\), --fanout 5,5 \(checkpoint: "
                                           r"10,10\)\. HINT: resume with the checkpoint's flags"):
         check_compatible(saved, {**saved, "hidden": 32, "fanout": "5,5"})

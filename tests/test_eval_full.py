@@ -133,6 +133,17 @@ def test_eval_exact_scores_by_exact_inference_alone(tmp_path, capsys, monkeypatc
     assert final.endswith("exact inference (whole neighbourhoods)")
 
 
+def test_eval_exact_scores_stop_the_run(tmp_path, capsys):
+    """--target-val reads the exact validation score: reached at the first evaluation, the run stops there."""
+    from mpignn import train
+
+    args = _exact(_train_args(tmp_path, tmp_path / "data"))
+    assert train.main([*args, "--epochs", "5", "--target-val", "0.01"]) == 0
+    records = _records(tmp_path)
+    assert len(records) == 1 and records[0]["val_acc"] >= 0.01
+    assert "reached --target-val 0.0100 after 1.00 epochs: stopping" in capsys.readouterr().err
+
+
 def _link_scores_from_predictions(tmp_path, checkpoint_dir, root) -> dict[str, float]:
     """AUC of the held-out pairs (and test MRR) scored by the dot decoder over `mpignn.predict`'s embeddings of
     the checkpoint, on 1 rank: the pairs read from the partition's links/ folder, in original ids."""

@@ -235,7 +235,7 @@ class TrainConfig:
     keep its weights in best/ (0: with --epochs never, else the converge rule's)."""
     target_val: float = 0.0
     """Stop once the validation accuracy (AUC for --task link) reaches this (0: never; time-to-accuracy runs).
-    The test split is then evaluated only where validation reaches it, and after the last epoch."""
+    Sampled evaluation then scores test only where validation reaches it, and after the last epoch."""
     target_test: float = 0.0
     """Stop once the test accuracy (AUC for --task link) reaches this (0: never): for measuring the time to a
     published test score, never for choosing a model (bench --target-split test)."""

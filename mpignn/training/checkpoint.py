@@ -195,7 +195,8 @@ def check_compatible(saved: dict[str, Any], config: dict[str, Any], model_flags:
     """Raise ConfigError when a MODEL_KEYS flag (or one of `model_flags`: the run's task's, `Task.model_flags`,
     e.g. link prediction's --decoder, which a node classifier does not have) differs from the
     checkpoint's config, naming each; return the REPLAY_KEYS flags that differ (the run continues, but does
-    not replay the uninterrupted one exactly). A flag the checkpoint's config lacks (an older run) is not
+    not replay the uninterrupted one exactly), and --eval where exact scores now choose the best epoch and
+    sampled ones chose it before, or the reverse. A flag the checkpoint's config lacks (an older run) is not
     compared, except those added with a value that keeps the older model (`ADDED_OFF`): that value."""
     saved = {**ADDED_OFF, **saved}
 
@@ -211,7 +212,9 @@ def check_compatible(saved: dict[str, Any], config: dict[str, Any], model_flags:
                           + ("--classic off keeps the flags given (auto adds --norm, --residual and "
                              "--linear-head to full-graph runs), or " if classic else "")
                           + "resume with the checkpoint's flags, or use another --checkpoint-dir to start fresh")
-    return diff(REPLAY_KEYS)
+    scores = [] if "eval" not in saved or (saved["eval"] == "exact") == (config.get("eval") == "exact") else \
+        [f"--eval {config.get('eval')} (checkpoint: {saved['eval']}; the best epoch so far was chosen by other scores)"]
+    return diff(REPLAY_KEYS) + scores
 
 
 def _rows_name(rank: int) -> str:

@@ -3,7 +3,8 @@ once (`SCHEMA`) and built here (`epoch_record`), with redundancy computed in one
 
 A record is a plain dict (its JSON keys are what readers of metrics.jsonl know); `SCHEMA` says, for each key,
 its unit, what it means and which module fills it. Keys that depend on the task are patterns: `<split>_<metric>`
-(`Task.metric`: acc or auc), `<unit>_per_s` (`Task.unit`: seeds or edges), `test_hits@K`, `..._full`.
+(`Task.metric`: acc or auc), `<unit>_per_s` (`Task.unit`: seeds or edges), `test_hits@K`, `..._full` (--eval
+full).
 Stdlib only.
 """
 from __future__ import annotations
