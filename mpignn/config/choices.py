@@ -12,7 +12,7 @@ from mpignn.errors import ConfigError
 
 __all__ = ["FEATURE_NORMS", "FEATURE_DTYPES", "PARTITION_METHODS", "DEFAULT_METHOD", "PARTITION_DEFAULT", "MODELS",
            "HETERO_MODELS", "DECODERS", "EXCHANGES", "PREFETCH_MODES", "TASKS", "NEGATIVES", "BATCH_SCOPES", "LR_SCALINGS",
-           "PRECISIONS", "EVALS", "MINIBATCHES", "NORMS", "CLASSIC", "SAMPLERS", "SAMPLE_ON", "FEATURE_DEVICES",
+           "PRECISIONS", "EVALS", "MINIBATCHES", "NORMS", "SAMPLERS", "SAMPLE_ON", "FEATURE_DEVICES",
            "check_choice", "parse_cache_size"]
 
 FEATURE_NORMS = ("none", "row")  # data.features.transform_rows
@@ -23,7 +23,6 @@ PARTITION_DEFAULT = "metis"  # the one default of mpignn.train --partition-metho
 MODELS = ("sage", "gcn", "gat", "rgcn")  # models.build_model
 HETERO_MODELS = ("sage", "rgcn")  # models.hetero.HeteroGNN
 NORMS = ("none", "layer", "batch")  # models.norm.make_norm
-CLASSIC = ("auto", "off")  # config.train_config.classic_options
 DECODERS = ("dot", "mlp")  # models.link.LinkModel (tasks.link)
 EXCHANGES = ("auto", "mpi", "torch")  # exchange.alltoall.make_alltoall
 PREFETCH_MODES = ("auto", "on", "off")  # prefetch.overlap
@@ -34,7 +33,7 @@ BATCH_SCOPES = ("global", "rank")  # runtime.rank_batch_size
 LR_SCALINGS = ("none", "linear", "sqrt")  # schedule.attach_lr_schedule
 PRECISIONS = ("auto", "fp32", "bf16")
 MINIBATCH_MODES = ("independent", "cooperative", "full")  # runtime.make_loader
-MINIBATCHES = (*MINIBATCH_MODES, "auto")  # auto: measured and chosen (mpignn.training.minibatch)
+MINIBATCHES = (*MINIBATCH_MODES, "auto", "tune")  # auto: counted, tune: timed (mpignn.training.minibatch)
 EVALS = ("sampled", "full", "exact")  # fit: tasks.base.Task.evaluate_full
 SAMPLERS = ("neighbor", "labor")  # sampling.neighbor.NeighborSampler's method
 SAMPLE_ON = ("auto", "host", "device")  # runtime.graph: numba kernels, or sampling.device_hops

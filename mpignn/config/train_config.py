@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
-from mpignn.config.choices import (BATCH_SCOPES, CLASSIC, DECODERS, DEFAULT_METHOD, EVALS, EXCHANGES, FEATURE_DTYPES,
+from mpignn.config.choices import (BATCH_SCOPES, DECODERS, DEFAULT_METHOD, EVALS, EXCHANGES, FEATURE_DTYPES,
                             FEATURE_NORMS, LR_SCALINGS, MINIBATCHES, MODELS, NEGATIVES, NORMS, PARTITION_DEFAULT, PARTITION_METHODS,
                             FEATURE_DEVICES, PRECISIONS, PREFETCH_MODES, SAMPLE_ON, SAMPLERS, TASKS, check_choice,
                             parse_cache_size)
@@ -23,8 +23,8 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (the default of many clusters' images): tomllib's origin, installed by setup.py there
     import tomli as tomllib
 
-__all__ = ["LINK_DEFAULTS", "DROPOUT", "CLASSIC_OPTIONS", "classic_options", "default_dropout", "TrainConfig", "build_parser", "check_fits", "field_docs", "parse", "parse_fanout",
-           "parse_cache_size"]
+__all__ = ["LINK_DEFAULTS", "REMOVED_FLAGS", "TrainConfig", "build_parser", "check_fits", "field_docs", "parse",
+           "parse_fanout", "parse_cache_size"]
 
 
 def parse_edge_fanout(text: str, layers: int) -> dict[str, list[int]]:
@@ -60,26 +60,11 @@ LINK_DEFAULTS: dict[str, Any] = {"feature_norm": "row", "epochs": 100, "fanout":
                                  "lr": 0.01, "eval_every": 5, "dropout": 0.0, "weight_decay": 0.0}
 
 
-# --dropout where it is not given, by the mode that trains (`default_dropout`): measured in docs/training.md.
-DROPOUT = {"independent": 0.7, "cooperative": 0.7, "full": 0.5}
-
-
-def default_dropout(minibatch: str) -> float:
-    """--dropout's default for a run trained in `minibatch` mode ("auto" before it is chosen: mini-batches')."""
-    return DROPOUT.get(minibatch, DROPOUT["independent"])
-
-
-# What --classic auto adds to a full-graph run given none of them (`classic_options`): measured in docs/training.md.
-CLASSIC_OPTIONS: dict[str, Any] = {"norm": "layer", "residual": True, "linear_head": True}
-
-
-def classic_options(cfg: "TrainConfig", minibatch: str) -> dict[str, Any]:
-    """The model options --classic adds to `cfg` trained in `minibatch` mode (none: {}): full-graph training
-    (homogeneous node tasks: the only ones it takes) with none of --norm, --residual, --linear-head given."""
-    given = cfg.norm != "none" or cfg.residual or cfg.linear_head
-    if cfg.classic != "auto" or minibatch != "full" or given or cfg.model == "rgcn":
-        return {}
-    return dict(CLASSIC_OPTIONS)
+# Flags that are gone, with what replaces them: refused in one line (argparse would only say "unrecognized").
+REMOVED_FLAGS: dict[str, str] = {
+    "classic": "--classic is gone: the model no longer depends on the mode that trains (docs/reproducibility.md). "
+               "HINT: --norm layer --residual --linear-head builds the classic baselines' model in every mode",
+}
 
 
 @dataclass(kw_only=True)
@@ -124,9 +109,9 @@ class TrainConfig:
     """Width of each hidden layer."""
     lr: float = 0.003
     """Learning rate of Adam (multiplied as --lr-scaling says, where it applies)."""
-    dropout: float | None = None
-    """Dropout after each hidden layer (0: off). Unset: 0.7 in mini-batches, 0.5 in full-graph training (both
-    measured: docs/training.md "Defaults and why")."""
+    dropout: float = 0.7
+    """Dropout after each hidden layer (0: off); the same in every --minibatch mode (docs/training.md
+    "Defaults and why")."""
     weight_decay: float = 5e-4
     """L2 penalty of Adam: the real graphs overfit without it (measured: docs/training.md "Defaults and why")."""
     model: str = "sage"
@@ -141,9 +126,6 @@ class TrainConfig:
     linear_head: bool = False
     """Every conv --hidden wide (each with its norm, ReLU and dropout), then one linear layer to the classes or
     embeddings, as classic GNN baselines (sage, gcn, gat on homogeneous graphs)."""
-    classic: str = "auto"
-    """auto: full-graph training adds --norm layer --residual --linear-head where none of the three is given
-    (classic baselines' model: docs/training.md); off: only the flags given."""
     task: str = "node"
     """node (classify the labelled nodes) or link (predict held-out edges; AUC, MRR, Hits@K). A link run has
     its own defaults for flags not given (LINK_DEFAULTS here; docs/training.md "Defaults and why")."""
@@ -204,8 +186,10 @@ class TrainConfig:
     eval_every: int = 1
     """Evaluate val/test every N epochs (and always after the last)."""
     minibatch: str = "auto"
-    """auto: the fastest that pays of independent (each rank its seeds' rows), cooperative (each row once, by
-    its owner) and full (the whole graph a step; small graphs); docs/training.md."""
+    """independent (each rank its seeds' rows), cooperative (each row once, by its owner), full (the whole graph
+    a step; small graphs); auto: full where the counted work of a full step is at most three independent
+    steps', else independent (never a timing); tune: the fastest on this machine's clock, printing the flag
+    that pins it (docs/training.md, "Choosing the mode")."""
     sampler: str = "neighbor"
     """neighbor: each target draws its own --fanout neighbours; labor: layer-neighbour sampling, targets sharing a
     neighbour agree on it, so fewer rows a step (docs/training.md)."""
@@ -278,7 +262,7 @@ class TrainConfig:
                    "batch_scope": BATCH_SCOPES, "lr_scaling": LR_SCALINGS, "task": tuple(TASKS), "decoder": DECODERS,
                    "negatives": NEGATIVES, "minibatch": MINIBATCHES, "feature_norm": FEATURE_NORMS, "feature_dtype": FEATURE_DTYPES,
                    "partition_method": (*PARTITION_METHODS, DEFAULT_METHOD), "model": MODELS,
-                   "norm": NORMS, "classic": CLASSIC, "sampler": SAMPLERS,
+                   "norm": NORMS, "sampler": SAMPLERS,
                    "sample_on": SAMPLE_ON, "feature_device": FEATURE_DEVICES}
         for name, allowed in choices.items():
             check_choice(name, getattr(self, name), allowed)
@@ -301,6 +285,8 @@ class TrainConfig:
             except (OSError, tomllib.TOMLDecodeError) as exc:
                 raise ConfigError(f"cannot read --config {ns.config}: {exc}. HINT: a TOML file of key = value")
         values.update({k: v for k, v in vars(ns).items() if k != "config"})
+        for key in sorted(set(values) & set(REMOVED_FLAGS)):
+            raise ConfigError(REMOVED_FLAGS[key])
         if values.get("task") == "link":  # measured link defaults, for each flag neither the file nor argv gave
             values = {**LINK_DEFAULTS, **values}
         known = {f.name for f in fields(cls)}
@@ -330,6 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mpignn.train",
                                      description="Distributed GNN training: mpirun -np N python -m mpignn.train")
     parser.add_argument("--config", help="TOML file of defaults (flags win)")
+    for name in REMOVED_FLAGS:  # accepted by the parser, refused by `from_args` with the replacement
+        parser.add_argument("--" + name.replace("_", "-"), default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     docs = field_docs()
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")

@@ -14,7 +14,7 @@ import torch
 
 from mpignn.config.graph_options import GraphOptions
 from mpignn.config.refusals import check_combinations, refusal
-from mpignn.config.train_config import TrainConfig, default_dropout
+from mpignn.config.train_config import TrainConfig
 from mpignn.data import check_known, dataset_key
 from mpignn.data.features import transform_rows
 from mpignn.data.hetero import HeteroSchema, hop_fanouts
@@ -288,13 +288,12 @@ def build_graph_and_model(rt: Runtime, cfg: TrainConfig, task: Task,
 
 
 def build_model(rt: Runtime, cfg: TrainConfig, task: Task, graph: LocalGraph) -> torch.nn.Module:
-    """The task's model for `graph` on `rt.device` (`cfg`'s dropout, or its mode's default).
+    """The task's model for `graph` on `rt.device`: the same whatever --minibatch mode trains it.
 
     Raises:
         ConfigError: a model the graph's kind cannot take, on every rank alike.
     """
     try:
-        dropout = default_dropout(cfg.minibatch) if cfg.dropout is None else cfg.dropout
-        return task.build_model(cfg.model, graph, cfg.hidden, cfg.num_layers, dropout).to(rt.device)
+        return task.build_model(cfg.model, graph, cfg.hidden, cfg.num_layers, cfg.dropout).to(rt.device)
     except ConfigError as exc:  # the graph's kind decides, the same on every rank
         raise mark_agreed(exc) from None

@@ -6,26 +6,26 @@ or dies ends the job with its name instead of a hang.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
 from mpignn import __version__
 from mpignn.config.graph_options import GraphOptions
-from mpignn.config.train_config import TrainConfig, check_fits, classic_options, default_dropout
+from mpignn.config.train_config import TrainConfig, check_fits
 from mpignn.errors import ConfigError, mark_agreed
 from mpignn.launch.allocator import keep_big_blocks
 from mpignn.launch.bootstrap import Runtime, bootstrap, shutdown
 from mpignn.mpi import check_all, check_same
 from mpignn.mpi.watchdog import Deadline, Watchdog, bounded
-from mpignn.runtime.graph import build_graph_and_model, build_model
+from mpignn.runtime.graph import build_graph_and_model
 from mpignn.runtime.loaders import cooperative_refusal, full_fit_problem, make_loader
+from mpignn.runtime.resolve import pin_flags, resolve_config
 from mpignn.tasks import Task
 from mpignn.training.fit import fit, resumed_minibatch
-from mpignn.training.minibatch import PROBE_STEPS, choose_minibatch
+from mpignn.training.minibatch import PROBE_STEPS, choose_minibatch, tune_minibatch
 from mpignn.training.optim import adam
 from mpignn.training.stopping import StopSignal
 
@@ -48,20 +48,6 @@ def watched(rt: Runtime, timeout: float) -> Iterator[None]:
         yield
 
 
-def with_classic(cfg: TrainConfig, task: Task, mode: str, say: bool = False) -> TrainConfig:
-    """`cfg` with the model options --classic adds in `mode` (what checkpoints record), given to `task`, which
-    builds the model; `cfg` itself where it adds none. `say`: log what it adds."""
-    extra = classic_options(cfg, mode)
-    if not extra:
-        return cfg
-    if say:
-        log.info("--classic auto: full-graph training adds %s (--classic off: only the flags given)",
-                 " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in extra.items()))
-    cfg = dataclasses.replace(cfg, **extra)
-    task.with_model_options(cfg)
-    return cfg
-
-
 def train_run(cfg: TrainConfig, task: Task, options: GraphOptions, stop: StopSignal | None = None) -> int:
     """Collective over COMM_WORLD: train as `cfg` says; returns the exit code (`fit`'s)."""
     rt = bootstrap(cfg.device, cfg.backend, cfg.threads, tune_process=True,  # process-wide tuning: CLI only
@@ -73,50 +59,60 @@ def train_run(cfg: TrainConfig, task: Task, options: GraphOptions, stop: StopSig
         check_same(rt.comm, {"mpignn version": __version__, **cfg.to_dict()}, "configuration",
                    "give every rank the same flags and --config file, and install the same mpignn on every host",
                    ConfigError)
-        if rt.rank == 0:
-            log.info("config %s", json.dumps(cfg.to_dict(), sort_keys=True))
         problem = ""
         try:  # the model and one step against each host's memory, before the data loads
             check_fits(cfg, world_size=rt.world_size, ranks_on_host=rt.topo.local_size)
         except ConfigError as exc:
             problem = str(exc)
         check_all(rt.comm, not problem, problem, ConfigError)
-        cfg = with_classic(cfg, task, cfg.minibatch, rt.rank == 0)
         with bounded("start-up: the dataset's preparation, this rank's part and its cache",
                      limit=cfg.prep_timeout + cfg.collective_timeout):
             graph, model = build_graph_and_model(rt, cfg, task, options)
         loader = lambda split, mode, cap=cfg.max_steps: make_loader(  # noqa: E731
             rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope, seed=cfg.seed,
             prefetch=cfg.prefetch, max_steps=cap, minibatch=mode, eval_batch_size=cfg.eval_batch_size)
-        if cfg.minibatch in ("auto", "full"):  # the whole neighbourhood in one step: where it can, and fits
-            full_problem = full_fit_problem(rt, graph, model)  # collective
-            if full_problem and cfg.minibatch == "full":
-                raise mark_agreed(ConfigError(full_problem))
-        if cfg.minibatch == "auto":  # a resume continues its checkpoint's mode; else measured (collective)
-            mode = resumed_minibatch(cfg, rt.comm)
-            if (mode == "cooperative" and (rt.world_size == 1 or cooperative_refusal(graph))) or \
-                    (mode == "full" and full_problem):
-                mode = ""  # that mode cannot train this run (other ranks, other flags): time them again
-            if mode and rt.rank == 0:
-                log.info("--minibatch auto: %s (the checkpoint's: the resumed run trains as it did)", mode)
-            if not mode:
-                cap = min(cfg.max_steps or PROBE_STEPS + 1, PROBE_STEPS + 1)
-                mode, _ = choose_minibatch(rt, model, lambda m: loader("train", m, cap), task=task,
-                                           bf16=cfg.precision == "bf16", refusal=cooperative_refusal(graph),
-                                           num_nodes=graph.part.meta.num_nodes, full_refusal=full_problem)
-            cfg = dataclasses.replace(cfg, minibatch=mode)  # what checkpoints record: a resume compares it
-            classic = with_classic(cfg, task, mode, rt.rank == 0)
-            if classic is not cfg:  # full-graph training's model, built as a run given --minibatch full builds it
-                cfg = classic
-                torch.manual_seed(cfg.seed)
-                model = build_model(rt, cfg, task, graph)
-        if cfg.dropout is None:  # its default follows the mode that trains: what checkpoints record
-            cfg = dataclasses.replace(cfg, dropout=default_dropout(cfg.minibatch))
-            getattr(model, "module", model).dropout = cfg.dropout
+        mode = _minibatch(rt, cfg, graph, model, task, loader)
+        cfg, resolved = resolve_config(rt, cfg, graph, mode)
+        if rt.rank == 0:  # what runs, every `auto` made concrete: a second run given these flags repeats it
+            log.info("config %s", json.dumps(cfg.to_dict(), sort_keys=True))
+            if resolved:
+                log.info("resolved (pin them to repeat this run anywhere): %s", pin_flags(resolved))
         loaders: dict[str, Any] = {split: loader(split, cfg.minibatch) for split in ("train", "val", "test")}
         if cfg.minibatch == "full":  # one fixed batch: every epoch allocates the same blocks
             keep_big_blocks()
         optimizer = adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        code = fit(cfg, rt, graph, loaders, model, optimizer, stop)
+        code = fit(cfg, rt, graph, loaders, model, optimizer, stop, resolved=resolved)
     shutdown()
     return code
+
+
+def _minibatch(rt: Runtime, cfg: TrainConfig, graph: Any, model: torch.nn.Module, task: Task,
+               loader: Callable[..., Any]) -> str:
+    """Collective over `rt.comm`: the mode that trains: the one given; for `auto` the checkpoint's where a resume
+    can continue it, else counted (`choose_minibatch`); for `tune` timed (`tune_minibatch`)."""
+    full_problem = ""
+    if cfg.minibatch in ("auto", "tune", "full"):  # the whole neighbourhood in one step: where it can, and fits
+        full_problem = full_fit_problem(rt, graph, model)  # collective
+        if full_problem and cfg.minibatch == "full":
+            raise mark_agreed(ConfigError(full_problem))
+    if cfg.minibatch not in ("auto", "tune"):
+        return cfg.minibatch
+    mode = resumed_minibatch(cfg, rt.comm)
+    if (mode == "cooperative" and (rt.world_size == 1 or cooperative_refusal(graph))) or \
+            (mode == "full" and full_problem):
+        mode = ""  # that mode cannot train this run (other ranks, other flags): choose again
+    if mode:
+        if rt.rank == 0:
+            log.info("--minibatch %s: %s (the checkpoint's: the resumed run trains as it did)", cfg.minibatch, mode)
+        return mode
+    if cfg.minibatch == "tune":
+        cap = min(cfg.max_steps or PROBE_STEPS + 1, PROBE_STEPS + 1)
+        mode, _ = tune_minibatch(rt, model, lambda m: loader("train", m, cap), task=task,
+                                 bf16=cfg.precision == "bf16", refusal=cooperative_refusal(graph),
+                                 num_nodes=graph.part.meta.num_nodes, full_refusal=full_problem)
+        return mode
+    mode, why = choose_minibatch(rt, lambda m: loader("train", m, 1), in_width=0 if full_problem else graph.num_features,
+                                 hidden=cfg.hidden, num_nodes=graph.part.meta.num_nodes, full_refusal=full_problem)
+    if rt.rank == 0:
+        log.info("--minibatch auto: %s (%s)", mode, why)
+    return mode

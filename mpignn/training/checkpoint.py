@@ -26,7 +26,6 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from mpignn.config.train_config import CLASSIC_OPTIONS
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
 from mpignn.fileio import atomic_path, fsync_dir, fsync_file, sha256_file, write_durable
 from mpignn.mpi import allreduce_max, check_all, topology
@@ -206,12 +205,8 @@ def check_compatible(saved: dict[str, Any], config: dict[str, Any], model_flags:
 
     changed = diff(MODEL_KEYS + tuple(model_flags))
     if changed:
-        classic = config.get("classic") == "auto" and all(config.get(k) == v for k, v in CLASSIC_OPTIONS.items()) \
-            and any(saved.get(k) != v for k, v in CLASSIC_OPTIONS.items())  # what --classic auto adds
         raise ConfigError(f"--resume expects the model flags of the checkpoint; got {', '.join(changed)}. HINT: "
-                          + ("--classic off keeps the flags given (auto adds --norm, --residual and "
-                             "--linear-head to full-graph runs), or " if classic else "")
-                          + "resume with the checkpoint's flags, or use another --checkpoint-dir to start fresh")
+                          "resume with the checkpoint's flags, or use another --checkpoint-dir to start fresh")
     scores = [] if "eval" not in saved or (saved["eval"] == "exact") == (config.get("eval") == "exact") else \
         [f"--eval {config.get('eval')} (checkpoint: {saved['eval']}; the best epoch so far was chosen by other scores)"]
     return diff(REPLAY_KEYS) + scores

@@ -76,34 +76,37 @@ def resumed_minibatch(cfg: TrainConfig, comm: Any) -> str:
 
 
 def fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any], model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer, stop: StopSignal | None = None) -> int:
+        optimizer: torch.optim.Optimizer, stop: StopSignal | None = None,
+        resolved: dict[str, Any] | None = None) -> int:
     """Collective over `rt.comm`: train `graph.task` for epochs `cfg.epochs`, resuming when asked; returns the
     exit code:
     0, or EXIT_STOPPED (75) when `stop` was requested on any rank (after the checkpoint, if any, is saved).
 
     On several ranks a `Watchdog` bounds every collective by `cfg.collective_timeout` seconds meanwhile: a
     rank that stops answering ends the job (MPI Abort) with a message naming it, instead of a hang.
+    `resolved`: what the run's `auto` flags resolved to (`runtime.resolve`), stored in every epoch record and
+    checkpoint.
     """
     if rt.world_size == 1 or watching() is not None:  # python -m mpignn.train watches from its start-up on
-        return _fit(cfg, rt, graph, loaders, model, optimizer, stop)
+        return _fit(cfg, rt, graph, loaders, model, optimizer, stop, resolved or {})
     with Watchdog(rt.comm, cfg.collective_timeout):
-        return _fit(cfg, rt, graph, loaders, model, optimizer, stop)
+        return _fit(cfg, rt, graph, loaders, model, optimizer, stop, resolved or {})
 
 
 def _fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any], model: torch.nn.Module,
-         optimizer: torch.optim.Optimizer, stop: StopSignal | None = None) -> int:
+         optimizer: torch.optim.Optimizer, stop: StopSignal | None, resolved: dict[str, Any]) -> int:
     """`fit` without the watchdog: the checkpoint folder claimed (and locked) for the run's duration."""
     resuming = _wants_resume(cfg, rt.comm)
     lock = claim_checkpoint_dir(rt.comm, cfg, resuming) if cfg.checkpoint_dir else None
     try:
-        return _train(cfg, rt, graph, loaders, model, optimizer, stop, resuming)
+        return _train(cfg, rt, graph, loaders, model, optimizer, stop, resuming, resolved)
     finally:
         if lock is not None:
             lock.release()
 
 
 def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any], model: torch.nn.Module,
-           optimizer: torch.optim.Optimizer, stop: StopSignal | None, resuming: bool) -> int:
+           optimizer: torch.optim.Optimizer, stop: StopSignal | None, resuming: bool, resolved: dict[str, Any]) -> int:
     """The epochs. The reported test accuracy is the one at the best validation epoch (the OGB protocol); each
     epoch record carries best_epoch, best_val_acc and test_acc_at_best_val so far."""
     task = graph.task
@@ -158,6 +161,7 @@ def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, 
                             end_step=None if last else end,
                             carry=carry if resumed_here and start == first_step else None,
                             test_if=cfg.target_val if cfg.target_val and not final else None)
+            rec["resolved"] = resolved
             if "stopped_step" in rec:
                 return _stopped(cfg, rt, graph, stop, rec, model, optimizer, best)
             if due and cfg.eval == "exact":  # collective: the scores of exact inference, in place of sampled ones
@@ -192,7 +196,8 @@ def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, 
             done = start == ends[-1]
             gen = _save(cfg, rt, graph, epoch=epoch + 1 if done else epoch, step=0 if done else start,
                         model=model, optimizer=optimizer,
-                        extra={"config": cfg.to_dict(), "best": best.to_dict(), "stale": stale, "ref": ref})
+                        extra={"config": cfg.to_dict(), "resolved": resolved, "best": best.to_dict(), "stale": stale,
+                               "ref": ref})
             if improved:  # the weights just saved are the best validation's
                 on_behalf(comm, lambda: keep_best(gen, cfg.checkpoint_dir), f"a copy of {gen.name} to best/ in "
                           f"{cfg.checkpoint_dir}", f"free space there; {gen.name} holds the same weights")
@@ -245,7 +250,8 @@ def _stopped(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, stop: Any, rec: d
     name = signal.Signals(received).name if received else stop.name
     if cfg.checkpoint_dir:
         _save(cfg, rt, graph, epoch=epoch, step=step, model=model, optimizer=optimizer,
-              extra={"config": cfg.to_dict(), "best": best.to_dict(), "partial": rec["partial"]})
+              extra={"config": cfg.to_dict(), "resolved": rec["resolved"], "best": best.to_dict(),
+                     "partial": rec["partial"]})
         where = f"checkpoint in {cfg.checkpoint_dir}; resume with --resume"
     else:
         where = "nothing saved (no --checkpoint-dir)"

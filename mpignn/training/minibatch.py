@@ -1,21 +1,20 @@
-"""`--minibatch auto` (the default): time the ways of splitting the work over ranks on the run's own first
-batches, and train with the one that pays.
+"""How training splits the work over ranks where the flags leave it open.
 
-On a small graph every mini-batch's L-hop neighbourhood covers most of it (Coauthor CS: 23,246 input rows a step
-over 2 ranks for 18,333 nodes), so an epoch of mini-batches computes the graph's first layer many times where
-`--minibatch full` computes each row once a step. Where the first step's input rows (summed over ranks, as they
-are computed) reach `FULL_COVERAGE` of the graph's nodes and full-graph training can run (a homogeneous graph,
-node classification, a step that fits in memory), a full-graph step is timed too, and kept where it takes at most
-`FULL_WORTH` independent steps: one full step carries every training node's gradient, but fewer steps per epoch
-(the embedded graph covers 1.6 of itself a step on 2 ranks, yet its full step costs 6 independent ones and
-independent wins; docs/training.md, "Choosing the mode").
+`--minibatch auto` (the default) decides from what the run counts, never from a clock, so one command and seed
+train one model on a quiet machine and a busy one (docs/reproducibility.md). On a small graph every mini-batch's
+L-hop neighbourhood covers most of it (Coauthor CS: 23,565 input rows a step over 2 ranks for 18,333 nodes), so
+an epoch of mini-batches computes the graph's first layer many times where `--minibatch full` computes each row
+once a step. `choose_minibatch` draws the first independent step of epoch 0 and counts it; where its input rows
+(summed over ranks) reach `FULL_COVERAGE` of the graph's nodes and full-graph training can run (a homogeneous
+graph, node classification, a step that fits in memory), it builds the full-graph batch and counts it too, and
+trains full where that step's multiply-adds are at most `FULL_WORTH` independent steps' (`StepCount.cost`).
+Cooperative mini-batches are never picked by `auto`: whether their exchange pays depends on the network and the
+devices, which only a clock can tell.
 
-Whether cooperative mini-batches pay depends on what no formula here can know in advance: how much the ranks'
-neighbourhoods overlap (the rows `independent` computes twice) against what each layer's exchange and its
-synchronisation cost on this network and these devices. On a 2-core VM the exchange always lost; on GPUs with a
-fast interconnect the published gains are large. So `auto` measures: the modes train the same first steps of
-epoch 0 (weights, buffers, optimizer and random streams untouched: gradients are computed and dropped), taking
-turns, and cooperative is kept only where its steps are at least `MARGIN` faster on the slowest rank.
+`--minibatch tune` is that clock, on request: the modes train the same first steps of epoch 0 (weights, buffers,
+optimizer and random streams untouched: gradients are computed and dropped), taking turns; cooperative is kept
+only where its steps are at least `MARGIN` faster on the slowest rank. It logs the flags that pin its choice, so
+a second run repeats it exactly (`tune_minibatch`).
 """
 from __future__ import annotations
 
@@ -34,8 +33,8 @@ from mpignn.mpi import allreduce_max, allreduce_sum
 if TYPE_CHECKING:
     from mpignn.launch.bootstrap import Runtime
 
-__all__ = ["Probe", "choose_minibatch", "step_coverage", "PROBE_STEPS", "ROUNDS", "MARGIN", "FULL_COVERAGE",
-           "FULL_WORTH"]
+__all__ = ["Probe", "StepCount", "choose_minibatch", "count_step", "tune_minibatch", "PROBE_STEPS", "ROUNDS",
+           "MARGIN", "FULL_COVERAGE", "FULL_WORTH"]
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +44,14 @@ ROUNDS = 3
 """Passes per mode, the modes taking turns: a neighbour's burst of load slows both, and each mode keeps its
 fastest pass (as timeit does)."""
 FULL_COVERAGE = 0.5
-"""Time a full-graph step where one mini-batch step's input rows (all ranks) reach this share of the graph's
-nodes (below it, building the whole graph's batch to time it would cost more than it could save)."""
+"""Count a full-graph step where one mini-batch step's input rows (all ranks) reach this share of the graph's
+nodes (below it, building the whole graph's batch would cost more than it could save)."""
 FULL_WORTH = 3.0
-"""Train full-graph where its step takes at most this many independent steps' time: on the embedded graph 30
-full-graph steps reached the validation accuracy of 60 independent ones, and on Amazon Photo (one rank, a full
-step 1.95 independent ones) full-graph runs ended 0.9 point higher than independent ones under the converge
-rule (docs/training.md)."""
+"""Train full-graph where its step counts at most this many independent steps' multiply-adds: on the embedded
+graph 30 full-graph steps reached the validation accuracy of 60 independent ones, and on Amazon Photo full-graph
+runs ended higher than independent ones under the converge rule. The counts put the embedded graph at 4.9 and
+sbm200k at 5.2 (independent), Amazon Photo at 1.13 and Coauthor CS at 1.18 (full), where the earlier timing
+probe measured 3.4-4.6, 5.7, 1.2-1.6 and below 1 (docs/training.md, "Choosing the mode")."""
 MARGIN = 0.10
 """Cooperative must take at most (1 - MARGIN) of independent's time per step: within the noise, the mode with
 fewer moving parts wins."""
@@ -80,18 +80,79 @@ class _Discard:
         self.model.zero_grad(set_to_none=True)
 
 
-def step_coverage(rt: Runtime, loader: Any, num_nodes: int) -> float:
-    """Collective over `rt.comm`: the input rows of `loader`'s first step of epoch 0, summed over the ranks,
-    over the graph's `num_nodes`."""
-    loader.set_epoch(0, 0, 1)
-    rows = sum(batch.num_nodes for batch in loader)
-    return float(allreduce_sum(rt.comm, [rows])[0]) / max(1, num_nodes)
+@dataclass(frozen=True)
+class StepCount:
+    """One step's work, summed over the ranks: its input rows, and per layer (the first conv first) the rows it
+    computes (its targets) and the edges it aggregates."""
+
+    inputs: float
+    targets: tuple[float, ...]
+    edges: tuple[float, ...]
+
+    def cost(self, in_width: int, hidden: int) -> float:
+        """Multiply-adds of a layer that averages `edges` input rows and applies two hidden-wide linear maps to
+        its targets (SAGE's), summed over the layers: the first reads `in_width` columns, the others `hidden`.
+        A model-independent yardstick: both sides of `choose_minibatch`'s ratio use it."""
+        total = 0.0
+        for layer, (targets, edges) in enumerate(zip(self.targets, self.edges)):
+            width = in_width if layer == 0 else hidden
+            total += edges * width + 2.0 * targets * width * hidden
+        return total
 
 
-def choose_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[[str], Any], *, task: Any,
+def count_step(rt: Runtime, loader: Any) -> StepCount:
+    """Collective over `rt.comm`: `loader`'s first step of epoch 0 (a kept full-graph batch: its one step),
+    drawn and counted, nothing computed."""
+    if not getattr(loader, "reuse", False):
+        loader.set_epoch(0, 0, 1)
+    hops = len(loader.sampler.fanouts)
+    local = [0.0] * (1 + 2 * hops)  # a rank without a batch (none: the step count is agreed) adds nothing
+    for batch in loader:
+        nodes, edges = list(batch.num_sampled_nodes), list(batch.num_sampled_edges)
+        hops = len(edges)
+        local = [float(sum(nodes)), *(float(sum(nodes[:hops - k])) for k in range(hops)),
+                 *(float(sum(edges[:hops - k])) for k in range(hops))]
+    total = allreduce_sum(rt.comm, local).tolist()
+    hops = (len(total) - 1) // 2
+    return StepCount(inputs=total[0], targets=tuple(total[1:1 + hops]), edges=tuple(total[1 + hops:]))
+
+
+def choose_minibatch(rt: Runtime, make_loader: Callable[[str], Any], *, in_width: int, hidden: int,
+                     num_nodes: int, full_refusal: str) -> tuple[str, str]:
+    """Collective over `rt.comm` (`--minibatch auto`): "full" or "independent" from counts alone, and why.
+
+    Args:
+        make_loader: `mode -> training loader` of that mode (collective); its epoch 0 is training's.
+        in_width, hidden: the input rows' columns and the hidden width (`StepCount.cost`).
+        num_nodes, full_refusal: the graph's nodes, and why full-graph training cannot train it ("" where it
+            can, `runtime.full_fit_problem`).
+    """
+    if full_refusal:
+        return "independent", full_refusal.split(". HINT")[0]
+    step = count_step(rt, make_loader("independent"))
+    coverage = step.inputs / max(1, num_nodes)
+    if coverage < FULL_COVERAGE:
+        return "independent", f"a step covers {coverage:.2f} of the graph, under {FULL_COVERAGE}"
+    full_loader = make_loader("full")
+    full = count_step(rt, full_loader)
+    _close(full_loader)
+    ratio = full.cost(in_width, hidden) / max(step.cost(in_width, hidden), 1.0)
+    mode = "full" if ratio <= FULL_WORTH else "independent"
+    return mode, (f"a step covers {coverage:.2f} of the graph; a full-graph step counts {ratio:.2f} independent "
+                  f"steps' multiply-adds, full at most {FULL_WORTH:g}")
+
+
+def _close(loader: Any) -> None:
+    """Free a cooperative sampler's communicators (a loader built only to count or time)."""
+    if getattr(getattr(loader, "sampler", None), "cooperative", False):
+        loader.sampler.close()
+
+
+def tune_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[[str], Any], *, task: Any,
                      bf16: bool = False, refusal: str = "", num_nodes: int = 0,
                      full_refusal: str = "one") -> tuple[str, dict[str, Probe]]:
-    """Collective over `rt.comm`: "full", "cooperative" or "independent", and what each measured.
+    """Collective over `rt.comm` (`--minibatch tune`): "full", "cooperative" or "independent" by the clock, and
+    what each measured; rank 0 logs the flag that pins the choice.
 
     Args:
         make_loader: `mode -> training loader` of that mode (collective), capped at 1 + PROBE_STEPS steps; its
@@ -101,7 +162,7 @@ def choose_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[
             `runtime.full_fit_problem`); where it can and the first step covers `FULL_COVERAGE` of the graph, a
             full-graph step is timed too.
     """
-    coverage = step_coverage(rt, make_loader("independent"), num_nodes) if not full_refusal else 0.0
+    coverage = count_step(rt, make_loader("independent")).inputs / max(1, num_nodes) if not full_refusal else 0.0
     refusal = refusal or ("one rank" if rt.world_size == 1 else "")
     modes = ["independent", *(["cooperative"] if not refusal else []),
              *(["full"] if coverage >= FULL_COVERAGE else [])]
@@ -120,8 +181,7 @@ def choose_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[
             probes = {mode: min((p[mode] for p in passes if mode in p), key=lambda probe: probe.step_s)
                       for mode in loaders}
         for loader in loaders.values():  # training builds its own loaders: free the probe's comms
-            if getattr(getattr(loader, "sampler", None), "cooperative", False):
-                loader.sampler.close()
+            _close(loader)
         set_rng_state(saved, rt.device)
         with torch.no_grad():
             for buffer, before in zip(model.buffers(), buffers):
@@ -131,13 +191,13 @@ def choose_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[
     if rt.rank == 0:
         if not probes:
             why = short or refusal.split(". HINT")[0] or full_refusal.split(". HINT")[0]
-            log.info("--minibatch auto: %s (%s)", mode, why)
+            log.info("--minibatch tune: %s (%s); pin it with --minibatch %s", mode, why, mode)
         else:
             timed = ", ".join(f"{m} {p.step_s:.3f}s/step" for m, p in probes.items())
-            log.info("--minibatch auto: %s | %s (redundancy %s%s); a step covers %.2f of the graph; the fastest "
-                     "of %d passes of %d steps each", mode, timed, _fmt(probes["independent"].redundancy),
+            log.info("--minibatch tune: %s | %s (redundancy %s%s); a step covers %.2f of the graph; the fastest "
+                     "of %d passes of %d steps each; pin it with --minibatch %s", mode, timed, _fmt(probes["independent"].redundancy),
                      f", cooperative halo {probes['cooperative'].halo_step_bytes / 2**20:.1f} MiB/step"
-                     if "cooperative" in probes else "", coverage, ROUNDS, PROBE_STEPS)
+                     if "cooperative" in probes else "", coverage, ROUNDS, PROBE_STEPS, mode)
     return mode, probes
 
 

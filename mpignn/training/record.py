@@ -79,6 +79,8 @@ SCHEMA: dict[str, Field] = {
     "halo_step_bytes": Field("bytes", "--minibatch cooperative and full: layer rows and their gradients moved per step",
                              _EPOCH),
     "minibatch": Field("", "how the batch was split over ranks: independent, cooperative or full", _EPOCH),
+    "resolved": Field("", "what each flag left to the run (auto, or 0 for threads and --eval-batch-size) resolved to, "
+                      "{flag: value}: given as flags, they repeat the run (docs/reproducibility.md)", _FIT),
     "stopped_step": Field("steps", "only when a signal stopped the epoch: the first step not trained", _EPOCH),
     "partial": Field("", "only when stopped: the done steps' sums a resumed run adds back", _EPOCH),
     "best_epoch": Field("", "the evaluated epoch with the best validation score so far", _FIT),
