@@ -66,7 +66,7 @@ class _Rank:
 
 
 @pytest.mark.parametrize("coop_s,picked", [(0.85, "cooperative"), (0.93, "independent"), (1.2, "independent")])
-def test_auto_takes_cooperative_only_when_it_is_10_percent_faster(monkeypatch, coop_s, picked):
+def test_tune_takes_cooperative_only_when_it_is_10_percent_faster(monkeypatch, coop_s, picked):
     import torch
 
     from mpignn.training import minibatch
@@ -84,7 +84,7 @@ def test_auto_takes_cooperative_only_when_it_is_10_percent_faster(monkeypatch, c
     times = {"independent": 1.0, "cooperative": coop_s}
     monkeypatch.setattr(minibatch, "_measure", lambda rt, model, loader, task, bf16: minibatch.Probe(
         times[loader.mode], None, 0.0))
-    mode, probes = minibatch.choose_minibatch(_Rank(), torch.nn.Linear(2, 2), Loader, task=None)
+    mode, probes = minibatch.tune_minibatch(_Rank(), torch.nn.Linear(2, 2), Loader, task=None)
     assert mode == picked and probes["cooperative"].step_s == coop_s
     assert closed == ["cooperative"]  # the probe's communicators are freed: training builds its own loader
 
@@ -104,7 +104,7 @@ def test_closing_a_cooperative_sampler_frees_its_communicators():
 
 
 @pytest.mark.parametrize("world,refusal,epoch_steps", [(1, "", 10), (2, "--replicated", 10), (2, "", 2)])
-def test_auto_is_independent_without_measuring_where_cooperative_cannot_run(monkeypatch, world, refusal,
+def test_tune_is_independent_without_measuring_where_cooperative_cannot_run(monkeypatch, world, refusal,
                                                                             epoch_steps):
     import torch
 
@@ -113,7 +113,7 @@ def test_auto_is_independent_without_measuring_where_cooperative_cannot_run(monk
     monkeypatch.setattr(minibatch, "_measure", lambda *a: pytest.fail("measured"))
     rt = _Rank()
     rt.world_size = world
-    mode, probes = minibatch.choose_minibatch(rt, torch.nn.Linear(2, 2), lambda mode: [None] * epoch_steps,
+    mode, probes = minibatch.tune_minibatch(rt, torch.nn.Linear(2, 2), lambda mode: [None] * epoch_steps,
                                               task=None, refusal=refusal)
     assert (mode, probes) == ("independent", {})
 

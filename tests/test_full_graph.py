@@ -75,31 +75,35 @@ def test_a_step_that_cannot_fit_is_refused_before_it_runs(rt, tmp_path, monkeypa
     assert loaders.full_fit_problem(rt, graph, model) == ""
 
 
-@pytest.mark.parametrize("coverage,full_steps,picked", [(0.6, 0.95, "full"), (0.6, 1.05, "independent"),
+@pytest.mark.parametrize("coverage,full_worth,picked", [(0.6, 0.95, "full"), (0.6, 1.05, "independent"),
                                                         (0.4, 0.1, "independent")])
-def test_auto_trains_full_where_a_step_covers_the_graph_and_costs_at_most_full_worth_steps(monkeypatch, coverage,
-                                                                                          full_steps, picked):
-    import torch
+def test_auto_trains_full_where_a_step_covers_the_graph_and_counts_at_most_full_worth_steps(monkeypatch, coverage,
+                                                                                          full_worth, picked):
+    """`--minibatch auto` decides from counts alone: the clock is never read (a timing probe would fail here)."""
+    import time
 
     from mpignn.training import minibatch
+    from mpignn.training.minibatch import StepCount
 
-    full_s = full_steps * minibatch.FULL_WORTH
-
-    class Loader:
-        def __init__(self, mode):
-            self.mode, self.sampler = mode, None
-
-        def __len__(self):
-            return 1 + minibatch.PROBE_STEPS
-
+    step = StepCount(inputs=coverage * 100, targets=(60.0, 10.0), edges=(300.0, 50.0))
+    scale = full_worth * minibatch.FULL_WORTH  # the full step's multiply-adds over the independent step's
+    full = StepCount(inputs=100, targets=tuple(t * scale for t in step.targets),
+                     edges=tuple(e * scale for e in step.edges))
+    monkeypatch.setattr(minibatch, "count_step", lambda rt, loader: full if loader == "full" else step)
+    monkeypatch.setattr(time, "perf_counter", lambda: pytest.fail("--minibatch auto read the clock"))
     rt = type("Rank", (), {"world_size": 1, "rank": 0, "device": "cpu"})()
-    times = {"independent": 1.0, "full": full_s}
-    monkeypatch.setattr(minibatch, "step_coverage", lambda rt, loader, n: coverage)
-    monkeypatch.setattr(minibatch, "_measure", lambda rt, model, loader, task, bf16: minibatch.Probe(
-        times[loader.mode], None, 0.0))
-    mode, probes = minibatch.choose_minibatch(rt, torch.nn.Linear(2, 2), Loader, task=None, num_nodes=100,
-                                              full_refusal="")
-    assert mode == picked and ("full" in probes) == (coverage >= minibatch.FULL_COVERAGE)
-    refused, _ = minibatch.choose_minibatch(rt, torch.nn.Linear(2, 2), Loader, task=None, num_nodes=100,
-                                            full_refusal="--minibatch full trains node classification")
-    assert refused == "independent"
+    mode, why = minibatch.choose_minibatch(rt, lambda mode: mode, in_width=8, hidden=16, num_nodes=100,
+                                           full_refusal="")
+    assert mode == picked and ("multiply-adds" in why) == (coverage >= minibatch.FULL_COVERAGE)
+    refused, why = minibatch.choose_minibatch(rt, lambda mode: pytest.fail("counted"), in_width=8, hidden=16,
+                                              num_nodes=100, full_refusal="--minibatch full trains node "
+                                              "classification. HINT: ...")
+    assert (refused, why) == ("independent", "--minibatch full trains node classification")
+
+
+def test_a_step_count_costs_the_multiply_adds_of_its_layers():
+    from mpignn.training.minibatch import StepCount
+
+    step = StepCount(inputs=50, targets=(20.0, 4.0), edges=(100.0, 30.0))
+    # layer 1: 100 edges x 8 columns + 2 maps x 20 rows x 8 x 16; layer 2: 30 x 16 + 2 x 4 x 16 x 16
+    assert step.cost(8, 16) == 100 * 8 + 2 * 20 * 8 * 16 + 30 * 16 + 2 * 4 * 16 * 16

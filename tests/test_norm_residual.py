@@ -111,7 +111,7 @@ def test_a_linear_head_keeps_every_conv_hidden_wide():
     assert (model.head.in_features, model.head.out_features) == (16, 4)
 
 
-def test_minibatch_auto_puts_the_running_statistics_back_after_measuring(monkeypatch):
+def test_minibatch_tune_puts_the_running_statistics_back_after_measuring(monkeypatch):
     from types import SimpleNamespace
 
     from mpignn.training import minibatch
@@ -127,7 +127,7 @@ def test_minibatch_auto_puts_the_running_statistics_back_after_measuring(monkeyp
 
     monkeypatch.setattr(minibatch, "_measure", measure)
     rt = SimpleNamespace(world_size=2, rank=0, device="cpu")
-    minibatch.choose_minibatch(rt, model, lambda mode: Loader([None] * (1 + minibatch.PROBE_STEPS)), task=None)
+    minibatch.tune_minibatch(rt, model, lambda mode: Loader([None] * (1 + minibatch.PROBE_STEPS)), task=None)
     norm = model[1]
     assert torch.equal(norm.running_mean, torch.zeros(4)) and torch.equal(norm.running_var, torch.ones(4))
     assert int(norm.num_batches_tracked) == 0
