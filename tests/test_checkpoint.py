@@ -52,18 +52,6 @@ def test_resume_refuses_another_model_shape_and_names_replay_changes():
         check_compatible(saved, {**saved, "hidden": 32, "fanout": "5,5"})
 
 
-def test_a_resume_that_classic_auto_changed_names_classic_off():
-    """A full-graph checkpoint from before --classic: the default now adds the classic model's options."""
-    saved = {"model": "sage", "hidden": 64, "norm": "none", "residual": False, "linear_head": False}
-    now = {**saved, "classic": "auto", "norm": "layer", "residual": True, "linear_head": True}
-    with pytest.raises(ConfigError, match=r"got --norm layer \(checkpoint: none\).*HINT: --classic off keeps"):
-        check_compatible(saved, now)
-    with pytest.raises(ConfigError, match=r"HINT: resume with the checkpoint's flags"):
-        check_compatible(saved, {**now, "classic": "off"})
-    with pytest.raises(ConfigError, match=r"HINT: resume with the checkpoint's flags"):  # the user's own change
-        check_compatible(saved, {**saved, "classic": "auto", "norm": "layer"})
-
-
 @pytest.mark.parametrize("flag, value", [("dataset", "PubMed"), ("task", "node"), ("model", "gcn"), ("hidden", 32),
                                          ("fanout", "10,10,10"), ("embed_dim", 8), ("decoder", "mlp")])
 def test_resume_refuses_each_flag_the_weights_shapes_depend_on(flag, value):

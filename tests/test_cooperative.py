@@ -22,8 +22,8 @@ def test_one_cooperative_step_equals_one_process_on_the_global_batch(tmp_path, n
 
 
 RUNS = {"coop": ["--minibatch", "cooperative", "--feature-dtype", "bf16", "--prefetch", "on"],
-        "alone": ["--minibatch", "independent"], "auto": ["--minibatch", "auto", "--epochs", "1"],
-        # each mode auto can pick, trained on its own (cheaper than a second job after auto's pick)
+        "alone": ["--minibatch", "independent"], "tune": ["--minibatch", "tune", "--epochs", "1"],
+        # each mode tune can pick, trained on its own (cheaper than a second job after auto's pick)
         "same-independent": ["--minibatch", "independent", "--epochs", "1"],
         "same-cooperative": ["--minibatch", "cooperative", "--epochs", "1"],
         "same-full": ["--minibatch", "full", "--epochs", "1"]}
@@ -51,11 +51,12 @@ def test_cooperative_training_computes_each_row_once_and_learns_as_independent(r
 
 
 @pytest.mark.mpi
-def test_auto_measures_both_modes_and_then_trains_as_the_one_it_picked(runs):
-    auto, out = runs["auto"]
+def test_tune_measures_both_modes_and_then_trains_as_the_one_it_picked(runs):
+    auto, out = runs["tune"]
     picked = auto[-1]["minibatch"]
     same = runs[f"same-{picked}"][0]
-    assert f"--minibatch auto: {picked} | independent " in out and "cooperative " in out
+    assert f"--minibatch tune: {picked} | independent " in out and "cooperative " in out
+    assert f"pin it with --minibatch {picked}" in out
     # the measured steps dropped their gradients and left the random streams as they were
     assert [(r["loss"], r["train_acc"], r["val_acc"]) for r in auto] == \
         [(r["loss"], r["train_acc"], r["val_acc"]) for r in same]

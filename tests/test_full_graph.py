@@ -29,8 +29,7 @@ def test_a_full_epoch_equals_pyg_full_batch_forward_loss_and_gradients(tmp_path,
 def test_the_cli_trains_one_step_per_epoch_on_whole_neighbourhoods(tmp_path):
     metrics = tmp_path / "full.jsonl"
     rc, out = run_python(2, ["-m", "mpignn.train", "--root", str(tmp_path), *SMALL, "--epochs", "8",
-                             "--minibatch", "full", "--feature-dtype", "bf16", "--metrics-out", str(metrics),
-                             "--classic", "off"],  # the plain model learns this graph in 8 steps
+                             "--minibatch", "full", "--feature-dtype", "bf16", "--metrics-out", str(metrics)],
                          timeout=240)
     assert rc == 0, out[-4000:]
     recs = [json.loads(line) for line in metrics.read_text().splitlines()]

@@ -1,5 +1,6 @@
 """Tier 3 across emulated hosts (network namespaces, own host names): node-local rank 0, cross-host exchange,
 distributed training over TCP between hosts. Needs ../shared/tools/multihost-mpirun and root."""
+import json
 import os
 import sys
 import time
@@ -98,3 +99,22 @@ def test_rendezvous_interface_that_does_not_exist_fails_at_once(loopback_tool):
                          timeout=120, tool=loopback_tool)
     assert rc == 0 and out.count("refused") == 2, out[-3000:]
     assert time.monotonic() - start < 60
+
+
+@pytest.mark.slow
+def test_two_hosts_of_one_rank_train_what_one_host_of_two_ranks_trains(tmp_path):
+    """Reproducible by default (docs/reproducibility.md): the same command, seed, ranks and threads give the
+    same records (but times and memory), and the same resolved `auto`s, on 1 host x 2 ranks and 2 hosts x 1
+    rank: on the default graph (auto: independent) and on Amazon Photo (auto: full-graph training)."""
+    from test_reproducible import graphs, same_run
+
+    from _mpirun import records, train_runs
+
+    for name, common in graphs(tmp_path).items():
+        argv = [str(a) for a in common] + ["--threads", "1"]
+        one_host = records(tmp_path, train_runs(2, tmp_path, argv, {f"{name}-1x2": []}), f"{name}-1x2")[0]
+        metrics = tmp_path / f"{name}-2x1.jsonl"
+        rc, out = _multihost(2, 1, [sys.executable, "-m", "mpignn.train", *argv, "--metrics-out", str(metrics)])
+        assert rc == 0 and "2 ranks on 2 hosts" in out, out[-3000:]
+        two_hosts = [json.loads(line) for line in metrics.read_text().splitlines()]
+        assert [same_run(r) for r in two_hosts] == [same_run(r) for r in one_host], name
