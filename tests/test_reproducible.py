@@ -153,3 +153,24 @@ def test_the_removed_classic_flag_is_refused_with_its_replacement():
 
     with pytest.raises(ConfigError, match="--classic is gone.*HINT: --norm layer --residual --linear-head"):
         parse(["--classic", "auto"])
+
+
+def test_ranks_that_resolve_a_flag_differently_are_named(caplog):
+    """Hosts with other core counts resolve --threads differently: rank 0 says which ranks and values (the
+    config line shows its own)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from mpignn.config.train_config import parse
+    from mpignn.runtime.resolve import resolve_config
+
+    comm = SimpleNamespace(allgather=lambda mine: [mine, {**mine, "threads": 2}])  # rank 1's host: 2 cores
+    rt = SimpleNamespace(comm=comm, rank=0, world_size=2, threads=1, device="cpu",
+                         choice=SimpleNamespace(device_type="cpu", backend="gloo", shared_by=1))
+    graph = SimpleNamespace(features=SimpleNamespace(x=np.zeros((2, 2)), on_host=True), replicated=False,
+                            cache_rows=7, task=SimpleNamespace(eval_factor=4))
+    with caplog.at_level("WARNING"):
+        cfg, resolved = resolve_config(rt, parse([]), graph, "independent")
+    assert (cfg.threads, resolved["threads"], cfg.cache_size, cfg.eval_batch_size) == (1, 1, 7, 4096)
+    assert "ranks resolved threads differently: rank 0: threads=1; rank 1: threads=2" in caplog.text
