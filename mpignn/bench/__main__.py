@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="which of: 1x1, 1xall, metis+cache, metis, random+cache, random, replicated, "
                              "metis+cache+prefetch (batches produced in a loader thread: --prefetch on), "
                              "coop (--minibatch cooperative: each sampled row computed once), coop+prefetch, "
-                             "auto (--minibatch auto: the modes timed on the first steps), full or 1xall-full "
+                             "auto (--minibatch auto: counted), tune (--minibatch tune: the modes timed on the first "
+                             "steps), full or 1xall-full "
                              "(--minibatch full: one step an epoch over the whole graph), "
                              "rank-batch (--batch-scope rank: --batch-size seeds per rank), rank-batch+sqrt-lr "
                              "or rank-batch+linear-lr (and --lr-scaling sqrt or linear); any of them + fp16 or "
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
              "coop+prefetch": (f"{n} ranks metis, cooperative, prefetch", n,
                                ["--minibatch", "cooperative", *cache, "--prefetch", "on"], share),
              "auto": (f"{n} ranks metis+cache, --minibatch auto", n, ["--minibatch", "auto", *cache], share),
+             "tune": (f"{n} ranks metis+cache, --minibatch tune", n, ["--minibatch", "tune", *cache], share),
              "full": (f"{n} ranks, full-graph", n, ["--minibatch", "full"], share),
              "1xall-full": (f"1 rank x {cores} threads, full-graph", 1, ["--minibatch", "full", "--threads",
                                                                          str(cores)], 0),

@@ -25,7 +25,7 @@ class MpiAlltoall:
         return alltoallv(self.comm, send, counts, recv_counts, pieces)[0], recv_counts, pieces
 
     def close(self) -> None:
-        """Collective: free the communicator (a transport built for a while, e.g. `--minibatch auto`'s probe)."""
+        """Collective: free the communicator (a transport built for a while, e.g. `--minibatch tune`'s probe)."""
         self.comm.Free()
 
     def rows(self, send: Any, send_counts: np.ndarray, recv_counts: np.ndarray, pieces: bool | None = None) -> Any:

@@ -51,7 +51,7 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
             one step per pass over all of the split's seeds and their whole L-hop neighbourhoods (every
             neighbour), each row computed once by its owner as in cooperative batches; the batch is the same
             every pass, so it is made once and kept (`BatchLoader`'s `reuse`). None: independent (the CLI's
-            `--minibatch auto` times the modes with the model: `training.minibatch.choose_minibatch`).
+            `--minibatch auto` counts the modes' steps: `training.minibatch.choose_minibatch`).
     """
     task = graph.task or make_task()
     for key in unknown:  # the same call on every rank

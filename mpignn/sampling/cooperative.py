@@ -111,7 +111,7 @@ class CooperativeSampler:
 
     def close(self) -> None:
         """Collective: free the sampler's communicator and its rows' transport (built for a while only, as
-        `--minibatch auto`'s probe builds one)."""
+        `--minibatch tune`'s probe builds one)."""
         self.comm.Free()
         if self.rows is not None:
             self.rows.close()

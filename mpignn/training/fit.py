@@ -60,8 +60,8 @@ def _wants_resume(cfg: TrainConfig, comm: Any) -> bool:
 
 def resumed_minibatch(cfg: TrainConfig, comm: Any) -> str:
     """Collective over `comm`: the mini-batch mode the checkpoint a resume would load trained with ("" where
-    there is no resume, or its checkpoint cannot say): `--minibatch auto` continues it instead of timing the
-    modes again, so a resumed run replays the uninterrupted one. An unreadable checkpoint is left to the resume
+    there is no resume, or its checkpoint cannot say): `--minibatch auto` (or tune) continues it instead of choosing
+    again, so a resumed run replays the uninterrupted one. An unreadable checkpoint is left to the resume
     itself, which names the problem."""
     if not _wants_resume(cfg, comm):
         return ""

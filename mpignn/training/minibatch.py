@@ -2,7 +2,7 @@
 
 `--minibatch auto` (the default) decides from what the run counts, never from a clock, so one command and seed
 train one model on a quiet machine and a busy one (docs/reproducibility.md). On a small graph every mini-batch's
-L-hop neighbourhood covers most of it (Coauthor CS: 23,565 input rows a step over 2 ranks for 18,333 nodes), so
+L-hop neighbourhood covers most of it (Coauthor CS on 2 ranks: more input rows a step than it has nodes), so
 an epoch of mini-batches computes the graph's first layer many times where `--minibatch full` computes each row
 once a step. `choose_minibatch` draws the first independent step of epoch 0 and counts it; where its input rows
 (summed over ranks) reach `FULL_COVERAGE` of the graph's nodes and full-graph training can run (a homogeneous
@@ -49,9 +49,8 @@ nodes (below it, building the whole graph's batch would cost more than it could 
 FULL_WORTH = 3.0
 """Train full-graph where its step counts at most this many independent steps' multiply-adds: on the embedded
 graph 30 full-graph steps reached the validation accuracy of 60 independent ones, and on Amazon Photo full-graph
-runs ended higher than independent ones under the converge rule. The counts put the embedded graph at 4.9 and
-sbm200k at 5.2 (independent), Amazon Photo at 1.13 and Coauthor CS at 1.18 (full), where the earlier timing
-probe measured 3.4-4.6, 5.7, 1.2-1.6 and below 1 (docs/training.md, "Choosing the mode")."""
+runs ended higher than independent ones under the converge rule. The counted ratios on 2 ranks and the earlier timing
+probe's: docs/training.md, "Choosing the mode"."""
 MARGIN = 0.10
 """Cooperative must take at most (1 - MARGIN) of independent's time per step: within the noise, the mode with
 fewer moving parts wins."""
