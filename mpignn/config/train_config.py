@@ -186,10 +186,8 @@ class TrainConfig:
     eval_every: int = 1
     """Evaluate val/test every N epochs (and always after the last)."""
     minibatch: str = "auto"
-    """independent (each rank its seeds' rows), cooperative (each row once, by its owner), full (the whole graph
-    a step; small graphs); auto: full where the counted work of a full step is at most three independent
-    steps', else independent (never a timing); tune: the fastest on this machine's clock, printing the flag
-    that pins it (docs/training.md, "Choosing the mode")."""
+    """independent, cooperative (each row once, by its owner) or full (the whole graph a step); auto: full
+    where a full step counts little enough work, else independent; tune: timed (docs/training.md)."""
     sampler: str = "neighbor"
     """neighbor: each target draws its own --fanout neighbours; labor: layer-neighbour sampling, targets sharing a
     neighbour agree on it, so fewer rows a step (docs/training.md)."""

@@ -18,6 +18,7 @@ from mpignn.config.train_config import TrainConfig, check_fits
 from mpignn.errors import ConfigError, mark_agreed
 from mpignn.launch.allocator import keep_big_blocks
 from mpignn.launch.bootstrap import Runtime, bootstrap, shutdown
+from mpignn.loader.local_graph import LocalGraph
 from mpignn.mpi import check_all, check_same
 from mpignn.mpi.watchdog import Deadline, Watchdog, bounded
 from mpignn.runtime.graph import build_graph_and_model
@@ -86,7 +87,7 @@ def train_run(cfg: TrainConfig, task: Task, options: GraphOptions, stop: StopSig
     return code
 
 
-def _minibatch(rt: Runtime, cfg: TrainConfig, graph: Any, model: torch.nn.Module, task: Task,
+def _minibatch(rt: Runtime, cfg: TrainConfig, graph: LocalGraph, model: torch.nn.Module, task: Task,
                loader: Callable[..., Any]) -> str:
     """Collective over `rt.comm`: the mode that trains: the one given; for `auto` the checkpoint's where a resume
     can continue it, else counted (`choose_minibatch`); for `tune` timed (`tune_minibatch`)."""

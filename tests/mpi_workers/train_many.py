@@ -1,6 +1,5 @@
 """Train several tiny models in one process (`python -m mpignn.train`'s `main`, 1 rank): argv ROOT BASE
-NAME=FLAGS... trains each into BASE/NAME with --checkpoint-dir (flags split on spaces). --classic off: the
-plain model whichever mode --minibatch auto picks, since the tests rebuild it from PyG's convolutions."""
+NAME=FLAGS... trains each into BASE/NAME with --checkpoint-dir (flags split on spaces)."""
 import sys
 from pathlib import Path
 
@@ -15,7 +14,7 @@ def main(root: str, base: str, *runs: str) -> None:
     for run in runs:
         name, _, flags = run.partition("=")
         assert train(["--dataset", GRAPH, "--root", root, "--epochs", "1", "--fanout", "4,3", "--hidden", "16",
-                      "--batch-size", "128", "--threads", "1", "--classic", "off",
+                      "--batch-size", "128", "--threads", "1",
                       "--checkpoint-dir", str(Path(base) / name),
                       *flags.split()]) == 0
     print(f"MPIGNN-OK rank={world().rank}", flush=True)
