@@ -112,8 +112,9 @@ def _minibatch(rt: Runtime, cfg: TrainConfig, graph: LocalGraph, model: torch.nn
                                  bf16=cfg.precision == "bf16", refusal=cooperative_refusal(graph),
                                  num_nodes=graph.part.meta.num_nodes, full_refusal=full_problem)
         return mode
-    mode, why = choose_minibatch(rt, lambda m: loader("train", m, 1), in_width=0 if full_problem else graph.num_features,
-                                 hidden=cfg.hidden, num_nodes=graph.part.meta.num_nodes, full_refusal=full_problem)
+    in_width = 0 if full_problem else graph.num_features  # full_problem: a heterogeneous graph among others
+    mode, why = choose_minibatch(rt, lambda m: loader("train", m, 1), in_width=in_width, hidden=cfg.hidden,
+                                 num_nodes=graph.part.meta.num_nodes, full_refusal=full_problem)
     if rt.rank == 0:
         log.info("--minibatch auto: %s (%s)", mode, why)
     return mode

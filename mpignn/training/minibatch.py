@@ -148,8 +148,8 @@ def _close(loader: Any) -> None:
 
 
 def tune_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[[str], Any], *, task: Any,
-                     bf16: bool = False, refusal: str = "", num_nodes: int = 0,
-                     full_refusal: str = "one") -> tuple[str, dict[str, Probe]]:
+                   bf16: bool = False, refusal: str = "", num_nodes: int = 0,
+                   full_refusal: str = "one") -> tuple[str, dict[str, Probe]]:
     """Collective over `rt.comm` (`--minibatch tune`): "full", "cooperative" or "independent" by the clock, and
     what each measured; rank 0 logs the flag that pins the choice.
 
@@ -194,7 +194,8 @@ def tune_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[[s
         else:
             timed = ", ".join(f"{m} {p.step_s:.3f}s/step" for m, p in probes.items())
             log.info("--minibatch tune: %s | %s (redundancy %s%s); a step covers %.2f of the graph; the fastest "
-                     "of %d passes of %d steps each; pin it with --minibatch %s", mode, timed, _fmt(probes["independent"].redundancy),
+                     "of %d passes of %d steps each; pin it with --minibatch %s", mode, timed,
+                     _fmt(probes["independent"].redundancy),
                      f", cooperative halo {probes['cooperative'].halo_step_bytes / 2**20:.1f} MiB/step"
                      if "cooperative" in probes else "", coverage, ROUNDS, PROBE_STEPS, mode)
     return mode, probes
