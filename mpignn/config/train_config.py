@@ -283,8 +283,9 @@ class TrainConfig:
             except (OSError, tomllib.TOMLDecodeError) as exc:
                 raise ConfigError(f"cannot read --config {ns.config}: {exc}. HINT: a TOML file of key = value")
         values.update({k: v for k, v in vars(ns).items() if k != "config"})
-        for key in sorted(set(values) & set(REMOVED_FLAGS)):
-            raise ConfigError(REMOVED_FLAGS[key])
+        removed = sorted(set(values) & set(REMOVED_FLAGS))
+        if removed:
+            raise ConfigError(REMOVED_FLAGS[removed[0]])
         if values.get("task") == "link":  # measured link defaults, for each flag neither the file nor argv gave
             values = {**LINK_DEFAULTS, **values}
         known = {f.name for f in fields(cls)}
