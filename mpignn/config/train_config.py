@@ -325,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
         if f.type in ("bool", bool):
             parser.add_argument(flag, action="store_true", default=argparse.SUPPRESS, help=text)
         else:
-            kind = {"int": int, "float": float, "float | None": float}.get(str(f.type), str)
+            kind = {"int": int, "float": float}.get(str(f.type), str)
             parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=text)
     return parser
 

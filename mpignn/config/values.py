@@ -24,8 +24,6 @@ _TYPES: dict[str, tuple[Callable[[Any], bool], str, Callable[[str, str, Any], st
             lambda flag, key, d: f"{flag} {d}, or in TOML {key} = {d} (a whole number: no quotes, no decimal point)"),
     "float": (lambda v: _is_int(v) or isinstance(v, float), "a number",
               lambda flag, key, d: f"{flag} {d}, or in TOML {key} = {d} (no quotes)"),
-    "float | None": (lambda v: _is_int(v) or isinstance(v, float) or v is None, "a number",
-                     lambda flag, key, d: f"{flag} 0.5, or in TOML {key} = 0.5 (no quotes)"),
     "str": (lambda v: isinstance(v, str), "a string",
             lambda flag, key, d: f'in TOML {key} = "{d}" (text in quotes, as {flag} takes it)'),
     "bool": (lambda v: isinstance(v, bool), "a TOML boolean (true or false)",
@@ -59,7 +57,7 @@ def check_types(values: Mapping[str, Any], annotations: Mapping[str, Any],
             example = (defaults or {}).get(name, "...")
             raise ConfigError(f"config key {name} ({flag}) expected {what}; got {value!r} ({type(value).__name__}). "
                               f"HINT: {hint(flag, name, example)}")
-        if kind in ("float", "float | None") and _is_int(value):
+        if kind == "float" and _is_int(value):
             widened[name] = float(value)
     return widened
 
@@ -89,7 +87,7 @@ RANGES: tuple[tuple[tuple[str, ...], Callable[..., bool], str], ...] = (
     (("target_test",), lambda v: 0 <= v <= 1,
      "--target-test must be a score in [0, 1] (0: none); got {0}. HINT: e.g. --target-test 0.96"),
     (("lr",), lambda v: _finite(v) and v > 0, "--lr must be a finite positive number; got {0}. HINT: e.g. --lr 0.003"),
-    (("dropout",), lambda v: v is None or 0 <= v < 1,
+    (("dropout",), lambda v: 0 <= v < 1,
      "--dropout must be a probability in [0, 1); got {0}. HINT: e.g. --dropout 0.5, or 0 for none"),
     (("weight_decay",), lambda v: _finite(v) and v >= 0,
      "--weight-decay must be a finite number >= 0; got {0}. HINT: e.g. --weight-decay 0.0005, or 0 for none"),
