@@ -60,7 +60,7 @@ def test_training_with_a_partition_on_one_host_only(tmp_path):
              "--fanout 5,5")
     rc, out = _multihost(2, 1, ["unshare", "--mount", "sh", "-c", train])
     assert rc == 0 and "final test accuracy" in out and "2 ranks on 2 hosts" in out, out[-3000:]
-    assert "sent 1 part(s)" in out and "its host does not see the folder" in out, out[-3000:]
+    assert "to rank 1 from rank(s) 0" in out and "its host lacked parts it loads" in out, out[-3000:]
     assert not list(root.iterdir()), "the ranks wrote outside their private --root"
 
 

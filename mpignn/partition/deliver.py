@@ -1,16 +1,19 @@
 """Partition folders delivered over MPI to hosts that do not see them (nodes without a shared filesystem).
 
-One rank writes the folder (rank 0, preparing or given `--partitions`). The leader (node-local rank 0) of
-every host where that path holds no folder, or another partition, receives from rank 0 what its host's ranks
-load: META.json, the held-out edges (`links/`) and their parts, file by file in chunks, each checked against
-its sha256, into a temporary folder that is renamed into place only when all of it arrived intact. Hosts that
-see the folder (a shared filesystem, or an earlier delivery) receive nothing. `node_map.npy` (original ids,
-needed only to read results back) stays with the writer. Only an mpignn partition folder (or nothing) is
-ever replaced: anything else at that path is refused on every rank, unless `force`.
+Every host's leader (node-local rank 0) tells rank 0 what its folder at that path holds: META.json and the
+parts complete in it (every file at the size META.json records). Rank 0 picks the partition the job uses, its
+own host's when the job's hosts hold every part of it between them, else the first other host's that does
+(the requeue of a job on the same hosts in another order, or on a subset of them), and each leader whose host
+lacks parts its ranks load receives them from a host that holds them, with META.json, the held-out edges
+(`links/`) and `node_map.npy` (original ids), file by file in chunks, each checked against its sha256
+(`mpignn.mpi.transfer`). A host that holds the same META.json receives only the files it lacks, each renamed
+into place once whole; one that holds another partition, or none, receives into a temporary folder that
+replaces its folder only once all of it arrived intact. Only an mpignn partition folder (or nothing) is ever
+replaced: anything else at that path is refused on every rank, unless `force`. A part no host holds is
+refused on every rank, naming what each host holds: nothing is prepared again behind the user's back.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -18,69 +21,202 @@ import shutil
 import socket
 import time
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import Any, Callable
 
 from mpignn.errors import PartitionFormatError
 from mpignn.fileio import remove_leftovers, replace_dir, sha256_file, temp_name
 from mpignn.mpi import check_all
+from mpignn.mpi.transfer import Move, move_files
 from mpignn.partition.format import part_dir
 
-__all__ = ["deliver_partition", "CHUNK_BYTES"]
+__all__ = ["deliver_partition", "held_by_hosts"]
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 1 << 26  # per message; tests lower it to exercise many chunks
-_TAG = 7201
+
+def _view(folder: Path, usable: Callable[[Path], bool] | None) -> dict[str, Any]:
+    """What this host's `folder` holds: META.json's text (None: none, or not `usable`), the parts complete
+    in it, and the other files a delivery carries ({relative path: bytes})."""
+    view: dict[str, Any] = {"host": socket.gethostname(), "meta": None, "complete": [], "files": {},
+                            "foreign": _foreign(folder)}
+    try:
+        text = (folder / "META.json").read_text()
+        meta = json.loads(text)
+        if usable is not None and not usable(folder):
+            return view
+        view["meta"] = text
+        view["complete"] = [k for k in range(len(meta["parts"])) if _part_complete(folder, meta, k)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return view
+    extras = [folder / "node_map.npy"] + (sorted((folder / "links").iterdir()) if (folder / "links").is_dir() else [])
+    view["files"] = {str(p.relative_to(folder)): p.stat().st_size for p in extras if p.is_file()}
+    return view
 
 
-def deliver_partition(comm: Any, folder: str | os.PathLike, part_id: int, *, force: bool = False) -> dict[int, int]:
-    """Collective over `comm`: make `folder` (the same path on every rank) hold `part_id` on every host.
+def _part_complete(folder: Path, meta: dict, k: int) -> bool:
+    try:
+        return all((part_dir(folder, k) / f"{name}.npy").stat().st_size == info["bytes"]
+                   for name, info in meta["parts"][k]["files"].items())
+    except (OSError, KeyError, TypeError):
+        return False
 
-    A receiving host's leader first removes what killed deliveries of this host left beside the folder
-    (`fileio.remove_leftovers`).
 
-    Returns, on rank 0, {leader rank: bytes sent} for the hosts that received files ({} elsewhere, and when
-    every host already sees the folder, or rank 0 has none: the usual checks then report it).
-
-    Raises:
-        PartitionFormatError: on every rank, when a host could not write or received a corrupt file, or when
-            `folder` on a receiving host holds something other than an mpignn partition folder and `force`
-            is not set (nothing is then changed there).
-    """
+def _survey(comm: Any, folder: Path, part_id: int, usable: Callable[[Path], bool] | None) -> list[Any]:
+    """Collective over `comm`: on rank 0, each rank's (parts its host's ranks load, its folder's view), given
+    by each host's leader (None from the other ranks)."""
     from mpi4py import MPI
 
-    folder = Path(folder)
-    meta = _read_meta(folder) if comm.rank == 0 else None
-    meta = comm.bcast(meta, root=0)
-    if meta is None:
-        return {}
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
     try:
         parts = local.gather(int(part_id), root=0)
-        want = None
-        fits = local.rank == 0 and all(0 <= k < len(meta.get("parts", ())) for k in parts)
-        if fits and comm.rank != 0 and not _complete(folder, meta, set(parts)):  # other part counts: checks refuse
-            want = sorted(set(parts))
-        refused = _foreign(folder) if want is not None and not force else ""
-        check_all(comm, not refused, refused, PartitionFormatError)
-        wants = comm.gather(want, root=0)
-        sent: dict[int, int] = {}
-        problem = ""
-        if comm.rank == 0:
-            for leader, ids in enumerate(wants):
-                if ids is not None:
-                    start = time.perf_counter()
-                    sent[leader] = _send(comm, folder, meta, ids, leader)
-                    log.info("sent %d part(s) of %s to rank %d (%.1f MiB, %.1fs): its host does not see the folder",
-                             len(ids), folder, leader, sent[leader] / 2**20, time.perf_counter() - start)
-        elif want is not None:
-            problem = _receive(comm, folder)
-        check_all(comm, not problem, problem, PartitionFormatError)
-        return sent
+        mine = (sorted(set(parts)), _view(folder, usable)) if local.rank == 0 else None
     finally:
         local.Free()
+    return comm.gather(mine, root=0)
+
+
+def _reference(views: list[Any]) -> str | None:
+    """The META.json the job uses: rank 0's host's, else the first other host's (by rank) whose parts the
+    hosts hold between them; None when no partition the hosts hold covers what the job loads."""
+    wanted = {k for v in views if v is not None for k in v[0]}
+    for entry in views:
+        if entry is None or entry[1]["meta"] is None:
+            continue
+        text = entry[1]["meta"]
+        count = len(json.loads(text)["parts"])
+        held = {k for v in views if v is not None and v[1]["meta"] == text for k in v[1]["complete"]}
+        if {k for k in wanted if k < count} <= held:  # other part counts: the usual checks refuse them
+            return text
+    return None
+
+
+def held_by_hosts(comm: Any, folder: str | os.PathLike, part_id: int,
+                  usable: Callable[[Path], bool] | None = None) -> bool:
+    """Collective over `comm`: whether the job's hosts hold, between them, every part the job's ranks load of
+    one partition at `folder` (`usable`: which folders count, e.g. those with the task's held-out edges)."""
+    views = _survey(comm, Path(folder), part_id, usable)
+    return bool(comm.bcast(_reference(views) is not None if comm.rank == 0 else None, root=0))
+
+
+def _holdings(views: list[Any]) -> str:
+    parts = []
+    for v in views:
+        if v is not None:
+            held = ", ".join(f"part-{k:03d}" for k in v[1]["complete"]) if v[1]["meta"] else "no partition"
+            parts.append(f"{v[1]['host']}: {held or 'META.json only'}")
+    return "; ".join(parts)
+
+
+def _plan(views: list[Any], folder: Path, force: bool) -> tuple[str | None, list[Move], str, dict[int, str]]:
+    """Rank 0: (the reference META.json, the moves, a refusal or '', {receiving leader: 'whole'|'missing'})."""
+    ref = _reference(views)
+    if ref is None:
+        if any(v is not None and v[1]["meta"] for v in views):
+            wanted = sorted({k for v in views if v is not None for k in v[0]})
+            return None, [], (
+                f"expected the job's hosts to hold parts {wanted} of the partition at {folder} between them; got "
+                f"{_holdings(views)}. HINT: run the job on the hosts that hold the missing parts (the one that "
+                "partitioned holds them all), or copy the folder there; nothing was changed"), {}
+        return None, [], "", {}  # no folder anywhere: the usual checks report it
+    meta = json.loads(ref)
+    holders = [r for r, v in enumerate(views) if v is not None and v[1]["meta"] == ref]
+    part_holder = {k: next(r for r in holders if k in views[r][1]["complete"])
+                   for k in {k for r in holders for k in views[r][1]["complete"]}}
+    extras_at = holders[0]
+    moves: list[Move] = []
+    modes: dict[int, str] = {}
+    for leader, entry in enumerate(views):
+        if entry is None:
+            continue
+        wants, view = entry
+        if any(not 0 <= k < len(meta["parts"]) for k in wants):
+            continue  # another number of parts: the usual checks refuse it
+        same = view["meta"] == ref
+        need = [k for k in wants if not (same and k in view["complete"])]
+        extras = {rel: size for rel, size in views[extras_at][1]["files"].items()
+                  if not (same and view["files"].get(rel) == size)}
+        if not need and not extras:
+            continue
+        if not same and view["foreign"] and not force:
+            return ref, [], view["foreign"], {}
+        modes[leader] = "missing" if same else "whole"
+        for k in need:
+            src = part_holder[k]
+            for name, info in meta["parts"][k]["files"].items():
+                moves.append(Move(src, leader, f"{part_dir(folder, k).name}/{name}.npy", info["bytes"],
+                                  info["sha256"]))
+        moves += [Move(extras_at, leader, rel, size, "") for rel, size in sorted(extras.items())]
+        if not same:
+            text = ref.encode()
+            moves.append(Move(extras_at, leader, "META.json", len(text), ""))  # last: it marks a complete folder
+    return ref, moves, "", modes
+
+
+def deliver_partition(comm: Any, folder: str | os.PathLike, part_id: int, *, force: bool = False,
+                      usable: Callable[[Path], bool] | None = None) -> dict[int, int]:
+    """Collective over `comm`: make `folder` (the same path on every rank) hold `part_id` on every host (see
+    the module docstring); `usable` says which hosts' folders count (default: any mpignn partition folder).
+    A receiving host's leader first removes what killed deliveries of this host left beside the folder
+    (`fileio.remove_leftovers`).
+
+    Returns, on rank 0, {leader rank: bytes received} for the hosts that received files ({} elsewhere, and
+    when every host holds what its ranks load, or no host holds a folder: the usual checks then report it).
+
+    Raises:
+        PartitionFormatError: on every rank, when a host could not write or received a corrupt file, when no
+            host holds a part the job loads, or when `folder` on a receiving host holds something other than
+            an mpignn partition folder and `force` is not set (nothing is then changed there).
+    """
+    folder = Path(folder)
+    views = _survey(comm, folder, part_id, usable)
+    plan = _plan(views, folder, force) if comm.rank == 0 else None
+    _, moves, refused, modes = comm.bcast(plan, root=0)
+    check_all(comm, not refused, refused, PartitionFormatError)
+    start = time.perf_counter()
+    mode = modes.get(comm.rank)
+    write_root, problem = folder, ""
+    if mode is not None:
+        try:
+            remove_leftovers(folder)
+            if mode == "whole":
+                write_root = temp_name(folder, "incoming")
+                shutil.rmtree(write_root, ignore_errors=True)
+            write_root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            problem = f"cannot write the partition delivered to {folder} on {socket.gethostname()}: {exc}"
+    moves = _with_digests(comm, moves, folder)
+    problem = move_files(comm, moves, folder, write_root if not problem else None) or problem
+    if mode == "whole":
+        try:
+            if not problem:
+                replace_dir(write_root, folder)
+        except OSError as exc:
+            problem = f"cannot move the partition delivered to {folder} into place on {socket.gethostname()}: {exc}"
+        finally:
+            shutil.rmtree(write_root, ignore_errors=True)
+    problem = problem and (problem + ". HINT: re-create the partition on a host that holds it whole (python -m "
+                           "mpignn.partition --force), or give every host a writable --root")
+    check_all(comm, not problem, problem, PartitionFormatError)
+    sent = {}
+    for move in moves:
+        sent[move.dst] = sent.get(move.dst, 0) + move.size
+    if comm.rank == 0:
+        for leader, size in sent.items():
+            sources = sorted({m.src for m in moves if m.dst == leader})
+            log.info("sent %.1f MiB of %s to rank %d from rank(s) %s (%.1fs): its host lacked parts it loads",
+                     size / 2**20, folder, leader, ",".join(map(str, sources)), time.perf_counter() - start)
+    return sent if comm.rank == 0 else {}
+
+
+def _with_digests(comm: Any, moves: list[Move], folder: Path) -> list[Move]:
+    """`moves` with the sha256 of the files META.json does not record (node_map, links, META.json itself),
+    computed by their senders and shared with every rank."""
+    mine = {(m.src, m.rel): sha256_file(folder / m.rel) for m in moves
+            if not m.sha256 and m.src == comm.rank and (folder / m.rel).is_file()}
+    known: dict[tuple[int, str], str] = {}
+    for part in comm.allgather(mine):
+        known.update(part)
+    return [m._replace(sha256=m.sha256 or known.get((m.src, m.rel), "missing")) for m in moves]
 
 
 def _foreign(folder: Path) -> str:
@@ -99,110 +235,5 @@ def _foreign(folder: Path) -> str:
     if not what:
         return ""
     return (f"expected {folder} on {socket.gethostname()} to be absent or an mpignn partition folder, got {what}; "
-            "refusing to replace it with rank 0's partition. HINT: point --partitions (or --root) at a path of its "
-            "own, or pass --force to replace what is there")
-
-
-def _read_meta(folder: Path) -> dict | None:
-    """META.json as text and data, or None when rank 0 has no readable folder."""
-    try:
-        text = (folder / "META.json").read_text()
-        return {"text": text, **json.loads(text)}
-    except (OSError, ValueError):
-        return None
-
-
-def _complete(folder: Path, meta: dict, ids: set[int]) -> bool:
-    """This host holds the same META.json and every file of `ids` at its recorded size."""
-    try:
-        if (folder / "META.json").read_text() != meta["text"]:
-            return False
-        for k in ids:
-            for name, info in meta["parts"][k]["files"].items():
-                if (part_dir(folder, k) / f"{name}.npy").stat().st_size != info["bytes"]:
-                    return False
-    except (OSError, IndexError, KeyError):
-        return False
-    return True
-
-
-def _manifest(folder: Path, meta: dict, ids: list[int]) -> list[tuple[str, int, str]]:
-    """(relative path, bytes, sha256) of what a host with parts `ids` loads; META.json last (it marks a
-    complete folder, as the writer writes it last)."""
-    files = []
-    links = folder / "links"
-    if links.is_dir():
-        files += [(f"links/{p.name}", p.stat().st_size, sha256_file(p)) for p in sorted(links.iterdir())]
-    for k in ids:
-        for name, info in meta["parts"][k]["files"].items():
-            files.append((f"{part_dir(folder, k).name}/{name}.npy", info["bytes"], info["sha256"]))
-    text = meta["text"].encode()
-    return files + [("META.json", len(text), hashlib.sha256(text).hexdigest())]
-
-
-def _send(comm: Any, folder: Path, meta: dict, ids: list[int], dest: int) -> int:
-    from mpi4py import MPI
-
-    manifest = _manifest(folder, meta, ids)
-    comm.send(manifest, dest=dest, tag=_TAG)
-    buf = np.empty(min(CHUNK_BYTES, max(size for _, size, _ in manifest)), dtype=np.uint8)
-    for rel, size, _ in manifest:
-        with open(folder / rel, "rb") as f:
-            left = size
-            while left:
-                n = f.readinto(memoryview(buf)[:min(len(buf), left)])
-                if not n:  # shorter than META.json says: send zeros, the receiver's checksum refuses them
-                    buf[:min(len(buf), left)] = 0
-                    n = min(len(buf), left)
-                comm.Send([buf[:n], MPI.BYTE], dest=dest, tag=_TAG)
-                left -= n
-    return sum(size for _, size, _ in manifest)
-
-
-def _receive(comm: Any, folder: Path) -> str:
-    """Receive every file rank 0 sends, even after a failure (so it never blocks); '' or what went wrong."""
-    from mpi4py import MPI
-
-    manifest = comm.recv(source=0, tag=_TAG)
-    where = f"on {socket.gethostname()}"
-    tmp = temp_name(folder, "incoming")
-    problem = ""
-    try:
-        remove_leftovers(folder)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    except OSError as exc:
-        problem = f"cannot write the partition delivered to {folder} {where}: {exc}"
-    buf = np.empty(min(CHUNK_BYTES, max(size for _, size, _ in manifest)), dtype=np.uint8)
-    for rel, size, digest in manifest:
-        out, check = None, hashlib.sha256()
-        if not problem:
-            try:
-                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-                out = open(tmp / rel, "wb")
-            except OSError as exc:
-                problem = f"cannot write the partition delivered to {folder} {where}: {exc}"
-        left = size
-        while left:
-            n = min(len(buf), left)
-            comm.Recv([buf[:n], MPI.BYTE], source=0, tag=_TAG)
-            check.update(buf[:n])
-            if out is not None:
-                try:
-                    out.write(buf[:n])
-                except OSError as exc:
-                    problem, out = f"cannot write the partition delivered to {folder} {where}: {exc}", None
-            left -= n
-        if out is not None:
-            out.close()
-        if not problem and check.hexdigest() != digest:
-            problem = f"{rel} of {folder} arrived {where} with a wrong sha256 (corrupt at the sender)"
-    try:
-        if not problem:
-            replace_dir(tmp, folder)
-    except OSError as exc:
-        problem = f"cannot move the partition delivered to {folder} into place {where}: {exc}"
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return problem + (". HINT: re-create the partition on rank 0's host (python -m mpignn.partition --force), "
-                      "or give every host a writable --root" if problem else "")
+            "refusing to replace it with the job's partition. HINT: point --partitions (or --root) at a path of "
+            "its own, or pass --force to replace what is there")

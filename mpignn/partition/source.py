@@ -20,7 +20,7 @@ from mpignn.config.graph_options import GraphOptions
 from mpignn.mpi import check_all, root_first
 from mpignn.partition import LocalPart, check_matches, load_partition, partition_graph, read_meta
 from mpignn.partition.format import check_source, check_splits
-from mpignn.partition.deliver import deliver_partition
+from mpignn.partition.deliver import deliver_partition, held_by_hosts
 from mpignn.partition.links import has_link_split, load_link_split
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) ->
     num_parts = 1 if opts.replicated else rt.world_size
     if opts.partitions:
         folder = Path(opts.partitions)
-        deliver_partition(comm, folder, part_id, force=opts.force)  # to hosts that do not see rank 0's folder
+        deliver_partition(comm, folder, part_id, force=opts.force)  # to hosts that lack the parts they load
         # rank 0's view of the dataset's content (None: its files are not there, nor needed: nothing to compare)
         # and of the split file's (compared whether or not the dataset's files are there)
         source, tag, unreadable = comm.bcast(_given_view(opts) if comm.rank == 0 else None, root=0)
@@ -103,11 +103,14 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) ->
     source = comm.bcast(dataset_source(opts.dataset, opts.root, opts.splits) if comm.rank == 0 else None, root=0)
     folder = auto_folder(opts.root, _content_key(key) + ("-links" if opts.links else ""), opts.method, num_parts,
                          opts.seed, source)
-    ready = lambda: (folder / "META.json").is_file() and (  # noqa: E731
-        link_params is None or has_link_split(folder, link_params))
+    usable = None if link_params is None else (lambda f: has_link_split(f, link_params))  # noqa: E731
+    # made before, on a host of this job (another host's copy is delivered, never made again): held anywhere
+    # with the one writer; each host's own with --local-prep
+    held = None if opts.local_prep else held_by_hosts(comm, folder, part_id, usable)
     with root_first(comm, per_host=opts.local_prep, timeout=opts.prep_timeout,
                     what=f"preparing {opts.dataset}") as first:
-        if first and not ready():
+        if first and not (held if held is not None else
+                          (folder / "META.json").is_file() and (usable is None or usable(folder))):
             try:
                 graph = load_dataset(opts.dataset, opts.root, splits=opts.splits)
                 rep = partition_graph(graph, num_parts, folder, method=opts.method, seed=opts.seed, dataset=key,
@@ -122,7 +125,7 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) ->
             log.info("partitioned %s into %d parts (%s): edge cut %.1f%%, %.1fs", key, num_parts, opts.method,
                      rep["edge_cut_pct"], rep["seconds"])
             del graph
-    deliver_partition(comm, folder, part_id, force=opts.force)
+    deliver_partition(comm, folder, part_id, force=opts.force, usable=usable)
     return folder
 
 

@@ -36,8 +36,9 @@ import numpy as np
 
 from mpignn.errors import ConfigError, mark_agreed
 from mpignn.mpi.commit import commit_folder, manifest_bytes, os_problem
+from mpignn.mpi.transfer import Move, move_files, sees_rank0
 from mpignn.fileio import (fsync_dir, fsync_file, load_npy, read_json, remove_leftovers, replace_dir, save_npy,
-                           temp_name, write_durable)
+                           sha256_file, temp_name, write_durable)
 
 __all__ = ["FORMAT", "MANIFEST", "check_out", "write_predictions", "load", "read_manifest"]
 
@@ -94,11 +95,14 @@ def write_predictions(comm: Any, out: str | os.PathLike, part_id: int, num_parts
                                       + hint + (" (the old one is kept)" if out.exists() else "")))
     groups = ({_type_dir(k): arrays[t] for k, t in enumerate(node_types)} if node_types is not None
               else {"": arrays})  # "": the part's folder itself
+    # node-local disks: a rank whose host does not see rank 0's folder writes its files on its own host, then
+    # sends them to rank 0, whose host holds OUT whole
+    remote = comm.size > 1 and not sees_rank0(comm, tmp)
 
-    def write_own() -> tuple[int, dict[str, int], dict[str, dict[str, list]], int | None]:
+    def write_own() -> tuple[int, dict[str, int], dict[str, dict[str, list]], int | None, list]:
         fields: dict[str, dict[str, list]] = {g: {} for g in groups}
         here = _part_dir(tmp, part_id)
-        here.mkdir()
+        here.mkdir(parents=remote)
         for g, group in groups.items():
             where = here / g
             where.mkdir(exist_ok=True)
@@ -109,35 +113,45 @@ def write_predictions(comm: Any, out: str | os.PathLike, part_id: int, num_parts
             if g:
                 fsync_dir(where)
         if pair_scores is not None:
-            (tmp / "pairs").mkdir(exist_ok=True)
+            (tmp / "pairs").mkdir(parents=remote, exist_ok=True)
             save_npy(tmp / "pairs" / f"score-{comm.rank:03d}.npy", pair_scores)
             fsync_file(tmp / "pairs" / f"score-{comm.rank:03d}.npy")
             fsync_dir(tmp / "pairs")
         fsync_dir(here)
         rows = {g: len(group["node_id"]) for g, group in groups.items()}
-        return part_id, rows, fields, None if pair_scores is None else len(pair_scores)
+        mine = [here, *([tmp / "pairs" / f"score-{comm.rank:03d}.npy"] if pair_scores is not None else [])]
+        sent = [(str(p.relative_to(tmp)), p.stat().st_size, sha256_file(p)) for top in mine
+                for p in ([top] if top.is_file() else sorted(top.rglob("*"))) if p.is_file()] if remote else []
+        return part_id, rows, fields, None if pair_scores is None else len(pair_scores), sent
 
-    def prepare(reports: list[tuple[int, dict[str, int], dict[str, dict[str, list]], int | None]]) -> dict:
+    def prepare(reports: list[tuple[int, dict[str, int], dict[str, dict[str, list]], int | None, list]]) -> tuple:
         ordered = sorted(reports, key=lambda r: r[0])
-        parts = [{"part": p, "rows": int(sum(n.values()))} for p, n, _, _ in ordered]
+        parts = [{"part": p, "rows": int(sum(n.values()))} for p, n, *_ in ordered]
         manifest = {"format": FORMAT, "num_nodes": int(num_nodes), "num_parts": int(num_parts), "parts": parts,
-                    "pairs": [int(k) for *_, k in reports] if pair_scores is not None else None, **(info or {})}
+                    "pairs": [int(r[3]) for r in reports] if pair_scores is not None else None, **(info or {})}
         if node_types is None:
             manifest["fields"] = reports[0][2][""]
         else:
             manifest["node_types"] = {
                 t: {"folder": _type_dir(k), "num_nodes": int(node_types[t]), "fields": reports[0][2][_type_dir(k)],
-                    "parts": [{"part": p, "rows": int(n[_type_dir(k)])} for p, n, _, _ in ordered]}
+                    "parts": [{"part": p, "rows": int(n[_type_dir(k)])} for p, n, *_ in ordered]}
                 for k, t in enumerate(node_types)}
-        return manifest
+        return manifest, [Move(r, 0, *f) for r, report in enumerate(reports) for f in report[4]]
 
-    def finish(manifest: dict) -> None:
-        write_durable(tmp / MANIFEST, lambda f: f.write(manifest_bytes(manifest)))  # last: the folder counts
-        replace_dir(tmp, out)
-        fsync_dir(out.parent)
+    def finish(payload: tuple[dict, list[Move]]) -> None:
+        manifest, moves = payload
+        problem = move_files(comm, moves, tmp, tmp)
+        if problem:
+            raise OSError(problem)
+        if comm.rank == 0:
+            write_durable(tmp / MANIFEST, lambda f: f.write(manifest_bytes(manifest)))  # last: the folder counts
+            replace_dir(tmp, out)
+            fsync_dir(out.parent)
 
-    problem = commit_folder(comm, write_own, prepare, finish, writer=comm.rank == 0,
+    problem = commit_folder(comm, write_own, prepare, finish, writer=comm.rank == 0 or remote,
                             cleanup=lambda: shutil.rmtree(tmp, ignore_errors=True))
+    if remote:  # sent (or failed): this host's copy goes
+        shutil.rmtree(tmp, ignore_errors=True)
     if problem:
         raise mark_agreed(ConfigError(f"--out expected room for the predictions in {out.parent}; got {problem}. "
                                       + hint + (" (the old one is kept)" if out.exists() else "")))

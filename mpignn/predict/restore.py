@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from mpignn.training.checkpoint import CHECKPOINT, MANIFEST, latest_checkpoint, resume_state
+from mpignn.training.checkpoint_hosts import bring_generation
 from mpignn.training.optim import adam
 from mpignn.config.train_config import TrainConfig
 from mpignn.errors import ConfigError, MpignnError
@@ -101,6 +102,8 @@ def restore_run(rt: Runtime, checkpoint_dir: str, generation: str = "latest",
             a partition that does not match it, learnable rows saved by another number of ranks.
     """
     problem, saved, folder = "", {}, None
+    # node-local folders: the generation reaches the hosts that lack it; what none holds, find_checkpoint says
+    bring_generation(rt.comm, checkpoint_dir, None if generation == "latest" else generation)
     try:
         folder = find_checkpoint(checkpoint_dir, generation)
         saved = read_saved(folder)

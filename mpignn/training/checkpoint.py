@@ -349,7 +349,8 @@ def resume_state(comm: Any, folder: str | os.PathLike, model: torch.nn.Module, o
     try:
         if where is None:
             raise ConfigError(f"--resume expected a checkpoint in {folder} (gen-*/{MANIFEST} or {CHECKPOINT}); "
-                              "found none. HINT: check --checkpoint-dir, or drop --resume to start fresh")
+                              "found none on any host of this job. HINT: check --checkpoint-dir (a node-local one: run where "
+                              "the saving job ran), or drop --resume to start fresh")
         if where == Path(folder):  # the older single-file format
             state, name, digest = _read(where), CHECKPOINT, sha256_file(where / CHECKPOINT)
         else:

@@ -15,6 +15,7 @@ from mpignn.config.refusals import check_combinations
 from mpignn.config.choices import MINIBATCH_MODES
 from mpignn.errors import MpignnError
 from mpignn.training.checkpoint import checkpoint_config, latest_checkpoint, resume_state, save_state
+from mpignn.training.checkpoint_hosts import bring_generation
 from mpignn.training import converge
 from mpignn.launch.device import cpu_lacks_bf16_units
 from mpignn.training.ddp import optimize_for_device, wrap_ddp
@@ -50,12 +51,19 @@ def check_flags(cfg: TrainConfig, task: Any) -> None:
 
 
 def _wants_resume(cfg: TrainConfig, comm: Any) -> bool:
-    """Collective over `comm`: --resume, or --requeue with a checkpoint present (rank 0 looks, all agree)."""
-    if cfg.resume or not cfg.requeue:
-        return bool(cfg.resume)
-    found = latest_checkpoint(cfg.checkpoint_dir) is not None if comm.rank == 0 else None
-    with bounded("resume check (bcast)"):
-        return bool(comm.bcast(found, root=0))
+    """Collective over `comm`: --resume, or --requeue with a checkpoint on any host of the job. Either way the
+    newest generation is first copied to the hosts that lack it (node-local folders: `bring_generation`)."""
+    if not (cfg.resume or cfg.requeue):
+        return False
+    with bounded("checkpoint survey"):
+        found = bring_generation(comm, cfg.checkpoint_dir) is not None
+        # an older run's single file, where it was saved (rank 0 looks)
+        found = bool(comm.bcast(found or latest_checkpoint(cfg.checkpoint_dir) is not None if comm.rank == 0
+                                else None, root=0))
+    if cfg.requeue and not cfg.resume and not found and comm.rank == 0:
+        log.info("--requeue: no checkpoint in %s on any host of this job: training starts at epoch 0",
+                 cfg.checkpoint_dir)
+    return bool(cfg.resume) or found
 
 
 def resumed_minibatch(cfg: TrainConfig, comm: Any) -> str:
@@ -99,16 +107,18 @@ def _fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, An
     resuming = _wants_resume(cfg, rt.comm)
     lock = claim_checkpoint_dir(rt.comm, cfg, resuming) if cfg.checkpoint_dir else None
     try:
-        return _train(cfg, rt, graph, loaders, model, optimizer, stop, resuming, resolved)
+        return _train(cfg, rt, graph, loaders, model, optimizer, stop, resuming, resolved, lock is not None)
     finally:
         if lock is not None:
             lock.release()
 
 
 def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any], model: torch.nn.Module,
-           optimizer: torch.optim.Optimizer, stop: StopSignal | None, resuming: bool, resolved: dict[str, Any]) -> int:
+           optimizer: torch.optim.Optimizer, stop: StopSignal | None, resuming: bool, resolved: dict[str, Any],
+           host_writer: bool = False) -> int:
     """The epochs. The reported test accuracy is the one at the best validation epoch (the OGB protocol); each
-    epoch record carries best_epoch, best_val_acc and test_acc_at_best_val so far."""
+    epoch record carries best_epoch, best_val_acc and test_acc_at_best_val so far. `host_writer`: this rank
+    keeps best/ for its host's --checkpoint-dir (rank 0, and each host's first rank where it is node-local)."""
     task = graph.task
     comm, best = rt.comm, BestEpoch(metric=task.metric)
     first_epoch, first_step, carry, stale = 0, 0, None, 0  # stale: evaluations since validation improved
@@ -200,7 +210,8 @@ def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, 
                                "ref": ref})
             if improved:  # the weights just saved are the best validation's
                 on_behalf(comm, lambda: keep_best(gen, cfg.checkpoint_dir), f"a copy of {gen.name} to best/ in "
-                          f"{cfg.checkpoint_dir}", f"free space there; {gen.name} holds the same weights")
+                          f"{cfg.checkpoint_dir}", f"free space there; {gen.name} holds the same weights",
+                          writer=host_writer)
         if reached:
             hit_val = bool(cfg.target_val) and val is not None and val >= cfg.target_val
             split, score, flag, target = (("validation", val, "--target-val", cfg.target_val) if hit_val

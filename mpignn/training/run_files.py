@@ -21,6 +21,7 @@ import torch
 from mpignn.errors import ConfigError
 from mpignn.mpi import check_all, topology
 from mpignn.mpi.commit import os_problem
+from mpignn.mpi.transfer import sees_rank0
 from mpignn.training.checkpoint import CHECKPOINT, MANIFEST, generations
 from mpignn.training.report import append_jsonl
 
@@ -83,35 +84,56 @@ def _start_over(folder: Path) -> None:
 
 
 def claim_checkpoint_dir(comm: Any, cfg: TrainConfig, resuming: bool) -> FolderLock | None:
-    """Collective over `comm`: make --checkpoint-dir this run's (rank 0 looks and locks; the ranks agree).
+    """Collective over `comm`: make --checkpoint-dir this run's on every host that writes it: rank 0, and the
+    first rank of each host that does not see rank 0's folder (node-local disks) create it, lock it and look
+    in it; the ranks agree.
 
-    Refused on every rank alike, in one line: a folder holding another run's checkpoint when the run does not
-    continue it (`resuming`; --force-new starts over there instead), and a folder another live job trains in.
-    Returns rank 0's lock (None elsewhere); hold it for the run.
+    Refused on every rank alike, in one line naming the host: a folder holding another run's checkpoint when the
+    run does not continue it (`resuming`; --force-new starts over there instead), and a folder another live job
+    trains in. Returns this rank's lock (None on ranks that hold none); hold it for the run.
     """
-    problem, lock = "", None
+    folder = Path(cfg.checkpoint_dir)
+    lock, problem = None, ""
     if comm.rank == 0:
-        folder = Path(cfg.checkpoint_dir)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            lock = FolderLock(folder)
-            holder = lock.acquire()
-            saved = "" if resuming else _saved(folder)
-            if holder:
-                problem = (f"--checkpoint-dir expected a folder no other job trains in; got {folder}, locked by "
-                           f"{holder} ({LOCK}). HINT: wait for that job, or use another --checkpoint-dir")
-            elif saved and not cfg.force_new:
-                problem = (f"--checkpoint-dir expected a folder of this run; got {folder} holding another run's "
-                           f"checkpoint {saved}. HINT: add --resume to continue it, --force-new to start over there "
-                           "(its checkpoints are removed), or use another --checkpoint-dir")
-            elif saved:
-                _start_over(folder)
-        except OSError as exc:
-            problem = f"--checkpoint-dir {folder} cannot be used: {os_problem(exc)}. HINT: a writable folder"
-        if problem and lock is not None:
-            lock.release()
+        lock, problem = _claim(folder, cfg, resuming)
     check_all(comm, not problem, problem, ConfigError)
+    if comm.size > 1:
+        leader, shared = topology(comm).local_rank == 0, sees_rank0(comm, folder)
+        if leader and not shared:
+            lock, problem = _claim(folder, cfg, resuming)
+    try:
+        check_all(comm, not problem, problem, ConfigError)
+    except ConfigError:
+        if lock is not None:
+            lock.release()
+        raise
     return lock
+
+
+def _claim(folder: Path, cfg: TrainConfig, resuming: bool) -> tuple[FolderLock | None, str]:
+    """(the lock, '' or why this host's `folder` cannot be the run's): create, lock, look for another run's."""
+    lock, problem, host = None, "", socket.gethostname()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = FolderLock(folder)
+        holder = lock.acquire()
+        saved = "" if resuming else _saved(folder)
+        if holder:
+            problem = (f"--checkpoint-dir expected a folder no other job trains in; got {folder} on {host}, locked "
+                       f"by {holder} ({LOCK}). HINT: wait for that job, or use another --checkpoint-dir")
+        elif saved and not cfg.force_new:
+            problem = (f"--checkpoint-dir expected a folder of this run; got {folder} on {host} holding another "
+                       f"run's checkpoint {saved}. HINT: add --resume to continue it, --force-new to start over "
+                       "there (its checkpoints are removed), or use another --checkpoint-dir")
+        elif saved:
+            _start_over(folder)
+    except OSError as exc:
+        problem = (f"--checkpoint-dir {folder} cannot be used on {host}: {os_problem(exc)}. HINT: a writable "
+                   "folder")
+    if problem and lock is not None:
+        lock.release()
+        lock = None
+    return lock, problem
 
 
 def generation_bytes(model: torch.nn.Module, rows: Any = None) -> int:
@@ -155,11 +177,12 @@ def check_outputs(comm: Any, cfg: TrainConfig, need_bytes: int) -> None:
     check_all(comm, not problem, problem, ConfigError)
 
 
-def on_behalf(comm: Any, write: Callable[[], None], what: str, hint: str) -> None:
-    """Collective over `comm`: rank 0 runs `write` for the job; an OSError there becomes one agreed line on every
-    rank ("expected to write `what`; got ..."), so the others do not wait for a rank that died."""
+def on_behalf(comm: Any, write: Callable[[], None], what: str, hint: str, writer: bool | None = None) -> None:
+    """Collective over `comm`: rank 0 (or the ranks with `writer` set) runs `write` for the job; an OSError
+    there becomes one agreed line on every rank ("expected to write `what`; got ..."), so the others do not
+    wait for a rank that died."""
     problem = ""
-    if comm.rank == 0:
+    if comm.rank == 0 if writer is None else writer:
         try:
             write()
         except OSError as exc:

@@ -9,14 +9,14 @@ import numpy as np
 from mpignn.data import make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.errors import PartitionFormatError
-from mpignn.mpi import run_main, topology, world
+from mpignn.mpi import run_main, topology, transfer, world
 from mpignn.partition import deliver, load_partition, partition_graph
 
 
 def main(base: str) -> None:
     comm = world()
     topo = topology(comm)
-    deliver.CHUNK_BYTES = 4096  # many chunks per file
+    transfer.CHUNK_BYTES = 4096  # many chunks per file
     folder = Path(base) / socket.gethostname() / "parts"
     if comm.rank == 0:
         graph = make_synthetic(SyntheticSpec(num_nodes=3000, avg_degree=8, num_features=12))
@@ -30,7 +30,7 @@ def main(base: str) -> None:
     part = load_partition(folder, comm.rank)  # checksums verified
     assert (folder / "links" / "SPLIT.json").is_file()
     if topo.host_rank > 0:
-        assert not (folder / "node_map.npy").exists(), "node_map stays with the writer"
+        assert (folder / "node_map.npy").is_file(), "node_map (results read back in original ids) was not delivered"
         held = sorted(p.name for p in folder.glob("part-*"))
         assert len(held) == topo.local_size, held  # only this host's parts
     assert deliver.deliver_partition(comm, folder, comm.rank) == {}, "a complete host received again"

@@ -1,0 +1,134 @@
+"""Files moved between hosts that share no disk: which ranks see rank 0's folder (`sees_rank0`), and a planned
+set of file copies from the ranks that hold them to the ranks that need them (`move_files`), in chunks over
+MPI, each checked against its sha256 and renamed into place only once whole. Partition folders, checkpoint
+generations and the predictions folder travel this way when the hosts' folders are node-local.
+
+Stdlib, numpy and mpi4py (through `comm`); the leaf `mpignn.fileio` for temporary names.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import socket
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from mpignn.fileio import fsync_dir, fsync_file, temp_name
+
+__all__ = ["Move", "move_files", "sees_rank0", "CHUNK_BYTES"]
+
+CHUNK_BYTES = 1 << 26  # per message; tests lower it to exercise many chunks
+_TAG = 7201
+
+
+class Move(NamedTuple):
+    """One file copied from rank `src`'s `folder/rel` to rank `dst`'s (the same relative path)."""
+    src: int
+    dst: int
+    rel: str
+    size: int
+    sha256: str
+
+
+def sees_rank0(comm: Any, folder: str | os.PathLike) -> bool:
+    """Collective over `comm`: whether this rank sees the folder rank 0 sees at `folder` (a shared filesystem),
+    rather than a folder of its own host's (node-local disks) or none. Rank 0 must have created `folder`; it
+    leaves a probe file there for the others to look for, removed before this returns. True on rank 0."""
+    token = secrets.token_hex(8) if comm.rank == 0 else None
+    probe = None
+    if comm.rank == 0:
+        probe = Path(folder) / f".mpignn-probe-{token}@{socket.gethostname()}"
+        try:
+            probe.touch()
+        except OSError:
+            probe = None  # rank 0 cannot write there: the write itself will say so
+    token = comm.bcast(token if probe is not None else None, root=0)
+    seen = comm.rank == 0 or (token is not None and any(Path(folder).glob(f".mpignn-probe-{token}@*")))
+    comm.barrier()
+    if probe is not None:
+        probe.unlink(missing_ok=True)
+    return bool(seen)
+
+
+def move_files(comm: Any, moves: list[Move], read_root: str | os.PathLike | None,
+               write_root: str | os.PathLike | None) -> str:
+    """Collective over `comm` (every rank passes the same `moves`): each move's sender reads
+    `read_root/rel` and sends it in chunks; its receiver writes it under a temporary name beside
+    `write_root/rel`, checks its sha256 and renames it into place. Moves run in the list's order on every
+    rank, so no two ranks wait on each other. A receiver keeps receiving after a failure (its senders never
+    block); returns '' or, on a receiver, what went wrong (the caller agrees on it with `check_all`)."""
+    problem = ""
+    where = f"on {socket.gethostname()}"
+    size = max((m.size for m in moves if comm.rank in (m.src, m.dst)), default=0)
+    buf = np.empty(max(1, min(CHUNK_BYTES, size)), dtype=np.uint8)
+    for move in moves:
+        if move.src == comm.rank == move.dst:
+            continue
+        if move.src == comm.rank:
+            _send(comm, Path(read_root) / move.rel, move, buf)
+        elif move.dst == comm.rank:
+            bad = _receive(comm, Path(write_root) / move.rel, move, buf, skip=bool(problem))
+            problem = problem or (bad and f"{bad} {where}")
+    return problem
+
+
+def _send(comm: Any, path: Path, move: Move, buf: np.ndarray) -> None:
+    from mpi4py import MPI
+
+    try:
+        f = open(path, "rb")
+    except OSError:
+        f = None  # zeros follow: the receiver's checksum refuses them
+    left = move.size
+    while left:
+        n = min(len(buf), left)
+        got = f.readinto(memoryview(buf)[:n]) if f is not None else 0
+        if got < n:
+            buf[got:n] = 0
+        comm.Send([buf[:n], MPI.BYTE], dest=move.dst, tag=_TAG)
+        left -= n
+    if f is not None:
+        f.close()
+
+
+def _receive(comm: Any, path: Path, move: Move, buf: np.ndarray, skip: bool) -> str:
+    from mpi4py import MPI
+
+    out, check, problem = None, hashlib.sha256(), ""
+    tmp = temp_name(path, "incoming")
+    if not skip:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            out = open(tmp, "wb")
+        except OSError as exc:
+            problem = f"cannot write {path}: {type(exc).__name__}: {exc}"
+    left = move.size
+    while left:
+        n = min(len(buf), left)
+        comm.Recv([buf[:n], MPI.BYTE], source=move.src, tag=_TAG)
+        check.update(buf[:n])
+        if out is not None:
+            try:
+                out.write(buf[:n])
+            except OSError as exc:
+                problem, out = f"cannot write {path}: {type(exc).__name__}: {exc}", None
+        left -= n
+    if out is None:
+        tmp.unlink(missing_ok=True)
+        return problem
+    try:
+        out.close()
+        if check.hexdigest() != move.sha256:
+            problem = f"{move.rel} arrived from rank {move.src} with a wrong sha256 (corrupt at the sender)"
+        else:
+            fsync_file(tmp)
+            os.replace(tmp, path)
+            fsync_dir(path.parent)
+    except OSError as exc:
+        problem = f"cannot write {path}: {type(exc).__name__}: {exc}"
+    finally:
+        tmp.unlink(missing_ok=True)
+    return problem

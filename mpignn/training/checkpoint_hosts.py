@@ -1,0 +1,126 @@
+"""Checkpoints on hosts that share no disk: each host's first rank writes every generation's checkpoint.pt and
+manifest into its own --checkpoint-dir, each rank its learnable rows into its own host's (`save_state`). A
+later job may land on the same hosts in another order, on a subset of them, or beside new ones: before it
+resumes (or predicts), `bring_generation` finds the newest complete generation any of its hosts holds and
+copies to every host what its ranks load of it (checkpoint.pt, the rows of its ranks, the manifest last),
+over MPI, checked against the manifest's sha256 (`mpignn.mpi.transfer`). What no host of the job holds is
+refused on every rank, naming the hosts and the fix; it never becomes a fresh start.
+
+Stdlib and mpi4py (through `comm`); no torch.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from mpignn.errors import ConfigError
+from mpignn.mpi import check_all
+from mpignn.mpi.transfer import Move, move_files
+
+__all__ = ["bring_generation"]
+
+_MANIFEST = "manifest.json"
+_CHECKPOINT = "checkpoint.pt"
+
+
+def _rows_name(rank: int) -> str:
+    return f"embedding-rank{rank}.npz"
+
+
+def _view(folder: Path, name: str | None) -> dict[str, Any]:
+    """This host's complete generations (`name` alone when given): {name: {"manifest": text, "files":
+    {file: bytes}}}."""
+    held: dict[str, Any] = {}
+    if not folder.is_dir():
+        return held
+    candidates = [folder / name] if name else [p for p in folder.iterdir() if p.name.startswith("gen-")]
+    for gen in candidates:
+        try:
+            text = (gen / _MANIFEST).read_text()
+            files = {p.name: p.stat().st_size for p in gen.iterdir() if p.is_file() and p.name != _MANIFEST}
+        except OSError:
+            continue
+        held[gen.name] = {"manifest": text, "files": files}
+    return held
+
+
+def _newest(views: list[Any]) -> str | None:
+    names = {n for v in views if v is not None for n in v["held"] if n.startswith("gen-") and n[4:].isdigit()}
+    return max(names, key=lambda n: int(n[4:]), default=None)
+
+
+def _plan(views: list[Any], folder: Path, name: str) -> tuple[list[Move], str]:
+    """Rank 0: the moves that give every host what its ranks load of generation `name`, or a refusal."""
+    holders = [(r, v) for r, v in enumerate(views) if v is not None and name in v["held"]]
+    manifests = {v["held"][name]["manifest"] for _, v in holders}
+    if len(manifests) > 1:
+        seen = "; ".join(f"{v['host']}: epoch {_field(v, name, 'epoch')} step {_field(v, name, 'step')}"
+                         for _, v in holders)
+        return [], (f"expected one checkpoint named {name} in {folder} across the job's hosts; got different ones "
+                    f"({seen}). HINT: a node-local --checkpoint-dir of another run is left on one host: delete "
+                    f"{folder}/{name} on the hosts whose copy is stale, then resume")
+    text = manifests.pop()
+    files = json.loads(text).get("files", {})
+    moves: list[Move] = []
+    for leader, view in enumerate(views):
+        if view is None:
+            continue
+        mine = view["held"].get(name, {}).get("files", {}) if name in view["held"] else {}
+        need = [_CHECKPOINT] + [_rows_name(r) for r in view["ranks"] if _rows_name(r) in files]
+        missing = [f for f in need if f not in mine or name not in view["held"]]
+        for f in missing:
+            src = next((r for r, v in holders if f in v["held"][name]["files"]), None)
+            if src is None:
+                return [], (f"expected {folder}/{name}/{f} on a host of this job; none of "
+                            f"{', '.join(v['host'] for v in views if v is not None)} holds it. HINT: run the job on "
+                            f"the hosts of the run that saved it, or delete {folder}/{name} on "
+                            f"{', '.join(v['host'] for _, v in holders)} to resume from the generation before it")
+            moves.append(Move(src, leader, f"{name}/{f}", views[src]["held"][name]["files"][f], files.get(f, "")))
+        if missing:  # the manifest last: the generation counts on this host once all of it arrived
+            data = text.encode()
+            moves.append(Move(holders[0][0], leader, f"{name}/{_MANIFEST}", len(data),
+                              hashlib.sha256(data).hexdigest()))
+    return moves, ""
+
+
+def _field(view: dict[str, Any], name: str, key: str) -> Any:
+    try:
+        return json.loads(view["held"][name]["manifest"]).get(key, "?")
+    except ValueError:
+        return "?"
+
+
+def bring_generation(comm: Any, folder: str | os.PathLike, name: str | None = None) -> str | None:
+    """Collective over `comm`: make generation `name` (default: the newest complete one any host of the job
+    holds; or "best", "gen-000007") complete on every host for the ranks it runs, copying what a host lacks
+    from one that holds it. Returns its name on every rank, None when no host holds one.
+
+    Raises:
+        ConfigError: on every rank alike: hosts hold different generations of that name, a file of it no
+            host holds, or a copy that failed (a full disk, a corrupt file at the sender).
+    """
+    from mpi4py import MPI
+
+    folder = Path(folder)
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    try:
+        ranks = local.gather(comm.rank, root=0)
+        mine = {"host": socket.gethostname(), "ranks": ranks, "held": _view(folder, name)} if local.rank == 0 else None
+    finally:
+        local.Free()
+    views = comm.gather(mine, root=0)
+    plan: tuple[str | None, list[Move], str] = (None, [], "")
+    if comm.rank == 0:
+        chosen = (name if any(v is not None and name in v["held"] for v in views) else None) if name else \
+            _newest(views)
+        plan = (chosen, *_plan(views, folder, chosen)) if chosen else (None, [], "")
+    chosen, moves, refused = comm.bcast(plan, root=0)
+    check_all(comm, not refused, refused, ConfigError)
+    problem = move_files(comm, moves, folder, folder)
+    check_all(comm, not problem, (f"cannot copy checkpoint {chosen} to this host: {problem}. HINT: free space in "
+                                  f"--checkpoint-dir there, or run on the hosts that hold it"), ConfigError)
+    return chosen

@@ -1,0 +1,92 @@
+"""Tier 3 on hosts that share no disk (docs/node-local.md): each emulated host binds a folder of its own over
+one path (tests/mpi_workers/node_disk.sh: multihost-mpirun's -d, but one that outlives the job, as node-local
+scratch does), and the next job lands on the hosts in another order, on a subset, or on new hosts."""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_multihost import _multihost, pytestmark  # noqa: F401  (the markers: mpi, the tool, root)
+
+from _mpirun import WORKERS
+
+DISK = str(WORKERS / "node_disk.sh")
+GRAPH = ["--dataset", "synthetic:num_nodes=4000,avg_degree=8,num_features=8", "--hidden", "16", "--batch-size",
+         "128", "--fanout", "5,5", "--threads", "1"]
+
+
+def _job(base: Path, order: str, per_host: int, argv: list[str], hosts: int = 2) -> tuple[int, str]:
+    """`argv` on `hosts` hosts x `per_host` ranks, host i seeing base/disk{order[i]} at base/m."""
+    return _multihost(hosts, per_host, [DISK, str(base), str(base / "m"), order, sys.executable, *argv])
+
+
+def _disk(base: Path, n: int) -> Path:
+    return base / f"disk{n}"
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("per_host", [1, 2])
+def test_hosts_without_a_shared_disk_train_resume_in_another_order_and_predict(tmp_path, per_host):
+    """--root, --checkpoint-dir, --metrics-out and predict's --out on node-local disks: the first job makes
+    each folder on every host that writes it; the requeued job (hosts in the other order) is delivered the part
+    and checkpoint files its ranks' hosts lack, resumes and replays the uninterrupted run; predict writes the
+    whole folder on rank 0's host; a subset that lacks a part of a given partition is refused, naming what each
+    host holds; new hosts are refused a --resume (never a fresh start)."""
+    from test_reproducible import same_run
+
+    from mpignn.predict.output import load
+
+    m = tmp_path / "m"
+    ranks = 2 * per_host
+    flags = [*GRAPH, "--root", f"{m}/root", "--checkpoint-dir", f"{m}/ckpt", "--metrics-out", f"{m}/out/m.jsonl"]
+    flags += ["--embed-dim", "4"] if per_host == 2 else []  # learnable rows: one file per rank, on its host
+    rc, out = _job(tmp_path, "1,2", per_host, ["-m", "mpignn.train", *flags, "--epochs", "2"])
+    assert rc == 0 and f"{ranks} ranks on 2 hosts" in out, out[-3000:]
+    parts = sorted(_disk(tmp_path, 1).glob("root/mpignn-parts/*"))
+    assert len(parts) == 1, parts
+    folder = Path(f"{m}/root/mpignn-parts") / parts[0].name
+    for n in (1, 2):  # each host: the generations and best/ (checkpoint.pt, manifest), its ranks' rows, its parts
+        ckpt = _disk(tmp_path, n) / "ckpt"
+        assert (ckpt / "gen-000002" / "manifest.json").is_file() and (ckpt / "best" / "checkpoint.pt").is_file()
+        held = sorted(p.name for p in (_disk(tmp_path, n) / "root/mpignn-parts" / folder.name).glob("part-*"))
+        assert held == ([f"part-{k:03d}" for k in range(ranks)] if n == 1 else
+                        [f"part-{k:03d}" for k in range(per_host, ranks)]), (n, held)
+    assert (_disk(tmp_path, 1) / "out/m.jsonl").is_file() and not (_disk(tmp_path, 2) / "out").exists()
+
+    if per_host == 1:  # a subset: the host holding part 1 alone cannot run a given partition, and says why
+        rc, out = _job(tmp_path, "2", 2, ["-m", "mpignn.train", *flags, "--partitions", str(folder), "--epochs",
+                                          "3", "--resume"], hosts=1)
+        assert rc != 0 and "expected the job's hosts to hold parts [0, 1]" in out and "host1: part-001" in out, \
+            out[-3000:]
+        assert sorted(p.name for p in (_disk(tmp_path, 2) / "root/mpignn-parts" / folder.name).glob("part-*")) == \
+            ["part-001"], "a refused job changed the partition"
+
+    # the requeued job lands on the hosts in the other order: rank 0 on the host that holds part 1 only
+    rc, out = _job(tmp_path, "2,1", per_host, ["-m", "mpignn.train", *flags, "--epochs", "3", "--resume"])
+    assert rc == 0 and "resumed from" in out and "gen-000002" in out, out[-3000:]
+    assert "partitioned" not in out and "its host lacked parts it loads" in out, out[-3000:]
+    resumed = _records(_disk(tmp_path, 2) / "out/m.jsonl")  # rank 0's host now
+    assert [r["epoch"] for r in resumed] == [2], resumed
+
+    reference = tmp_path / "reference"  # the uninterrupted run, on fresh disks
+    rc, out = _job(reference, "1,2", per_host, ["-m", "mpignn.train", *[a.replace(str(m), str(reference / "m"))
+                                                                         for a in flags], "--epochs", "3"])
+    assert rc == 0, out[-3000:]
+    assert same_run(_records(_disk(reference, 1) / "out/m.jsonl")[2]) == same_run(resumed[0])
+
+    rc, out = _job(tmp_path, "2,1", per_host, ["-m", "mpignn.predict", "--checkpoint-dir", f"{m}/ckpt", "--out",
+                                               f"{m}/pred", "--root", f"{m}/root"])
+    assert rc == 0, out[-3000:]
+    assert not (_disk(tmp_path, 1) / "pred").exists() and not list(_disk(tmp_path, 1).glob(".pred*"))
+    pred = load(_disk(tmp_path, 2) / "pred")
+    assert np.array_equal(pred["node_id"], np.arange(4000)), "predictions missing rows of the other host's ranks"
+
+    rc, out = _job(tmp_path, "3,4", per_host, ["-m", "mpignn.train", *flags, "--epochs", "3", "--resume"])
+    assert rc != 0 and out.count("--resume expected a checkpoint") == ranks, out[-3000:]
+    assert not (_disk(tmp_path, 3) / "ckpt" / "gen-000001").exists()
