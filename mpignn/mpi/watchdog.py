@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import socket
 import sys
 import threading
@@ -146,6 +147,8 @@ class Watchdog:
         self.on_expiry = on_expiry
         self.expired = ""
         self._sends: list[Any] = []
+        self._heard: dict[int, float] = {}  # rank -> when it last answered, during a long wait
+        self._pinged = 0.0
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mpignn-watchdog", daemon=True)
 
@@ -181,6 +184,47 @@ class Watchdog:
             if late is not None and not self._halt.is_set():
                 self._expire(*late)
                 return
+            lost = self._lost_in_long_wait()
+            if lost is not None and not self._halt.is_set():
+                self._expire(*lost)
+                return
+
+    def _lost_in_long_wait(self) -> tuple[str, str, float, float, list[int]] | None:
+        """A wait allowed longer than `timeout` (rank 0's preparation, a delivery) is allowed only while every
+        rank answers: past `timeout` in it, the other ranks are pinged every `timeout / 4` seconds, and one
+        silent for `timeout` seconds (a cut link, a dead host) ends the job at once, named, instead of at the
+        wait's own bound. A rank whose C code holds the GIL that long (one METIS call on a huge graph) reads as
+        silent: raise --collective-timeout there."""
+        if not self.can_ping or self.size == 1:
+            return None
+        now = time.monotonic()
+        with _slots_lock:
+            slots = list(_slots)
+        waits = [(slot.what, slot.thread, now - slot.since, slot.limit) for slot in slots
+                 if slot.since and slot.limit > self.timeout and now - slot.since > self.timeout]
+        if not waits:
+            self._heard.clear()
+            return None
+        if not self._heard:  # the check begins: every rank counts as heard now
+            self._heard = {r: now for r in range(self.size) if r != self.rank}
+            self._pinged = 0.0
+        if now - self._pinged >= self.timeout / 4:
+            from mpi4py import MPI
+
+            self._sends += [self.comm.Isend([b"\x01", MPI.BYTE], dest=r, tag=_PING) for r in self._heard]
+            self._pinged = now
+        self._collect_pongs(self._heard)
+        silent = [r for r, t in self._heard.items() if now - t > self.timeout]
+        return (*waits[0], silent) if silent else None
+
+    def _collect_pongs(self, heard: dict[int, float]) -> None:
+        from mpi4py import MPI
+
+        status = MPI.Status()
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_PONG, status=status):
+            src = status.Get_source()
+            self.comm.Recv([bytearray(1), MPI.BYTE], source=src, tag=_PONG)
+            heard[src] = time.monotonic()
 
     def _late(self) -> tuple[str, str, float, float] | None:
         """(collective, thread, seconds, its bound) of a collective past its bound, if any."""
@@ -213,29 +257,29 @@ class Watchdog:
 
         peers = [r for r in range(self.size) if r != self.rank]
         self._sends += [self.comm.Isend([b"\x01", MPI.BYTE], dest=r, tag=_PING) for r in peers]
-        answered: set[int] = set()
-        status = MPI.Status()
         deadline = time.monotonic() + self.grace
-        while len(answered) < len(peers) and time.monotonic() < deadline:
+        heard: dict[int, float] = {}
+        while len(heard) < len(peers) and time.monotonic() < deadline:
             self._answer()  # others may be asking at the same moment
-            while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_PONG, status=status):
-                src = status.Get_source()
-                self.comm.Recv([bytearray(1), MPI.BYTE], source=src, tag=_PONG)
-                answered.add(src)
+            self._collect_pongs(heard)
             time.sleep(0.02)
-        return [r for r in peers if r not in answered]
+        return [r for r in peers if r not in heard]
 
-    def _expire(self, what: str, thread: str, waited: float, limit: float) -> None:
+    def _expire(self, what: str, thread: str, waited: float, limit: float, silent: list[int] | None = None) -> None:
         host, pid = self.where[self.rank]
         bound = (f"--collective-timeout {limit:g}s" if limit == self.timeout else
                  f"{limit:g}s (--prep-timeout plus --collective-timeout)")
         head = (f"[rank {self.rank}] expected every collective to finish within {bound}; got {waited:.0f}s in "
                 f"{what} (thread {thread}, rank {self.rank} pid {pid} on {host})")
+        if silent:  # a long wait, cut short: those ranks stopped answering
+            head = (f"[rank {self.rank}] expected every rank to answer within --collective-timeout "
+                    f"{self.timeout:g}s while waiting in {what} (thread {thread}, rank {self.rank} pid {pid} on "
+                    f"{host}, {waited:.0f}s so far)")
         if not self.can_ping:
             tail = ("; which rank stopped is unknown (MPI is not thread-multiple here). HINT: look for a stopped "
                     "or hung rank; raise --collective-timeout if a collective can take that long")
         else:
-            silent = self.silent_ranks()
+            silent = silent or self.silent_ranks()
             if silent:
                 names = ", ".join(f"rank {r} (pid {self.where[r][1]} on {self.where[r][0]})" for r in silent)
                 tail = (f"; {names} stopped answering (no reply in {self.grace:g}s: stopped, hung in the kernel "
@@ -254,7 +298,13 @@ class Watchdog:
         time.sleep(0.5)  # let the launcher forward the message before Abort ends every process
         from mpi4py import MPI
 
-        MPI.COMM_WORLD.Abort(1)
+        # Abort goes through the launcher; where the link to it is cut it may never return, or return without
+        # ending this process: the kernel ends it (SIGALRM's default action) if Abort has not within 10 s
+        signal.alarm(10)
+        try:
+            MPI.COMM_WORLD.Abort(1)
+        finally:
+            os._exit(1)
 
 
 # The deadline's watcher: a separate process, because MPI_Init holds the GIL (mpi4py calls it without releasing

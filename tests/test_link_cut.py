@@ -1,0 +1,116 @@
+"""Tier 3: a link that fails (docs/node-local.md, "A link that fails"). Host 2's link is cut as
+multihost-mpirun's -x cuts it (its bridge port set down), here at the moment the job reaches a phase (a line of
+its log) rather than at a fixed second, so the cut lands in that phase however loaded the machine is. Every
+surviving rank ends, non-zero, within --collective-timeout plus the watchdog's bound, naming the rank and host
+it lost; the last checkpoint generation stays intact and resumes on the healthy host."""
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_multihost import TOOL, pytestmark  # noqa: F401  (the markers: mpi, the tool, root)
+
+from _mpirun import WORKERS, clean_env
+
+from mpignn.mpi.watchdog import Watchdog
+
+DISK = str(WORKERS / "node_disk.sh")
+TIMEOUT = 10  # --collective-timeout of these runs
+BOUND = Watchdog.reported_within(TIMEOUT) + 10  # the watchdog's bound, and the launcher's teardown
+
+
+def _cut_when(base: Path, pattern: str, argv: list[str], *, hosts: int = 2, per_host: int = 1,
+              rate: str = "", at: float = 0, delay: float = 0.0, limit: int = 240) -> tuple[int, str, float]:
+    """Run `argv` on node-local disks (base/diskN) and cut host 2's link when a line matches `pattern` (or
+    `at` seconds after the launch: multihost-mpirun's own -x); returns (exit code, output, seconds from the
+    cut to the end; -1 when the pattern never showed)."""
+    env = clean_env()
+    env["PATH"] = f"{os.path.dirname(sys.executable)}:{env['PATH']}"
+    cmd = [str(TOOL), "-H", str(hosts), "-p", str(per_host), "-t", str(limit), *(["-r", rate] if rate else []),
+           *(["-x", f"2@{at:g}"] if at else []), "--",
+           DISK, str(base), str(base / "m"), ",".join(str(i) for i in range(1, hosts + 1)), sys.executable, *argv]
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    lines, cut = [], time.monotonic() + at if at else 0.0
+    deadline = time.monotonic() + limit + 30
+    for line in p.stdout:
+        lines.append(line)
+        if not cut and re.search(pattern, line):
+            time.sleep(delay)
+            subprocess.run(["ip", "-n", f"mh{p.pid}-hub", "link", "set", f"mh{p.pid}b2", "down"], check=True)
+            cut = time.monotonic()
+        if time.monotonic() > deadline:
+            os.killpg(p.pid, 9)
+            pytest.fail("".join(lines)[-3000:])
+    rc = p.wait()
+    out = "".join(lines)
+    if rc == 2 and "multihost-mpirun:" in out:
+        pytest.skip(f"multihost-mpirun could not set up hosts here: {out[-300:]}")
+    return rc, out, (time.monotonic() - cut if cut else -1.0)
+
+
+def _left(marker: Path) -> list[str]:
+    """Processes of the job still running (their command line names `marker`), a few seconds after its end."""
+    time.sleep(3)
+    found = subprocess.run(["pgrep", "-af", str(marker)], capture_output=True, text=True).stdout
+    return [line for line in found.splitlines() if "pgrep" not in line]
+
+
+TRAIN = ["-m", "mpignn.train", "--hidden", "16", "--batch-size", "128", "--fanout", "5,5", "--threads", "1",
+         "--collective-timeout", str(TIMEOUT)]
+SMALL = ["--dataset", "synthetic:num_nodes=4000,avg_degree=8,num_features=8"]
+
+
+@pytest.mark.slow
+def test_a_link_cut_during_an_epoch_ends_every_rank_and_the_checkpoint_resumes(tmp_path):
+    m = tmp_path / "m"
+    flags = [*TRAIN, *SMALL, "--root", f"{m}/root", "--checkpoint-dir", f"{m}/ckpt", "--epochs", "40"]
+    rc, out, after = _cut_when(tmp_path, r"epoch +2 \|", flags)
+    assert rc != 0 and 0 <= after < TIMEOUT + BOUND, (rc, after, out[-3000:])
+    assert re.search(r"rank 1 \(pid \d+ on host2\) stopped answering", out), out[-3000:]
+    assert not _left(tmp_path), "ranks of the cut job still run"
+    gens = sorted((tmp_path / "disk1" / "ckpt").glob("gen-*/manifest.json"))
+    assert gens, "no generation was kept"
+    rc, out, _ = _cut_when(tmp_path, r"^$^", [*flags[:-1], "44", "--resume"], hosts=1, per_host=2)
+    assert rc == 0 and f"({gens[-1].parent.name})" in out, out[-3000:]
+
+
+BIG = ["--dataset", "synthetic:num_nodes=300000,avg_degree=10,num_features=64", "--batch-size", "1024",
+       "--epochs", "1", "--max-steps", "2"]
+PHASES = {  # where the cut lands: (the line that starts the phase, or seconds after launch; link rate)
+    "start-up": ("", 1.0, ""),  # python's imports, MPI_Init, the rendezvous
+    "preparation": (r"ranks on 2 hosts", 0, ""),  # rank 0 generates and partitions 600k nodes (seconds)
+    "delivery": (r"partitioned ", 0, "100mbit"),  # host 2's part (about 50 MB) at 100 Mbit/s: seconds
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_link_cut_during_start_up_preparation_or_delivery_ends_every_rank(tmp_path, phase):
+    pattern, at, rate = PHASES[phase]
+    m = tmp_path / "m"
+    big = [a.replace("300000", "600000") for a in BIG] if phase == "preparation" else BIG
+    rc, out, after = _cut_when(tmp_path, pattern, [*TRAIN, *big, "--root", f"{m}/root"], rate=rate, at=at,
+                               delay=2.0 if phase == "preparation" else 0.0)  # past the watchdog's set-up
+    assert rc != 0 and 0 <= after < TIMEOUT + BOUND, (rc, after, out[-3000:])
+    assert "final test accuracy" not in out, out[-3000:]
+    if phase != "start-up":  # before MPI_Init returns no rank knows the others: the launcher's hosts are unnamed
+        assert re.search(r"rank 1 \(pid \d+ on host2\) stopped answering", out), out[-3000:]
+    assert not _left(tmp_path), "ranks of the cut job still run"
+
+
+@pytest.mark.slow
+def test_a_link_cut_during_predict_ends_every_rank(tmp_path):
+    m = tmp_path / "m"
+    rc, out, _ = _cut_when(tmp_path, r"^$^", [*TRAIN, *BIG, "--root", f"{m}/root", "--checkpoint-dir", f"{m}/ckpt"])
+    assert rc == 0, out[-3000:]
+    rc, out, after = _cut_when(tmp_path, r"features: .* per rank", [
+        "-m", "mpignn.predict", "--checkpoint-dir", f"{m}/ckpt", "--out", f"{m}/pred", "--threads", "1",
+        "--collective-timeout", str(TIMEOUT)])
+    assert rc != 0 and 0 <= after < TIMEOUT + BOUND, (rc, after, out[-3000:])
+    assert not (tmp_path / "disk1" / "pred").exists(), "a partial predictions folder"
+    assert not _left(tmp_path), "ranks of the cut job still run"
