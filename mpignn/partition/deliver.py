@@ -46,6 +46,7 @@ def _view(folder: Path, usable: Callable[[Path], bool] | None) -> dict[str, Any]
             return view
         view["meta"] = text
         view["complete"] = [k for k in range(len(meta["parts"])) if _part_complete(folder, meta, k)]
+        view["present"] = [k for k in range(len(meta["parts"])) if part_dir(folder, k).is_dir()]
     except (OSError, ValueError, KeyError, TypeError):
         return view
     extras = [folder / "node_map.npy"] + (sorted((folder / "links").iterdir()) if (folder / "links").is_dir() else [])
@@ -111,13 +112,16 @@ def _plan(views: list[Any], folder: Path, force: bool) -> tuple[str | None, list
     """Rank 0: (the reference META.json, the moves, a refusal or '', {receiving leader: 'whole'|'missing'})."""
     ref = _reference(views)
     if ref is None:
-        if any(v is not None and v[1]["meta"] for v in views):
-            wanted = sorted({k for v in views if v is not None for k in v[0]})
+        wanted = sorted({k for v in views if v is not None for k in v[0]})
+        present = {k for v in views if v is not None and v[1]["meta"] for k in v[1].get("present", ())}
+        if any(v is not None and v[1]["meta"] for v in views) and not set(wanted) <= present:
+            missing = ", ".join(f"part-{k:03d}/" for k in wanted if k not in present)
             return None, [], (
                 f"expected the job's hosts to hold parts {wanted} of the partition at {folder} between them; got "
-                f"{_holdings(views)}. HINT: run the job on the hosts that hold the missing parts (the one that "
-                "partitioned holds them all), or copy the folder there; nothing was changed"), {}
-        return None, [], "", {}  # no folder anywhere: the usual checks report it
+                f"{missing} on none of them ({_holdings(views)}). HINT: run the job on the hosts that hold the "
+                "missing parts (the one that partitioned holds them all), or copy the folder there; nothing was "
+                "changed"), {}
+        return None, [], "", {}  # no folder anywhere, or a damaged part: the usual checks name the file
     meta = json.loads(ref)
     holders = [r for r, v in enumerate(views) if v is not None and v[1]["meta"] == ref]
     part_holder = {k: next(r for r in holders if k in views[r][1]["complete"])
