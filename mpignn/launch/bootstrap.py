@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from mpignn.launch import process_group as dist
 from mpignn.launch.allocator import policy as malloc_policy, tune_allocator
 from mpignn.log import setup_logging
 from mpignn.mpi import Topology, abort_on_uncaught, allreduce_sum, check_all, check_launcher, topology, world
+from mpignn.mpi.startup import passed_on, start_mpi
 from mpignn.mpi.watchdog import Deadline, Watchdog
 
 __all__ = ["Runtime", "bootstrap", "reduce_sums", "shutdown"]
@@ -65,8 +67,13 @@ def bootstrap(device: str = TrainConfig.device, backend: str = TrainConfig.backe
             started the job (MPI sees one process while the launcher started several).
     """
     # MPI_Init waits for every rank to start and the rendezvous for every rank to answer: bounded, so a rank
-    # that never starts or stops meanwhile ends the job instead of leaving the others waiting for good
-    with Deadline(collective_timeout, "MPI start-up and the rendezvous (bootstrap)", detect().rank,
+    # that never starts or stops meanwhile ends the job instead of leaving the others waiting for good. MPI_Init's
+    # own guard names the interfaces, the usual reason MPI cannot connect the hosts.
+    began = time.monotonic()
+    if comm is None:
+        start_mpi(collective_timeout)
+    left = max(1.0, collective_timeout - (time.monotonic() - began))
+    with Deadline(left, "the start-up and the rendezvous (bootstrap)", detect().rank,
                   "a rank did not start or stopped: look at every host's processes; raise --collective-timeout "
                   "where start-up is that slow"):
         return _bootstrap(device, backend, threads, logging_setup, comm, tune_process, collective_timeout)
@@ -79,6 +86,9 @@ def _bootstrap(device: str, backend: str, threads: int, logging_setup: bool, com
     topo = topology(comm)
     if logging_setup:
         setup_logging(topo.rank, topo.world_size, topo.host)
+    if passed_on() and topo.local_rank == 0:
+        log.info("mpiexec -iface passed on to MPI's transports on %s: %s", topo.host,
+                 " ".join(f"{k}={v}" for k, v in sorted(passed_on().items())))
     budget, oversubscribed = thread_budget(topo.local_size)
     if oversubscribed and topo.local_rank == 0:
         log.warning("%d ranks share %d cores on %s: oversubscribed, expect slow steps. HINT: fewer ranks per "

@@ -1,22 +1,35 @@
 """Where the ranks meet for torch.distributed: `rendezvous_endpoint` picks rank 0's address the other hosts
-reach (never loopback across hosts) and this rank's interface on its subnet, agreed over MPI.
+reach (never loopback across hosts; where several subnets join the hosts, one every host connected to) and this
+rank's interface on its subnet, agreed over MPI.
 
 Imports the stdlib, mpi4py (lazily), `mpignn.env` and `mpignn.errors`; never torch. Its caller is
 `mpignn.launch.process_group`, one layer above `mpignn.mpi` (which does not import this module).
 """
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
+import select
 import socket
+import threading
+import time
 from typing import Any
 
 from mpignn import env as _env
 from mpignn.errors import LaunchError, mark_agreed
+from mpignn.mpi.startup import mpi_ifnames
 
-__all__ = ["rendezvous_endpoint"]
+__all__ = ["rendezvous_endpoint", "PROBE_SECONDS"]
 
 log = logging.getLogger(__name__)
+
+PROBE_SECONDS = 2.0
+"""How long each host's first rank tries to connect to rank 0's candidate addresses (a LAN answers in
+milliseconds; an address on a network that reaches no other host, say a management network, never does)."""
+
+_HINT = ("HINT: set MPIGNN_SOCKET_IFNAME to the interface the hosts reach each other on (see `ip -4 addr`), "
+         "or MASTER_ADDR to rank 0's address on it")
 
 
 def rendezvous_endpoint(comm: Any) -> tuple[str, str | None]:
@@ -28,7 +41,11 @@ def rendezvous_endpoint(comm: Any) -> tuple[str, str | None]:
     else on one host, what the host name resolves to; across hosts never a loopback address (a host name
     mapped to 127.0.1.1 in /etc/hosts is common), but the IPv4 address of the interface named by
     MPIGNN_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, else one of rank 0's addresses on a subnet
-    every other host also has an address in (each host's first rank reports its interfaces).
+    every other host also has an address in (each host's first rank reports its interfaces). Where several
+    subnets qualify (a management network beside the fabric), each host's first rank tries to connect to rank 0
+    on each for up to PROBE_SECONDS, and the first that every host reached is taken, in this order: the
+    interfaces named for MPI (UCX_NET_DEVICES, FI_TCP_IFACE, `mpiexec -iface`), the one the host name resolves
+    to, the rest as the host lists them.
 
     Raises:
         LaunchError: on every rank alike, when no such address exists; the message names the fix.
@@ -39,14 +56,35 @@ def rendezvous_endpoint(comm: Any) -> tuple[str, str | None]:
     leader = local.rank == 0
     local.Free()
     reports = comm.gather(_env.ipv4_interfaces() if leader and comm.rank != 0 else None, root=0)
-    answer: tuple[str, str, str] = ("", "", "")
+    others = [r for r in reports[1:] if r is not None] if comm.rank == 0 else []
+    plan: tuple[list[tuple[str, str]], list[tuple[str, int]], str] = ([], [], "")
+    listeners: list[socket.socket] = []
     if comm.rank == 0:
         try:
-            address, network = _choose_address([r for r in reports[1:] if r is not None])
-            answer = (address, network, "")
+            candidates = _candidates(others)
+            for address, _ in candidates if len(candidates) > 1 else []:
+                try:
+                    listeners.append(_env.listen_socket(address))
+                except OSError as exc:
+                    for sock in listeners:
+                        sock.close()
+                    raise LaunchError(f"expected to listen on rank 0's address {address} to test which address the "
+                                      f"hosts reach; got {exc}. {_HINT}") from None
+            plan = (candidates, [s.getsockname()[:2] for s in listeners], "")
         except LaunchError as exc:
-            answer = ("", "", str(exc))
-    address, network, problem = comm.bcast(answer, root=0)
+            plan = ([], [], str(exc))
+    candidates, endpoints, problem = comm.bcast(plan, root=0)
+    if problem:
+        raise mark_agreed(LaunchError(problem))
+    answer = (*candidates[0], "")
+    if endpoints:
+        with _Draining(listeners):
+            reached = comm.gather(_reached(endpoints) if leader and comm.rank != 0 else None, root=0)
+        if comm.rank == 0:
+            answer = _first_reached(candidates, [r for r in reached if r is not None])
+        address, network, problem = comm.bcast(answer, root=0)
+    else:
+        address, network, problem = answer
     if problem:
         raise mark_agreed(LaunchError(problem))
     ifname = None
@@ -56,36 +94,102 @@ def rendezvous_endpoint(comm: Any) -> tuple[str, str | None]:
     return address, ifname
 
 
-def _choose_address(others: list[list[_env.Interface]]) -> tuple[str, str]:
-    """Rank 0's side of `rendezvous_endpoint`: (address, its subnet or "" on one host or a MASTER_ADDR set by
-    the user); `others` holds the interfaces of each other host."""
+def _candidates(others: list[list[_env.Interface]]) -> list[tuple[str, str]]:
+    """Rank 0's side of `rendezvous_endpoint`: the (address, its subnet or "" on one host or a MASTER_ADDR set by
+    the user) to meet on, best first; `others` holds the interfaces of each other host."""
     user = _env.user_master_addr()
     if user:
-        return user, ""
+        return [(user, "")]
     if not others:
-        return _env.host_address(), ""
+        return [(_env.host_address(), "")]
     mine = _env.ipv4_interfaces()
-    hint = ("HINT: set MPIGNN_SOCKET_IFNAME to the interface the hosts reach each other on (see `ip -4 addr`), "
-            "or MASTER_ADDR to rank 0's address on it")
     named = _env.socket_ifname()
     if named:
         var, name = named
         match = [i for i in mine if i.name == name] or [i for i in mine if i.name.startswith(name)]
         if not match or match[0].is_loopback:
             raise LaunchError(f"{var}={name} should name a non-loopback IPv4 interface of rank 0's host "
-                              f"{socket.gethostname()}; got interfaces {_describe_ifaces(mine)}. {hint}")
-        return match[0].address, str(match[0].network)
+                              f"{socket.gethostname()}; got interfaces {_describe_ifaces(mine)}. {_HINT}")
+        return [(match[0].address, str(match[0].network))]
     resolved = _env.host_address()
-    shared = _env.pick_shared_address(sorted(mine, key=lambda i: i.address != resolved), others)
-    if shared is None:
+    for_mpi = [name for _, name in mpi_ifnames()]
+    ranked = sorted(mine, key=lambda i: (i.name not in for_mpi, i.address != resolved))
+    shared = [i for i in ranked if _env.pick_shared_address([i], others) is not None]
+    if not shared:
         raise LaunchError(f"expected an IPv4 address of rank 0's host {socket.gethostname()} on a subnet all "
                           f"{len(others) + 1} hosts share (its name resolves to {resolved}); got rank 0: "
                           f"{_describe_ifaces(mine)}, other hosts: "
-                          f"{'; '.join(_describe_ifaces(o) for o in others)}. {hint}")
-    if resolved != shared.address:
-        log.info("rendezvous on %s (%s), not %s that the host name resolves to", shared.address, shared.name,
-                 resolved)
-    return shared.address, str(shared.network)
+                          f"{'; '.join(_describe_ifaces(o) for o in others)}. {_HINT}")
+    if resolved != shared[0].address:
+        log.info("rendezvous on %s (%s) unless another host cannot reach it, not %s that the host name resolves "
+                 "to", shared[0].address, shared[0].name, resolved)
+    return [(i.address, str(i.network)) for i in shared]
+
+
+def _reached(endpoints: list[tuple[str, int]], seconds: float = PROBE_SECONDS) -> list[bool]:
+    """Whether a TCP connection to each (address, port) was made within `seconds` (tried at once, side by side)."""
+    socks, ok = [], [False] * len(endpoints)
+    pending: dict[socket.socket, int] = {}
+    try:
+        for k, (address, port) in enumerate(endpoints):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.setblocking(False)
+            if sock.connect_ex((address, port)) in (0, errno.EINPROGRESS):
+                pending[sock] = k
+        deadline = time.monotonic() + seconds
+        while pending and time.monotonic() < deadline:
+            _, done, _ = select.select([], list(pending), [], max(0.0, deadline - time.monotonic()))
+            for sock in done:
+                ok[pending.pop(sock)] = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+    finally:
+        for sock in socks:
+            sock.close()
+    return ok
+
+
+def _first_reached(candidates: list[tuple[str, str]], reached: list[list[bool]]) -> tuple[str, str, str]:
+    """Rank 0: (address, subnet, "") of the first candidate every other host reached, else ("", "", problem)."""
+    for k, (address, network) in enumerate(candidates):
+        if all(host[k] for host in reached):
+            if k:
+                log.info("rendezvous on %s: %s not reached from every host within %gs", address,
+                         ", ".join(a for a, _ in candidates[:k]), PROBE_SECONDS)
+            return address, network, ""
+    counts = ", ".join(f"{a}: {sum(h[k] for h in reached)}" for k, (a, _) in enumerate(candidates))
+    return "", "", (f"expected an address of rank 0's host {socket.gethostname()} that every other host connects "
+                    f"to; got none that all {len(reached)} reached within {PROBE_SECONDS:g}s (hosts that reached "
+                    f"each: {counts}). {_HINT}")
+
+
+class _Draining:
+    """Accepts (and drops) the probes' connections on rank 0's listening sockets while the block runs, so
+    thousands of hosts do not overflow a listen backlog; closes the sockets at the end."""
+
+    def __init__(self, listeners: list[socket.socket]) -> None:
+        self.listeners, self.stop = listeners, threading.Event()
+        self.thread = threading.Thread(target=self._run, name="mpignn-probe", daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            ready, _, _ = select.select(self.listeners, [], [], 0.05)
+            for sock in ready:
+                try:
+                    sock.accept()[0].close()
+                except OSError:
+                    pass
+
+    def __enter__(self) -> "_Draining":
+        if self.listeners:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop.set()
+        if self.listeners:
+            self.thread.join()
+        for sock in self.listeners:
+            sock.close()
 
 
 def _describe_ifaces(ifaces: list[_env.Interface]) -> str:

@@ -1,7 +1,7 @@
 """Where a rank sits: `world`, `Topology`/`topology`/`whoami`, the wrong-launcher check, and `mpi_op`.
 
-Imports the stdlib, mpi4py (lazily: importing does not initialise MPI), `mpignn.env` and `mpignn.errors`;
-never torch, nor any other part of mpignn.
+Imports the stdlib, mpi4py (lazily: importing does not initialise MPI; `mpignn.mpi.startup` starts it),
+`mpignn.env` and `mpignn.errors`; never torch, nor any other part of mpignn.
 """
 from __future__ import annotations
 
@@ -11,29 +11,24 @@ from typing import Any
 
 from mpignn import env as _env
 from mpignn.errors import LaunchError, mark_agreed
+from mpignn.mpi.startup import start_mpi
 
 __all__ = ["Topology", "world", "library_version", "mpi_op", "topology", "whoami", "check_launcher"]
 
 
 def world() -> Any:
-    """`MPI.COMM_WORLD` (initialises MPI on first use)."""
-    from mpi4py import MPI
-
-    return MPI.COMM_WORLD
+    """`MPI.COMM_WORLD` (initialises MPI on first use, through `startup.start_mpi`)."""
+    return start_mpi().COMM_WORLD
 
 
 def library_version() -> str:
     """The MPI library's version string (`MPI_Get_library_version`), e.g. "MPICH Version: 4.2.0 ..."."""
-    from mpi4py import MPI
-
-    return MPI.Get_library_version()
+    return start_mpi().Get_library_version()
 
 
 def mpi_op(name: str) -> Any:
     """The MPI reduction operation called `name` ("SUM", "MAX", "MIN", "LAND"), importing mpi4py.MPI only now."""
-    from mpi4py import MPI
-
-    return getattr(MPI, name)
+    return getattr(start_mpi(), name)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,168 @@
+"""Starting MPI: `start_mpi` (what `world()` runs first) passes the interface given to `mpiexec -iface` on to
+MPI's transports, and a rank that MPI_Init ends (say UCX took an interface that reaches no other host) or that
+stays in it past a bound says so in one line naming this host's interfaces and the variables that choose one.
+
+MPI layer: the stdlib, mpi4py (imported here, which runs MPI_Init) and `mpignn.env`; never torch.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from typing import Any, Mapping
+
+from mpignn import env as _env
+
+__all__ = ["start_mpi", "mpi_started", "passed_on", "interfaces_hint", "mpi_ifnames", "launcher_iface_env",
+           "launcher_host"]
+
+_passed: dict[str, str] = {}
+
+# The guard is a process of its own: mpi4py runs MPI_Init holding the GIL, and MPI ends a process it cannot start
+# from C (exit() after its error stack), so no Python code of this process runs then. The guard reads a pipe from
+# this process: a byte means MPI started; the end of the pipe without one means the process ended inside
+# MPI_Init; nothing for `seconds` means it hangs there, and the guard ends it, `_GRACE` seconds after printing:
+# the launcher ends every rank once one is gone, so the other ranks' guards, whose bounds began a little earlier
+# or later, get to print their own line first. Its own session keeps it alive while the launcher ends the job's
+# process group, long enough to print.
+_GRACE = 3.0
+_GUARD = """
+import os, select, sys
+seconds, ended, hung = float(sys.argv[1]), sys.argv[2], sys.argv[3]
+parent, grace = int(sys.argv[4]), float(sys.argv[5])
+ready, _, _ = select.select([0], [], [], seconds if seconds > 0 else None)
+if ready and os.read(0, 1):
+    sys.exit(0)
+sys.stderr.write((ended if ready else hung) + "\\n")
+sys.stderr.flush()
+if not ready and not select.select([0], [], [], grace)[0]:
+    os.kill(parent, 9)
+"""
+
+
+def mpi_started() -> bool:
+    """Whether this process has imported mpi4py.MPI (so ran MPI_Init, or is running it)."""
+    return "mpi4py.MPI" in sys.modules
+
+
+def start_mpi(seconds: float = 0.0) -> Any:
+    """Import mpi4py.MPI, which runs MPI_Init, guarded; returns the module. MPI_Init waits for every rank.
+
+    First the interface given to Hydra's `mpiexec -iface` goes on to MPICH's ch4 transports, which do not read
+    it (`launcher_iface_env`: UCX_NET_DEVICES, FI_TCP_IFACE, only those unset; `passed_on` says which).
+    Where MPI_Init ends the process, one line on stderr says so with this host's interfaces and the fix.
+
+    Args:
+        seconds: with a positive value, a rank still inside MPI_Init after that long prints that line and is
+            killed 3 s later (the launcher then ends the job); 0 leaves a hang unbounded.
+    """
+    if mpi_started():
+        return sys.modules["mpi4py.MPI"]
+    passed = launcher_iface_env()
+    os.environ.update(passed)  # set only where unset: what the user gave UCX or libfabric wins
+    _passed.update(passed)
+    tried, fix = interfaces_hint()
+    head = f"mpignn: error: [rank {_env.detect().rank}] expected MPI_Init to connect this rank to the others"
+    ended = (f"{head}; got this process ended inside it on {socket.gethostname()} (MPI's reason is above; where "
+             f"it is a connection, such as \"Destination is unreachable\" or \"No route to host\": {tried}). "
+             f"HINT: {fix}")
+    hung = (f"{head} within {seconds:g}s (--collective-timeout); got no answer on {socket.gethostname()} "
+            f"({tried}). HINT: either a rank did not start (look at every host's processes) or MPI cannot connect "
+            f"the hosts: {fix}")
+    try:
+        guard = subprocess.Popen([sys.executable, "-I", "-S", "-c", _GUARD, str(seconds), ended, hung,
+                                  str(os.getpid()), str(_GRACE)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                 start_new_session=True)
+    except OSError:  # no interpreter to run it (an embedded Python): MPI starts unguarded
+        from mpi4py import MPI
+        return MPI
+    try:
+        from mpi4py import MPI
+    except BaseException:
+        guard.kill()
+        guard.wait()
+        raise
+    try:
+        guard.stdin.write(b"\x01")
+        guard.stdin.close()
+    except OSError:  # the guard is gone already
+        pass
+    guard.wait()
+    return MPI
+
+
+def passed_on() -> dict[str, str]:
+    """The variables `start_mpi` set from `mpiexec -iface` ({} when none), for the caller to log once."""
+    return dict(_passed)
+
+
+def interfaces_hint() -> tuple[str, str]:
+    """(which interfaces MPI may take on this host, how to name the one the hosts reach each other on): the
+    found and HINT parts of the start-up messages."""
+    mine = [i for i in _env.ipv4_interfaces() if not i.is_loopback]
+    listed = ", ".join(f"{i.name} {i.address}/{i.prefixlen}" for i in mine) or "none with an IPv4 address"
+    named = mpi_ifnames()
+    if named:
+        tried = f"MPI was told {', '.join(f'{var}={name}' for var, name in named)}; this host has {listed}"
+    else:
+        tried = f"UCX_NET_DEVICES and FI_TCP_IFACE are unset, so MPI may take any of {listed}"
+    iface, why = _suggested(mine)
+    fix = (f"name the interface the hosts reach each other on, e.g. {iface}{why}: UCX_NET_DEVICES={iface} (UCX, "
+           f"MPICH's default; list RDMA ports too, e.g. {iface},mlx5_0:1), FI_TCP_IFACE={iface} (libfabric tcp) or "
+           f"mpiexec -iface {iface} (mpignn passes it on); docs/launchers-and-devices.md")
+    return tried, fix
+
+
+def _suggested(mine: list[_env.Interface]) -> tuple[str, str]:
+    """An interface to name in the hint and why: the one holding the address the launcher started this host
+    by, else the one the host name resolves to; ("IFACE", "") when neither is one of `mine`."""
+    for name, what in ((launcher_host(), "the address mpiexec started this host by"),
+                       (socket.gethostname(), "what the host name resolves to")):
+        try:
+            address = socket.gethostbyname(name) if name else ""
+        except OSError:
+            continue
+        for iface in mine:
+            if iface.address == address:
+                return iface.name, f" (it holds {address}, {what})"
+    return "IFACE", ""
+
+
+# The variables naming the interfaces MPI's TCP traffic may take: UCX's device list (an entry with ':' is an RDMA
+# port), libfabric's tcp provider, and what Hydra's `mpiexec -iface` sets, which only MPICH's ch3 reads (ch4's UCX
+# and libfabric never do: `launcher_iface_env` passes it on to them).
+_MPI_IFNAME_VARS = ("UCX_NET_DEVICES", "FI_TCP_IFACE", "MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE")
+
+
+def mpi_ifnames(env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """(variable, interface) for each network interface named for MPI by UCX_NET_DEVICES, FI_TCP_IFACE and
+    MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE (`mpiexec -iface`), in that order; [] when none names one."""
+    env = os.environ if env is None else env
+    names = [(var, n.strip()) for var in _MPI_IFNAME_VARS for n in env.get(var, "").split(",")]
+    return [(var, n) for var, n in names if n and n != "all" and ":" not in n]
+
+
+def launcher_iface_env(env: Mapping[str, str] | None = None,
+                       rdma_root: str = "/sys/class/infiniband") -> dict[str, str]:
+    """The variables that take the interface given to Hydra's `mpiexec -iface IF` (it sets
+    MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE) on to MPICH's ch4 transports: UCX_NET_DEVICES=IF plus this host's RDMA
+    ports (so UCX keeps them; only its TCP is narrowed) and FI_TCP_IFACE=IF. Those set already are left out; {}
+    without -iface. Only reads."""
+    env = os.environ if env is None else env
+    iface = env.get("MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE", "").strip()
+    if not iface:
+        return {}
+    ports = []
+    for dev in sorted(os.listdir(rdma_root)) if os.path.isdir(rdma_root) else []:
+        try:
+            ports += [f"{dev}:{port}" for port in sorted(os.listdir(os.path.join(rdma_root, dev, "ports")))]
+        except OSError:
+            continue
+    wanted = {"UCX_NET_DEVICES": ",".join([iface, *ports]), "FI_TCP_IFACE": iface}
+    return {k: v for k, v in wanted.items() if k not in env}
+
+
+def launcher_host(env: Mapping[str, str] | None = None) -> str:
+    """The name or address the launcher started this host by (Hydra's PMI_HOSTNAME), "" when not known."""
+    return (os.environ if env is None else env).get("PMI_HOSTNAME", "").strip()
