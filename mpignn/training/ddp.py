@@ -82,7 +82,8 @@ def wrap_ddp(model: torch.nn.Module, comm: Any, device: str) -> tuple[torch.nn.M
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     on_cpu = torch.device(device).type == "cpu"
-    ddp = DDP(model, device_ids=None if on_cpu else [torch.device(device)])
+    with bounded("DDP's broadcast of the initial parameters"):  # a collective: a silent rank is named
+        ddp = DDP(model, device_ids=None if on_cpu else [torch.device(device)])
     timer = AllreduceTimer(comm, use_mpi=on_cpu, device=device)
     ddp.register_comm_hook(None, timer.hook())
     return ddp, timer
