@@ -31,15 +31,16 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-def _rank_pid(launcher: int, rank: int) -> int | None:
-    """The pid of MPI rank `rank` among the launcher's descendants (Hydra gives each rank PMI_RANK)."""
+def _rank_pid(launcher: int, rank: int, marker: bytes = b"mpignn.train") -> int | None:
+    """The pid of MPI rank `rank` (a process whose command line holds `marker`) among the launcher's
+    descendants (Hydra gives each rank PMI_RANK)."""
     for pid in _descendants(launcher):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if f"PMI_RANK={rank}".encode() in environ and b"mpignn.train" in cmdline:
+        if f"PMI_RANK={rank}".encode() in environ and marker in cmdline:
             return pid
     return None
 

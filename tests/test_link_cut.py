@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -23,11 +24,16 @@ TIMEOUT = 10  # --collective-timeout of these runs
 BOUND = Watchdog.reported_within(TIMEOUT) + 10  # the watchdog's bound, and the launcher's teardown
 
 
+def _cut_host_2(launcher: int) -> None:
+    subprocess.run(["ip", "-n", f"mh{launcher}-hub", "link", "set", f"mh{launcher}b2", "down"], check=True)
+
+
 def _cut_when(base: Path, pattern: str, argv: list[str], *, hosts: int = 2, per_host: int = 1,
-              rate: str = "", at: float = 0, delay: float = 0.0, limit: int = 240) -> tuple[int, str, float]:
-    """Run `argv` on node-local disks (base/diskN) and cut host 2's link when a line matches `pattern` (or
-    `at` seconds after the launch: multihost-mpirun's own -x); returns (exit code, output, seconds from the
-    cut to the end; -1 when the pattern never showed)."""
+              rate: str = "", at: float = 0, delay: float = 0.0, limit: int = 240,
+              act: Callable[[int], None] = _cut_host_2) -> tuple[int, str, float]:
+    """Run `argv` on node-local disks (base/diskN) and cut host 2's link (or `act` on the launcher's pid) when
+    a line matches `pattern` (or `at` seconds after the launch: multihost-mpirun's own -x); returns (exit code,
+    output, seconds from the cut to the end; -1 when the pattern never showed)."""
     env = clean_env()
     env["PATH"] = f"{os.path.dirname(sys.executable)}:{env['PATH']}"
     cmd = [str(TOOL), "-H", str(hosts), "-p", str(per_host), "-t", str(limit), *(["-r", rate] if rate else []),
@@ -41,7 +47,7 @@ def _cut_when(base: Path, pattern: str, argv: list[str], *, hosts: int = 2, per_
         lines.append(line)
         if not cut and re.search(pattern, line):
             time.sleep(delay)
-            subprocess.run(["ip", "-n", f"mh{p.pid}-hub", "link", "set", f"mh{p.pid}b2", "down"], check=True)
+            act(p.pid)
             cut = time.monotonic()
         if time.monotonic() > deadline:
             os.killpg(p.pid, 9)
