@@ -22,6 +22,22 @@ def _job(base: Path, order: str, per_host: int, argv: list[str], hosts: int = 2)
     return _multihost(hosts, per_host, [DISK, str(base), str(base / "m"), order, sys.executable, *argv])
 
 
+def _jobs(base: Path, order: str, per_host: int, cases: dict[str, list[str]], hosts: int = 2) -> dict[str, str]:
+    """The CLI runs `cases` ({name: [module, args...]}) one after another in one job of `_job` (the ranks import
+    torch once: mpi_workers/cli_many.py); -> {name: its ranks' output}, each asserted to end 0 on every rank."""
+    logs = base / f"logs-{len(list(base.glob('logs-*')))}"
+    logs.mkdir(parents=True)
+    (logs / "cases.json").write_text(json.dumps(cases))
+    rc, out = _job(base, order, per_host, [str(WORKERS / "cli_many.py"), str(logs / "cases.json"), str(logs)], hosts)
+    ranks = hosts * per_host
+    found = {name: "".join(p.read_text() for p in sorted(logs.glob(f"{name}.rank*.log"))) for name in cases}
+    for name in cases:
+        codes = [(logs / f"{name}.rank{r}.rc") for r in range(ranks)]
+        assert rc == 0 and all(c.is_file() and c.read_text() == "0" for c in codes), (name, out[-3000:],
+                                                                                     found[name][-3000:])
+    return found
+
+
 def _disk(base: Path, n: int) -> Path:
     return base / f"disk{n}"
 
@@ -46,8 +62,12 @@ def test_hosts_without_a_shared_disk_train_resume_in_another_order_and_predict(t
     ranks = 2 * per_host
     flags = [*GRAPH, "--root", f"{m}/root", "--checkpoint-dir", f"{m}/ckpt", "--metrics-out", f"{m}/out/m.jsonl"]
     flags += ["--embed-dim", "4"] if per_host == 2 else []  # learnable rows: one file per rank, on its host
-    rc, out = _job(tmp_path, "1,2", per_host, ["-m", "mpignn.train", *flags, "--epochs", "2"])
-    assert rc == 0 and f"{ranks} ranks on 2 hosts" in out, out[-3000:]
+    reference = tmp_path / "reference"  # the uninterrupted run (per_host 1), on a shared folder: the same records
+    first = {"train": ["mpignn.train", *flags, "--epochs", "2"]}
+    if per_host == 1:
+        first["reference"] = ["mpignn.train", *[a.replace(str(m), str(reference)) for a in flags], "--epochs", "3"]
+    out = _jobs(tmp_path, "1,2", per_host, first)["train"]
+    assert f"{ranks} ranks on 2 hosts" in out, out[-3000:]
     parts = sorted(_disk(tmp_path, 1).glob("root/mpignn-parts/*"))
     assert len(parts) == 1, parts
     folder = Path(f"{m}/root/mpignn-parts") / parts[0].name
@@ -67,23 +87,19 @@ def test_hosts_without_a_shared_disk_train_resume_in_another_order_and_predict(t
         assert sorted(p.name for p in (_disk(tmp_path, 2) / "root/mpignn-parts" / folder.name).glob("part-*")) == \
             ["part-001"], "a refused job changed the partition"
 
-    # the requeued job lands on the hosts in the other order: rank 0 on the host that holds part 1 only
-    rc, out = _job(tmp_path, "2,1", per_host, ["-m", "mpignn.train", *flags, "--epochs", "3", "--resume"])
-    assert rc == 0 and "resumed from" in out and "gen-000002" in out, out[-3000:]
+    # the requeued job lands on the hosts in the other order: rank 0 on the host that holds part 1 only; then
+    # predict, in the same job
+    outs = _jobs(tmp_path, "2,1", per_host, {
+        "requeued": ["mpignn.train", *flags, "--epochs", "3", "--resume"],
+        "predict": ["mpignn.predict", "--checkpoint-dir", f"{m}/ckpt", "--out", f"{m}/pred", "--root", f"{m}/root"]})
+    out = outs["requeued"]
+    assert "resumed from" in out and "gen-000002" in out, out[-3000:]
     assert "partitioned" not in out and "its host lacked parts it loads" in out, out[-3000:]
     resumed = _records(_disk(tmp_path, 2) / "out/m.jsonl")  # rank 0's host now
     assert [r["epoch"] for r in resumed] == [2], resumed
+    if per_host == 1:  # the requeued job replays the uninterrupted run
+        assert same_run(_records(reference / "out/m.jsonl")[2]) == same_run(resumed[0])
 
-    if per_host == 1:  # the uninterrupted run, on fresh disks: the requeued job replays it
-        reference = tmp_path / "reference"
-        rc, out = _job(reference, "1,2", per_host, ["-m", "mpignn.train", *[a.replace(str(m), str(reference / "m"))
-                                                                             for a in flags], "--epochs", "3"])
-        assert rc == 0, out[-3000:]
-        assert same_run(_records(_disk(reference, 1) / "out/m.jsonl")[2]) == same_run(resumed[0])
-
-    rc, out = _job(tmp_path, "2,1", per_host, ["-m", "mpignn.predict", "--checkpoint-dir", f"{m}/ckpt", "--out",
-                                               f"{m}/pred", "--root", f"{m}/root"])
-    assert rc == 0, out[-3000:]
     assert not (_disk(tmp_path, 1) / "pred").exists() and not list(_disk(tmp_path, 1).glob(".pred*"))
     pred = load(_disk(tmp_path, 2) / "pred")
     assert np.array_equal(pred["node_id"], np.arange(4000)), "predictions missing rows of the other host's ranks"
