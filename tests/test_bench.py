@@ -4,6 +4,8 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -34,17 +36,17 @@ def test_one_rank_is_pinned_to_its_cores():
 
 @pytest.mark.mpi
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
-def test_bench_prints_a_row_per_config(tmp_path):
-    cmd = [sys.executable, "-m", "mpignn.bench", "--dataset", "synthetic:num_nodes=4000,avg_degree=8,num_features=16",
-           "--ranks", "2", "--epochs", "1", "--batch-size", "256", "--hidden", "32", "--fanout", "5,5",
-           "--configs", "1x1,metis+cache,coop,metis+bf16+labor2", "--root", str(tmp_path), "--plot", ""]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    rows = _table(out.stdout)
+def test_bench_prints_a_row_per_config(tmp_path, bench_in_pool):
+    code, out, _ = bench_in_pool([
+        "--dataset", "synthetic:num_nodes=4000,avg_degree=8,num_features=16", "--ranks", "2", "--epochs", "1",
+        "--batch-size", "256", "--hidden", "32", "--fanout", "5,5", "--root", tmp_path, "--plot", "",
+        "--configs", "1x1,metis+cache,coop,metis+bf16+labor2"])
+    assert code == 0, out
+    rows = _table(out)
     assert "1 rank x 1 thread" in rows and "2 ranks metis+cache" in rows
     labor = rows["2 ranks metis, no cache, bf16 features, labor-2"]  # bf16 features, --labor-iterations 2
     assert float(labor["feat MiB"]) > 0  # feature MiB moved (no cache)
-    assert rows["1 rank x 1 thread"]["x 1x1"] == "1.00"  # the baseline
+    assert rows["1 rank x 1 thread"]["x first row"] == "1.00"  # the baseline
     coop = rows["2 ranks metis, cooperative"]
     assert coop["redundancy"] == "1.00" and float(coop["rows MiB/step"]) > 0
     assert float(rows["2 ranks metis+cache"]["redundancy"]) > 1.0
@@ -52,24 +54,55 @@ def test_bench_prints_a_row_per_config(tmp_path):
     assert 0 < float(labor["input rows/step"]) < float(plain["input rows/step"]) and 0 < float(labor["test score"]) <= 1
 
 
-def _table(stdout):
-    """{config: {header: cell}} of a bench table (cells separated by two or more spaces)."""
+def _rows(stdout):
+    """[{header: cell}] of a bench table's rows (cells separated by two or more spaces)."""
     lines = stdout.splitlines()
     top = next(i for i, line in enumerate(lines) if line.startswith("config"))
     names = re.split(r"\s{2,}", lines[top].strip())
-    return {cells[0]: dict(zip(names[1:], cells[1:], strict=False))
-            for cells in (re.split(r"\s{2,}", line.strip()) for line in lines[top + 2:] if line.strip())}
+    return [dict(zip(names, re.split(r"\s{2,}", line.strip()), strict=False)) for line in lines[top + 2:]
+            if line.strip()]
+
+
+def _table(stdout):
+    """{config: {header: cell}} of a bench table."""
+    return {row["config"]: {k: v for k, v in row.items() if k != "config"} for row in _rows(stdout)}
+
+
+@pytest.fixture
+def bench_in_pool(monkeypatch, capsys):
+    """`python -m mpignn.bench ARGV` in this process, each row trained in the tests' standing job of its ranks
+    (no fresh ranks a row; the rows' core binding is left out); -> run(argv): (exit code, the printed output, the
+    `launcher` each row was given)."""
+    from mpignn.bench import __main__ as bench
+
+    from _mpirun import records, train_runs
+
+    launchers = []
+
+    def pooled(np_, args, timeout=3600, *, cores_per_rank=0, env=None, launcher=None):
+        assert env is None
+        launchers.append(launcher)
+        base = Path(tempfile.mkdtemp(prefix="mpignn-bench-row-"))
+        return records(base, train_runs(np_, base, args, {"row": []}, timeout), "row")[0]
+
+    monkeypatch.setattr(bench, "run_train", pooled)
+
+    def run(argv):
+        code = bench.main([str(a) for a in argv])
+        return code, capsys.readouterr().out, launchers
+
+    return run
 
 
 @pytest.mark.mpi
-def test_link_bench_caps_steps_and_passes_train_flags(tmp_path):
-    cmd = [sys.executable, "-m", "mpignn.bench", "--dataset", "synthetic:num_nodes=3000,avg_degree=8,num_features=16",
-           "--task", "link", "--ranks", "2", "--epochs", "1", "--batch-size", "128", "--hidden", "16",
-           "--fanout", "4,4", "--configs", "1x1,metis+cache", "--max-steps", "3", "--root", str(tmp_path),
-           "--plot", "", "--train-args", "--link-test 0.02 --link-val 0.02 --link-tails 3"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "link task" in out.stdout and "edges/s" in out.stdout, out.stdout
+def test_link_bench_caps_steps_and_passes_train_flags(tmp_path, bench_in_pool):
+    code, out, _ = bench_in_pool([
+        "--dataset", "synthetic:num_nodes=3000,avg_degree=8,num_features=16", "--task", "link", "--ranks", "2",
+        "--epochs", "1", "--batch-size", "128", "--hidden", "16", "--fanout", "4,4", "--configs", "1x1,metis+cache",
+        "--max-steps", "3", "--root", tmp_path, "--plot", "", "--train-args",
+        "--link-test 0.02 --link-val 0.02 --link-tails 3"])
+    assert code == 0, out
+    assert "link task" in out and "edges/s" in out, out
     assert list(tmp_path.glob("**/links/SPLIT.json")), "the link split was not written"
     split = json.loads(next(tmp_path.glob("**/links/SPLIT.json")).read_text())
     assert split["test"] == 0.02 and split["num_tails"] == 3, split  # --train-args reached mpignn.train
@@ -82,18 +115,17 @@ def test_bench_names_an_unknown_config():
 
 
 @pytest.mark.mpi
-def test_time_to_accuracy_calibrates_then_trains_every_row_to_the_target(tmp_path):
+def test_time_to_accuracy_calibrates_then_trains_every_row_to_the_target(tmp_path, bench_in_pool):
     """auto: calibration runs of the first row (one per seed) give the target, their mean; each seed's run of
     the row then stops where it reaches it, and the row reports the mean and each seed's time."""
-    cmd = [sys.executable, "-m", "mpignn.bench", "--dataset", "synthetic:num_nodes=3000,avg_degree=8,num_features=16",
-           "--batch-size", "128", "--hidden", "16", "--fanout", "4,4", "--configs", "1x1", "--target-acc",
-           "auto", "--max-epochs", "3", "--evals-per-epoch", "2", "--seeds", "0,1", "--root", str(tmp_path),
-           "--plot", ""]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    target = float(out.stdout.split("  target: ")[1].split()[0])
-    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("1 rank x")]
-    assert len(rows) == 1 and f"{target:.4f}" in out.stdout
+    code, out, _ = bench_in_pool([
+        "--dataset", "synthetic:num_nodes=3000,avg_degree=8,num_features=16", "--batch-size", "128", "--hidden", "16",
+        "--fanout", "4,4", "--configs", "1x1", "--target-acc", "auto", "--max-epochs", "3", "--evals-per-epoch", "2",
+        "--seeds", "0,1", "--root", tmp_path, "--plot", ""])
+    assert code == 0, out
+    target = float(out.split("  target: ")[1].split()[0])
+    rows = [line.split() for line in out.splitlines() if line.startswith("1 rank x")]
+    assert len(rows) == 1 and f"{target:.4f}" in out
     for row in rows:
         assert row[5] == "yes" and float(row[8]) >= target - 5e-5, row  # reached, val acc printed to 4 places
         # each seed's run stops at a half epoch, so their mean is a multiple of a quarter
@@ -101,6 +133,37 @@ def test_time_to_accuracy_calibrates_then_trains_every_row_to_the_target(tmp_pat
         assert row[9] != "-", row  # the test accuracy where it reached the target
         per_seed = [float(v) for v in row[-1].split("/")]
         assert len(per_seed) == 2 and abs(sum(per_seed) / 2 - float(row[6])) < 0.06, row  # the mean of the seeds
+
+
+@pytest.mark.mpi
+def test_each_row_runs_once_per_link_rate_and_says_whether_the_records_repeat(tmp_path, bench_in_pool):
+    """--launcher with {rate} and --rates: each configuration once per rate, in that launcher (multihost-mpirun
+    -r in docs/node-local.md's table), and whether its records (but times and memory) equal the first rate's."""
+    code, out, launchers = bench_in_pool([
+        "--dataset", "synthetic:num_nodes=3000,avg_degree=8,num_features=16", "--epochs", "1", "--batch-size", "128",
+        "--hidden", "16", "--fanout", "4,4", "--configs", "metis,coop", "--root", tmp_path, "--plot", "",
+        "--launcher", "hosts-mpirun -H 2 -r {rate} --", "--rates", "1gbit,100mbit"])
+    assert code == 0, out
+    assert launchers == [["hosts-mpirun", "-H", "2", "-r", rate, "--"] for rate in ("1gbit", "100mbit")] * 2
+    rows = _rows(out)
+    assert [(r["config"], r["link"]) for r in rows] == [(c, rate) for c in ("2 ranks metis, no cache",
+                                                                           "2 ranks metis, cooperative")
+                                                        for rate in ("1gbit", "100mbit")]
+    assert {r["records = first link's"] for r in rows} == {"yes"}, out
+    assert [r["trained as"] for r in rows] == ["independent"] * 2 + ["cooperative"] * 2
+
+
+@pytest.mark.parametrize("flags,named", [
+    (["--rates", "1gbit"], "--rates and a {rate} in --launcher go together"),
+    (["--launcher", "srun -r {rate}"], "--rates and a {rate} in --launcher go together"),
+    (["--launcher", "srun", "--configs", "1x1,metis"], "leave the 1-rank configurations"),
+])
+def test_launcher_flags_that_cannot_work_are_refused(flags, named, capsys):
+    from mpignn.bench.__main__ import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(flags)
+    assert exc.value.code == 2 and named in capsys.readouterr().err
 
 
 def test_time_to_a_test_score_reads_the_test_split():

@@ -16,18 +16,11 @@ from pathlib import Path
 import pytest
 
 from _mpirun import SHARED, records, train_runs
+from mpignn.training.record import repeatable as same_run
 
 PHOTO = SHARED / "datasets" / "Photo"
 needs_photo = pytest.mark.skipif(not PHOTO.is_dir(), reason="../shared/datasets/Photo is absent")
 TINY = "synthetic:num_nodes=600,avg_degree=4,num_features=8"
-
-TIMES_AND_MEMORY = {"epoch_s", "eval_s", "sample_s", "exchange_s", "compute_s", "allreduce_s", "wait_s",
-                    "peak_rss_mb", "load_peak_rss_mb", "train_peak_rss_mb", "rss_mb"}
-
-
-def same_run(rec: dict) -> dict:
-    """A record without what may differ between two runs of one command: times, throughput and memory."""
-    return {k: v for k, v in rec.items() if k not in TIMES_AND_MEMORY and not k.endswith("_per_s")}
 
 
 def photo_root(base: Path) -> Path:

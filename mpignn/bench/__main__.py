@@ -30,6 +30,7 @@ from statistics import fmean as mean
 
 from mpignn.bench._common import run_train, table
 from mpignn.config.train_config import TrainConfig
+from mpignn.training.record import repeatable
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
                                                                   "throughput (seeds/s, edges/s) and its score")
     parser.add_argument("--max-steps", type=int, default=0,
                         help="training steps per epoch at most (0: all; e.g. for --task link on big graphs)")
+    parser.add_argument("--launcher", default="",
+                        help="start the rows' ranks with this command instead of mpiexec -n RANKS (it sets the "
+                             "ranks), e.g. '../shared/tools/multihost-mpirun -H 2 -p 1 -r {rate} --'; {rate} "
+                             "takes each of --rates in turn")
+    parser.add_argument("--rates", default="", help="with a {rate} in --launcher: each configuration once per "
+                                                    "value (comma-separated, e.g. 10gbit,1gbit,100mbit)")
     parser.add_argument("--train-args", default="", help="more mpignn.train flags for every row, as one string "
                                                           "(e.g. '--link-test 0.01 --link-tails 1')")
     args = parser.parse_args(argv)
@@ -120,19 +127,28 @@ def main(argv: list[str] | None = None) -> int:
         elif labor:
             label, extra = f"{label}, labor-{labor}", [*extra, "--sampler", "labor", "--labor-iterations", labor]
         configs.append((label, ranks, extra, bind))
+    rates = [r for r in args.rates.split(",") if r]
+    if ("{rate}" in args.launcher) != bool(rates):
+        parser.error("--rates and a {rate} in --launcher go together, e.g. --launcher "
+                     "'multihost-mpirun -H 2 -p 1 -r {rate} --' --rates 10gbit,1gbit,100mbit")
+    if args.launcher and any(ranks == 1 for _, ranks, _, _ in configs):
+        parser.error("--launcher starts every row's ranks: leave the 1-rank configurations (1x1, 1xall, "
+                     "1xall-full) out of --configs")
     timing = bool(args.target_acc)
     rows, curves = [], []
     with tempfile.TemporaryDirectory() as tmp:
         root = args.root or tmp
 
-        def train(ranks: int, extra: list[str], bind: int, epochs: int, evals: list[str], seed: int) -> list[dict]:
+        def train(ranks: int, extra: list[str], bind: int, epochs: int, evals: list[str], seed: int,
+                  rate: str = "") -> list[dict]:
             # independent unless a configuration says otherwise (its flags come later and win)
             common = ["--minibatch", "independent", "--dataset", args.dataset, "--root", root, "--seed", str(seed),
                       "--epochs", str(epochs),
                       "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
                       "--precision", args.precision, "--lr", str(args.lr), "--task", args.task,
                       "--max-steps", str(args.max_steps), *shlex.split(args.train_args), *evals]
-            recs = run_train(ranks, [*common, *extra], cores_per_rank=0 if args.no_bind else bind)
+            launcher = shlex.split(args.launcher.replace("{rate}", rate)) if args.launcher else None
+            recs = run_train(ranks, [*common, *extra], cores_per_rank=0 if args.no_bind else bind, launcher=launcher)
             return [_by_role(rec) for rec in recs]
 
         evals = ["--eval-every", str(args.epochs + 1)]
@@ -148,11 +164,17 @@ def main(argv: list[str] | None = None) -> int:
             evals = ["--eval-every", "1", "--evals-per-epoch", str(args.evals_per_epoch),
                      f"--target-{args.target_split}", target]
         for name, ranks, extra, bind in configs:
-            runs = [train(ranks, extra, bind, args.max_epochs if timing else args.epochs, evals, seed)
-                    for seed in (seeds if timing else seeds[:1])]
-            rows.append({"config": name, **runs[0][-1]})
-            curves.append((name, runs))
-            print(f"  done: {name}", flush=True)
+            first = None  # the records at the first rate, which the slower links must repeat
+            for rate in rates or [""]:
+                runs = [train(ranks, extra, bind, args.max_epochs if timing else args.epochs, evals, seed, rate)
+                        for seed in (seeds if timing else seeds[:1])]
+                kept = [repeatable(rec) for rec in runs[0]]  # `per_s`, the role name of the rate, goes too
+                kept = [{k: v for k, v in rec.items() if k != "per_s"} for rec in kept]
+                first = first or kept
+                label = f"{name} @ {rate}" if rate else name
+                rows.append({"config": name, "link": rate, "same": "yes" if kept == first else "NO", **runs[0][-1]})
+                curves.append((label, runs))
+                print(f"  done: {label}", flush=True)
     if timing:
         return _time_to_accuracy(args, curves, float(target))
     base = rows[0]["per_s"]
@@ -165,9 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     unit = rows[0]["unit"]
     print(f"{args.dataset}: {args.task} task, fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, "
           f"{args.precision}, epoch {args.epochs - 1} of {args.epochs}")
-    print(table(rows, [("config", "config", "s"), ("minibatch", "trained as", "s"), ("epoch_s", "epoch s", ".2f"),
-                       ("per_s", unit, ".0f"),
-                       ("speedup", "x 1x1", ".2f"), ("sample_s", "sample", ".2f"), ("exchange_s", "exchange", ".2f"),
+    links = [("link", "link", "s"), ("same", "records = first link's", "s")] if rates else []
+    print(table(rows, [("config", "config", "s"), *links, ("minibatch", "trained as", "s"),
+                       ("epoch_s", "epoch s", ".2f"), ("per_s", unit, ".0f"), ("speedup", "x first row", ".2f"),
+                       ("sample_s", "sample", ".2f"), ("exchange_s", "exchange", ".2f"),
                        ("compute_s", "compute", ".2f"), ("allreduce_s", "allreduce", ".2f"), ("wait_s", "wait", ".2f"),
                        ("nodes_per_step", "nodes/step", ".0f"), ("input_rows", "input rows/step", ".0f"),
                        ("feat_mib", "feat MiB", ".1f"), ("remote_mib", "remote MiB", ".1f"),
@@ -286,7 +309,7 @@ def _plot(rows: list[dict], path: str) -> None:
     left = [0.0] * len(rows)
     for part in parts:
         values = [r[part] for r in rows]
-        ax.barh([r["config"] for r in rows], values, left=left, label=part[:-2])
+        ax.barh([f"{r['config']} {r['link']}".rstrip() for r in rows], values, left=left, label=part[:-2])
         left = [a + b for a, b in zip(left, values)]
     ax.invert_yaxis()
     ax.set_xlabel("seconds per epoch (slowest rank)")

@@ -44,20 +44,22 @@ def table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
 
 
 def run_train(np_: int, args: list[str], timeout: float = 3600, *, cores_per_rank: int = 0,
-              env: dict[str, str | None] | None = None) -> list[dict]:
+              env: dict[str, str | None] | None = None, launcher: list[str] | None = None) -> list[dict]:
     """`mpiexec -n np_ python -m mpignn.train ARGS --metrics-out TMP`; returns the per-epoch records.
 
     With `cores_per_rank`, each rank is confined to that many cores (see `binding`), so a row labelled
     "1 thread" really has one core and N ranks really have N. `env` sets variables for the run (None: unset).
+    `launcher`: the command that starts the ranks instead (it decides how many, and binds nothing), e.g. a
+    site's `srun` or ../shared/tools/multihost-mpirun; TMP is then a folder rank 0's host must see.
     """
     import tempfile
 
     exe = mpiexec()
-    launcher_args, pin = binding(exe, np_, cores_per_rank)
+    launcher_args, pin = binding(exe, np_, 0 if launcher else cores_per_rank)
+    start = launcher or [exe, *launcher_args, "-n", str(np_)]
     with tempfile.TemporaryDirectory() as tmp:
         metrics = Path(tmp) / "metrics.jsonl"
-        cmd = [exe, *launcher_args, "-n", str(np_), sys.executable, "-m", "mpignn.train", *args,
-               "--metrics-out", str(metrics)]
+        cmd = [*start, sys.executable, "-m", "mpignn.train", *args, "--metrics-out", str(metrics)]
         merged = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
         merged = {k: v for k, v in merged.items() if v is not None}
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=merged, preexec_fn=pin)

@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-__all__ = ["Field", "SCHEMA", "FIELDS", "BEST_FIELDS", "epoch_record", "redundancy", "undocumented"]
+__all__ = ["Field", "SCHEMA", "FIELDS", "BEST_FIELDS", "MEASURED", "epoch_record", "redundancy", "repeatable",
+           "undocumented"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,17 @@ FIELDS = ("epoch", "epochs_done", "loss", "train_acc", "val_acc", "test_acc", "e
 
 _PATTERNS = [(re.escape(k).replace("<split>", "(val|test)").replace("<metric>", r"[a-z]+(?:@\d+)?")
               .replace("<unit>", "[a-z]+").replace("K", r"\d+"), k) for k in SCHEMA if "<" in k or "@K" in k]
+
+
+MEASURED = frozenset({"epoch_s", "eval_s", "sample_s", "exchange_s", "compute_s", "allreduce_s", "wait_s",
+                      "peak_rss_mb", "load_peak_rss_mb", "train_peak_rss_mb", "rss_mb"})
+"""The fields a run of the same command may change (times and memory; the `<unit>_per_s` rates too)."""
+
+
+def repeatable(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """`rec` without `MEASURED` and the rates: what the same command, seed, ranks and threads repeat exactly,
+    however loaded the machine or slow the network (docs/reproducibility.md)."""
+    return {k: v for k, v in rec.items() if k not in MEASURED and not k.endswith("_per_s")}
 
 
 def undocumented(rec: Mapping[str, Any]) -> list[str]:
