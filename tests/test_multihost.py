@@ -110,11 +110,17 @@ def test_two_hosts_of_one_rank_train_what_one_host_of_two_ranks_trains(tmp_path)
 
     from _mpirun import records, train_runs
 
-    for name, common in graphs(tmp_path).items():
-        argv = [str(a) for a in common] + ["--threads", "1"]
+    argvs = {name: [str(a) for a in common] + ["--threads", "1"] for name, common in graphs(tmp_path).items()}
+    cases = {name: ["mpignn.train", *argv, "--metrics-out", str(tmp_path / f"{name}-2x1.jsonl")]
+             for name, argv in argvs.items()}
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    rc, out = _multihost(2, 1, [sys.executable, str(WORKERS / "cli_many.py"), str(tmp_path / "cases.json"),
+                                str(tmp_path)])  # both graphs in one job: the ranks import torch once
+    assert rc == 0 and len(ok_ranks(out)) == 2, out[-3000:]
+    for name, argv in argvs.items():
+        log = (tmp_path / f"{name}.rank0.log").read_text()
+        assert [(tmp_path / f"{name}.rank{r}.rc").read_text() for r in (0, 1)] == ["0", "0"], log[-3000:]
+        assert "2 ranks on 2 hosts" in log, log[-3000:]
         one_host = records(tmp_path, train_runs(2, tmp_path, argv, {f"{name}-1x2": []}), f"{name}-1x2")[0]
-        metrics = tmp_path / f"{name}-2x1.jsonl"
-        rc, out = _multihost(2, 1, [sys.executable, "-m", "mpignn.train", *argv, "--metrics-out", str(metrics)])
-        assert rc == 0 and "2 ranks on 2 hosts" in out, out[-3000:]
-        two_hosts = [json.loads(line) for line in metrics.read_text().splitlines()]
+        two_hosts = [json.loads(line) for line in (tmp_path / f"{name}-2x1.jsonl").read_text().splitlines()]
         assert [same_run(r) for r in two_hosts] == [same_run(r) for r in one_host], name

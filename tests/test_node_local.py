@@ -60,7 +60,8 @@ def test_hosts_without_a_shared_disk_train_resume_in_another_order_and_predict(t
 
     m = tmp_path / "m"
     ranks = 2 * per_host
-    flags = [*GRAPH, "--root", f"{m}/root", "--checkpoint-dir", f"{m}/ckpt", "--metrics-out", f"{m}/out/m.jsonl"]
+    flags = [*GRAPH, "--root", f"{m}/root", "--checkpoint-dir", f"{m}/ckpt", "--metrics-out", f"{m}/out/m.jsonl",
+             "--tensorboard", f"{m}/tb"]
     flags += ["--embed-dim", "4"] if per_host == 2 else []  # learnable rows: one file per rank, on its host
     reference = tmp_path / "reference"  # the uninterrupted run (per_host 1), on a shared folder: the same records
     first = {"train": ["mpignn.train", *flags, "--epochs", "2"]}
@@ -78,6 +79,7 @@ def test_hosts_without_a_shared_disk_train_resume_in_another_order_and_predict(t
         assert held == ([f"part-{k:03d}" for k in range(ranks)] if n == 1 else
                         [f"part-{k:03d}" for k in range(per_host, ranks)]), (n, held)
     assert (_disk(tmp_path, 1) / "out/m.jsonl").is_file() and not (_disk(tmp_path, 2) / "out").exists()
+    assert list((_disk(tmp_path, 1) / "tb").glob("events.out.tfevents.*")) and not (_disk(tmp_path, 2) / "tb").exists()
 
     if per_host == 1:  # a subset: the host holding part 1 alone cannot run a given partition, and says why
         rc, out = _job(tmp_path, "2", 2, ["-m", "mpignn.train", *flags, "--partitions", str(folder), "--epochs",
@@ -90,12 +92,13 @@ def test_hosts_without_a_shared_disk_train_resume_in_another_order_and_predict(t
     # the requeued job lands on the hosts in the other order: rank 0 on the host that holds part 1 only; then
     # predict, in the same job
     outs = _jobs(tmp_path, "2,1", per_host, {
-        "requeued": ["mpignn.train", *flags, "--epochs", "3", "--resume"],
+        "requeued": ["mpignn.train", *flags, "--partitions", str(folder), "--epochs", "3", "--resume"],
         "predict": ["mpignn.predict", "--checkpoint-dir", f"{m}/ckpt", "--out", f"{m}/pred", "--root", f"{m}/root"]})
     out = outs["requeued"]
     assert "resumed from" in out and "gen-000002" in out, out[-3000:]
     assert "partitioned" not in out and "its host lacked parts it loads" in out, out[-3000:]
     resumed = _records(_disk(tmp_path, 2) / "out/m.jsonl")  # rank 0's host now
+    assert list((_disk(tmp_path, 2) / "tb").glob("events.out.tfevents.*"))
     assert [r["epoch"] for r in resumed] == [2], resumed
     if per_host == 1:  # the requeued job replays the uninterrupted run
         assert same_run(_records(reference / "out/m.jsonl")[2]) == same_run(resumed[0])
