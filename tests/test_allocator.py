@@ -1,5 +1,4 @@
 """The training process's malloc policy: a peak that stays flat over epochs (issue: 60-150 MiB more every epoch)."""
-import ctypes
 import os
 import subprocess
 import sys
@@ -35,28 +34,6 @@ def test_the_cli_re_executes_itself_once_with_huge_pages():
         assert out.stdout.split() == ["None", "None"]
 
 
-def test_tune_allocator_maps_big_blocks_and_leaves_malloc_alone_when_asked():
-    assert allocator.tune_allocator({"MPIGNN_MALLOC": "system"}) is False
-    assert allocator.tune_allocator({}) is True
-    # A block above the threshold is mmap'd (glibc counts those in mallinfo2's hblkhd), so freeing it gives its
-    # pages back instead of leaving a hole in the heap that later, larger blocks cannot use.
-
-    class Info(ctypes.Structure):
-        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                   "fsmblks", "uordblks", "fordblks", "keepcost")]
-
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = Info
-    libc.malloc.restype = ctypes.c_void_p
-    libc.free.argtypes = [ctypes.c_void_p]
-    before = libc.mallinfo2().hblkhd
-    block = libc.malloc(2 * allocator.MMAP_THRESHOLD)
-    try:
-        assert libc.mallinfo2().hblkhd >= before + 2 * allocator.MMAP_THRESHOLD
-    finally:
-        libc.free(block)
-
-
 # glibc's malloc, free and mallinfo2 from ctypes, for the scripts below (each runs in a fresh process)
 LIBC = """
 import ctypes, random
@@ -75,6 +52,26 @@ def mapped(size):  # whether malloc maps a block of `size` (mallinfo2 counts tho
     libc.free(block)
     return grew
 """
+
+
+MAPS_BIG_BLOCKS = LIBC + """
+assert allocator.tune_allocator({"MPIGNN_MALLOC": "system"}) is False
+assert allocator.tune_allocator({}) is True
+before = libc.mallinfo2().hblkhd
+block = libc.malloc(2 * allocator.MMAP_THRESHOLD)
+assert libc.mallinfo2().hblkhd >= before + 2 * allocator.MMAP_THRESHOLD, (before, libc.mallinfo2().hblkhd)
+libc.free(block)
+print("ok")
+"""
+
+
+def test_tune_allocator_maps_big_blocks_and_leaves_malloc_alone_when_asked():
+    # A block above the threshold is mmap'd (glibc counts those in mallinfo2's hblkhd), so freeing it gives its
+    # pages back instead of leaving a hole in the heap that later, larger blocks cannot use. In a fresh process:
+    # what this one's earlier tests did to malloc (a pytest-xdist worker's included) is not the policy's doing.
+    out = subprocess.run([sys.executable, "-c", MAPS_BIG_BLOCKS], capture_output=True, text=True, timeout=60,
+                         env={k: v for k, v in os.environ.items() if k != "MPIGNN_MALLOC"})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 FRAGMENTING_STEPS = LIBC + """
 assert allocator.tune_allocator({})

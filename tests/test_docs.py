@@ -70,7 +70,7 @@ def test_readme_top_commands_are_what_ci_runs():
     assert install == ('python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 '
                        '--extra-index-url https://download.pytorch.org/whl/cpu && pip install -e ".[test]" && '
                        'mpirun -np 2 python -m mpignn.train')
-    assert tests == ". .venv/bin/activate && python -m pytest"
+    assert tests == ". .venv/bin/activate && python -m pytest -n 2 --dist loadfile"
     ci = (ROOT / ".ci" / "run").read_text()
     # .ci/run runs the same steps, quietly (-q): each of its pip and pytest lines is part of a README command.
     ci_steps = [line.replace(" -q", "") for line in ci.splitlines()
@@ -98,9 +98,9 @@ def test_readme_is_a_front_page_with_the_ci_commands_on_top():
     install, tests = blocks[:2]
     assert install.startswith("python3 -m venv .venv && . .venv/bin/activate && ") and install.endswith(
         "mpirun -np 2 python -m mpignn.train"), install
-    assert tests == ". .venv/bin/activate && python -m pytest", tests
+    assert tests == ". .venv/bin/activate && python -m pytest -n 2 --dist loadfile", tests
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
-    assert "python -m pytest -q" in ci, "expected .ci/run to run the README's test command (quietly)"
+    assert "python -m pytest -q -n 2 --dist loadfile" in ci, "expected .ci/run to run the README's test command (quietly)"
 
 
 def test_error_hint_sections_exist():
