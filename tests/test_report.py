@@ -4,11 +4,19 @@ import pytest
 import torch
 
 from mpignn.tasks.node import correct_counter
-from mpignn.training.report import BEST_FIELDS, BestEpoch, format_final, select_best
+from mpignn.training.report import BEST_FIELDS, BestEpoch, format_final
 
 
 def _rec(epoch, val, test):
     return {"epoch": epoch, "val_acc": val, "test_acc": test}
+
+
+def select_best(records):
+    """The best epoch as training tracks it (training/fit.py): one `BestEpoch.update` an epoch."""
+    best = BestEpoch()
+    for rec in records:
+        best.update(rec)
+    return best
 
 
 def test_best_epoch_is_the_highest_validation_accuracy_earliest_on_ties():

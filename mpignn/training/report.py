@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from mpignn.training.record import BEST_FIELDS, FIELDS
 
-__all__ = ["format_epoch", "append_jsonl", "FIELDS", "BEST_FIELDS", "BestEpoch", "select_best", "format_final"]
+__all__ = ["format_epoch", "append_jsonl", "FIELDS", "BEST_FIELDS", "BestEpoch", "format_final"]
 
 
 def format_epoch(rec: dict[str, Any], scores: str, unit: str = "seeds") -> str:
@@ -65,14 +65,6 @@ class BestEpoch:
     def from_dict(cls, values: dict[str, Any], metric: str = "acc") -> "BestEpoch":
         return cls(**{"metric": metric, **{k: values[k] for k in ("epoch", "val_acc", "test_acc", "metric")
                                            if k in values}})
-
-
-def select_best(records: Iterable[dict[str, Any]]) -> BestEpoch:
-    """The best validation epoch among per-epoch records (epochs without evaluation are skipped)."""
-    best = BestEpoch()
-    for rec in records:
-        best.update(rec)
-    return best
 
 
 def format_final(best: BestEpoch, last: dict[str, Any], world_size: int, name: str = "", metric: str = "",
