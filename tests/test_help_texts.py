@@ -27,8 +27,8 @@ MAX_DOC = 200  # two lines of ~100 characters; the "(default: ...)" suffix comes
 # modules whose parser is built by build_parser(); the bench modules and info build theirs inside main()
 BUILD_PARSER = ["mpignn.config.train_config", "mpignn.partition.cli", "mpignn.predict.cli"]
 MAIN_PARSER = ["mpignn.info", "mpignn.bench.__main__", "mpignn.bench.epoch", "mpignn.bench.floor",
-               "mpignn.bench.hetero", "mpignn.bench.memory", "mpignn.bench.partcheck", "mpignn.bench.predict",
-               "mpignn.bench.rankmem", "mpignn.bench.sampler", "mpignn.bench.soak", "mpignn.bench.compile",
+               "mpignn.bench.hetero", "mpignn.bench.memory", "mpignn.bench.predict",
+               "mpignn.bench.sampler", "mpignn.bench.soak", "mpignn.bench.compile",
                "mpignn.bench.fullgraph", "mpignn.bench.blocks"]
 
 

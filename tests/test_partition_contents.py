@@ -206,11 +206,3 @@ def test_crafted_folder_fails_on_every_rank_with_exit_1(folders, tmp_path):
     lines = re.findall(r"mpignn: error: \[rank (\d)\] (.*?part-001/col\.npy: expected node ids in \[0, 2000\), "
                        r"got 1000000000000 at index 5\. HINT)", out)
     assert {r for r, _ in lines} == {"0", "1"}, out[-3000:]
-
-
-def test_partcheck_bench_prints_the_cost_table(folders, capsys):
-    from mpignn.bench.partcheck import main
-
-    assert main(["--folder", str(folders / "hetero"), "--parts", "0,1", "--repeat", "1"]) == 0
-    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line[:1].isdigit()]
-    assert [r[0] for r in rows] == ["0", "1"] and all(float(r[5]) > 0 and 0 < float(r[6]) < 100 for r in rows), rows

@@ -261,13 +261,13 @@ MAPPED_FILES = ("x", "col", "orig_id", "halo_gid", "halo_deg")
 
 
 def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = True,
-                   mmap: bool = False, check: bool = True) -> LocalPart:
+                   mmap: bool = False) -> LocalPart:
     """Read one part (memory in proportion to the part), checking sizes and, with `verify`, checksums.
 
     `mmap` maps MAPPED_FILES read-only instead of reading them: their pages are the page cache's, loaded as
-    they are touched and dropped under memory pressure, not the process's own. `check` (leave it on: only
-    `bench.partcheck` turns it off, to time it) checks the contents the kernels rely on (`validate.check_part`):
-    a folder whose checksums match its own META.json is not trusted whole.
+    they are touched and dropped under memory pressure, not the process's own. The contents the kernels rely on
+    are always checked (`validate.check_part`): a folder whose checksums match its own META.json is not trusted
+    whole.
 
     Raises:
         PartitionFormatError: a file is missing, truncated, fails its checksum or cannot be parsed, or its
@@ -278,8 +278,7 @@ def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = Tr
     if not 0 <= part_id < meta.num_parts:
         raise PartitionFormatError(f"{folder} has parts 0..{meta.num_parts - 1}; part {part_id} asked for. "
                                    f"HINT: run with mpirun -np {meta.num_parts}")
-    if check:
-        check_meta(meta, folder)
+    check_meta(meta, folder)
     pdir = part_dir(folder, part_id)
     hint = f"HINT: re-create the folder with python -m mpignn.partition --out {folder} --force"
     expected = meta.parts[part_id]["files"]
@@ -295,7 +294,7 @@ def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = Tr
             raise PartitionFormatError(f"{path} has {size} bytes, META.json says {expected[name]['bytes']} "
                                        f"(truncated or replaced). {hint}")
         if verify:
-            digest, scanned[name] = sha256_and_max(path) if check and name in SCANNED else (sha256_file(path), None)
+            digest, scanned[name] = sha256_and_max(path) if name in SCANNED else (sha256_file(path), None)
             if digest != expected[name]["sha256"]:
                 raise PartitionFormatError(f"{path} fails its sha256 checksum (corrupt). {hint}")
         try:
@@ -305,6 +304,5 @@ def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = Tr
     n_own = meta.part_offsets[part_id + 1] - meta.part_offsets[part_id]
     if arrays["rowptr"].shape[:1] != (n_own + 1,) or arrays["x"].shape[:1] != (n_own,):  # 0-d arrays too
         raise PartitionFormatError(f"{pdir} holds {arrays['x'].shape[:1]} nodes, META.json says {n_own}. {hint}")
-    if check:
-        check_part(meta, part_id, arrays, pdir, folder, scanned)
+    check_part(meta, part_id, arrays, pdir, folder, scanned)
     return LocalPart(meta=meta, part_id=part_id, **arrays)
