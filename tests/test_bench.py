@@ -240,17 +240,6 @@ def test_predict_bench_prints_a_row_per_config(tmp_path):
     assert float(one[6]) > 0 and float(two[6]) > 0 and float(one[10]) > 0 and float(two[10]) > 0
 
 
-def test_compile_bench_times_the_kernels_from_an_empty_cache(capsys):
-    """`python -m mpignn.bench.compile`: one row per thread count, from a new process and cache each."""
-    from mpignn.bench import compile as bench_compile
-
-    assert bench_compile.main(["--threads", "1"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[:2] == ["numba", "threads"] and len(lines) == 3
-    row = lines[2].split()
-    assert row[:2] == ["1", "serial"] and float(row[2]) > 0
-
-
 @pytest.mark.mpi
 def test_the_epoch_bench_draws_on_the_host_and_on_the_device_and_says_why_pyg_is_missing(tmp_path):
     cmd = [sys.executable, "-m", "mpignn.bench.epoch", "--dataset", "synthetic:num_nodes=3000,avg_degree=8,num_features=16",

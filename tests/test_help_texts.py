@@ -28,7 +28,7 @@ MAX_DOC = 200  # two lines of ~100 characters; the "(default: ...)" suffix comes
 BUILD_PARSER = ["mpignn.config.train_config", "mpignn.partition.cli", "mpignn.predict.cli"]
 MAIN_PARSER = ["mpignn.info", "mpignn.bench.__main__", "mpignn.bench.epoch", "mpignn.bench.floor",
                "mpignn.bench.hetero", "mpignn.bench.memory", "mpignn.bench.predict",
-               "mpignn.bench.sampler", "mpignn.bench.soak", "mpignn.bench.compile",
+               "mpignn.bench.sampler", "mpignn.bench.soak",
                "mpignn.bench.fullgraph", "mpignn.bench.blocks"]
 
 
