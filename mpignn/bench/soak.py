@@ -3,7 +3,8 @@ ranks) where it was reached (by the end of loading, of the epoch's training, of 
 least-squares line through the second half, and the growth after epoch 3, to show memory does not grow; and
 the resident memory at each epoch's end (max over ranks), which falls where memory is given back: its growth
 is memory kept (objects, or the allocator's free space), where the peak's alone may be one larger batch.
-With `--malloc`, the same run under each MPIGNN_MALLOC policy in turn, and a table comparing them.
+With `--malloc`, the same run under each MPIGNN_MALLOC policy or preloaded allocator in turn (jemalloc, tcmalloc,
+mimalloc: the system's library in LD_PRELOAD, with the settings torch's launcher uses), and a table comparing them.
 
     python -m mpignn.bench.soak --ranks 2 --epochs 30
     python -m mpignn.bench.soak --ranks 1 --epochs 30 --malloc heap,default,steps -- --threads 1
@@ -31,12 +32,26 @@ def growth(peaks: list[float]) -> float:
     return 100 * (max(peaks[3:]) / peaks[3] - 1) if len(peaks) > 3 else 0.0
 
 
+def malloc_env(policy: str) -> dict[str, str | None]:
+    """The variables of one `--malloc` entry: a preloaded allocator, or an MPIGNN_MALLOC policy ("default": unset)."""
+    from mpignn.launch.allocator import preload_env
+
+    if policy in PRELOADS:
+        env = preload_env(policy)
+        if env is None:
+            raise SystemExit(f"--malloc {policy}: no lib{policy} found. HINT: apt-get install {PRELOADS[policy]}")
+        return {**env, "MPIGNN_MALLOC": "system"}
+    return {"MPIGNN_MALLOC": None if policy == "default" else policy}
+
+
+PRELOADS = {"jemalloc": "libjemalloc2", "tcmalloc": "libtcmalloc-minimal4", "mimalloc": "libmimalloc2.0"}
+
+
 def soak(args: argparse.Namespace, policy: str) -> list[dict]:
-    """One run under MPIGNN_MALLOC=`policy` ("default": unset); prints its per-epoch table."""
+    """One run under `policy` (see `malloc_env`); prints its per-epoch table."""
     with tempfile.TemporaryDirectory() as root:
         recs = run_train(args.ranks, ["--dataset", args.dataset, "--root", root, "--epochs", str(args.epochs),
-                                      "--precision", args.precision, *args.extra],
-                         env={"MPIGNN_MALLOC": None if policy == "default" else policy})
+                                      "--precision", args.precision, *args.extra], env=malloc_env(policy))
     print(f"MPIGNN_MALLOC: {policy}")
     print(table(recs, [("epoch", "epoch", "d"), ("epoch_s", "epoch s", ".2f"), ("loss", "loss", ".4f"),
                        ("val_acc", "val acc", ".4f"), ("load_peak_rss_mb", "peak MiB: load", ".1f"),
@@ -61,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--malloc", default="",
-                        help="comma list of MPIGNN_MALLOC policies to run in turn (default, pages, mapped, steps, heap, system)")
+                        help="comma list of MPIGNN_MALLOC policies (default, pages, mapped, steps, heap, system) or "
+                             "preloaded allocators (jemalloc, tcmalloc, mimalloc) to run in turn")
     parser.add_argument("extra", nargs="*", help="more mpignn.train flags (after --)")
     args = parser.parse_args(argv)
     policies = args.malloc.split(",") if args.malloc else ["default"]

@@ -229,6 +229,26 @@ def reexec_tuned() -> None:
     os.execve(sys.executable, [sys.executable, *argv[1:]], env)
 
 
+# The allocators a job script may preload, and the settings torch's launcher (torch.backends.xeon.run_cpu) gives.
+_PRELOADS = {"jemalloc": ("libjemalloc.so.2", {"MALLOC_CONF": "oversize_threshold:1,background_thread:true,"
+                                                               "metadata_thp:auto"}),
+             "tcmalloc": ("libtcmalloc_minimal.so.4", {}), "mimalloc": ("libmimalloc.so.2", {})}
+
+
+def preload_env(name: str) -> dict[str, str] | None:
+    """LD_PRELOAD (and the allocator's settings) that load allocator `name` in a new process, or None where the
+    library is not installed."""
+    import ctypes.util
+
+    library, settings = _PRELOADS[name]
+    for folder in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
+                   "/usr/local/lib"):
+        if os.path.exists(os.path.join(folder, library)):
+            return {"LD_PRELOAD": os.path.join(folder, library), **settings}
+    found = ctypes.util.find_library(library.split(".so")[0][3:])
+    return {"LD_PRELOAD": found, **settings} if found else None
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident memory so far (MiB)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS

@@ -16,24 +16,6 @@ from mpignn.config.choices import NORMS  # there: config reads it without torch
 __all__ = ["NORMS", "RankBatchNorm", "all_reduce_sum", "make_norm", "make_residual"]
 
 
-class _AllReduceSum(torch.autograd.Function):
-    """The sum over the group's ranks; its gradient is the sum of every rank's gradient (each rank's input
-    reaches every rank's output)."""
-
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        out = x.clone()
-        torch.distributed.all_reduce(out, group=group)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.clone()
-        torch.distributed.all_reduce(grad, group=ctx.group)
-        return grad, None
-
-
 def _group_size(group: Any) -> int:
     dist = torch.distributed
     return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
@@ -43,7 +25,11 @@ def all_reduce_sum(x: torch.Tensor, group: Any = None) -> torch.Tensor:
     """Collective over `group` (torch.distributed's default group when None) when it has several ranks: every
     rank must call it, in the same order. The sum of `x` over the ranks, differentiable; `x` itself where
     torch.distributed is not initialised or the group has one rank."""
-    return _AllReduceSum.apply(x, group) if _group_size(group) > 1 else x
+    if _group_size(group) == 1:
+        return x
+    from torch.distributed.nn.functional import all_reduce  # its gradient is the sum of every rank's gradient
+
+    return all_reduce(x, group=torch.distributed.group.WORLD if group is None else group)
 
 
 class RankBatchNorm(torch.nn.Module):

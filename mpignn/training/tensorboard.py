@@ -1,12 +1,9 @@
-"""TensorBoard scalars of the epoch records (`--tensorboard DIR`): rank 0 appends one event per record to an
-event file of its own, opened and closed around each write (no thread, nothing left buffered at a crash).
-Stdlib plus the optional `tensorboard` package (imported inside functions); must not import torch or MPI.
+"""TensorBoard scalars of the epoch records (`--tensorboard DIR`): rank 0 writes them with torch's
+`SummaryWriter`, flushed after each record (nothing left buffered at a crash). The optional `tensorboard`
+package, torch and the writer are imported inside functions: config checks the install without torch.
 """
 from __future__ import annotations
 
-import os
-import socket
-import time
 from typing import Any
 
 from mpignn.errors import ConfigError
@@ -23,8 +20,7 @@ def require() -> None:
         ConfigError: one line naming the extra to install.
     """
     try:
-        from tensorboard.compat.proto import event_pb2  # noqa: F401
-        from tensorboard.summary.writer.record_writer import RecordWriter  # noqa: F401
+        import tensorboard  # noqa: F401  (torch.utils.tensorboard needs it)
     except ImportError as exc:
         raise ConfigError(f"--tensorboard expects the tensorboard package; got ImportError ({exc}). "
                           f"HINT: {HINT}, or drop --tensorboard") from None
@@ -62,28 +58,17 @@ def eval_index(epoch: int, ends: list[int], end: int) -> int:
 
 
 class ScalarLog:
-    """One event file in `logdir` (created), named like TensorBoard's own (`events.out.tfevents.*`), so
-    `tensorboard --logdir DIR` and `EventAccumulator` find it; a resumed run adds a file beside it."""
+    """Torch's `SummaryWriter` on `logdir` (created): `tensorboard --logdir DIR` and `EventAccumulator` read its
+    event file; a resumed run adds a file beside it."""
 
     def __init__(self, logdir: str) -> None:
         require()
-        from tensorboard.compat.proto import event_pb2
+        from torch.utils.tensorboard import SummaryWriter
 
-        os.makedirs(logdir, exist_ok=True)
-        self.path = os.path.join(logdir, f"events.out.tfevents.{time.time():.6f}.{socket.gethostname()}."
-                                         f"{os.getpid()}.mpignn")
-        self._append(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
+        self._writer = SummaryWriter(logdir)
 
     def write(self, rec: dict[str, Any], step: int) -> None:
-        """Append the record's scalars as one event at `step`."""
-        from tensorboard.compat.proto import event_pb2, summary_pb2
-
-        values = [summary_pb2.Summary.Value(tag=tag, simple_value=v) for tag, v in scalar_tags(rec).items()]
-        self._append(event_pb2.Event(wall_time=time.time(), step=int(step),
-                                     summary=summary_pb2.Summary(value=values)))
-
-    def _append(self, event: Any) -> None:
-        from tensorboard.summary.writer.record_writer import RecordWriter
-
-        with open(self.path, "ab") as f:
-            RecordWriter(f).write(event.SerializeToString())
+        """The record's scalars at `step`, on disk when this returns."""
+        for tag, value in scalar_tags(rec).items():
+            self._writer.add_scalar(tag, value, global_step=int(step))
+        self._writer.flush()
