@@ -25,8 +25,6 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["mpignn", "mpignn.*"]),
-    # the page pool's source: the training CLI compiles it at start-up where a C compiler is found (allocator.py)
-    package_data={"mpignn.launch": ["bigblocks.c"]},
     install_requires=[
         # torch first in the README's install line, so a CPU machine never pulls a CUDA build here.
         # 2.4 is the oldest torch with the device-type autocast API the fused SAGE backward calls,

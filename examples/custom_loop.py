@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch_geometric.nn import SAGEConv
 
 from mpignn.mpi import run_main
-from mpignn.runtime import bootstrap, load_local_graph, make_loader, reduce_sums, shutdown
+from mpignn.runtime import NeighborLoader, bootstrap, load_local_graph, reduce_sums, shutdown
 
 
 class SkipSAGE(torch.nn.Module):
@@ -43,8 +43,9 @@ def main(argv: list[str] | None = None) -> int:
 
     rt = bootstrap()
     graph = load_local_graph(rt, args.dataset, args.root, fanouts=[10, 5], cache_size=10_000)
-    train = make_loader(rt, graph, "train", batch_size=args.batch_size)
-    test = make_loader(rt, graph, "test", batch_size=2048)
+    train = NeighborLoader(graph, [10, 5], input_nodes="train", batch_size=args.batch_size, shuffle=True,
+                           batch_scope="global")  # --batch-size is all ranks' together, as the CLI's
+    test = NeighborLoader(graph, [10, 5], input_nodes="test", batch_size=2048)
     torch.manual_seed(0)  # the same initial weights in every run (DDP copies rank 0's to the others)
     model = SkipSAGE(graph.num_features, 64, graph.num_classes).to(rt.device)
     ddp = torch.nn.parallel.DistributedDataParallel(model) if rt.world_size > 1 else model

@@ -22,7 +22,7 @@ from mpignn.exchange.embedding import NodeEmbedding
 from mpignn.training.ddp import wrap_ddp
 from mpignn.models import SampledGNN, encode
 from mpignn.mpi import run_main
-from mpignn.runtime import bootstrap, load_local_graph, make_loader, reduce_sums, shutdown
+from mpignn.runtime import NeighborLoader, bootstrap, load_local_graph, reduce_sums, shutdown
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
 
     rt = bootstrap()
     graph = load_local_graph(rt, args.dataset, args.root, fanouts=[10, 5])
-    loaders = {split: make_loader(rt, graph, split, batch_size=256) for split in ("train", "test")}
+    loaders = {"train": NeighborLoader(graph, [10, 5], input_nodes="train", batch_size=256, shuffle=True,
+                                       batch_scope="global"),
+               "test": NeighborLoader(graph, [10, 5], input_nodes="test", batch_size=1024)}
     part = graph.part
     dim = max(1, args.embed_dim)
     emb = None
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     def rows(batch, train: bool) -> torch.Tensor:
         if emb is None:
             return torch.ones(len(batch.n_id), dim, device=rt.device)
-        x = emb.pull(batch.n_id.cpu().numpy(), rt.device)
+        x = emb.pull(batch.part_n_id.cpu().numpy(), rt.device)  # the rows' owners go by partition ids
         return x if train else x.detach()
 
     torch.manual_seed(0)

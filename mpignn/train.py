@@ -55,10 +55,7 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
 
 
 def cli() -> None:
-    from mpignn.launch.allocator import reexec_tuned
     from mpignn.mpi import run_main
-
-    reexec_tuned()  # before MPI starts: the page pool is preloaded, glibc reads its tunables, only at start-up
 
     # The handler stays installed to the end, so a signal during teardown cannot kill a finished run.
     sys.exit(run_main(main, keep_handler=True))

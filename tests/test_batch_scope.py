@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from _mpirun import run_cli_many
-from mpignn.runtime import rank_batch_size
+from mpignn.training.loaders import rank_batch_size
 from mpignn.training.schedule import WarmupScaledLR, attach_lr_schedule, lr_factor
 
 

@@ -312,11 +312,11 @@ def test_soak_bench_runs_each_malloc_policy_and_compares_them(capsys):
     from mpignn.bench import soak
 
     assert soak.main(["--dataset", "synthetic:num_nodes=1500,avg_degree=6,num_features=8,num_classes=3",
-                      "--ranks", "1", "--epochs", "2", "--malloc", "heap,steps", "--", "--threads", "1",
+                      "--ranks", "1", "--epochs", "2", "--malloc", "heap,system", "--", "--threads", "1",
                       "--hidden", "16", "--fanout", "4,3", "--minibatch", "independent"]) == 0
     out = capsys.readouterr().out
-    assert "MPIGNN_MALLOC: heap" in out and "MPIGNN_MALLOC: steps" in out
+    assert "malloc: heap" in out and "malloc: system" in out
     summary = out.split("growth after epoch 3 %")[1].splitlines()
-    rows = [line.split() for line in summary if line.startswith(("heap ", "steps "))]
-    assert [r[0] for r in rows] == ["heap", "steps"] and rows[0][2] == "1.000" and 0 < float(rows[1][2]) < 100
+    rows = [line.split() for line in summary if line.startswith(("heap ", "system "))]
+    assert [r[0] for r in rows] == ["heap", "system"] and rows[0][2] == "1.000" and 0 < float(rows[1][2]) < 100
     assert soak.growth([100.0, 100, 100, 100, 104, 110]) == pytest.approx(10.0)

@@ -5,7 +5,7 @@ import re
 import pytest
 import torch
 
-from mpignn.training.checkpoint import (check_compatible, load_checkpoint, rng_state, save_checkpoint, set_rng_state)
+from mpignn.training.checkpoint import (FORMAT, check_compatible, load_checkpoint, rng_state, set_rng_state)
 from mpignn.errors import ConfigError
 from mpignn.tasks import make_task
 
@@ -22,8 +22,9 @@ def test_rng_rows_of_a_saved_checkpoint_restore_each_ranks_stream(tmp_path):
         expected[rank] = torch.rand(5)
     model = torch.nn.Linear(3, 2)
     stacked = {"cpu": torch.stack([s["cpu"] for s in states])}
-    save_checkpoint(tmp_path, 4, model, torch.optim.Adam(model.parameters()), {"best": {"epoch": 2}}, step=9,
-                    rng=stacked)
+    torch.save({"format": FORMAT, "epoch": 4, "step": 9, "model": model.state_dict(), "rng": stacked,
+                "optimizer": torch.optim.Adam(model.parameters()).state_dict(), "extra": {"best": {"epoch": 2}}},
+               tmp_path / "checkpoint.pt")  # a generation's file, as save_state writes it
     info = load_checkpoint(tmp_path, model)
     assert (info["epoch"], info["step"], info["extra"]["best"]["epoch"]) == (4, 9, 2)
     for rank in (1, 0):  # row 1 is a view at a storage offset: it must not crash nor read row 0
@@ -31,12 +32,12 @@ def test_rng_rows_of_a_saved_checkpoint_restore_each_ranks_stream(tmp_path):
         assert torch.equal(torch.rand(5), expected[rank])
 
 
-def test_first_format_checkpoints_continue_after_their_epoch(tmp_path):
+def test_first_format_checkpoints_are_refused_with_the_fix(tmp_path):
     model = torch.nn.Linear(3, 2)
     torch.save({"epoch": 3, "model": model.state_dict(), "optimizer": torch.optim.Adam(model.parameters())
                 .state_dict(), "extra": {}}, tmp_path / "checkpoint.pt")
-    info = load_checkpoint(tmp_path, model)
-    assert (info["epoch"], info["step"], info["rng"]) == (4, 0, {})
+    with pytest.raises(ConfigError, match=r"checkpoint format 1; this mpignn reads format 2\. HINT: another "):
+        load_checkpoint(tmp_path, model)
 
 
 def test_resume_refuses_another_model_shape_and_names_replay_changes():

@@ -88,15 +88,14 @@ def test_a_full_disk_keeps_the_previous_generation_and_says_so_in_one_line(comm,
     assert _resumed(comm, tmp_path) == (1, "gen-000001")
 
 
-def test_the_older_single_file_format_still_resumes(comm, tmp_path):
+def test_the_older_single_file_format_is_refused_and_kept(comm, tmp_path):
     model, opt, _ = _objects(3)
-    ckpt.save_checkpoint(tmp_path, 3, model, opt, step=2)
-    model, opt, _ = _objects(0)
-    info = ckpt.resume_state(comm, tmp_path, model, opt, {}, "cpu")
-    assert (info["epoch"], info["step"], info["generation"]) == (3, 2, "checkpoint.pt")
-    assert torch.all(model.weight == 3)
-    _save(comm, tmp_path, 4)  # the next save is a generation, and resumes before the old file
-    assert _resumed(comm, tmp_path) == (4, "gen-000001")
+    torch.save({"format": ckpt.FORMAT, "epoch": 3, "step": 2, "model": model.state_dict(),
+                "optimizer": opt.state_dict(), "rng": {}, "extra": {}}, tmp_path / "checkpoint.pt")
+    with pytest.raises(ConfigError, match=r"found only .*checkpoint.pt, a single-file checkpoint of the format before "
+                                          r"generations, .* HINT: another --checkpoint-dir"):
+        ckpt.resume_state(comm, tmp_path, *_objects(0)[:2], {}, "cpu")
+    assert (tmp_path / "checkpoint.pt").is_file()
 
 
 @pytest.mark.mpi

@@ -51,7 +51,8 @@ def test_link_prediction_and_replicated_graphs_are_refused_in_one_line():
 def test_a_heterogeneous_graph_is_refused_by_the_loader(rt, tmp_path):
     from mpignn.data import save_npz
     from mpignn.data.synthetic_hetero import make_user_item
-    from mpignn.runtime import cooperative_refusal, load_local_graph, make_loader
+    from mpignn.runtime import load_local_graph
+    from mpignn.training.loaders import cooperative_refusal, make_loader
 
     save_npz(str(tmp_path / "hetero.npz"), make_user_item(num_items=300, num_users=80, edges_per_item=4))
     graph = load_local_graph(rt, f"npz:{tmp_path / 'hetero.npz'}", str(tmp_path), fanouts=[3, 3], cache_size=0)
@@ -62,7 +63,8 @@ def test_a_heterogeneous_graph_is_refused_by_the_loader(rt, tmp_path):
 
 def test_a_step_that_cannot_fit_is_refused_before_it_runs(rt, tmp_path, monkeypatch):
     from mpignn.models import build_model
-    from mpignn.runtime import load_local_graph, loaders
+    from mpignn.runtime import load_local_graph
+    from mpignn.training import loaders
 
     graph = load_local_graph(rt, "synthetic:num_nodes=500,num_features=8", str(tmp_path), fanouts=[3, 3],
                              cache_size=0)

@@ -29,7 +29,7 @@ BUILD_PARSER = ["mpignn.config.train_config", "mpignn.partition.cli", "mpignn.pr
 MAIN_PARSER = ["mpignn.info", "mpignn.bench.__main__", "mpignn.bench.epoch", "mpignn.bench.floor",
                "mpignn.bench.hetero", "mpignn.bench.memory", "mpignn.bench.predict",
                "mpignn.bench.sampler", "mpignn.bench.soak",
-               "mpignn.bench.fullgraph", "mpignn.bench.blocks"]
+               "mpignn.bench.fullgraph"]
 
 
 class _Built(Exception):

@@ -14,6 +14,7 @@ from torch_geometric.data import Data, HeteroData
 from _graphs import small_graph
 from _mpirun import run_mpi
 from mpignn import runtime
+from mpignn.training.loaders import make_loader
 from mpignn.data import save_npz
 from mpignn.data.synthetic_hetero import make_user_item
 from mpignn.errors import ConfigError, DatasetError, is_agreed
@@ -71,7 +72,7 @@ def test_parts_equal_the_npz_parts_and_batches_train(rt, graph, npz, masks):
     model = torch.nn.Linear(mem.num_features, mem.num_classes)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
     losses = []
-    for batch in runtime.make_loader(rt, mem, "train", batch_size=64):
+    for batch in make_loader(rt, mem, "train", batch_size=64):
         loss = torch.nn.functional.cross_entropy(model(batch.x[:batch.batch_size]), batch.y[:batch.batch_size])
         optimizer.zero_grad()
         loss.backward()
@@ -106,7 +107,7 @@ def test_hetero_data_parts_equal_the_npz_parts(rt, tmp_path):
     mem = runtime.load_local_graph(rt, data, **opts)
     _parts_equal(mem, runtime.load_local_graph(rt, f"npz:{path}", str(tmp_path), **opts))
     assert mem.schema is not None and mem.part.type_rowptr is not None
-    assert next(iter(runtime.make_loader(rt, mem, "train", batch_size=32)))["item"].batch_size > 0
+    assert next(iter(make_loader(rt, mem, "train", batch_size=32)))["item"].batch_size > 0
 
 
 def _bad(graph, case: str) -> dict:

@@ -380,14 +380,15 @@ def test_evaluation_batches_draw_by_neighbour_sampling_whatever_trains(rt, tmp_p
     """Layer-neighbour batches save training rows; evaluation, forward only, draws neighbour-sampled batches at
     the same fanouts, whose estimates are less noisy (docs/training.md)."""
     from mpignn import runtime
+    from mpignn.training.loaders import make_loader
 
     graph = runtime.load_local_graph(rt, "synthetic:num_nodes=2000,avg_degree=10,num_features=8", str(tmp_path),
                                      fanouts=[5, 5], sampler="labor", labor_iterations=2, cache_size=0)
-    train = runtime.make_loader(rt, graph, "train", batch_size=128)
+    train = make_loader(rt, graph, "train", batch_size=128)
     assert (train.sampler.method, train.sampler.iterations) == ("labor", 2)
     samplers = []
     for split in ("val", "test"):
-        loader = runtime.make_loader(rt, graph, split, batch_size=128)
+        loader = make_loader(rt, graph, split, batch_size=128)
         assert (loader.sampler.method, loader.sampler.fanouts, loader.sampler.iterations) == ("neighbor", [5, 5], 0)
         batch = next(iter(loader))
         assert getattr(batch, "mean_over", None) is None and getattr(batch, "edge_weight", None) is None

@@ -13,6 +13,7 @@ import torch
 
 from _mpirun import run_mpi, run_mpi_raw
 from mpignn import runtime
+from mpignn.training.loaders import make_loader
 from mpignn.data import load_dataset
 from mpignn.errors import ConfigError
 
@@ -96,22 +97,22 @@ def test_pyg_worker_keywords_are_accepted(graph):
 
 def test_make_loader_refuses_num_neighbors_and_unknown_splits(rt, graph):
     with pytest.raises(ConfigError, match="num_neighbors is runtime.NeighborLoader's"):
-        runtime.make_loader(rt, graph, "train", num_neighbors=[5])
+        make_loader(rt, graph, "train", num_neighbors=[5])
     with pytest.raises(ConfigError, match="split must be one of"):
-        runtime.make_loader(rt, graph, "valid")
+        make_loader(rt, graph, "valid")
 
 
 def test_make_loader_evaluates_larger_batches_than_it_trains(rt, graph):
     """Evaluation runs forward only: EVAL_BATCH_FACTOR times the seeds of a training step (one rank here)."""
     from mpignn.tasks.base import EVAL_BATCH_FACTOR
 
-    train = runtime.make_loader(rt, graph, "train", batch_size=16)
-    val = runtime.make_loader(rt, graph, "val", batch_size=16)
+    train = make_loader(rt, graph, "train", batch_size=16)
+    val = make_loader(rt, graph, "val", batch_size=16)
     assert EVAL_BATCH_FACTOR > 1 and len(train) == -(-len(graph.part.train_idx) // 16)
     assert len(val) == -(-len(graph.part.val_idx) // (16 * EVAL_BATCH_FACTOR))
     sizes = [batch.batch_size for batch in val]
     assert sum(sizes) == len(graph.part.val_idx) and 16 < max(sizes) <= 16 * EVAL_BATCH_FACTOR
-    asked = runtime.make_loader(rt, graph, "test", batch_size=16, eval_batch_size=40)  # --eval-batch-size
+    asked = make_loader(rt, graph, "test", batch_size=16, eval_batch_size=40)  # --eval-batch-size
     assert len(asked) == -(-len(graph.part.test_idx) // 40)
 
 
@@ -148,13 +149,16 @@ def test_uncaught_exception_in_a_script_ends_every_rank(tmp_path):
 
 
 def test_docs_api_gives_every_public_signature():
-    """docs/api.md writes each public call of mpignn.runtime with every parameter it takes."""
+    """docs/api.md writes each public call of mpignn.runtime with every parameter it takes, and the package
+    exports nothing it does not document."""
     import inspect
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
+    api = text[text.index("## Your own training loop"):]
+    assert [name for name in runtime.__all__ if f"`{name}" not in api] == []
     for fn in (runtime.bootstrap, runtime.load_local_graph, runtime.NeighborLoader, runtime.inference,
-               runtime.accuracy, runtime.mean, runtime.make_loader, runtime.shutdown):
+               runtime.accuracy, runtime.mean, runtime.shutdown):
         start = text.find(f"**`{fn.__name__}(")
         assert start >= 0, fn.__name__
         written = text[start:text.find("`**", start)]

@@ -32,7 +32,8 @@ def test_graph_options_default_to_the_cli_defaults():
 
 
 def test_api_functions_default_to_the_cli_defaults():
-    from mpignn.runtime import attach_embedding, bootstrap, load_local_graph, make_loader
+    from mpignn.runtime import attach_embedding, bootstrap, load_local_graph
+    from mpignn.training.loaders import make_loader
 
     cli = TrainConfig()
     renamed = {"lr": "embed_lr"}
@@ -68,7 +69,7 @@ def test_cli_and_api_refuse_alike(argv, api):
 
 
 def _refuse_coop(graph):
-    from mpignn.runtime import cooperative_refusal
+    from mpignn.training.loaders import cooperative_refusal
 
     raise ConfigError(cooperative_refusal(graph))
 
@@ -79,7 +80,7 @@ def _refuse(values):
 
 def test_cooperative_refusals_come_from_the_task_and_the_graph():
     from mpignn.loader.hetero import HeteroLayout  # noqa: F401  (any layout marks a heterogeneous graph)
-    from mpignn.runtime import cooperative_refusal
+    from mpignn.training.loaders import cooperative_refusal
     from mpignn.tasks import make_task
     from mpignn.training.fit import check_flags
 

@@ -1,4 +1,4 @@
-"""`python -m mpignn.predict` and `--eval full` on heterogeneous graphs: every node type's rows by exact
+"""`python -m mpignn.predict` and `--eval exact` on heterogeneous graphs: every node type's rows by exact
 layer-wise inference equal one process applying the same trained weights with PyG's `HeteroConv` to the whole
 graph (a `HeteroData`), on 1, 2 and 3 ranks, for --model sage, rgcn and learnable rows of the featureless type;
 the per-type predictions folder and its reader."""
@@ -183,17 +183,17 @@ def test_predictions_equal_heteroconv_on_the_whole_graph(trained, n):
         assert "logits" not in user and "pred" not in user  # only the classified type has outputs
 
 
-# --- --eval full ------------------------------------------------------------------------------------------
+# --- --eval exact -----------------------------------------------------------------------------------------
 
 def _eval_args(base, tmp_path):
     return ["--dataset", f"npz:{base / 'ui.npz'}", "--root", str(base / "data"), "--epochs", "1",
             "--fanout", "4,3", "--hidden", "16", "--batch-size", "128", "--threads", "1", "--model", "rgcn",
-            "--eval", "full", "--checkpoint-dir", str(tmp_path / "ck"), "--metrics-out", str(tmp_path / "m.jsonl")]
+            "--eval", "exact", "--checkpoint-dir", str(tmp_path / "ck"), "--metrics-out", str(tmp_path / "m.jsonl")]
 
 
-def _check_full_scores(base, tmp_path, suffix="_full"):
-    """The last epoch's val_acc_full / test_acc_full (`suffix` "": --eval exact's val_acc / test_acc) equal the
-    accuracy of the items' predicted classes of the same checkpoint (`python -m mpignn.predict` on 1 rank)."""
+def _check_exact_scores(base, tmp_path):
+    """The last epoch's val_acc / test_acc equal the accuracy of the items' predicted classes of the same
+    checkpoint (`python -m mpignn.predict` on 1 rank)."""
     from mpignn.predict.cli import main as predict
 
     last = json.loads((tmp_path / "m.jsonl").read_text().splitlines()[-1])
@@ -201,28 +201,19 @@ def _check_full_scores(base, tmp_path, suffix="_full"):
     pred = load(tmp_path / "pred")["item"]["pred"]
     graph = load_dataset(f"npz:{base / 'ui.npz'}", str(base / "data"))
     want = [float((pred[idx] == graph.y[idx]).mean()) for idx in (graph.val_idx, graph.test_idx)]  # items first
-    assert [last[f"val_acc{suffix}"], last[f"test_acc{suffix}"]] == pytest.approx(want, abs=1e-12)
+    assert [last["val_acc"], last["test_acc"]] == pytest.approx(want, abs=1e-12)
     return last
 
 
-def test_eval_full_scores_the_classified_type(graph_dir, tmp_path):
+def test_eval_exact_scores_the_classified_type(graph_dir, tmp_path):
     from mpignn import train
 
     assert train.main(_eval_args(graph_dir, tmp_path)) == 0
-    assert _check_full_scores(graph_dir, tmp_path)["val_acc"] is not None  # the sampled scores stay beside them
-
-
-def test_eval_exact_scores_the_classified_type_alone(graph_dir, tmp_path):
-    from mpignn import train
-
-    args = _eval_args(graph_dir, tmp_path)
-    args[args.index("--eval") + 1] = "exact"
-    assert train.main(args) == 0
-    assert "val_acc_full" not in _check_full_scores(graph_dir, tmp_path, suffix="")
+    _check_exact_scores(graph_dir, tmp_path)
 
 
 @pytest.mark.mpi
-def test_two_ranks_eval_full_equals_one_rank_predictions_of_their_weights(graph_dir, tmp_path):
+def test_two_ranks_eval_exact_equals_one_rank_predictions_of_their_weights(graph_dir, tmp_path):
     rc, out = run_python(2, ["-m", "mpignn.train", *_eval_args(graph_dir, tmp_path)], timeout=180)
     assert rc == 0, out[-3000:]
-    assert _check_full_scores(graph_dir, tmp_path)["world_size"] == 2
+    assert _check_exact_scores(graph_dir, tmp_path)["world_size"] == 2

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from mpignn.training.checkpoint import load_checkpoint, save_checkpoint
+from mpignn.training.checkpoint import latest_checkpoint, load_checkpoint, save_state
 from mpignn.data import make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.errors import ConfigError, PartitionFormatError
@@ -61,7 +61,8 @@ def test_crafted_checkpoint_does_not_run_code(tmp_path):
 _SLOW_WRITER = r"""
 import sys, time, torch
 import mpignn.fileio as fileio
-from mpignn.training.checkpoint import save_checkpoint
+from mpi4py import MPI
+from mpignn.training.checkpoint import save_state
 from mpignn.data import make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.partition import partition_graph
@@ -85,7 +86,8 @@ else:
         print("STALLED", flush=True); time.sleep(600)
     torch.save = stalled
     m = torch.nn.Linear(4, 2)
-    save_checkpoint(folder, 7, m, torch.optim.Adam(m.parameters()))
+    save_state(MPI.COMM_SELF, folder, epoch=7, step=0, model=m, optimizer=torch.optim.Adam(m.parameters()),
+               device="cpu", extra={})
 """
 
 
@@ -114,7 +116,10 @@ def test_partition_killed_mid_write_leaves_nothing_trusted(tmp_path):
 
 
 def test_checkpoint_killed_mid_write_keeps_the_previous(tmp_path):
+    from mpi4py import MPI
+
     model = torch.nn.Linear(4, 2)
-    save_checkpoint(tmp_path, 3, model, torch.optim.Adam(model.parameters()))
+    save_state(MPI.COMM_SELF, tmp_path, epoch=3, step=0, model=model, optimizer=torch.optim.Adam(model.parameters()),
+               device="cpu", extra={})
     _kill_while_writing("checkpoint", tmp_path)
-    assert load_checkpoint(tmp_path, torch.nn.Linear(4, 2))["epoch"] == 3
+    assert load_checkpoint(latest_checkpoint(tmp_path), torch.nn.Linear(4, 2))["epoch"] == 3

@@ -39,8 +39,7 @@ def test_wheel_installs_and_runs_outside_the_tree(tmp_path):
     assert rc == 0, out[-3000:]
     (wheel,) = (tmp_path / "dist").glob("mpignn-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    tree = {p.relative_to(ROOT).as_posix() for suffix in ("*.py", "*.c")  # .c: the page pool's source (allocator)
-            for p in (ROOT / "mpignn").rglob(suffix) if "__pycache__" not in p.parts}
+    tree = {p.relative_to(ROOT).as_posix() for p in (ROOT / "mpignn").rglob("*.py") if "__pycache__" not in p.parts}
     packaged = {n for n in names if n.startswith("mpignn/")}
     assert packaged == tree, f"missing {sorted(tree - packaged)}, extra {sorted(packaged - tree)}"
     entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))

@@ -47,7 +47,7 @@ def _worker(args: argparse.Namespace) -> None:
     import torch
     from mpi4py import MPI
 
-    from mpignn.launch.allocator import steps_in_heap, tune_allocator
+    from mpignn.launch.allocator import tune_allocator
     from mpignn.exchange.alltoall import MpiAlltoall
     from mpignn.exchange.halo import ByteCounter, Halo
     from mpignn.models.sampled import SampledGNN
@@ -84,40 +84,39 @@ def _worker(args: argparse.Namespace) -> None:
     times, rows, inputs = np.zeros(3), 0, 0
     per_layer = [[0, 0] for _ in range(len(fanout) + 1)]  # (rows over all ranks, distinct nodes) per layer
     warmup = 3
-    with steps_in_heap():  # the steps' blocks as mpignn.train keeps them
-        for step in range(warmup + args.steps):
-            if step == warmup:
-                times[:], rows, inputs = 0.0, 0, 0
-                sampler.halo_bytes = 0
-            seeds = rng.choice(train, min(share, len(train)), replace=False)
-            t0 = time.perf_counter()
-            out = sampler.sample(seeds, step)
-            t1 = time.perf_counter()
-            halo = Halo(out.halo, sampler.rows, ByteCounter(sampler)) if args.cooperative else None
-            # cooperative: the input table with room for the rows other ranks send (as the loader makes it)
-            feats = np.empty((halo.table_rows(0) if halo else len(out.n_id), x.shape[1]), dtype=x.dtype)
-            np.take(x, out.n_id - lo, axis=0, out=feats[:len(out.n_id)], mode="clip")  # "clip": no buffered copy
-            t2 = time.perf_counter()
-            edge_index = torch.from_numpy(np.stack([out.row, out.col]))
-            logits = model(torch.from_numpy(feats), edge_index, out.num_sampled_nodes, out.num_sampled_edges,
-                           torch.from_numpy(out.in_degree), halo=halo,
-                           mean_over=None if out.mean_over is None else torch.from_numpy(out.mean_over))
-            # cooperative: the loss of the global batch's mean (every rank's share), gradients summed over ranks
-            labels = torch.from_numpy(y[out.n_id[:len(seeds)] - lo])
-            loss = torch.nn.functional.cross_entropy(logits, labels, reduction="sum") / (share * comm.size)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if args.cooperative:
-                flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-                comm.Allreduce(MPI.IN_PLACE, flat.numpy(), op=MPI.SUM)
-                torch.nn.utils.vector_to_parameters(flat, [p.grad for p in model.parameters()])
-            optimizer.step()
-            times += [t1 - t0, t2 - t1, time.perf_counter() - t2]
-            rows += sum(out.num_sampled_nodes[:-1])
-            inputs += sum(out.num_sampled_nodes)
-            if step >= warmup:  # untimed: every layer's rows of all ranks against their distinct nodes
-                _count(comm, out, per_layer)
-                comm.Barrier()  # rank 0 counts alone: the others would time its counting in their next collective
+    for step in range(warmup + args.steps):
+        if step == warmup:
+            times[:], rows, inputs = 0.0, 0, 0
+            sampler.halo_bytes = 0
+        seeds = rng.choice(train, min(share, len(train)), replace=False)
+        t0 = time.perf_counter()
+        out = sampler.sample(seeds, step)
+        t1 = time.perf_counter()
+        halo = Halo(out.halo, sampler.rows, ByteCounter(sampler)) if args.cooperative else None
+        # cooperative: the input table with room for the rows other ranks send (as the loader makes it)
+        feats = np.empty((halo.table_rows(0) if halo else len(out.n_id), x.shape[1]), dtype=x.dtype)
+        np.take(x, out.n_id - lo, axis=0, out=feats[:len(out.n_id)], mode="clip")  # "clip": no buffered copy
+        t2 = time.perf_counter()
+        edge_index = torch.from_numpy(np.stack([out.row, out.col]))
+        logits = model(torch.from_numpy(feats), edge_index, out.num_sampled_nodes, out.num_sampled_edges,
+                       torch.from_numpy(out.in_degree), halo=halo,
+                       mean_over=None if out.mean_over is None else torch.from_numpy(out.mean_over))
+        # cooperative: the loss of the global batch's mean (every rank's share), gradients summed over ranks
+        labels = torch.from_numpy(y[out.n_id[:len(seeds)] - lo])
+        loss = torch.nn.functional.cross_entropy(logits, labels, reduction="sum") / (share * comm.size)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if args.cooperative:
+            flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+            comm.Allreduce(MPI.IN_PLACE, flat.numpy(), op=MPI.SUM)
+            torch.nn.utils.vector_to_parameters(flat, [p.grad for p in model.parameters()])
+        optimizer.step()
+        times += [t1 - t0, t2 - t1, time.perf_counter() - t2]
+        rows += sum(out.num_sampled_nodes[:-1])
+        inputs += sum(out.num_sampled_nodes)
+        if step >= warmup:  # untimed: every layer's rows of all ranks against their distinct nodes
+            _count(comm, out, per_layer)
+            comm.Barrier()  # rank 0 counts alone: the others would time its counting in their next collective
     per_rank = comm.gather({"times": times.tolist(), "rows": rows / args.steps, "inputs": inputs / args.steps,
                             "halo": getattr(sampler, "halo_bytes", 0) / args.steps,
                             "redundancy": redundancy(*zip(*per_layer)) if comm.rank == 0 else None}, root=0)
@@ -183,9 +182,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="add the 1 x 1 and communication-free rows with --sampler labor")
     args = parser.parse_args(argv)
     if args.worker:
-        from mpignn.launch.allocator import reexec_tuned
-
-        reexec_tuned()  # as mpignn.train does: the page pool preloaded, glibc's mapped blocks in huge pages
         _worker(args)
         return 0
     n = args.ranks

@@ -4,10 +4,10 @@ least-squares line through the second half, and the growth after epoch 3, to sho
 the resident memory at each epoch's end (max over ranks), which falls where memory is given back: its growth
 is memory kept (objects, or the allocator's free space), where the peak's alone may be one larger batch.
 With `--malloc`, the same run under each MPIGNN_MALLOC policy or preloaded allocator in turn (jemalloc, tcmalloc,
-mimalloc: the system's library in LD_PRELOAD, with the settings torch's launcher uses), and a table comparing them.
+mimalloc: the system's library in LD_PRELOAD, with the settings torch's launcher gives), and a table comparing them.
 
     python -m mpignn.bench.soak --ranks 2 --epochs 30
-    python -m mpignn.bench.soak --ranks 1 --epochs 30 --malloc heap,default,steps -- --threads 1
+    python -m mpignn.bench.soak --ranks 2 --epochs 30 --malloc heap,default,jemalloc -- --threads 1
 """
 from __future__ import annotations
 
@@ -34,17 +34,18 @@ def growth(peaks: list[float]) -> float:
 
 def malloc_env(policy: str) -> dict[str, str | None]:
     """The variables of one `--malloc` entry: a preloaded allocator, or an MPIGNN_MALLOC policy ("default": unset)."""
-    from mpignn.launch.allocator import preload_env
+    from mpignn.launch.allocator import PRELOADS, preload_env
 
     if policy in PRELOADS:
         env = preload_env(policy)
         if env is None:
-            raise SystemExit(f"--malloc {policy}: no lib{policy} found. HINT: apt-get install {PRELOADS[policy]}")
-        return {**env, "MPIGNN_MALLOC": "system"}
-    return {"MPIGNN_MALLOC": None if policy == "default" else policy}
+            raise SystemExit(f"--malloc {policy}: {PRELOADS[policy][0]} is not installed. HINT: your system's "
+                             f"{policy} package (Debian: {DEBIAN[policy]})")
+        return {"MPIGNN_MALLOC": None, **env}
+    return {"MPIGNN_MALLOC": None if policy == "default" else policy, "LD_PRELOAD": None}
 
 
-PRELOADS = {"jemalloc": "libjemalloc2", "tcmalloc": "libtcmalloc-minimal4", "mimalloc": "libmimalloc2.0"}
+DEBIAN = {"jemalloc": "libjemalloc2", "tcmalloc": "libtcmalloc-minimal4", "mimalloc": "libmimalloc2.0"}
 
 
 def soak(args: argparse.Namespace, policy: str) -> list[dict]:
@@ -52,7 +53,7 @@ def soak(args: argparse.Namespace, policy: str) -> list[dict]:
     with tempfile.TemporaryDirectory() as root:
         recs = run_train(args.ranks, ["--dataset", args.dataset, "--root", root, "--epochs", str(args.epochs),
                                       "--precision", args.precision, *args.extra], env=malloc_env(policy))
-    print(f"MPIGNN_MALLOC: {policy}")
+    print(f"malloc: {policy}")
     print(table(recs, [("epoch", "epoch", "d"), ("epoch_s", "epoch s", ".2f"), ("loss", "loss", ".4f"),
                        ("val_acc", "val acc", ".4f"), ("load_peak_rss_mb", "peak MiB: load", ".1f"),
                        ("train_peak_rss_mb", "after training", ".1f"),
@@ -76,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--malloc", default="",
-                        help="comma list of MPIGNN_MALLOC policies (default, pages, mapped, steps, heap, system) or "
-                             "preloaded allocators (jemalloc, tcmalloc, mimalloc) to run in turn")
+                        help="comma list of MPIGNN_MALLOC policies (default, heap, system) or preloaded allocators "
+                             "(jemalloc, tcmalloc, mimalloc) to run in turn")
     parser.add_argument("extra", nargs="*", help="more mpignn.train flags (after --)")
     args = parser.parse_args(argv)
     policies = args.malloc.split(",") if args.malloc else ["default"]
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [{"policy": p, "median": median(recs), "ratio": median(recs) / median(base),
                  "peak3": recs[min(3, len(recs) - 1)]["peak_rss_mb"], "peak": max(r["peak_rss_mb"] for r in recs),
                  "growth": growth([r["peak_rss_mb"] for r in recs])} for p, recs in runs.items()]
-        print(table(rows, [("policy", "MPIGNN_MALLOC", "s"), ("median", "median epoch s (after epoch 0)", ".2f"),
+        print(table(rows, [("policy", "malloc", "s"), ("median", "median epoch s (after epoch 0)", ".2f"),
                            ("ratio", f"x {'heap' if 'heap' in runs else policies[0]}", ".3f"),
                            ("peak3", "peak MiB at epoch 3", ".0f"), ("peak", "highest peak MiB", ".0f"),
                            ("growth", "growth after epoch 3 %", "+.1f")]))

@@ -29,12 +29,12 @@ PREFETCH_MODES = ("auto", "on", "off")  # prefetch.overlap
 # The task registry: a new task is a module with a `tasks.base.Task` subclass and one line here.
 TASKS = {"node": "mpignn.tasks.node:NodeTask", "link": "mpignn.tasks.link:LinkTask"}
 NEGATIVES = ("uniform", "tail")  # tasks.link.LinkSeeds
-BATCH_SCOPES = ("global", "rank")  # runtime.rank_batch_size
+BATCH_SCOPES = ("global", "rank")  # training.loaders.rank_batch_size
 LR_SCALINGS = ("none", "linear", "sqrt")  # schedule.attach_lr_schedule
 PRECISIONS = ("auto", "fp32", "bf16")
-MINIBATCH_MODES = ("independent", "cooperative", "full")  # runtime.make_loader
+MINIBATCH_MODES = ("independent", "cooperative", "full")  # training.loaders.make_loader, runtime.NeighborLoader
 MINIBATCHES = (*MINIBATCH_MODES, "auto", "tune")  # auto: counted, tune: timed (mpignn.training.minibatch)
-EVALS = ("sampled", "full", "exact")  # fit: tasks.base.Task.evaluate_full
+EVALS = ("sampled", "exact")  # fit: tasks.base.Task.evaluate_exact
 SAMPLERS = ("neighbor", "labor")  # sampling.neighbor.NeighborSampler's method
 SAMPLE_ON = ("auto", "host", "device")  # runtime.graph: numba kernels, or sampling.device_hops
 FEATURE_DEVICES = ("auto", "host", "device")  # launch.device.features_on_device

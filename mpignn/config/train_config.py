@@ -207,8 +207,8 @@ class TrainConfig:
     """Where feature rows live: host (pinned copies each step) or device (gathered there). auto: device for one
     part where they fit in free device memory (docs/launchers-and-devices.md)."""
     eval: str = "sampled"
-    """sampled: val/test scores on sampled neighbourhoods (--fanout); full: also those of exact inference (as
-    python -m mpignn.predict), as *_full fields; exact: only those (docs/predict.md)."""
+    """sampled: val/test scores on sampled neighbourhoods (--fanout); exact: those of exact inference (whole
+    neighbourhoods, as python -m mpignn.predict) in their place (docs/predict.md)."""
     evals_per_epoch: int = 1
     """Evaluate val/test K times per epoch, after each K-th of its steps (time to accuracy then resolves to
     a fraction of an epoch); more than 1 needs --eval-every 1."""
@@ -286,6 +286,9 @@ class TrainConfig:
         removed = sorted(set(values) & set(REMOVED_FLAGS))
         if removed:
             raise ConfigError(REMOVED_FLAGS[removed[0]])
+        if values.get("eval") == "full":
+            raise ConfigError("--eval full is gone: its exact scores are --eval exact's, which takes them as the "
+                              "run's val/test scores. HINT: --eval exact")
         if values.get("task") == "link":  # measured link defaults, for each flag neither the file nor argv gave
             values = {**LINK_DEFAULTS, **values}
         known = {f.name for f in fields(cls)}

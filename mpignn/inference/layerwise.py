@@ -164,7 +164,7 @@ def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, ch
 def exact_outputs(rt: Runtime, graph: LocalGraph, encoder: torch.nn.Module, *, chunk: int = 8192,
                   act: Any = None, device: Any = None, halo_mib: float = 256) -> tuple[np.ndarray, Any, FeatureStore]:
     """Collective over `rt.comm` where the ranks hold parts: `encoder`'s last-layer rows of this rank's own
-    nodes by exact inference (`--eval full` and `exact`, `runtime.inference`), in eval mode.
+    nodes by exact inference (`--eval exact`, `runtime.inference`), in eval mode.
 
     Args:
         encoder: a model `LayerStack` walks (`act`: the activation between a plain `.convs` module's convs).

@@ -56,7 +56,7 @@ def bootstrap(device: str = TrainConfig.device, backend: str = TrainConfig.backe
     Args:
         tune_process: also apply mpignn's process-wide tuning, as `python -m mpignn.train` does: glibc's
             malloc keeps freed heap memory and mmaps blocks of 256 KiB and more (`allocator.tune_allocator`;
-            the CLI's page pool needs `allocator.reexec_tuned()` first thing in the script) and oneDNN's primitive
+            nothing where the job preloads another allocator) and oneDNN's primitive
             cache is capped (`env.bound_onednn_cache`). Off by default: both change the whole process, the
             rest of your program included. Turn it on before any torch compute runs.
         collective_timeout: seconds a collective may wait (the training watchdog's bound; the process group's
@@ -98,8 +98,7 @@ def _bootstrap(device: str, backend: str, threads: int, logging_setup: bool, com
     if tune_process:
         tune_allocator()
         bound_onednn_cache()
-        if topo.rank == 0:
-            log.info("malloc policy: %s (MPIGNN_MALLOC; docs/failures.md, 'Memory over long runs')", malloc_policy())
+        log_malloc(comm, topo.rank, topo.host)
     error, kind = "", LaunchError
     choice = dist.Choice("cpu", "gloo")
     hw = dist.detect_hardware()
@@ -121,6 +120,22 @@ def _bootstrap(device: str, backend: str, threads: int, logging_setup: bool, com
     log.info("%d ranks on %d hosts, %d threads each, device %s, backend %s", topo.world_size, topo.num_hosts,
              threads, choice.device, choice.backend)
     return Runtime(comm=comm, topo=topo, choice=choice, threads=threads)
+
+
+def log_malloc(comm: Any, rank: int, host: str) -> None:
+    """Collective over `comm`: rank 0 logs the malloc in force, once where every host runs the same, else each
+    host's (a preload one job script sets and another host's environment lacks)."""
+    seen: dict[str, list[str]] = {}
+    for where, what in comm.allgather((host, malloc_policy())):
+        if where not in seen.setdefault(what, []):
+            seen[what].append(where)
+    if rank != 0:
+        return
+    if len(seen) == 1:
+        log.info("malloc: %s (docs/failures.md, 'Memory over long runs')", next(iter(seen)))
+    else:
+        log.warning("malloc differs between hosts: %s. HINT: preload the same allocator on every host (LD_PRELOAD "
+                    "in the job script, jobs/*.sbatch)", "; ".join(f"{', '.join(h)}: {w}" for w, h in seen.items()))
 
 
 def reduce_sums(rt: Runtime, values: dict[str, float]) -> dict[str, float]:

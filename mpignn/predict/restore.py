@@ -21,7 +21,8 @@ from mpignn.config.train_config import TrainConfig
 from mpignn.errors import ConfigError, MpignnError
 from mpignn.config.graph_options import GraphOptions
 from mpignn.mpi import check_all
-from mpignn.runtime import LocalGraph, Runtime, build_graph_and_model
+from mpignn.runtime import LocalGraph, Runtime
+from mpignn.runtime.graph import build_graph_and_model
 from mpignn.tasks import Task, make_task
 
 __all__ = ["Restored", "find_checkpoint", "read_saved", "restore_run", "OVERRIDABLE"]
@@ -89,6 +90,8 @@ def _config(saved: dict[str, Any], overrides: dict[str, Any]) -> TrainConfig:
     # nothing of the training loop runs: no resume, no logs to reopen; every rank owns its part
     values.update(resume=False, requeue=False, tensorboard="", metrics_out="",
                   replicated=False if not values.get("embed_dim") else values.get("replicated", False))
+    if values.get("eval") == "full":  # a checkpoint from before --eval full became --eval exact
+        values["eval"] = "exact"
     return TrainConfig(**values)
 
 

@@ -10,24 +10,16 @@
     acc = accuracy(rt, pred, y)                        # over all ranks, weighted by items
     out = inference(model, graph)                      # every own node, layer by layer, exactly
 
-`make_loader` is what `python -m mpignn.train` uses (a task's seeds, cooperative mini-batches).
+`NeighborLoader(..., minibatch="cooperative")` (or "full") gives the training CLI's other batch modes.
 
 Layer 13 (runtime): imports every layer below; never predict or bench.
 """
-from mpignn.config.graph_options import GraphOptions
-from mpignn.exchange.cache_policy import cache_budget
 from mpignn.launch.bootstrap import Runtime, bootstrap, reduce_sums, shutdown
 from mpignn.loader.local_graph import LocalGraph
-from mpignn.loader.prefetch import overlap
-from mpignn.partition.source import auto_folder
-from mpignn.runtime.graph import attach_embedding, build_graph_and_model, build_local_graph, load_local_graph
-from mpignn.runtime.loaders import cooperative_refusal, full_fit_problem, make_loader, rank_batch_size
+from mpignn.runtime.graph import attach_embedding, build_local_graph, load_local_graph
 from mpignn.runtime.exact_inference import inference
 from mpignn.runtime.metrics import accuracy, mean
 from mpignn.runtime.neighbor_loader import NeighborLoader
 
-__all__ = ["Runtime", "LocalGraph", "GraphOptions", "bootstrap", "load_local_graph", "build_local_graph",
-           "attach_embedding", "make_loader", "reduce_sums", "shutdown", "rank_batch_size", "overlap", "cache_budget",
-           "auto_folder", "cooperative_refusal", "full_fit_problem",
-           "build_graph_and_model", "NeighborLoader", "accuracy", "mean",
-           "inference"]
+__all__ = ["Runtime", "LocalGraph", "bootstrap", "load_local_graph", "build_local_graph", "attach_embedding",
+           "NeighborLoader", "inference", "accuracy", "mean", "reduce_sums", "shutdown"]  # docs/api.md, each

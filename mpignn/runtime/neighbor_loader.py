@@ -14,7 +14,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
-from mpignn.config.choices import PREFETCH_MODES
+from mpignn.config.choices import MINIBATCH_MODES, PREFETCH_MODES
 from mpignn.config.train_config import parse_fanout
 from mpignn.data.hetero import hop_fanouts
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
@@ -23,8 +23,8 @@ from mpignn.exchange.features import FeatureStore
 from mpignn.loader.batches import BatchLoader, cut_steps
 from mpignn.loader.local_graph import SPLITS, LocalGraph
 from mpignn.loader.prefetch import overlap, rows_on_device
-from mpignn.runtime.loaders import rank_batch_size
 from mpignn.tasks import picker
+from mpignn.training.loaders import cooperative_refusal, cooperative_sampler, rank_batch_size
 
 __all__ = ["NeighborLoader"]
 
@@ -55,6 +55,11 @@ class NeighborLoader:
         drop_last: full batches only; the rank with the fewest seeds sets how many.
         seed: the shuffle's and the neighbour draws' seed; pass e uses `(seed, e)`.
         prefetch: "auto", "on" or "off": produce batch k+1 in a thread while batch k computes.
+        minibatch: "independent": each rank samples and computes its seeds' neighbourhoods; "cooperative": the
+            ranks sample one batch together and each sampled node is computed by its owner only (your model
+            then runs the batch's `halo` between layers: mpignn's models do, `docs/training.md`); "full": one
+            batch of all the input nodes and their whole neighbourhoods (`num_neighbors` -1 on every hop), made
+            once and kept for every pass. The training CLI's `--minibatch`, with its refusals.
 
     Batches are PyG `Data` on the runtime's device: `x`, `y`, `edge_index`, `n_id` and `input_id` (the seeds,
     `n_id[:batch_size]`) in the dataset's ids, `part_n_id` (the same nodes in the partition's ids), `batch_size`,
@@ -68,7 +73,8 @@ class NeighborLoader:
 
     def __init__(self, graph: LocalGraph, num_neighbors: Sequence[int] | Mapping[str, Sequence[int]],
                  input_nodes: Any = None, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False, *,
-                 batch_scope: str = "rank", seed: int = 0, prefetch: str = "auto", **kwargs: Any) -> None:
+                 batch_scope: str = "rank", seed: int = 0, prefetch: str = "auto", minibatch: str = "independent",
+                 **kwargs: Any) -> None:
         rt = graph.runtime
         try:
             _check_keywords(kwargs)
@@ -83,19 +89,29 @@ class NeighborLoader:
             if prefetch not in PREFETCH_MODES:
                 raise ConfigError(f"prefetch must be one of {', '.join(PREFETCH_MODES)}; got {prefetch!r}. "
                                   "HINT: prefetch='auto'")
+            if minibatch not in MINIBATCH_MODES:
+                raise ConfigError(f"minibatch must be one of {', '.join(MINIBATCH_MODES)}; got {minibatch!r}. "
+                                  "HINT: minibatch='independent'")
+            problem = cooperative_refusal(graph, minibatch) if minibatch != "independent" else ""
+            if problem:
+                raise ConfigError(problem)
             fanouts = _fanouts(graph, num_neighbors)
             seeds = picker(graph.replicated, rt.world_size, rt.rank)(_seeds(graph, input_nodes), 0)
         except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
             raise mark_agreed(exc) from None
         self.graph, self.num_neighbors = graph, num_neighbors
-        sampler = graph.sampler.with_fanouts(fanouts)
+        full = minibatch == "full"
+        sampler = graph.sampler.with_fanouts([-1] * len(fanouts) if full else fanouts)
         talks = rt.world_size > 1 and not graph.replicated
-        per_rank = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
+        if talks and minibatch != "independent":
+            sampler = cooperative_sampler(rt, graph, sampler.fanouts, minibatch)
+        per_rank = max(1, len(seeds)) if full else rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
+        shuffle = shuffle and not full
         self.loader = BatchLoader(
-            sampler, graph.features, seeds, per_rank, shuffle=shuffle, drop_last=drop_last, seed=seed,
+            sampler, graph.features, seeds, per_rank, shuffle=shuffle, drop_last=drop_last and not full, seed=seed,
             comm=rt.comm, device=rt.device,
-            prefetch=overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)), wrap=shuffle,
-            layout=graph.layout, dataset_ids=_id_store(graph))
+            prefetch=not full and overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)),
+            wrap=shuffle, layout=graph.layout, dataset_ids=_id_store(graph), reuse=full)
         sizes = np.array([[len(b) for b in cut_steps(np.arange(n), len(self.loader), size, drop_last, shuffle)]
                           for n, size in rt.comm.allgather((len(seeds), per_rank))], dtype=np.float64)
         total = sizes.sum(axis=0)

@@ -22,7 +22,7 @@ from mpignn.loader.local_graph import LocalGraph
 from mpignn.mpi import check_all, check_same
 from mpignn.mpi.watchdog import Deadline, Watchdog, bounded
 from mpignn.runtime.graph import build_graph_and_model
-from mpignn.runtime.loaders import cooperative_refusal, full_fit_problem, make_loader
+from mpignn.training.loaders import cooperative_refusal, full_fit_problem, make_loader
 from mpignn.runtime.resolve import pin_flags, resolve_config
 from mpignn.tasks import Task
 from mpignn.training.fit import fit, resumed_minibatch

@@ -142,14 +142,14 @@ class Task:
         """The scores of an epoch record as the epoch line prints them."""
         raise NotImplementedError
 
-    def evaluate_full(self, rt: Runtime, graph: LocalGraph, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
-        """Collective over `rt.comm`: the scores of exact inference (`--eval full` and `exact`: every layer over
-        whole neighbourhoods, `inference.layerwise`) as record fields `<split>_<metric>_full`.
+    def evaluate_exact(self, rt: Runtime, graph: LocalGraph, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
+        """Collective over `rt.comm`: the val/test scores of exact inference (`--eval exact`: every layer over
+        whole neighbourhoods, `inference.layerwise`), as the record's `<split>_<metric>` fields.
 
         Raises:
             ConfigError: the task has no exact evaluation.
         """
-        raise ConfigError(f"--eval full and exact expect a task with exact evaluation; --task {self.name} has none "
+        raise ConfigError(f"--eval exact expects a task with exact evaluation; --task {self.name} has none "
                           "yet. HINT: --eval sampled, and python -m mpignn.predict for its embeddings")
 
     # --- prediction (`python -m mpignn.predict`) ---------------------------------------------------------------

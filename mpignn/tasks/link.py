@@ -156,7 +156,7 @@ class LinkTask(Task):
         return {"val_auc": scores["val"]["auc"] if "val" in scores else None, "test_auc": test.get("auc"),
                 "test_mrr": test.get("mrr"), f"test_hits@{self.hits_k}": test.get("hits")}
 
-    def evaluate_full(self, rt: Runtime, graph: LocalGraph, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
+    def evaluate_exact(self, rt: Runtime, graph: LocalGraph, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
         module = getattr(model, "module", model).eval()
         _, comm, store = exact_outputs(rt, graph, self.encoder(module), chunk=chunk)
         pick = picker(graph.replicated, rt.world_size, rt.rank)
@@ -177,8 +177,8 @@ class LinkTask(Task):
                         logits = self.score_pairs(module, ends[:pairs.shape[1]], ends[pairs.shape[1]:])
                     sums.add(logits.float().cpu().numpy(), labels, num_pos, num_tails)
             scores[split] = sums.summary(rt.comm)  # collective: every rank's pairs
-        return {"val_auc_full": scores["val"]["auc"], "test_auc_full": scores["test"]["auc"],
-                "test_mrr_full": scores["test"]["mrr"], f"test_hits@{self.hits_k}_full": scores["test"]["hits"]}
+        return {"val_auc": scores["val"]["auc"], "test_auc": scores["test"]["auc"],
+                "test_mrr": scores["test"]["mrr"], f"test_hits@{self.hits_k}": scores["test"]["hits"]}
 
     def encoder(self, model: torch.nn.Module) -> torch.nn.Module:
         return model.encoder

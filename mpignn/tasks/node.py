@@ -73,7 +73,7 @@ class NodeTask(Task):
     def predict_fields(self, out: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"pred": out.argmax(-1)}  # the class, as evaluation counts it
 
-    def evaluate_full(self, rt: Runtime, graph: LocalGraph, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
+    def evaluate_exact(self, rt: Runtime, graph: LocalGraph, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
         module = getattr(model, "module", model)
         logits, comm, _ = exact_outputs(rt, graph, self.encoder(module), chunk=chunk)
         part = graph.part
@@ -83,7 +83,7 @@ class NodeTask(Task):
             idx = torch.from_numpy(np.asarray(getattr(part, f"{split}_idx"), dtype=np.int64) - part.lo)
             sums += [float(self.counter(pred[idx], labels[idx])), len(idx)]
         vc, vs, tc, ts = allreduce_sum(comm, sums).tolist() if comm is not None else sums
-        return {"val_acc_full": vc / vs if vs else None, "test_acc_full": tc / ts if ts else None}
+        return {"val_acc": vc / vs if vs else None, "test_acc": tc / ts if ts else None}
 
     def describe(self, rec: dict[str, Any]) -> str:
         acc = lambda v: "  -  " if v is None else f"{v:.4f}"  # noqa: E731

@@ -6,7 +6,7 @@ A generation is a folder; it counts once its manifest, written last, is in it:
     DIR/gen-000007/embedding-rank{R}.npz   each rank's learnable rows (--embed-dim), written by that rank
     DIR/gen-000007/checkpoint.pt           model, optimizer, stacked RNG states, extra (each host's rank 0)
     DIR/gen-000007/manifest.json           generation, epoch, step, world size, sha256 of every file above
-    DIR/checkpoint.pt                      the older single-file format, resumed when no generation is complete
+    DIR/best/checkpoint.pt                 a copy of the best validation's (`keep_best`)
 
 Every file is fsync'd before its rename and the folder after it; the previous generations stay until a new one
 is complete (the newest `keep` are kept). A resume agrees over MPI that every rank loaded the same one.
@@ -27,11 +27,11 @@ import numpy as np
 import torch
 
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
-from mpignn.fileio import atomic_path, fsync_dir, fsync_file, sha256_file, write_durable
+from mpignn.fileio import fsync_dir, sha256_file, write_durable
 from mpignn.mpi import allreduce_max, check_all, topology
 from mpignn.mpi.commit import commit_folder, manifest_bytes
 
-__all__ = ["save_checkpoint", "load_checkpoint", "save_state", "resume_state", "check_compatible", "rng_state",
+__all__ = ["load_checkpoint", "save_state", "resume_state", "check_compatible", "rng_state",
            "set_rng_state", "generations", "latest_checkpoint", "CHECKPOINT", "MANIFEST", "MODEL_KEYS",
            "REPLAY_KEYS", "checkpoint_config"]
 
@@ -79,24 +79,6 @@ def _state(epoch: int, step: int, model: torch.nn.Module, optimizer: torch.optim
             "rng": rng or {}, "extra": extra or {}}
 
 
-def save_checkpoint(folder: str | os.PathLike, epoch: int, model: torch.nn.Module,
-                    optimizer: torch.optim.Optimizer, extra: dict[str, Any] | None = None, *, step: int = 0,
-                    rng: dict[str, torch.Tensor] | None = None) -> Path:
-    """Write the single file `folder/checkpoint.pt` (training continues at (`epoch`, `step`)): temp file,
-    fsync, rename, fsync of the folder. Not collective; training saves generations (`save_state`).
-
-    Args:
-        rng: per-rank RNG states stacked along dim 0 ({"cpu": [world_size, n], "device": ...}).
-        extra: numbers, strings, lists and dicts only (the config, the best epoch, partial sums).
-    """
-    path = Path(folder) / CHECKPOINT
-    with atomic_path(path) as tmp:
-        torch.save(_state(epoch, step, model, optimizer, extra, rng), tmp)
-        fsync_file(tmp)
-    fsync_dir(path.parent)
-    return path
-
-
 def _read(folder: Path, sha256: str | None = None) -> dict[str, Any]:
     """The state in `folder/checkpoint.pt` (tensors only), its bytes checked against `sha256` when given."""
     path = folder / CHECKPOINT
@@ -116,6 +98,10 @@ def _read(folder: Path, sha256: str | None = None) -> dict[str, Any]:
 def _apply(path: Path, state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
            config: dict[str, Any] | None, model_flags: Sequence[str] = ()) -> dict[str, Any]:
     changes: list[str] = []
+    if state.get("format") != FORMAT:  # the first format stored the finished epoch, and no step
+        raise ConfigError(f"cannot resume from {path}: it is of checkpoint format {state.get('format', 1)}; this "
+                          f"mpignn reads format {FORMAT}. HINT: another --checkpoint-dir to start fresh, or resume "
+                          "with the mpignn release that wrote it")
     try:
         if config is not None:
             changes = check_compatible(state.get("extra", {}).get("config", {}), config, model_flags)
@@ -127,9 +113,6 @@ def _apply(path: Path, state: dict[str, Any], model: torch.nn.Module, optimizer:
     except Exception as exc:  # shape mismatches: another model
         raise ConfigError(f"cannot resume from {path}: {type(exc).__name__}: {str(exc)[:200]}. HINT: the file "
                           "is from another model/flags; use the original flags or another --checkpoint-dir") from None
-    if "format" not in state:  # the first format stored the finished epoch: continue after it
-        return {"epoch": int(state["epoch"]) + 1, "step": 0, "rng": {}, "extra": state.get("extra", {}),
-                "replay_changes": changes}
     return {"epoch": int(state["epoch"]), "step": int(state["step"]), "rng": state.get("rng", {}),
             "extra": state.get("extra", {}), "replay_changes": changes}
 
@@ -137,10 +120,9 @@ def _apply(path: Path, state: dict[str, Any], model: torch.nn.Module, optimizer:
 def load_checkpoint(folder: str | os.PathLike, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer | None = None,
                     config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Restore model (and optimizer) state from `folder/checkpoint.pt` (a generation's folder, or an older
-    run's `--checkpoint-dir`); returns {"epoch", "step" (where training continues), "rng", "extra",
-    "replay_changes"}. Files of the first format (no "format" key) stored the finished epoch: they continue
-    after it. With `config`, the flags are checked first (`check_compatible`). Not collective.
+    """Restore model (and optimizer) state from `folder/checkpoint.pt` (a generation's folder, or best/);
+    returns {"epoch", "step" (where training continues), "rng", "extra", "replay_changes"}. With `config`, the
+    flags are checked first (`check_compatible`). Not collective.
 
     Raises:
         ConfigError: no checkpoint in `folder`, one made with other model flags, or one that is corrupt or
@@ -167,12 +149,9 @@ def generations(folder: str | os.PathLike) -> list[Path]:
 
 
 def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
-    """The folder whose checkpoint.pt a resume loads: the newest complete generation, else `folder` itself
-    when it holds a checkpoint of the older single-file format; None when there is neither."""
+    """The folder whose checkpoint.pt a resume loads: the newest complete generation; None when there is none."""
     found = generations(folder)
-    if found:
-        return found[-1]
-    return Path(folder) if (Path(folder) / CHECKPOINT).is_file() else None
+    return found[-1] if found else None
 
 
 def checkpoint_config(folder: str | os.PathLike) -> dict[str, Any] | None:
@@ -347,16 +326,17 @@ def resume_state(comm: Any, folder: str | os.PathLike, model: torch.nn.Module, o
     problem, state, ident, manifest = "", {}, None, {}
     where = latest_checkpoint(folder)
     try:
+        if where is None and (Path(folder) / CHECKPOINT).is_file():
+            raise ConfigError(f"--resume found only {Path(folder) / CHECKPOINT}, a single-file checkpoint of the "
+                              "format before generations, which this mpignn no longer reads. HINT: another "
+                              "--checkpoint-dir to start fresh, or resume with the mpignn release that wrote it")
         if where is None:
-            raise ConfigError(f"--resume expected a checkpoint in {folder} (gen-*/{MANIFEST} or {CHECKPOINT}); "
-                              "found none on any host of this job. HINT: check --checkpoint-dir (a node-local one: run where "
-                              "the saving job ran), or drop --resume to start fresh")
-        if where == Path(folder):  # the older single-file format
-            state, name, digest = _read(where), CHECKPOINT, sha256_file(where / CHECKPOINT)
-        else:
-            raw = (where / MANIFEST).read_bytes()
-            manifest, name, digest = json.loads(raw), where.name, hashlib.sha256(raw).hexdigest()
-            state = _read(where, manifest["files"][CHECKPOINT])
+            raise ConfigError(f"--resume expected a checkpoint in {folder} (gen-*/{MANIFEST}); found none on any "
+                              "host of this job. HINT: check --checkpoint-dir (a node-local one: run where the "
+                              "saving job ran), or drop --resume to start fresh")
+        raw = (where / MANIFEST).read_bytes()
+        manifest, name, digest = json.loads(raw), where.name, hashlib.sha256(raw).hexdigest()
+        state = _read(where, manifest["files"][CHECKPOINT])
         ident = (name, int(state["epoch"]), int(state.get("step", 0)), digest[:12])
     except MpignnError as exc:
         problem = str(exc)

@@ -164,7 +164,7 @@ def run_epoch(rt: Runtime, epoch: int, model: torch.nn.Module, optimizer: torch.
     With `end_step` the pass trains steps [start_step, end_step) only (an evaluation inside the epoch); the
     record's `epochs_done` says how far training got (epoch 1 step 50 of 100 -> 1.5). With `test_if`, the
     test split is evaluated only when the validation score reaches it (else the record's test score is None)."""
-    from mpignn.launch.allocator import peak_rss_mb, rss_mb, steps_in_heap
+    from mpignn.launch.allocator import peak_rss_mb, rss_mb
 
     features, hops, emb = graph.features, graph.sampler.source, getattr(graph, "embedding", None)
     emb_bytes0 = emb.bytes_received + emb.bytes_sent if emb is not None else 0
@@ -183,10 +183,9 @@ def run_epoch(rt: Runtime, epoch: int, model: torch.nn.Module, optimizer: torch.
             loader.set_epoch(epoch, start_step, end_step)
         else:
             loader.set_epoch(epoch)
-    with steps_in_heap():  # MPIGNN_MALLOC=steps: the steps' blocks in the heap, its free pages back after
-        sums = train_epoch(model, loaders["train"], optimizer, task=task, device=rt.device, bf16=bf16,
-                           timer=timer, progress=rt.rank == 0 and sys.stderr.isatty(), comm=rt.comm, stop=stop,
-                           start_step=start_step, end_step=end_step, embedding=emb)
+    sums = train_epoch(model, loaders["train"], optimizer, task=task, device=rt.device, bf16=bf16, timer=timer,
+                       progress=rt.rank == 0 and sys.stderr.isatty(), comm=rt.comm, stop=stop,
+                       start_step=start_step, end_step=end_step, embedding=emb)
     if carry and rt.rank == 0:
         for key in _CARRIED:
             sums[key] += carry.get(key, 0.0)

@@ -46,8 +46,8 @@ def check_flags(cfg: TrainConfig, task: Any) -> None:
     if cfg.tensorboard:  # up front, before any data is loaded: the optional package is installed
         require()
     check_combinations({"minibatch": cfg.minibatch, "task": task.name, "cooperative_task": task.cooperative})
-    if cfg.eval in ("full", "exact") and type(task).evaluate_full is Task.evaluate_full:
-        task.evaluate_full(None, None, None)  # its ConfigError: the task has no exact evaluation
+    if cfg.eval == "exact" and type(task).evaluate_exact is Task.evaluate_exact:
+        task.evaluate_exact(None, None, None)  # its ConfigError: the task has no exact evaluation
 
 
 def _wants_resume(cfg: TrainConfig, comm: Any) -> bool:
@@ -176,12 +176,10 @@ def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, 
                 return _stopped(cfg, rt, graph, stop, rec, model, optimizer, best)
             if due and cfg.eval == "exact":  # collective: the scores of exact inference, in place of sampled ones
                 evaluated = time.perf_counter()
-                rec.update({key.removesuffix("_full"): v for key, v in task.evaluate_full(rt, graph, ddp).items()})
+                rec.update(task.evaluate_exact(rt, graph, ddp))
                 rec["eval_s"] += float(allreduce_max(comm, [time.perf_counter() - evaluated])[0])  # the slowest
             if not last:
                 rec["step"] = end
-            elif cfg.eval == "full" and rec.get(f"val_{task.metric}") is not None:
-                rec.update(task.evaluate_full(rt, graph, ddp))  # collective: exact inference, every node
             improved = best.update(rec)
             val = rec.get(f"val_{best.metric}")
             if val is not None:
@@ -230,7 +228,7 @@ def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, 
             log.info("the step budget of %d steps is spent after epoch %d (best validation %s at epoch %s): "
                      "stopping; --epochs N trains N epochs", plan.budget, plan.epochs - 1, best.metric, best.epoch)
     if rt.rank == 0 and rec is not None:
-        print(format_final(best, rec, rt.world_size, task.metric_name, task.metric, exact_eval=cfg.eval == "exact"),
+        print(format_final(best, rec, rt.world_size, task.metric_name, exact_eval=cfg.eval == "exact"),
               flush=True)
     return 0
 

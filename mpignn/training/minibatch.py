@@ -124,7 +124,7 @@ def choose_minibatch(rt: Runtime, make_loader: Callable[[str], Any], *, in_width
         make_loader: `mode -> training loader` of that mode (collective); its epoch 0 is training's.
         in_width, hidden: the input rows' columns and the hidden width (`StepCount.cost`).
         num_nodes, full_refusal: the graph's nodes, and why full-graph training cannot train it ("" where it
-            can, `runtime.full_fit_problem`).
+            can, `training.loaders.full_fit_problem`).
     """
     if full_refusal:
         return "independent", full_refusal.split(". HINT")[0]
@@ -158,7 +158,7 @@ def tune_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[[s
             epoch 0 is what training's epoch 0 draws.
         refusal: why cooperative cannot train this run ("" where it can): then it is not timed.
         num_nodes, full_refusal: the graph's nodes, and why full-graph training cannot train it ("" where it can,
-            `runtime.full_fit_problem`); where it can and the first step covers `FULL_COVERAGE` of the graph, a
+            `training.loaders.full_fit_problem`); where it can and the first step covers `FULL_COVERAGE` of the graph, a
             full-graph step is timed too.
     """
     coverage = count_step(rt, make_loader("independent")).inputs / max(1, num_nodes) if not full_refusal else 0.0

@@ -3,8 +3,7 @@ once (`SCHEMA`) and built here (`epoch_record`), with redundancy computed in one
 
 A record is a plain dict (its JSON keys are what readers of metrics.jsonl know); `SCHEMA` says, for each key,
 its unit, what it means and which module fills it. Keys that depend on the task are patterns: `<split>_<metric>`
-(`Task.metric`: acc or auc), `<unit>_per_s` (`Task.unit`: seeds or edges), `test_hits@K`, `..._full` (--eval
-full).
+(`Task.metric`: acc or auc), `<unit>_per_s` (`Task.unit`: seeds or edges), `test_hits@K`.
 Stdlib only.
 """
 from __future__ import annotations
@@ -41,13 +40,11 @@ SCHEMA: dict[str, Field] = {
     "<split>_<metric>": Field("", "val/test score of sampled neighbourhoods (acc; auc, and test_mrr for links; "
                               "of exact inference with --eval exact); None when not evaluated this time", _TASK),
     "test_hits@K": Field("", "--task link: share of held-out edges ranked in the top K of their negatives", _TASK),
-    "<split>_<metric>_full": Field("", "--eval full: the same score from exact inference over whole "
-                                   "neighbourhoods", "tasks (Task.evaluate_full), added by training.fit"),
     "<unit>_per_s": Field("items/s", "training throughput: seeds (nodes) or positive edges per second, all ranks",
                           _EPOCH),
     "epoch_s": Field("s", f"{_SLOW} training time of the epoch (evaluation excluded)", _EPOCH),
     "eval_s": Field("s", f"{_SLOW} time evaluating the validation and test splits after it (0.0: none; "
-                    "--eval full's exact inference not included, --eval exact's is)", _EPOCH),
+                    "--eval exact's exact inference included)", _EPOCH),
     "sample_s": Field("s", f"{_SLOW} time in sampling (the loader's)", _EPOCH),
     "exchange_s": Field("s", f"{_SLOW} time fetching remote features and structure", _EPOCH),
     "compute_s": Field("s", f"{_SLOW} forward + backward + optimizer time, all-reduce excluded", _EPOCH),
@@ -67,7 +64,7 @@ SCHEMA: dict[str, Field] = {
     "graph_mib": Field("MiB", "memory that depends on the graph (part arrays, sampler scratch, cache, learnable "
                        "rows), the most on any rank", "runtime.graph"),
     "peak_rss_mb": Field("MiB", "process peak resident memory so far, the most on any rank (read before --eval "
-                         "full's and exact's exact inference, whose peak the next record shows)", _EPOCH),
+                         "exact's exact inference, whose peak the next record shows)", _EPOCH),
     "load_peak_rss_mb": Field("MiB", "peak resident memory by the end of start-up, the most on any rank",
                               "runtime.graph"),
     "train_peak_rss_mb": Field("MiB", "peak resident memory by the end of training (before evaluation)", _EPOCH),

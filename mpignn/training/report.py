@@ -67,18 +67,14 @@ class BestEpoch:
                                            if k in values}})
 
 
-def format_final(best: BestEpoch, last: dict[str, Any], world_size: int, name: str = "", metric: str = "",
+def format_final(best: BestEpoch, last: dict[str, Any], world_size: int, name: str = "",
                  exact_eval: bool = False) -> str:
     """The last line of a run: the test score at the best validation epoch (`name`: the score in words), of
-    sampled neighbourhoods (whole ones with --minibatch full, exact inference with --eval exact), and the last
-    epoch's exact-inference scores where it has them (`--eval full`)."""
+    sampled neighbourhoods (whole ones with --minibatch full, exact inference with --eval exact)."""
     name = name or {"acc": "accuracy", "auc": "AUC"}.get(best.metric, best.metric)
-    full = last.get(f"test_{metric or best.metric}_full")
-    exact = "" if full is None else (f"; exact inference (whole neighbourhoods) at the last epoch: val "
-                                     f"{last[f'val_{metric or best.metric}_full']:.4f} test {full:.4f}")
     scope = ("exact inference (whole neighbourhoods)" if exact_eval else
              "whole neighbourhoods" if last.get("minibatch") == "full" else "sampled neighbourhoods")
-    return _final(best, last, world_size, name) + f", {scope}" + exact
+    return _final(best, last, world_size, name) + f", {scope}"
 
 
 def _final(best: BestEpoch, last: dict[str, Any], world_size: int, name: str) -> str:

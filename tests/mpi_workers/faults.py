@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from mpignn.training.ddp import wrap_ddp
 from mpignn.models import build_model, forward_batch
 from mpignn.mpi import run_main
-from mpignn.runtime import bootstrap, load_local_graph, make_loader
+from mpignn.runtime import bootstrap, load_local_graph
+from mpignn.training.loaders import make_loader
 
 FAULT_STEP = 3
 

@@ -9,7 +9,8 @@ import numpy as np
 from mpignn.data import load_dataset
 from mpignn.data.features import transform_rows
 from mpignn.mpi import allreduce_max, allreduce_sum, run_main, world
-from mpignn.runtime import bootstrap, load_local_graph, make_loader, shutdown
+from mpignn.runtime import bootstrap, load_local_graph, shutdown
+from mpignn.training.loaders import make_loader
 
 DATASET = "synthetic:num_nodes=3000,avg_degree=10,num_features=6"
 

@@ -14,7 +14,8 @@ from mpignn.data import load_dataset
 from mpignn.loader import whole
 from mpignn.models import build_model, forward_batch, sparse_input
 from mpignn.mpi import run_main
-from mpignn.runtime import bootstrap, load_local_graph, make_loader
+from mpignn.runtime import bootstrap, load_local_graph
+from mpignn.training.loaders import make_loader
 
 GRAPH = "synthetic:num_nodes=400,avg_degree=5,num_features=6,num_classes=4"
 LAYERS = 3

@@ -13,7 +13,8 @@ from mpignn.training.epoch import train_epoch
 from mpignn.models import build_model
 from mpignn.tasks.node import NodeTask
 from mpignn.mpi import root_first, run_main, world
-from mpignn.runtime import bootstrap, load_local_graph, make_loader, shutdown
+from mpignn.runtime import bootstrap, load_local_graph, shutdown
+from mpignn.training.loaders import make_loader
 
 
 def write_graph(path: Path, num_train: int, n: int = 80) -> None:

@@ -12,7 +12,8 @@ from mpignn.errors import ConfigError, DatasetError
 from mpignn.mpi import RootFailedError, run_main
 from mpignn.partition import memory
 from mpignn.partition.format import HETERO_FILES, PART_FILES
-from mpignn.runtime import bootstrap, load_local_graph, make_loader
+from mpignn.runtime import bootstrap, load_local_graph
+from mpignn.training.loaders import make_loader
 
 
 def data_of(path):  # the npz's arrays as a PyG Data, the splits as boolean masks

@@ -1,5 +1,6 @@
-"""Loaders of the Python API: `make_loader` (a rank's seeds of a split, independent or cooperative
-mini-batches) and the per-rank share of a global batch.
+"""The training CLI's loaders: `make_loader` (a task's seeds of a split, independent, cooperative or full-graph
+batches), the cooperative sampler both it and `runtime.NeighborLoader` build, and the per-rank share of a
+global batch. Your own loop takes `runtime.NeighborLoader`, which has the same modes.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from mpignn.mpi import check_all, chunk_bounds
 from mpignn.sampling.cooperative import CooperativeSampler
 from mpignn.tasks import make_task, picker
 
-__all__ = ["make_loader", "cooperative_refusal", "rank_batch_size", "full_fit_problem"]
+__all__ = ["make_loader", "cooperative_refusal", "cooperative_sampler", "rank_batch_size", "full_fit_problem"]
 
 
 def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[int] | None = None, *,
@@ -56,7 +57,7 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
     task = graph.task or make_task()
     for key in unknown:  # the same call on every rank
         hint = ("make_loader takes fanouts; num_neighbors is runtime.NeighborLoader's (PyG's name)"
-                if key == "num_neighbors" else f"make_loader got an unknown keyword {key!r}")
+                if key == "num_neighbors" else f"make_loader got an unknown keyword {key!r}")  # the CLI's own
         raise mark_agreed(ConfigError(f"{hint}. HINT: make_loader(rt, graph, 'train', fanouts=[15, 10]) or "
                                       "NeighborLoader(graph, num_neighbors=[15, 10], input_nodes='train')"))
     if split not in SPLITS:
@@ -81,13 +82,13 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
         if problem:
             raise mark_agreed(ConfigError(problem))
         if talks:
-            sampler = _cooperative_sampler(rt, graph, sampler.fanouts, "full")
+            sampler = cooperative_sampler(rt, graph, sampler.fanouts, "full")
         return BatchLoader(sampler, graph.features, seeds, max(1, len(seeds)), shuffle=False, seed=seed,
                            comm=rt.comm, device=rt.device, wrap=False, layout=graph.layout, reuse=True)
     if train:
         batch_size = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
         if minibatch == "cooperative" and talks:
-            sampler = _cooperative_sampler(rt, graph, sampler.fanouts)
+            sampler = cooperative_sampler(rt, graph, sampler.fanouts)
     return BatchLoader(sampler, graph.features, seeds, batch_size, shuffle=train if shuffle is None else shuffle,
                        seed=seed, comm=rt.comm, device=rt.device,
                        prefetch=overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)),
@@ -104,7 +105,7 @@ def cooperative_refusal(graph: LocalGraph, mode: str = "cooperative") -> str:
                     "cooperative_task": task.cooperative, "hetero": graph.layout is not None})
 
 
-def _cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any],
+def cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any],
                          mode: str = "cooperative") -> CooperativeSampler:
     """Collective over `rt.comm`: sampling on one communicator of its own (the loader thread's) and the layers'
     rows on another (the training thread's), by the transport the features take; for `mode` ("cooperative", or

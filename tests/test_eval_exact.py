@@ -1,6 +1,6 @@
-"""`--eval full`: training reports exact-inference scores (every layer over whole neighbourhoods) beside the
-sampled ones, equal to what `python -m mpignn.predict` computes from the same weights. `--eval exact`: those
-scores alone, in the place of the sampled ones (no evaluation batch drawn)."""
+"""`--eval exact`: training scores val and test by exact inference (every layer over whole neighbourhoods), equal
+to what `python -m mpignn.predict` computes from the same weights, in the place of the sampled scores (no
+evaluation batch drawn); `--eval full`, its old second name, is refused with the hint."""
 from __future__ import annotations
 
 import json
@@ -28,7 +28,7 @@ def _accuracy_from_predictions(tmp_path, checkpoint_dir, root) -> tuple[float, f
 
 def _train_args(tmp_path, root):
     return ["--dataset", GRAPH, "--root", str(root), "--epochs", "2", "--fanout", "3,2", "--batch-size", "64",
-            "--threads", "1", "--eval", "full", "--checkpoint-dir", str(tmp_path / "ck"),
+            "--threads", "1", "--eval", "exact", "--checkpoint-dir", str(tmp_path / "ck"),
             "--metrics-out", str(tmp_path / "m.jsonl")]
 
 
@@ -40,31 +40,13 @@ def _last(tmp_path):
     return _records(tmp_path)[-1]
 
 
-def _exact(args):
-    return [*args[:args.index("--eval")], "--eval", "exact", *args[args.index("--eval") + 2:]]
-
-
-def test_one_rank_full_scores_equal_the_predictions_of_the_same_weights(tmp_path, capsys):
-    from mpignn import train
-
-    root = tmp_path / "data"
-    assert train.main(_train_args(tmp_path, root)) == 0
-    last = _last(tmp_path)
-    assert (last["val_acc_full"], last["test_acc_full"]) == pytest.approx(
-        _accuracy_from_predictions(tmp_path, tmp_path / "ck", root), abs=1e-12)
-    assert last["val_acc"] is not None  # the sampled scores stay beside them
-    final = [line for line in capsys.readouterr().out.splitlines() if line.startswith("final test")][-1]
-    assert "sampled neighbourhoods; exact inference" in final and f"test {last['test_acc_full']:.4f}" in final
-
-
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     """The node and the link run on 2 ranks, in one job; returns a function of the name giving (its folder,
     the data root, its last record)."""
-    base = tmp_path_factory.mktemp("eval_full")
+    base = tmp_path_factory.mktemp("eval_exact")
     root = base / "data"
-    args = {"node": _train_args(base / "node", root), "link": _link_args(base / "link", root),
-            "node_exact": _exact(_train_args(base / "node_exact", root))}
+    args = {"node": _train_args(base / "node", root), "link": _link_args(base / "link", root)}
     runs = run_cli_many(2, {name: ["mpignn.train", *a] for name, a in args.items()}, base / "out", timeout=300)
 
     def run(name):
@@ -78,27 +60,16 @@ def two_ranks(tmp_path_factory):
 
 
 @pytest.mark.mpi
-def test_two_ranks_full_scores_equal_one_rank_predictions_of_their_weights(two_ranks):
+def test_two_ranks_exact_scores_equal_one_rank_predictions_of_their_weights(two_ranks):
     folder, root, last = two_ranks("node")
-    assert (last["val_acc_full"], last["test_acc_full"]) == pytest.approx(
+    assert (last["val_acc"], last["test_acc"]) == pytest.approx(
         _accuracy_from_predictions(folder, folder / "ck", root), abs=1e-12)
-
-
-@pytest.mark.mpi
-def test_two_ranks_exact_scores_are_those_beside_the_sampled_ones(two_ranks):
-    folder, _, _ = two_ranks("node")
-    exact_folder, _, _ = two_ranks("node_exact")
-    full, exact = _records(folder), _records(exact_folder)
-    assert len(full) == len(exact) == 2
-    for f, e in zip(full, exact):
-        assert (e["val_acc"], e["test_acc"]) == (f["val_acc_full"], f["test_acc_full"])
-        assert "val_acc_full" not in e
 
 
 @pytest.mark.parametrize("task", ["node", "link"])
 def test_eval_exact_scores_by_exact_inference_alone(tmp_path, capsys, monkeypatch, task):
-    """The same weights (same seed) as an `--eval full` run: each evaluation's scores are that run's exact ones,
-    they choose the best epoch, their time is eval_s's, and no sampled evaluation runs (it would fail here)."""
+    """The last evaluation's scores are those of `python -m mpignn.predict`'s outputs of the same weights; every
+    evaluation's choose the best epoch, their time is eval_s's, and no sampled evaluation runs (it would fail)."""
     import time
 
     from mpignn import train
@@ -106,23 +77,23 @@ def test_eval_exact_scores_by_exact_inference_alone(tmp_path, capsys, monkeypatc
 
     root = tmp_path / "data"
     make = _link_args if task == "link" else _train_args
-    more = ["--epochs", "3", "--eval-every", "1"]  # links evaluate after the last epoch by default
-    args = [*make(tmp_path / "full", root), *more]
-    assert train.main(args) == 0
     monkeypatch.setattr(node, "evaluate_nodes", lambda *a, **k: pytest.fail("a sampled evaluation ran"))
     monkeypatch.setattr(link, "evaluate_links", lambda *a, **k: pytest.fail("a sampled evaluation ran"))
     cls = link.LinkTask if task == "link" else node.NodeTask
-    exact_pass = cls.evaluate_full
-    monkeypatch.setattr(cls, "evaluate_full", lambda *a, **k: time.sleep(0.2) or exact_pass(*a, **k))
-    capsys.readouterr()
-    assert train.main([*_exact(make(tmp_path / "exact", root)), *more]) == 0
-    full, exact = _records(tmp_path / "full"), _records(tmp_path / "exact")
-    keys = [k for k in full[-1] if k.endswith("_full")]
-    assert keys and len(exact) == len(full) == 3
+    exact_pass = cls.evaluate_exact
+    monkeypatch.setattr(cls, "evaluate_exact", lambda *a, **k: time.sleep(0.2) or exact_pass(*a, **k))
+    more = ["--epochs", "3", "--eval-every", "1"]  # links evaluate after the last epoch by default
+    assert train.main([*make(tmp_path, root), *more]) == 0
+    exact = _records(tmp_path)
+    assert len(exact) == 3
     metric = "auc" if task == "link" else "acc"
-    for i, (f, e) in enumerate(zip(full, exact)):
-        assert {k.removesuffix("_full"): e[k.removesuffix("_full")] for k in keys} == \
-            {k.removesuffix("_full"): f[k] for k in keys}
+    if task == "link":
+        want = _link_scores_from_predictions(tmp_path, tmp_path / "ck", root)
+        assert {k: exact[-1][k] for k in want} == pytest.approx(want, abs=1e-6)
+    else:
+        assert (exact[-1]["val_acc"], exact[-1]["test_acc"]) == pytest.approx(
+            _accuracy_from_predictions(tmp_path, tmp_path / "ck", root), abs=1e-12)
+    for i, e in enumerate(exact):
         assert not any(k.endswith("_full") for k in e) and e["eval_s"] >= 0.2
         best = max(range(i + 1), key=lambda j: (exact[j][f"val_{metric}"], -j))  # the first of the highest
         assert (e["best_epoch"], e[f"best_val_{metric}"], e[f"test_{metric}_at_best_val"]) == \
@@ -137,7 +108,7 @@ def test_eval_exact_scores_stop_the_run(tmp_path, capsys):
     """--target-val reads the exact validation score: reached at the first evaluation, the run stops there."""
     from mpignn import train
 
-    args = _exact(_train_args(tmp_path, tmp_path / "data"))
+    args = _train_args(tmp_path, tmp_path / "data")
     assert train.main([*args, "--epochs", "5", "--target-val", "0.01"]) == 0
     records = _records(tmp_path)
     assert len(records) == 1 and records[0]["val_acc"] >= 0.01
@@ -164,11 +135,11 @@ def _link_scores_from_predictions(tmp_path, checkpoint_dir, root) -> dict[str, f
     got = {}
     for split in ("val", "test"):
         pos, neg = (np.load(links / f"{split}_{k}.npy") for k in ("pos", "neg"))
-        got[f"{split}_auc_full"] = auc(np.concatenate([score(*pos), score(*neg)]),
+        got[f"{split}_auc"] = auc(np.concatenate([score(*pos), score(*neg)]),
                                        np.r_[np.ones(pos.shape[1]), np.zeros(neg.shape[1])])
     pos, tails = np.load(links / "test_pos.npy"), np.load(links / "test_neg_tails.npy")
     tail_scores = score(np.repeat(pos[0], tails.shape[1]), tails.reshape(-1)).reshape(tails.shape)
-    got["test_mrr_full"] = float((1.0 / positive_ranks(score(*pos), tail_scores)).mean())
+    got["test_mrr"] = float((1.0 / positive_ranks(score(*pos), tail_scores)).mean())
     return got
 
 
@@ -176,21 +147,8 @@ def _link_args(tmp_path, root):
     return [*_train_args(tmp_path, root), "--task", "link", "--epochs", "1", "--link-tails", "20"]
 
 
-def test_link_full_scores_equal_the_dot_products_of_the_predicted_embeddings(tmp_path, capsys):
-    from mpignn import train
-
-    root = tmp_path / "data"
-    assert train.main(_link_args(tmp_path, root)) == 0
-    last = _last(tmp_path)
-    want = _link_scores_from_predictions(tmp_path, tmp_path / "ck", root)
-    assert {k: last[k] for k in want} == pytest.approx(want, abs=1e-6)
-    assert 0.0 < last["test_auc_full"] < 1.0 and last["val_auc"] is not None  # sampled scores beside them
-    final = [line for line in capsys.readouterr().out.splitlines() if line.startswith("final test")][-1]
-    assert f"exact inference (whole neighbourhoods) at the last epoch: val {last['val_auc_full']:.4f}" in final
-
-
 @pytest.mark.mpi
-def test_two_ranks_link_full_scores_equal_one_rank_predictions_of_their_weights(two_ranks):
+def test_two_ranks_link_exact_scores_equal_one_rank_predictions_of_their_weights(two_ranks):
     folder, root, last = two_ranks("link")
     want = _link_scores_from_predictions(folder, folder / "ck", root)
     assert {k: last[k] for k in want} == pytest.approx(want, abs=1e-6)
@@ -202,5 +160,12 @@ def test_a_task_without_exact_evaluation_is_refused():
     class Bare(Task):
         name = "bare"
 
-    with pytest.raises(ConfigError, match="^--eval full and exact expect a task with exact evaluation; --task bare"):
-        Bare().evaluate_full(None, None, None)
+    with pytest.raises(ConfigError, match="^--eval exact expects a task with exact evaluation; --task bare"):
+        Bare().evaluate_exact(None, None, None)
+
+
+def test_the_old_second_name_is_refused_with_its_replacement():
+    from mpignn.config.train_config import parse
+
+    with pytest.raises(ConfigError, match=r"^--eval full is gone: .* HINT: --eval exact$"):
+        parse(["--eval", "full"])
