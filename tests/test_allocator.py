@@ -51,6 +51,7 @@ def test_tune_allocator_maps_big_blocks_and_leaves_malloc_alone_when_asked():
                          env={k: v for k, v in os.environ.items() if k != "MPIGNN_MALLOC"})
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
+
 FRAGMENTING_STEPS = LIBC + """
 assert allocator.tune_allocator({})
 rng, kept, start = random.Random(0), [], libc.mallinfo2().arena

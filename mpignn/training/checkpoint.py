@@ -30,13 +30,12 @@ from mpignn.errors import ConfigError, MpignnError, mark_agreed
 from mpignn.fileio import fsync_dir, sha256_file, write_durable
 from mpignn.mpi import allreduce_max, check_all, topology
 from mpignn.mpi.commit import commit_folder, manifest_bytes
+from mpignn.training.checkpoint_hosts import CHECKPOINT, MANIFEST, rows_name
 
 __all__ = ["load_checkpoint", "save_state", "resume_state", "check_compatible", "rng_state",
            "set_rng_state", "generations", "latest_checkpoint", "CHECKPOINT", "MANIFEST", "MODEL_KEYS",
            "REPLAY_KEYS", "checkpoint_config"]
 
-CHECKPOINT = "checkpoint.pt"
-MANIFEST = "manifest.json"
 FORMAT = 2
 MODEL_KEYS = ("dataset", "task", "model", "hidden", "fanout", "embed_dim", "norm", "residual", "linear_head")
 """Flags the saved weights' shapes depend on: a resume that changes one is refused (--fanout: its length is the
@@ -191,10 +190,6 @@ def check_compatible(saved: dict[str, Any], config: dict[str, Any], model_flags:
     return diff(REPLAY_KEYS) + scores
 
 
-def _rows_name(rank: int) -> str:
-    return f"embedding-rank{rank}.npz"
-
-
 def save_state(comm: Any, folder: str | os.PathLike, *, epoch: int, step: int, model: torch.nn.Module,
                optimizer: torch.optim.Optimizer, device: str, extra: dict[str, Any], rows: Any = None,
                keep: int = 2) -> Path:
@@ -221,8 +216,8 @@ def save_state(comm: Any, folder: str | os.PathLike, *, epoch: int, step: int, m
         mine = {k: v.numpy() for k, v in rng_state(device).items()}
         if rows is None:
             return None, mine
-        rows.save(gen / _rows_name(comm.rank), epoch=epoch, step=step)
-        return sha256_file(gen / _rows_name(comm.rank)), mine
+        rows.save(gen / rows_name(comm.rank), epoch=epoch, step=step)
+        return sha256_file(gen / rows_name(comm.rank)), mine
 
     def prepare(reports: list[tuple[str | None, dict[str, np.ndarray]]]) -> tuple[dict[str, Any], bytes | None]:
         nonlocal data
@@ -230,7 +225,7 @@ def save_state(comm: Any, folder: str | os.PathLike, *, epoch: int, step: int, m
         buf = io.BytesIO()
         torch.save(_state(epoch, step, model, optimizer, {**extra, "world_size": comm.size}, rng), buf)
         data = buf.getvalue()
-        files = {_rows_name(r): sha for r, (sha, _) in enumerate(reports) if sha is not None}
+        files = {rows_name(r): sha for r, (sha, _) in enumerate(reports) if sha is not None}
         files[CHECKPOINT] = hashlib.sha256(data).hexdigest()
         manifest = {"format": FORMAT, "generation": number, "epoch": int(epoch), "step": int(step),
                     "world_size": comm.size, "files": files}
@@ -273,7 +268,7 @@ def _prune(folder: Path, newest: int, keep: int) -> None:
 
 
 def _load_rows(rows: Any, where: Path, manifest: dict[str, Any], rank: int, epoch: int, step: int) -> None:
-    path = where / _rows_name(rank)
+    path = where / rows_name(rank)
     if not path.is_file():
         raise ConfigError(f"--resume expected {path} (the learnable rows of rank {rank}); found none: it was "
                           "saved without --embed-dim or on fewer ranks. HINT: resume with the --embed-dim and "

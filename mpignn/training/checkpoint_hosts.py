@@ -21,13 +21,14 @@ from mpignn.errors import ConfigError
 from mpignn.mpi import check_all
 from mpignn.mpi.transfer import Move, move_files
 
-__all__ = ["bring_generation"]
+__all__ = ["bring_generation", "CHECKPOINT", "MANIFEST", "rows_name"]
 
-_MANIFEST = "manifest.json"
-_CHECKPOINT = "checkpoint.pt"
+# A generation's files (checkpoint.py writes them; named here, where no torch is imported)
+MANIFEST = "manifest.json"
+CHECKPOINT = "checkpoint.pt"
 
 
-def _rows_name(rank: int) -> str:
+def rows_name(rank: int) -> str:
     return f"embedding-rank{rank}.npz"
 
 
@@ -40,8 +41,8 @@ def _view(folder: Path, name: str | None) -> dict[str, Any]:
     candidates = [folder / name] if name else [p for p in folder.iterdir() if p.name.startswith("gen-")]
     for gen in candidates:
         try:
-            text = (gen / _MANIFEST).read_text()
-            files = {p.name: p.stat().st_size for p in gen.iterdir() if p.is_file() and p.name != _MANIFEST}
+            text = (gen / MANIFEST).read_text()
+            files = {p.name: p.stat().st_size for p in gen.iterdir() if p.is_file() and p.name != MANIFEST}
         except OSError:
             continue
         held[gen.name] = {"manifest": text, "files": files}
@@ -70,7 +71,7 @@ def _plan(views: list[Any], folder: Path, name: str) -> tuple[list[Move], str]:
         if view is None:
             continue
         mine = view["held"].get(name, {}).get("files", {}) if name in view["held"] else {}
-        need = [_CHECKPOINT] + [_rows_name(r) for r in view["ranks"] if _rows_name(r) in files]
+        need = [CHECKPOINT] + [rows_name(r) for r in view["ranks"] if rows_name(r) in files]
         missing = [f for f in need if f not in mine or name not in view["held"]]
         for f in missing:
             src = next((r for r, v in holders if f in v["held"][name]["files"]), None)
@@ -82,7 +83,7 @@ def _plan(views: list[Any], folder: Path, name: str) -> tuple[list[Move], str]:
             moves.append(Move(src, leader, f"{name}/{f}", views[src]["held"][name]["files"][f], files.get(f, "")))
         if missing:  # the manifest last: the generation counts on this host once all of it arrived
             data = text.encode()
-            moves.append(Move(holders[0][0], leader, f"{name}/{_MANIFEST}", len(data),
+            moves.append(Move(holders[0][0], leader, f"{name}/{MANIFEST}", len(data),
                               hashlib.sha256(data).hexdigest()))
     return moves, ""
 
