@@ -14,6 +14,29 @@ if [ -n "${VENV:-}" ]; then
 fi
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
 export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
+
+# malloc: preload MPIGNN_PRELOAD (default tcmalloc, as torch.backends.xeon.run_cpu's default; jemalloc with the
+# settings torch's launcher gives it) where this host has it: flat memory at heap speed (docs/failures.md). A
+# preload the site or you set (LD_PRELOAD) is kept; MPIGNN_PRELOAD=none preloads nothing (glibc, big blocks mapped). Each host's run log says which malloc its ranks
+# ran ("malloc:"), and names the hosts where they differ (docs/failures.md, "Memory over long runs").
+preload_malloc() {
+  local name="${MPIGNN_PRELOAD:-tcmalloc}" lib="" dir
+  [ -z "${LD_PRELOAD:-}" ] && [ "$name" != none ] || return 0
+  case "$name" in
+    jemalloc) lib=libjemalloc.so.2 ;;
+    tcmalloc) lib=libtcmalloc_minimal.so.4 ;;
+    mimalloc) lib=libmimalloc.so.2 ;;
+    *) echo "MPIGNN_PRELOAD must be jemalloc, tcmalloc, mimalloc or none; got '$name'" >&2; return 2 ;;
+  esac
+  for dir in ${MPIGNN_LIB_DIRS:-${CONDA_PREFIX:+$CONDA_PREFIX/lib} /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64 /usr/lib /usr/local/lib}; do
+    if [ -e "$dir/$lib" ]; then
+      export LD_PRELOAD="$dir/$lib"
+      [ "$name" != jemalloc ] || export MALLOC_CONF="${MALLOC_CONF:-oversize_threshold:1,background_thread:true,metadata_thp:auto}"
+      return 0
+    fi
+  done
+}
+preload_malloc
 NP="${SLURM_NTASKS:?run this script with sbatch (SLURM_NTASKS is not set)}"
 
 job_header() {
@@ -21,6 +44,7 @@ job_header() {
   echo "== ${NP} ranks, ${SLURM_NTASKS_PER_NODE:-?} per host, ${OMP_NUM_THREADS} threads each"
   echo "== mpignn commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), python $(command -v python)"
   echo "== MPI: $(python -m mpi4py --mpi-lib-version 2>/dev/null | head -n 1)"
+  echo "== LD_PRELOAD: ${LD_PRELOAD:-none}"
 }
 
 # Slurm's --signal=USR2@T (no B:) signals the tasks of the job steps: with srun these are the ranks, which

@@ -112,7 +112,7 @@ def test_an_unknown_or_removed_policy_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="MPIGNN_MALLOC='heep' names no malloc policy. HINT: unset it"):
         allocator.tune_allocator({"MPIGNN_MALLOC": "heep"})
     with pytest.raises(ConfigError, match="MPIGNN_MALLOC='pages' names no malloc policy .the page pool .* HINT: "
-                                          ".* preload jemalloc"):
+                                          ".* preload tcmalloc"):
         allocator.tune_allocator({"MPIGNN_MALLOC": "pages"})
     env = {**os.environ, "MPIGNN_MALLOC": "heep"}
     out = subprocess.run([sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--epochs", "1"],

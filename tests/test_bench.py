@@ -202,13 +202,24 @@ def test_floor_row_takes_the_slowest_rank():
 
 @pytest.mark.mpi
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
-def test_floor_bench_prints_one_rank_and_communication_free_rows(tmp_path):
-    cmd = [sys.executable, "-m", "mpignn.bench.floor", "--dataset",
-           "synthetic:num_nodes=4000,avg_degree=8,num_features=16", "--ranks", "2", "--steps", "3",
-           "--batch-size", "256", "--hidden", "32", "--fanout", "5,5", "--root", str(tmp_path), "--labor"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    rows = {name: {k: float(v) for k, v in cells.items()} for name, cells in _table(out.stdout).items()}
+def test_floor_bench_prints_one_rank_and_communication_free_rows(tmp_path, monkeypatch, capsys):
+    """The bench in this process, each row's ranks in the tests' standing job of that many ranks (their core
+    binding left out)."""
+    from mpignn.bench import floor
+
+    from _mpirun import run_python
+
+    def pooled(folder, ranks, threads, args, cooperative=False, sampler="neighbor"):
+        rc, out = run_python(ranks, [floor.__file__, *floor.worker_args(folder, threads, args, cooperative, sampler)],
+                             timeout=300)
+        assert rc == 0, out[-3000:]
+        return json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("[{")))
+
+    monkeypatch.setattr(floor, "_launch", pooled)
+    assert floor.main(["--dataset", "synthetic:num_nodes=4000,avg_degree=8,num_features=16", "--ranks", "2",
+                       "--steps", "3", "--batch-size", "256", "--hidden", "32", "--fanout", "5,5",
+                       "--root", str(tmp_path), "--labor"]) == 0
+    rows = {name: {k: float(v) for k, v in cells.items()} for name, cells in _table(capsys.readouterr().out).items()}
     one, two = rows["1 rank x 1 thread"], rows["2 ranks x 1 thread, no communication"]
     coop = rows["2 ranks x 1 thread, cooperative"]
     assert "1 rank x 2 threads" in rows and one["x 1x1"] == 1.0

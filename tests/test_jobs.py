@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from _mpirun import ROOT, clean_env, mpiexec, run_cmd
+from mpignn.launch.allocator import preload_env
 
 SCRIPTS = sorted((ROOT / "jobs").glob("*.sbatch"))
 SHELL = [*SCRIPTS, ROOT / "jobs" / "_common.sh", ROOT / "jobs" / "pipeline.sh", ROOT / "jobs" / "gpu_check.sh"]
@@ -62,6 +63,8 @@ def test_script_runs_under_imitated_slurm(tmp_path, script, extra):
                       timeout=240, env=_slurm(tmp_path), cwd=ROOT)
     assert rc == 0, out[-3000:]
     assert "== job 4242" in out and "== MPI:" in out and "final test accuracy" in out and "(2 ranks)" in out
+    found = preload_env("tcmalloc")  # the job preloads it where the host has it, and the run log says so
+    assert ("malloc: tcmalloc (preloaded)" if found else "malloc: glibc, blocks of 256 KiB") in out, out[-3000:]
 
 
 @pytest.mark.mpi
@@ -69,6 +72,28 @@ def test_script_exit_code_reflects_failure(tmp_path):
     rc, out = run_cmd(["bash", str(ROOT / "jobs" / "cpu.sbatch"), "--dataset", "no-such-dataset", "--root",
                        str(tmp_path)], timeout=120, env=_slurm(tmp_path), cwd=ROOT)
     assert rc != 0 and "unknown dataset" in out and "== done" not in out
+
+
+def test_the_job_preloads_a_malloc_it_finds_and_keeps_a_preload_it_is_given(tmp_path):
+    libs = tmp_path / "lib"
+    libs.mkdir()
+    for name in ("libjemalloc.so.2", "libtcmalloc_minimal.so.4"):
+        (libs / name).write_bytes(b"")
+
+    def preloaded(**extra):
+        env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MPIGNN_PRELOAD", "MALLOC_CONF")}
+        env.update(SLURM_NTASKS="2", MPIGNN_LIB_DIRS=str(libs), **extra)
+        script = f'source "{ROOT / "jobs" / "_common.sh"}" && echo "${{LD_PRELOAD:-}}|${{MALLOC_CONF:-}}"'
+        res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+        assert res.returncode == 0, res.stderr
+        return res.stdout.strip()
+
+    assert preloaded() == f"{libs}/libtcmalloc_minimal.so.4|"
+    assert preloaded(MPIGNN_PRELOAD="jemalloc") == \
+        f"{libs}/libjemalloc.so.2|oversize_threshold:1,background_thread:true,metadata_thp:auto"
+    assert preloaded(LD_PRELOAD="/site/libxalt.so") == "/site/libxalt.so|"  # the site's stays, nothing added
+    assert preloaded(MPIGNN_PRELOAD="none") == "|"
+    assert preloaded(MPIGNN_PRELOAD="mimalloc") == "|"  # not on this host: glibc
 
 
 def test_srun_kills_the_step_on_a_bad_exit(tmp_path):

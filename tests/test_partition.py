@@ -145,9 +145,9 @@ def test_cli_and_training_partition_with_one_default_method():
     """mpignn.partition without --method cuts the graph as training's automatic partition does."""
     from mpignn.config.train_config import TrainConfig
     from mpignn.config.graph_options import GraphOptions
-    from mpignn.partition.cli import build_parser
+    from mpignn.partition.cli import PartitionConfig, build_parser
 
-    cli = build_parser().parse_args(["--num-parts", "2", "--out", "x"]).method
+    cli = PartitionConfig(**vars(build_parser().parse_args(["--num-parts", "2", "--out", "x"]))).method
     assert cli == TrainConfig().partition_method == GraphOptions().method == "metis"
 
 

@@ -137,14 +137,21 @@ def _count(comm, out, per_layer: list[list[int]]) -> None:
             per_layer[j][1] += len(np.unique(np.concatenate(ids)))
 
 
+def worker_args(folder: Path, threads: int, args: argparse.Namespace, cooperative: bool = False,
+                sampler: str = "neighbor") -> list[str]:
+    """The worker's own flags for one row (after `python -m mpignn.bench.floor`)."""
+    return ["--worker", "--folder", str(folder), "--threads", str(threads), "--steps", str(args.steps),
+            "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
+            "--lr", str(args.lr), "--sampler", sampler, *(["--cooperative"] if cooperative else [])]
+
+
 def _launch(folder: Path, ranks: int, threads: int, args: argparse.Namespace, cooperative: bool = False,
             sampler: str = "neighbor") -> list[dict]:
+    """One row's ranks, bound to their cores: each rank's times and row counts."""
     exe = mpiexec()
     launcher, pin = binding(exe, ranks, threads)
-    cmd = [exe, *launcher, "-n", str(ranks), sys.executable, "-m", "mpignn.bench.floor", "--worker",
-           "--folder", str(folder), "--threads", str(threads), "--steps", str(args.steps), "--fanout", args.fanout,
-           "--batch-size", str(args.batch_size), "--hidden", str(args.hidden), "--lr", str(args.lr),
-           "--sampler", sampler, *(["--cooperative"] if cooperative else [])]
+    cmd = [exe, *launcher, "-n", str(ranks), sys.executable, "-m", "mpignn.bench.floor",
+           *worker_args(folder, threads, args, cooperative, sampler)]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=pin, timeout=3600)
     if out.returncode != 0:

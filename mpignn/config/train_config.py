@@ -23,7 +23,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (the default of many clusters' images): tomllib's origin, installed by setup.py there
     import tomli as tomllib
 
-__all__ = ["LINK_DEFAULTS", "REMOVED_FLAGS", "TrainConfig", "build_parser", "check_fits", "field_docs", "parse",
+__all__ = ["LINK_DEFAULTS", "REMOVED_FLAGS", "TrainConfig", "add_fields", "build_parser", "check_fits", "field_docs", "parse",
            "parse_fanout", "parse_cache_size"]
 
 
@@ -320,16 +320,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="TOML file of defaults (flags win)")
     for name in REMOVED_FLAGS:  # accepted by the parser, refused by `from_args` with the replacement
         parser.add_argument("--" + name.replace("_", "-"), default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    docs = field_docs()
-    for f in fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not dataclasses.MISSING else None
-        text = f"{docs.get(f.name, '')} (default: {default!r})".strip()
+    return add_fields(parser, TrainConfig)
+
+
+def add_fields(parser: argparse.ArgumentParser, cls: type) -> argparse.ArgumentParser:
+    """A flag for each field of the dataclass `cls` (`--field-name`; a bool is a switch), its docstring the
+    help; defaults stay in the dataclass (argparse gets SUPPRESS) and a field without one is required. The one
+    builder of the parsers of train, predict and partition."""
+    docs = field_docs(cls)
+    for f in fields(cls):
+        flag, required = "--" + f.name.replace("_", "-"), f.default is dataclasses.MISSING
+        text = (docs.get(f.name, "") + ("" if required else f" (default: {f.default!r})")).strip()
         if f.type in ("bool", bool):
             parser.add_argument(flag, action="store_true", default=argparse.SUPPRESS, help=text)
         else:
             kind = {"int": int, "float": float}.get(str(f.type), str)
-            parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=text)
+            parser.add_argument(flag, type=kind, required=required, default=argparse.SUPPRESS, help=text)
     return parser
 
 

@@ -69,7 +69,7 @@ def tune_allocator(env: Mapping[str, str] | None = None) -> bool:
         gone = (" (the page pool and the policies beside it are gone: a preloaded allocator replaces them, "
                 "docs/failures.md 'Memory over long runs')") if mode in _GONE else ""
         raise ConfigError(f"MPIGNN_MALLOC={mode!r} names no malloc policy{gone}. HINT: unset it (big blocks "
-                          "mapped), heap or system; for faster steps preload jemalloc (LD_PRELOAD, jobs/*.sbatch)")
+                          "mapped), heap or system; for faster steps preload tcmalloc (LD_PRELOAD, jobs/*.sbatch)")
     if mode == "system" or preloaded():
         return False
     try:
@@ -104,7 +104,7 @@ def policy(env: Mapping[str, str] | None = None) -> str:
     mode = env.get("MPIGNN_MALLOC", "")
     return {"heap": "glibc, every block in the heap (MPIGNN_MALLOC=heap)",
             "system": "glibc's defaults (MPIGNN_MALLOC=system)"}.get(
-        mode, "glibc, blocks of 256 KiB and more mapped (preload jemalloc for faster steps)")
+        mode, "glibc, blocks of 256 KiB and more mapped (preload tcmalloc for faster steps)")
 
 
 def preload_env(name: str) -> dict[str, str] | None:

@@ -9,41 +9,61 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from mpignn.config.choices import DEFAULT_METHOD, PARTITION_DEFAULT, PARTITION_METHODS, TASKS
-from mpignn.config.train_config import TrainConfig, field_docs
-from mpignn.errors import MpignnError
+from dataclasses import dataclass
+
+from mpignn.config.choices import DEFAULT_METHOD, PARTITION_DEFAULT, PARTITION_METHODS, TASKS, check_choice
+from mpignn.config.train_config import TrainConfig, add_fields
+from mpignn.errors import ConfigError, MpignnError
 
 if TYPE_CHECKING:
     from mpignn.data.graph import GraphData
 
-__all__ = ["build_parser", "main", "cli", "load_for_partitioning"]
+__all__ = ["PartitionConfig", "build_parser", "main", "cli", "load_for_partitioning"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionConfig:
+    """The flags of `python -m mpignn.partition`; those it shares with training default as training's."""
+
+    num_parts: int
+    """Number of parts (= ranks of the job)."""
+    out: str
+    """Output folder (refused if it exists, unless --force)."""
+    dataset: str = TrainConfig.dataset
+    """Dataset name (as for mpignn.train)."""
+    root: str = TrainConfig.root
+    """Dataset root folder."""
+    splits: str = TrainConfig.splits
+    """An npz of int node ids `train`, `valid`, `test` in place of the dataset's own (as mpignn.train --splits)."""
+    method: str = PARTITION_DEFAULT
+    """metis, kaminpar (if installed), random, or auto (metis): as mpignn.train --partition-method."""
+    seed: int = TrainConfig.seed
+    """Seeds the partitioner and the held-out edges of --task link (training's --seed)."""
+    threads: int = 0
+    """kaminpar threads (0: all cores); only 1 gives the same parts for the same seed."""
+    task: str = TrainConfig.task
+    """link: first hold out --link-val and --link-test of the undirected edges (seeded by --seed) and store them
+    in OUT/links/, for mpignn.train --task link with the same --seed and link flags."""
+    link_val: float = TrainConfig.link_val
+    """--task link: share of the edges held out for validation."""
+    link_test: float = TrainConfig.link_test
+    """--task link: share of the edges held out for testing."""
+    link_tails: int = TrainConfig.link_tails
+    """--task link: negative tails per held-out test edge (MRR, Hits@K)."""
+    force: bool = False
+    """Replace an existing output folder."""
+    json: bool = False
+    """Print the report as one JSON line."""
+
+    def __post_init__(self) -> None:
+        check_choice("method", self.method, (*PARTITION_METHODS, DEFAULT_METHOD))
+        check_choice("task", self.task, tuple(TASKS))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m mpignn.partition",
-                                     description="Partition a graph for `mpirun -np K python -m mpignn.train "
-                                                 "--partitions OUT`.")
-    parser.add_argument("--dataset", default="synthetic", help="dataset name (as for mpignn.train)")
-    parser.add_argument("--root", default="data", help="dataset root folder")
-    parser.add_argument("--splits", default="", help=field_docs()["splits"])
-    parser.add_argument("--num-parts", type=int, required=True, help="number of parts (= ranks of the job)")
-    parser.add_argument("--out", required=True, help="output folder (refused if it exists, unless --force)")
-    parser.add_argument("--method", default=PARTITION_DEFAULT, choices=[*PARTITION_METHODS, DEFAULT_METHOD],
-                        help=field_docs()["partition_method"])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=0,
-                        help="kaminpar threads (0: all cores); only 1 gives the same parts for the same seed")
-    defaults = TrainConfig()
-    parser.add_argument("--task", default="node", choices=list(TASKS),
-                        help="link: first hold out --link-val and --link-test of the undirected edges (seeded by "
-                             "--seed) and store them in OUT/links/, for mpignn.train --task link with the same "
-                             "--seed and link flags")
-    parser.add_argument("--link-val", type=float, default=defaults.link_val)
-    parser.add_argument("--link-test", type=float, default=defaults.link_test)
-    parser.add_argument("--link-tails", type=int, default=defaults.link_tails)
-    parser.add_argument("--force", action="store_true", help="replace an existing output folder")
-    parser.add_argument("--json", action="store_true", help="print the report as one JSON line")
-    return parser
+    return add_fields(argparse.ArgumentParser(
+        prog="python -m mpignn.partition",
+        description="Partition a graph for `mpirun -np K python -m mpignn.train --partitions OUT`."), PartitionConfig)
 
 
 def _key(name: str) -> str:
@@ -72,7 +92,11 @@ def load_for_partitioning(name: str, root: str, splits: str = "") -> "GraphData"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = PartitionConfig(**vars(build_parser().parse_args(argv)))
+    except ConfigError as exc:
+        print(f"mpignn.partition: error: {exc}", file=sys.stderr)
+        return 2
     from mpignn.env import foreign_launcher_size
 
     copies = foreign_launcher_size()

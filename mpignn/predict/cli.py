@@ -7,7 +7,7 @@ import argparse
 import json
 import logging
 import sys
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Sequence
 
 __all__ = ["PredictConfig", "build_parser", "main", "cli"]
@@ -65,20 +65,10 @@ class PredictConfig:
 
 def build_parser() -> argparse.ArgumentParser:
     """Flags for every PredictConfig field; defaults stay in the dataclass."""
-    parser = argparse.ArgumentParser(prog="python -m mpignn.predict",
-                                     description="Exact predictions and embeddings for every node of a trained run")
-    from mpignn.config.train_config import field_docs
+    from mpignn.config.train_config import add_fields
 
-    docs = field_docs(PredictConfig)
-    for f in fields(PredictConfig):
-        flag, required = "--" + f.name.replace("_", "-"), f.default is MISSING
-        text = docs.get(f.name, "") + ("" if required else f" (default: {f.default!r})")
-        if f.type in ("bool", bool):
-            parser.add_argument(flag, action="store_true", default=argparse.SUPPRESS, help=text)
-        else:
-            parser.add_argument(flag, type={"int": int, "float": float}.get(str(f.type), str), required=required,
-                                default=argparse.SUPPRESS, help=text)
-    return parser
+    return add_fields(argparse.ArgumentParser(prog="python -m mpignn.predict", description="Exact predictions and "
+                                              "embeddings for every node of a trained run"), PredictConfig)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
