@@ -106,9 +106,9 @@ class NeighborLoader:
         if talks and minibatch != "independent":
             sampler = cooperative_sampler(rt, graph, sampler.fanouts, minibatch)
         per_rank = max(1, len(seeds)) if full else rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
-        shuffle = shuffle and not full
+        shuffle, drop_last = shuffle and not full, drop_last and not full  # full: one batch, the same each pass
         self.loader = BatchLoader(
-            sampler, graph.features, seeds, per_rank, shuffle=shuffle, drop_last=drop_last and not full, seed=seed,
+            sampler, graph.features, seeds, per_rank, shuffle=shuffle, drop_last=drop_last, seed=seed,
             comm=rt.comm, device=rt.device,
             prefetch=not full and overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)),
             wrap=shuffle, layout=graph.layout, dataset_ids=_id_store(graph), reuse=full)

@@ -57,7 +57,7 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
     task = graph.task or make_task()
     for key in unknown:  # the same call on every rank
         hint = ("make_loader takes fanouts; num_neighbors is runtime.NeighborLoader's (PyG's name)"
-                if key == "num_neighbors" else f"make_loader got an unknown keyword {key!r}")  # the CLI's own
+                if key == "num_neighbors" else f"make_loader got an unknown keyword {key!r}")
         raise mark_agreed(ConfigError(f"{hint}. HINT: make_loader(rt, graph, 'train', fanouts=[15, 10]) or "
                                       "NeighborLoader(graph, num_neighbors=[15, 10], input_nodes='train')"))
     if split not in SPLITS:
