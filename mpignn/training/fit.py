@@ -14,7 +14,7 @@ import torch
 from mpignn.config.refusals import check_combinations
 from mpignn.config.choices import MINIBATCH_MODES
 from mpignn.errors import MpignnError
-from mpignn.training.checkpoint import checkpoint_config, latest_checkpoint, resume_state, save_state
+from mpignn.training.checkpoint import checkpoint_config, resume_state, save_state
 from mpignn.training.checkpoint_hosts import bring_generation
 from mpignn.training import converge
 from mpignn.launch.device import cpu_lacks_bf16_units
@@ -56,10 +56,7 @@ def _wants_resume(cfg: TrainConfig, comm: Any) -> bool:
     if not (cfg.resume or cfg.requeue):
         return False
     with bounded("checkpoint survey"):
-        found = bring_generation(comm, cfg.checkpoint_dir) is not None
-        # an older run's single file, where it was saved (rank 0 looks)
-        found = bool(comm.bcast(found or latest_checkpoint(cfg.checkpoint_dir) is not None if comm.rank == 0
-                                else None, root=0))
+        found = bring_generation(comm, cfg.checkpoint_dir) is not None  # the same answer on every rank
     if cfg.requeue and not cfg.resume and not found and comm.rank == 0:
         log.info("--requeue: no checkpoint in %s on any host of this job: training starts at epoch 0",
                  cfg.checkpoint_dir)
