@@ -1,5 +1,5 @@
 """2 ranks: NeighborLoader batches hold the dataset's rows under dataset ids across parts; uneven seeds give
-equal steps; accuracy/mean weigh items, not ranks."""
+equal steps; accuracy/mean weigh items, not ranks; its cooperative and full-graph batches are the CLI loader's."""
 import sys
 
 import numpy as np
@@ -39,6 +39,17 @@ def main() -> None:
     # 1 of 1 right on rank 0, 0 of 3 on rank 1: 0.25 over items (averaging the ranks' accuracies says 0.5)
     acc = accuracy(rt, torch.tensor([1] * len(ids)), torch.tensor([1] if rt.rank == 0 else [0, 0, 0]))
     assert acc == 0.25 and mean(rt, 2.0 * len(ids), len(ids)) == 2.0
+    # minibatch: the training CLI's modes, batch for batch what its own loader gives (seeds, draws, rows)
+    from mpignn.training.loaders import make_loader
+
+    for mode in ("cooperative", "full"):
+        ours = NeighborLoader(graph, [3, 2], input_nodes="train", batch_size=64, shuffle=True, batch_scope="global",
+                              prefetch="off", minibatch=mode)
+        cli = make_loader(rt, graph, "train", [3, 2], batch_size=64, prefetch="off", minibatch=mode)
+        assert len(ours) == len(cli) and (mode != "full" or len(ours) == 1), (mode, len(ours), len(cli))
+        for a, b in zip(ours, cli):
+            assert torch.equal(a.part_n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index), mode
+            assert torch.equal(a.x, b.x) and a.batch_size == b.batch_size and a.halo is not None, mode
     print(f"MPIGNN-OK rank={rt.rank}", flush=True)
 
 
