@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from mpignn.launch.bootstrap import Runtime
     from mpignn.loader.local_graph import LocalGraph
 
-__all__ = ["check_flags", "fit", "eval_steps", "resumed_minibatch"]
+__all__ = ["Trainer", "check_flags", "fit", "eval_steps", "resumed_minibatch"]
 
 log = logging.getLogger(__name__)
 
@@ -104,140 +104,220 @@ def _fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, An
     resuming = _wants_resume(cfg, rt.comm)
     lock = claim_checkpoint_dir(rt.comm, cfg, resuming) if cfg.checkpoint_dir else None
     try:
-        return _train(cfg, rt, graph, loaders, model, optimizer, stop, resuming, resolved, lock is not None)
+        return Trainer(cfg, rt, graph, loaders, model, optimizer, stop, resolved, lock is not None).run(resuming)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _train(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any], model: torch.nn.Module,
-           optimizer: torch.optim.Optimizer, stop: StopSignal | None, resuming: bool, resolved: dict[str, Any],
-           host_writer: bool = False) -> int:
-    """The epochs. The reported test accuracy is the one at the best validation epoch (the OGB protocol); each
-    epoch record carries best_epoch, best_val_acc and test_acc_at_best_val so far. `host_writer`: this rank
-    keeps best/ for its host's --checkpoint-dir (rank 0, and each host's first rank where it is node-local)."""
-    task = graph.task
-    comm, best = rt.comm, BestEpoch(metric=task.metric)
-    first_epoch, first_step, carry, stale = 0, 0, None, 0  # stale: evaluations since validation improved
-    ref = None  # the validation score of the last improvement by min_delta (the converge rule's)
-    check_outputs(comm, cfg, generation_bytes(model, getattr(graph, "embedding", None)))
-    if resuming:
-        info = resume_state(comm, cfg.checkpoint_dir, model, optimizer, cfg.to_dict(), rt.device,
-                            rows=getattr(graph, "embedding", None), model_flags=task.model_flags)
-        first_epoch, first_step = info["epoch"], info["step"]
-        best = BestEpoch.from_dict(info["extra"].get("best", {}), best.metric)
-        stale, ref = int(info["extra"].get("stale", 0)), info["extra"].get("ref")
-        carry = info["extra"].get("partial") if first_step else None
+class Trainer:
+    """The epochs of one run as named steps, in the order docs/architecture.md walks through them: `train` up to
+    the next evaluation, `evaluate`, `track` the best validation epoch, `report`, `checkpoint` after the epoch,
+    and `stopping` decides (a target reached, patience spent). The reported test score is the one at the best
+    validation epoch (the OGB protocol); each record carries best_epoch, best_val_acc and test_acc_at_best_val so
+    far. Every step that talks to other ranks is collective over `rt.comm`, in the same order on every rank."""
+
+    def __init__(self, cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any],
+                 model: torch.nn.Module, optimizer: torch.optim.Optimizer, stop: StopSignal | None,
+                 resolved: dict[str, Any], host_writer: bool = False) -> None:
+        """`host_writer`: this rank keeps best/ for its host's --checkpoint-dir (rank 0, and each host's first
+        rank where it is node-local)."""
+        self.cfg, self.rt, self.graph, self.loaders, self.stop, self.resolved = cfg, rt, graph, loaders, stop, resolved
+        self.task, self.host_writer = graph.task, host_writer
+        self.best = BestEpoch(metric=self.task.metric)
+        self.first_epoch, self.first_step, self.carry = 0, 0, None
+        self.stale, self.ref = 0, None  # evaluations since validation improved; the score it last improved by min_delta
+        self.rec: dict[str, Any] | None = None
+        self.improved, self.val, self.test = False, None, None
+        self.model, self.optimizer = model, optimizer
+        check_outputs(rt.comm, cfg, generation_bytes(model, getattr(graph, "embedding", None)))
+
+    def resume(self) -> None:
+        """Load the newest checkpoint: weights, optimizer, RNG states, position and the best epoch so far."""
+        cfg, rt = self.cfg, self.rt
+        info = resume_state(rt.comm, cfg.checkpoint_dir, self.model, self.optimizer, cfg.to_dict(), rt.device,
+                            rows=getattr(self.graph, "embedding", None), model_flags=self.task.model_flags)
+        self.first_epoch, self.first_step = info["epoch"], info["step"]
+        self.best = BestEpoch.from_dict(info["extra"].get("best", {}), self.best.metric)
+        self.stale, self.ref = int(info["extra"].get("stale", 0)), info["extra"].get("ref")
+        self.carry = info["extra"].get("partial") if self.first_step else None
         log.info("resumed from %s (%s) at epoch %d step %d (%s)", cfg.checkpoint_dir, info["generation"],
-                 first_epoch, first_step,
+                 self.first_epoch, self.first_step,
                  "RNG states restored" if info["same_world"] else "another world size: fresh RNG states, the "
                  "data order differs from an uninterrupted run")
         if info["replay_changes"] and rt.rank == 0:
             log.warning("resuming with %s: the run continues but does not replay the original one exactly",
                         ", ".join(info["replay_changes"]))
-    bf16 = cfg.precision == "bf16"
-    if bf16 and rt.rank == 0 and cpu_lacks_bf16_units(rt.device):
-        log.warning("--precision bf16 on a CPU without bf16 units (AVX512-BF16 or AMX): autocast emulates its "
-                    "matrix products, many times slower than fp32. HINT: --precision fp32 (docs/failures.md)")
-    model, optimizer = optimize_for_device(model, optimizer, rt.device, bf16)
-    steps = len(loaders["train"])
-    schedule = attach_lr_schedule(optimizer, cfg.lr, cfg.lr_scaling, batch_size=cfg.batch_size,
-                                  batch_scope=cfg.batch_scope, world_size=rt.world_size, steps_per_epoch=steps,
-                                  warmup_epochs=cfg.warmup_epochs, first_epoch=first_epoch)
-    if schedule is not None and first_step:  # resumed mid-epoch: the warm-up continues at that step
-        schedule.step += first_step
-        for group in optimizer.param_groups:
-            group["lr"] = schedule.lr_at(schedule.step)
-    ddp, timer = wrap_ddp(model, comm, rt.device)
-    plan = converge.schedule(cfg, steps)
-    log.info("%d train steps per epoch, %s; training %s", steps, "bf16 autocast" if bf16 else "fp32",
-             plan.describe(steps))
-    rec: dict[str, Any] | None = None
-    tb = ScalarLog(cfg.tensorboard) if cfg.tensorboard and rt.rank == 0 else None
-    ends = eval_steps(steps, plan.evals_per_epoch)
-    reached = patience_out = False
-    for epoch in range(first_epoch, plan.epochs):
-        resumed_here = epoch == first_epoch
-        start = first_step if resumed_here else 0
-        for end in [e for e in ends if e > start] or ends[-1:]:
-            last = end == ends[-1]
-            final = last and epoch == plan.epochs - 1  # the run's last evaluation always scores the test split
-            due = not last or epoch == plan.epochs - 1 or (epoch + 1) % plan.eval_every == 0
-            rec = run_epoch(rt, epoch, ddp, optimizer, loaders, task=task, bf16=bf16, timer=timer, graph=graph,
-                            evaluate_now=due and cfg.eval != "exact", stop=stop, start_step=start,
-                            end_step=None if last else end,
-                            carry=carry if resumed_here and start == first_step else None,
-                            test_if=cfg.target_val if cfg.target_val and not final else None)
-            rec["resolved"] = resolved
-            if "stopped_step" in rec:
-                return _stopped(cfg, rt, graph, stop, rec, model, optimizer, best)
-            if due and cfg.eval == "exact":  # collective: the scores of exact inference, in place of sampled ones
-                evaluated = time.perf_counter()
-                rec.update(task.evaluate_exact(rt, graph, ddp))
-                rec["eval_s"] += float(allreduce_max(comm, [time.perf_counter() - evaluated])[0])  # the slowest
-            if not last:
-                rec["step"] = end
-            improved = best.update(rec)
-            val = rec.get(f"val_{best.metric}")
-            if val is not None:
-                moved = improved if not plan.min_delta else ref is None or val >= ref + plan.min_delta
-                stale, ref = (0, val) if moved else (stale + 1, ref)
-            rec.update(best.fields())
 
-            def write(rec: dict[str, Any] = rec, step: int = eval_index(epoch, ends, end)) -> None:
-                log.info(format_epoch(rec, task.describe(rec), task.unit))
-                if tb is not None:
-                    tb.write(rec, step=step)
+    def prepare(self) -> None:
+        """The device's model and optimizer, the learning-rate schedule (continued where a resume left it),
+        DDP, the schedule of epochs and evaluations, and the TensorBoard writer."""
+        cfg, rt = self.cfg, self.rt
+        self.bf16 = cfg.precision == "bf16"
+        if self.bf16 and rt.rank == 0 and cpu_lacks_bf16_units(rt.device):
+            log.warning("--precision bf16 on a CPU without bf16 units (AVX512-BF16 or AMX): autocast emulates its "
+                        "matrix products, many times slower than fp32. HINT: --precision fp32 (docs/failures.md)")
+        self.model, self.optimizer = optimize_for_device(self.model, self.optimizer, rt.device, self.bf16)
+        steps = len(self.loaders["train"])
+        schedule = attach_lr_schedule(self.optimizer, cfg.lr, cfg.lr_scaling, batch_size=cfg.batch_size,
+                                      batch_scope=cfg.batch_scope, world_size=rt.world_size, steps_per_epoch=steps,
+                                      warmup_epochs=cfg.warmup_epochs, first_epoch=self.first_epoch)
+        if schedule is not None and self.first_step:  # resumed mid-epoch: the warm-up continues at that step
+            schedule.step += self.first_step
+            for group in self.optimizer.param_groups:
+                group["lr"] = schedule.lr_at(schedule.step)
+        self.ddp, self.timer = wrap_ddp(self.model, rt.comm, rt.device)
+        self.plan = converge.schedule(cfg, steps)
+        log.info("%d train steps per epoch, %s; training %s", steps, "bf16 autocast" if self.bf16 else "fp32",
+                 self.plan.describe(steps))
+        self.tb = ScalarLog(cfg.tensorboard) if cfg.tensorboard and rt.rank == 0 else None
+        self.ends = eval_steps(steps, self.plan.evals_per_epoch)
 
-            report_epoch(comm, cfg, rec, write)
-            start = end
-            test = rec.get(f"test_{best.metric}")
-            reached = (bool(cfg.target_val) and val is not None and val >= cfg.target_val) or \
-                (bool(cfg.target_test) and test is not None and test >= cfg.target_test)
-            patience_out = bool(plan.patience) and stale >= plan.patience  # same on every rank: val is reduced
-            if reached or patience_out:
+    def run(self, resuming: bool) -> int:
+        """Every epoch to the end, a target or patience; returns the exit code (EXIT_STOPPED after a stop)."""
+        if resuming:
+            self.resume()
+        self.prepare()
+        reason = ""
+        for epoch in range(self.first_epoch, self.plan.epochs):
+            resumed_here = epoch == self.first_epoch
+            start = self.first_step if resumed_here else 0
+            for end in [e for e in self.ends if e > start] or self.ends[-1:]:
+                rec = self.train(epoch, start, end, resumed_here and start == self.first_step)
+                if "stopped_step" in rec:
+                    return self.stopped(rec)
+                self.evaluate(rec, epoch, end)
+                self.track(rec)
+                self.report(rec, epoch, end)
+                start = end
+                reason = self.stopping()
+                if reason:
+                    break
+            if self.cfg.checkpoint_dir:  # after the epoch, or where the target was reached inside it
+                self.checkpoint(epoch, start)
+            if reason:
+                self.say_why(reason)
                 break
-        if cfg.checkpoint_dir:  # after the epoch, or where the target was reached inside it
-            done = start == ends[-1]
-            gen = _save(cfg, rt, graph, epoch=epoch + 1 if done else epoch, step=0 if done else start,
-                        model=model, optimizer=optimizer,
-                        extra={"config": cfg.to_dict(), "resolved": resolved, "best": best.to_dict(), "stale": stale,
-                               "ref": ref})
-            if improved:  # the weights just saved are the best validation's
-                on_behalf(comm, lambda: keep_best(gen, cfg.checkpoint_dir), f"a copy of {gen.name} to best/ in "
-                          f"{cfg.checkpoint_dir}", f"free space there; {gen.name} holds the same weights",
-                          writer=host_writer)
-        if reached:
-            hit_val = bool(cfg.target_val) and val is not None and val >= cfg.target_val
-            split, score, flag, target = (("validation", val, "--target-val", cfg.target_val) if hit_val
-                                          else ("test", test, "--target-test", cfg.target_test))
+        else:
+            if self.plan.budget and self.rec is not None:
+                log.info("the step budget of %d steps is spent after epoch %d (best validation %s at epoch %s): "
+                         "stopping; --epochs N trains N epochs", self.plan.budget, self.plan.epochs - 1,
+                         self.best.metric, self.best.epoch)
+        if self.rt.rank == 0 and self.rec is not None:
+            print(format_final(self.best, self.rec, self.rt.world_size, self.task.metric_name,
+                               exact_eval=self.cfg.eval == "exact"), flush=True)
+        return 0
+
+    def _due(self, epoch: int, end: int) -> bool:
+        """Whether the evaluation after step `end` of `epoch` scores (the epoch's end only every --eval-every)."""
+        last, plan = end == self.ends[-1], self.plan
+        return not last or epoch == plan.epochs - 1 or (epoch + 1) % plan.eval_every == 0
+
+    def train(self, epoch: int, start: int, end: int, resumed: bool) -> dict[str, Any]:
+        """Train steps [start, end) of `epoch` (to its end where `end` is the last) and score them with
+        sampled evaluation where due and not --eval exact: the epoch record (`training.record`)."""
+        cfg, last = self.cfg, end == self.ends[-1]
+        final = last and epoch == self.plan.epochs - 1  # the run's last evaluation always scores the test split
+        rec = run_epoch(self.rt, epoch, self.ddp, self.optimizer, self.loaders, task=self.task, bf16=self.bf16,
+                        timer=self.timer, graph=self.graph, evaluate_now=self._due(epoch, end) and cfg.eval != "exact",
+                        stop=self.stop, start_step=start, end_step=None if last else end,
+                        carry=self.carry if resumed else None,
+                        test_if=cfg.target_val if cfg.target_val and not final else None)
+        rec["resolved"] = self.resolved
+        self.rec = rec
+        return rec
+
+    def evaluate(self, rec: dict[str, Any], epoch: int, end: int) -> None:
+        """--eval exact: the scores of exact inference in place of sampled ones (collective); the step of an
+        evaluation inside the epoch."""
+        if self._due(epoch, end) and self.cfg.eval == "exact":
+            evaluated = time.perf_counter()
+            rec.update(self.task.evaluate_exact(self.rt, self.graph, self.ddp))
+            rec["eval_s"] += float(allreduce_max(self.rt.comm, [time.perf_counter() - evaluated])[0])  # the slowest
+        if end != self.ends[-1]:
+            rec["step"] = end
+
+    def track(self, rec: dict[str, Any]) -> None:
+        """The best validation epoch so far, and the evaluations since validation last improved (by
+        --min-delta where the converge rule sets one); the same on every rank (the scores are reduced)."""
+        self.improved = self.best.update(rec)
+        self.val = rec.get(f"val_{self.best.metric}")
+        self.test = rec.get(f"test_{self.best.metric}")
+        if self.val is not None:
+            delta = self.plan.min_delta
+            moved = self.improved if not delta else self.ref is None or self.val >= self.ref + delta
+            self.stale, self.ref = (0, self.val) if moved else (self.stale + 1, self.ref)
+        rec.update(self.best.fields())
+
+    def report(self, rec: dict[str, Any], epoch: int, end: int) -> None:
+        """The epoch line, the metrics file and TensorBoard (rank 0 writes, the others agree it was written)."""
+        tb, task = self.tb, self.task
+
+        def write(rec: dict[str, Any] = rec, step: int = eval_index(epoch, self.ends, end)) -> None:
+            log.info(format_epoch(rec, task.describe(rec), task.unit))
+            if tb is not None:
+                tb.write(rec, step=step)
+
+        report_epoch(self.rt.comm, self.cfg, rec, write)
+
+    def stopping(self) -> str:
+        """Why the run ends here ("target", "patience"), or "" to go on."""
+        cfg, val, test = self.cfg, self.val, self.test
+        if (bool(cfg.target_val) and val is not None and val >= cfg.target_val) or \
+                (bool(cfg.target_test) and test is not None and test >= cfg.target_test):
+            return "target"
+        return "patience" if self.plan.patience and self.stale >= self.plan.patience else ""
+
+    def say_why(self, reason: str) -> None:
+        cfg, best, rec = self.cfg, self.best, self.rec
+        if reason == "target":
+            hit_val = bool(cfg.target_val) and self.val is not None and self.val >= cfg.target_val
+            split, score, flag, target = (("validation", self.val, "--target-val", cfg.target_val) if hit_val
+                                          else ("test", self.test, "--target-test", cfg.target_test))
             log.info("%s %s %.4f reached %s %.4f after %.2f epochs: stopping", split, best.metric, score, flag,
                      target, rec["epochs_done"])
-            break
-        if patience_out:
-            by = f" by {plan.min_delta:g}" if plan.min_delta else ""
-            log.info("validation %s has not improved%s for %s%d evaluations (best %.4f at epoch %d): stopping after "
-                     "epoch %d", best.metric, by, "--patience " if cfg.patience else "", plan.patience,
-                     best.val_acc, best.epoch, epoch)
-            break
-    else:
-        if plan.budget and rec is not None:
-            log.info("the step budget of %d steps is spent after epoch %d (best validation %s at epoch %s): "
-                     "stopping; --epochs N trains N epochs", plan.budget, plan.epochs - 1, best.metric, best.epoch)
-    if rt.rank == 0 and rec is not None:
-        print(format_final(best, rec, rt.world_size, task.metric_name, exact_eval=cfg.eval == "exact"),
-              flush=True)
-    return 0
+            return
+        by = f" by {self.plan.min_delta:g}" if self.plan.min_delta else ""
+        log.info("validation %s has not improved%s for %s%d evaluations (best %.4f at epoch %d): stopping after "
+                 "epoch %d", best.metric, by, "--patience " if cfg.patience else "", self.plan.patience,
+                 best.val_acc, best.epoch, rec["epoch"])
 
+    def checkpoint(self, epoch: int, start: int, step: int | None = None, extra: dict[str, Any] | None = None) -> Path:
+        """Collective: one checkpoint generation at the end of `epoch` (or at step `start` inside it, where a
+        target stopped it), and a copy to best/ where its weights are the best validation's so far."""
+        cfg, rt = self.cfg, self.rt
+        done = step is None and start == self.ends[-1]
+        extra = extra or {"config": cfg.to_dict(), "resolved": self.resolved, "best": self.best.to_dict(),
+                          "stale": self.stale, "ref": self.ref}
+        with bounded("checkpoint save (rank 0 writes, the others wait)"):
+            gen = save_state(rt.comm, cfg.checkpoint_dir, epoch=epoch + 1 if done else epoch,
+                             step=step if step is not None else (0 if done else start), model=self.model,
+                             optimizer=self.optimizer, device=rt.device, extra=extra,
+                             rows=getattr(self.graph, "embedding", None), keep=cfg.keep_checkpoints)
+        if step is None and self.improved:  # the weights just saved are the best validation's
+            on_behalf(rt.comm, lambda: keep_best(gen, cfg.checkpoint_dir), f"a copy of {gen.name} to best/ in "
+                      f"{cfg.checkpoint_dir}", f"free space there; {gen.name} holds the same weights",
+                      writer=self.host_writer)
+        return gen
 
-def _save(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, *, epoch: int, step: int, model: torch.nn.Module,
-          optimizer: torch.optim.Optimizer, extra: dict[str, Any]) -> Path:
-    """Collective over `rt.comm`: one checkpoint generation (each rank's learnable rows, tagged with the epoch
-    and step, and the model, optimizer and RNG states), keeping the newest --keep-checkpoints."""
-    with bounded("checkpoint save (rank 0 writes, the others wait)"):
-        return save_state(rt.comm, cfg.checkpoint_dir, epoch=epoch, step=step, model=model, optimizer=optimizer,
-                   device=rt.device, extra=extra, rows=getattr(graph, "embedding", None),
-                   keep=cfg.keep_checkpoints)
+    def stopped(self, rec: dict[str, Any]) -> int:
+        """Collective: save where a stop signal ended the epoch, say so on rank 0, requeue if asked."""
+        cfg, rt, stop = self.cfg, self.rt, self.stop
+        epoch, step = rec["epoch"], rec["stopped_step"]
+        log.info("stopping at epoch %d step %d", epoch, step)  # on every rank with MPIGNN_LOG_RANKS=all
+        received = int(allreduce_max(rt.comm, [getattr(stop, "received", 0)])[0])  # the rank that saw it may not be 0
+        name = signal.Signals(received).name if received else stop.name
+        if cfg.checkpoint_dir:
+            self.checkpoint(epoch, step, step=step, extra={"config": cfg.to_dict(), "resolved": rec["resolved"],
+                                                           "best": self.best.to_dict(), "partial": rec["partial"]})
+            where = f"checkpoint in {cfg.checkpoint_dir}; resume with --resume"
+        else:
+            where = "nothing saved (no --checkpoint-dir)"
+        if rt.rank == 0:
+            print(f"stopped by {name} at epoch {epoch} step {step}; {where}", flush=True)
+            if cfg.requeue:
+                print(requeue(), flush=True)
+        return EXIT_STOPPED
 
 
 def eval_steps(steps: int, evals_per_epoch: int) -> list[int]:
@@ -245,24 +325,3 @@ def eval_steps(steps: int, evals_per_epoch: int) -> list[int]:
     last is always the epoch's end; never more evaluations than steps)."""
     k = max(1, min(evals_per_epoch, steps))
     return sorted({-(-i * steps // k) for i in range(1, k + 1)}) if steps else [0]
-
-
-def _stopped(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, stop: Any, rec: dict[str, Any], model: torch.nn.Module,
-             optimizer: torch.optim.Optimizer, best: BestEpoch) -> int:
-    """Collective over `rt.comm`: save where the run stopped, say so on rank 0, requeue if asked."""
-    epoch, step = rec["epoch"], rec["stopped_step"]
-    log.info("stopping at epoch %d step %d", epoch, step)  # on every rank with MPIGNN_LOG_RANKS=all
-    received = int(allreduce_max(rt.comm, [getattr(stop, "received", 0)])[0])  # the rank that saw it may not be 0
-    name = signal.Signals(received).name if received else stop.name
-    if cfg.checkpoint_dir:
-        _save(cfg, rt, graph, epoch=epoch, step=step, model=model, optimizer=optimizer,
-              extra={"config": cfg.to_dict(), "resolved": rec["resolved"], "best": best.to_dict(),
-                     "partial": rec["partial"]})
-        where = f"checkpoint in {cfg.checkpoint_dir}; resume with --resume"
-    else:
-        where = "nothing saved (no --checkpoint-dir)"
-    if rt.rank == 0:
-        print(f"stopped by {name} at epoch {epoch} step {step}; {where}", flush=True)
-        if cfg.requeue:
-            print(requeue(), flush=True)
-    return EXIT_STOPPED
