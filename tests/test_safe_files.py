@@ -79,12 +79,16 @@ if what == "partition":
     g = make_synthetic(SyntheticSpec(num_nodes=800, avg_degree=4, num_features=3, seed=5))
     partition_graph(g, 2, folder, method="random", force=True)
 else:
-    real = torch.save
-    def stalled(obj, f, *a, **k):
-        with open(f, "wb") as fh:
-            fh.write(b"PK\x03\x04half a zip")
-        print("STALLED", flush=True); time.sleep(600)
-    torch.save = stalled
+    import mpignn.training.checkpoint as ckpt
+    real = ckpt.write_durable
+    def stalled(final, write):  # the checkpoint file: half of it in its temporary file, then stall
+        if not str(final).endswith("checkpoint.pt"):
+            return real(final, write)
+        def half(f):
+            f.write(b"PK\x03\x04half a zip"); f.flush()
+            print("STALLED", flush=True); time.sleep(600)
+        return real(final, half)
+    ckpt.write_durable = stalled
     m = torch.nn.Linear(4, 2)
     save_state(MPI.COMM_SELF, folder, epoch=7, step=0, model=m, optimizer=torch.optim.Adam(m.parameters()),
                device="cpu", extra={})

@@ -320,6 +320,8 @@ def resume_state(comm: Any, folder: str | os.PathLike, model: torch.nn.Module, o
     """
     problem, state, ident, manifest = "", {}, None, {}
     where = latest_checkpoint(folder)
+    if where is None and (Path(folder) / MANIFEST).is_file():  # a generation's own folder, or best/ (predict)
+        where = Path(folder)
     try:
         if where is None and (Path(folder) / CHECKPOINT).is_file():
             raise ConfigError(f"--resume found only {Path(folder) / CHECKPOINT}, a single-file checkpoint of the "
