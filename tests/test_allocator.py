@@ -77,14 +77,15 @@ def test_step_sized_blocks_leave_no_holes_that_grow_the_heap():
 
 @pytest.mark.mpi
 @pytest.mark.slow
-def test_the_default_run_on_three_ranks_keeps_a_flat_peak_and_learns(tmp_path):
-    # The default graph and flags: before the mapped blocks each rank's peak rose 30-150 MiB an epoch here.
-    # Independent batches (what auto picks on this graph and VM) and 12 steps an epoch keep the test short; three
-    # ranks on two cores, as the soak test had them, with evaluation every epoch (its blocks are the largest).
-    recs = run_train(3, ["--root", str(tmp_path), "--epochs", "8", "--minibatch", "independent", "--max-steps", "12",
+def test_the_default_run_keeps_a_flat_peak_and_learns(tmp_path):
+    # The default graph and flags on 2 ranks: before the mapped blocks each rank's peak rose 30-150 MiB an epoch
+    # here. Independent batches (what auto picks on this graph and VM) and 12 steps an epoch keep the test short,
+    # with evaluation every epoch (its blocks are the largest). One run for what two asserted (this one and the
+    # 3-rank soak test): the peak within 5% after epoch 2, under 1 MiB an epoch over the second half, learning.
+    recs = run_train(2, ["--root", str(tmp_path), "--epochs", "6", "--minibatch", "independent", "--max-steps", "12",
                          "--patience", "0"], timeout=600)
     peaks = [r["peak_rss_mb"] for r in recs]
-    assert len(peaks) == 8
+    assert len(peaks) == 6
     assert max(peaks[3:]) <= 1.05 * peaks[2], peaks
     assert slope(peaks) < 1.0, peaks  # MiB per epoch over the second half
     assert recs[-1]["test_acc"] > 0.6
