@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     rt = bootstrap()
-    graph = load_local_graph(rt, args.dataset, args.root, fanouts=[10, 5], cache_size=10_000)
+    graph = load_local_graph(rt, args.dataset, args.root, fanout=[10, 5], cache_size=10_000)
     train = NeighborLoader(graph, [10, 5], input_nodes="train", batch_size=args.batch_size, shuffle=True,
                            batch_scope="global")  # --batch-size is all ranks' together, as the CLI's
     test = NeighborLoader(graph, [10, 5], input_nodes="test", batch_size=2048)

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     rt = bootstrap()
-    graph = load_local_graph(rt, args.dataset, args.root, fanouts=[10, 5])
+    graph = load_local_graph(rt, args.dataset, args.root, fanout=[10, 5])
     loaders = {"train": NeighborLoader(graph, [10, 5], input_nodes="train", batch_size=256, shuffle=True,
                                        batch_scope="global"),
                "test": NeighborLoader(graph, [10, 5], input_nodes="test", batch_size=1024)}

@@ -36,12 +36,10 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
 
         check_known(cfg.dataset)  # before torch is imported: a misspelt name fails in a second
         from mpignn.training.fit import check_flags
-        from mpignn.config.graph_options import GraphOptions
         from mpignn.tasks import make_task
 
         task = make_task(cfg)  # what differs between tasks, as one object the pipeline asks
         check_flags(cfg, task)
-        options = GraphOptions.from_config(cfg, task)  # the graph's flags in one value, made once
     except (ConfigError, DatasetError) as exc:
         if ns is not None and ns.config:  # each rank read its own copy of the file: unagreed, so with MPI up
             from mpignn.mpi import world  # run_main aborts the job instead of leaving the others waiting
@@ -51,7 +49,7 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
         raise mark_agreed(exc) from None
     from mpignn.runtime.session import train_run
 
-    return train_run(cfg, task, options, stop)
+    return train_run(cfg, task, stop)
 
 
 def cli() -> None:

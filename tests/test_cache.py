@@ -5,7 +5,8 @@ tests/test_cache_mpi.py)."""
 import numpy as np
 import pytest
 
-from mpignn.config.train_config import TrainConfig, parse, parse_cache_size
+from mpignn.config.choices import parse_cache_size
+from mpignn.config.train_config import TrainConfig, parse
 from mpignn.env import mem_available_bytes
 from mpignn.errors import ConfigError
 

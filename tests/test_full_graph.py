@@ -55,7 +55,7 @@ def test_a_heterogeneous_graph_is_refused_by_the_loader(rt, tmp_path):
     from mpignn.training.loaders import cooperative_refusal, make_loader
 
     save_npz(str(tmp_path / "hetero.npz"), make_user_item(num_items=300, num_users=80, edges_per_item=4))
-    graph = load_local_graph(rt, f"npz:{tmp_path / 'hetero.npz'}", str(tmp_path), fanouts=[3, 3], cache_size=0)
+    graph = load_local_graph(rt, f"npz:{tmp_path / 'hetero.npz'}", str(tmp_path), fanout=[3, 3], cache_size=0)
     assert "--minibatch full samples homogeneous graphs" in cooperative_refusal(graph, "full")
     with pytest.raises(ConfigError, match="--minibatch full samples homogeneous graphs"):
         make_loader(rt, graph, "train", minibatch="full")
@@ -66,7 +66,7 @@ def test_a_step_that_cannot_fit_is_refused_before_it_runs(rt, tmp_path, monkeypa
     from mpignn.runtime import load_local_graph
     from mpignn.training import loaders
 
-    graph = load_local_graph(rt, "synthetic:num_nodes=500,num_features=8", str(tmp_path), fanouts=[3, 3],
+    graph = load_local_graph(rt, "synthetic:num_nodes=500,num_features=8", str(tmp_path), fanout=[3, 3],
                              cache_size=0)
     model = build_model("gat", graph.num_features, 16, graph.num_classes, 2)
     need = model.activation_bytes(500, len(graph.part.col), 4)

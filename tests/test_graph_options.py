@@ -16,7 +16,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "mpignn"
 SMALL = "synthetic:num_nodes=400,avg_degree=4,num_features=4"
 
 
-def test_options_from_config_carry_every_graph_flag_and_are_frozen():
+def test_the_config_carries_every_graph_flag_and_is_frozen():
+    """TrainConfig is a GraphOptions (its graph section); made once, checked, then only read."""
     from mpignn.config.graph_options import GraphOptions
 
     cfg = parse(["--dataset", SMALL, "--root", "/r", "--partition-method", "random", "--seed", "7",
@@ -25,15 +26,17 @@ def test_options_from_config_carry_every_graph_flag_and_are_frozen():
                  "--feature-norm", "row", "--feature-dtype", "bf16", "--force"])
     from mpignn.tasks import make_task
 
-    opts = GraphOptions.from_config(cfg, make_task(cfg))
-    assert (opts.dataset, opts.root, opts.method, opts.seed, opts.fanouts) == (SMALL, "/r", "random", 7, (4, 3))
-    assert (opts.cache_size, opts.local_prep, opts.prep_timeout, opts.exchange) == (123, True, 9.0, "mpi")
-    assert (opts.feature_norm, opts.feature_dtype, opts.force, opts.replicated) == ("row", "bf16", True, False)
-    assert opts.links == {"val": 0.1, "test": 0.2, "num_tails": 5}
-    assert opts.link_params == {"val": 0.1, "test": 0.2, "num_tails": 5, "seed": 7}
-    assert opts.edge_fanouts is None and opts.partitions == ""
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        opts.cache_size = 0  # type: ignore[misc]
+    assert isinstance(cfg, GraphOptions)
+    assert (cfg.dataset, cfg.root, cfg.partition_method, cfg.seed, cfg.fanouts) == (SMALL, "/r", "random", 7, [4, 3])
+    assert (cfg.cache_size, cfg.local_prep, cfg.prep_timeout, cfg.exchange) == (123, True, 9.0, "mpi")
+    assert (cfg.feature_norm, cfg.feature_dtype, cfg.force, cfg.replicated) == ("row", "bf16", True, False)
+    assert cfg.link_params(make_task(cfg).partition_extras()) == {"val": 0.1, "test": 0.2, "num_tails": 5, "seed": 7}
+    assert cfg.edge_fanouts == {} and cfg.partitions == ""
+    for frozen in (cfg, GraphOptions(fanout=[4, 3])):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            frozen.cache_size = 0  # type: ignore[misc]
+    assert GraphOptions(fanout=[4, 3]).fanout == "4,3"  # canonical: ranks and checkpoints compare configs alike
+    assert GraphOptions(edge_fanout={"a__to__b": [2]}, fanout="3").edge_fanout == "a__to__b=2"
 
 
 @pytest.mark.parametrize("flags, keywords", [
@@ -41,7 +44,7 @@ def test_options_from_config_carry_every_graph_flag_and_are_frozen():
     (["--feature-dtype", "int8"], {"feature_dtype": "int8"}),
     (["--exchange", "nccl"], {"exchange": "nccl"}),
     (["--cache-size", "lots"], {"cache_size": "lots"}),
-    (["--partition-method", "spectral"], {"method": "spectral"}),
+    (["--partition-method", "spectral"], {"partition_method": "spectral"}),
 ])
 def test_a_bad_graph_flag_gets_one_message_from_the_cli_and_the_api(flags, keywords):
     """One check per flag: TrainConfig and load_local_graph refuse alike (before any collective: `rt` is never
@@ -96,10 +99,10 @@ def test_flag_combinations_are_checked_where_the_flags_are_defined():
     assert is_agreed(err.value)
 
 
-def test_train_passes_one_options_object(monkeypatch):
-    """python -m mpignn.train builds the graph from GraphOptions.from_config(cfg), not from 15 loose fields."""
+def test_train_builds_the_graph_from_its_config(monkeypatch):
+    """python -m mpignn.train hands build_local_graph its config (whose graph section it reads), not loose
+    fields nor a copy."""
     from mpignn import train
-    from mpignn.config.graph_options import GraphOptions
     from mpignn.runtime import graph
 
     seen = []
@@ -115,16 +118,14 @@ def test_train_passes_one_options_object(monkeypatch):
     argv = ["--dataset", SMALL, "--fanout", "3,2", "--cache-size", "0", "--feature-norm", "row", "--threads", "1"]
     with pytest.raises(Built):
         train.main(argv)
-    from mpignn.tasks import make_task
-
-    assert seen == [GraphOptions.from_config(parse(argv), make_task())]
+    assert seen == [parse(argv)]
 
 
 def test_attach_embedding_returns_a_new_graph_and_leaves_the_old_one(tmp_path):
     from mpignn import runtime
 
     rt = runtime.bootstrap(logging_setup=False)
-    graph = runtime.load_local_graph(rt, SMALL, str(tmp_path), fanouts=[2], cache_size=0)
+    graph = runtime.load_local_graph(rt, SMALL, str(tmp_path), fanout=[2], cache_size=0)
     with_rows = runtime.attach_embedding(rt, graph, 8, seed=1)
     assert graph.embedding is None and with_rows.embedding is not None
     assert (graph.num_features, with_rows.num_features) == (4, 12)

@@ -64,7 +64,7 @@ def npz(graph, tmp_path_factory):
 
 @pytest.mark.parametrize("masks", [True, False], ids=["masks", "id tensors"])
 def test_parts_equal_the_npz_parts_and_batches_train(rt, graph, npz, masks):
-    opts = dict(method="random", seed=3, fanouts=[4, 4], cache_size=0)
+    opts = dict(partition_method="random", seed=3, fanout=[4, 4], cache_size=0)
     mem = runtime.load_local_graph(rt, to_data(_arrays(graph), masks), **opts)
     named = runtime.load_local_graph(rt, f"npz:{npz}", str(npz.parent), **opts)
     _parts_equal(mem, named)
@@ -103,7 +103,7 @@ def test_hetero_data_parts_equal_the_npz_parts(rt, tmp_path):
             data[name][kind] = torch.from_numpy(value) if kind != "num_nodes" else int(value)
     for key in SPLITS:
         data["item"][key] = torch.from_numpy(arrays[key])
-    opts = dict(seed=1, fanouts=[3, 3], cache_size=0)
+    opts = dict(seed=1, fanout=[3, 3], cache_size=0)
     mem = runtime.load_local_graph(rt, data, **opts)
     _parts_equal(mem, runtime.load_local_graph(rt, f"npz:{path}", str(tmp_path), **opts))
     assert mem.schema is not None and mem.part.type_rowptr is not None

@@ -383,7 +383,7 @@ def test_evaluation_batches_draw_by_neighbour_sampling_whatever_trains(rt, tmp_p
     from mpignn.training.loaders import make_loader
 
     graph = runtime.load_local_graph(rt, "synthetic:num_nodes=2000,avg_degree=10,num_features=8", str(tmp_path),
-                                     fanouts=[5, 5], sampler="labor", labor_iterations=2, cache_size=0)
+                                     fanout=[5, 5], sampler="labor", labor_iterations=2, cache_size=0)
     train = make_loader(rt, graph, "train", batch_size=128)
     assert (train.sampler.method, train.sampler.iterations) == ("labor", 2)
     samplers = []

@@ -142,7 +142,7 @@ def test_batch_norm_on_2_and_3_cooperative_ranks_equals_one_process(tmp_path):
 def graph(rt, tmp_path_factory):
     from mpignn.runtime import load_local_graph
 
-    return load_local_graph(rt, GRAPH, str(tmp_path_factory.mktemp("norm_residual")), fanouts=[3, 3], cache_size=0)
+    return load_local_graph(rt, GRAPH, str(tmp_path_factory.mktemp("norm_residual")), fanout=[3, 3], cache_size=0)
 
 
 @pytest.fixture(scope="module")

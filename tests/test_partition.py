@@ -148,7 +148,7 @@ def test_cli_and_training_partition_with_one_default_method():
     from mpignn.partition.cli import PartitionConfig, build_parser
 
     cli = PartitionConfig(**vars(build_parser().parse_args(["--num-parts", "2", "--out", "x"]))).method
-    assert cli == TrainConfig().partition_method == GraphOptions().method == "metis"
+    assert cli == TrainConfig().partition_method == GraphOptions().partition_method == "metis"
 
 
 def test_streamed_folder_matches_in_memory_graph_and_halo(graph, parts, tmp_path):

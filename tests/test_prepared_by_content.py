@@ -23,7 +23,7 @@ from mpignn.data.cache import fingerprint
 def _load(rt, dataset, root, **options):
     from mpignn import runtime
 
-    return runtime.load_local_graph(rt, dataset, str(root), fanouts=[2], cache_size=0, **options)
+    return runtime.load_local_graph(rt, dataset, str(root), fanout=[2], cache_size=0, **options)
 
 
 def _listing(top):

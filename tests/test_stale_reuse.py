@@ -14,7 +14,7 @@ from mpignn.data.cache import cache_dir, load_cache, save_cache
 def _load(rt, dataset, root):
     from mpignn import runtime
 
-    return runtime.load_local_graph(rt, dataset, str(root), fanouts=[2], cache_size=0)
+    return runtime.load_local_graph(rt, dataset, str(root), fanout=[2], cache_size=0)
 
 
 def test_a_regenerated_npz_at_the_same_path_gets_a_new_partition(rt, tmp_path):

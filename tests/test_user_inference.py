@@ -26,7 +26,7 @@ from user_inference import GRAPH, MODELS, RedditSAGE, whole_forward  # noqa: E40
 
 @pytest.fixture(scope="module")
 def graph(rt, tmp_path_factory):
-    return load_local_graph(rt, GRAPH, str(tmp_path_factory.mktemp("user_inference")), fanouts=[3, 3], cache_size=0)
+    return load_local_graph(rt, GRAPH, str(tmp_path_factory.mktemp("user_inference")), fanout=[3, 3], cache_size=0)
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,7 @@ def test_a_user_model_on_a_heterogeneous_graph_is_refused(rt, tmp_path):
     from mpignn.data.synthetic_hetero import make_user_item
 
     save_npz(str(tmp_path / "ui.npz"), make_user_item(num_items=120, num_users=40, num_features=4))
-    hetero = load_local_graph(rt, f"npz:{tmp_path / 'ui.npz'}", str(tmp_path / "data"), fanouts=[3, 3],
+    hetero = load_local_graph(rt, f"npz:{tmp_path / 'ui.npz'}", str(tmp_path / "data"), fanout=[3, 3],
                               cache_size=0)
     with pytest.raises(ConfigError, match="heterogeneous graph expects mpignn's HeteroGNN; got GraphSAGE.*HINT") as e:
         inference(GraphSAGE(4, 8, 2, hetero.num_classes), hetero)

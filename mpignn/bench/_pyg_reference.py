@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from mpignn.config.train_config import parse_fanout
+from mpignn.config.graph_options import parse_fanout
 
 
 def _graph(spec: str):

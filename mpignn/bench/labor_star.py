@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from mpignn.bench._common import table
-from mpignn.config.train_config import parse_fanout
+from mpignn.config.graph_options import parse_fanout
 
 
 def main(argv: list[str] | None = None) -> int:

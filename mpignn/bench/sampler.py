@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from mpignn.bench._common import pyg_python, run_reference, table
-from mpignn.config.train_config import parse_fanout
+from mpignn.config.graph_options import parse_fanout
 from mpignn.data.graph import GraphData
 
 

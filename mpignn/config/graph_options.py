@@ -1,123 +1,166 @@
-"""`GraphOptions`: everything `runtime.build_local_graph` needs to know about this rank's graph, in one frozen value.
+"""`GraphOptions`: where a rank's graph comes from and how it is partitioned, sampled, cached, exchanged and
+transformed: the graph's section of the training config (`TrainConfig` extends it), and what the Python API's
+`runtime.load_local_graph` takes as keywords, so both default and refuse alike.
 
-Made once from the training config (`GraphOptions.from_config(cfg)`) or from keyword arguments (the Python
-API); its defaults are `TrainConfig`'s and its checks the ones `TrainConfig` runs on the same flags (`choices`,
-`refusals`), so both paths default and refuse alike.
-Stdlib only: imports config, choices and errors, never torch or numpy.
+Each field sits beside its choices or range (`values.opt`); one `__post_init__` checks them all, for this
+section and for `TrainConfig`. Frozen: a config is made, checked and then only read. Stdlib only.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, Sequence
 
-from mpignn.config.choices import (DEFAULT_METHOD, EXCHANGES, FEATURE_DTYPES, FEATURE_NORMS, PARTITION_METHODS,
-                                   FEATURE_DEVICES, SAMPLE_ON, SAMPLERS, check_choice,
-                                   parse_cache_size)
+from mpignn.config.choices import (DEFAULT_METHOD, EXCHANGES, FEATURE_DEVICES, FEATURE_DTYPES, FEATURE_NORMS,
+                                   PARTITION_DEFAULT, PARTITION_METHODS, SAMPLE_ON, SAMPLERS, parse_cache_size)
 from mpignn.config.refusals import check_combinations
-from mpignn.config.train_config import TrainConfig, parse_fanout
-from mpignn.config.values import check_ranges
+from mpignn.config.values import check_types, check_values, opt
+from mpignn.errors import ConfigError
+
+__all__ = ["GraphOptions", "parse_fanout", "parse_edge_fanout"]
 
 
-__all__ = ["GraphOptions"]
+def parse_fanout(text: str | Sequence[int]) -> list[int]:
+    """'15,10,5' (or [15, 10, 5]) -> [15, 10, 5]; -1 means all neighbours."""
+    if not isinstance(text, str) and any(isinstance(v, (str, bool)) for v in text):
+        raise ConfigError(f"config key fanout (--fanout) expected a string; got {text!r} ({type(text).__name__}). "
+                          "HINT: --fanout 15,10,5, or in TOML fanout = \"15,10,5\" or [15, 10, 5]")
+    try:
+        values = [int(v) for v in (text.split(",") if isinstance(text, str) else text)]
+    except (TypeError, ValueError):
+        values = []
+    if not values or any(v == 0 or v < -1 for v in values):
+        raise ConfigError(f"--fanout must list one positive int (or -1 for all) per layer; got '{text}'. "
+                          "HINT: use e.g. --fanout 15,10,5")
+    return values
+
+
+def parse_edge_fanout(text: str | Mapping[str, Sequence[int]], layers: int) -> dict[str, list[int]]:
+    """`TYPE=F1,F2;TYPE=...` (or {TYPE: fanouts}) -> {TYPE: fanouts}, each as long as --fanout (checked against
+    the graph's edge types once it is loaded: `data.hetero.hop_fanouts`)."""
+    if isinstance(text, Mapping):
+        items = [(f"{k}={v}", str(k), v) for k, v in text.items()]
+    elif not isinstance(text, str):
+        raise ConfigError(f"config key edge_fanout (--edge-fanout) expected a string; got {text!r} "
+                          f"({type(text).__name__}). HINT: --edge-fanout 'TYPE=5,5', or in TOML a table [edge_fanout]")
+    else:
+        items = [(part, *part.partition("=")[::2]) for part in map(str.strip, text.split(";")) if part]
+    out: dict[str, list[int]] = {}
+    for item, name, values in items:
+        try:
+            fan = parse_fanout(values) if name.strip() and "=" in item else []
+        except ConfigError:
+            fan = []
+        if len(fan) != layers:
+            raise ConfigError(f"--edge-fanout takes TYPE=F1,...,F{layers} (one fanout per layer, as --fanout); "
+                              f"got '{item}'. HINT: e.g. --edge-fanout 'actor__to__movie={','.join(['5'] * layers)}'")
+        out[name.strip()] = fan
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
 class GraphOptions:
-    """Where the graph comes from, how it is partitioned, cached, exchanged and transformed, and task extras.
+    """The graph's flags: data source, partition, sampling, cache and exchange, features.
 
     Raises:
-        ConfigError: a value the matching `python -m mpignn.train` flag would refuse (same message).
+        ConfigError: a value the matching `python -m mpignn.train` flag refuses (the same message).
     """
 
-    # data source
-    dataset: str = TrainConfig.dataset
-    """A dataset name (`data.KNOWN`)."""
-    root: str = TrainConfig.root
-    """Folder for datasets, their caches and automatic partitions."""
-    splits: str = TrainConfig.splits
-    """An npz of node ids `train`, `valid`, `test` replacing the dataset's splits (`data.split_file`); empty: none."""
-    # partition
-    partitions: str = TrainConfig.partitions
-    """A partition folder (`python -m mpignn.partition`); empty: rank 0 partitions under `root/mpignn-parts/`."""
-    method: str = TrainConfig.partition_method
-    """Partitioner of an automatic partition: metis, kaminpar, random or auto (`TrainConfig.partition_method`)."""
-    replicated: bool = TrainConfig.replicated
-    """One part holding the whole graph on every rank."""
-    seed: int = TrainConfig.seed
-    """Seeds the partitioner and the held-out edges of link prediction."""
-    local_prep: bool = TrainConfig.local_prep
-    """Rank 0 of every host prepares the partition (node-local disks), not rank 0 alone."""
-    prep_timeout: float | None = TrainConfig.prep_timeout
-    """Seconds the other ranks wait for the preparing rank (None: no bound)."""
-    force: bool = TrainConfig.force
-    """Partition delivery may replace what is not an mpignn partition folder at the path."""
-    # sampling
-    fanouts: Sequence[int] = tuple(parse_fanout(TrainConfig.fanout))
-    """Neighbours sampled per layer (-1: all)."""
-    edge_fanouts: dict[str, Sequence[int]] | None = None
-    """Heterogeneous graphs: per edge type fanouts (`data.hetero.hop_fanouts`)."""
-    sampler: str = TrainConfig.sampler
-    """neighbor or labor (layer-neighbour sampling, `sampling.labor`; homogeneous graphs). Labor batches carry
-    `mean_over`: mpignn's models divide by it; a PyG layer's mean ignores it."""
-    batch_dependency: int = TrainConfig.batch_dependency
-    """labor: K training steps share their variates (`sampling.labor.window`); 1: each step its own."""
-    layer_dependency: bool = TrainConfig.layer_dependency
-    """labor: every hop of a batch draws a node's one variate (`NeighborSampler`'s `layer_dependency`)."""
-    labor_iterations: int = TrainConfig.labor_iterations
-    """labor: LABOR-i's importance-sampling iterations (`sampling.labor.labor_importance`); 0: LABOR-0. Batches
-    then carry `edge_weight`, which mpignn's SAGE and GCN multiply in."""
-    sample_on: str = TrainConfig.sample_on
-    """host (numba kernels), device (`sampling.device_hops` on the compute device) or auto (host, for now)."""
-    feature_device: str = TrainConfig.feature_device
-    """host, device or auto (`launch.device.features_on_device`): where the feature table lives."""
-    # cache and exchange
-    cache_size: int | str = TrainConfig.cache_size
-    """Remote feature rows cached per rank (`cache_policy`): a row count, "auto", or 0 for none."""
-    exchange: str = TrainConfig.exchange
-    """Feature transport: auto/mpi (MPI on host buffers) or torch (torch.distributed, e.g. NCCL)."""
-    # features
-    feature_norm: str = TrainConfig.feature_norm
-    """none, or row (each row scaled to sum 1), applied by each owner to its rows after loading."""
-    feature_dtype: str = TrainConfig.feature_dtype
-    """fp32, fp16 or bf16: the table, the cache and the exchange in that dtype (batches arrive as float32)."""
-    # task extras
-    links: dict[str, Any] | None = field(default=None)
-    """What the partitioner holds out, the task's `partition_extras()`: for link prediction {"val", "test",
-    "num_tails"} (held-out shares, negatives per held-out edge); None: nothing."""
+    dataset: str = "synthetic"
+    """`synthetic[:key=value,...]`, `npz:PATH`, `npy:FOLDER`, or a public graph by name: Cora, Amazon-Photo,
+    Coauthor-CS, WikiCS, Reddit, ogbn-arxiv, ... (all in docs/datasets.md)."""
+    root: str = "data"
+    """Folder for downloaded datasets, preprocessed caches and automatic partitions."""
+    splits: str = ""
+    """An npz of int node ids `train`, `valid`, `test`: fixed splits in place of the dataset's own (any dataset;
+    checked; part of what a prepared partition is matched by). Empty: the dataset's."""
+    local_prep: bool = False
+    """Prepare the dataset on rank 0 of every host (node-local disks) instead of global rank 0."""
+    partitions: str = ""
+    """A partition folder from `python -m mpignn.partition`; empty: partition on rank 0 under --root."""
+    force: bool = False
+    """Let partition delivery replace what sits at the partition path on a host even when it is not an mpignn
+    partition folder (refused otherwise, so nothing mpignn did not write is deleted)."""
+    partition_method: str = opt(PARTITION_DEFAULT, choices=(*PARTITION_METHODS, DEFAULT_METHOD))
+    """metis (the default: always installed, the same parts for a seed on every machine), kaminpar (pip install
+    kaminpar; faster on graphs of millions of nodes), random, or auto (kaminpar if installed)."""
+    replicated: bool = False
+    """Keep the whole graph on every rank and split the training nodes (small graphs)."""
+    seed: int = opt(0, accepts=lambda v: 0 <= v < 2 ** 63, problem="must be an int in [0, 2**63)",
+                    hint="e.g. --seed 0")
+    """Random seed: initial weights, batch order and sampling, dropout, held-out links, automatic partition."""
+    prep_timeout: float = opt(3600.0, accepts=lambda v: 0 < v < math.inf, problem="must be positive seconds",
+                              hint="e.g. --prep-timeout 3600")
+    """Seconds the other ranks wait for rank 0 to prepare the dataset before giving up."""
+    fanout: str | Sequence[int] = "15,10,5"
+    """Neighbours sampled per layer, outermost last; -1 takes all (leading -1: write --fanout=-1,-1, or
+    argparse reads the value as a flag). Its length is the number of layers."""
+    edge_fanout: str | Mapping[str, Sequence[int]] = ""
+    """Heterogeneous graphs: fanouts of some edge types in place of --fanout, as TYPE=F1,F2,... per edge type
+    (TYPE is src__relation__dst, e.g. actor__to__movie=5,5), several separated by ';'."""
+    sampler: str = opt("neighbor", choices=SAMPLERS)
+    """neighbor: each target draws its own --fanout neighbours; labor: layer-neighbour sampling, targets sharing a
+    neighbour agree on it, so fewer rows a step (docs/training.md)."""
+    batch_dependency: int = opt(1, accepts=lambda v: v >= 1, problem="must be a positive int",
+                                hint="e.g. --batch-dependency 1")
+    """--sampler labor: K consecutive training steps share their variates, each rotating them by 1/K, so their
+    sampled sets overlap and rows the last batch brought are not fetched again (docs/training.md)."""
+    layer_dependency: bool = False
+    """--sampler labor: every hop of a batch draws the same variate for a node (DGL's layer_dependency), so a
+    node kept at one hop tends to be kept at the next: fewer rows a step (docs/training.md)."""
+    labor_iterations: int = opt(0, accepts=lambda v: 0 <= v <= 16, problem="must be in [0, 16]",
+                                hint="e.g. --labor-iterations 3, or 0 for LABOR-0")
+    """--sampler labor: LABOR-i's importance-sampling iterations, which concentrate a hop on fewer sources
+    (each edge weighted; --model sage or gcn); 0: LABOR-0 (docs/training.md)."""
+    sample_on: str = opt("auto", choices=SAMPLE_ON)
+    """Where hops are drawn: host (numba kernels) or device (torch ops on the compute device; the same draws).
+    auto: host, until the device's step is measured (docs/launchers-and-devices.md)."""
+    feature_device: str = opt("auto", choices=FEATURE_DEVICES)
+    """Where feature rows live: host (pinned copies each step) or device (gathered there). auto: device for one
+    part where they fit in free device memory (docs/launchers-and-devices.md)."""
+    cache_size: int | str = "auto"
+    """Remote nodes whose feature rows each rank caches, most-fetched first. auto: a quarter of the host's
+    available memory over its ranks (docs/launchers-and-devices.md); N: at most N rows; 0: none."""
+    exchange: str = opt("auto", choices=EXCHANGES)
+    """How remote features travel: auto or mpi (mpi4py on host buffers, the fastest here), or torch
+    (torch.distributed all_to_all on the DDP backend: NCCL/xccl device tensors, gloo on CPU)."""
+    feature_norm: str = opt("none", choices=FEATURE_NORMS)
+    """row: scale each node's features to sum 1, by their owner (PyG's NormalizeFeatures; raw bag-of-words
+    counts lose link AUC on Cora: docs/tasks.md); none: as stored."""
+    feature_dtype: str = opt("fp32", choices=FEATURE_DTYPES)
+    """fp32, fp16 or bf16: how each rank holds its feature rows, its cache and the rows it exchanges (half
+    the memory and the bytes; each batch is widened to float32 on the device). The partition stays fp32."""
 
     def __post_init__(self) -> None:
+        """Types first (a TOML `hidden = 64.5`), then each value beside its field, then combinations."""
+        specs = fields(self)
+        for name, value in check_types(self.to_dict(), {f.name: f.type for f in specs},
+                                       {f.name: f.default for f in specs}).items():
+            object.__setattr__(self, name, value)  # an int given for a float field (TOML `lr = 1`): a float
+        fanouts = parse_fanout(self.fanout)  # canonical text, so configs compare (ranks, checkpoints) alike
+        object.__setattr__(self, "fanout", ",".join(map(str, fanouts)))
+        per_type = parse_edge_fanout(self.edge_fanout, len(fanouts))
+        object.__setattr__(self, "edge_fanout", ";".join(f"{k}={','.join(map(str, v))}" for k, v in per_type.items()))
         object.__setattr__(self, "cache_size", parse_cache_size(self.cache_size))
-        object.__setattr__(self, "fanouts", tuple(parse_fanout(self.fanouts)))
-        check_choice("partition_method", self.method, (*PARTITION_METHODS, DEFAULT_METHOD))
-        check_choice("exchange", self.exchange, EXCHANGES)
-        check_choice("feature_norm", self.feature_norm, FEATURE_NORMS)
-        check_choice("feature_dtype", self.feature_dtype, FEATURE_DTYPES)
-        check_choice("sampler", self.sampler, SAMPLERS)
-        check_choice("sample_on", self.sample_on, SAMPLE_ON)
-        check_choice("feature_device", self.feature_device, FEATURE_DEVICES)
-        check_combinations({"feature_device": self.feature_device, "exchange": self.exchange,
-                            "partitions": self.partitions, "replicated": self.replicated,
-                            "batch_dependency": self.batch_dependency, "sampler": self.sampler,
-                            "layer_dependency": self.layer_dependency, "labor_iterations": self.labor_iterations,
-                            "sample_on": self.sample_on})
-        check_ranges({"batch_dependency": self.batch_dependency, "labor_iterations": self.labor_iterations},
-                     {"batch_dependency": 8, "labor_iterations": 3})
+        check_values(self)
+        check_combinations(self.to_dict())  # every refused pair of flags, shared with the API (config.refusals)
 
     @property
-    def link_params(self) -> dict[str, Any] | None:
-        """The held-out edges' parameters as the partition stores them (`links` and the seed); None: none."""
-        return None if self.links is None else {**self.links, "seed": self.seed}
+    def fanouts(self) -> list[int]:
+        return parse_fanout(self.fanout)
 
-    @classmethod
-    def from_config(cls, cfg: TrainConfig, task: Any) -> "GraphOptions":
-        """The graph options of a `config.train_config.TrainConfig` (its flags are checked already) and its `tasks.Task`."""
-        return cls(dataset=cfg.dataset, root=cfg.root, splits=cfg.splits, partitions=cfg.partitions,
-                   method=cfg.partition_method, replicated=cfg.replicated, seed=cfg.seed, local_prep=cfg.local_prep,
-                   prep_timeout=cfg.prep_timeout, force=cfg.force, fanouts=tuple(cfg.fanouts),
-                   edge_fanouts=cfg.edge_fanouts or None, sampler=cfg.sampler, sample_on=cfg.sample_on,
-                   feature_device=cfg.feature_device,
-                   batch_dependency=cfg.batch_dependency, layer_dependency=cfg.layer_dependency,
-                   labor_iterations=cfg.labor_iterations,
-                   cache_size=cfg.cache_size,
-                   exchange=cfg.exchange,
-                   feature_norm=cfg.feature_norm, feature_dtype=cfg.feature_dtype, links=task.partition_extras())
+    @property
+    def edge_fanouts(self) -> dict[str, list[int]]:
+        return parse_edge_fanout(self.edge_fanout, len(self.fanouts))
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.fanouts)
+
+    def link_params(self, extras: dict[str, Any] | None) -> dict[str, Any] | None:
+        """What the partitioner holds out, as the partition stores it: the task's `partition_extras()` and the
+        seed; None: nothing."""
+        return None if extras is None else {**extras, "seed": self.seed}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -1,4 +1,5 @@
-"""Training configuration: one dataclass, its parser, and validation. Stdlib only.
+"""Training configuration: one frozen dataclass (the graph's section `GraphOptions` and the run's fields), its
+parser, and the memory check. Stdlib only.
 
 Every default lives in the dataclass; precedence is defaults < `--config file.toml` < flags.
 """
@@ -6,16 +7,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
-from mpignn.config.choices import (BATCH_SCOPES, DECODERS, DEFAULT_METHOD, EVALS, EXCHANGES, FEATURE_DTYPES,
-                            FEATURE_NORMS, LR_SCALINGS, MINIBATCHES, MODELS, NEGATIVES, NORMS, PARTITION_DEFAULT, PARTITION_METHODS,
-                            FEATURE_DEVICES, PRECISIONS, PREFETCH_MODES, SAMPLE_ON, SAMPLERS, TASKS, check_choice,
-                            parse_cache_size)
-from mpignn.config.refusals import check_combinations
-from mpignn.config.values import check_memory, check_ranges, check_types, estimate_step_bytes
+from mpignn.config.choices import (BATCH_SCOPES, DECODERS, EVALS, LR_SCALINGS, MINIBATCHES, MODELS, NEGATIVES, NORMS,
+                                   PRECISIONS, PREFETCH_MODES, TASKS)
+from mpignn.config.graph_options import GraphOptions
+from mpignn.config.values import check_memory, estimate_step_bytes, opt
 from mpignn.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -23,34 +23,8 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (the default of many clusters' images): tomllib's origin, installed by setup.py there
     import tomli as tomllib
 
-__all__ = ["LINK_DEFAULTS", "REMOVED_FLAGS", "TrainConfig", "add_fields", "build_parser", "check_fits", "field_docs", "parse",
-           "parse_fanout", "parse_cache_size"]
-
-
-def parse_edge_fanout(text: str, layers: int) -> dict[str, list[int]]:
-    """`TYPE=F1,F2;TYPE=...` -> {TYPE: fanouts}, each as long as --fanout (checked against the graph's edge
-    types once it is loaded: `data.hetero.hop_fanouts`)."""
-    out: dict[str, list[int]] = {}
-    for item in filter(None, (part.strip() for part in text.split(";"))):
-        name, sep, values = item.partition("=")
-        fan = parse_fanout(values) if sep and name.strip() else []
-        if len(fan) != layers:
-            raise ConfigError(f"--edge-fanout takes TYPE=F1,...,F{layers} (one fanout per layer, as --fanout); "
-                              f"got '{item}'. HINT: e.g. --edge-fanout 'actor__to__movie={','.join(['5'] * layers)}'")
-        out[name.strip()] = fan
-    return out
-
-
-def parse_fanout(text: str | Sequence[int]) -> list[int]:
-    """'15,10,5' -> [15, 10, 5]; -1 means all neighbours."""
-    try:
-        values = [int(v) for v in (text.split(",") if isinstance(text, str) else text)]
-    except ValueError:
-        values = []
-    if not values or any(v == 0 or v < -1 for v in values):
-        raise ConfigError(f"--fanout must list one positive int (or -1 for all) per layer; got '{text}'. "
-                          "HINT: use e.g. --fanout 15,10,5")
-    return values
+__all__ = ["LINK_DEFAULTS", "REMOVED_FLAGS", "TrainConfig", "add_fields", "build_parser", "check_fits", "field_docs",
+           "parse"]
 
 
 # --task link's own defaults where no flag or --config key sets them (docs/training.md "Defaults and why":
@@ -67,57 +41,50 @@ REMOVED_FLAGS: dict[str, str] = {
 }
 
 
-@dataclass(kw_only=True)
-class TrainConfig:
-    dataset: str = "synthetic"
-    """`synthetic[:key=value,...]`, `npz:PATH`, `npy:FOLDER`, or a public graph by name: Cora, Amazon-Photo,
-    Coauthor-CS, WikiCS, Reddit, ogbn-arxiv, ... (all in docs/datasets.md)."""
-    root: str = "data"
-    """Folder for downloaded datasets, preprocessed caches and automatic partitions."""
-    splits: str = ""
-    """An npz of int node ids `train`, `valid`, `test`: fixed splits in place of the dataset's own (any dataset;
-    checked; part of what a prepared partition is matched by). Empty: the dataset's."""
-    local_prep: bool = False
-    """Prepare the dataset on rank 0 of every host (node-local disks) instead of global rank 0."""
-    epochs: int = 0
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(GraphOptions):
+    """Every flag of `python -m mpignn.train`: the graph's section (`GraphOptions`) and the run's own. Frozen
+    once made; what a run resolves from `auto` is a separate record (`runtime.resolve`)."""
+
+    epochs: int = opt(0, accepts=lambda v: v >= 0, problem="must be >= 0",
+                      hint="e.g. --epochs 20, or leave it out (0) to train until validation stops improving")
     """Passes over the training nodes; 0: until validation stops improving, within a step budget
     (docs/training.md)."""
-    batch_size: int = 1024
+    batch_size: int = opt(1024, accepts=lambda v: v >= 1, problem="must be a positive int", hint="e.g. --batch-size 1024")
     """Training seeds per optimizer step: over all ranks with --batch-scope global (split among them, so any
     rank count takes the same steps), per rank with --batch-scope rank."""
-    eval_batch_size: int = 0
+    eval_batch_size: int = opt(0, accepts=lambda v: v >= 0, problem="must be >= 0",
+                               hint="e.g. --eval-batch-size 4096, or 0 for the default")
     """Nodes per rank in an evaluation step (forward only, so larger than training's); 0: four times --batch-size
     (eight for --task link, a pair and its negatives counting each)."""
-    max_steps: int = 0
+    max_steps: int = opt(0, accepts=lambda v: v >= 0, problem="must be >= 0", hint="0 means every batch")
     """Training steps per epoch at most (0: all). Each epoch then trains on that many batches of a fresh
     shuffle, as Lightning's limit_train_batches does: for quick checks and benchmarks on big edge sets."""
-    batch_scope: str = "global"
+    batch_scope: str = opt("global", choices=BATCH_SCOPES)
     """global: --batch-size is the global batch, so training means the same on any rank count (and it reached
     the target accuracy sooner than rank: docs/training.md); rank: --batch-size seeds per rank."""
-    lr_scaling: str = "none"
+    lr_scaling: str = opt("none", choices=LR_SCALINGS)
     """none, linear or sqrt: multiply --lr by (global batch / --batch-size), or its square root, when the
     global batch grows (only with --batch-scope rank on several ranks), reached by a linear warm-up."""
-    warmup_epochs: float = 1.0
+    warmup_epochs: float = opt(1.0, accepts=lambda v: math.isfinite(v) and v >= 0,
+                               problem="must be a finite number >= 0", hint="e.g. --warmup-epochs 1")
     """Epochs over which a scaled learning rate ramps up from --lr (with --lr-scaling linear or sqrt)."""
-    fanout: str = "15,10,5"
-    """Neighbours sampled per layer, outermost last; -1 takes all (leading -1: write --fanout=-1,-1, or
-    argparse reads the value as a flag). Its length is the number of layers."""
-    edge_fanout: str = ""
-    """Heterogeneous graphs: fanouts of some edge types in place of --fanout, as TYPE=F1,F2,... per edge type
-    (TYPE is src__relation__dst, e.g. actor__to__movie=5,5), several separated by ';'."""
-    hidden: int = 256
+    hidden: int = opt(256, accepts=lambda v: v >= 1, problem="must be a positive int", hint="e.g. --hidden 256")
     """Width of each hidden layer."""
-    lr: float = 0.003
+    lr: float = opt(0.003, accepts=lambda v: math.isfinite(v) and v > 0, problem="must be a finite positive number",
+                   hint="e.g. --lr 0.003")
     """Learning rate of Adam (multiplied as --lr-scaling says, where it applies)."""
-    dropout: float = 0.7
+    dropout: float = opt(0.7, accepts=lambda v: 0 <= v < 1, problem="must be a probability in [0, 1)",
+                        hint="e.g. --dropout 0.5, or 0 for none")
     """Dropout after each hidden layer (0: off); the same in every --minibatch mode (docs/training.md
     "Defaults and why")."""
-    weight_decay: float = 5e-4
+    weight_decay: float = opt(5e-4, accepts=lambda v: math.isfinite(v) and v >= 0,
+                              problem="must be a finite number >= 0", hint="e.g. --weight-decay 0.0005, or 0 for none")
     """L2 penalty of Adam: the real graphs overfit without it (measured: docs/training.md "Defaults and why")."""
-    model: str = "sage"
+    model: str = opt("sage", choices=MODELS)
     """sage (GraphSAGE), gcn or gat; on a heterogeneous graph sage (a SAGE conv per edge type, summed per
     node type) or rgcn."""
-    norm: str = "none"
+    norm: str = opt("none", choices=NORMS)
     """After each hidden layer (and its residual), before the ReLU: none, layer (LayerNorm per node) or batch
     (BatchNorm, its statistics over every rank's rows of the layer; docs/training.md)."""
     residual: bool = False
@@ -126,12 +93,12 @@ class TrainConfig:
     linear_head: bool = False
     """Every conv --hidden wide (each with its norm, ReLU and dropout), then one linear layer to the classes or
     embeddings, as classic GNN baselines (sage, gcn, gat on homogeneous graphs)."""
-    task: str = "node"
+    task: str = opt("node", choices=TASKS)
     """node (classify the labelled nodes) or link (predict held-out edges; AUC, MRR, Hits@K). A link run has
     its own defaults for flags not given (LINK_DEFAULTS here; docs/training.md "Defaults and why")."""
-    decoder: str = "dot"
+    decoder: str = opt("dot", choices=DECODERS)
     """--task link: score a pair by the dot product of its embeddings (dot) or an MLP over their product."""
-    negatives: str = "uniform"
+    negatives: str = opt("uniform", choices=NEGATIVES)
     """--task link: training negatives per positive, fresh each step: uniform pairs, or tail (the positive's
     source with a uniform target)."""
     link_val: float = 0.05
@@ -142,40 +109,16 @@ class TrainConfig:
     """--task link: fixed negative targets per held-out edge, against which MRR and Hits@K rank it."""
     hits_k: int = 10
     """--task link: K of the reported Hits@K."""
-    feature_norm: str = "none"
-    """row: scale each node's features to sum 1, by their owner (PyG's NormalizeFeatures; raw bag-of-words
-    counts lose link AUC on Cora: docs/tasks.md); none: as stored."""
-    feature_dtype: str = "fp32"
-    """fp32, fp16 or bf16: how each rank holds its feature rows, its cache and the rows it exchanges (half
-    the memory and the bytes; each batch is widened to float32 on the device). The partition stays fp32."""
-    seed: int = 0
-    """Random seed: initial weights, batch order and sampling, dropout, held-out links, automatic partition."""
-    partitions: str = ""
-    """A partition folder from `python -m mpignn.partition`; empty: partition on rank 0 under --root."""
-    force: bool = False
-    """Let partition delivery replace what sits at the partition path on a host even when it is not an mpignn
-    partition folder (refused otherwise, so nothing mpignn did not write is deleted)."""
-    partition_method: str = PARTITION_DEFAULT
-    """metis (the default: always installed, the same parts for a seed on every machine), kaminpar (pip install
-    kaminpar; faster on graphs of millions of nodes), random, or auto (kaminpar if installed)."""
-    replicated: bool = False
-    """Keep the whole graph on every rank and split the training nodes (small graphs)."""
-    cache_size: int | str = "auto"
-    """Remote nodes whose feature rows each rank caches, most-fetched first. auto: a quarter of the host's
-    available memory over its ranks (docs/launchers-and-devices.md); N: at most N rows; 0: none."""
     device: str = "auto"
     """auto, cpu, cuda or xpu; auto: a GPU or XPU per node-local rank where torch sees one, else the CPU."""
     backend: str = "auto"
     """torch.distributed backend for DDP: auto, gloo, mpi, nccl, xccl, ccl."""
-    exchange: str = "auto"
-    """How remote features travel: auto or mpi (mpi4py on host buffers, the fastest here), or torch
-    (torch.distributed all_to_all on the DDP backend: NCCL/xccl device tensors, gloo on CPU)."""
-    prefetch: str = "auto"
+    prefetch: str = opt("auto", choices=PREFETCH_MODES)
     """Produce batch k+1 (sample, exchange, copy) in a thread while batch k computes: auto (with one part, or
     on a GPU/XPU or with >= 4 threads per rank, where a core is free), on, or off."""
-    threads: int = 0
+    threads: int = opt(0, accepts=lambda v: v >= 0, problem="must be >= 0", hint="0 means automatic")
     """Threads per rank; 0: the host's cores divided by its ranks."""
-    precision: str = "auto"
+    precision: str = opt("auto", choices=PRECISIONS)
     """fp32, bf16 (autocast: faster on CPUs with bf16 matrix units, much slower without them (the run warns);
     its peak grows over the first epochs: docs/failures.md), or auto (= fp32)."""
     embed_dim: int = 0
@@ -183,42 +126,27 @@ class TrainConfig:
     and update their rows by sparse Adagrad (mpignn.exchange.embedding). 0: none."""
     embed_lr: float = 0.1
     """Learning rate of the embeddings' sparse Adagrad."""
-    eval_every: int = 1
+    eval_every: int = opt(1, accepts=lambda v: v >= 1, problem="must be a positive int", hint="e.g. --eval-every 1")
     """Evaluate val/test every N epochs (and always after the last)."""
-    minibatch: str = "auto"
+    minibatch: str = opt("auto", choices=MINIBATCHES)
     """independent, cooperative (each row once, by its owner) or full (the whole graph a step); auto: full
     where a full step counts little enough work, else independent; tune: timed (docs/training.md)."""
-    sampler: str = "neighbor"
-    """neighbor: each target draws its own --fanout neighbours; labor: layer-neighbour sampling, targets sharing a
-    neighbour agree on it, so fewer rows a step (docs/training.md)."""
-    batch_dependency: int = 1
-    """--sampler labor: K consecutive training steps share their variates, each rotating them by 1/K, so their
-    sampled sets overlap and rows the last batch brought are not fetched again (docs/training.md)."""
-    layer_dependency: bool = False
-    """--sampler labor: every hop of a batch draws the same variate for a node (DGL's layer_dependency), so a
-    node kept at one hop tends to be kept at the next: fewer rows a step (docs/training.md)."""
-    labor_iterations: int = 0
-    """--sampler labor: LABOR-i's importance-sampling iterations, which concentrate a hop on fewer sources
-    (each edge weighted; --model sage or gcn); 0: LABOR-0 (docs/training.md)."""
-    sample_on: str = "auto"
-    """Where hops are drawn: host (numba kernels) or device (torch ops on the compute device; the same draws).
-    auto: host, until the device's step is measured (docs/launchers-and-devices.md)."""
-    feature_device: str = "auto"
-    """Where feature rows live: host (pinned copies each step) or device (gathered there). auto: device for one
-    part where they fit in free device memory (docs/launchers-and-devices.md)."""
-    eval: str = "sampled"
+    eval: str = opt("sampled", choices=EVALS)
     """sampled: val/test scores on sampled neighbourhoods (--fanout); exact: those of exact inference (whole
     neighbourhoods, as python -m mpignn.predict) in their place (docs/predict.md)."""
-    evals_per_epoch: int = 1
+    evals_per_epoch: int = opt(1, accepts=lambda v: v >= 1, problem="must be a positive int", hint="e.g. --evals-per-epoch 1")
     """Evaluate val/test K times per epoch, after each K-th of its steps (time to accuracy then resolves to
     a fraction of an epoch); more than 1 needs --eval-every 1."""
-    patience: int = 0
+    patience: int = opt(0, accepts=lambda v: v >= 0, problem="expected evaluations >= 0",
+                        hint="e.g. --patience 5, or 0: never stop early with --epochs (without it: the converge rule's)")
     """Stop once validation has not improved for this many evaluations; report the test score at the best,
     keep its weights in best/ (0: with --epochs never, else the converge rule's)."""
-    target_val: float = 0.0
+    target_val: float = opt(0.0, accepts=lambda v: 0 <= v <= 1, problem="must be a score in [0, 1] (0: none)",
+                            hint="e.g. --target-val 0.97")
     """Stop once the validation accuracy (AUC for --task link) reaches this (0: never; time-to-accuracy runs).
     Sampled evaluation then scores test only where validation reaches it, and after the last epoch."""
-    target_test: float = 0.0
+    target_test: float = opt(0.0, accepts=lambda v: 0 <= v <= 1, problem="must be a score in [0, 1] (0: none)",
+                             hint="e.g. --target-test 0.96")
     """Stop once the test accuracy (AUC for --task link) reaches this (0: never): for measuring the time to a
     published test score, never for choosing a model (bench --target-split test)."""
     metrics_out: str = ""
@@ -235,43 +163,17 @@ class TrainConfig:
     force_new: bool = False
     """Start over in a --checkpoint-dir holding another run's checkpoint (removing its generations and best/);
     without it, or --resume, such a folder is refused."""
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = opt(2, accepts=lambda v: v >= 1, problem="expected at least 1",
+                                hint="--keep-checkpoints 2 (the default)")
     """Checkpoints (generations, gen-* in --checkpoint-dir) to keep; an older one is removed only once a newer
     one is complete, so a crash while saving leaves the one before."""
     requeue: bool = False
     """On SIGUSR2 (Slurm's --signal=USR2@T), after the checkpoint, run `scontrol requeue $SLURM_JOB_ID`; the
     requeued job then resumes from --checkpoint-dir (needed) by itself."""
-    prep_timeout: float = 3600.0
-    """Seconds the other ranks wait for rank 0 to prepare the dataset before giving up."""
-    collective_timeout: float = 300.0
+    collective_timeout: float = opt(300.0, accepts=lambda v: 0 < v < math.inf, problem="must be positive seconds",
+                                    hint="e.g. --collective-timeout 300")
     """Seconds any collective of training may wait; past it the job ends, naming the ranks that stopped
     answering, instead of hanging until the wall-clock limit. Also torch.distributed's timeout."""
-
-    def __post_init__(self) -> None:
-        specs = fields(self)  # types first (a TOML `hidden = 64.5` or `resume = "false"`), then ranges
-        for name, value in check_types(self.to_dict(), {f.name: f.type for f in specs},
-                                       {f.name: f.default for f in specs}).items():
-            setattr(self, name, value)  # an int given for a float field (TOML `lr = 1`) becomes a float
-        self.fanouts = parse_fanout(self.fanout)
-        self.edge_fanouts = parse_edge_fanout(self.edge_fanout, len(self.fanouts))
-        check_ranges(self.to_dict(), {f.name: f.default for f in specs})  # each value alone (config.values)
-        self.cache_size = parse_cache_size(self.cache_size)
-        choices = {"precision": PRECISIONS, "exchange": EXCHANGES, "prefetch": PREFETCH_MODES, "eval": EVALS,
-                   "batch_scope": BATCH_SCOPES, "lr_scaling": LR_SCALINGS, "task": tuple(TASKS), "decoder": DECODERS,
-                   "negatives": NEGATIVES, "minibatch": MINIBATCHES, "feature_norm": FEATURE_NORMS, "feature_dtype": FEATURE_DTYPES,
-                   "partition_method": (*PARTITION_METHODS, DEFAULT_METHOD), "model": MODELS,
-                   "norm": NORMS, "sampler": SAMPLERS,
-                   "sample_on": SAMPLE_ON, "feature_device": FEATURE_DEVICES}
-        for name, allowed in choices.items():
-            check_choice(name, getattr(self, name), allowed)
-        check_combinations(self.to_dict())  # every refused pair of flags, shared with the API (config.refusals)
-
-    @property
-    def num_layers(self) -> int:
-        return len(self.fanouts)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> "TrainConfig":
@@ -305,11 +207,13 @@ def field_docs(cls: type | None = None) -> dict[str, str]:
     import inspect
 
     docs: dict[str, str] = {}
-    tree = ast.parse(inspect.getsource(cls or TrainConfig))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    for node, nxt in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
-            docs[node.target.id] = " ".join(str(nxt.value.value).split())  # type: ignore[attr-defined]
+    for klass in reversed((cls or TrainConfig).__mro__):  # a section's fields (GraphOptions) are documented there
+        if not dataclasses.is_dataclass(klass):
+            continue
+        body = ast.parse(inspect.getsource(klass)).body[0].body  # type: ignore[attr-defined]
+        for node, nxt in zip(body, body[1:]):
+            if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+                docs[node.target.id] = " ".join(str(nxt.value.value).split())  # type: ignore[attr-defined]
     return docs
 
 

@@ -1,17 +1,21 @@
-"""Each config value alone: its type (against the field's annotation) and its range, and a lower bound of the
-memory the model and one training step take. Stdlib only: imports nothing but mpignn.errors.
+"""Each config value: its type (against the field's annotation), its range or choices (written beside the
+field: `opt`), and a lower bound of the memory the model and one training step take. Stdlib only: imports
+nothing but mpignn.errors and config.choices.
 
-`TrainConfig.__post_init__` runs `check_types` first, then `check_ranges`, so a wrong TOML type or an
-impossible number fails in one line before anything is loaded (combinations of flags: `config.refusals`).
+`GraphOptions.__post_init__` (and so `TrainConfig`'s) runs `check_types` first, then `check_values`, so a wrong
+TOML type or an impossible number fails in one line before anything is loaded (combinations of flags:
+`config.refusals`).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
+from mpignn.config.choices import check_choice
 from mpignn.errors import ConfigError
 
-__all__ = ["RANGES", "check_types", "check_ranges", "estimate_step_bytes", "check_memory"]
+__all__ = ["RANGES", "opt", "check_types", "check_values", "estimate_step_bytes", "check_memory"]
 
 
 def _is_int(value: Any) -> bool:
@@ -62,68 +66,49 @@ def check_types(values: Mapping[str, Any], annotations: Mapping[str, Any],
     return widened
 
 
-def _finite(value: float) -> bool:
-    return math.isfinite(value)
+def opt(default: Any, *, choices: Iterable[str] = (), accepts: Callable[[Any], bool] | None = None,
+        problem: str = "", hint: str = "") -> Any:
+    """A config field whose allowed values sit beside it: one of `choices`, or those `accepts` takes (else
+    `--flag {problem}; got {value}. HINT: {hint}`). `check_values` reads them."""
+    meta: dict[str, Any] = {"choices": choices} if choices else {}  # read when checked: registries grow
+    if accepts is not None:
+        meta["accepts"] = (accepts, problem, hint)
+    return dataclasses.field(default=default, metadata=meta)
 
 
-_POSITIVE_INTS = ("batch_size", "hidden", "eval_every", "evals_per_epoch", "batch_dependency")
-
-# (names, accepts(*values), message: a format string of the values {0}, {1} and the first name's {default})
+# Ranges that read several fields: (names, accepts(*values), message of the values {0}, {1})
 RANGES: tuple[tuple[tuple[str, ...], Callable[..., bool], str], ...] = (
-    *(((name,), lambda v: v >= 1, f"--{name.replace('_', '-')} must be a positive int; got {{0}}. "
-       f"HINT: e.g. --{name.replace('_', '-')} {{default}}") for name in _POSITIVE_INTS),
     (("link_val", "link_test"), lambda val, test: 0 < val and 0 < test and val + test < 1,
      "--link-val and --link-test must be positive shares that sum below 1; got {0} and {1}. "
      "HINT: e.g. --link-val 0.05 --link-test 0.1"),
     (("link_tails", "hits_k"), lambda tails, k: tails >= 1 and k >= 1,
      "--link-tails and --hits-k must be positive; got {0} and {1}. HINT: e.g. --link-tails 100 --hits-k 10"),
-    (("warmup_epochs",), lambda v: _finite(v) and v >= 0,
-     "--warmup-epochs must be a finite number >= 0; got {0}. HINT: e.g. --warmup-epochs 1"),
-    (("embed_dim", "embed_lr"), lambda dim, lr: dim >= 0 and _finite(lr) and lr > 0,
+    (("embed_dim", "embed_lr"), lambda dim, lr: dim >= 0 and math.isfinite(lr) and lr > 0,
      "--embed-dim must be >= 0 and --embed-lr positive; got {0} and {1}. HINT: e.g. --embed-dim 64 --embed-lr 0.1 "
      "(a finite rate)"),
-    (("target_val",), lambda v: 0 <= v <= 1,
-     "--target-val must be a score in [0, 1] (0: none); got {0}. HINT: e.g. --target-val 0.97"),
-    (("target_test",), lambda v: 0 <= v <= 1,
-     "--target-test must be a score in [0, 1] (0: none); got {0}. HINT: e.g. --target-test 0.96"),
-    (("lr",), lambda v: _finite(v) and v > 0, "--lr must be a finite positive number; got {0}. HINT: e.g. --lr 0.003"),
-    (("dropout",), lambda v: 0 <= v < 1,
-     "--dropout must be a probability in [0, 1); got {0}. HINT: e.g. --dropout 0.5, or 0 for none"),
-    (("weight_decay",), lambda v: _finite(v) and v >= 0,
-     "--weight-decay must be a finite number >= 0; got {0}. HINT: e.g. --weight-decay 0.0005, or 0 for none"),
-    (("seed",), lambda v: 0 <= v < 2 ** 63, "--seed must be an int in [0, 2**63); got {0}. HINT: e.g. --seed 0"),
-    (("threads",), lambda v: v >= 0, "--threads must be >= 0; got {0}. HINT: 0 means automatic"),
-    (("prep_timeout",), lambda v: 0 < v < math.inf,
-     "--prep-timeout must be positive seconds; got {0}. HINT: e.g. --prep-timeout 3600"),
-    (("collective_timeout",), lambda v: 0 < v < math.inf,
-     "--collective-timeout must be positive seconds; got {0}. HINT: e.g. --collective-timeout 300"),
-    (("epochs",), lambda v: v >= 0,
-     "--epochs must be >= 0; got {0}. HINT: e.g. --epochs 20, or leave it out (0) to train until validation stops "
-     "improving"),
-    (("patience",), lambda v: v >= 0,
-     "--patience expected evaluations >= 0; got {0}. HINT: e.g. --patience 5, or 0: never stop early with --epochs "
-     "(without it: the converge rule's)"),
-    (("labor_iterations",), lambda v: 0 <= v <= 16,
-     "--labor-iterations must be in [0, 16]; got {0}. HINT: e.g. --labor-iterations 3, or 0 for LABOR-0"),
-    (("max_steps",), lambda v: v >= 0, "--max-steps must be >= 0; got {0}. HINT: 0 means every batch"),
-    (("eval_batch_size",), lambda v: v >= 0,
-     "--eval-batch-size must be >= 0; got {0}. HINT: e.g. --eval-batch-size 4096, or 0 for the default"),
-    (("keep_checkpoints",), lambda v: v >= 1,
-     "--keep-checkpoints expected at least 1; got {0}. HINT: --keep-checkpoints 2 (the default)"),
 )
 
 
-def check_ranges(values: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> None:
-    """Check every RANGES row whose names `values` has (their types are checked already: `check_types`).
+def check_values(config: Any) -> None:
+    """Each field of the dataclass `config` against its range or choices (`opt`), then the RANGES rows (types
+    are checked already: `check_types`).
 
     Raises:
-        ConfigError: the first row refused, as one line with its HINT (`defaults` fill the examples).
+        ConfigError: the first value refused, as one line naming its flag, with its HINT.
     """
+    for f in dataclasses.fields(config):
+        value, flag = getattr(config, f.name), "--" + f.name.replace("_", "-")
+        if "accepts" in f.metadata:
+            accepts, problem, hint = f.metadata["accepts"]
+            if not accepts(value):
+                raise ConfigError(f"{flag} {problem}; got {value}. HINT: {hint}")
+        if "choices" in f.metadata:
+            check_choice(f.name, value, tuple(f.metadata["choices"]))
     for names, accepts, message in RANGES:
-        if all(name in values for name in names):
-            args = [values[name] for name in names]
+        if all(hasattr(config, name) for name in names):
+            args = [getattr(config, name) for name in names]
             if not accepts(*args):
-                raise ConfigError(message.format(*args, default=(defaults or {}).get(names[0], "")))
+                raise ConfigError(message.format(*args))
 
 
 _GIB = 2 ** 30

@@ -65,10 +65,12 @@ def _given_view(opts: GraphOptions) -> tuple[str | None, str, str]:
     return (dataset_source(opts.dataset, opts.root, opts.splits) if present else None), splits_tag(opts.splits), ""
 
 
-def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) -> Path:
+def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int,
+                     link_params: dict[str, Any] | None = None) -> Path:
     """Collective over `rt.comm`: the partition folder, checked (`opts.partitions`) or made once by rank 0
-    (per host with `local_prep`), and delivered to hosts that do not see it."""
-    comm, link_params = rt.comm, opts.link_params
+    (per host with `local_prep`), and delivered to hosts that do not see it. `link_params`: the held-out edges
+    it must hold (`GraphOptions.link_params`), or None."""
+    comm = rt.comm
     num_parts = 1 if opts.replicated else rt.world_size
     if opts.partitions:
         folder = Path(opts.partitions)
@@ -101,7 +103,7 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) ->
     # rank 0's view of the files (other hosts may not see them): their content, not their path or the name typed;
     # a split file's content is part of it, so other splits get a partition of their own
     source = comm.bcast(dataset_source(opts.dataset, opts.root, opts.splits) if comm.rank == 0 else None, root=0)
-    folder = auto_folder(opts.root, _content_key(key) + ("-links" if opts.links else ""), opts.method, num_parts,
+    folder = auto_folder(opts.root, _content_key(key) + ("-links" if link_params else ""), opts.partition_method, num_parts,
                          opts.seed, source)
     usable = None if link_params is None else (lambda f: has_link_split(f, link_params))  # noqa: E731
     # made before, on a host of this job (another host's copy is delivered, never made again): held anywhere
@@ -113,7 +115,7 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) ->
                           (folder / "META.json").is_file() and (usable is None or usable(folder))):
             try:
                 graph = load_dataset(opts.dataset, opts.root, splits=opts.splits)
-                rep = partition_graph(graph, num_parts, folder, method=opts.method, seed=opts.seed, dataset=key,
+                rep = partition_graph(graph, num_parts, folder, method=opts.partition_method, seed=opts.seed, dataset=key,
                                       force=True, links=link_params, source=source)  # --partitions checks it
             except OSError as exc:  # a read-only --root, a full disk: one line, not a traceback
                 if exc.errno not in _UNWRITABLE:
@@ -122,7 +124,7 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int) ->
                                   f"{type(exc).__name__}: {exc}. HINT: a writable --root, or prepare it once where "
                                   "it is writable (python -m mpignn.partition, or a first run) and use that "
                                   "prepared root as it is (read-only works)") from None
-            log.info("partitioned %s into %d parts (%s): edge cut %.1f%%, %.1fs", key, num_parts, opts.method,
+            log.info("partitioned %s into %d parts (%s): edge cut %.1f%%, %.1fs", key, num_parts, opts.partition_method,
                      rep["edge_cut_pct"], rep["seconds"])
             del graph
     deliver_partition(comm, folder, part_id, force=opts.force, usable=usable)

@@ -1,6 +1,6 @@
 """Rebuild a trained run from its checkpoint: the config it was trained with, its graph (partition, feature
 transform, learnable rows) and its model with the saved weights, through the same calls as
-`python -m mpignn.train` (`make_task`, `GraphOptions.from_config`, `build_local_graph`, `attach_embedding`,
+`python -m mpignn.train` (`make_task`, `build_local_graph` from the config's graph section, `attach_embedding`,
 `Task.build_model`, `checkpoint.resume_state`). Reads checkpoints with `torch.load(weights_only=True)` only.
 """
 from __future__ import annotations
@@ -19,7 +19,6 @@ from mpignn.training.checkpoint_hosts import bring_generation
 from mpignn.training.optim import adam
 from mpignn.config.train_config import TrainConfig
 from mpignn.errors import ConfigError, MpignnError
-from mpignn.config.graph_options import GraphOptions
 from mpignn.mpi import check_all
 from mpignn.runtime import LocalGraph, Runtime
 from mpignn.runtime.graph import build_graph_and_model
@@ -116,11 +115,10 @@ def restore_run(rt: Runtime, checkpoint_dir: str, generation: str = "latest",
                               f"{saved['world_size']} ranks, one file per rank's part; got {rt.world_size} ranks. "
                               f"HINT: mpirun -np {saved['world_size']} python -m mpignn.predict ...")
         task = make_task(cfg)
-        options = replace(GraphOptions.from_config(cfg, task), cache_size=0)  # layers fetch rows; no cache
     except MpignnError as exc:
         problem = str(exc)
     check_all(rt.comm, not problem, problem, ConfigError)
-    graph, model = build_graph_and_model(rt, cfg, task, options)
+    graph, model = build_graph_and_model(rt, replace(cfg, cache_size=0), task)  # layers fetch rows: no cache
     optimizer = adam(model.parameters(), lr=cfg.lr)  # resume_state restores one; it is not used
     rng = torch.get_rng_state()
     info = resume_state(rt.comm, folder, model, optimizer, cfg.to_dict(), rt.device, rows=graph.embedding,

@@ -51,7 +51,7 @@ its masks or id tensors)."""
 def load_local_graph(rt: Runtime, dataset: Any, root: str | None = None, task: Task | None = None,
                      **options: Any) -> LocalGraph:
     """Collective over `rt.comm`: `build_local_graph` for `task` (default node classification) with
-    `GraphOptions(dataset=..., root=..., links=task.partition_extras(), **options)`.
+    `GraphOptions(dataset=..., root=..., **options)`.
 
     `dataset` is a dataset name (`data.KNOWN`; the same on every rank), or a PyG `Data` or `HeteroData` held
     by rank 0, the other ranks passing None: rank 0 checks it as the same arrays in an npz are checked,
@@ -60,9 +60,9 @@ def load_local_graph(rt: Runtime, dataset: Any, root: str | None = None, task: T
     (`train_mask`, `val_mask`, `test_mask`) or id tensors (`train_idx`, ...); a `HeteroData` the same on its
     one labelled node type.
 
-    The keyword arguments are `GraphOptions`' fields: partitions, method, replicated, seed, fanouts,
-    cache_size, local_prep, prep_timeout, exchange, feature_norm, feature_dtype, edge_fanouts, force, splits;
-    an in-memory graph takes them all but `root`, partitions, local_prep, force and splits (about files).
+    The keyword arguments are `GraphOptions`' fields, named as training's flags: partitions, partition_method,
+    replicated, seed, fanout (text or a list), cache_size, exchange, feature_norm, sampler, ...; an in-memory
+    graph takes them all but `root`, partitions, local_prep, force and splits (about files).
 
     Raises:
         ConfigError: an unknown keyword or a value `GraphOptions` refuses, ranks that pass different kinds of
@@ -74,7 +74,7 @@ def load_local_graph(rt: Runtime, dataset: Any, root: str | None = None, task: T
     named = isinstance(dataset, str)
     try:
         where = {"dataset": dataset, "root": TrainConfig.root if root is None else root} if named else {}
-        opts = GraphOptions(**where, links=task.partition_extras(), **options)
+        opts = GraphOptions(**where, **options)
     except TypeError as exc:  # an unknown keyword: the same call on every rank
         raise mark_agreed(ConfigError(f"expected GraphOptions fields as keywords; got {exc}. HINT: see "
                                       "mpignn.config.graph_options.GraphOptions")) from None
@@ -125,13 +125,12 @@ def _agree_on_source(comm: Any, dataset: Any) -> None:
 def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None, *, data: Any = None,
                       in_memory: bool = False) -> LocalGraph:
     """Collective over `rt.comm`: this rank's part (`_part_source`: a partition folder, or rank 0's graph in
-    memory), then its sampler, feature store and cache as `opts` says, for `task` (default node
-    classification; `opts.links` must be its `partition_extras()`, as `GraphOptions.from_config(cfg, task)`
-    makes them).
+    memory), then its sampler, feature store and cache as `opts` (a `GraphOptions`, or the `TrainConfig` that
+    extends it) says, for `task` (default node classification).
 
     Without `opts.partitions`, rank 0 (of each host with `local_prep`) prepares and partitions the dataset
-    once under `root/mpignn-parts/` (`auto_folder`), holding out what the task asks first (`opts.links`:
-    edges, for link prediction); a host that does not see the folder receives it (`deliver_partition`). With
+    once under `root/mpignn-parts/` (`auto_folder`), holding out what the task asks first (its
+    `partition_extras()`: edges, for link prediction); a host that does not see the folder receives it (`deliver_partition`). With
     `in_memory` (on every rank), the graph is `data`, rank 0's PyG `Data` or `HeteroData` (None on the other
     ranks): rank 0 checks and partitions it in memory and sends each rank its part
     (`partition.memory.scatter_graph`); `opts.dataset`, `root` and `partitions` are then not used and the
@@ -149,13 +148,10 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
                               "HINT: leave GraphOptions.partitions empty")
         if not in_memory:
             check_known(opts.dataset)  # the same name fails the same way on every rank: no collective needed
-        if opts.links != task.partition_extras():
-            raise ConfigError(f"GraphOptions.links {opts.links} differ from what the {task.name} task holds out "
-                              f"({task.partition_extras()}). HINT: GraphOptions.from_config(cfg, task)")
     except MpignnError as exc:
         raise mark_agreed(exc) from None
     part_id = 0 if opts.replicated else rt.rank
-    part, held_out, folder = _part_source(rt, opts, part_id, data, in_memory)
+    part, held_out, folder = _part_source(rt, opts, part_id, data, in_memory, task.partition_extras())
     # numba writes its on-disk cache when it compiles: one rank per host compiles, the others then load.
     with root_first(rt.comm, per_host=True, timeout=opts.prep_timeout, what="compiling the sampling kernels"):
         kernels.warm_up()
@@ -165,7 +161,7 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
     meta = part.meta
     schema = HeteroSchema.from_json(meta.hetero) if meta.hetero else None
     try:
-        fanouts = hop_fanouts(opts.fanouts, opts.edge_fanouts, schema)
+        fanouts = hop_fanouts(opts.fanouts, opts.edge_fanouts or None, schema)
         task.check_graph(schema)
         check_combinations({"sampler": opts.sampler, "hetero": schema is not None})
     except MpignnError as exc:
@@ -203,19 +199,20 @@ def _hops(rt: Runtime, opts: GraphOptions, part: LocalPart, num_etypes: int) -> 
     return LocalHops(part.rowptr, part.col, part.lo, part.type_rowptr, num_etypes)
 
 
-def _part_source(rt: Runtime, opts: GraphOptions, part_id: int, data: Any,
-                 in_memory: bool) -> tuple[LocalPart, dict | None, Path | None]:
+def _part_source(rt: Runtime, opts: GraphOptions, part_id: int, data: Any, in_memory: bool,
+                 extras: dict | None) -> tuple[LocalPart, dict | None, Path | None]:
     """Collective over `rt.comm`, the one step where the sources differ: (this rank's part, its held-out
     edges, the partition folder or None). From memory: rank 0's graph, partitioned and sent by rank 0. By
     name: the partition folder made once (or given) and delivered (`ensure_partition`), the part loaded from
-    it (`load_part`)."""
+    it (`load_part`). `extras`: what the task holds out (`Task.partition_extras`)."""
+    links = opts.link_params(extras)
     num_parts = 1 if opts.replicated else rt.world_size
     if in_memory:
-        part, held_out = scatter_graph(rt.comm, data, part_id, num_parts=num_parts, method=opts.method,
-                                       seed=opts.seed, links=opts.link_params, timeout=opts.prep_timeout)
+        part, held_out = scatter_graph(rt.comm, data, part_id, num_parts=num_parts, method=opts.partition_method,
+                                       seed=opts.seed, links=links, timeout=opts.prep_timeout)
         return part, held_out, None
-    folder = ensure_partition(rt, opts, dataset_key(opts.dataset), part_id)
-    part, held_out = load_part(rt.comm, folder, part_id, opts.link_params)
+    folder = ensure_partition(rt, opts, dataset_key(opts.dataset), part_id, links)
+    part, held_out = load_part(rt.comm, folder, part_id, links)
     return part, held_out, folder
 
 
@@ -273,15 +270,15 @@ def _device_table(x: np.ndarray, device: str) -> Any:
     return table.to(device)
 
 
-def build_graph_and_model(rt: Runtime, cfg: TrainConfig, task: Task,
-                          opts: GraphOptions) -> tuple[LocalGraph, torch.nn.Module]:
-    """Collective over `rt.comm`: `build_local_graph`, the learnable rows `cfg.embed_dim` asks for, and the
-    task's model for that graph on `rt.device`: what training and `python -m mpignn.predict` both start from.
+def build_graph_and_model(rt: Runtime, cfg: TrainConfig, task: Task) -> tuple[LocalGraph, torch.nn.Module]:
+    """Collective over `rt.comm`: `build_local_graph` (from `cfg`'s graph section), the learnable rows
+    `cfg.embed_dim` asks for, and the task's model for that graph on `rt.device`: what training and
+    `python -m mpignn.predict` both start from.
 
     Raises:
         ConfigError: a model the graph's kind cannot take, on every rank alike.
     """
-    graph = build_local_graph(rt, opts, task)
+    graph = build_local_graph(rt, cfg, task)
     if cfg.embed_dim:
         graph = attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)
     return graph, build_model(rt, cfg, task, graph)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from mpignn.config.choices import MINIBATCH_MODES, PREFETCH_MODES
-from mpignn.config.train_config import parse_fanout
+from mpignn.config.graph_options import parse_fanout
 from mpignn.data.hetero import hop_fanouts
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
 from mpignn.exchange.alltoall import MpiAlltoall

@@ -13,7 +13,6 @@ from typing import Any, Callable, Iterator
 import torch
 
 from mpignn import __version__
-from mpignn.config.graph_options import GraphOptions
 from mpignn.config.train_config import TrainConfig, check_fits
 from mpignn.errors import ConfigError, mark_agreed
 from mpignn.launch.allocator import keep_big_blocks
@@ -49,7 +48,7 @@ def watched(rt: Runtime, timeout: float) -> Iterator[None]:
         yield
 
 
-def train_run(cfg: TrainConfig, task: Task, options: GraphOptions, stop: StopSignal | None = None) -> int:
+def train_run(cfg: TrainConfig, task: Task, stop: StopSignal | None = None) -> int:
     """Collective over COMM_WORLD: train as `cfg` says; returns the exit code (`fit`'s)."""
     rt = bootstrap(cfg.device, cfg.backend, cfg.threads, tune_process=True,  # process-wide tuning: CLI only
                    collective_timeout=cfg.collective_timeout)
@@ -68,7 +67,7 @@ def train_run(cfg: TrainConfig, task: Task, options: GraphOptions, stop: StopSig
         check_all(rt.comm, not problem, problem, ConfigError)
         with bounded("start-up: the dataset's preparation, this rank's part and its cache",
                      limit=cfg.prep_timeout + cfg.collective_timeout):
-            graph, model = build_graph_and_model(rt, cfg, task, options)
+            graph, model = build_graph_and_model(rt, cfg, task)
         loader = lambda split, mode, cap=cfg.max_steps: make_loader(  # noqa: E731
             rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope, seed=cfg.seed,
             prefetch=cfg.prefetch, max_steps=cap, minibatch=mode, eval_batch_size=cfg.eval_batch_size)

@@ -12,7 +12,7 @@ from typing import Any, Protocol, Sequence, Union
 import numpy as np
 
 from mpignn.config.choices import SAMPLERS
-from mpignn.config.train_config import parse_fanout
+from mpignn.config.graph_options import parse_fanout
 from mpignn.sampling import kernels
 from mpignn.sampling.kernels import ARRAY_MAP_BYTES
 from mpignn.sampling.labor import labor_importance, labor_rows

@@ -78,7 +78,7 @@ class Task:
 
     # --- data ------------------------------------------------------------------------------------------------
     def partition_extras(self) -> dict[str, Any] | None:
-        """What the partitioner holds out of the graph before cutting it (`GraphOptions.links`); None: nothing."""
+        """What the partitioner holds out of the graph before cutting it (`GraphOptions.link_params`); None: nothing."""
         return None
 
     def check_graph(self, schema: Any) -> None:

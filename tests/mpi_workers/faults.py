@@ -18,7 +18,7 @@ FAULT_STEP = 3
 
 def main(mode: str, bad_rank: int, root: str) -> None:
     rt = bootstrap(threads=1)
-    graph = load_local_graph(rt, "synthetic:num_nodes=6000,avg_degree=8,num_features=8", root, fanouts=[5, 5])
+    graph = load_local_graph(rt, "synthetic:num_nodes=6000,avg_degree=8,num_features=8", root, fanout=[5, 5])
     loader = make_loader(rt, graph, "train", batch_size=64)
     model = build_model("sage", graph.num_features, 16, graph.num_classes, 2)
     ddp, _ = wrap_ddp(model, rt.comm, rt.device)

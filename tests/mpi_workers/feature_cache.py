@@ -19,7 +19,7 @@ def check(root: str, cache_size: str, feature_norm: str, feature_dtype: str) -> 
     import torch
 
     rt = bootstrap(threads=1)
-    graph = load_local_graph(rt, DATASET, root, fanouts=[4, 3], cache_size=cache_size, feature_norm=feature_norm,
+    graph = load_local_graph(rt, DATASET, root, fanout=[4, 3], cache_size=cache_size, feature_norm=feature_norm,
                              feature_dtype=feature_dtype)
     features = graph.features
     assert isinstance(graph.part.col, np.memmap), "the part's columns are not memory-mapped"

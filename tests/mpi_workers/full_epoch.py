@@ -41,7 +41,7 @@ def grads(model: torch.nn.Module) -> np.ndarray:
 
 def main(root: str) -> None:
     rt = bootstrap(threads=1)
-    graph = load_local_graph(rt, GRAPH, root, fanouts=[3] * LAYERS, cache_size=0)
+    graph = load_local_graph(rt, GRAPH, root, fanout=[3] * LAYERS, cache_size=0)
     data = load_dataset(GRAPH)
     x, edge_index, y = (torch.from_numpy(a) for a in (data.x, data.edge_index(), data.y))
     train = torch.from_numpy(np.asarray(data.train_idx, dtype=np.int64))

@@ -33,7 +33,7 @@ def check(mode: str, exchange: str, num_train: int, root: str) -> None:
         if first and not path.exists():
             write_graph(path, num_train)
     whole = np.load(path)
-    graph = load_local_graph(rt, f"npz:{path}", root, replicated=mode == "replicated", fanouts=[3, 3],
+    graph = load_local_graph(rt, f"npz:{path}", root, replicated=mode == "replicated", fanout=[3, 3],
                              exchange=exchange)
     loader = make_loader(rt, graph, "train", batch_size=64, prefetch="off")
     torch.manual_seed(0)

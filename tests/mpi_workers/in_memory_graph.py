@@ -36,7 +36,7 @@ def main() -> None:
     npz, folder = sys.argv[1], Path(sys.argv[2])
     memory.CHUNK_BYTES = 1000  # many messages per array
     for extra in ({"replicated": True}, {}):
-        opts = dict(method="metis", seed=5, fanouts=[4, 4], cache_size=50, **extra)
+        opts = dict(partition_method="metis", seed=5, fanout=[4, 4], cache_size=50, **extra)
         mem = load_local_graph(rt, data_of(npz) if rt.rank == 0 else None, **opts)
         named = load_local_graph(rt, f"npz:{npz}", str(folder), **opts)
         for name in PART_FILES + HETERO_FILES:

@@ -45,7 +45,7 @@ def whole_forward(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Ten
 
 def main(root: str) -> None:
     rt = bootstrap(threads=1)
-    graph = load_local_graph(rt, GRAPH, root, fanouts=[3, 3], cache_size=0)
+    graph = load_local_graph(rt, GRAPH, root, fanout=[3, 3], cache_size=0)
     assert np.array_equal(np.sort(np.concatenate(rt.comm.allgather(graph.node_id))), np.arange(300)), "nodes once"
     data = load_dataset(GRAPH)
     x, edge_index = torch.from_numpy(data.x), torch.from_numpy(data.edge_index())
