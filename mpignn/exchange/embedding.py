@@ -116,6 +116,10 @@ class NodeEmbedding:
         self.bytes_sent = 0  # gradients pushed to other ranks
         self._pending: tuple | None = None
 
+    def counters(self) -> dict[str, float]:
+        """Rows pulled and gradients pushed so far (`run_epoch` diffs them)."""
+        return {"embedding_bytes": self.bytes_received + self.bytes_sent}
+
     def pull(self, n_id: np.ndarray, device: Any = "cpu") -> Any:
         """Collective: the rows of `n_id` (global ids) as a float32 leaf tensor on `device` that keeps its
         gradient; call `step` after backward."""

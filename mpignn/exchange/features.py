@@ -43,6 +43,11 @@ class FeatureStore:
         self._recent_x = self._empty_rows(0)
         self._labels: Any = None  # the labels on the device, for ids held there (`_gather_resident`)
 
+    def counters(self) -> dict[str, float]:
+        """Rows and bytes fetched so far, and the rows the cache or the last batch held (`run_epoch` diffs them)."""
+        return {"remote_feature_bytes": self.bytes_received, "cache_hits": self.cache_hits,
+                "remote_rows": self.remote_rows, "recent_hits": self.recent_hits}
+
     @property
     def num_features(self) -> int:
         return int(self.x.shape[1])

@@ -113,7 +113,7 @@ class BatchLoader:
                  max_steps: int = 0, layout: Any = None, dataset_ids: FeatureStore | None = None,
                  reuse: bool = False) -> None:
         self.sampler, self.features = sampler, features
-        self.source = seeds if hasattr(seeds, "draw") else NodeSeeds(seeds)
+        self.source = NodeSeeds(seeds) if isinstance(seeds, (np.ndarray, list, tuple)) else seeds
         self.seeds = np.arange(len(self.source), dtype=np.int64)  # items: positions in the source
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.seed, self.device, self.prefetch, self.wrap = seed, torch.device(device), prefetch, wrap
@@ -135,6 +135,12 @@ class BatchLoader:
 
     def __len__(self) -> int:
         return self.steps
+
+    @property
+    def minibatch(self) -> str:
+        """How the batches split the work over ranks: full (the whole neighbourhood, kept), cooperative (one
+        batch of all ranks) or independent."""
+        return "full" if self.reuse else "cooperative" if self.sampler.cooperative else "independent"
 
     def set_epoch(self, epoch: int, start_step: int = 0, end_step: int | None = None) -> None:
         """Use epoch `epoch`'s shuffle and random streams (call before iterating, as with DistributedSampler);
@@ -160,10 +166,10 @@ class BatchLoader:
 
     def _make(self, step: int, seeds: np.ndarray) -> Data:
         t0 = self.times.mark()
-        cooperative = getattr(self.sampler, "cooperative", False)  # one batch of all ranks: one random stream
+        cooperative = self.sampler.cooperative  # one batch of all ranks: one random stream
         stream = (0 if cooperative else self.rank) * 1_000_003
         epoch_seed = kernels.mix_seed(self.seed, self.epoch)
-        dependency = getattr(self.sampler, "dependency", 1) if self.wrap else 1  # training loaders only
+        dependency = self.sampler.dependency if self.wrap else 1  # training loaders only
         variates = None
         if dependency > 1:  # labor: the window's seed, the step's shift
             window, shift = labor.window(step, dependency)
@@ -172,7 +178,7 @@ class BatchLoader:
         if cooperative:
             extras["halo"] = Halo(out.halo, self.sampler.rows, ByteCounter(self.sampler), static_input=self.reuse,
                                   keeper=self.sampler if self.sampler.keep_inputs else None)
-        elif self.wrap and step == self.start_step and getattr(self.sampler.source, "comm", None) is not None:
+        elif self.wrap and step == self.start_step and self.sampler.source.comm is not None:
             # independent batches' overlap, once a pass (a collective of ids per layer): `redundancy`
             hops = self.sampler.source
             extras["union_rows"] = union_rows(hops.comm, hops.part_offsets, out.n_id, out.num_sampled_nodes)
@@ -225,7 +231,7 @@ class BatchLoader:
     def _degree(self, n_id: np.ndarray) -> np.ndarray:
         """float32: the whole graph's loop-free in-degree of own nodes `n_id` (a full batch holds own rows only:
         cooperative, or one process)."""
-        hops = getattr(self.sampler.source, "local", self.sampler.source)
+        hops = self.sampler.source.local
         degree = loop_free_degree(hops.rowptr, hops.col, hops.lo)
         return degree[n_id - hops.lo].astype(np.float32)
 
@@ -245,8 +251,7 @@ class BatchLoader:
 
     def __iter__(self) -> Iterator[Data]:
         self._next_pass()
-        if hasattr(self.sampler, "new_pass"):  # cooperative batches that keep input rows: see CooperativeSampler
-            self.sampler.new_pass()
+        self.sampler.new_pass()  # cooperative batches that keep input rows: see CooperativeSampler
         batches = self._batches()[:self.end_step]
         self.times = LoaderTimes(self.device)
         first = min(self.start_step, len(batches))

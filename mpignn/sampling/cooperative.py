@@ -120,6 +120,12 @@ class CooperativeSampler:
         """The loader starts a pass: batches drawn before may never have trained."""
         self._drawn = None
 
+    def counters(self) -> dict[str, float]:
+        """Its traffic so far: structure, the layers' halo rows, remote input rows and those kept from the last
+        batch (`run_epoch` diffs them per epoch)."""
+        return {"remote_structure_bytes": self.bytes_received, "halo_bytes": self.halo_bytes,
+                "input_rows": self.input_rows, "kept_rows": self.kept_rows}
+
     def _mark(self) -> np.ndarray:
         """Per own node: its row in the current batch, -1 when not in it (part-sized; per thread)."""
         mark = getattr(self._local, "mark", None)

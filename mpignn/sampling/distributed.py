@@ -41,6 +41,10 @@ class DistributedHops:
         self.bytes_received = 0
         self.num_etypes = local.num_etypes
 
+    def counters(self) -> dict[str, float]:
+        """The structure fetched from owners so far (`run_epoch` diffs it per epoch)."""
+        return {"remote_structure_bytes": self.bytes_received}
+
     def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
         counts, nbrs, _ = self._hop(gids, fanout, [seed], self.local.sample)
         return counts, nbrs

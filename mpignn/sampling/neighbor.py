@@ -84,6 +84,8 @@ class LocalHops:
     graph is the case T = 1.
     """
 
+    comm = None  # reads no other rank (`DistributedHops` does)
+
     def __init__(self, rowptr: np.ndarray, col: np.ndarray, lo: int = 0, type_rowptr: np.ndarray | None = None,
                  num_etypes: int = 1) -> None:
         self.rowptr = np.ascontiguousarray(rowptr, dtype=np.int64)
@@ -93,6 +95,15 @@ class LocalHops:
         if self.num_etypes > 1 and type_rowptr is None:
             raise ValueError("num_etypes > 1 needs type_rowptr")
         self.type_rowptr = None if type_rowptr is None else np.ascontiguousarray(type_rowptr, dtype=np.int64)
+
+    @property
+    def local(self) -> "LocalHops":
+        """The rank's own CSR (a `DistributedHops` wraps one)."""
+        return self
+
+    def counters(self) -> dict[str, float]:
+        """Nothing crosses ranks here (`run_epoch` diffs each component's counters)."""
+        return {}
 
     def kernel_rows(self, gids: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
         """What the neighbour kernel draws for targets `gids`: (its CSR rows, the keys seeding their streams,
@@ -159,6 +170,9 @@ class NeighborSampler:
     also carry `edge_weight`.
     """
 
+    cooperative = False  # each rank draws its own batch (`CooperativeSampler`: one batch of all ranks)
+    keep_inputs = False
+
     def __init__(self, source: HopSource, num_nodes: int, fanouts: Sequence[Fanout], relabel: str = "auto",
                  method: str = "neighbor", dependency: int = 1, layer_dependency: bool = False,
                  iterations: int = 0) -> None:
@@ -182,6 +196,13 @@ class NeighborSampler:
         self._direct = relabel == "array" or self._own == (0, self.num_nodes)
         self._local = threading.local()
         self._evaluation: NeighborSampler | None = None  # `for_evaluation`'s, made once
+
+    def new_pass(self) -> None:
+        """The loader starts a pass: nothing is kept between batches here."""
+
+    def counters(self) -> dict[str, float]:
+        """Its hops' traffic is its source's, which reports it itself (`DistributedHops.counters`)."""
+        return {}
 
     def with_fanouts(self, fanouts: Sequence[Fanout]) -> "NeighborSampler":
         """This sampler (source, method, dependencies) drawing `fanouts`."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, TYPE_CHECKING
 
 import numpy as np
@@ -19,11 +20,11 @@ from mpignn.mpi import allreduce_max, allreduce_sum
 from mpignn.tasks import Task
 from mpignn.training.record import epoch_record
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only (postponed): the loop imports no launch or loader module at run time
     from mpignn.launch.bootstrap import Runtime
     from mpignn.loader.local_graph import LocalGraph
 
-__all__ = ["train_epoch", "run_epoch", "minibatch_mode"]
+__all__ = ["COUNTERS", "EpochParts", "train_epoch", "run_epoch"]
 
 
 def _progress(show: bool, step: int, steps: int, loss: float) -> None:
@@ -150,10 +151,38 @@ class RowCounts:
         return out
 
 
-def run_epoch(rt: Runtime, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-              loaders: dict[str, Any], *, task: Task, bf16: bool, timer: AllreduceTimer | None, evaluate_now: bool,
-              graph: LocalGraph, stop: Any = None, start_step: int = 0, end_step: int | None = None,
-              carry: dict[str, float] | None = None, test_if: float | None = None) -> dict[str, Any]:
+COUNTERS = ("remote_feature_bytes", "cache_hits", "remote_rows", "recent_hits", "remote_structure_bytes",
+            "halo_bytes", "input_rows", "kept_rows", "embedding_bytes")
+"""What the graph's components count (each reports its own: `counters()`), diffed per epoch and summed over ranks."""
+
+
+@dataclass(frozen=True)
+class EpochParts:
+    """What every epoch of a run trains with, made once (`Trainer.prepare`)."""
+
+    rt: Runtime
+    model: torch.nn.Module  # DDP-wrapped
+    optimizer: torch.optim.Optimizer
+    loaders: dict[str, Any]  # train, val, test
+    graph: LocalGraph
+    bf16: bool = False
+    timer: AllreduceTimer | None = None
+    stop: Any = None
+
+    def counters(self) -> dict[str, float]:
+        """Every component's counters so far, summed by name (the rank's feature store, its sampling source,
+        the training sampler where it counts on its own, the learnable rows)."""
+        graph, out = self.graph, dict.fromkeys(COUNTERS, 0.0)
+        parts = (graph.features, graph.sampler.source, self.loaders["train"].sampler, graph.embedding)
+        for part in {id(p): p for p in parts if p is not None}.values():
+            for name, value in part.counters().items():
+                out[name] += value
+        return out
+
+
+def run_epoch(parts: EpochParts, epoch: int, *, evaluate_now: bool, start_step: int = 0,
+              end_step: int | None = None, carry: dict[str, float] | None = None,
+              test_if: float | None = None) -> dict[str, Any]:
     """Collective over `rt.comm`: train one epoch (and evaluate val/test on every rank's share when
     `evaluate_now`, as `task.evaluate` does), then reduce everything into one record (sums divided once;
     times are the max over ranks; memory is the max over ranks; the task's score fields as it gives them).
@@ -166,26 +195,18 @@ def run_epoch(rt: Runtime, epoch: int, model: torch.nn.Module, optimizer: torch.
     test split is evaluated only when the validation score reaches it (else the record's test score is None)."""
     from mpignn.launch.allocator import peak_rss_mb, rss_mb
 
-    features, hops, emb = graph.features, graph.sampler.source, getattr(graph, "embedding", None)
-    emb_bytes0 = emb.bytes_received + emb.bytes_sent if emb is not None else 0
-    feat_bytes0, hit0, rows0 = features.bytes_received, features.cache_hits, features.remote_rows
-    recent0 = getattr(features, "recent_hits", 0)
-    train_sampler = loaders["train"].sampler
-    samplers = {id(s): s for s in (hops, train_sampler)}.values()  # cooperative: its own
-    struct = lambda: sum(getattr(s, "bytes_received", 0) for s in samplers)  # noqa: E731
-    struct0 = struct()
-    halo0 = getattr(train_sampler, "halo_bytes", 0)  # cooperative batches' layer rows
-    # and their remote input rows, and those a recent batch brought (`--batch-dependency`)
-    inputs0, kept0 = getattr(train_sampler, "input_rows", 0), getattr(train_sampler, "kept_rows", 0)
+    rt, graph, loaders, model = parts.rt, parts.graph, parts.loaders, parts.model
+    task, bf16, emb = graph.task, parts.bf16, graph.embedding
+    before = parts.counters()
     start = time.perf_counter()
     for name, loader in loaders.items():
         if name == "train":
             loader.set_epoch(epoch, start_step, end_step)
         else:
             loader.set_epoch(epoch)
-    sums = train_epoch(model, loaders["train"], optimizer, task=task, device=rt.device, bf16=bf16, timer=timer,
-                       progress=rt.rank == 0 and sys.stderr.isatty(), comm=rt.comm, stop=stop,
-                       start_step=start_step, end_step=end_step, embedding=emb)
+    sums = train_epoch(model, loaders["train"], parts.optimizer, task=task, device=rt.device, bf16=bf16,
+                       timer=parts.timer, progress=rt.rank == 0 and sys.stderr.isatty(), comm=rt.comm,
+                       stop=parts.stop, start_step=start_step, end_step=end_step, embedding=emb)
     if carry and rt.rank == 0:
         for key in _CARRIED:
             sums[key] += carry.get(key, 0.0)
@@ -200,18 +221,12 @@ def run_epoch(rt: Runtime, epoch: int, model: torch.nn.Module, optimizer: torch.
     eval_s = time.perf_counter() - evaluated
     times = loaders["train"].times
     steps = len(loaders["train"])
-    layers = range(max(len(getattr(loaders["train"].sampler, "fanouts", [])) + 1, 1))
+    layers = range(len(loaders["train"].sampler.fanouts) + 1)
     counts = {f"{name}_{j}": sums.get(f"{name}_{j}", 0.0) for name in ("rows", "counted_rows", "union_rows")
               for j in layers}
+    after = parts.counters()
     local = {**{k: sums[k] for k in ("loss_sum", "correct", "seeds", "units", "nodes", "steps")}, **counts,
-             "halo_bytes": getattr(train_sampler, "halo_bytes", 0) - halo0,
-             "remote_feature_bytes": features.bytes_received - feat_bytes0,
-             "remote_structure_bytes": struct() - struct0,
-             "embedding_bytes": (emb.bytes_received + emb.bytes_sent if emb is not None else 0) - emb_bytes0,
-             "cache_hits": features.cache_hits - hit0, "remote_rows": features.remote_rows - rows0,
-             "recent_hits": getattr(features, "recent_hits", 0) - recent0,
-             "input_rows": getattr(train_sampler, "input_rows", 0) - inputs0,
-             "kept_rows": getattr(train_sampler, "kept_rows", 0) - kept0}
+             **{name: after[name] - before[name] for name in COUNTERS}}
     keys = sorted(local)
     total = dict(zip(keys, allreduce_sum(rt.comm, [local[k] for k in keys]).tolist()))
     per_step = lambda v: v / max(sums["steps"], 1)  # noqa: E731
@@ -225,16 +240,8 @@ def run_epoch(rt: Runtime, epoch: int, model: torch.nn.Module, optimizer: torch.
         epoch=epoch, epochs_done=epoch + min(end_step or steps, steps) / max(steps, 1), total=total,
         slowest=slowest, scores=scores, unit=task.unit, layers=len(layers), world_size=rt.world_size,
         graph_fields={"cache_rows": graph.cache_rows, "cache_mib": graph.cache_mib, "graph_mib": graph.graph_mib},
-        minibatch=minibatch_mode(loaders["train"]),
+        minibatch=loaders["train"].minibatch,
         stopped_step=int(sums["stopped_step"]) if stopped else None, carried=_CARRIED)
-
-
-def minibatch_mode(loader: Any) -> str:
-    """How `loader`'s batches split the work over ranks: full (the whole neighbourhood, kept), cooperative or
-    independent."""
-    if getattr(loader, "reuse", False):
-        return "full"
-    return "cooperative" if getattr(loader.sampler, "cooperative", False) else "independent"
 
 
 _CARRIED = ("loss_sum", "correct", "seeds", "units")

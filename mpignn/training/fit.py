@@ -19,7 +19,7 @@ from mpignn.training.checkpoint_hosts import bring_generation
 from mpignn.training import converge
 from mpignn.launch.device import cpu_lacks_bf16_units
 from mpignn.training.ddp import optimize_for_device, wrap_ddp
-from mpignn.training.epoch import run_epoch
+from mpignn.training.epoch import EpochParts, run_epoch
 from mpignn.training.report import BestEpoch, format_epoch, format_final
 from mpignn.training.run_files import (check_outputs, claim_checkpoint_dir, generation_bytes, keep_best, on_behalf,
                                        report_epoch)
@@ -130,13 +130,13 @@ class Trainer:
         self.rec: dict[str, Any] | None = None
         self.improved, self.val, self.test = False, None, None
         self.model, self.optimizer = model, optimizer
-        check_outputs(rt.comm, cfg, generation_bytes(model, getattr(graph, "embedding", None)))
+        check_outputs(rt.comm, cfg, generation_bytes(model, graph.embedding))
 
     def resume(self) -> None:
         """Load the newest checkpoint: weights, optimizer, RNG states, position and the best epoch so far."""
         cfg, rt = self.cfg, self.rt
         info = resume_state(rt.comm, cfg.checkpoint_dir, self.model, self.optimizer, cfg.to_dict(), rt.device,
-                            rows=getattr(self.graph, "embedding", None), model_flags=self.task.model_flags)
+                            rows=self.graph.embedding, model_flags=self.task.model_flags)
         self.first_epoch, self.first_step = info["epoch"], info["step"]
         self.best = BestEpoch.from_dict(info["extra"].get("best", {}), self.best.metric)
         self.stale, self.ref = int(info["extra"].get("stale", 0)), info["extra"].get("ref")
@@ -166,7 +166,8 @@ class Trainer:
             schedule.step += self.first_step
             for group in self.optimizer.param_groups:
                 group["lr"] = schedule.lr_at(schedule.step)
-        self.ddp, self.timer = wrap_ddp(self.model, rt.comm, rt.device)
+        self.ddp, timer = wrap_ddp(self.model, rt.comm, rt.device)
+        self.parts = EpochParts(rt, self.ddp, self.optimizer, self.loaders, self.graph, self.bf16, timer, self.stop)
         self.plan = converge.schedule(cfg, steps)
         log.info("%d train steps per epoch, %s; training %s", steps, "bf16 autocast" if self.bf16 else "fp32",
                  self.plan.describe(steps))
@@ -218,9 +219,8 @@ class Trainer:
         sampled evaluation where due and not --eval exact: the epoch record (`training.record`)."""
         cfg, last = self.cfg, end == self.ends[-1]
         final = last and epoch == self.plan.epochs - 1  # the run's last evaluation always scores the test split
-        rec = run_epoch(self.rt, epoch, self.ddp, self.optimizer, self.loaders, task=self.task, bf16=self.bf16,
-                        timer=self.timer, graph=self.graph, evaluate_now=self._due(epoch, end) and cfg.eval != "exact",
-                        stop=self.stop, start_step=start, end_step=None if last else end,
+        rec = run_epoch(self.parts, epoch, evaluate_now=self._due(epoch, end) and cfg.eval != "exact",
+                        start_step=start, end_step=None if last else end,
                         carry=self.carry if resumed else None,
                         test_if=cfg.target_val if cfg.target_val and not final else None)
         rec["resolved"] = self.resolved
@@ -293,7 +293,7 @@ class Trainer:
             gen = save_state(rt.comm, cfg.checkpoint_dir, epoch=epoch + 1 if done else epoch,
                              step=step if step is not None else (0 if done else start), model=self.model,
                              optimizer=self.optimizer, device=rt.device, extra=extra,
-                             rows=getattr(self.graph, "embedding", None), keep=cfg.keep_checkpoints)
+                             rows=self.graph.embedding, keep=cfg.keep_checkpoints)
         if step is None and self.improved:  # the weights just saved are the best validation's
             on_behalf(rt.comm, lambda: keep_best(gen, cfg.checkpoint_dir), f"a copy of {gen.name} to best/ in "
                       f"{cfg.checkpoint_dir}", f"free space there; {gen.name} holds the same weights",

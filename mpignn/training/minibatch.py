@@ -102,7 +102,7 @@ class StepCount:
 def count_step(rt: Runtime, loader: Any) -> StepCount:
     """Collective over `rt.comm`: `loader`'s first step of epoch 0 (a kept full-graph batch: its one step),
     drawn and counted, nothing computed."""
-    if not getattr(loader, "reuse", False):
+    if loader.minibatch != "full":  # a kept full batch has its one step
         loader.set_epoch(0, 0, 1)
     hops = len(loader.sampler.fanouts)
     local = [0.0] * (1 + 2 * hops)  # a rank without a batch (none: the step count is agreed) adds nothing
@@ -143,7 +143,7 @@ def choose_minibatch(rt: Runtime, make_loader: Callable[[str], Any], *, in_width
 
 def _close(loader: Any) -> None:
     """Free a cooperative sampler's communicators (a loader built only to count or time)."""
-    if getattr(getattr(loader, "sampler", None), "cooperative", False):
+    if loader.sampler.cooperative:
         loader.sampler.close()
 
 
@@ -246,17 +246,17 @@ class _Clock:
 
 def _measure(rt: Runtime, model: torch.nn.Module, loader: Any, task: Any, bf16: bool) -> Probe:
     """Collective: `loader`'s first 1 + PROBE_STEPS steps of epoch 0, the first untimed."""
-    if getattr(loader, "reuse", False):  # one timed full step: it is long, and its noise small
+    if loader.minibatch == "full":  # one timed full step: it is long, and its noise small
         loader = _Repeat(loader, 2)
     else:
         loader.set_epoch(0, 0, 1 + PROBE_STEPS)
-    halo0 = getattr(loader.sampler, "halo_bytes", 0)
+    halo0 = loader.sampler.counters().get("halo_bytes", 0)
     clock = _Clock(loader)
     sums = train_epoch(model, clock, _Discard(model), task=task, device=rt.device, bf16=bf16, comm=rt.comm)
     seconds = clock.done[-1] - clock.done[0]
     steps = max(sums["steps"], 1.0)
     layers = range(len(loader.sampler.fanouts) + 1)  # 0: the input rows
-    local = [getattr(loader.sampler, "halo_bytes", 0) - halo0,
+    local = [loader.sampler.counters().get("halo_bytes", 0) - halo0,
              *(sums.get(f"{name}_{j}", 0.0) for j in layers for name in ("counted_rows", "union_rows"))]
     total = allreduce_sum(rt.comm, local).tolist()
     share = redundancy(total[1::2], total[2::2])
