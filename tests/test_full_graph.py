@@ -91,6 +91,7 @@ def test_auto_trains_full_where_a_step_covers_the_graph_and_counts_at_most_full_
     full = StepCount(inputs=100, targets=tuple(t * scale for t in step.targets),
                      edges=tuple(e * scale for e in step.edges))
     monkeypatch.setattr(minibatch, "count_step", lambda rt, loader: full if loader == "full" else step)
+    monkeypatch.setattr(minibatch, "_close", lambda loader: None)  # the loaders here are their modes' names
     monkeypatch.setattr(time, "perf_counter", lambda: pytest.fail("--minibatch auto read the clock"))
     rt = type("Rank", (), {"world_size": 1, "rank": 0, "device": "cpu"})()
     mode, why = minibatch.choose_minibatch(rt, lambda mode: mode, in_width=8, hidden=16, num_nodes=100,

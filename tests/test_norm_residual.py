@@ -123,7 +123,7 @@ def test_minibatch_tune_puts_the_running_statistics_back_after_measuring(monkeyp
         return minibatch.Probe(1.0, None, 0.0)
 
     class Loader(list):
-        sampler = SimpleNamespace(close=lambda: None)
+        sampler = SimpleNamespace(close=lambda: None, cooperative=True)
 
     monkeypatch.setattr(minibatch, "_measure", measure)
     rt = SimpleNamespace(world_size=2, rank=0, device="cpu")
