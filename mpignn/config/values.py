@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping
 from mpignn.config.choices import check_choice
 from mpignn.errors import ConfigError
 
-__all__ = ["RANGES", "opt", "check_types", "check_values", "estimate_step_bytes", "check_memory"]
+__all__ = ["RANGES", "opt", "check_config", "check_types", "check_values", "estimate_step_bytes", "check_memory"]
 
 
 def _is_int(value: Any) -> bool:
@@ -87,6 +87,16 @@ RANGES: tuple[tuple[tuple[str, ...], Callable[..., bool], str], ...] = (
      "--embed-dim must be >= 0 and --embed-lr positive; got {0} and {1}. HINT: e.g. --embed-dim 64 --embed-lr 0.1 "
      "(a finite rate)"),
 )
+
+
+def check_config(config: Any) -> None:
+    """A frozen dataclass's `__post_init__`: `check_types` (an int given for a float field becomes a float),
+    then `check_values`."""
+    specs = dataclasses.fields(config)
+    for name, value in check_types({f.name: getattr(config, f.name) for f in specs}, {f.name: f.type for f in specs},
+                                   {f.name: f.default for f in specs}).items():
+        object.__setattr__(config, name, value)
+    check_values(config)
 
 
 def check_values(config: Any) -> None:

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Sequence
 
 from dataclasses import dataclass
 
-from mpignn.config.choices import DEFAULT_METHOD, PARTITION_DEFAULT, PARTITION_METHODS, TASKS, check_choice
+from mpignn.config.choices import DEFAULT_METHOD, PARTITION_DEFAULT, PARTITION_METHODS, TASKS
+from mpignn.config.values import check_config, opt
 from mpignn.config.train_config import TrainConfig, add_fields
 from mpignn.errors import ConfigError, MpignnError
 
@@ -35,13 +36,13 @@ class PartitionConfig:
     """Dataset root folder."""
     splits: str = TrainConfig.splits
     """An npz of int node ids `train`, `valid`, `test` in place of the dataset's own (as mpignn.train --splits)."""
-    method: str = PARTITION_DEFAULT
+    method: str = opt(PARTITION_DEFAULT, choices=(*PARTITION_METHODS, DEFAULT_METHOD))
     """metis, kaminpar (if installed), random, or auto (metis): as mpignn.train --partition-method."""
     seed: int = TrainConfig.seed
     """Seeds the partitioner and the held-out edges of --task link (training's --seed)."""
     threads: int = 0
     """kaminpar threads (0: all cores); only 1 gives the same parts for the same seed."""
-    task: str = TrainConfig.task
+    task: str = opt(TrainConfig.task, choices=TASKS)
     """link: first hold out --link-val and --link-test of the undirected edges (seeded by --seed) and store them
     in OUT/links/, for mpignn.train --task link with the same --seed and link flags."""
     link_val: float = TrainConfig.link_val
@@ -56,8 +57,7 @@ class PartitionConfig:
     """Print the report as one JSON line."""
 
     def __post_init__(self) -> None:
-        check_choice("method", self.method, (*PARTITION_METHODS, DEFAULT_METHOD))
-        check_choice("task", self.task, tuple(TASKS))
+        check_config(self)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,8 +7,12 @@ import argparse
 import json
 import logging
 import sys
+import math
 from dataclasses import asdict, dataclass
 from typing import Sequence
+
+from mpignn.config.choices import EXCHANGES
+from mpignn.config.values import check_config, opt
 
 __all__ = ["PredictConfig", "build_parser", "main", "cli"]
 
@@ -30,37 +34,27 @@ class PredictConfig:
     classification: the last hidden layer; link prediction: the last layer)."""
     pairs: str = ""
     """An npy of node pairs (original ids, [P, 2]) to score with a link prediction checkpoint's decoder."""
-    chunk_size: int = 8192
+    chunk_size: int = opt(8192, accepts=lambda v: v >= 1, problem="must be a positive int", hint="e.g. 8192")
     """Target nodes per block: bounds the source rows a rank assembles at once."""
-    halo_mib: float = 256
+    halo_mib: float = opt(256.0, accepts=lambda v: v >= 0, problem="must be >= 0", hint="e.g. 256 (0: per block)")
     """Remote rows a rank holds at once (MiB): consecutive blocks' remote sources are fetched together up to
     this, each row once per layer (0: each block's on its own, crossing once per block that reads it)."""
     root: str = ""
     """Data folder (empty: the training run's --root)."""
     partitions: str = ""
     """Partition folder (empty: the training run's, or one made for this number of ranks as training does)."""
-    exchange: str = ""
+    exchange: str = opt("", choices=(*EXCHANGES, ""))
     """Row transport: auto, mpi or torch (empty: the training run's)."""
     device: str = "auto"
     backend: str = "auto"
-    threads: int = 0
+    threads: int = opt(0, accepts=lambda v: v >= 0, problem="must be >= 0", hint="0 means automatic")
     """Threads per rank (0: the cores of the host over its ranks)."""
-    collective_timeout: float = 300.0
+    collective_timeout: float = opt(300.0, accepts=lambda v: 0 < v < math.inf, problem="must be positive seconds",
+                                    hint="e.g. 300")
     """Seconds any collective may take before the job ends, naming the ranks that stopped answering."""
 
     def __post_init__(self) -> None:
-        from mpignn.errors import ConfigError
-
-        if not self.collective_timeout > 0:
-            raise ConfigError(f"--collective-timeout must be positive seconds; got {self.collective_timeout}. HINT: "
-                              "e.g. 300")
-
-        if self.chunk_size < 1:
-            raise ConfigError(f"--chunk-size must be a positive int; got {self.chunk_size}. HINT: e.g. 8192")
-        if self.halo_mib < 0:
-            raise ConfigError(f"--halo-mib must be >= 0; got {self.halo_mib}. HINT: e.g. 256 (0: per block)")
-        if self.threads < 0:
-            raise ConfigError(f"--threads must be >= 0; got {self.threads}. HINT: 0 means automatic")
+        check_config(self)
 
 
 def build_parser() -> argparse.ArgumentParser:
