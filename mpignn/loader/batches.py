@@ -22,7 +22,7 @@ from mpignn.loader.whole import WholeNeighbourhoods, sparse_input
 from mpignn.mpi import chunk_bounds, pad_to_steps, steps_per_epoch
 from mpignn.sampling import kernels, labor
 from mpignn.sampling.cooperative import union_rows
-from mpignn.sampling.neighbor import NeighborSampler, loop_free_degree
+from mpignn.sampling.neighbor import NeighborSampler, SampleOutput, loop_free_degree
 
 __all__ = ["BatchLoader", "NodeSeeds", "LoaderTimes", "cut_steps"]
 
@@ -37,9 +37,9 @@ class NodeSeeds:
         return len(self.ids)
 
     def draw(self, sampler: NeighborSampler, items: np.ndarray, seed: int,
-             variates: tuple[int, int] | None = None) -> tuple[Any, dict[str, Any]]:
-        """(the sample around seeds `items` (positions in `ids`), what the batch carries besides)."""
-        return sampler.sample(self.ids[items], seed, variates), {}
+             variates: tuple[int, int] | None = None) -> SampleOutput:
+        """The sample around seeds `items` (positions in `ids`)."""
+        return sampler.sample(self.ids[items], seed, variates)
 
 
 class LoaderTimes:
@@ -80,7 +80,8 @@ class BatchLoader:
     """Iterate over mini-batches sampled around `seeds`: global ids of this rank's nodes, or a seed source of a
     task (e.g. `tasks.link.LinkSeeds`: positive pairs, each batch sampling around both ends of positives and
     negatives). A seed source has `__len__` (the items that are shuffled and batched) and
-    `draw(sampler, items, seed) -> (sample, extras)`; the extras (arrays become tensors) are set on the batch.
+    `draw(sampler, items, seed, variates) -> SampleOutput` (one typed output, as PyG's samplers return a
+    `SamplerOutput`): its `edge_label_index`, `edge_label` and `metadata` are set on the batch (arrays as tensors).
 
     Args:
         sampler: the multi-hop sampler (local or distributed hops).
@@ -174,7 +175,9 @@ class BatchLoader:
         if dependency > 1:  # labor: the window's seed, the step's shift
             window, shift = labor.window(step, dependency)
             variates = (kernels.mix_seed(kernels.mix_seed(epoch_seed, stream + window), dependency), shift)
-        out, extras = self.source.draw(self.sampler, seeds, kernels.mix_seed(epoch_seed, stream + step), variates)
+        out = self.source.draw(self.sampler, seeds, kernels.mix_seed(epoch_seed, stream + step), variates)
+        extras: dict[str, Any] = {**out.metadata, **{k: v for k, v in (("edge_label_index", out.edge_label_index),
+                                                                        ("edge_label", out.edge_label)) if v is not None}}
         if cooperative:
             extras["halo"] = Halo(out.halo, self.sampler.rows, ByteCounter(self.sampler), static_input=self.reuse,
                                   keeper=self.sampler if self.sampler.keep_inputs else None)

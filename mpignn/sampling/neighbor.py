@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, Union
 
 import numpy as np
@@ -48,6 +48,8 @@ class SampleOutput:
     mean_over: np.ndarray | None = None  # "labor": int64 like in_degree, what each target's mean divides by
     edge_weight: np.ndarray | None = None  # LABOR-i, i > 0: float32 [E], each edge's importance weight
     halo: list | None = None  # cooperative batches: a `sampling.cooperative.LayerPlan` per layer
+    edge_label: np.ndarray | None = None  # a seed source's labels of `edge_label_index` (`tasks.link.LinkSeeds`)
+    metadata: dict[str, Any] = field(default_factory=dict)  # what else the seed source's batches carry, by name
 
 
 class HopSource(Protocol):

@@ -67,14 +67,13 @@ class LinkSeeds:
         labels[:len(items)] = 1.0
         return pairs, labels, len(items), k_tails
 
-    def draw(self, sampler: Any, items: np.ndarray, seed: int,
-             variates: tuple[int, int] | None = None) -> tuple[Any, dict[str, Any]]:
-        """The sample around both ends of the pairs of positives `items`, and the pairs and labels the batch
-        carries (`edge_label_index` in the batch's local ids); `variates` as `NeighborSampler.sample` takes them."""
+    def draw(self, sampler: Any, items: np.ndarray, seed: int, variates: tuple[int, int] | None = None) -> Any:
+        """The sample around both ends of the pairs of positives `items`, with the pairs (`edge_label_index` in
+        the batch's local ids), their labels and counts; `variates` as `NeighborSampler.sample` takes them."""
         pairs, labels, num_pos, num_tails = self.pairs(items, seed)
         out = sampler.sample_from_edges(pairs[0], pairs[1], seed, variates)
-        return out, {"edge_label_index": out.edge_label_index, "edge_label": labels, "num_pos": num_pos,
-                     "num_tails": num_tails}
+        out.edge_label, out.metadata = labels, {"num_pos": num_pos, "num_tails": num_tails}
+        return out
 
 
 class LinkTask(Task):
