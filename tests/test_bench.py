@@ -282,14 +282,14 @@ def test_the_epoch_bench_times_bf16_only_where_the_cpu_has_bf16_units(monkeypatc
         assert epoch.precisions("auto", "cuda")[0] == ["fp32", "bf16"]
 
 
-def test_labor_star_counts_fewer_rows_with_more_iterations(capsys, tmp_path):
-    """`bench.labor_star` on a small graph: each iteration concentrates a hop's sources, so the rows fall from
-    neighbour sampling to LABOR-0 to LABOR-3, and one variate per node for every hop takes fewer still."""
-    from mpignn.bench import labor_star
+def test_the_sampler_bench_counts_fewer_labor_rows_with_more_iterations(capsys, tmp_path):
+    """`bench.sampler --labor` on a small graph: each iteration concentrates a hop's sources, so the rows fall
+    from neighbour sampling to LABOR-0 to LABOR-3, and one variate per node for every hop takes fewer still."""
+    from mpignn.bench import sampler
 
     graph = "synthetic:num_nodes=3000,avg_degree=15,num_features=4,num_classes=3"
-    assert labor_star.main(["--dataset", graph, "--root", str(tmp_path), "--fanout", "5,5", "--batch-size", "128",
-                            "--batches", "2", "--iterations", "0,1,3", "--same-variates"]) == 0
+    assert sampler.main(["--dataset", graph, "--root", str(tmp_path), "--fanout", "5,5", "--batch-size", "128",
+                         "--batches", "2", "--labor", "0,1,3", "--same-variates"]) == 0
     out = capsys.readouterr().out
     rows = {m.group(1).strip(): int(m.group(2).replace(",", ""))
             for m in re.finditer(r"^(neighbor|LABOR-\d+(?:, one variate per node for every hop)?)\s+([\d,]+)",

@@ -1,7 +1,15 @@
-"""`python -m mpignn.bench.sampler`: sampled batches/s and edges/s, mpignn against PyG's NeighborLoader.
+"""`python -m mpignn.bench.sampler`: sampled batches/s and edges/s, mpignn against PyG's NeighborLoader; with
+`--labor I,...` instead the input rows per step of LABOR-i (`--labor-iterations i`) against LABOR-0 and
+neighbour sampling, and what each batch costs to draw, on one process holding the whole graph.
 
-Example (the PyG column needs pyg-lib or torch-sparse; --pyg-python may point at another venv):
+LABOR-i (Balın and Çatalyürek, NeurIPS 2023; `sampling.labor.labor_importance`) weights each source of a hop
+so that targets sharing a neighbour agree on it more often: a hop reaches fewer sources, each edge carrying an
+importance weight that keeps the mean unbiased. The accuracy such batches train to is `python -m mpignn.bench`'s
+(`+laborI` configs).
+
+Examples (the PyG column needs pyg-lib or torch-sparse; --pyg-python may point at another venv):
     python -m mpignn.bench.sampler --graphs 200000:20,2000000:25 --pyg-python /path/venv/bin/python
+    python -m mpignn.bench.sampler --labor 0,1,3,8 --same-variates
 """
 from __future__ import annotations
 
@@ -32,6 +40,41 @@ def measure(graph: GraphData, fanout: list[int], batch_size: int, batches: int, 
     return {"impl": "mpignn", "threads": threads, "batches_per_s": batches / seconds, "edges_per_s": edges / seconds}
 
 
+def labor_rows(graph: GraphData, args: argparse.Namespace) -> int:
+    """`--labor`: rows, edges and draw milliseconds per step of each sampler variant, printed as a table."""
+    from mpignn.sampling import LocalHops, NeighborSampler, kernels, labor
+
+    hops = LocalHops(np.asarray(graph.rowptr, dtype=np.int64), np.asarray(graph.col, dtype=np.int64))
+    rng = np.random.default_rng(0)
+    batches = [np.sort(rng.choice(graph.train_idx, args.batch_size, replace=False)) for _ in range(args.batches)]
+    kernels.warm_up()
+    labor.warm_up(importance=True)
+    variants = [("neighbor", dict(method="neighbor"))]
+    for same in (False, True) if args.same_variates else (False,):
+        for text in args.labor.split(","):
+            name = f"LABOR-{int(text)}" + (", one variate per node for every hop" if same else "")
+            variants.append((name, dict(method="labor", iterations=int(text), layer_dependency=same)))
+    rows = []
+    for name, kwargs in variants:
+        sampler = NeighborSampler(hops, graph.num_nodes, parse_fanout(args.fanout), **kwargs)
+        sampler.sample(batches[0], 10)  # the id map and the kernels' first call
+        start = time.perf_counter()
+        outs = [sampler.sample(b, 11 + i) for i, b in enumerate(batches)]
+        ms = 1000 * (time.perf_counter() - start) / len(batches)
+        rows.append({"sampler": name, "hops": np.mean([o.num_sampled_nodes for o in outs], axis=0), "ms": ms,
+                     "edges": np.mean([len(o.row) for o in outs])})
+    base = rows[0]["hops"].sum()
+    for row in rows:
+        row.update(input=row["hops"].sum(), vs=row["hops"].sum() / base,
+                   per_hop=" / ".join(f"{v:,.0f}" for v in row["hops"][1:]))
+    print(f"{args.dataset}: fanout {args.fanout}, batch {args.batch_size}, mean of {args.batches} batches, one "
+          "process, one thread per kernel call as numba runs it here")
+    print(table(rows, [("sampler", "sampler", "s"), ("input", "input rows/step", ",.0f"),
+                       ("vs", "x neighbor", ".2f"), ("edges", "edges/step", ",.0f"),
+                       ("per_hop", "new rows per hop", "s"), ("ms", "draw ms/step", ".1f")]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mpignn.bench.sampler", description=__doc__.splitlines()[0])
     parser.add_argument("--graphs", default="200000:20,2000000:25", help="NODES:AVG_DEGREE,... (synthetic)")
@@ -41,10 +84,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--pyg-python", help="interpreter with torch-geometric + pyg-lib or torch-sparse")
+    parser.add_argument("--labor", help="LABOR-i variants to count against neighbour sampling, comma-separated")
+    parser.add_argument("--dataset", default="synthetic", help="--labor: a dataset name (default: the embedded graph)")
+    parser.add_argument("--root", default="data")
+    parser.add_argument("--same-variates", action="store_true",
+                        help="--labor: also each variant with one variate per node for every hop (--layer-dependency)")
     args = parser.parse_args(argv)
     from mpignn.data import load_dataset
 
     fanout = parse_fanout(args.fanout)
+    if args.labor:
+        return labor_rows(load_dataset(args.dataset, args.root), args)
     ref = pyg_python(args.pyg_python)
     rows = []
     for item in args.graphs.split(","):
