@@ -15,7 +15,7 @@ from _mpirun import run_mpi, run_mpi_raw
 from mpignn import runtime
 from mpignn.training.loaders import make_loader
 from mpignn.data import load_dataset
-from mpignn.errors import ConfigError
+from mpignn.errors import ConfigError, is_agreed
 
 SMALL = "synthetic:num_nodes=1500,avg_degree=6,num_features=4"
 
@@ -196,6 +196,17 @@ def test_heterogeneous_batches_carry_each_types_dataset_ids(rt, tmp_path):
         runtime.NeighborLoader(graph, [2, 2], input_nodes=torch.zeros(schema.node_counts[k] + 1, dtype=torch.bool))
     with pytest.raises(ConfigError, match="labelled type"):
         runtime.NeighborLoader(graph, [2, 2], input_nodes=("user", torch.tensor([1])))
+    # per edge type, as PyG's NumNeighbors checks it: every type named (or a default), one hop count
+    first, *rest = schema.edge_types
+    per_type = {t: [2, 2] for t in schema.edge_types}
+    assert len(runtime.NeighborLoader(graph, per_type, input_nodes="train", batch_size=64)) > 0
+    assert len(runtime.NeighborLoader(graph, {first: [2, 2], "default": [1, 1]}, batch_size=64)) > 0
+    with pytest.raises(ConfigError, match="the same number of hops for every edge type") as err:
+        runtime.NeighborLoader(graph, {**per_type, first: [2]}, batch_size=64)  # was: the first type's hops won
+    assert is_agreed(err.value)
+    if rest:  # was: the types left out took every neighbour
+        with pytest.raises(ConfigError, match="no fanouts for edge type"):
+            runtime.NeighborLoader(graph, {first: [2, 2]}, batch_size=64)
 
 
 def test_one_rank_group_leaves_the_environment_children_inherit(rt, monkeypatch):

@@ -16,7 +16,7 @@ import torch
 
 from mpignn.config.choices import MINIBATCH_MODES, PREFETCH_MODES
 from mpignn.config.graph_options import parse_fanout
-from mpignn.data.hetero import hop_fanouts
+from mpignn.data.hetero import edge_type_name, hop_fanouts
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
 from mpignn.exchange.alltoall import MpiAlltoall
 from mpignn.exchange.features import FeatureStore
@@ -159,9 +159,18 @@ def _fanouts(graph: LocalGraph, num_neighbors: Any) -> list[Any]:
         if graph.schema is None:
             raise ConfigError("num_neighbors per edge type needs a heterogeneous graph. HINT: num_neighbors=[15, 10]")
         per_type = {_edge_name(k): parse_fanout(v) for k, v in num_neighbors.items() if k != "default"}
-        hops = len(next(iter(per_type.values()), num_neighbors.get("default", [])))
-        default = parse_fanout(num_neighbors.get("default", [-1] * hops))
-        return hop_fanouts(default, per_type, graph.schema)
+        default = parse_fanout(num_neighbors["default"]) if "default" in num_neighbors else None
+        hops = {len(v) for v in per_type.values()} | ({len(default)} if default is not None else set())
+        if len(hops) != 1:  # PyG's NumNeighbors refuses this too ("Number of hops must be the same")
+            raise ConfigError(f"num_neighbors must list the same number of hops for every edge type; got "
+                              f"{per_type}. HINT: one list per edge type, each as "
+                              "long as the model has layers")
+        names = [edge_type_name(e) for e in graph.schema.edge_types]
+        missing = [n for n in names if n not in per_type]
+        if missing and default is None:  # PyG: "Missing number of neighbors for edge type"
+            raise ConfigError(f"num_neighbors has no fanouts for edge type(s) {', '.join(missing)}. HINT: give "
+                              "every edge type its list, or a 'default' key for the rest")
+        return hop_fanouts(default or [-1] * hops.pop(), per_type, graph.schema)
     if isinstance(num_neighbors, (str, bytes)) or not isinstance(num_neighbors, Sequence):
         raise ConfigError(f"num_neighbors must list neighbours per hop (ints, -1 for all); got {num_neighbors!r}. "
                           "HINT: num_neighbors=[15, 10]")
