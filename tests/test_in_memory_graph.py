@@ -151,6 +151,18 @@ def test_refusals_are_one_agreed_line(rt, graph, dataset, keywords, needle):
     assert "HINT:" in str(info.value) and "\n" not in str(info.value) and is_agreed(info.value)
 
 
+def test_edge_attributes_are_refused_not_dropped(rt, graph):
+    """A partition keeps structure, features and labels: `edge_attr` or `edge_weight` would vanish on the way
+    (they were dropped without a word), so they are refused in one agreed line naming the attribute."""
+    data = to_data(_arrays(graph))
+    for key in ("edge_attr", "edge_weight"):
+        data[key] = torch.ones(data.edge_index.shape[1])
+        with pytest.raises(DatasetError, match=rf"expected no edge attributes .* got data\.{key}\. HINT: del data") as err:
+            runtime.load_local_graph(rt, data)
+        assert "\n" not in str(err.value) and is_agreed(err.value)
+        del data[key]
+
+
 def test_a_mask_of_the_wrong_length_is_named(rt, graph):
     data = to_data(_arrays(graph))
     data.val_mask = torch.zeros(graph.num_nodes + 1, dtype=torch.bool)

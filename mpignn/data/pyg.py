@@ -97,6 +97,22 @@ def _hetero_arrays(data: Any, label: str) -> dict[str, np.ndarray]:
     return arrays
 
 
+_EDGE_ATTRIBUTES = ("edge_attr", "edge_weight")  # what a partition does not carry: its edges are re-ordered
+
+
+def _refuse_edge_attributes(data: Any, label: str) -> None:
+    """Edge attributes would be dropped while partitioning (the parts keep structure, features and labels):
+    refused, so a model that reads them cannot train silently without them."""
+    stores = [(None, data)] if pyg_kind(data) == "Data" else [(et, data[et]) for et in data.edge_types]
+    for et, store in stores:
+        for key in _EDGE_ATTRIBUTES:
+            if getattr(store, key, None) is not None:
+                where = f"data[{et!r}].{key}" if et else f"data.{key}"
+                raise DatasetError(f"{label}: expected no edge attributes (a partition keeps the structure, features "
+                                   f"and labels only); got {where}. HINT: del {where} to train on the structure, or "
+                                   "put what a node needs from its edges into its features")
+
+
 def pyg_arrays(data: Any) -> dict[str, np.ndarray]:
     """The npz format's arrays of a PyG graph (docs/datasets.md): `Data` gives edge_index, x, y and the
     splits, each `train_idx` (node ids) or else `train_mask` (a boolean mask over the nodes, or ids);
@@ -105,13 +121,15 @@ def pyg_arrays(data: Any) -> dict[str, np.ndarray]:
     checks the rest.
 
     Raises:
-        DatasetError: not a PyG graph, a mask of the wrong shape, a node type without a node count.
+        DatasetError: not a PyG graph, edge attributes (`edge_attr`, `edge_weight`: a partition would drop
+            them), a mask of the wrong shape, a node type without a node count.
     """
     kind = pyg_kind(data)
     label = f"in-memory {kind}"
     if kind is None:
         raise DatasetError(f"expected a torch_geometric Data or HeteroData; got {type(data).__name__}. HINT: pass "
                            "the graph itself (e.g. dataset[0]) or a dataset name")
+    _refuse_edge_attributes(data, label)
     return _homo_arrays(data, label) if kind == "Data" else _hetero_arrays(data, label)
 
 
