@@ -6,6 +6,7 @@ one rank's uncaught exception in a module-level script).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +29,22 @@ def graph(rt, tmp_path_factory):
 
 def _order(loader):
     return np.concatenate([b.input_id.numpy() for b in loader])
+
+
+def test_the_loaders_seed_not_torchs_seeds_its_draws_and_the_docs_say_so(graph):
+    """A ported script's `torch.manual_seed(S)` reseeds PyG's sampling but not mpignn's, whose draws must match on
+    any number of ranks: docs/from-pyg.md says which seed does (it said nothing)."""
+    def draws(**kwargs):
+        loader = runtime.NeighborLoader(graph, [3, 2], input_nodes="train", batch_size=32, shuffle=True, **kwargs)
+        return [np.concatenate([b.input_id.numpy(), b.n_id.numpy()]) for b in loader]
+
+    torch.manual_seed(1)
+    one = draws()
+    torch.manual_seed(2)
+    assert all(np.array_equal(a, b) for a, b in zip(one, draws()))
+    assert not all(np.array_equal(a, b) for a, b in zip(one, draws(seed=2)))
+    text = (Path(__file__).resolve().parent.parent / "docs" / "from-pyg.md").read_text()
+    assert "the loader's `seed=`" in text and "`torch.manual_seed(S)` seeds the weights and dropout only" in text
 
 
 def test_each_pass_reshuffles_and_redraws_without_set_epoch(graph):
