@@ -100,7 +100,8 @@ class BatchLoader:
             (seeds first in the target type; `batch.y`, `batch.batch_size` and `batch.n_id` on the batch too).
         reuse: every pass yields the batches of the first (full-graph batches: all seeds, every neighbour, so
             every draw is the same): they are made once and kept, their halo's input rows exchanged once.
-        dataset_ids: a `FeatureStore` whose one int64 column is each node's id in the dataset: batches then
+        dataset_ids: a `FeatureStore` whose first int64 column is each node's id in the dataset (and a second,
+            where present, its label: then `y` holds every node's label, not the own nodes' alone): batches then
             carry `n_id` and `input_id` in those ids (per type on a heterogeneous graph) and the partition's ids
             as `part_n_id` (collective over its comm, like the features: `runtime.NeighborLoader`).
 
@@ -197,13 +198,16 @@ class BatchLoader:
                                              dtype=self.features.x.dtype))
             buffer = rows.numpy()[:len(out.n_id)]
         x, y = self.features.gather(out.n_id, out=buffer)
+        ids, labels = self._dataset_ids(out.n_id)  # collective like the features, right after them
+        if labels is not None:  # every node's label, remote ones too (the features' store has its own only)
+            y = labels.astype(y.dtype, copy=False)
         x = rows if buffer is not None else _tensor(x)
         if x.dtype == torch.uint16:  # a bf16 feature table holds bfloat16 bits (data.features)
             x = x.view(torch.bfloat16)
         if self.layout is not None:  # heterogeneous: cut by type into PyG's HeteroData
             data = self.layout.split(x, torch.from_numpy(y), out.n_id, out.row, out.col, out.edge_type,
                                      out.num_sampled_nodes, out.num_sampled_edges, out.batch_size,
-                                     device=self.device, dataset_ids=self._dataset_ids(out.n_id))
+                                     device=self.device, dataset_ids=ids)
             return self._finish(_carry(data, extras), x, t0, t1)
         if resident:
             edge_index = torch.stack([out.row, out.col])
@@ -213,7 +217,7 @@ class BatchLoader:
         data = Data(x=x, y=_tensor(y), edge_index=edge_index, n_id=_tensor(out.n_id))
         if self.dataset_ids is not None:
             data.part_n_id = data.n_id
-            data.n_id = torch.from_numpy(self._dataset_ids(out.n_id))
+            data.n_id = torch.from_numpy(ids)
             data.input_id = data.n_id[:out.batch_size]
         data.num_nodes = len(out.n_id)  # a cooperative x may have room for other ranks' rows after them
         data.batch_size = out.batch_size
@@ -238,9 +242,13 @@ class BatchLoader:
         degree = loop_free_degree(hops.rowptr, hops.col, hops.lo)
         return degree[n_id - hops.lo].astype(np.float32)
 
-    def _dataset_ids(self, n_id: np.ndarray) -> np.ndarray | None:
-        """The dataset's ids of partition ids `n_id` (collective like the features), or None without a store."""
-        return None if self.dataset_ids is None else self.dataset_ids.gather(n_id)[0][:, 0]
+    def _dataset_ids(self, n_id: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(the dataset's ids of partition ids `n_id`, their labels where the store holds them as a second
+        column): collective like the features; (None, None) without a store."""
+        if self.dataset_ids is None:
+            return None, None
+        rows = self.dataset_ids.gather(n_id)[0]
+        return rows[:, 0], (rows[:, 1] if rows.shape[1] > 1 else None)
 
     def _finish(self, data: Any, x: torch.Tensor, t0: tuple[float, Any], t1: tuple[float, Any],
                 resident: bool = False) -> Any:

@@ -230,9 +230,12 @@ def _target_nodes(graph: LocalGraph) -> np.ndarray:
 
 
 def _id_store(graph: LocalGraph) -> FeatureStore:
-    """The dataset's id of any node, looked up like a feature row (one int64 column; own rows locally, others
-    from their owners on the features' communicator, right after each batch's features)."""
-    table = np.ascontiguousarray(graph.node_id, dtype=np.int64).reshape(-1, 1)
+    """The dataset's id and the label of any node, looked up like a feature row (two int64 columns, one where
+    labels are not one int a node; own rows locally, others from their owners on the features' communicator,
+    right after each batch's features): a batch's `y` holds every node's label, as PyG's does."""
+    y = np.asarray(graph.part.y)
+    columns = [graph.node_id, y] if y.ndim == 1 and y.dtype.kind in "iu" else [graph.node_id]
+    table = np.ascontiguousarray(np.stack([np.asarray(c, dtype=np.int64) for c in columns], axis=1))
     comm = graph.features.comm
     offsets = graph.features.part_offsets
     return FeatureStore(table, graph.part.y, graph.part.lo, offsets, comm,

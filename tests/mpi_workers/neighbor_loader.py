@@ -1,4 +1,4 @@
-"""2 ranks: NeighborLoader batches hold the dataset's rows under dataset ids across parts; uneven seeds give
+"""2 ranks: NeighborLoader batches hold the dataset's rows and labels under dataset ids across parts; uneven seeds give
 equal steps; accuracy/mean weigh items, not ranks; its cooperative and full-graph batches are the CLI loader's."""
 import sys
 
@@ -21,6 +21,7 @@ def main() -> None:
     for batch in loader:
         n_id = batch.n_id.numpy()
         assert np.allclose(batch.x.numpy(), np.asarray(data.x)[n_id])
+        assert np.array_equal(batch.y.numpy(), np.asarray(data.y)[n_id])  # other ranks' nodes too (read -1)
         assert set(batch.input_id.numpy()) <= set(graph.node_id.tolist())  # seeds are own nodes
         remote += int((~np.isin(n_id, graph.node_id)).sum())
     assert remote > 0  # ids of other ranks' nodes were looked up too
