@@ -23,6 +23,7 @@ from mpignn.exchange.features import FeatureStore
 from mpignn.loader.batches import BatchLoader, cut_steps
 from mpignn.loader.local_graph import SPLITS, LocalGraph
 from mpignn.loader.prefetch import overlap, rows_on_device
+from mpignn.mpi import check_all
 from mpignn.tasks import picker
 from mpignn.training.loaders import cooperative_refusal, cooperative_sampler, rank_batch_size
 
@@ -206,20 +207,36 @@ def _seeds(graph: LocalGraph, input_nodes: Any) -> np.ndarray:
         k = schema.type_index(schema.target)
         own_ids, num_nodes = own_ids - schema.offsets[k], schema.node_counts[k]
     ids = input_nodes.detach().cpu().numpy() if isinstance(input_nodes, torch.Tensor) else np.asarray(input_nodes)
+    problem = _ids_problem(ids, num_nodes)
+    comm = graph.runtime.comm if graph.runtime is not None and graph.runtime.world_size > 1 else None
+    if comm is not None:  # ranks may pass different ids (PyG's per-rank chunk): agree on any refusal first
+        check_all(comm, not problem, problem, ConfigError)
+    elif problem:
+        raise ConfigError(problem)
+    if ids.dtype == np.bool_:
+        ids = np.flatnonzero(ids)
+    chosen = np.zeros(num_nodes, dtype=bool)
+    # the union of every rank's ids: PyG's `split_idx[...].split(n // world_size)[rank]` gives each rank a chunk
+    # holding other ranks' nodes, and each rank trains the nodes it owns, so the chunks together are trained
+    for part_ids in (comm.allgather(ids.astype(np.int64)) if comm is not None else [ids]):
+        chosen[part_ids] = True
+    return own[chosen[own_ids]]
+
+
+def _ids_problem(ids: np.ndarray, num_nodes: int) -> str:
+    """Why `input_nodes` given as a mask or ids cannot be read, or ""."""
     if ids.dtype == np.bool_:
         if ids.shape != (num_nodes,):
-            raise ConfigError(f"input_nodes is a mask of shape {tuple(ids.shape)}, the graph has {num_nodes} nodes. "
-                              f"HINT: a boolean mask of shape ({num_nodes},) over the dataset's node ids")
-        return own[ids[own_ids]]
+            return (f"input_nodes is a mask of shape {tuple(ids.shape)}, the graph has {num_nodes} nodes. "
+                    f"HINT: a boolean mask of shape ({num_nodes},) over the dataset's node ids")
+        return ""
     if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
-        raise ConfigError(f"input_nodes must be a split name, a boolean mask or a 1-D integer id tensor; got dtype "
-                          f"{ids.dtype} shape {tuple(ids.shape)}. HINT: mask.nonzero().view(-1)")
+        return (f"input_nodes must be a split name, a boolean mask or a 1-D integer id tensor; got dtype {ids.dtype} "
+                f"shape {tuple(ids.shape)}. HINT: mask.nonzero().view(-1)")
     if len(ids) and (ids.min() < 0 or ids.max() >= num_nodes):
-        raise ConfigError(f"input_nodes holds ids outside [0, {num_nodes}): {int(ids.min())}..{int(ids.max())}. "
-                          "HINT: ids are the dataset's node ids")
-    chosen = np.zeros(num_nodes, dtype=bool)
-    chosen[ids] = True
-    return own[chosen[own_ids]]
+        return (f"input_nodes holds ids outside [0, {num_nodes}): {int(ids.min())}..{int(ids.max())}. "
+                "HINT: ids are the dataset's node ids")
+    return ""
 
 
 def _target_nodes(graph: LocalGraph) -> np.ndarray:

@@ -25,6 +25,12 @@ def main() -> None:
         assert set(batch.input_id.numpy()) <= set(graph.node_id.tolist())  # seeds are own nodes
         remote += int((~np.isin(n_id, graph.node_id)).sum())
     assert remote > 0  # ids of other ranks' nodes were looked up too
+    # PyG's per-rank line: each rank a chunk of the split, holding other ranks' nodes; the chunks together train
+    # (each rank kept only the part of its chunk it owns: about half the split went untrained)
+    train = torch.from_numpy(np.flatnonzero(np.isin(np.arange(data.num_nodes), np.asarray(data.train_idx))))
+    chunk = train.split(-(-len(train) // rt.world_size))[rt.rank]
+    seeds = sum(b.batch_size for b in NeighborLoader(graph, [2], input_nodes=chunk, batch_size=64))
+    assert rt.comm.allreduce(seeds) == len(train), (rt.comm.allreduce(seeds), len(train))
     # batch_size is per process (PyG's meaning); batch_scope="global" shares it out over the ranks
     for scope, seeds in (("rank", 40), ("global", 20)):
         loader = NeighborLoader(graph, [2], input_nodes=None, batch_size=40, batch_scope=scope, prefetch="off")
