@@ -185,6 +185,47 @@ def test_docs_api_gives_every_public_signature():
                 assert name in written, (fn.__name__, name)
 
 
+def test_a_to_hetero_model_trains_under_ddp_on_the_loaders_batches(rt, tmp_path):
+    """PyG's heterogeneous pattern: `to_hetero(model, graph.metadata())`, wrapped in DDP with
+    find_unused_parameters=True (a batch may lack an edge type, leaving its conv's weights unused: docs/api.md)."""
+    from torch.nn.parallel import DistributedDataParallel
+    from torch_geometric.nn import SAGEConv, to_hetero
+
+    from mpignn.data import save_npz
+    from mpignn.data.synthetic_hetero import make_user_item
+
+    save_npz(str(tmp_path / "ui.npz"), make_user_item(num_items=300, num_users=80, edges_per_item=4))
+    graph = runtime.load_local_graph(rt, f"npz:{tmp_path / 'ui.npz'}", str(tmp_path), cache_size=0)
+    node_types, edge_types = graph.metadata()
+    assert set(node_types) == set(graph.schema.node_types) and all(len(e) == 3 for e in edge_types)
+
+    class GNN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = SAGEConv((-1, -1), 16), SAGEConv((-1, -1), graph.num_classes)
+
+        def forward(self, x, edge_index):
+            return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+    loader = runtime.NeighborLoader(graph, [3, 3], input_nodes="train", batch_size=32, shuffle=True)
+    model = to_hetero(GNN(), graph.metadata(), aggr="sum")
+    target = graph.schema.target
+    first = next(iter(loader))
+    with torch.no_grad():  # lazy shapes, before DDP sees the parameters
+        model(first.x_dict, first.edge_index_dict)
+    ddp = DistributedDataParallel(model, find_unused_parameters=True)
+    optimizer = torch.optim.Adam(ddp.parameters(), lr=0.01)
+    for batch in loader:
+        optimizer.zero_grad()
+        out = ddp(batch.x_dict, batch.edge_index_dict)[target][:batch[target].batch_size]
+        loss = torch.nn.functional.cross_entropy(out, batch[target].y[:batch[target].batch_size])
+        loss.backward()
+        optimizer.step()
+        assert torch.isfinite(loss)
+    with pytest.raises(ConfigError, match="one of each"):
+        runtime.load_local_graph(rt, SMALL, str(tmp_path), cache_size=0).metadata()
+
+
 def test_heterogeneous_batches_carry_each_types_dataset_ids(rt, tmp_path):
     """Each type's n_id is its nodes' ids within the type in the dataset; masks and ids are over the labelled type."""
     from mpignn.data import save_npz

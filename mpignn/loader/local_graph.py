@@ -68,6 +68,17 @@ class LocalGraph:
     def schema(self) -> HeteroSchema | None:
         return self.layout.schema if self.layout is not None else None
 
+    def metadata(self) -> tuple[list[str], list[tuple[str, str, str]]]:
+        """(node types, edge types) as PyG's `HeteroData.metadata()` gives them, for `to_hetero(model, ...)`.
+
+        Raises:
+            ConfigError: a homogeneous graph (no types).
+        """
+        if self.schema is None:
+            raise ConfigError("metadata() lists node and edge types; this graph has one of each. HINT: a "
+                              "homogeneous model needs no to_hetero")
+        return list(self.schema.node_types), [tuple(e) for e in self.schema.edge_types]
+
     def in_channels(self) -> int | dict[str, int]:
         """A model's input width: `num_features`, or per node type on a heterogeneous graph (its features;
         a featureless type its learnable rows, or the constant 1-column input without them)."""
