@@ -254,6 +254,10 @@ def test_heterogeneous_batches_carry_each_types_dataset_ids(rt, tmp_path):
         runtime.NeighborLoader(graph, [2, 2], input_nodes=torch.zeros(schema.node_counts[k] + 1, dtype=torch.bool))
     with pytest.raises(ConfigError, match="labelled type"):
         runtime.NeighborLoader(graph, [2, 2], input_nodes=("user", torch.tensor([1])))
+    with pytest.raises(ConfigError, match="labelled type"):
+        runtime.NeighborLoader(graph, [2, 2], input_nodes="user")
+    everyone = runtime.NeighborLoader(graph, [2, 2], input_nodes=schema.target, batch_size=64)  # PyG's type name
+    assert sum(b[schema.target].batch_size for b in everyone) == schema.node_counts[k]
     # per edge type, as PyG's NumNeighbors checks it: every type named (or a default), one hop count
     first, *rest = schema.edge_types
     per_type = {t: [2, 2] for t in schema.edge_types}

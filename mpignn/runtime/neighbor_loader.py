@@ -186,6 +186,8 @@ def _seeds(graph: LocalGraph, input_nodes: Any) -> np.ndarray:
     """The partition ids of this rank's own input nodes (all of the graph's on a replicated graph). On a
     heterogeneous graph seeds are nodes of the labelled (target) type, and masks and ids are over that type."""
     part, schema = graph.part, graph.schema
+    if schema is not None and isinstance(input_nodes, str) and input_nodes in schema.node_types:
+        input_nodes = (input_nodes, None)  # PyG's node type name: every node of that type
     if isinstance(input_nodes, tuple) and len(input_nodes) == 2 and isinstance(input_nodes[0], str):
         if schema is None or input_nodes[0] != schema.target:  # PyG's (node type, nodes)
             raise ConfigError(f"input_nodes names node type {input_nodes[0]!r}; seeds are nodes of the graph's "
