@@ -79,8 +79,8 @@ def test_input_nodes_as_mask_and_ids_over_dataset_ids(graph):
     mask[[3, 17, 400, 1499]] = True
     by_mask = runtime.NeighborLoader(graph, [2], input_nodes=torch.from_numpy(mask), batch_size=8)
     assert sorted(_order(by_mask)) == [3, 17, 400, 1499]
-    by_ids = runtime.NeighborLoader(graph, [2], input_nodes=torch.tensor([1499, 3]), batch_size=8)
-    assert sorted(_order(by_ids)) == [3, 1499]
+    by_ids = runtime.NeighborLoader(graph, [2], input_nodes=torch.tensor([1499, 3, 400]), batch_size=2)
+    assert list(_order(by_ids)) == [1499, 3, 400]  # the order given, as PyG keeps it without shuffle (was sorted)
     train = runtime.NeighborLoader(graph, [2], input_nodes="train", batch_size=4096)
     assert sorted(_order(train)) == sorted(np.asarray(data.train_idx))
 
@@ -90,6 +90,7 @@ def test_input_nodes_as_mask_and_ids_over_dataset_ids(graph):
     ({"input_nodes": torch.zeros(10, dtype=torch.bool)}, "mask of shape (10,)"),
     ({"input_nodes": torch.tensor([0, 99999])}, "outside [0, 1500)"),
     ({"input_nodes": torch.tensor([0.5])}, "1-D integer id tensor"),
+    ({"input_nodes": torch.tensor([3, 3, 5])}, "1 repeated id(s)"),  # PyG trains it twice; it was merged
     ({"fanouts": [5]}, "takes num_neighbors"),
     ({"batch_size": 0}, "positive int"),
     ({"workers": 2}, "unknown keyword 'workers'"),

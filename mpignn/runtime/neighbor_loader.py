@@ -217,12 +217,14 @@ def _seeds(graph: LocalGraph, input_nodes: Any) -> np.ndarray:
         raise ConfigError(problem)
     if ids.dtype == np.bool_:
         ids = np.flatnonzero(ids)
-    chosen = np.zeros(num_nodes, dtype=bool)
     # the union of every rank's ids: PyG's `split_idx[...].split(n // world_size)[rank]` gives each rank a chunk
     # holding other ranks' nodes, and each rank trains the nodes it owns, so the chunks together are trained
-    for part_ids in (comm.allgather(ids.astype(np.int64)) if comm is not None else [ids]):
-        chosen[part_ids] = True
-    return own[chosen[own_ids]]
+    joined = np.concatenate(comm.allgather(ids.astype(np.int64))) if comm is not None else ids.astype(np.int64)
+    _, first = np.unique(joined, return_index=True)
+    part_of = np.full(num_nodes, -1, dtype=np.int64)
+    part_of[own_ids] = own
+    seeds = part_of[joined[np.sort(first)]]  # in the order given (the first rank's first), as PyG keeps it
+    return seeds[seeds >= 0]
 
 
 def _ids_problem(ids: np.ndarray, num_nodes: int) -> str:
@@ -235,6 +237,9 @@ def _ids_problem(ids: np.ndarray, num_nodes: int) -> str:
     if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
         return (f"input_nodes must be a split name, a boolean mask or a 1-D integer id tensor; got dtype {ids.dtype} "
                 f"shape {tuple(ids.shape)}. HINT: mask.nonzero().view(-1)")
+    if len(np.unique(ids)) != len(ids):  # PyG would train such a node twice an epoch; here each node is one seed
+        return (f"input_nodes holds {len(ids) - len(np.unique(ids))} repeated id(s); each node is one seed here. "
+                "HINT: input_nodes=ids.unique() (or a boolean mask)")
     if len(ids) and (ids.min() < 0 or ids.max() >= num_nodes):
         return (f"input_nodes holds ids outside [0, {num_nodes}): {int(ids.min())}..{int(ids.max())}. "
                 "HINT: ids are the dataset's node ids")
