@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 from mpignn.config.choices import (DEFAULT_METHOD, EXCHANGES, FEATURE_DEVICES, FEATURE_DTYPES, FEATURE_NORMS,
                                    PARTITION_DEFAULT, PARTITION_METHODS, SAMPLE_ON, SAMPLERS, parse_cache_size)
 from mpignn.config.refusals import check_combinations
-from mpignn.config.values import check_types, check_values, opt
+from mpignn.config.values import check_config, opt
 from mpignn.errors import ConfigError
 
 __all__ = ["GraphOptions", "parse_fanout", "parse_edge_fanout"]
@@ -133,17 +133,17 @@ class GraphOptions:
 
     def __post_init__(self) -> None:
         """Types first (a TOML `hidden = 64.5`), then each value beside its field, then combinations."""
-        specs = fields(self)
-        for name, value in check_types(self.to_dict(), {f.name: f.type for f in specs},
-                                       {f.name: f.default for f in specs}).items():
-            object.__setattr__(self, name, value)  # an int given for a float field (TOML `lr = 1`): a float
-        fanouts = parse_fanout(self.fanout)  # canonical text, so configs compare (ranks, checkpoints) alike
+        check_config(self, self._canonical)
+        check_combinations(self.to_dict())  # every refused pair of flags, shared with the API (config.refusals)
+
+    def _canonical(self) -> None:
+        """Fanouts as the flags' text (so configs compare alike across ranks and checkpoints), the cache size
+        as a count or "auto"."""
+        fanouts = parse_fanout(self.fanout)
         object.__setattr__(self, "fanout", ",".join(map(str, fanouts)))
         per_type = parse_edge_fanout(self.edge_fanout, len(fanouts))
         object.__setattr__(self, "edge_fanout", ";".join(f"{k}={','.join(map(str, v))}" for k, v in per_type.items()))
         object.__setattr__(self, "cache_size", parse_cache_size(self.cache_size))
-        check_values(self)
-        check_combinations(self.to_dict())  # every refused pair of flags, shared with the API (config.refusals)
 
     @property
     def fanouts(self) -> list[int]:

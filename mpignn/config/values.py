@@ -89,13 +89,15 @@ RANGES: tuple[tuple[tuple[str, ...], Callable[..., bool], str], ...] = (
 )
 
 
-def check_config(config: Any) -> None:
+def check_config(config: Any, normalise: Callable[[], None] | None = None) -> None:
     """A frozen dataclass's `__post_init__`: `check_types` (an int given for a float field becomes a float),
-    then `check_values`."""
+    then `normalise()` where given (values written in their canonical form), then `check_values`."""
     specs = dataclasses.fields(config)
     for name, value in check_types({f.name: getattr(config, f.name) for f in specs}, {f.name: f.type for f in specs},
                                    {f.name: f.default for f in specs}).items():
         object.__setattr__(config, name, value)
+    if normalise is not None:
+        normalise()
     check_values(config)
 
 
