@@ -1,17 +1,14 @@
 """Datasets behind one registry, so `--dataset NAME` means the same in every command.
 
-Names: `synthetic[:key=value,...]` (embedded default, no files), `npz:PATH`, `npy:FOLDER` (memory-mapped),
-Cora / CiteSeer / PubMed, Tolokers[:split=K], IMDB (heterogeneous), Amazon-Computers / Amazon-Photo / Coauthor-CS /
-Coauthor-Physics, WikiCS[:split=K], Flickr, Reddit (their raw files), ogbn-arxiv / ogbn-products / ogbn-papers100M /
-ogbn-mag (ogb's raw files); any of them with fixed splits from a file (`split_file`, `--splits`). Must not import
-torch-geometric at module level.
+Names: `synthetic[:key=value,...]`, `npz:PATH`, `npy:FOLDER` and the public datasets of `KNOWN`, any of them
+with fixed splits from a file (`split_file`, `--splits`).
 
-Layer 4 (data): imports the leaves, config and mpi; never partition, sampling or anything above, never torch at module level.
+Layer 4 (data): imports the leaves, config and mpi; never partition, sampling or anything above, never torch or
+torch-geometric at module level.
 """
 from __future__ import annotations
 
 import hashlib
-
 import os
 
 from mpignn.data.cache import fingerprint, load_cache, save_cache
@@ -60,14 +57,10 @@ def dataset_key(name: str) -> str:
 
 
 def dataset_source(name: str, root: str = "data", splits: str = "") -> str:
-    """What prepared data (an automatic partition, a partition folder's recorded source) is keyed by: the
-    dataset's content, never its path. For `npz:` and `npy:` the kind and `cache.fingerprint` of the file or
-    folder (size and sha256, sampled beyond 64 MiB; not the path, not the mtime), so a regenerated file is
-    another source while a moved or copied one, or the same file typed as a relative or an absolute path, is
-    the same; for synthetic graphs their canonical parameters; for public datasets their canonical name and,
-    once their folder exists, `raw_fingerprint` (a first download therefore partitions again on the next run).
-    With `splits` (a `--splits` file), its content too (`split_file.splits_tag`), so other splits are another
-    source. Reads the files' samples; not collective (under MPI one rank computes it and broadcasts it)."""
+    """What prepared data (automatic partitions, a partition folder's recorded source) is keyed by: the
+    dataset's content, never its path or mtime, so a regenerated file is another source and a moved or copied
+    one the same. `npz:`/`npy:`: `cache.fingerprint`; synthetic: its parameters; public: its name and, once its
+    folder exists, `raw_fingerprint`; plus a `--splits` file's content (`split_file.splits_tag`). Not collective."""
     key = dataset_key(name)
     if name.startswith(("npz:", "npy:")):
         source = f"{name[:3]}|{fingerprint(name[4:])}"
@@ -79,9 +72,8 @@ def dataset_source(name: str, root: str = "data", splits: str = "") -> str:
 
 
 def source_present(name: str, root: str = "data") -> bool:
-    """Whether this host holds the files `dataset_source` fingerprints (always, for a synthetic graph): a
-    partition folder's recorded source is checked only then, since training from `--partitions` needs no
-    dataset files."""
+    """Whether this host holds the files `dataset_source` fingerprints (always, for a synthetic graph): training
+    from `--partitions` needs none, so a folder's recorded source is checked only then."""
     if name.startswith(("npz:", "npy:")):
         return os.access(name[4:], os.R_OK)
     if _public_key(name) is not None:
@@ -100,10 +92,8 @@ def public_folder(key: str, root: str) -> str:
 
 
 def raw_fingerprint(key: str, root: str) -> str:
-    """A fingerprint of a public dataset's files (each file's path inside the dataset's folder and its
-    `cache.fingerprint`; PyG's processed/ and hidden folders left out): the cache built from them and automatic
-    partitions are keyed by it, so replaced raw files are read again instead of a stale cache being trusted,
-    while a copied or moved `--root` (other absolute paths, other mtimes) keeps it."""
+    """A fingerprint of a public dataset's files (relative paths and `cache.fingerprint`s; processed/ and hidden
+    folders left out), so replaced raw files are read again while a copied or moved `--root` keeps it."""
     h = hashlib.sha256()
     top = public_folder(key, root)
     for folder, subfolders, files in os.walk(top):
@@ -123,9 +113,8 @@ def check_known(name: str) -> None:
 
 
 def load_dataset(name: str, root: str = "data", mmap: bool = False, splits: str = "") -> GraphData:
-    """Load a dataset, preprocessing and caching it on first use. Not collective: under MPI let one rank call
-    it inside `mpignn.mpi.root_first`, as `partition.source.ensure_partition` does, so only one rank downloads
-    and writes the cache.
+    """Load a dataset, preprocessing and caching it on first use. Not collective: under MPI one rank calls it
+    inside `mpignn.mpi.root_first` (as `partition.source.ensure_partition` does).
 
     Args:
         splits: a `--splits` file (`split_file`): its train/valid/test ids replace the dataset's own splits

@@ -46,11 +46,9 @@ def content_hash(path: str | os.PathLike) -> str:
 
 
 def fingerprint(path: str | os.PathLike) -> str:
-    """A short content fingerprint of a file (its `content_hash`: size and content), or of a folder's files
-    (not its subfolders: each file's name and `content_hash`). Neither the path nor the mtime counts, so a
-    moved or copied file (`cp` without -p gives it a new mtime) keeps its fingerprint, while other bytes, of
-    the same size too, change it (beyond FULL_HASH_BYTES: bytes in the three samples). A path that cannot be
-    read gets a fingerprint of its own (loading it then reports the problem)."""
+    """A short content fingerprint of a file (`content_hash`), or of a folder's files (names and `content_hash`,
+    no subfolders). The path and mtime do not count, so a moved or copied file keeps it; an unreadable path
+    gets one of its own (loading it reports the problem)."""
     path = Path(path)
     h = hashlib.sha256(b"content")
     try:

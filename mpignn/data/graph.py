@@ -133,7 +133,7 @@ def is_symmetric(rowptr: np.ndarray, col: np.ndarray) -> bool:
     One sequential pass in row chunks (file reads for a mapped `col`: no pages left resident): rows are
     checked exactly; symmetry by comparing sums of two 64-bit hashes of (v, u) and of (u, v) over all edges,
     equal for every symmetric graph and, for any other, equal by chance with probability about 2^-128
-    (a binary search per edge was exact but took 7 s of random reads on 50M edges).
+    (a binary search per edge is exact but costs a random read per edge).
     """
     from mpignn.data.npyio import read_rows, rows_per_chunk
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import mmap
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 import numpy as np
 
-__all__ = ["NpyWriter", "read_rows", "iter_chunks", "rows_per_chunk", "npy_header", "release_pages"]
+__all__ = ["NpyWriter", "read_rows", "iter_chunks", "rows_per_chunk", "npy_header", "read_npy_header",
+           "release_pages"]
 
 CHUNK_BYTES = 64 << 20
 """Bytes per chunk of the streaming passes: large enough for full-speed I/O, small beside any graph."""
@@ -24,19 +25,29 @@ def rows_per_chunk(row_bytes: int, chunk_bytes: int = CHUNK_BYTES) -> int:
     return max(1, chunk_bytes // max(1, row_bytes))
 
 
+def read_npy_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, fortran_order, dtype) of the .npy header at `f`'s position; leaves `f` at the array data.
+
+    Raises:
+        ValueError: not an .npy header, or format 3.0 (it only adds utf-8 field names, which no key here has).
+    """
+    version = np.lib.format.read_magic(f)
+    if version not in ((1, 0), (2, 0)):
+        raise ValueError(f"npy format version {version}")
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read(f)
+    return tuple(shape), fortran, dtype
+
+
 def npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype, bool, int]:
     """(shape, dtype, fortran_order, data offset) from an .npy header, reading no array data.
 
     Raises:
-        ValueError: not an .npy file, or a format version numpy cannot parse.
+        ValueError: as `read_npy_header`.
     """
     with open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-        if version not in readers:
-            raise ValueError(f"npy format version {version}")
-        shape, fortran, dtype = readers[version](f)
-        return tuple(shape), dtype, fortran, f.tell()
+        shape, fortran, dtype = read_npy_header(f)
+        return shape, dtype, fortran, f.tell()
 
 
 class NpyWriter:

@@ -17,6 +17,7 @@ from mpignn.data.npz_checks import (SPLIT_KEYS, UNREADABLE, check_dtype, check_l
                                     read_arrays, read_headers)
 from mpignn.data.npz_hetero import hetero_from_headers, is_hetero_npz, save_hetero_npz
 from mpignn.errors import DatasetError
+from mpignn.fileio import atomic_path
 
 __all__ = ["load_npz", "graph_from_arrays", "save_npz", "NPZ_KEYS"]
 
@@ -96,9 +97,8 @@ def load_npz(path: str) -> GraphData:
 
 
 def graph_from_arrays(label: str, arrays: Mapping[str, np.ndarray], name: str) -> GraphData:
-    """Check and build a graph from the npz format's arrays held in memory (`data.pyg` turns a PyG `Data` or
-    `HeteroData` into them): the checks `load_npz` runs on a file, in the same order, with the same messages,
-    `label` in place of the path.
+    """Check and build a graph from the npz format's arrays held in memory (`data.pyg` makes them), `label` in
+    place of the path: `load_npz`'s checks, order and messages.
 
     Raises:
         DatasetError: as `load_npz`.
@@ -138,7 +138,6 @@ def save_npz(path: str, graph: GraphData) -> None:
     heterogeneous graph in its own format (`data.npz_hetero`)."""
     if graph.schema is not None:
         return save_hetero_npz(path, graph)
-    tmp = f"{path}.tmp-{os.getpid()}.npz"
-    np.savez(tmp, edge_index=graph.edge_index(), x=graph.x, y=graph.y, train_idx=graph.train_idx,
-             val_idx=graph.val_idx, test_idx=graph.test_idx, num_classes=np.int64(graph.num_classes))
-    os.replace(tmp, path)
+    with atomic_path(path, ".npz") as tmp:
+        np.savez(tmp, edge_index=graph.edge_index(), x=graph.x, y=graph.y, train_idx=graph.train_idx,
+                 val_idx=graph.val_idx, test_idx=graph.test_idx, num_classes=np.int64(graph.num_classes))

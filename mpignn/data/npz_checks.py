@@ -1,7 +1,7 @@
 """Checks shared by the npz formats (`data.npz`, homogeneous, and `data.npz_hetero`): .npy headers read without
 the array data, dtype checks, reading only the named keys, split and label checks, and the one-line error.
 
-numpy and mpignn.errors / data.splits only; imports neither npz module (both import this one).
+numpy and mpignn.errors / data.splits / data.npyio only; imports neither npz module (both import this one).
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import zlib
 
 import numpy as np
 
+from mpignn.data.npyio import read_npy_header
 from mpignn.data.splits import split_problem
 from mpignn.errors import DatasetError
 
@@ -27,7 +28,6 @@ def npz_error(path: str, problem: str, hint: str = NPZ_HINT) -> DatasetError:
 
 def read_headers(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """Shape and dtype of every array in the file, read from the .npy headers only (no array data)."""
-    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
     found = {}
     with zipfile.ZipFile(path) as zf:
         for info in zf.infolist():
@@ -36,14 +36,11 @@ def read_headers(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
             key = info.filename[:-4]
             with zf.open(info) as fp:
                 try:
-                    version = np.lib.format.read_magic(fp)
-                    if version not in readers:  # 3.0 only adds utf-8 field names, which no key here has
-                        raise ValueError(f"npy format version {version}")
-                    shape, _, dtype = readers[version](fp)
+                    shape, _, dtype = read_npy_header(fp)
                 except UNREADABLE as exc:
                     raise npz_error(path, f"key {key} is not a readable .npy array ({exc})",
                                     "write the file with np.savez / np.savez_compressed") from None
-            found[key] = (tuple(shape), dtype)
+            found[key] = (shape, dtype)
     return found
 
 

@@ -11,7 +11,6 @@ Keys (T a node type, S__R__D an edge type from S to D with relation R; names wit
 """
 from __future__ import annotations
 
-import os
 from typing import Callable
 
 import numpy as np
@@ -19,6 +18,7 @@ import numpy as np
 from mpignn.data.graph import GraphData
 from mpignn.data.hetero import build_hetero, edge_type_name
 from mpignn.data.npz_checks import SPLIT_KEYS, check_dtype, check_labels, check_splits, npz_error
+from mpignn.fileio import atomic_path
 
 __all__ = ["is_hetero_npz", "hetero_from_headers", "save_hetero_npz"]
 
@@ -116,6 +116,5 @@ def save_hetero_npz(path: str, graph: GraphData) -> None:
     for key in SPLIT_KEYS:
         arrays[key] = getattr(graph, key) - lo
     arrays["num_classes"] = np.int64(graph.num_classes)
-    tmp = f"{path}.tmp-{os.getpid()}.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    with atomic_path(path, ".npz") as tmp:
+        np.savez(tmp, **arrays)

@@ -205,11 +205,9 @@ def _benchmark_fetch(name: str, files: tuple[str, ...]) -> Callable[[str], None]
 
 
 def load_benchmark(key: str, root: str) -> GraphData:
-    """Load Amazon-Computers/-Photo, Coauthor-CS/-Physics, WikiCS[:split=K], Flickr or Reddit from
-    `root/<BENCHMARKS folder>/raw` (downloaded if absent), built as PyG builds it: Amazon, Coauthor and WikiCS
-    undirected (self loops dropped for Amazon and Coauthor, as `read_npz` does), Flickr and Reddit as stored.
-    Splits: WikiCS's split K (its test mask is one for all), Flickr's and Reddit's published ones, `class_split`
-    for Amazon and Coauthor (they publish none; `--splits FILE` gives others).
+    """Load a BENCHMARKS dataset (WikiCS as `WikiCS[:split=K]`) from `root/<folder>/raw` (downloaded if absent)
+    as PyG builds it: Amazon, Coauthor and WikiCS made undirected, Flickr and Reddit as stored; the published
+    splits, or `class_split` for Amazon and Coauthor, which publish none.
 
     Raises:
         DatasetError: raw files missing and not downloadable, truncated or not what the dataset ships.

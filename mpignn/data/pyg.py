@@ -63,9 +63,6 @@ def _homo_arrays(data: Any, label: str) -> dict[str, np.ndarray]:
     arrays = {k: _numpy(getattr(data, k, None)) for k in ("edge_index", "x", "y")}
     n = int(np.shape(arrays["x"])[0]) if arrays["x"] is not None and np.ndim(arrays["x"]) else None
     arrays.update({k: _split(data, k, n, label) for k in SPLIT_KEYS})
-    num_classes = getattr(data, "num_classes", None)
-    if isinstance(num_classes, (int, np.integer)):
-        arrays["num_classes"] = np.int64(num_classes)
     return {k: v for k, v in arrays.items() if v is not None}
 
 
@@ -91,9 +88,6 @@ def _hetero_arrays(data: Any, label: str) -> dict[str, np.ndarray]:
             ids = _split(store, key, int(store.num_nodes), label)
             if ids is not None:
                 arrays[key] = ids
-    num_classes = getattr(data, "num_classes", None)
-    if isinstance(num_classes, (int, np.integer)):
-        arrays["num_classes"] = np.int64(num_classes)
     return arrays
 
 
@@ -130,12 +124,16 @@ def pyg_arrays(data: Any) -> dict[str, np.ndarray]:
         raise DatasetError(f"expected a torch_geometric Data or HeteroData; got {type(data).__name__}. HINT: pass "
                            "the graph itself (e.g. dataset[0]) or a dataset name")
     _refuse_edge_attributes(data, label)
-    return _homo_arrays(data, label) if kind == "Data" else _hetero_arrays(data, label)
+    arrays = _homo_arrays(data, label) if kind == "Data" else _hetero_arrays(data, label)
+    num_classes = getattr(data, "num_classes", None)
+    if isinstance(num_classes, (int, np.integer)):
+        arrays["num_classes"] = np.int64(num_classes)
+    return arrays
 
 
 def graph_from_pyg(data: Any) -> GraphData:
-    """Check a PyG `Data` or `HeteroData` as its arrays saved to an npz would be checked and build the graph
-    from it (`npz.graph_from_arrays`); messages start with "in-memory Data:" where an npz's name the file.
+    """Check and build the graph of a PyG `Data` or `HeteroData` (see the module docstring); messages start
+    with "in-memory Data:" where an npz's name the file.
 
     Raises:
         DatasetError: one line naming the key and the fix, the npz format's messages.

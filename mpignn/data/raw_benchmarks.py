@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from mpignn.data.raw_public import npz_arrays, scipy_csr
+from mpignn.data.raw_public import csr_fits, dense_csr, npz_arrays, scipy_csr
 from mpignn.errors import DatasetError
 
 __all__ = ["GNN_BENCHMARK_KEYS", "FLICKR_FILES", "REDDIT_FILES", "read_gnn_benchmark", "read_wikics", "read_flickr",
@@ -34,19 +34,17 @@ def _bad(path: str, expected: str, got: str) -> DatasetError:
 
 
 def _csr_rows(path: str, name: str, raw: dict[str, np.ndarray]) -> tuple[int, int, np.ndarray, np.ndarray]:
-    """(rows, cols, each entry's row, each entry's column) of the csr parts `<name>_*` of a gnn-benchmark npz."""
+    """(rows, cols, int64 indptr, int64 indices) of the csr parts `<name>_*` of a gnn-benchmark npz."""
     shape, indptr, indices = raw[f"{name}_shape"], raw[f"{name}_indptr"], raw[f"{name}_indices"]
     if shape.shape != (2,) or shape.dtype.kind not in "iu" or indptr.ndim != 1 or indices.ndim != 1:
         raise _bad(path, f"csr parts {name}_shape (2 ints), {name}_indptr and {name}_indices (1-D)",
                    f"shapes {shape.shape}, {indptr.shape}, {indices.shape}")
     rows, cols = int(shape[0]), int(shape[1])
     indptr, indices = indptr.astype(np.int64), indices.astype(np.int64)
-    if (len(indptr) != rows + 1 or indptr[0] != 0 or np.any(np.diff(indptr) < 0) or indptr[-1] != len(indices)
-            or len(raw[f"{name}_data"]) != len(indices)
-            or (len(indices) and (indices.min() < 0 or indices.max() >= cols))):
+    if not csr_fits(raw[f"{name}_data"], indices, indptr, (rows, cols)):
         raise _bad(path, f"consistent csr parts {name}_* of a {rows}x{cols} matrix",
                    f"{len(indptr)} row pointers and {len(indices)} entries")
-    return rows, cols, np.repeat(np.arange(rows, dtype=np.int64), np.diff(indptr)), indices
+    return rows, cols, indptr, indices
 
 
 def _labels(path: str, key: str, y: np.ndarray, n: int) -> np.ndarray:
@@ -67,19 +65,18 @@ def read_gnn_benchmark(path: str) -> dict[str, np.ndarray]:
         DatasetError: a missing, truncated or pickled array, or csr parts that do not fit together.
     """
     raw = npz_arrays(path, GNN_BENCHMARK_KEYS)
-    n, n_cols, src, dst = _csr_rows(path, "adj", raw)
+    n, n_cols, adj_ptr, dst = _csr_rows(path, "adj", raw)
     if n != n_cols:
         raise _bad(path, "a square adjacency (adj_shape)", f"{n}x{n_cols}")
-    rows, f, attr_row, attr_col = _csr_rows(path, "attr", raw)
+    rows, f, attr_ptr, attr_col = _csr_rows(path, "attr", raw)
     if rows != n or raw["attr_data"].dtype.kind not in "biuf":
         raise _bad(path, f"one feature row per node ({n}) of numbers", f"{rows} rows of {raw['attr_data'].dtype}")
     y = _labels(path, "labels", raw["labels"], n)
     if n and y.min() < 0:
         raise _bad(path, "labels >= 0", f"min {y.min()}")
-    x = np.zeros((n, f), dtype=np.float32)
-    np.add.at(x, (attr_row, attr_col), raw["attr_data"].astype(np.float32))  # todense() sums repeats too
+    x = dense_csr(raw["attr_data"], attr_col, attr_ptr, (rows, f))
     x[x > 0] = 1
-    return {"x": x, "y": y, "src": src, "dst": dst}
+    return {"x": x, "y": y, "src": np.repeat(np.arange(n, dtype=np.int64), np.diff(adj_ptr)), "dst": dst}
 
 
 def _json(path: str) -> Any:

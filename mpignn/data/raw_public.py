@@ -19,7 +19,7 @@ import numpy as np
 from mpignn.errors import DatasetError
 
 __all__ = ["PLANETOID_PARTS", "read_planetoid", "read_heterophilous", "read_imdb", "npz_arrays", "scipy_csr",
-           "IMDB_FILES", "IMDB_NODE_TYPES"]
+           "csr_fits", "dense_csr", "IMDB_FILES", "IMDB_NODE_TYPES"]
 
 PLANETOID_PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 IMDB_FILES = ("adjM.npz", "features_0.npz", "features_1.npz", "features_2.npz", "labels.npy",
@@ -123,19 +123,28 @@ def _dense(path: str, obj: Any) -> np.ndarray:
         parts = [state.get(k) for k in ("data", "indices", "indptr")]
         if not (isinstance(shape, tuple) and len(shape) == 2 and all(_plain(p) for p in parts)):
             raise _bad(path, "a csr matrix without data/indices/indptr/shape")
-        data, indices, indptr = parts
         rows, cols = int(shape[0]), int(shape[1])
-        if (indptr.ndim != 1 or len(indptr) != rows + 1 or indptr[0] != 0 or np.any(np.diff(indptr) < 0)
-                or indptr[-1] != len(indices) or len(data) != len(indices)
-                or (len(indices) and (indices.min() < 0 or indices.max() >= cols))):
+        if not csr_fits(*parts, (rows, cols)):
             raise _bad(path, f"an inconsistent {rows}x{cols} csr matrix")
-        out = np.zeros((rows, cols), dtype=np.float32)
-        row_of = np.repeat(np.arange(rows), np.diff(indptr))
-        np.add.at(out, (row_of, indices), data.astype(np.float32))  # todense() sums duplicates too
-        return out
+        return dense_csr(*parts, (rows, cols))
     if _plain(obj) and obj.ndim == 2:
         return obj.astype(np.float32)
     raise _bad(path, f"a {type(obj).__name__} where a 2-d matrix belongs")
+
+
+def csr_fits(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> bool:
+    """Whether csr parts fit together and into `shape`, so `dense_csr` and row expansions index within it."""
+    rows, cols = shape
+    return bool(indptr.ndim == 1 and len(indptr) == rows + 1 and indptr[0] == 0 and not np.any(np.diff(indptr) < 0)
+                and indptr[-1] == len(indices) and len(data) == len(indices)
+                and not (len(indices) and (indices.min() < 0 or indices.max() >= cols)))
+
+
+def dense_csr(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """float32 [rows, cols] of checked csr parts; repeated entries summed, as scipy's `todense()` does."""
+    out = np.zeros(shape, dtype=np.float32)
+    np.add.at(out, (np.repeat(np.arange(shape[0]), np.diff(indptr)), indices), data.astype(np.float32))
+    return out
 
 
 def _test_index(path: str) -> np.ndarray:
@@ -261,19 +270,10 @@ def scipy_csr(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int,
                            "HINT: replace it with the dataset's original file")
     rows, cols = (int(v) for v in raw["shape"])
     indptr, indices = raw["indptr"].astype(np.int64), raw["indices"].astype(np.int64)
-    if (fmt != "csr" or len(indptr) != rows + 1 or indptr[0] != 0 or np.any(np.diff(indptr) < 0)
-            or indptr[-1] != len(indices) or len(raw["data"]) != len(indices)
-            or (len(indices) and (indices.min() < 0 or indices.max() >= cols))):
+    if fmt != "csr" or not csr_fits(raw["data"], indices, indptr, (rows, cols)):
         raise DatasetError(f"{path}: expected a consistent scipy csr matrix, got format '{fmt}' shape "
                            f"{rows}x{cols}. HINT: replace it with the dataset's original file")
     return raw["data"], indices, indptr, (rows, cols)
-
-
-def _csr_dense(path: str) -> np.ndarray:
-    data, indices, indptr, (rows, cols) = scipy_csr(path)
-    out = np.zeros((rows, cols), dtype=np.float32)
-    np.add.at(out, (np.repeat(np.arange(rows), np.diff(indptr)), indices), data.astype(np.float32))
-    return out
 
 
 def read_imdb(raw_dir: str) -> dict[str, Any]:
@@ -287,7 +287,7 @@ def read_imdb(raw_dir: str) -> dict[str, Any]:
         DatasetError: a pickled member or an inconsistent matrix.
     """
     p = lambda f: os.path.join(raw_dir, f)  # noqa: E731
-    x = {t: _csr_dense(p(f"features_{i}.npz")) for i, t in enumerate(IMDB_NODE_TYPES)}
+    x = {t: dense_csr(*scipy_csr(p(f"features_{i}.npz"))) for i, t in enumerate(IMDB_NODE_TYPES)}
     counts = {t: len(x[t]) for t in IMDB_NODE_TYPES}
     try:
         y = np.load(p("labels.npy"), allow_pickle=False).astype(np.int64)

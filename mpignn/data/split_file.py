@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import zipfile
-import zlib
 
 import numpy as np
 
 from mpignn.data.cache import fingerprint
 from mpignn.data.graph import GraphData
+from mpignn.data.npz_checks import UNREADABLE
 from mpignn.data.splits import split_problem
 from mpignn.errors import DatasetError
 
@@ -24,7 +23,6 @@ SPLIT_FILE_KEYS = ("train", "valid", "test")
 SPLITS_TAG = "|splits="
 """What a source (`data.dataset_source`) made with `--splits` ends with, before the file's fingerprint."""
 _SAVE = "np.savez(FILE, train=ids, valid=ids, test=ids) with int node ids"
-_UNREADABLE = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, NotImplementedError)
 
 
 def _error(path: str, problem: str, hint: str = _SAVE) -> DatasetError:
@@ -71,7 +69,7 @@ def read_split_file(path: str, num_nodes: int) -> dict[str, np.ndarray]:
                                        "never loads", f"save np.asarray({key}, dtype=np.int64)") from None
     except DatasetError:
         raise
-    except _UNREADABLE as exc:  # not an npz, a truncated or corrupt zip, a member cut short
+    except UNREADABLE as exc:  # not an npz, a truncated or corrupt zip, a member cut short
         raise _error(path, f"expected a complete npz file; got {type(exc).__name__}: {str(exc)[:160]}",
                      f"write it again: {_SAVE}") from None
     for key, ids in arrays.items():

@@ -65,8 +65,7 @@ def parse_synthetic(options: str) -> SyntheticSpec:
 
 
 def _structure(spec: SyntheticSpec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rowptr, col, perm). The random draws are those of the original one-shot code, in the same order, so
-    the graph is unchanged; only the temporaries are fewer and, below 2^31 nodes, int32."""
+    """(rowptr, col, perm); temporaries int32 below 2^31 nodes."""
     n = spec.num_nodes
     cluster_size = max(2, min(spec.cluster_size, n))
     ids = np.int32 if n < 2**31 else np.int64
@@ -128,12 +127,16 @@ def _splits(spec: SyntheticSpec, rng: np.random.Generator) -> dict[str, np.ndarr
             "test_idx": np.sort(order[n_train + n_val:n_train + n_val + n_test])}
 
 
-def make_synthetic(spec: SyntheticSpec = SyntheticSpec()) -> GraphData:
-    """Generate the graph in memory; the same spec gives the same graph on every rank and machine."""
+def _start(spec: SyntheticSpec) -> tuple[np.random.Generator, np.ndarray, np.ndarray, np.ndarray]:
+    """(the generator, rowptr, col, y): the draws both writers make first, in the same order."""
     rng = np.random.default_rng(spec.seed)
     rowptr, col, perm = _structure(spec, rng)
-    y = _labels(spec, rng, perm)
-    del perm
+    return rng, rowptr, col, _labels(spec, rng, perm)
+
+
+def make_synthetic(spec: SyntheticSpec = SyntheticSpec()) -> GraphData:
+    """Generate the graph in memory; the same spec gives the same graph on every rank and machine."""
+    rng, rowptr, col, y = _start(spec)
     x = np.concatenate(list(_feature_chunks(spec, rng, y, spec.num_nodes)))
     return GraphData(name="synthetic", rowptr=rowptr, col=col, x=x, y=y, num_classes=spec.num_classes,
                      meta={"spec": spec.__dict__}, **_splits(spec, rng))
@@ -142,10 +145,7 @@ def make_synthetic(spec: SyntheticSpec = SyntheticSpec()) -> GraphData:
 def write_synthetic(spec: SyntheticSpec, folder: str | os.PathLike) -> Path:
     """Generate the graph (the same as `make_synthetic`) into an npy folder (see `mpignn.data.npy`), features
     written in chunks of about 64 MiB, so they are never held whole; atomic: a crash leaves no folder."""
-    rng = np.random.default_rng(spec.seed)
-    rowptr, col, perm = _structure(spec, rng)
-    y = _labels(spec, rng, perm)
-    del perm
+    rng, rowptr, col, y = _start(spec)
     chunk_rows = rows_per_chunk(4 * spec.num_features)
     # The splits are drawn after the features: hold the structure and labels, stream x, then draw them.
     with atomic_dir(folder) as tmp:

@@ -75,8 +75,7 @@ def metis_parts(graph: GraphData, num_parts: int, seed: int) -> np.ndarray:
 
 
 KAMINPAR_IMBALANCE = 0.01
-"""Largest part at most 1% above the average: METIS reaches 1.000 on its own, KaMinPar fills what it is given
-(1.030 at 3%), and 1% cost 0.2% more cut on the 2M-node graph (docs/partitions.md, partitioner comparison)."""
+"""Largest part at most 1% above the average: KaMinPar fills whatever imbalance it is given (docs/benchmarks.md)."""
 
 
 def kaminpar_parts(graph: GraphData, num_parts: int, seed: int, workdir: str | os.PathLike | None = None,
@@ -86,9 +85,8 @@ def kaminpar_parts(graph: GraphData, num_parts: int, seed: int, workdir: str | o
     nodes are not a constraint: they follow the node balance when they are spread evenly.
 
     The same seed gives the same parts with `threads=1` only: with more threads the parts differ from run to
-    run (the cut by about 0.1%), so anything that partitions on several hosts independently must use one.
-    The fast configuration cut as well as the default one (within 0.1%) in about 58% of its time and 69% of its
-    peak memory on the 2M-node graph.
+    run, so anything that partitions on several hosts independently must use one. The fast configuration
+    cuts about as well as the default in less time and memory (docs/benchmarks.md).
     """
     try:
         import kaminpar

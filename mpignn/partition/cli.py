@@ -66,24 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Partition a graph for `mpirun -np K python -m mpignn.train --partitions OUT`."), PartitionConfig)
 
 
-def _key(name: str) -> str:
-    from mpignn.data import dataset_key
-
-    return dataset_key(name)
-
-
 def load_for_partitioning(name: str, root: str, splits: str = "") -> "GraphData":
     """The graph, features memory-mapped: a synthetic graph is generated once into an npy folder under
     `root/mpignn-cache/` (features written in chunks), then mapped like any `npy:` folder. With `splits` (a
     `--splits` file) its train/valid/test ids replace the graph's own."""
-    from mpignn.data import load_dataset
+    from mpignn.data import dataset_key, load_dataset
     from mpignn.data.npy import load_npy_folder
     from mpignn.data.split_file import apply_splits
     from mpignn.data.synthetic import parse_synthetic, write_synthetic
 
     if not name.startswith("synthetic"):
         return load_dataset(name, root, splits=splits)
-    safe = _key(name).replace(":", "_").replace(",", "_").replace("=", "")
+    safe = dataset_key(name).replace(":", "_").replace(",", "_").replace("=", "")
     folder = Path(root) / "mpignn-cache" / f"{safe}.npy"
     if not (folder / "meta.json").is_file():
         write_synthetic(parse_synthetic(name.partition(":")[2]), folder)
@@ -105,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "launcher. HINT: run it without mpirun/mpiexec/srun/torchrun: python -m mpignn.partition ...",
               file=sys.stderr)
         return 1
-    from mpignn.data import dataset_source
+    from mpignn.data import dataset_key, dataset_source
     from mpignn.partition import format_report, partition_graph
 
     if Path(args.out).exists() and not args.force:  # before loading: a synthetic graph would be generated first
@@ -127,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         graph = load_for_partitioning(args.dataset, args.root, args.splits)
         load_s = time.perf_counter() - start
         rep = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
-                              dataset=_key(args.dataset), force=args.force, threads=args.threads, links=links,
+                              dataset=dataset_key(args.dataset), force=args.force, threads=args.threads, links=links,
                               source=source or dataset_source(args.dataset, args.root, args.splits))
     except MpignnError as exc:
         print(f"mpignn.partition: error: {exc}", file=sys.stderr)

@@ -1,16 +1,10 @@
 """Partition folders delivered over MPI to hosts that do not see them (nodes without a shared filesystem).
 
-Every host's leader (node-local rank 0) tells rank 0 what its folder at that path holds: META.json and the
-parts complete in it (every file at the size META.json records). Rank 0 picks the partition the job uses, its
-own host's when the job's hosts hold every part of it between them, else the first other host's that does
-(the requeue of a job on the same hosts in another order, or on a subset of them), and each leader whose host
-lacks parts its ranks load receives them from a host that holds them, with META.json, the held-out edges
-(`links/`) and `node_map.npy` (original ids), file by file in chunks, each checked against its sha256
-(`mpignn.mpi.transfer`). A host that holds the same META.json receives only the files it lacks, each renamed
-into place once whole; one that holds another partition, or none, receives into a temporary folder that
-replaces its folder only once all of it arrived intact. Only an mpignn partition folder (or nothing) is ever
-replaced: anything else at that path is refused on every rank, unless `force`. A part no host holds is
-refused on every rank, naming what each host holds: nothing is prepared again behind the user's back.
+Each host's leader reports its folder's META.json and complete parts; rank 0 picks the partition whose parts
+the job's hosts hold between them (its own host's first), and leaders lacking parts receive them, with META.json,
+`links/` and `node_map.npy`, file by file, sha256-checked (`mpignn.mpi.transfer`): into place beside the same
+META.json, else into a temporary folder that replaces theirs once whole. Only an mpignn partition folder is ever
+replaced (else refused unless `force`); a part no host holds is refused on every rank, never prepared again.
 """
 from __future__ import annotations
 
@@ -160,16 +154,14 @@ def deliver_partition(comm: Any, folder: str | os.PathLike, part_id: int, *, for
                       usable: Callable[[Path], bool] | None = None) -> dict[int, int]:
     """Collective over `comm`: make `folder` (the same path on every rank) hold `part_id` on every host (see
     the module docstring); `usable` says which hosts' folders count (default: any mpignn partition folder).
-    A receiving host's leader first removes what killed deliveries of this host left beside the folder
-    (`fileio.remove_leftovers`).
 
-    Returns, on rank 0, {leader rank: bytes received} for the hosts that received files ({} elsewhere, and
-    when every host holds what its ranks load, or no host holds a folder: the usual checks then report it).
-
+    Returns:
+        On rank 0, {leader rank: bytes received} for the hosts that received files; {} elsewhere and when no
+        host needed any.
     Raises:
-        PartitionFormatError: on every rank, when a host could not write or received a corrupt file, when no
-            host holds a part the job loads, or when `folder` on a receiving host holds something other than
-            an mpignn partition folder and `force` is not set (nothing is then changed there).
+        PartitionFormatError: on every rank, when a host could not write or received a corrupt file, no host
+            holds a part the job loads, or `folder` on a receiving host is not an mpignn partition folder and
+            `force` is not set.
     """
     folder = Path(folder)
     views = _survey(comm, folder, part_id, usable)

@@ -204,15 +204,14 @@ def check_matches(meta: PartitionMeta, folder: str | os.PathLike, *, num_parts: 
 
 def check_source(meta: PartitionMeta, folder: str | os.PathLike, source: str | None, dataset: str,
                  root: str) -> bool:
-    """Compare the source the folder records (`data.dataset_source` of the files it was made from) with
-    `source`, the same of `dataset` as its files are now (None: this host does not hold them). Returns True
-    when both name files and are equal: the same content, whatever path it is typed as. False when there is
-    nothing to compare (no record: an older mpignn made it; no files; a synthetic graph) or they are of
-    different datasets (`check_matches` then names the mismatch).
+    """Compare the source the folder records (`data.dataset_source`) with `source`, that of `dataset`'s files
+    now (None: this host does not hold them).
 
+    Returns:
+        True when both name files of the same content; False when there is nothing to compare (no record, no
+        files, a synthetic graph) or they are of different datasets (`check_matches` names that).
     Raises:
-        PartitionFormatError: the same dataset's files held other content then: the folder was made from an
-            older (or other) version of them, and training on it would use that graph.
+        PartitionFormatError: the same dataset's files held other content when the folder was made.
     """
     # the split files' tags are compared by `check_splits`, before: here the dataset's files alone
     recorded = None if meta.source is None else split_source(meta.source)[0]
@@ -233,12 +232,11 @@ def check_source(meta: PartitionMeta, folder: str | os.PathLike, source: str | N
 
 
 def check_splits(meta: PartitionMeta, folder: str | os.PathLike, tag: str, splits: str, dataset: str) -> None:
-    """Refuse a partition folder made with other splits than this run's: another `--splits` file's content, or
-    one where the run gives none, or none where it gives one (`tag`: `data.split_file.splits_tag(splits)`).
-    A folder that records no source (an older mpignn, before `--splits`) was made with the dataset's own.
+    """Refuse a partition folder made with other splits than this run's (`tag`:
+    `data.split_file.splits_tag(splits)`); one that records no source was made with the dataset's own.
 
     Raises:
-        PartitionFormatError: the splits differ; training on it would train and score other nodes than asked.
+        PartitionFormatError: the splits differ, so it would train and score other nodes than asked.
     """
     recorded = split_source(meta.source or "")[1]
     wanted = split_source(tag)[1]
@@ -264,10 +262,8 @@ def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = Tr
                    mmap: bool = False) -> LocalPart:
     """Read one part (memory in proportion to the part), checking sizes and, with `verify`, checksums.
 
-    `mmap` maps MAPPED_FILES read-only instead of reading them: their pages are the page cache's, loaded as
-    they are touched and dropped under memory pressure, not the process's own. The contents the kernels rely on
-    are always checked (`validate.check_part`): a folder whose checksums match its own META.json is not trusted
-    whole.
+    `mmap` maps MAPPED_FILES read-only, so their pages are the page cache's, not the process's. The contents
+    the kernels index with are always checked (`validate.check_part`), checksums or not.
 
     Raises:
         PartitionFormatError: a file is missing, truncated, fails its checksum or cannot be parsed, or its

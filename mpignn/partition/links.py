@@ -4,7 +4,7 @@
                  val_neg_tails.npy test_neg_tails.npy                int64 [k, K]
                  SPLIT.json                                          shares, seed, K (written last)
 
-A held-out pair belongs to the rank that owns its first node, as training pairs do (`train_pairs`).
+A held-out pair belongs to the rank that owns its first node, as training pairs do (`data.links.undirected_pairs`).
 """
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from mpignn.data.links import LinkSplit, undirected_pairs
+from mpignn.data.links import LinkSplit
 from mpignn.errors import PartitionFormatError
 from mpignn.fileio import atomic_dir, load_npy, read_json, save_npy, write_json
 from mpignn.partition.validate import check_link_arrays
 
-__all__ = ["save_link_split", "has_link_split", "load_link_split", "in_partition_ids", "link_share", "train_pairs"]
+__all__ = ["save_link_split", "has_link_split", "load_link_split", "in_partition_ids", "link_share"]
 
 _NAMES = ("val_pos", "test_pos", "val_neg", "test_neg", "val_neg_tails", "test_neg_tails")
 
@@ -76,8 +76,3 @@ def link_share(arrays: dict[str, np.ndarray], part_offsets: np.ndarray, part_id:
         out[f"{split}_neg"] = arrays[f"{split}_neg"][:, mine]
         out[f"{split}_neg_tails"] = arrays[f"{split}_neg_tails"][mine]
     return out
-
-
-def train_pairs(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndarray:
-    """[2, k] training pairs of a part: each undirected message-passing edge once, at its smaller end."""
-    return undirected_pairs(rowptr, col, lo)

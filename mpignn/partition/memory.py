@@ -1,7 +1,6 @@
-"""A graph handed over in memory (a PyG `Data` or `HeteroData` held by rank 0): rank 0 checks it as the same
-arrays in an npz are checked (`data.pyg`), cuts it into parts in memory as a partition folder would hold them
-(`assign.split_and_assign`, `write.parts_in_memory`), and sends every rank the arrays of its part over MPI as
-buffers in chunks (`send_arrays`: no file is written, no array is pickled).
+"""A graph handed over in memory (a PyG `Data` or `HeteroData` held by rank 0): rank 0 checks it (`data.pyg`),
+cuts it into parts as a partition folder would hold them (`write.parts_in_memory`), and sends every rank its
+part's arrays over MPI as buffers in chunks (`send_arrays`: no file written, nothing pickled).
 
 Collective functions over MPI; imports data, partition and mpi, never torch.
 """
@@ -34,14 +33,13 @@ _ERRORS = {cls.__name__: cls for cls in (ConfigError, DatasetError, PartitionFor
 
 def scatter_graph(comm: Any, data: Any, part_id: int, *, num_parts: int, method: str, seed: int,
                   links: dict | None = None, timeout: float | None = None) -> tuple[LocalPart, dict | None]:
-    """Collective over `comm`: this rank's part `part_id` of rank 0's graph `data` (other ranks pass None; what
-    they pass is not read), cut into `num_parts` parts by `method` and `seed` exactly as `partition_graph`
-    cuts the same graph into a folder, and its held-out edges for link prediction (`links`: {"val", "test",
-    "num_tails", "seed"}; None: none held out, and None returned).
+    """Collective over `comm`: this rank's part `part_id` of rank 0's graph `data` (other ranks' `data` is not
+    read), cut as `partition_graph` cuts it into a folder, and its held-out edges for link prediction (`links`:
+    {"val", "test", "num_tails", "seed"}; None: none held out, None returned). Ranks wait for rank 0 up to
+    `timeout` seconds (None: no bound).
 
-    Rank 0 checks the graph (`data.pyg.graph_from_pyg`), partitions it and sends each rank its part; the
-    others wait for it up to `timeout` seconds (None: no bound).
-
+    Returns:
+        (the LocalPart, its held-out edges or None).
     Raises:
         DatasetError / ConfigError: the graph fails a check of the npz format, or cannot be cut (more parts
             than nodes): the same one line on every rank.

@@ -12,6 +12,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from mpignn.data.npyio import read_npy_header
 from mpignn.errors import PartitionFormatError
 
 __all__ = ["CHUNK", "DTYPES", "SCANNED", "check_meta", "check_part", "check_link_arrays", "sha256_and_max"]
@@ -67,9 +68,7 @@ def sha256_and_max(path: str | os.PathLike, chunk: int = 1 << 22) -> tuple[str, 
     top, data = None, -1
     with open(path, "rb") as f:
         try:
-            version = np.lib.format.read_magic(f)
-            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-            shape, fortran, dtype = read[version](f)
+            shape, fortran, dtype = read_npy_header(f)
             if dtype == np.dtype("<i8") and not fortran and f.tell() % 8 == 0:
                 data, top = 8 * int(np.prod(shape, dtype=np.int64)), 0
         except (ValueError, KeyError, OSError, EOFError):

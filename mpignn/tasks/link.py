@@ -15,7 +15,7 @@ from mpignn.tasks.link_metrics import LinkScores
 from mpignn.mpi import allreduce_max
 from mpignn.models import build_model
 from mpignn.models.link import LinkModel
-from mpignn.partition.links import train_pairs
+from mpignn.data.links import undirected_pairs
 from mpignn.inference.layerwise import exact_outputs
 from mpignn.tasks.base import Pick, Task, picker
 
@@ -107,7 +107,7 @@ class LinkTask(Task):
     def local_data(self, part: Any, held_out: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
         """The held-out pairs and this rank's training edges (`train_pos`: each undirected edge once, at the
         part owning its smaller end)."""
-        return {**held_out, "train_pos": train_pairs(part.rowptr, part.col, part.lo)}
+        return {**held_out, "train_pos": undirected_pairs(part.rowptr, part.col, part.lo)}
 
     def seeds(self, graph: LocalGraph, split: str, pick: Pick) -> LinkSeeds:
         arrays, num_nodes = graph.task_data, graph.part.meta.num_nodes
