@@ -77,11 +77,9 @@ class LoaderTimes:
 
 
 class BatchLoader:
-    """Iterate over mini-batches sampled around `seeds`: global ids of this rank's nodes, or a seed source of a
-    task (e.g. `tasks.link.LinkSeeds`: positive pairs, each batch sampling around both ends of positives and
-    negatives). A seed source has `__len__` (the items that are shuffled and batched) and
-    `draw(sampler, items, seed, variates) -> SampleOutput` (one typed output, as PyG's samplers return a
-    `SamplerOutput`): its `edge_label_index`, `edge_label` and `metadata` are set on the batch (arrays as tensors).
+    """Iterate over mini-batches sampled around `seeds`: this rank's global ids, or a task's seed source (e.g.
+    `tasks.link.LinkSeeds`) with `__len__` and `draw(sampler, items, seed, variates) -> SampleOutput`, whose
+    `edge_label_index`, `edge_label` and `metadata` are set on the batch.
 
     Args:
         sampler: the multi-hop sampler (local or distributed hops).

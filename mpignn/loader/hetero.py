@@ -1,14 +1,6 @@
-"""A sampled batch of a heterogeneous graph as PyG's `HeteroData`, so PyG heterogeneous models take it as is.
-
-Sampling and the exchange run on one global id space (`mpignn.data.hetero`); here the batch is cut by node
-type (read from the id blocks of the partition) and edge type (from the sampler). Within each type nodes keep
-the batch order, so the target type's first `batch_size` nodes are the seeds and every type's nodes and every
-edge type's edges stay grouped by hop: `num_sampled_nodes` / `num_sampled_edges` per type give the per-hop
-counts PyG's `trim_to_layer` and mpignn's hetero models read.
-
-Features stay in the table's dtype here: for an accelerator they are cut into pinned host buffers (or on the
-device, for a device table) and `mpignn.launch.device.Uploader` copies and widens them on the device, as for
-homogeneous batches. Imports torch and torch-geometric; never the training loop.
+"""A sampled batch of a heterogeneous graph as PyG's `HeteroData`, cut by node type and edge type; within each
+type nodes keep the batch order, so seeds come first and `num_sampled_nodes` / `num_sampled_edges` stay per hop.
+Imports torch and torch-geometric; never the training loop.
 """
 from __future__ import annotations
 

@@ -17,8 +17,7 @@ __all__ = ["overlap", "rows_on_device", "OVERLAP_MIN_THREADS"]
 
 
 # Below this many threads per rank a CPU rank computes on every core it has, and a producer thread (numba
-# sampling, MPI progress polling) takes cores from the matmuls: measured on 2 cores, 2 ranks x 1 thread ran
-# 13.75 s per epoch without and 15.19 s with a producer thread.
+# sampling, MPI progress polling) takes cores from the matmuls (docs/launchers-and-devices.md).
 OVERLAP_MIN_THREADS = 4
 
 

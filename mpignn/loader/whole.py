@@ -2,10 +2,9 @@
 carries for the model besides PyG's fields: each row's whole-graph degree, and its input rows as a sparse matrix
 where they are mostly zeros.
 
-Bag-of-words features make the first layer's dense products most of a full-graph epoch (Coauthor CS: 6,805
-columns, 0.9% non-zero; PyG's full-batch GraphSAGE spends most of its epoch there). A kept batch's input rows
-never change, so their CSR (and its transpose, for the weights' gradients) is built once, from this rank's own
-rows, and the first layer multiplies it (`models.sparse_input`).
+Bag-of-words features make the first layer's dense products most of a full-graph epoch (docs/training.md). A
+kept batch's input rows never change, so their CSR (and its transpose, for the weights' gradients) is built
+once, from this rank's own rows, and the first layer multiplies it (`models.sparse_input`).
 """
 from __future__ import annotations
 

@@ -20,15 +20,9 @@ __all__ = ["inference"]
 def inference(model: torch.nn.Module, graph: LocalGraph, *, batch_size: int = 8192,
               act: str | Callable[[torch.Tensor], torch.Tensor] | None = None, device: Any = None,
               halo_mib: float = 256) -> torch.Tensor:
-    """Collective over `graph.runtime.comm`: every rank must call it, in the same order. Apply `model` to every
-    node of the graph once, layer by layer over whole in-neighbourhoods (what `model(x, edge_index)` on the
-    whole graph gives, without holding it): each rank computes its own nodes' rows, fetching other ranks'
-    rows of the layer before. Eval mode (no dropout) while it runs; the model's mode is restored after.
-
-    Walks PyG's `GraphSAGE`, `GCN`, `GAT` and `GIN` (their `act`, `act_first`, per-node `norm`, `jk=None` or
-    `"last"` with `lin`), a module whose forward applies `act` between the convs of its `.convs` ModuleList
-    (PyG's examples/reddit.py: conv, ReLU, dropout; the last conv plain), and mpignn's models (`mpignn.models`,
-    also on a heterogeneous graph). Convs: SAGEConv, GCNConv, GATConv, GATv2Conv, GINConv. DDP is unwrapped.
+    """Collective over `graph.runtime.comm`: every rank must call it, in the same order. Every node's output,
+    layer by layer over whole in-neighbourhoods, each rank its own nodes (the models it walks: docs/api.md).
+    Eval mode while it runs; the model's mode is restored after.
 
     Args:
         model: the trained model, on any device (a DistributedDataParallel wrapper is fine).

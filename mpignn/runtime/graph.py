@@ -54,15 +54,8 @@ def load_local_graph(rt: Runtime, dataset: Any, root: str | None = None, task: T
     `GraphOptions(dataset=..., root=..., **options)`.
 
     `dataset` is a dataset name (`data.KNOWN`; the same on every rank), or a PyG `Data` or `HeteroData` held
-    by rank 0, the other ranks passing None: rank 0 checks it as the same arrays in an npz are checked,
-    partitions it in memory and sends each rank its part over MPI; no file is written (`data.pyg`,
-    `partition.memory.scatter_graph`). A `Data` gives `edge_index`, `x`, `y` and the splits as boolean masks
-    (`train_mask`, `val_mask`, `test_mask`) or id tensors (`train_idx`, ...); a `HeteroData` the same on its
-    one labelled node type.
-
-    The keyword arguments are `GraphOptions`' fields, named as training's flags: partitions, partition_method,
-    replicated, seed, fanout (text or a list), cache_size, exchange, feature_norm, sampler, ...; an in-memory
-    graph takes them all but `root`, partitions, local_prep, force and splits (about files).
+    by rank 0, the other ranks passing None: rank 0 partitions it in memory and sends each rank its part over
+    MPI, writing no file (`partition.memory.scatter_graph`). The keywords: docs/api.md.
 
     Raises:
         ConfigError: an unknown keyword or a value `GraphOptions` refuses, ranks that pass different kinds of
@@ -129,14 +122,10 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
     extends it) says, for `task` (default node classification).
 
     Without `opts.partitions`, rank 0 (of each host with `local_prep`) prepares and partitions the dataset
-    once under `root/mpignn-parts/` (`auto_folder`), holding out what the task asks first (its
-    `partition_extras()`: edges, for link prediction); a host that does not see the folder receives it (`deliver_partition`). With
-    `in_memory` (on every rank), the graph is `data`, rank 0's PyG `Data` or `HeteroData` (None on the other
-    ranks): rank 0 checks and partitions it in memory and sends each rank its part
-    (`partition.memory.scatter_graph`); `opts.dataset`, `root` and `partitions` are then not used and the
-    graph's `folder` is None. Each rank's own feature rows are transformed after loading
-    (`data.features.transform_rows`), so fetched and cached rows arrive transformed. A heterogeneous graph
-    samples each edge type with its own fanout (`edge_fanouts`) and its loaders give `HeteroData` batches.
+    once under `root/mpignn-parts/` (`auto_folder`); a host that does not see the folder receives it. With
+    `in_memory` (on every rank), the graph is `data`, rank 0's PyG graph (None on the others), partitioned in
+    memory; its `folder` is then None. Own feature rows are transformed after loading, so fetched and cached
+    rows arrive transformed.
 
     Raises:
         PartitionFormatError / DatasetError / ConfigError: on every rank alike.

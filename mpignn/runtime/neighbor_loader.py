@@ -62,14 +62,8 @@ class NeighborLoader:
             batch of all the input nodes and their whole neighbourhoods (`num_neighbors` -1 on every hop), made
             once and kept for every pass. The training CLI's `--minibatch`, with its refusals.
 
-    Batches are PyG `Data` on the runtime's device: `x`, `y`, `edge_index`, `n_id` and `input_id` (the seeds,
-    `n_id[:batch_size]`) in the dataset's ids, `part_n_id` (the same nodes in the partition's ids), `batch_size`,
-    `num_sampled_nodes`, `num_sampled_edges`, and `loss_scale`. A heterogeneous graph gives `HeteroData`, each
-    type's `n_id` (and the labelled type's `input_id`) its ids within the type in the dataset.
-
-    `loss_scale`: a rank's seeds are the input nodes it owns, so ranks can hold different numbers of them, and
-    DDP's average of the ranks' gradients then weighs ranks, not seeds. A mean loss times `batch.loss_scale`
-    (world size x this rank's seeds in this step / all ranks' seeds in this step) weighs every seed alike.
+    Batches are PyG `Data` (`HeteroData` on a heterogeneous graph) on the runtime's device; their fields and
+    `loss_scale` are in docs/api.md.
     """
 
     def __init__(self, graph: LocalGraph, num_neighbors: Sequence[int] | Mapping[str, Sequence[int]],

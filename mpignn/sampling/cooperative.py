@@ -1,15 +1,6 @@
 """Cooperative mini-batches: the ranks sample one global batch together, and every sampled node is kept,
-sampled and computed by its owner only.
-
-With independent mini-batches each rank samples around its share of the seeds and computes every row its
-neighbourhoods reach, so rows that several ranks reach are computed on each of them (`python -m
-mpignn.bench.floor`). Here a hop's frontier is the rank's own nodes first reached at the previous hop by any
-rank: the owner samples them from its own CSR (no structure travels) and the sources it finds go to their
-owners, who keep the ones the batch has not reached yet. So each node enters the batch once, at the hop one
-process holding the whole graph would reach it, and draws the neighbours that process would draw (the kernels
-seed per node id and hop, and every rank uses the step's shared seed). Layer by layer, the rows of remote
-sources then cross from their owners (`mpignn.exchange.halo`).
-
+sampled and computed by its owner only, at the hop one process holding the whole graph would reach it
+(docs/training.md "Cooperative mini-batches").
 No torch. Collective over the sampler's communicator: every rank samples every step.
 """
 from __future__ import annotations
@@ -23,7 +14,7 @@ import numpy as np
 from mpignn.mpi import allreduce_sum, alltoallv, collectives, segment_starts
 from mpignn.partition.format import owner_of
 from mpignn.sampling import kernels
-from mpignn.sampling.neighbor import Fanout, LocalHops, SampleOutput, importance_hop
+from mpignn.sampling.neighbor import Fanout, LocalHops, SampleOutput, draw_hop
 
 __all__ = ["CooperativeSampler", "KeptInputs", "LayerPlan", "union_rows"]
 
@@ -148,21 +139,14 @@ class CooperativeSampler:
                 raise ValueError("seed nodes must be distinct")
             depth_counts, degrees, targets, sources, means, weights = [n], [], [], [], [], []
             labor = self.method == "labor"
-            labor_seed, shift = variates if variates is not None else (seed, 0)
             f_lo, f_hi = 0, n
             for hop, fanout in enumerate(self.fanouts):
+                counts, nbrs, mean_over, weight = draw_hop(self, own[f_lo:f_hi], fanout, hop, seed, variates,
+                                                           self._max_over_ranks)
                 if labor:
-                    hop_seed = kernels.mix_seed(labor_seed, 0 if self.layer_dependency else hop)
-                    if self.iterations:
-                        counts, nbrs, mean_over, weight = importance_hop(
-                            self.source, own[f_lo:f_hi], fanout, hop_seed, shift, self.iterations, self._max_over_ranks,
-                            self.num_nodes)
-                        weights.append(weight)
-                    else:
-                        counts, nbrs, mean_over = self.source.sample_labor(own[f_lo:f_hi], fanout, hop_seed, shift)
                     means.append(mean_over)
-                else:
-                    counts, nbrs = self.source.sample(own[f_lo:f_hi], fanout, kernels.mix_seed(seed, hop))
+                if weight is not None:
+                    weights.append(weight)
                 degrees.append(counts)
                 targets.append(np.repeat(np.arange(f_lo, f_hi, dtype=np.int64), counts))
                 sources.append(nbrs)
@@ -235,7 +219,7 @@ class CooperativeSampler:
         recent = None
         if self.keep_inputs:  # the batch drawn before this one in the pass, else the last one filled
             recent = self._drawn if self._drawn is not None else self.filled_inputs
-        have = _found(recent.gids, ids) if recent is not None else np.zeros(len(ids), dtype=bool)
+        have = np.isin(ids, recent.gids) if recent is not None else np.zeros(len(ids), dtype=bool)
         # an id this rank holds goes as -1 - id: its owner then leaves it out of the input layer's exchange
         asked, asked_from = alltoallv(self.comm, np.where(have, -1 - ids, ids), per_owner)
         skip = asked < 0
@@ -291,14 +275,6 @@ def union_rows(comm: Any, part_offsets: np.ndarray, n_id: np.ndarray, num_sample
         got = alltoallv(comm, ids, sizes)[0]
         counts.append(len(np.unique(got)))
     return [int(c) for c in allreduce_sum(comm, counts)]
-
-
-def _found(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Which of `ids` are in `sorted_ids`."""
-    slot = np.searchsorted(sorted_ids, ids)
-    found = slot < len(sorted_ids)
-    found[found] = sorted_ids[slot[found]] == ids[found]
-    return found
 
 
 _EMPTY = np.empty(0, dtype=np.int64)

@@ -1,26 +1,6 @@
-"""Layer-neighbour sampling (LABOR-0 and LABOR-i; Balın and Çatalyürek, NeurIPS 2023), the compiled kernels.
-numpy in, numpy out; no torch.
-
-Neighbour sampling draws each target's neighbours independently, so two targets that share a neighbour usually
-sample different ones and a hop's union of sources grows with its targets. LABOR-0 gives every source node of a
-hop one uniform variate r_s, a function of the hop's seed and the source's global id alone, and target t keeps
-source s where r_s < k / d_t (k the fanout, d_t the target's degree): each target still keeps k neighbours in
-expectation, but targets that share a source agree on it, so fewer distinct sources are sampled. Any rank draws
-the same r_s for a node, so a remote owner's answer equals one process's.
-
-Dependent batches (`--batch-dependency K`; Balın, LaSalle and Çatalyürek, TMLR 2025): the K steps of a window
-share one seed, and step j of the window rotates every variate by j/K (r_s + j/K mod 1, in the integers of the
-53-bit draw, so the host and device kernels agree bit for bit). Each step's variates stay uniform, so each
-batch is a LABOR-0 batch, but consecutive steps keep most of each other's sources: a source under a cut p at
-one step is under it at the next unless it was within 1/K of it.
-
-Target t keeps s with probability p_t = min(1, k / d_t), so the sum of the kept sources' rows over
-d_t * p_t = min(d_t, k) is an unbiased estimate of the mean over all d_t neighbours (Horvitz-Thompson): the
-kernel returns that denominator per target, where neighbour sampling divides by the count drawn.
-
-LABOR-i (`labor_importance`, `--labor-iterations`) raises the cut of sources that some target must keep with
-high probability, over i iterations, so the hop's targets agree on fewer sources; each kept edge then carries
-a weight.
+"""Layer-neighbour sampling's compiled kernels: LABOR-0, dependent batches and LABOR-i (docs/training.md
+"Layer-neighbour sampling"). Each source's variate is a function of the hop seed and its global id alone, so
+every rank draws what one process would. numpy in, numpy out; no torch.
 """
 from __future__ import annotations
 

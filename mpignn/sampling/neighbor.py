@@ -18,7 +18,7 @@ from mpignn.sampling.kernels import ARRAY_MAP_BYTES
 from mpignn.sampling.labor import labor_importance, labor_rows
 
 __all__ = ["SampleOutput", "HopSource", "LocalHops", "NeighborSampler", "parse_fanout", "ARRAY_MAP_BYTES",
-           "Fanout", "fanout_array", "loop_free_degree", "importance_hop", "SAMPLERS"]
+           "Fanout", "fanout_array", "loop_free_degree", "importance_hop", "draw_hop", "SAMPLERS"]
 
 # SAMPLERS: how a hop draws. "neighbor": each target its own uniform draw (`kernels.sample_rows`); "labor":
 # layer-neighbour sampling, one variate per source shared by the hop's targets (`sampling.labor`).
@@ -145,6 +145,33 @@ def importance_hop(source: HopSource, gids: np.ndarray, fanout: Fanout, seed: in
     return labor_importance(ptr, nbrs, int(fanout_array(fanout, 1)[0]), seed, shift, iterations, reduce, num_nodes)
 
 
+def draw_hop(sampler: Any, gids: np.ndarray, fanout: Fanout, hop: int, seed: int,
+             variates: tuple[int, int] | None, reduce: Any = None) -> tuple[Any, Any, Any, Any]:
+    """Hop `hop` of `gids` as `sampler.method` says, so every sampler draws a hop alike.
+
+    Args:
+        sampler: a sampler with `source`, `method`, `layer_dependency`, `iterations` and `num_nodes`.
+        gids: the hop's targets (global ids).
+        fanout: the hop's fanout.
+        hop: the hop's index (salts the seed).
+        seed: the batch's seed; "labor" draws from `variates` (a seed and a shift) where given, else from it.
+        variates: see `NeighborSampler.sample`.
+        reduce: see `labor_importance`.
+
+    Returns:
+        (counts, nbrs, mean_over, edge weight); mean_over is None for "neighbor", the weight None but for LABOR-i.
+    """
+    if sampler.method != "labor":
+        counts, nbrs = sampler.source.sample(gids, fanout, kernels.mix_seed(seed, hop))
+        return counts, nbrs, None, None
+    labor_seed, shift = variates if variates is not None else (seed, 0)
+    hop_seed = kernels.mix_seed(labor_seed, 0 if sampler.layer_dependency else hop)
+    if sampler.iterations:
+        return importance_hop(sampler.source, gids, fanout, hop_seed, shift, sampler.iterations, reduce,
+                              sampler.num_nodes)
+    return (*sampler.source.sample_labor(gids, fanout, hop_seed, shift), None)
+
+
 def loop_free_degree(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndarray:
     """int64 [rows]: each CSR row's in-edges other than self-loops (rows are the global ids lo, lo + 1, ...):
     the degree PyG's `gcn_norm` adds one self-loop to, on the whole graph."""
@@ -162,8 +189,7 @@ class NeighborSampler:
     largest batch so far (twice the remote nodes it reached, 16 bytes a slot), so memory follows the part and
     the batch; "auto" (default), the array where the source owns every node (one process, replicated) or has no
     rows of its own (then while it takes at most ARRAY_MAP_BYTES), else the part map. Both give the same
-    batches. With a part of a 2M-node graph, hash lookups made sampling 16-18% slower, a small share of a
-    training step (docs/benchmarks.md): the part map keeps a rank's memory in proportion to its part.
+    batches. The part map keeps a rank's memory in proportion to its part (its cost: docs/benchmarks.md).
     `method` (`SAMPLERS`): "labor" draws each hop by layer-neighbour sampling (`HopSource.sample_labor`), and
     its batches carry `mean_over`, what each target's mean divides by. `dependency` (labor): how many
     consecutive training steps a loader lets share their variates (`sampling.labor.window`);
@@ -279,24 +305,16 @@ class NeighborSampler:
             raise ValueError("seed nodes must be distinct")
         rows, cols, types, degrees, means, weights = [], [], [], [], [], []
         labor = self.method == "labor"
-        labor_seed, shift = variates if variates is not None else (seed, 0)
         num_nodes, num_edges = [n_count], []
         t = getattr(self.source, "num_etypes", 1)
         f_lo, f_hi = 0, n_count
         try:
             for hop, fanout in enumerate(self.fanouts):
+                counts, nbrs, mean_over, weight = draw_hop(self, n_id[f_lo:f_hi], fanout, hop, seed, variates)
                 if labor:
-                    hop_seed = kernels.mix_seed(labor_seed, 0 if self.layer_dependency else hop)
-                    if self.iterations:
-                        counts, nbrs, mean_over, weight = importance_hop(
-                            self.source, n_id[f_lo:f_hi], fanout, hop_seed, shift, self.iterations,
-                            num_nodes=self.num_nodes)
-                        weights.append(weight)
-                    else:
-                        counts, nbrs, mean_over = self.source.sample_labor(n_id[f_lo:f_hi], fanout, hop_seed, shift)
                     means.append(mean_over)
-                else:
-                    counts, nbrs = self.source.sample(n_id[f_lo:f_hi], fanout, kernels.mix_seed(seed, hop))
+                if weight is not None:
+                    weights.append(weight)
                 if n_count + len(nbrs) > len(n_id):
                     n_id = self._buffer(max(2 * len(n_id), n_count + len(nbrs)), n_id, n_count)
                 src, n_count = self._map(nbrs, n_id, n_count)
@@ -341,9 +359,7 @@ class NeighborSampler:
         and `edge_label_index` [2, len(src)] holds each pair in batch-local ids (PyG's LinkNeighborLoader
         layout)."""
         ends = np.concatenate([np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)])
-        nodes = np.sort(ends)
-        if len(nodes) > 1:
-            nodes = nodes[np.concatenate([[True], nodes[1:] != nodes[:-1]])]
+        nodes = np.unique(ends)
         out = self.sample(nodes, seed, variates)
         out.edge_label_index = np.searchsorted(nodes, ends).reshape(2, -1)
         return out

@@ -1,13 +1,6 @@
 """The sampling kernels in torch ops, for a CSR that lives on an accelerator (or on the CPU, to check them).
-
-They draw what the numba kernels draw, bit for bit (`tests/test_torch_sampler.py`): the same counter-based
-streams (SplitMix64 of the hop seed and the node's global id), the same Floyd draw for neighbour sampling and
-the same variate per source for layer-neighbour sampling. So where a hop is drawn never changes what trains.
-torch has no unsigned 64-bit arithmetic on every device, so the streams run on int64: adding and multiplying
-wrap the same way, and a right shift is made logical with a mask.
-
-A batch's draw is vectorised over its targets: Floyd's k steps are k tensor operations over all the targets that
-draw (k the fanout), each comparing with the picks so far.
+They draw what the numba kernels draw, bit for bit (`tests/test_torch_sampler.py`). torch lacks unsigned 64-bit
+arithmetic on some devices, so the streams run on int64 and a right shift is made logical with a mask.
 """
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
-"""Checkpoints: model, optimizer, every rank's RNG state and learnable rows, the position (epoch, step) and the
-config, committed as one generation and read back with `torch.load(weights_only=True)` / npz without pickles.
-
-A generation is a folder; it counts once its manifest, written last, is in it:
+"""Checkpoints committed as one generation, read back without pickles; a generation counts once its
+manifest, written last, is in it (docs/failures.md):
 
     DIR/gen-000007/embedding-rank{R}.npz   each rank's learnable rows (--embed-dim), written by that rank
     DIR/gen-000007/checkpoint.pt           model, optimizer, stacked RNG states, extra (each host's rank 0)
     DIR/gen-000007/manifest.json           generation, epoch, step, world size, sha256 of every file above
     DIR/best/checkpoint.pt                 a copy of the best validation's (`keep_best`)
-
-Every file is fsync'd before its rename and the folder after it; the previous generations stay until a new one
-is complete (the newest `keep` are kept). A resume agrees over MPI that every rank loaded the same one.
-With the same world size a resumed run replays the uninterrupted one bit for bit: the sampling streams are
-derived from (seed, epoch, rank, step), and the torch RNGs (CPU and the rank's device) are restored per rank.
 """
 from __future__ import annotations
 

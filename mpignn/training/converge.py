@@ -1,14 +1,5 @@
 """Training until it converges: without `--epochs`, how many epochs at most, how often to evaluate and when to
-stop.
-
-A fixed epoch count suits one graph: 5 epochs are the embedded graph's plateau, and a graph of one full-graph
-step per epoch is then barely started. So a bare run trains until validation stops improving (by `MIN_DELTA`,
-for `patience` evaluations), within `STEP_BUDGET` optimizer steps. It evaluates once per epoch; every
-`EVAL_STEPS` steps where epochs are longer (huge graphs), so patience can act within an epoch; and every
-`MIN_EVAL_STEPS` steps' worth of epochs where they are shorter (a full-graph epoch is one step, and its evaluation
-costs about as much). Patience counts evaluations: at least `PATIENCE_EVALS`, and at least `PATIENCE_STEPS` steps'
-worth, since one full-graph step moves validation little. `--epochs N` trains N epochs as asked (with `--patience`
-only where given). The numbers, and the runs they come from, are in docs/training.md ("Converging by default").
+stop. The numbers, and the runs they come from, are in docs/training.md ("Converging by default").
 Stdlib only.
 """
 from __future__ import annotations

@@ -17,14 +17,12 @@ __all__ = ["AllreduceTimer", "wrap_ddp", "optimize_for_device"]
 class AllreduceTimer:
     """DDP comm hook that all-reduces each gradient bucket and times it.
 
-    On CPU it uses MPI (mpi4py, in place on the bucket's memory: about 10 us latency here against gloo's
-    300 us), blocking: `seconds` is the host time of those calls. On a device it queues torch.distributed's
-    asynchronous all-reduce and hands DDP the future (`.then` divides by the world size on the device), so
-    buckets are reduced while backward still computes, and nothing waits for the whole device. Timing there
-    is by device events: on the last bucket of a step, one event on the compute stream where backward's last
-    gradients are done and one after the last all-reduce; `seconds` (read at the end of the epoch, not per
-    bucket) sums their spans: the communication backward did not hide, not the loader's copies on their own
-    stream.
+    On CPU it uses MPI (mpi4py, in place on the bucket's memory; its latency against gloo's:
+    docs/launchers-and-devices.md), blocking: `seconds` is the host time of those calls. On a device it queues
+    torch.distributed's asynchronous all-reduce and hands DDP the future (`.then` divides by the world size on
+    the device), so buckets are reduced while backward still computes. Timing there is by device events, one
+    where backward's last gradients are done and one after the last all-reduce of a step; `seconds` (read at
+    the end of the epoch) sums their spans: the communication backward did not hide.
     """
 
     def __init__(self, comm: Any, use_mpi: bool, device: str = "cpu") -> None:

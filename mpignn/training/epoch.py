@@ -27,14 +27,13 @@ if TYPE_CHECKING:  # annotations only (postponed): the loop imports no launch or
 __all__ = ["COUNTERS", "EpochParts", "train_epoch", "run_epoch"]
 
 
-def _progress(show: bool, step: int, steps: int, loss: float) -> None:
+def _progress(step: int, steps: int, loss: float) -> None:
     """A one-line progress bar on rank 0 when stderr is a terminal (batch jobs get the epoch lines only)."""
-    if show:
-        done = int(30 * step / max(1, steps))
-        sys.stderr.write(f"\r  [{'#' * done}{'.' * (30 - done)}] {step}/{steps} loss {loss:.4f}")
-        if step == steps:
-            sys.stderr.write("\r" + " " * 70 + "\r")
-        sys.stderr.flush()
+    done = int(30 * step / max(1, steps))
+    sys.stderr.write(f"\r  [{'#' * done}{'.' * (30 - done)}] {step}/{steps} loss {loss:.4f}")
+    if step == steps:
+        sys.stderr.write("\r" + " " * 70 + "\r")
+    sys.stderr.flush()
 
 
 def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Optimizer, *, task: Task, device: str,
@@ -44,10 +43,10 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
     """Collective over `comm` (when given; every rank runs the same steps): train one epoch of `task` (its
     forward, loss and correct count; `Task.items` are the labelled items the loss is averaged over).
 
-    Every step, the ranks sum (seeds in this step, stop requested) in one tiny MPI all-reduce (about 10 us on
-    2 ranks here). Each rank's loss is the sum of its per-seed losses times world_size / (the step's seeds on
-    all ranks): DDP averages gradients over the ranks, so the update is the gradient of the mean loss over
-    all the step's seeds, whatever each rank's share. A rank without seeds still runs the forward through
+    Every step, the ranks sum (seeds in this step, stop requested) in one tiny MPI all-reduce. Each rank's loss
+    is the sum of its per-seed losses times world_size / (the step's seeds on all ranks): DDP averages gradients
+    over the ranks, so the update is the gradient of the mean loss over all the step's seeds, whatever each
+    rank's share. A rank without seeds still runs the forward through
     DDP (on its empty batch) and joins the gradient all-reduce with zeros. When any rank's `stop.requested`
     is set, every rank leaves at the same step, before training it, and `stopped_step` says which.
 
@@ -104,7 +103,7 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
         sums["nodes"] += batch.num_nodes  # the nodes this step computed on (seeds and sampled neighbours)
         rows.add(batch)
         if progress:  # reading the loss waits for the device: only where the bar is shown (a tty)
-            _progress(progress, step + 1, len(loader), float(loss_sum.detach()) / max(n, 1))
+            _progress(step + 1, len(loader), float(loss_sum.detach()) / max(n, 1))
     metric_sums.flush()
     sums.update(rows.sums())
     # The per-step agreement is a collective too: where a rank waits for a slower one, it waits there. The
@@ -199,11 +198,7 @@ def run_epoch(parts: EpochParts, epoch: int, *, evaluate_now: bool, start_step: 
     task, bf16, emb = graph.task, parts.bf16, graph.embedding
     before = parts.counters()
     start = time.perf_counter()
-    for name, loader in loaders.items():
-        if name == "train":
-            loader.set_epoch(epoch, start_step, end_step)
-        else:
-            loader.set_epoch(epoch)
+    loaders["train"].set_epoch(epoch, start_step, end_step)  # val and test: set to 0 before they are read
     sums = train_epoch(model, loaders["train"], parts.optimizer, task=task, device=rt.device, bf16=bf16,
                        timer=parts.timer, progress=rt.rank == 0 and sys.stderr.isatty(), comm=rt.comm,
                        stop=parts.stop, start_step=start_step, end_step=end_step, embedding=emb)

@@ -28,7 +28,7 @@ from mpignn.training.stopping import EXIT_STOPPED, StopSignal, requeue
 from mpignn.tasks import Task
 from mpignn.training.tensorboard import ScalarLog, eval_index, require
 from mpignn.mpi import allreduce_max
-from mpignn.mpi.watchdog import Watchdog, bounded, watching
+from mpignn.mpi.watchdog import bounded
 
 if TYPE_CHECKING:
     from mpignn.config.train_config import TrainConfig
@@ -83,28 +83,19 @@ def resumed_minibatch(cfg: TrainConfig, comm: Any) -> str:
 def fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any], model: torch.nn.Module,
         optimizer: torch.optim.Optimizer, stop: StopSignal | None = None,
         resolved: dict[str, Any] | None = None) -> int:
-    """Collective over `rt.comm`: train `graph.task` for epochs `cfg.epochs`, resuming when asked; returns the
-    exit code:
+    """Collective over `rt.comm`: train `graph.task` for epochs `cfg.epochs`, resuming when asked, the
+    checkpoint folder claimed (and locked) for the run's duration; returns the exit code:
     0, or EXIT_STOPPED (75) when `stop` was requested on any rank (after the checkpoint, if any, is saved).
 
-    On several ranks a `Watchdog` bounds every collective by `cfg.collective_timeout` seconds meanwhile: a
-    rank that stops answering ends the job (MPI Abort) with a message naming it, instead of a hang.
+    Run it inside `runtime.session.watched`, whose `Watchdog` bounds every collective on several ranks.
     `resolved`: what the run's `auto` flags resolved to (`runtime.resolve`), stored in every epoch record and
     checkpoint.
     """
-    if rt.world_size == 1 or watching() is not None:  # python -m mpignn.train watches from its start-up on
-        return _fit(cfg, rt, graph, loaders, model, optimizer, stop, resolved or {})
-    with Watchdog(rt.comm, cfg.collective_timeout):
-        return _fit(cfg, rt, graph, loaders, model, optimizer, stop, resolved or {})
-
-
-def _fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any], model: torch.nn.Module,
-         optimizer: torch.optim.Optimizer, stop: StopSignal | None, resolved: dict[str, Any]) -> int:
-    """`fit` without the watchdog: the checkpoint folder claimed (and locked) for the run's duration."""
     resuming = _wants_resume(cfg, rt.comm)
     lock = claim_checkpoint_dir(rt.comm, cfg, resuming) if cfg.checkpoint_dir else None
     try:
-        return Trainer(cfg, rt, graph, loaders, model, optimizer, stop, resolved, lock is not None).run(resuming)
+        return Trainer(cfg, rt, graph, loaders, model, optimizer, stop, resolved or {},
+                       lock is not None).run(resuming)
     finally:
         if lock is not None:
             lock.release()

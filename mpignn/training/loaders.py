@@ -32,9 +32,8 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
                 max_steps: int = TrainConfig.max_steps, minibatch: str | None = None,
                 eval_batch_size: int = TrainConfig.eval_batch_size, **unknown: Any) -> BatchLoader:
     """Collective over `rt.comm` (agrees on the step count): a loader over this rank's seeds of `split`
-    ("train", "val" or "test") as `graph.task` gives them (`Task.seeds`: the split's nodes; for link
-    prediction its pairs, and batches then carry `edge_label_index` and `edge_label`, as PyG's
-    LinkNeighborLoader gives); in replicated mode each rank takes a ceiling-division share of them.
+    ("train", "val" or "test") as `graph.task` gives them (`Task.seeds`; link prediction's batches carry
+    `edge_label_index` and `edge_label`, as PyG's LinkNeighborLoader's do).
 
     Args:
         batch_size: seeds (nodes, or positive pairs) per step; for "train" with `batch_scope="global"` the
@@ -45,14 +44,10 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
             hold fewer positives (`Task.eval_batch_size`).
         prefetch: auto, on or off: produce batch k+1 in a thread while batch k computes; see `overlap`.
         max_steps: for "train", at most this many steps per epoch (0: all), each epoch from a fresh shuffle.
-        minibatch: for "train" on several parts, "cooperative": the ranks sample one batch together and each
-            sampled node is computed by its owner only (`sampling.cooperative`); "independent": each rank
-            samples and computes its share's neighbourhoods. Evaluation is independent, and draws by neighbour
-            sampling whatever the graph's sampler (`NeighborSampler.for_evaluation`). "full" (every split):
-            one step per pass over all of the split's seeds and their whole L-hop neighbourhoods (every
-            neighbour), each row computed once by its owner as in cooperative batches; the batch is the same
-            every pass, so it is made once and kept (`BatchLoader`'s `reuse`). None: independent (the CLI's
-            `--minibatch auto` counts the modes' steps: `training.minibatch.choose_minibatch`).
+        minibatch: for "train" on several parts, "cooperative" or "independent" (docs/training.md); evaluation
+            is independent and draws by neighbour sampling (`NeighborSampler.for_evaluation`). "full" (every
+            split): one step per pass over the split's seeds and their whole neighbourhoods, made once and
+            kept (`BatchLoader`'s `reuse`). None: independent (`--minibatch auto` is the caller's to resolve).
     """
     task = graph.task or make_task()
     for key in unknown:  # the same call on every rank

@@ -1,20 +1,6 @@
-"""How training splits the work over ranks where the flags leave it open.
-
-`--minibatch auto` (the default) decides from what the run counts, never from a clock, so one command and seed
-train one model on a quiet machine and a busy one (docs/reproducibility.md). On a small graph every mini-batch's
-L-hop neighbourhood covers most of it (Coauthor CS on 2 ranks: more input rows a step than it has nodes), so
-an epoch of mini-batches computes the graph's first layer many times where `--minibatch full` computes each row
-once a step. `choose_minibatch` draws the first independent step of epoch 0 and counts it; where its input rows
-(summed over ranks) reach `FULL_COVERAGE` of the graph's nodes and full-graph training can run (a homogeneous
-graph, node classification, a step that fits in memory), it builds the full-graph batch and counts it too, and
-trains full where that step's multiply-adds are at most `FULL_WORTH` independent steps' (`StepCount.cost`).
-Cooperative mini-batches are never picked by `auto`: whether their exchange pays depends on the network and the
-devices, which only a clock can tell.
-
-`--minibatch tune` is that clock, on request: the modes train the same first steps of epoch 0 (weights, buffers,
-optimizer and random streams untouched: gradients are computed and dropped), taking turns; cooperative is kept
-only where its steps are at least `MARGIN` faster on the slowest rank. It logs the flags that pin its choice, so
-a second run repeats it exactly (`tune_minibatch`).
+"""How training splits the work over ranks where the flags leave it open: `choose_minibatch` (`--minibatch
+auto`, decided from counts, never a clock) and `tune_minibatch` (`--minibatch tune`, timed on the run's first
+steps), as docs/training.md "Choosing the mode" describes.
 """
 from __future__ import annotations
 
@@ -47,10 +33,8 @@ FULL_COVERAGE = 0.5
 """Count a full-graph step where one mini-batch step's input rows (all ranks) reach this share of the graph's
 nodes (below it, building the whole graph's batch would cost more than it could save)."""
 FULL_WORTH = 3.0
-"""Train full-graph where its step counts at most this many independent steps' multiply-adds: on the embedded
-graph 30 full-graph steps reached the validation accuracy of 60 independent ones, and on Amazon Photo full-graph
-runs ended higher than independent ones under the converge rule. The counted ratios on 2 ranks and the earlier timing
-probe's: docs/training.md, "Choosing the mode"."""
+"""Train full-graph where its step counts at most this many independent steps' multiply-adds (the runs behind
+it: docs/training.md, "Choosing the mode")."""
 MARGIN = 0.10
 """Cooperative must take at most (1 - MARGIN) of independent's time per step: within the noise, the mode with
 fewer moving parts wins."""

@@ -1,9 +1,6 @@
-"""The optimizer: Adam, fused where torch has a fused kernel for the parameters' device.
-
-torch's default Adam walks the parameters tensor by tensor; its fused kernel does the whole update in one pass.
-The update is a fixed cost of every step on every rank, so it does not shrink as ranks are added: on Coauthor
-CS (a 6,805-wide first layer) the default update was a visible part of a full-graph step and of its scaling
-(docs/training.md, "Full-graph training"). Where no fused kernel serves the device, the default update is used.
+"""The optimizer: Adam, fused where torch has a fused kernel for the parameters' device, since the update is a
+fixed cost of every step on every rank that does not shrink as ranks are added (docs/training.md, "Full-graph
+training"). Where no fused kernel serves the device, the default update is used.
 """
 from __future__ import annotations
 
@@ -30,7 +27,7 @@ def adam(params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float = 
 class Adam(torch.optim.Adam):
     """torch's Adam that steps a column-major parameter (`models.sparse_input.column_major`) as its contiguous
     transpose, with its gradient and moments: the update is elementwise, and the fused kernel copies a
-    non-contiguous tensor in and out (on CS's 6,805 x 256 first-layer weights, 3.3x its contiguous time)."""
+    non-contiguous tensor in and out (docs/training.md)."""
 
     def step(self, closure=None):  # type: ignore[override]
         flipped = [p for group in self.param_groups for p in group["params"] if _column_major(p)]
