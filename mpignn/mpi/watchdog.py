@@ -2,7 +2,8 @@
 ends the job when one waits longer than the bound, naming the ranks that stopped answering.
 
 MPI layer: stdlib and mpi4py only (imported lazily), never torch and never another mpignn module's helpers;
-`mpignn.mpi` marks its collective helpers here, and `mpignn.training.fit` starts the watchdog for training.
+`mpignn.mpi` marks its collective helpers here; `mpignn.runtime.session.watched` starts the watchdog for
+training.
 """
 from __future__ import annotations
 
