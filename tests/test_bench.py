@@ -70,12 +70,14 @@ def _table(stdout):
 
 @pytest.fixture
 def bench_in_pool(monkeypatch, capsys):
-    """`python -m mpignn.bench ARGV` in this process, each row trained in the tests' standing job of its ranks
-    (no fresh ranks a row; the rows' core binding is left out); -> run(argv): (exit code, the printed output, the
-    `launcher` each row was given)."""
+    """`python -m mpignn.bench[.MODULE] ARGV` in this process, each row's `mpignn.train` (and `mpignn.predict`)
+    run in the tests' standing job of its ranks (no fresh ranks a row; the rows' core binding is left out);
+    -> run(argv, module=mpignn.bench.__main__): (exit code, the printed output, the `launcher` each row was
+    given)."""
     from mpignn.bench import __main__ as bench
+    from mpignn.bench import predict as bench_predict
 
-    from _mpirun import records, train_runs
+    from _mpirun import records, run_cli_many, train_runs
 
     launchers = []
 
@@ -85,10 +87,17 @@ def bench_in_pool(monkeypatch, capsys):
         base = Path(tempfile.mkdtemp(prefix="mpignn-bench-row-"))
         return records(base, train_runs(np_, base, args, {"row": []}, timeout), "row")[0]
 
-    monkeypatch.setattr(bench, "run_train", pooled)
+    def pooled_predict(ranks, threads, checkpoint, out, chunk, halo_mib=""):
+        base = Path(tempfile.mkdtemp(prefix="mpignn-bench-predict-"))
+        argv = ["mpignn.predict", *bench_predict.predict_args(threads, checkpoint, out, chunk, halo_mib)]
+        codes, log = run_cli_many(ranks, {"row": argv}, base)["row"]
+        return bench_predict.read_row(log, set(codes) == {0}, " ".join(argv))
 
-    def run(argv):
-        code = bench.main([str(a) for a in argv])
+    def run(argv, module=bench):
+        monkeypatch.setattr(module, "run_train", pooled)
+        if module is bench_predict:
+            monkeypatch.setattr(module, "predict", pooled_predict)
+        code = module.main([str(a) for a in argv])
         return code, capsys.readouterr().out, launchers
 
     return run
@@ -177,16 +186,16 @@ def test_time_to_a_test_score_reads_the_test_split():
     assert (hit["seconds"], hit["epochs"], hit["test"]) == (6.0, 3.0, 0.76) and _reach(recs, 0.77, "test") is None
 
 
+@pytest.mark.mpi
 def test_target_test_stops_training_where_the_test_score_reaches_it(tmp_path):
-    metrics = tmp_path / "m.jsonl"
-    cmd = [sys.executable, "-m", "mpignn.train", "--dataset", "synthetic:num_nodes=1500,avg_degree=6,num_features=8,"
-           "num_classes=4", "--root", str(tmp_path), "--fanout", "4,3", "--hidden", "16", "--batch-size", "128",
-           "--epochs", "20", "--minibatch", "independent", "--target-test", "0.3", "--metrics-out", str(metrics)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    recs = [json.loads(line) for line in metrics.read_text().splitlines()]
+    from _mpirun import records, train_runs
+
+    common = ["--dataset", "synthetic:num_nodes=1500,avg_degree=6,num_features=8,num_classes=4", "--root", tmp_path,
+              "--fanout", "4,3", "--hidden", "16", "--batch-size", "128", "--epochs", "20", "--minibatch",
+              "independent", "--target-test", "0.3"]
+    recs, out = records(tmp_path, train_runs(1, tmp_path, common, {"target": []}), "target")
     assert len(recs) < 20 and recs[-1]["test_acc"] >= 0.3 and all(r["test_acc"] < 0.3 for r in recs[:-1])
-    assert re.search(r"test acc 0\.\d{4} reached --target-test 0\.3000 after", out.stdout + out.stderr)
+    assert re.search(r"test acc 0\.\d{4} reached --target-test 0\.3000 after", out)
 
 
 def test_floor_row_takes_the_slowest_rank():
@@ -237,32 +246,34 @@ def test_floor_bench_prints_one_rank_and_communication_free_rows(tmp_path, monke
 
 
 @pytest.mark.mpi
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
-def test_predict_bench_prints_a_row_per_config(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "mpignn.bench.predict", "--dataset",
-                          "synthetic:num_nodes=2000,avg_degree=6,num_features=8", "--hidden", "16", "--configs",
-                          "1x1,2x1", "--root", str(tmp_path)], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    rows = {line.split("  ")[0]: line.split() for line in res.stdout.splitlines() if " x 1 thread" in line}
+def test_predict_bench_prints_a_row_per_config(tmp_path, bench_in_pool):
+    from mpignn.bench import predict
+
+    code, out, _ = bench_in_pool(["--dataset", "synthetic:num_nodes=2000,avg_degree=6,num_features=8", "--hidden",
+                                  "16", "--configs", "1x1,2x1", "--root", tmp_path], predict)
+    assert code == 0, out
+    rows = {line.split("  ")[0]: line.split() for line in out.splitlines() if " x 1 thread" in line}
     one, two = rows["1 rank x 1 thread"], rows["2 ranks x 1 thread"]
     # columns after the config's 5 words: layers s, nodes/s, x first, row exchanges, fetched MiB, peak MiB
-    assert "2000 nodes" in res.stdout and float(one[9]) == 0.0 and float(two[9]) > 0  # only 2 ranks fetch rows
+    assert "2000 nodes" in out and float(one[9]) == 0.0 and float(two[9]) > 0  # only 2 ranks fetch rows
     assert int(two[8]) == 3  # each of the 3 layers' halo rows cross at once (--halo-mib)
     assert float(one[6]) > 0 and float(two[6]) > 0 and float(one[10]) > 0 and float(two[10]) > 0
 
 
 @pytest.mark.mpi
-def test_the_epoch_bench_draws_on_the_host_and_on_the_device_and_says_why_pyg_is_missing(tmp_path):
-    cmd = [sys.executable, "-m", "mpignn.bench.epoch", "--dataset", "synthetic:num_nodes=3000,avg_degree=8,num_features=16",
-           "--batch-size", "256", "--hidden", "16", "--fanout", "5,5", "--threads", "1", "--precisions", "fp32"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    lines = out.stdout.splitlines()
+def test_the_epoch_bench_draws_on_the_host_and_on_the_device_and_says_why_pyg_is_missing(tmp_path, bench_in_pool):
+    from mpignn.bench import epoch
+
+    code, out, _ = bench_in_pool(["--dataset", "synthetic:num_nodes=3000,avg_degree=8,num_features=16",
+                                  "--batch-size", "256", "--hidden", "16", "--fanout", "5,5", "--threads", "1",
+                                  "--precisions", "fp32"], epoch)
+    assert code == 0, out
+    lines = out.splitlines()
     rows = {line.split("  ")[0]: line.split() for line in lines if line.startswith("mpignn (")}
     host, device = rows["mpignn (fp32, cpu, batches on the host)"], rows["mpignn (fp32, cpu, batches on the device)"]
     assert host[-2] == device[-2]  # the same draws: the same test accuracy
     if pyg_python(None) is None:  # no pyg-lib, no torch-sparse: the row is skipped, and the line says why
-        assert "PyG rows skipped: no pyg-lib or torch-sparse" in out.stdout
+        assert "PyG rows skipped: no pyg-lib or torch-sparse" in out
 
 
 def test_the_epoch_bench_times_bf16_only_where_the_cpu_has_bf16_units(monkeypatch):

@@ -30,23 +30,30 @@ _LAYERS = re.compile(r"(\d+) layers over (\d+) blocks per rank in ([\d.]+)s, (\d
 _PEAK = re.compile(r"peak memory (\d+) MiB")
 
 
+def predict_args(threads: int, checkpoint: Path, out: Path, chunk: int, halo_mib: str = "") -> list[str]:
+    """The `python -m mpignn.predict` flags of one row (`halo_mib`: its --halo-mib, "" for the default)."""
+    return ["--checkpoint-dir", str(checkpoint), "--out", str(out), "--threads", str(threads), "--chunk-size",
+            str(chunk), "--force", "--logits", *(["--halo-mib", halo_mib] if halo_mib else [])]
+
+
+def read_row(log: str, ok: bool, what: str) -> dict:
+    """A row's figures from its ranks' log (`ok`: whether every rank ended 0; `what` names the run)."""
+    layers, peak = _LAYERS.search(log), _PEAK.search(log)
+    if not ok or layers is None or peak is None:
+        raise RuntimeError(f"{what} failed:\n{log[-3000:]}")
+    return {"layers_s": float(layers.group(3)), "exchanges": int(layers.group(4)),
+            "fetched_mib": float(layers.group(5)), "peak_mib": float(peak.group(1))}
+
+
 def predict(ranks: int, threads: int, checkpoint: Path, out: Path, chunk: int, halo_mib: str = "") -> dict:
-    """One `mpiexec -n ranks python -m mpignn.predict` run, each rank bound to `threads` cores (`halo_mib`:
-    its --halo-mib, "" for the default)."""
+    """One `mpiexec -n ranks python -m mpignn.predict` run, each rank bound to `threads` cores."""
     exe = mpiexec()
     launcher_args, pin = binding(exe, ranks, threads)
-    cmd = [exe, *launcher_args, "-n", str(ranks), sys.executable, "-m", "mpignn.predict", "--checkpoint-dir",
-           str(checkpoint), "--out", str(out), "--threads", str(threads), "--chunk-size", str(chunk), "--force",
-           "--logits", *(["--halo-mib", halo_mib] if halo_mib else [])]
+    cmd = [exe, *launcher_args, "-n", str(ranks), sys.executable, "-m", "mpignn.predict",
+           *predict_args(threads, checkpoint, out, chunk, halo_mib)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env, preexec_fn=pin)
-    log = res.stdout + res.stderr
-    layers, peak = _LAYERS.search(log), _PEAK.search(log)
-    if res.returncode != 0 or layers is None or peak is None:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{log[-3000:]}")
-    return {"layers_s": float(layers.group(3)), "exchanges": int(layers.group(4)),
-            "fetched_mib": float(layers.group(5)),
-            "peak_mib": float(peak.group(1))}
+    return read_row(res.stdout + res.stderr, res.returncode == 0, " ".join(cmd))
 
 
 def main(argv: list[str] | None = None) -> int:
