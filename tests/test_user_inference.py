@@ -148,6 +148,20 @@ def test_a_user_model_on_a_heterogeneous_graph_is_refused(rt, tmp_path):
     assert not got[items:].any()
 
 
+def test_gather_nodes_puts_every_row_at_its_dataset_id(rt, graph, whole):
+    from mpignn.errors import ConfigError
+    from mpignn.runtime import gather_nodes
+
+    model = MODELS["sage"](graph.num_features, graph.num_classes)
+    every = gather_nodes(rt, graph, inference(model, graph))
+    assert isinstance(every, torch.Tensor) and np.allclose(every.numpy(), whole_forward(model, *whole), atol=1e-5)
+    rows = gather_nodes(rt, graph, graph.node_id * 10)  # an array in, an array out
+    assert isinstance(rows, np.ndarray) and np.array_equal(rows, np.arange(len(graph.node_id)) * 10)
+    with pytest.raises(ConfigError, match=r"gather_nodes expected one row per own node \(300 on rank 0\); got "
+                                          r"shape \(299,\). HINT:"):
+        gather_nodes(rt, graph, graph.node_id[1:])
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_equal_to_the_whole_graph_on_many_ranks(tmp_path, ranks):

@@ -1,5 +1,6 @@
 """`runtime.inference` on N ranks equals each model on the whole graph: PyG's GraphSAGE, GCN, GAT, GIN, a
-reddit-style `.convs` module and mpignn's gcn, each node once, rows in dataset ids. argv: ROOT. The models and
+reddit-style `.convs` module and mpignn's gcn, each node once, rows in dataset ids; `gather_nodes` joins
+them on rank 0 and refuses a rank's extra row on every rank. argv: ROOT. The models and
 the whole-graph forward are shared with tests/test_user_inference.py."""
 import sys
 
@@ -12,7 +13,8 @@ from mpignn.data import load_dataset
 from mpignn.models import SampledGNN, build_model, encode
 from mpignn.mpi import run_main, world
 from mpignn.runtime import bootstrap, load_local_graph
-from mpignn.runtime import inference
+from mpignn.runtime import gather_nodes, inference
+from mpignn.errors import ConfigError
 
 GRAPH = "synthetic:num_nodes=300,avg_degree=6,num_features=6"
 
@@ -55,6 +57,18 @@ def main(root: str) -> None:
         want = whole_forward(model, x, edge_index)[graph.node_id]
         got = inference(model, graph, batch_size=37, halo_mib=0.001).numpy()
         assert got.shape == want.shape and np.allclose(got, want, atol=1e-5, rtol=1e-4), (name, got.shape, want.shape)
+    every = gather_nodes(rt, graph, torch.from_numpy(got))  # rank 0: every node's row, in the dataset's order
+    if rt.rank == 0:
+        assert isinstance(every, torch.Tensor) and every.shape == (300, got.shape[1]), every.shape
+        assert np.allclose(every.numpy(), whole_forward(model, x, edge_index), atol=1e-5, rtol=1e-4)
+    else:
+        assert every is None
+    rows = np.arange(len(graph.node_id) + (rt.rank == rt.world_size - 1))  # the last rank: one row too many
+    try:
+        gather_nodes(rt, graph, rows)
+        raise AssertionError("a rank's extra row was not refused")
+    except ConfigError as exc:  # on every rank alike
+        assert f"rank {rt.world_size - 1}: gather_nodes expected one row per own node" in str(exc), exc
     print(f"MPIGNN-OK rank={world().rank}", flush=True)
 
 
