@@ -175,8 +175,8 @@ def test_docs_api_gives_every_public_signature():
     text = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
     api = text[text.index("## Your own training loop"):]
     assert [name for name in runtime.__all__ if f"`{name}" not in api] == []
-    for fn in (runtime.bootstrap, runtime.load_local_graph, runtime.NeighborLoader, runtime.inference,
-               runtime.accuracy, runtime.mean, runtime.shutdown):
+    for fn in (runtime.bootstrap, runtime.load_local_graph, runtime.NeighborLoader, runtime.LinkNeighborLoader,
+               runtime.inference, runtime.gather_nodes, runtime.accuracy, runtime.mean, runtime.shutdown):
         start = text.find(f"**`{fn.__name__}(")
         assert start >= 0, fn.__name__
         written = text[start:text.find("`**", start)]

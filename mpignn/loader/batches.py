@@ -36,6 +36,9 @@ class NodeSeeds:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def new_pass(self, pass_seed: int) -> None:
+        """Nothing per pass: a node's draws come from the batch's seed alone."""
+
     def draw(self, sampler: NeighborSampler, items: np.ndarray, seed: int,
              variates: tuple[int, int] | None = None) -> SampleOutput:
         """The sample around seeds `items` (positions in `ids`)."""
@@ -261,6 +264,7 @@ class BatchLoader:
     def __iter__(self) -> Iterator[Data]:
         self._next_pass()
         self.sampler.new_pass()  # cooperative batches that keep input rows: see CooperativeSampler
+        self.source.new_pass(kernels.mix_seed(self.seed, self.epoch))  # draws keyed by the pass (link negatives)
         batches = self._batches()[:self.end_step]
         self.times = LoaderTimes(self.device)
         first = min(self.start_step, len(batches))

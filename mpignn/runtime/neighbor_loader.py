@@ -9,32 +9,23 @@ same number of batches (collective), and the pipeline underneath is `loader.batc
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from mpignn.config.choices import MINIBATCH_MODES, PREFETCH_MODES
-from mpignn.config.graph_options import parse_fanout
-from mpignn.data.hetero import edge_type_name, hop_fanouts
+from mpignn.config.choices import MINIBATCH_MODES
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
-from mpignn.exchange.alltoall import MpiAlltoall
-from mpignn.exchange.features import FeatureStore
-from mpignn.loader.batches import BatchLoader, cut_steps
 from mpignn.loader.local_graph import SPLITS, LocalGraph
-from mpignn.loader.prefetch import overlap, rows_on_device
 from mpignn.mpi import check_all
+from mpignn.runtime.loader_base import SampledBatches, check_keywords, check_options, fanouts_of
 from mpignn.tasks import picker
 from mpignn.training.loaders import cooperative_refusal, cooperative_sampler, rank_batch_size
 
 __all__ = ["NeighborLoader"]
 
-IGNORED = ("num_workers", "persistent_workers", "pin_memory")
-"""PyG DataLoader keywords accepted and ignored: a producer thread (`prefetch`) replaces workers, and batches
-for an accelerator are copied through pinned memory already."""
 
-
-class NeighborLoader:
+class NeighborLoader(SampledBatches):
     """Mini-batches sampled around input nodes, as PyG's `NeighborLoader` gives them.
 
     Collective over the graph's communicator: constructing it agrees on the step count, and every rank must
@@ -72,25 +63,15 @@ class NeighborLoader:
                  **kwargs: Any) -> None:
         rt = graph.runtime
         try:
-            _check_keywords(kwargs)
-            if rt is None:
-                raise ConfigError("NeighborLoader needs a graph from mpignn.runtime.load_local_graph (it knows the "
-                                  "ranks). HINT: graph = load_local_graph(bootstrap(), dataset)")
-            if not isinstance(batch_size, int) or batch_size < 1:
-                raise ConfigError(f"batch_size must be a positive int; got {batch_size!r}. HINT: batch_size=1024")
-            if batch_scope not in ("rank", "global"):
-                raise ConfigError(f"batch_scope must be 'rank' or 'global'; got {batch_scope!r}. "
-                                  "HINT: batch_scope='rank' (PyG's meaning: per process)")
-            if prefetch not in PREFETCH_MODES:
-                raise ConfigError(f"prefetch must be one of {', '.join(PREFETCH_MODES)}; got {prefetch!r}. "
-                                  "HINT: prefetch='auto'")
+            check_keywords(kwargs, "NeighborLoader")
+            check_options(graph, batch_size, batch_scope, prefetch, "NeighborLoader")
             if minibatch not in MINIBATCH_MODES:
                 raise ConfigError(f"minibatch must be one of {', '.join(MINIBATCH_MODES)}; got {minibatch!r}. "
                                   "HINT: minibatch='independent'")
             problem = cooperative_refusal(graph, minibatch) if minibatch != "independent" else ""
             if problem:
                 raise ConfigError(problem)
-            fanouts = _fanouts(graph, num_neighbors)
+            fanouts = fanouts_of(graph, num_neighbors)
             seeds = picker(graph.replicated, rt.world_size, rt.rank)(_seeds(graph, input_nodes), 0)
         except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
             raise mark_agreed(exc) from None
@@ -102,78 +83,13 @@ class NeighborLoader:
             sampler = cooperative_sampler(rt, graph, sampler.fanouts, minibatch)
         per_rank = max(1, len(seeds)) if full else rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
         shuffle, drop_last = shuffle and not full, drop_last and not full  # full: one batch, the same each pass
-        self.loader = BatchLoader(
-            sampler, graph.features, seeds, per_rank, shuffle=shuffle, drop_last=drop_last, seed=seed,
-            comm=rt.comm, device=rt.device,
-            prefetch=not full and overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)),
-            wrap=shuffle, layout=graph.layout, dataset_ids=_id_store(graph), reuse=full)
-        sizes = np.array([[len(b) for b in cut_steps(np.arange(n), len(self.loader), size, drop_last, shuffle)]
-                          for n, size in rt.comm.allgather((len(seeds), per_rank))], dtype=np.float64)
-        total = sizes.sum(axis=0)
-        self.loss_scales = np.divide(rt.world_size * sizes[rt.rank], total, out=np.zeros_like(total),
-                                     where=total > 0)
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __iter__(self) -> Iterator[Any]:
-        first = None
-        for i, batch in enumerate(self.loader):
-            first = self.loader.start_step if first is None else first  # known once the pass has begun
-            batch.loss_scale = float(self.loss_scales[first + i])
-            yield batch
-
-    def set_epoch(self, epoch: int, start_step: int = 0, end_step: int | None = None) -> None:
-        """Make the next pass epoch `epoch`'s (its shuffle and draws), from `start_step`: for resuming at an
-        exact place. Without it each pass is the previous one's epoch plus one."""
-        self.loader.set_epoch(epoch, start_step, end_step)
-
-    @property
-    def epoch(self) -> int:
-        return self.loader.epoch
+        self._start(graph, sampler, seeds, per_rank, shuffle=shuffle, drop_last=drop_last, seed=seed,
+                    prefetch=prefetch, talks=talks, full=full)
 
     @property
     def dataset(self) -> np.ndarray:
         """This rank's seeds (partition ids); `len(loader.dataset)` counts them, as PyG's loaders do."""
         return self.loader.source.ids
-
-
-def _check_keywords(kwargs: dict[str, Any]) -> None:
-    for key in kwargs:
-        if key == "fanouts":
-            raise ConfigError("NeighborLoader takes num_neighbors (as PyG's), not fanouts. "
-                              "HINT: NeighborLoader(graph, num_neighbors=[15, 10], ...)")
-        if key not in IGNORED:
-            raise ConfigError(f"NeighborLoader got an unknown keyword {key!r}. HINT: see docs/api.md "
-                              "(PyG DataLoader keywords mpignn accepts and ignores: " + ", ".join(IGNORED) + ")")
-
-
-def _fanouts(graph: LocalGraph, num_neighbors: Any) -> list[Any]:
-    """num_neighbors -> the sampler's fanouts (per hop; per edge type too on a heterogeneous graph)."""
-    if isinstance(num_neighbors, Mapping):
-        if graph.schema is None:
-            raise ConfigError("num_neighbors per edge type needs a heterogeneous graph. HINT: num_neighbors=[15, 10]")
-        per_type = {_edge_name(k): parse_fanout(v) for k, v in num_neighbors.items() if k != "default"}
-        default = parse_fanout(num_neighbors["default"]) if "default" in num_neighbors else None
-        hops = {len(v) for v in per_type.values()} | ({len(default)} if default is not None else set())
-        if len(hops) != 1:  # PyG's NumNeighbors refuses this too ("Number of hops must be the same")
-            raise ConfigError(f"num_neighbors must list the same number of hops for every edge type; got "
-                              f"{per_type}. HINT: one list per edge type, each as "
-                              "long as the model has layers")
-        names = [edge_type_name(e) for e in graph.schema.edge_types]
-        missing = [n for n in names if n not in per_type]
-        if missing and default is None:  # PyG: "Missing number of neighbors for edge type"
-            raise ConfigError(f"num_neighbors has no fanouts for edge type(s) {', '.join(missing)}. HINT: give "
-                              "every edge type its list, or a 'default' key for the rest")
-        return hop_fanouts(default or [-1] * hops.pop(), per_type, graph.schema)
-    if isinstance(num_neighbors, (str, bytes)) or not isinstance(num_neighbors, Sequence):
-        raise ConfigError(f"num_neighbors must list neighbours per hop (ints, -1 for all); got {num_neighbors!r}. "
-                          "HINT: num_neighbors=[15, 10]")
-    return hop_fanouts(parse_fanout(list(num_neighbors)), None, graph.schema)
-
-
-def _edge_name(key: Any) -> str:
-    return "__".join(key) if isinstance(key, tuple) else str(key)
 
 
 def _seeds(graph: LocalGraph, input_nodes: Any) -> np.ndarray:
@@ -245,16 +161,3 @@ def _target_nodes(graph: LocalGraph) -> np.ndarray:
     layout = graph.layout
     nodes = np.arange(graph.part.lo, graph.part.hi, dtype=np.int64)
     return nodes[layout.node_types(nodes) == layout.schema.type_index(layout.schema.target)]
-
-
-def _id_store(graph: LocalGraph) -> FeatureStore:
-    """The dataset's id and the label of any node, looked up like a feature row (two int64 columns, one where
-    labels are not one int a node; own rows locally, others from their owners on the features' communicator,
-    right after each batch's features): a batch's `y` holds every node's label, as PyG's does."""
-    y = np.asarray(graph.part.y)
-    columns = [graph.node_id, y] if y.ndim == 1 and y.dtype.kind in "iu" else [graph.node_id]
-    table = np.ascontiguousarray(np.stack([np.asarray(c, dtype=np.int64) for c in columns], axis=1))
-    comm = graph.features.comm
-    offsets = graph.features.part_offsets
-    return FeatureStore(table, graph.part.y, graph.part.lo, offsets, comm,
-                        MpiAlltoall(comm) if comm is not None else None)

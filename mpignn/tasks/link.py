@@ -67,6 +67,9 @@ class LinkSeeds:
         labels[:len(items)] = 1.0
         return pairs, labels, len(items), k_tails
 
+    def new_pass(self, pass_seed: int) -> None:
+        """Nothing per pass: negatives come from the batch's seed."""
+
     def draw(self, sampler: Any, items: np.ndarray, seed: int, variates: tuple[int, int] | None = None) -> Any:
         """The sample around both ends of the pairs of positives `items`, with the pairs (`edge_label_index` in
         the batch's local ids), their labels and counts; `variates` as `NeighborSampler.sample` takes them."""

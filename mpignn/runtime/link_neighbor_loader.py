@@ -1,0 +1,253 @@
+"""`LinkNeighborLoader`: PyG's LinkNeighborLoader, shaped the same, over a distributed `LocalGraph`.
+
+Seeds are edges `edge_label_index` (dataset ids; every edge of the graph when None), each kept by the rank
+owning its target; batches carry `n_id`, `edge_label_index` in the batch's local ids, `edge_label` and `input_id`
+(the edges' positions) as PyG's do. Negatives are drawn per positive edge from its position, so any number of
+ranks draws the negatives one process draws. Homogeneous graphs.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from mpignn.errors import ConfigError, MpignnError, mark_agreed
+from mpignn.exchange.directory import IdDirectory
+from mpignn.loader.local_graph import LocalGraph
+from mpignn.mpi import alltoallv, check_all, chunk_bounds
+from mpignn.partition.format import owner_of
+from mpignn.runtime.loader_base import SampledBatches, check_keywords, check_options, fanouts_of
+from mpignn.sampling import kernels
+from mpignn.sampling.neighbor import SampleOutput
+from mpignn.training.loaders import rank_batch_size
+
+__all__ = ["LinkNeighborLoader", "EdgeSeeds", "negative_ids"]
+
+UNSUPPORTED = {"edge_label_time": None, "time_attr": None, "weight_attr": None, "disjoint": False,
+               "replace": False, "subgraph_type": "directional", "temporal_strategy": "uniform"}
+"""PyG LinkNeighborLoader keywords taken at their defaults only (no temporal, weighted or disjoint sampling)."""
+
+
+class LinkNeighborLoader(SampledBatches):
+    """Mini-batches sampled around both ends of seed edges, as PyG's `LinkNeighborLoader` gives them.
+
+    Collective over the graph's communicator: constructing it and every batch (features, the negatives' ids).
+
+    Args:
+        graph: this rank's part (`load_local_graph`), of a homogeneous graph.
+        num_neighbors: neighbours per hop, outermost last; -1 takes all.
+        edge_label_index: [2, E] seed edges (source, target) in the dataset's ids, the same on every rank or
+            each rank a chunk (joined in rank order); None: every edge of the graph, in the partition's order.
+        edge_label: [E] labels of the seed edges (None: ones where negatives are drawn).
+        neg_sampling: None, "binary" (random node pairs, label 0; given labels shift up by one where their
+            least is 0, as PyG's), "triplet" (random targets per source: `src_index`, `dst_pos_index`,
+            `dst_neg_index`), or {"mode": ..., "amount": ...} or PyG's `NegativeSampling`.
+        neg_sampling_ratio: PyG's older form of {"mode": "binary", "amount": ratio}.
+        batch_size: seed edges per batch on each process (`batch_scope="global"`: of all ranks together).
+        shuffle, drop_last, seed, prefetch: as `NeighborLoader`'s.
+
+    Batches are PyG `Data` on the runtime's device; their fields are in docs/api.md.
+    """
+
+    def __init__(self, graph: LocalGraph, num_neighbors: Sequence[int], edge_label_index: Any = None,
+                 edge_label: Any = None, neg_sampling: Any = None, neg_sampling_ratio: float | None = None,
+                 batch_size: int = 1, shuffle: bool = False, drop_last: bool = False, *, batch_scope: str = "rank",
+                 seed: int = 0, prefetch: str = "auto", **kwargs: Any) -> None:
+        rt = graph.runtime
+        try:
+            for key, default in UNSUPPORTED.items():
+                if kwargs.pop(key, default) != default:
+                    raise ConfigError(f"LinkNeighborLoader takes {key} at PyG's default ({default!r}) only. "
+                                      f"HINT: drop {key}=...")
+            check_keywords(kwargs, "LinkNeighborLoader")
+            check_options(graph, batch_size, batch_scope, prefetch, "LinkNeighborLoader")
+            if graph.schema is not None:
+                raise ConfigError("LinkNeighborLoader takes a homogeneous graph; heterogeneous link batches are "
+                                  "not supported yet. HINT: train the CLI's --task link on a homogeneous graph")
+            mode, amount = _negatives(neg_sampling, neg_sampling_ratio)
+            if mode == "triplet" and edge_label is not None:
+                raise ConfigError("edge_label must be None with triplet negatives (PyG refuses it too). HINT: "
+                                  "tell positives from negatives by the batch's src_index, dst_pos_index and "
+                                  "dst_neg_index")
+            fanouts = fanouts_of(graph, num_neighbors)
+            edges, labels = _seed_edges(graph, edge_label_index, edge_label, shift=mode == "binary")
+        except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
+            raise mark_agreed(exc) from None
+        talks = rt.world_size > 1 and not graph.replicated
+        directory = IdDirectory(rt.comm if talks else None, graph.node_id, graph.part.lo, graph.part.meta.num_nodes)
+        source = EdgeSeeds(edges, labels, mode, amount, graph.part.meta.num_nodes, directory)
+        self.graph, self.num_neighbors = graph, num_neighbors
+        per_rank = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
+        self._start(graph, graph.sampler.with_fanouts(fanouts), source, per_rank, shuffle=shuffle,
+                    drop_last=drop_last, seed=seed, prefetch=prefetch, talks=talks)
+
+
+class EdgeSeeds:
+    """Seed edges (partition ids [3, E]: source, target, position) with their labels; each batch adds its
+    negatives, drawn by `negative_ids` from each positive's position and the pass's seed."""
+
+    def __init__(self, edges: np.ndarray, labels: np.ndarray | None, mode: str | None, amount: float,
+                 num_nodes: int, directory: IdDirectory) -> None:
+        self.edges, self.labels, self.mode, self.amount = edges, labels, mode, amount
+        self.num_nodes, self.directory, self.pass_seed = num_nodes, directory, 0
+
+    def __len__(self) -> int:
+        return self.edges.shape[1]
+
+    def new_pass(self, pass_seed: int) -> None:
+        self.pass_seed = pass_seed
+
+    def draw(self, sampler: Any, items: np.ndarray, seed: int, variates: tuple[int, int] | None = None
+             ) -> SampleOutput:
+        """Collective (the negatives' ids): the sample around both ends of seed edges `items` and their
+        negatives, with PyG's link fields."""
+        src, dst, pos = self.edges[:, items]
+        num_pos = len(items)
+        meta: dict[str, Any] = {"input_id": pos}
+        if self.mode is None:
+            out = sampler.sample_from_edges(src, dst, seed, variates)
+            if self.labels is not None:
+                out.edge_label = self.labels[items]
+            out.metadata = meta
+            return out
+        owners, k = _negative_owners(pos, self.amount)
+        ends = negative_ids(self.pass_seed, pos[owners], k, self.num_nodes, 1 if self.mode == "triplet" else 2)
+        ends = self.directory.lookup(ends.reshape(-1)).reshape(ends.shape)
+        if self.mode == "triplet":
+            out = sampler.sample_from_edges(np.concatenate([src, src[owners]]), np.concatenate([dst, ends[0]]),
+                                            seed, variates)
+            local = out.edge_label_index
+            per = int(self.amount)
+            meta.update(src_index=local[0, :num_pos], dst_pos_index=local[1, :num_pos],
+                        dst_neg_index=local[1, num_pos:].reshape(num_pos, per) if per > 1 else local[1, num_pos:])
+            out.edge_label_index, out.metadata = None, meta
+            return out
+        out = sampler.sample_from_edges(np.concatenate([src, ends[0]]), np.concatenate([dst, ends[1]]), seed,
+                                        variates)
+        pos_labels = self.labels[items] if self.labels is not None else np.ones(num_pos, dtype=np.float32)
+        out.edge_label = np.concatenate([pos_labels, np.zeros(len(owners), dtype=pos_labels.dtype)])
+        out.metadata = meta
+        return out
+
+
+def negative_ids(pass_seed: int, positions: np.ndarray, k: np.ndarray, num_nodes: int, ends: int) -> np.ndarray:
+    """int64 [ends, len(positions)]: uniform dataset ids of negative `k` of each seed edge at `positions`, a
+    hash of (pass seed, position, k, end): the same draw on any number of ranks and in any batch."""
+    key = (positions.astype(np.uint64) << np.uint64(20)) ^ k.astype(np.uint64)
+    out = np.empty((ends, len(positions)), dtype=np.int64)
+    base = np.uint64(kernels.mix_seed(pass_seed, 0x5EED))
+    for end in range(ends):
+        z = key * np.uint64(0x9E3779B97F4A7C15) + base + np.uint64(end)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        out[end] = ((z ^ (z >> np.uint64(31))) % np.uint64(num_nodes)).astype(np.int64)
+    return out
+
+
+def _negative_owners(pos: np.ndarray, amount: float) -> tuple[np.ndarray, np.ndarray]:
+    """(which positive each negative belongs to, its number k among that positive's): a positive at position p
+    has floor((p + 1) a) - floor(p a) negatives, so the epoch's total does not depend on how edges are batched."""
+    counts = (np.floor((pos + 1) * amount) - np.floor(pos * amount)).astype(np.int64)
+    owners = np.repeat(np.arange(len(pos)), counts)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    return owners, np.arange(len(owners), dtype=np.int64) - starts
+
+
+def _negatives(neg_sampling: Any, ratio: float | None) -> tuple[str | None, float]:
+    """(mode, amount) of PyG's `neg_sampling` forms and its older `neg_sampling_ratio`."""
+    if neg_sampling is None and ratio is not None:
+        neg_sampling = {"mode": "binary", "amount": ratio}
+    if neg_sampling is None:
+        return None, 0.0
+    if isinstance(neg_sampling, str):
+        mode, amount = neg_sampling, 1.0
+    elif isinstance(neg_sampling, dict):
+        mode, amount = neg_sampling.get("mode"), neg_sampling.get("amount", 1.0)
+    else:
+        from torch_geometric.sampler import NegativeSampling
+
+        if not isinstance(neg_sampling, NegativeSampling):
+            raise ConfigError(f"neg_sampling must be None, 'binary', 'triplet', a dict or PyG's NegativeSampling; "
+                              f"got {type(neg_sampling).__name__}. HINT: neg_sampling='binary'")
+        if neg_sampling.src_weight is not None or neg_sampling.dst_weight is not None:
+            raise ConfigError("neg_sampling with src_weight or dst_weight is not supported: negatives are "
+                              "uniform. HINT: NegativeSampling(mode, amount)")
+        mode, amount = str(getattr(neg_sampling.mode, "value", neg_sampling.mode)), neg_sampling.amount
+    if mode not in ("binary", "triplet") or not isinstance(amount, (int, float)) or amount <= 0:
+        raise ConfigError(f"neg_sampling must be 'binary' or 'triplet' with a positive amount; got mode {mode!r}, "
+                          f"amount {amount!r}. HINT: neg_sampling={{'mode': 'binary', 'amount': 1}}")
+    if mode == "triplet" and amount != int(amount):
+        raise ConfigError(f"triplet negatives take a whole amount per positive (PyG's too); got {amount}. "
+                          "HINT: neg_sampling={'mode': 'triplet', 'amount': 2}")
+    return mode, float(amount)
+
+
+def _array(value: Any) -> np.ndarray:
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+def _joined(comm: Any, array: np.ndarray) -> np.ndarray:
+    """Collective: `array` where every rank passed the same one, else the ranks' arrays joined in rank order
+    (PyG's per-rank chunk of a split)."""
+    if comm is None:
+        return array
+    arrays = comm.allgather(array)
+    same = all(a.shape == arrays[0].shape and np.array_equal(a, arrays[0]) for a in arrays)
+    return arrays[0] if same else np.concatenate(arrays, axis=-1)
+
+
+def _seed_edges(graph: LocalGraph, edge_label_index: Any, edge_label: Any, shift: bool
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+    """Collective: (this rank's seed edges [3, E] as partition ids source, target and position; their labels,
+    one up where `shift` and the least is 0: 0 then means a negative, as in PyG)."""
+    rt, part = graph.runtime, graph.part
+    talks = rt.world_size > 1 and not graph.replicated
+    comm = rt.comm if rt.world_size > 1 else None
+    if edge_label_index is None:  # every edge: each rank its own targets' in-edges
+        if edge_label is not None:
+            raise ConfigError("edge_label needs the edge_label_index it labels. HINT: pass both, or neither")
+        dst = np.repeat(np.arange(part.lo, part.hi, dtype=np.int64), np.diff(part.rowptr))
+        src = np.asarray(part.col, dtype=np.int64)
+        counts = comm.allgather(len(src)) if talks else [len(src)]
+        start = int(sum(counts[:rt.rank])) if talks else 0
+        edges = np.stack([src, dst, start + np.arange(len(src), dtype=np.int64)])
+        if graph.replicated and rt.world_size > 1:
+            lo, hi = chunk_bounds(edges.shape[1], rt.world_size, rt.rank)
+            edges = edges[:, lo:hi]
+        return edges, None
+    index, labels = _array(edge_label_index), None if edge_label is None else _array(edge_label)
+    num_nodes = part.meta.num_nodes
+    problem = ""
+    if index.ndim != 2 or index.shape[0] != 2 or not np.issubdtype(index.dtype, np.integer):
+        problem = (f"edge_label_index must be a [2, E] integer tensor of dataset ids; got dtype {index.dtype} shape "
+                   f"{tuple(index.shape)}. HINT: edge_label_index=data.edge_index")
+    elif index.size and (index.min() < 0 or index.max() >= num_nodes):
+        problem = (f"edge_label_index holds ids outside [0, {num_nodes}): {int(index.min())}..{int(index.max())}. "
+                   "HINT: ids are the dataset's node ids")
+    elif labels is not None and labels.shape[:1] != index.shape[1:]:
+        problem = (f"edge_label must hold one label per seed edge ({index.shape[1]}); got shape "
+                   f"{tuple(labels.shape)}. HINT: edge_label of shape [E]")
+    if comm is not None:
+        check_all(comm, not problem, problem, ConfigError)
+    elif problem:
+        raise ConfigError(problem)
+    index = _joined(comm, index.astype(np.int64))
+    labels = None if labels is None else _joined(comm, labels)
+    if shift and labels is not None and labels.size and labels.min() == 0:
+        labels = labels + 1
+    n = index.shape[1]
+    if not talks:  # one process, or a replicated graph: each rank its share of the positions
+        lo, hi = chunk_bounds(n, rt.world_size, rt.rank) if rt.world_size > 1 else (0, n)
+        ends = IdDirectory(None, graph.node_id, part.lo, num_nodes).lookup(index[:, lo:hi].reshape(-1))
+        pos = np.arange(lo, hi, dtype=np.int64)
+        return np.stack([*ends.reshape(2, -1), pos]), None if labels is None else labels[pos]
+    directory = IdDirectory(rt.comm, graph.node_id, part.lo, num_nodes)
+    lo, hi = chunk_bounds(n, rt.world_size, rt.rank)  # each rank looks up a share, then sends it to its owners
+    ends = directory.lookup(index[:, lo:hi].reshape(-1)).reshape(2, -1)
+    rows = np.stack([ends[0], ends[1], np.arange(lo, hi, dtype=np.int64)], axis=1)
+    owner = owner_of(rows[:, 1], graph.features.part_offsets)
+    order = np.argsort(owner, kind="stable")
+    got, _ = alltoallv(rt.comm, rows[order], np.bincount(owner, minlength=rt.world_size))
+    got = got[np.argsort(got[:, 2], kind="stable")]  # in the order given, as PyG keeps it without shuffle
+    return np.ascontiguousarray(got.T), None if labels is None else labels[got[:, 2]]

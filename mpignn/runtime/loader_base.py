@@ -1,0 +1,131 @@
+"""What both PyG-shaped loaders share (`NeighborLoader`, `LinkNeighborLoader`): their argument checks, the
+pipeline they build (`loader.batches.BatchLoader`, the one `python -m mpignn.train` uses), the dataset's ids and
+labels of every batch node, and the per-step `loss_scale`.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from mpignn.config.choices import PREFETCH_MODES
+from mpignn.config.graph_options import parse_fanout
+from mpignn.data.hetero import edge_type_name, hop_fanouts
+from mpignn.errors import ConfigError
+from mpignn.exchange.alltoall import MpiAlltoall
+from mpignn.exchange.features import FeatureStore
+from mpignn.loader.batches import BatchLoader, cut_steps
+from mpignn.loader.local_graph import LocalGraph
+from mpignn.loader.prefetch import overlap, rows_on_device
+
+__all__ = ["IGNORED", "SampledBatches", "check_keywords", "check_options", "fanouts_of", "id_store"]
+
+IGNORED = ("num_workers", "persistent_workers", "pin_memory")
+"""PyG DataLoader keywords accepted and ignored: a producer thread (`prefetch`) replaces workers, and batches
+for an accelerator are copied through pinned memory already."""
+
+
+def check_options(graph: LocalGraph, batch_size: Any, batch_scope: str, prefetch: str, name: str) -> None:
+    """Refuse a graph without its runtime and out-of-range loader options, in one line each."""
+    if graph.runtime is None:
+        raise ConfigError(f"{name} needs a graph from mpignn.runtime.load_local_graph (it knows the "
+                          "ranks). HINT: graph = load_local_graph(bootstrap(), dataset)")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"batch_size must be a positive int; got {batch_size!r}. HINT: batch_size=1024")
+    if batch_scope not in ("rank", "global"):
+        raise ConfigError(f"batch_scope must be 'rank' or 'global'; got {batch_scope!r}. "
+                          "HINT: batch_scope='rank' (PyG's meaning: per process)")
+    if prefetch not in PREFETCH_MODES:
+        raise ConfigError(f"prefetch must be one of {', '.join(PREFETCH_MODES)}; got {prefetch!r}. "
+                          "HINT: prefetch='auto'")
+
+
+class SampledBatches:
+    """Collective over the graph's communicator: iterate batches of `BatchLoader` with PyG's loader interface,
+    each carrying `loss_scale` (world size x this rank's items / all ranks' items in this step)."""
+
+    def _start(self, graph: LocalGraph, sampler: Any, seeds: Any, per_rank: int, *, shuffle: bool,
+               drop_last: bool, seed: int, prefetch: str, talks: bool, full: bool = False) -> None:
+        rt = graph.runtime
+        self.loader = BatchLoader(
+            sampler, graph.features, seeds, per_rank, shuffle=shuffle, drop_last=drop_last, seed=seed,
+            comm=rt.comm, device=rt.device,
+            prefetch=not full and overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)),
+            wrap=shuffle, layout=graph.layout, dataset_ids=id_store(graph), reuse=full)
+        count = len(self.loader.source)
+        sizes = np.array([[len(b) for b in cut_steps(np.arange(n), len(self.loader), size, drop_last, shuffle)]
+                          for n, size in rt.comm.allgather((count, per_rank))], dtype=np.float64)
+        total = sizes.sum(axis=0)
+        self.loss_scales = np.divide(rt.world_size * sizes[rt.rank], total, out=np.zeros_like(total),
+                                     where=total > 0)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        first = None
+        for i, batch in enumerate(self.loader):
+            first = self.loader.start_step if first is None else first  # known once the pass has begun
+            batch.loss_scale = float(self.loss_scales[first + i])
+            yield batch
+
+    def set_epoch(self, epoch: int, start_step: int = 0, end_step: int | None = None) -> None:
+        """Make the next pass epoch `epoch`'s (its shuffle and draws), from `start_step`: for resuming at an
+        exact place. Without it each pass is the previous one's epoch plus one."""
+        self.loader.set_epoch(epoch, start_step, end_step)
+
+    @property
+    def epoch(self) -> int:
+        return self.loader.epoch
+
+
+def check_keywords(kwargs: dict[str, Any], name: str) -> None:
+    """Refuse keywords the loader `name` does not take (PyG's worker keywords are accepted and ignored)."""
+    for key in kwargs:
+        if key == "fanouts":
+            raise ConfigError(f"{name} takes num_neighbors (as PyG's), not fanouts. "
+                              f"HINT: {name}(graph, num_neighbors=[15, 10], ...)")
+        if key not in IGNORED:
+            raise ConfigError(f"{name} got an unknown keyword {key!r}. HINT: see docs/api.md "
+                              "(PyG DataLoader keywords mpignn accepts and ignores: " + ", ".join(IGNORED) + ")")
+
+
+def fanouts_of(graph: LocalGraph, num_neighbors: Any) -> list[Any]:
+    """num_neighbors -> the sampler's fanouts (per hop; per edge type too on a heterogeneous graph)."""
+    if isinstance(num_neighbors, Mapping):
+        if graph.schema is None:
+            raise ConfigError("num_neighbors per edge type needs a heterogeneous graph. HINT: num_neighbors=[15, 10]")
+        per_type = {_edge_name(k): parse_fanout(v) for k, v in num_neighbors.items() if k != "default"}
+        default = parse_fanout(num_neighbors["default"]) if "default" in num_neighbors else None
+        hops = {len(v) for v in per_type.values()} | ({len(default)} if default is not None else set())
+        if len(hops) != 1:  # PyG's NumNeighbors refuses this too ("Number of hops must be the same")
+            raise ConfigError(f"num_neighbors must list the same number of hops for every edge type; got "
+                              f"{per_type}. HINT: one list per edge type, each as "
+                              "long as the model has layers")
+        names = [edge_type_name(e) for e in graph.schema.edge_types]
+        missing = [n for n in names if n not in per_type]
+        if missing and default is None:  # PyG: "Missing number of neighbors for edge type"
+            raise ConfigError(f"num_neighbors has no fanouts for edge type(s) {', '.join(missing)}. HINT: give "
+                              "every edge type its list, or a 'default' key for the rest")
+        return hop_fanouts(default or [-1] * hops.pop(), per_type, graph.schema)
+    if isinstance(num_neighbors, (str, bytes)) or not isinstance(num_neighbors, Sequence):
+        raise ConfigError(f"num_neighbors must list neighbours per hop (ints, -1 for all); got {num_neighbors!r}. "
+                          "HINT: num_neighbors=[15, 10]")
+    return hop_fanouts(parse_fanout(list(num_neighbors)), None, graph.schema)
+
+
+def _edge_name(key: Any) -> str:
+    return "__".join(key) if isinstance(key, tuple) else str(key)
+
+
+def id_store(graph: LocalGraph) -> FeatureStore:
+    """The dataset's id and the label of any node, looked up like a feature row (two int64 columns, one where
+    labels are not one int a node; own rows locally, others from their owners on the features' communicator,
+    right after each batch's features): a batch's `y` holds every node's label, as PyG's does."""
+    y = np.asarray(graph.part.y)
+    columns = [graph.node_id, y] if y.ndim == 1 and y.dtype.kind in "iu" else [graph.node_id]
+    table = np.ascontiguousarray(np.stack([np.asarray(c, dtype=np.int64) for c in columns], axis=1))
+    comm = graph.features.comm
+    offsets = graph.features.part_offsets
+    return FeatureStore(table, graph.part.y, graph.part.lo, offsets, comm,
+                        MpiAlltoall(comm) if comm is not None else None)
