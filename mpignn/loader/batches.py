@@ -81,8 +81,9 @@ class LoaderTimes:
 
 class BatchLoader:
     """Iterate over mini-batches sampled around `seeds`: this rank's global ids, or a task's seed source (e.g.
-    `tasks.link.LinkSeeds`) with `__len__` and `draw(sampler, items, seed, variates) -> SampleOutput`, whose
-    `edge_label_index`, `edge_label` and `metadata` are set on the batch.
+    `tasks.link.LinkSeeds`) with `__len__`, `new_pass(pass_seed)` (called as each pass begins) and
+    `draw(sampler, items, seed, variates) -> SampleOutput`, whose `edge_label_index`, `edge_label` and
+    `metadata` are set on the batch.
 
     Args:
         sampler: the multi-hop sampler (local or distributed hops).
