@@ -206,9 +206,8 @@ def bound_onednn_cache(capacity: int = 16) -> None:
     """Keep oneDNN's primitive cache small (unless ONEDNN_PRIMITIVE_CACHE_CAPACITY is set).
 
     Every sampled batch has other row counts, so each bf16 matmul builds a new oneDNN primitive, and the
-    default cache keeps 1024 of them: measured here (200k nodes, bf16) the peak grew by 300-400 MiB per epoch
-    (2204 -> 3837 MiB over 6 epochs); with 16 it levels off at about 1620 MiB, at the same speed. oneDNN
-    reads the variable when it first builds a primitive, so this must run before any compute.
+    default cache keeps 1024 of them (the peak it costs: docs/failures.md, the bf16 row). oneDNN reads the
+    variable when it first builds a primitive, so this must run before any compute.
     """
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(capacity))
 

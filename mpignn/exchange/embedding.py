@@ -1,9 +1,7 @@
 """Learnable node embeddings held by their owners, for nodes without features (DistDGL's DistEmbedding).
 
-Each rank stores the rows of the nodes it owns. A batch pulls the rows it needs: its own from memory, the
-others from their owners by the exchange (ids out, rows back). After backward, the gradients of those rows go
-back to their owners, which sum them and apply a sparse optimizer to the rows touched: only they travel and
-update, as torch's sparse Adagrad and SparseAdam do on one process. numpy + mpi4py; torch for the batch rows.
+A batch pulls its rows from their owners (ids out, rows back); after backward their gradients go back, and each
+owner applies a sparse optimizer to the rows touched. numpy + mpi4py; torch for the batch rows.
 
     emb = NodeEmbedding(part.hi - part.lo, 64, lo=part.lo, part_offsets=offsets, comm=comm)
     x = emb.pull(batch.n_id.numpy())            # collective; a leaf tensor that takes gradients

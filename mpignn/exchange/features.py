@@ -1,10 +1,8 @@
 """Rows of node features for a batch: own rows locally, cached halo rows from the cache, the rest from their
 owners by all-to-all (ids out, rows back). numpy + mpi4py; torch only when the table is a tensor.
 
-The feature table is a numpy array (host memory, the MPI transport) or a torch tensor (on the compute
-device with `--exchange torch`, so NCCL/xccl move rows device to device and the batch never leaves the GPU).
-Ids are host arrays either way. The cache holds the remote rows the caller picks (those sampling is expected
-to fetch most), fetched once at start-up into the same kind of table.
+The table is a numpy array (host memory, the MPI transport) or a device tensor (`--exchange torch`: NCCL/xccl
+move rows device to device). Ids are host arrays either way; the cache is fetched once at start-up.
 """
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Rows of a cooperative batch's layers, across ranks: forward, each layer's rows of remote sources come
 from their owners; backward, their gradients go back and are summed into the owners' rows.
 
-One autograd node per layer, collective in forward and backward over the transport's communicator (the
-training thread's own: a loader thread may be sampling the next batch on its communicator meanwhile).
-Rows travel as raw bytes over MPI (any dtype, bf16 included) or as tensors through torch.distributed
-(`exchange.alltoall.TorchAlltoall`: NCCL/xccl between device tables, no host copy).
+One autograd node per layer, collective over the transport's communicator (the training thread's own). Rows
+travel as raw bytes over MPI (any dtype) or as tensors through `exchange.alltoall.TorchAlltoall`.
 """
 from __future__ import annotations
 

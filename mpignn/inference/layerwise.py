@@ -1,13 +1,9 @@
 """Exact layer-wise inference: every layer for every node with whole in-neighbourhoods, PyG's convolutions.
 
-Each rank computes the rows of the nodes it owns, one chunk of target nodes at a time (a bipartite block:
-sources are the chunk's targets first, then their other in-neighbours), fetching the previous layer's rows of
-nodes it does not own from their owners through the training exchange (`exchange.FeatureStore`), for a group
-of blocks at once (`inference.blocks`). A rank holds its own rows of two layers, one group's fetched rows and
-one block's sources. A homogeneous graph is one node type and one edge
-type; on a heterogeneous one a block holds one node type's targets, its edges carry their edge types, and a
-layer computes the node types the model's layer outputs (the others' rows are zeros nobody reads). What a
-layer computes on a block is `inference.layers.LayerStack`'s. Imports torch and PyG (through `models`).
+Each rank computes its own nodes' rows one chunk of targets at a time (a bipartite block, `inference.blocks`),
+fetching the previous layer's remote rows through the training exchange (`exchange.FeatureStore`). On a
+heterogeneous graph a block holds one node type's targets; what a layer computes on a block is
+`inference.layers.LayerStack`'s. Imports torch and PyG (through `models`).
 """
 from __future__ import annotations
 

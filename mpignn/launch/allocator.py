@@ -1,13 +1,8 @@
 """The process's memory: which malloc serves it, glibc's tuned for a peak that stays flat over many epochs, and
-the readings of resident memory every layer above reports.
+the readings of resident memory every layer above reports (docs/failures.md, "Memory over long runs").
 
-Stdlib only (ctypes); of mpignn it imports `errors` alone, and nothing of torch. Nothing is compiled and the
-process is never re-executed: a faster allocator is the job script's choice, preloaded as sites and torch's own
-launcher (`torch.backends.xeon.run_cpu`) preload one (`LD_PRELOAD`, jobs/*.sbatch; docs/failures.md, "Memory over
-long runs"). Where one is preloaded (jemalloc, tcmalloc, mimalloc) nothing here changes malloc. Elsewhere the
-training CLI (a library caller opts in: `runtime.bootstrap(tune_process=True)`) has glibc map blocks of 256 KiB
-and more (a flat peak); MPIGNN_MALLOC=heap keeps every block in glibc's heap (fast steps, a peak that grows),
-MPIGNN_MALLOC=system leaves glibc's defaults.
+Stdlib only (ctypes); of mpignn it imports `errors` alone, and nothing of torch. A faster allocator is the job
+script's choice (`LD_PRELOAD`, jobs/*.sbatch); where none is preloaded, MPIGNN_MALLOC picks glibc's policy.
 """
 from __future__ import annotations
 
@@ -19,14 +14,9 @@ from typing import Mapping
 __all__ = ["MMAP_THRESHOLD", "tune_allocator", "keep_big_blocks", "preloaded", "policy", "preload_env",
            "peak_rss_mb", "rss_mb"]
 
-# Blocks at least this large are mmap'd and unmapped on free; smaller ones stay in the heap. Measured on the
-# default graph, 2 ranks (`python -m mpignn.bench.soak`, whose `RSS at epoch end` column is the heap's growth):
-# with mmap off altogether (mpignn's earlier policy) the heap's free space grew by 30-150 MiB an epoch: the
-# step's tensors and arrays, of other sizes every step, no longer fit the holes left between longer-lived small
-# blocks, so the heap kept growing. At 4 MiB the growth slowed but did not stop: over 30 epochs the heap grew by
-# 38 MiB (mallinfo2: in-use +4 MiB, free space +34 MiB) and the peak by the same, 736 -> 774 MiB (+5.2%). The
-# step's blocks of 256 KiB to 4 MiB made those holes (tests/test_allocator.py replays the pattern); mapped, they
-# leave none: the heap grew 8 MiB in 16 epochs instead of 28, and the peak starts 30 MiB lower.
+# Blocks at least this large are mmap'd and unmapped on free; smaller ones stay in the heap. Why this size:
+# docs/failures.md, "Memory over long runs" (tests/test_allocator.py replays the pattern). Against 4 MiB the heap
+# grew 8 MiB in 16 epochs instead of 28, and the peak starts 30 MiB lower.
 MMAP_THRESHOLD = 256 << 10
 _TRIM_THRESHOLD = 1 << 30  # freed heap memory is kept (no page faults on reuse); the big blocks are mmap'd
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4

@@ -294,9 +294,8 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
         store = _mpi_store = MPIStore(comm, timeout)
     dist.init_process_group(choice.backend, store=store, rank=rank, world_size=world_size, timeout=timeout,
                             **kwargs)
-    # gloo's full-mesh connect ends sooner on some ranks than on others: without this barrier a rank could
-    # raise an error all ranks raise, tear its group down and leave another's connect with "Connection
-    # closed by peer" (tests/test_predict.py, bad inputs in one process)
+    # gloo's connect ends sooner on some ranks than on others (docs/failures.md, "Shutting down does not strand
+    # a rank")
     comm.Barrier()
 
 

@@ -1,6 +1,6 @@
 """ReLU then dropout as one in-place autograd node: the hidden layers' activation in `SampledGNN`.
 
-On CPU `F.dropout`'s `bernoulli_` mask made the default epoch 66-81% slower (docs/training.md "Defaults and why").
+Why not `F.dropout`: its CPU `bernoulli_` mask is slow (docs/training.md, "Defaults and why").
 Here fp32/fp64 CPU tensors take one numba pass: keep bits from SplitMix64 seeded from torch's generator (seeds
 fix the mask, whatever the thread count), ReLU, mask and 1/(1-p) in place, no mask kept (backward uses out > 0).
 Other devices and dtypes take the same math in torch ops. Imports torch, numpy and numba only.

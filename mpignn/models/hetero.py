@@ -1,10 +1,8 @@
 """Heterogeneous GraphSAGE and R-GCN over `HeteroData` batches, trimmed per hop like `SampledGNN`.
 
-Layer l maps each type's nodes of hops 0..L-l onto its nodes of hops 0..L-l-1, one bipartite conv per edge
-type, summed per target type: `sage` is PyG's `HeteroConv({edge type: SAGEConv}, aggr="sum")` (each edge
-type a mean of its neighbours plus its own root weight); `rgcn` is R-GCN with mean normalisation (a weight
-per relation, mean over that relation's neighbours, one root weight and bias per node type). The outermost
-hop is never a target, so no layer computes rows nobody reads.
+One bipartite conv per edge type, summed per target type: `sage` is PyG's `HeteroConv({edge type: SAGEConv},
+aggr="sum")`; `rgcn` is R-GCN with mean normalisation (a weight per relation, one root weight and bias per node
+type). The outermost hop is never a target.
 """
 from __future__ import annotations
 

@@ -1,18 +1,9 @@
 """A GNN for sampled mini-batches that computes, at each layer, only the rows the next layer reads.
 
-PyG's `trim_to_layer` drops finished hops from a layer's input, but each conv still produces an output row
-for every input node. Here layer l maps the nodes of hops 0..L-l (sources) onto those of hops 0..L-l-1
-(targets) as a bipartite conv, so the linear maps and aggregation skip the outermost hop: on fanout 15,10,5
-that is about 3x fewer FLOPs than the trimmed model and gives the same function.
-
-GraphSAGE runs PyG's SAGEConv parameters through the same math as SAGEConv.forward, with three memory
-savings: on CPU and CUDA the mean aggregation is one sparse-dense matmul over a CSR adjacency (targets x
-sources), so no [edges x features] message tensor exists (measured on CPU: 2.4x faster per layer; XPU takes
-a portable kernel, see `mpignn.models.aggregate`); the root term and the ReLU (with dropout, when set:
-one pass that keeps no mask, `mpignn.models.dropout`) are applied in place, so the widest layer keeps one
-[targets x hidden] tensor where PyG's forward makes four (lin_l, lin_r, their sum, the ReLU) and dropout a
-fifth; and each layer is one autograd node whose backward writes its input's gradient once. Outputs and
-gradients are PyG's (tests/test_models.py).
+Layer l maps the nodes of hops 0..L-l onto those of hops 0..L-l-1 as a bipartite conv, so unlike PyG's
+`trim_to_layer` no conv makes rows of the outermost hop (fanout 15,10,5: about 3x fewer FLOPs, the same function).
+SAGE's mean is one sparse-dense matmul over a CSR adjacency (CPU: 2.4x faster per layer; XPU: `models.aggregate`),
+its root term and ReLU (and dropout: `models.dropout`) run in place; PyG's outputs (tests/test_models.py).
 """
 from __future__ import annotations
 
@@ -156,8 +147,7 @@ class SampledGNN(torch.nn.Module):
                 x = self.norms[layer](x)
             if hidden and (not fused or layer == self.num_layers - 1):  # fused: the next layer's halo does it
                 # In place for SAGE: _SageMean's backward needs its inputs, not its output. The fused
-                # ReLU + dropout keeps no mask and, on CPU, takes no bernoulli_ draw (F.dropout's made the
-                # default epoch 66-81% slower: docs/training.md).
+                # ReLU + dropout keeps no mask and takes no bernoulli_ draw (docs/training.md, "Defaults and why").
                 x = relu_dropout(x, self.dropout, self.training, inplace=self.kind == "sage")
         return x if self.head is None else self.head(x)
 
@@ -241,9 +231,7 @@ def _residual(branch: torch.nn.Module, root: torch.Tensor, n_dst: int, sparse: A
 
 
 def _gcn_scaled(x: torch.Tensor, num_sampled_nodes: Sequence[int], keep: int, src: torch.Tensor,
-                dst: torch.Tensor,
-                degree: torch.Tensor | None = None,
-                mean_over: torch.Tensor | None = None,
+                dst: torch.Tensor, degree: torch.Tensor | None = None, mean_over: torch.Tensor | None = None,
                 edge_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(the layer's source rows times deg^-1/2, deg^-1/2 of each source, each edge's weight: 0 for a sampled
     self-loop) with the degrees PyG's gcn_norm gives the trimmed layer: one self-loop per node (sampled ones

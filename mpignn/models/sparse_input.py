@@ -1,12 +1,8 @@
 """SAGE's first layer on sparse input rows (a full-graph batch's bag-of-words features: `loader.whole`).
 
-The mean is linear, so mean(x) W_l^T + x[:n_dst] W_r^T = mean(x W_l^T) + x[:n_dst] W_r^T: a sparse product
-with each weight, then a mean of hidden-wide rows. Each product is an `embedding_bag`, a weighted sum of the
-rows of the weight's transpose, read in place from the column-major weights (`column_major`); the weights'
-gradients are products of the rows' transpose with the gradient. On N ranks each rank multiplies its own rows
-only and the hidden-wide products of the halo rows cross (`exchange.halo`): every row is multiplied once, by its
-owner, where multiplying the input rows each rank reads did the halo rows' products twice. Float32 (the rows'
-values are).
+The mean is linear, so the layer projects first (an `embedding_bag` with each column-major weight) and averages
+hidden-wide rows; on N ranks each owner multiplies its own rows and the halo rows' products cross
+(`exchange.halo`). Float32 (the rows' values are). Why: docs/training.md, "Full-graph training".
 """
 from __future__ import annotations
 
@@ -26,8 +22,7 @@ GATHER_BLOCK_BYTES = 4 << 20
 def column_major(linear: torch.nn.Module) -> None:
     """Store `linear`'s weight [out x in] column-major: a sparse product reads the rows of its transpose, and a
     gradient made column-major then lands in the parameter (and DDP's bucket) without a transposing copy
-    (each such copy of Coauthor CS's 6,805 x 256 weight took 7-9 ms on one core). Dense products read either
-    layout at the same speed; `_SageMean` makes its weight gradients in the weight's layout."""
+    (docs/training.md, "Column-major weights"); `_SageMean` makes its weight gradients in the weight's layout."""
     linear.weight.data = linear.weight.data.t().contiguous().t()
 
 

@@ -1,8 +1,6 @@
 """MPI helpers any HPC program can use: topology, work splits, rank-0-first preparation, checked collectives,
 all-to-all on numpy buffers, and `run_main` (abort the job on an uncaught exception); one module per job.
-
-Imports only the stdlib, numpy, mpi4py (lazily: importing does not initialise MPI), `mpignn.errors`,
-`mpignn.env` and `mpignn.mpi.watchdog`; never torch, torch-geometric, numba or any other part of mpignn.
+mpi4py is imported lazily: importing does not initialise MPI.
 
 Layer 2 (mpi): stdlib, numpy and mpi4py; never torch or any mpignn layer above the leaves.
 """
@@ -25,7 +23,5 @@ __all__ = [
 
 thread_budget = _env.thread_budget
 
-# The torch-facing helpers (init_process_group, choose, apply_threads, detect_hardware) live in mpignn.launch.process_group,
-# and the rendezvous address choice in mpignn.launch.rendezvous, one layer up: import them from there. This package
-# never imports either (tests/test_layering.py). MAX_COUNT here is a copy: to lower the piece size (tests do),
-# set mpignn.mpi.collectives.MAX_COUNT, which alltoallv reads.
+# The torch-facing helpers live in mpignn.launch, one layer up. MAX_COUNT here is a copy: to lower the piece
+# size (tests do), set mpignn.mpi.collectives.MAX_COUNT, which alltoallv reads.

@@ -1,10 +1,7 @@
-"""Files moved between hosts that share no disk: which ranks see rank 0's folder (`sees_rank0`), and a planned
-set of file copies from the ranks that hold them to the ranks that need them (`move_files`), in chunks over
-MPI, each checked against its sha256 and renamed into place only once whole. Partition folders, checkpoint
-generations and the predictions folder travel this way when the hosts' folders are node-local.
-
-Stdlib, numpy and mpi4py (through `comm`). Temporary names follow `mpignn.fileio.temp_name`'s pattern
-(`.NAME.incoming-PID@HOST`), so a later run's `remove_leftovers` recognises a killed receiver's file.
+"""Files moved between hosts that share no disk: which ranks see rank 0's folder (`sees_rank0`), and planned
+file copies between ranks (`move_files`) in chunks over MPI, each checked against its sha256 and renamed into
+place once whole. Stdlib, numpy and mpi4py (through `comm`). Temporary names follow `mpignn.fileio.temp_name`'s
+pattern (`.NAME.incoming-PID@HOST`), so a later run's `remove_leftovers` recognises a killed receiver's file.
 """
 from __future__ import annotations
 
