@@ -12,15 +12,12 @@ from _mpirun import WORKERS, run_mpi
 
 from mpignn.data import load_dataset
 from mpignn.errors import ConfigError
-from mpignn.runtime import LinkNeighborLoader, load_local_graph
+from mpignn.runtime import LinkNeighborLoader
+
+from test_user_inference import graph  # noqa: F401  (the fixture: the same 300-node graph on one process)
 
 sys.path.insert(0, str(WORKERS))
 from link_neighbor_loader import GRAPH, epoch_record  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def graph(rt, tmp_path_factory):
-    return load_local_graph(rt, GRAPH, str(tmp_path_factory.mktemp("link_loader")), fanout=[3, 3], cache_size=0)
 
 
 @pytest.fixture(scope="module")

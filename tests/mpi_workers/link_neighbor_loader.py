@@ -10,8 +10,7 @@ import numpy as np
 from mpignn.data import load_dataset
 from mpignn.mpi import chunk_bounds, run_main, world
 from mpignn.runtime import LinkNeighborLoader, bootstrap, load_local_graph
-
-GRAPH = "synthetic:num_nodes=300,avg_degree=6,num_features=6"
+from user_inference import GRAPH
 
 
 def epoch_record(graph, fanouts, seed, chunked=False):
