@@ -71,11 +71,12 @@ class LinkNeighborLoader(SampledBatches):
                                   "tell positives from negatives by the batch's src_index, dst_pos_index and "
                                   "dst_neg_index")
             fanouts = fanouts_of(graph, num_neighbors)
-            edges, labels = _seed_edges(graph, edge_label_index, edge_label, shift=mode == "binary")
+            talks = rt.world_size > 1 and not graph.replicated
+            directory = IdDirectory(rt.comm if talks else None, graph.node_id, graph.part.lo,
+                                    graph.part.meta.num_nodes)  # the seeds' and every batch's negatives' ids
+            edges, labels = _seed_edges(graph, directory, edge_label_index, edge_label, shift=mode == "binary")
         except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
             raise mark_agreed(exc) from None
-        talks = rt.world_size > 1 and not graph.replicated
-        directory = IdDirectory(rt.comm if talks else None, graph.node_id, graph.part.lo, graph.part.meta.num_nodes)
         source = EdgeSeeds(edges, labels, mode, amount, graph.part.meta.num_nodes, directory)
         self.graph, self.num_neighbors = graph, num_neighbors
         per_rank = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
@@ -134,15 +135,8 @@ class EdgeSeeds:
 def negative_ids(pass_seed: int, positions: np.ndarray, k: np.ndarray, num_nodes: int, ends: int) -> np.ndarray:
     """int64 [ends, len(positions)]: uniform dataset ids of negative `k` of each seed edge at `positions`, a
     hash of (pass seed, position, k, end): the same draw on any number of ranks and in any batch."""
-    key = (positions.astype(np.uint64) << np.uint64(20)) ^ k.astype(np.uint64)
-    out = np.empty((ends, len(positions)), dtype=np.int64)
-    base = np.uint64(kernels.mix_seed(pass_seed, 0x5EED))
-    for end in range(ends):
-        z = key * np.uint64(0x9E3779B97F4A7C15) + base + np.uint64(end)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        out[end] = ((z ^ (z >> np.uint64(31))) % np.uint64(num_nodes)).astype(np.int64)
-    return out
+    keys = (positions.astype(np.int64) << 20) ^ k.astype(np.int64)
+    return np.stack([kernels.hashed_ids(keys, kernels.mix_seed(pass_seed, end), num_nodes) for end in range(ends)])
 
 
 def _negative_owners(pos: np.ndarray, amount: float) -> tuple[np.ndarray, np.ndarray]:
@@ -197,7 +191,7 @@ def _joined(comm: Any, array: np.ndarray) -> np.ndarray:
     return arrays[0] if same else np.concatenate(arrays, axis=-1)
 
 
-def _seed_edges(graph: LocalGraph, edge_label_index: Any, edge_label: Any, shift: bool
+def _seed_edges(graph: LocalGraph, directory: IdDirectory, edge_label_index: Any, edge_label: Any, shift: bool
                 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Collective: (this rank's seed edges [3, E] as partition ids source, target and position; their labels,
     one up where `shift` and the least is 0: 0 then means a negative, as in PyG)."""
@@ -239,10 +233,9 @@ def _seed_edges(graph: LocalGraph, edge_label_index: Any, edge_label: Any, shift
     n = index.shape[1]
     if not talks:  # one process, or a replicated graph: each rank its share of the positions
         lo, hi = chunk_bounds(n, rt.world_size, rt.rank) if rt.world_size > 1 else (0, n)
-        ends = IdDirectory(None, graph.node_id, part.lo, num_nodes).lookup(index[:, lo:hi].reshape(-1))
+        ends = directory.lookup(index[:, lo:hi].reshape(-1))
         pos = np.arange(lo, hi, dtype=np.int64)
         return np.stack([*ends.reshape(2, -1), pos]), None if labels is None else labels[pos]
-    directory = IdDirectory(rt.comm, graph.node_id, part.lo, num_nodes)
     lo, hi = chunk_bounds(n, rt.world_size, rt.rank)  # each rank looks up a share, then sends it to its owners
     ends = directory.lookup(index[:, lo:hi].reshape(-1)).reshape(2, -1)
     rows = np.stack([ends[0], ends[1], np.arange(lo, hi, dtype=np.int64)], axis=1)

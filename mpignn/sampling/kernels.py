@@ -16,7 +16,7 @@ from mpignn.compiled import ensure_numba_cache_dir, serial_or_parallel
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 
 __all__ = ["ARRAY_MAP_BYTES", "sample_rows", "splitmix", "relabel", "reset_scratch", "relabel_hashed", "rehash",
-           "clear_table", "mix_seed", "first_seen", "first_seen_mapped", "claim", "warm_up"]
+           "clear_table", "mix_seed", "hashed_ids", "first_seen", "first_seen_mapped", "claim", "warm_up"]
 
 
 @njit(inline="always")
@@ -32,6 +32,17 @@ def mix_seed(seed, salt):
     """A new 63-bit seed from two integers (for per-epoch, per-batch and per-hop streams)."""
     return np.int64(splitmix(np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(salt))
                     >> np.uint64(1))
+
+
+@njit(cache=True, nogil=True)
+def hashed_ids(keys, seed, n):
+    """int64 [len(keys)] in [0, n): a splitmix hash of each key and `seed`, so a draw depends on its key alone
+    (link negatives: the same on any number of ranks and in any batch)."""
+    out = np.empty(len(keys), dtype=np.int64)
+    for i in range(len(keys)):
+        out[i] = np.int64(splitmix(np.uint64(keys[i]) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(seed))
+                          % np.uint64(n))
+    return out
 
 
 @serial_or_parallel
@@ -338,6 +349,7 @@ def warm_up() -> None:
     clear_table(scratch, 1, table, 63, n_id, n, filled)
     rehash(table, 63, n_id, n, 1, 1)
     first_seen(nbrs)
+    hashed_ids(one, 0, 1)
     code, _, _ = split_sources(one, 1, 2, np.zeros(1, dtype=np.int64))
     layer_sources(code, 1, 0, one)
     claim(one, np.full(1, -1, dtype=np.int64), 0, np.empty(1, dtype=np.int64), 0)
