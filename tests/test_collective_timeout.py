@@ -1,5 +1,6 @@
 """Bounded waits: a rank stopped by the kernel (SIGSTOP) ends a 2-rank training job within --collective-timeout
-plus a few seconds, every live rank exits non-zero, and the message names the rank that stopped answering."""
+plus a few seconds, every live rank exits non-zero, and the message names the rank that stopped answering; a
+collective entered by a subset of ranks is named a quarter of the way to the timeout."""
 import os
 import signal
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from _mpirun import mpi_cmd, run_cmd
+from _mpirun import WORKERS, mpi_cmd, run_cmd, run_mpi_raw
 
 pytestmark = pytest.mark.mpi
 
@@ -107,3 +108,23 @@ def test_a_config_file_one_rank_cannot_read_ends_the_job(tmp_path):
     rc, out = run_cmd(cmd, 60, env)
     assert rc != 0, out[-3000:]
     assert "[rank 1] cannot read --config" in out and "missing-on-this-host.toml" in out, out[-3000:]
+
+
+def test_a_collective_entered_by_a_subset_of_ranks_is_named_early(tmp_path):
+    """PyG's `if rank == 0: test()`: rank 0 waits in a loader's collective while rank 1 waits in dist.barrier();
+    before, the job ended after the process group's timeout blaming rank 1 (in an MPI barrier: silence)."""
+    timeout = 20
+    rc, out = run_mpi_raw(2, [sys.executable, WORKERS / "subset_collective.py", tmp_path, str(timeout)], timeout=90)
+    assert rc != 0 and "MPIGNN-UNREACHABLE" not in out, out[-4000:]
+    # late to a collective (outside any): a warning names rank 1 and its line; the job goes on
+    warning = next(ln for ln in out.splitlines() if "mpignn: warning:" in ln)
+    assert "rank 1 did not: rank 1 runs subset_collective.py:" in warning and "`time.sleep(8)`" in warning, warning
+    assert "NeighborLoader(input_nodes='test'): epoch 0 step 0" in warning, warning
+    assert out.count("MPIGNN-LATE-OK") == 2, out[-4000:]
+    # in another collective: the job ends, naming rank 1, its barrier and the line that called it
+    error = next(ln for ln in out.splitlines() if "mpignn: error:" in ln)
+    assert "[rank 0] expected every rank to enter NeighborLoader(input_nodes='test'): epoch 1 step 0" in error, error
+    assert "rank 1 waits in torch.distributed.distributed_c10d.barrier called at subset_collective.py:" in error
+    assert "Neither collective can finish" in error and "docs/from-pyg.md" in error, error
+    waited = int(error.split("waiting ")[1].split("s)")[0])
+    assert waited < timeout / 2, error  # well before the timeout

@@ -19,7 +19,8 @@ from mpignn.launch.allocator import policy as malloc_policy, tune_allocator
 from mpignn.log import setup_logging
 from mpignn.mpi import Topology, abort_on_uncaught, allreduce_sum, check_all, check_launcher, topology, world
 from mpignn.mpi.startup import passed_on, start_mpi
-from mpignn.mpi.watchdog import Deadline, Watchdog
+from mpignn.mpi.deadline import Deadline
+from mpignn.mpi.watchdog import Watchdog, watch, watching
 
 __all__ = ["Runtime", "bootstrap", "reduce_sums", "shutdown"]
 
@@ -117,6 +118,8 @@ def _bootstrap(device: str, backend: str, threads: int, logging_setup: bool, com
     # after torch's own hook (which buffers what it prints): a script's uncaught exception on one rank ends
     # the job with the rank and cause named, instead of leaving the others waiting in their next collective
     abort_on_uncaught()
+    if topo.world_size > 1:  # every mpignn collective bounded; one a subset of ranks entered is named early
+        watch(comm, collective_timeout)
     log.info("%d ranks on %d hosts, %d threads each, device %s, backend %s", topo.world_size, topo.num_hosts,
              threads, choice.device, choice.backend)
     return Runtime(comm=comm, topo=topo, choice=choice, threads=threads)
@@ -147,5 +150,8 @@ def reduce_sums(rt: Runtime, values: dict[str, float]) -> dict[str, float]:
 
 
 def shutdown() -> None:
-    """Tear down torch.distributed (MPI finalises itself at exit)."""
+    """Tear down torch.distributed and stop the watchdog (MPI finalises itself at exit)."""
+    dog = watching()
+    if dog is not None:
+        dog.stop()
     dist.destroy_process_group()

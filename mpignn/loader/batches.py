@@ -20,6 +20,7 @@ from mpignn.exchange.features import FeatureStore
 from mpignn.exchange.halo import ByteCounter, Halo
 from mpignn.loader.whole import WholeNeighbourhoods, sparse_input
 from mpignn.mpi import chunk_bounds, pad_to_steps, steps_per_epoch
+from mpignn.mpi.watchdog import bounded
 from mpignn.sampling import kernels, labor
 from mpignn.sampling.cooperative import union_rows
 from mpignn.sampling.neighbor import NeighborSampler, SampleOutput, loop_free_degree
@@ -106,6 +107,7 @@ class BatchLoader:
             where present, its label: then `y` holds every node's label, not the own nodes' alone): batches then
             carry `n_id` and `input_id` in those ids (per type on a heterogeneous graph) and the partition's ids
             as `part_n_id` (collective over its comm, like the features: `runtime.NeighborLoader`).
+        name: the loader in the watchdog's messages (which loader each rank is in, when they differ).
 
     Each pass is an epoch: the one `set_epoch` named, else the previous pass's plus one (a new shuffle and new
     neighbour draws every pass, as PyG's loaders give).
@@ -115,13 +117,13 @@ class BatchLoader:
                  shuffle: bool = True, drop_last: bool = False, seed: int = 0, comm: Any = None,
                  device: str | torch.device = "cpu", prefetch: bool = False, wrap: bool = True,
                  max_steps: int = 0, layout: Any = None, dataset_ids: FeatureStore | None = None,
-                 reuse: bool = False) -> None:
+                 reuse: bool = False, name: str = "a BatchLoader") -> None:
         self.sampler, self.features = sampler, features
         self.source = NodeSeeds(seeds) if isinstance(seeds, (np.ndarray, list, tuple)) else seeds
         self.seeds = np.arange(len(self.source), dtype=np.int64)  # items: positions in the source
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.seed, self.device, self.prefetch, self.wrap = seed, torch.device(device), prefetch, wrap
-        self.layout, self.dataset_ids = layout, dataset_ids
+        self.layout, self.dataset_ids, self.name = layout, dataset_ids, name
         self.reuse, self._kept = reuse, {}  # reuse: step -> its batch, made on the first pass
         self.rank = comm.rank if comm is not None else 0
         if comm is not None and comm.size > 1:
@@ -169,6 +171,11 @@ class BatchLoader:
         return cut_steps(seeds, self.steps, self.batch_size, self.drop_last, self.wrap)
 
     def _make(self, step: int, seeds: np.ndarray) -> Data:
+        # a collective: marked by loader and step, so a rank in another loader or step is named (watchdog)
+        with bounded(f"{self.name}: epoch {self.epoch} step {step}"):
+            return self._build(step, seeds)
+
+    def _build(self, step: int, seeds: np.ndarray) -> Data:
         t0 = self.times.mark()
         cooperative = self.sampler.cooperative  # one batch of all ranks: one random stream
         stream = (0 if cooperative else self.rank) * 1_000_003

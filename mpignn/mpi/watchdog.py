@@ -1,13 +1,15 @@
 """Bounded waits: which collective each thread is in and since when (`bounded`), and a watchdog thread that
-ends the job when one waits longer than the bound, naming the ranks that stopped answering.
+ends the job when one waits longer than the bound, naming the ranks that stopped answering or that are in
+another collective.
 
-MPI layer: stdlib and mpi4py only (imported lazily), never torch and never another mpignn module's helpers;
-`mpignn.mpi` marks its collective helpers here; `mpignn.runtime.session.watched` starts the watchdog for
-training.
+MPI layer: stdlib and mpi4py only (imported lazily), never torch; of mpignn only `mpi.whereabouts`.
+`mpignn.mpi` marks its collective helpers here; `launch.bootstrap` starts the watchdog (`watch`) on several
+ranks.
 """
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import signal
 import socket
@@ -16,18 +18,23 @@ import threading
 import time
 from typing import Any, Callable
 
-__all__ = ["Watchdog", "Deadline", "bounded", "watching"]
+from mpignn.mpi.whereabouts import Spots, verdict
 
-_PING, _PONG = 7201, 7202
+__all__ = ["Watchdog", "bounded", "watch", "watching"]
+
+_PING, _PONG, _ASK, _TELL = 7201, 7202, 7203, 7204
 
 
 class _Slot:
-    """One thread's state: the collective it is in ("" when none) and since when (0.0 when none)."""
+    """One thread's state: the collective it is in ("" when none), since when (0.0 when none), and the
+    marked collectives it is in, outermost first (`path`)."""
 
-    __slots__ = ("what", "since", "thread", "limit")
+    __slots__ = ("what", "since", "thread", "limit", "path", "ident")
 
-    def __init__(self, thread: str) -> None:
-        self.what, self.since, self.thread, self.limit = "", 0.0, thread, 0.0
+    def __init__(self, thread: threading.Thread) -> None:
+        self.what, self.since, self.thread, self.limit = "", 0.0, thread.name, 0.0
+        self.path: tuple[str, ...] = ()
+        self.ident = thread.ident
 
 
 _local = threading.local()
@@ -39,7 +46,7 @@ _active: "Watchdog | None" = None
 def _slot() -> _Slot:
     slot = getattr(_local, "slot", None)
     if slot is None:
-        slot = _local.slot = _Slot(threading.current_thread().name)
+        slot = _local.slot = _Slot(threading.current_thread())
         with _slots_lock:
             _slots.append(slot)
     return slot
@@ -59,11 +66,13 @@ class _Mark:
         self.outer, self.outer_limit = slot.what, slot.limit
         slot.since = time.monotonic()
         slot.what, slot.limit = self.what, self.limit
+        slot.path += (self.what,)
 
     def __exit__(self, *exc: Any) -> None:
         slot = self.slot
         slot.what, slot.limit = self.outer, self.outer_limit
         slot.since = time.monotonic() if self.outer else 0.0
+        slot.path = slot.path[:-1]
 
 
 class _Unwatched:
@@ -97,6 +106,17 @@ def watching() -> "Watchdog | None":
     return _active
 
 
+def watch(comm: Any, timeout: float) -> "Watchdog":
+    """Collective over `comm`: the process's Watchdog over `comm` with this `timeout`, started (the one running
+    is kept when it is that one: a process that bootstraps again)."""
+    dog = _active
+    if dog is not None and dog.timeout == float(timeout) and dog.parent == comm:
+        return dog
+    if dog is not None:
+        dog.stop()
+    return Watchdog(comm, timeout).start()
+
+
 def _grace(timeout: float) -> float:
     return min(10.0, max(3.0, timeout / 4))
 
@@ -114,6 +134,11 @@ class Watchdog:
     A stopped process answers nothing (all its threads are stopped); a live rank busy computing answers from
     this thread (torch and MPI release the GIL). Needs MPI_THREAD_MULTIPLE (mpi4py's default) to ping;
     without it the job still ends at the bound, without the names.
+
+    Well before the bound (`early`: a quarter of it, at most 30 s) it asks every rank where its threads are
+    (`whereabouts`): ranks that have not entered the collective are named at once, and where each of them
+    waits in another collective (a `dist.barrier()` while rank 0 evaluates alone) the job ends then, since
+    neither collective can finish.
     """
 
     @staticmethod
@@ -141,12 +166,17 @@ class Watchdog:
         self.timeout = float(timeout)
         self.grace = float(grace) if grace is not None else _grace(self.timeout)
         self.tick = float(tick) if tick is not None else _tick(self.timeout)
-        self.comm = comm.Dup()
+        self.parent, self.comm = comm, comm.Dup()
         self.rank, self.size = self.comm.rank, self.comm.size
         self.where = self.comm.allgather((socket.gethostname(), os.getpid()))
         self.can_ping = MPI.Query_thread() == MPI.THREAD_MULTIPLE
         self.on_expiry = on_expiry
         self.expired = ""
+        self.early = max(3 * self.tick, min(30.0, self.timeout / 4))
+        self.spots, self._threads = Spots(), {}
+        self._asking: dict[str, Any] | None = None  # the whereabouts asked of every rank, and their answers
+        self._asked: set[float] = set()  # the collectives (by start time) already asked about
+        self.absent, self._absent_since = "", 0.0  # the ranks found outside a collective, in words; its start
         self._sends: list[Any] = []
         self._heard: dict[int, float] = {}  # rank -> when it last answered, during a long wait
         self._pinged = 0.0
@@ -179,15 +209,16 @@ class Watchdog:
 
     def _run(self) -> None:
         while not self._halt.wait(self.tick):
-            if self.can_ping:
+            problem = ""
+            if self.can_ping and self.size > 1:
+                with _slots_lock:
+                    self._threads = {slot.ident: slot for slot in _slots}
+                self.spots.sample(self._threads)  # how long each thread has been where it is
                 self._answer()
-            late = self._late()
-            if late is not None and not self._halt.is_set():
-                self._expire(*late)
-                return
-            lost = self._lost_in_long_wait()
-            if lost is not None and not self._halt.is_set():
-                self._expire(*lost)
+                problem = self._subset()
+            late = None if problem else (self._late() or self._lost_in_long_wait())
+            if (problem or late is not None) and not self._halt.is_set():
+                self._end(problem) if problem else self._expire(*late)
                 return
 
     def _lost_in_long_wait(self) -> tuple[str, str, float, float, list[int]] | None:
@@ -241,7 +272,7 @@ class Watchdog:
         return None
 
     def _answer(self) -> None:
-        """Reply to every liveness ping waiting for this rank."""
+        """Reply to every liveness ping and whereabouts question waiting for this rank."""
         from mpi4py import MPI
 
         status = MPI.Status()
@@ -249,7 +280,56 @@ class Watchdog:
             src = status.Get_source()
             self.comm.Recv([bytearray(1), MPI.BYTE], source=src, tag=_PING)
             self._sends.append(self.comm.Isend([b"\x01", MPI.BYTE], dest=src, tag=_PONG))
+        asked = []
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_ASK, status=status):
+            asked.append(status.Get_source())
+            self.comm.Recv([bytearray(1), MPI.BYTE], source=asked[-1], tag=_ASK)
+        if asked:
+            reply = json.dumps(self.spots.report(self._threads)).encode()
+            self._sends += [self.comm.Isend([reply, MPI.BYTE], dest=src, tag=_TELL) for src in asked]
         self._sends = [r for r in self._sends if not r.Test()]
+
+    def _subset(self) -> str:
+        """At `early` seconds into a collective with the default bound, ask every rank where it is; once all
+        answered: name the ranks outside it (a warning), or end the job (returns the message) where each of
+        them waits in another collective. A rank that does not answer is left to the bound's liveness check."""
+        from mpi4py import MPI
+
+        now = time.monotonic()
+        with _slots_lock:
+            slots = list(_slots)
+        asking = self._asking
+        if asking is None:
+            self._asked &= {slot.since for slot in slots}
+            for slot in slots:
+                since = slot.since
+                if since and slot.path and not slot.limit and now - since > self.early and since not in self._asked:
+                    self._asked.add(since)
+                    self._asking = {"slot": slot, "since": since, "path": list(slot.path), "replies": {},
+                                    "deadline": now + self.grace}
+                    self._sends += [self.comm.Isend([b"\x01", MPI.BYTE], dest=r, tag=_ASK)
+                                    for r in range(self.size) if r != self.rank]
+                    break
+            return ""
+        status = MPI.Status()
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_TELL, status=status):
+            buf = bytearray(status.Get_count(MPI.BYTE))
+            self.comm.Recv([buf, MPI.BYTE], source=status.Get_source(), tag=_TELL)
+            asking["replies"][status.Get_source()] = json.loads(buf.decode())
+        if len(asking["replies"]) < self.size - 1 and now < asking["deadline"]:
+            return ""
+        self._asking = None
+        slot, path = asking["slot"], asking["path"]
+        if len(asking["replies"]) < self.size - 1 or slot.since != asking["since"]:
+            return ""  # a rank is silent (the bound names it), or the collective ended meanwhile
+        host, pid = self.where[self.rank]
+        here = f"thread {slot.thread}, pid {pid} on {host}, waiting {now - asking['since']:.0f}s"
+        problem, self.absent = verdict(self.rank, path, here, asking["replies"], self.early, self.timeout)
+        self._absent_since = asking["since"]
+        if problem.startswith("mpignn: warning:"):
+            print(problem, file=sys.stderr, flush=True)
+            return ""
+        return problem
 
     def silent_ranks(self) -> list[int]:
         """Ping every other rank and return those that do not answer within `grace` seconds (this thread's
@@ -289,7 +369,12 @@ class Watchdog:
             else:
                 tail = ("; every rank answers, so they wait in different collectives or one is slow. Ending the "
                         "job. HINT: raise --collective-timeout if a collective can take that long")
-        message = f"mpignn: error: {head}{tail}"
+        if self.absent and any(slot.since == self._absent_since for slot in list(_slots)):
+            tail += f" (outside this collective, seen {self.early:g}s into it: {self.absent})"
+        self._end(f"mpignn: error: {head}{tail}")
+
+    def _end(self, message: str) -> None:
+        """Print `message` and end every rank of the job (`on_expiry` instead, in tests)."""
         self.expired = message
         if self.on_expiry is not None:
             self.on_expiry(message)
@@ -306,43 +391,3 @@ class Watchdog:
             MPI.COMM_WORLD.Abort(1)
         finally:
             os._exit(1)
-
-
-# The deadline's watcher: a separate process, because MPI_Init holds the GIL (mpi4py calls it without releasing
-# it), so no thread of this process runs while a rank waits there. It leaves when its parent is gone.
-_WATCHER = """
-import os, sys, time
-seconds, message, parent = float(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-end = time.monotonic() + seconds
-while time.monotonic() < end:
-    if os.getppid() != parent:
-        sys.exit(0)
-    time.sleep(0.2)
-sys.stderr.write(message + "\\n")
-sys.stderr.flush()
-os.kill(parent, 9)
-"""
-
-
-class Deadline:
-    """Ends this process when a block has not finished within `seconds`: for the start-up before any
-    communicator exists (MPI_Init waits for every rank to start), where a Watchdog cannot ping yet. On expiry a
-    watcher process prints one line and kills this one (SIGKILL); the launcher then ends the job. Not
-    collective."""
-
-    def __init__(self, seconds: float, what: str, rank: int, hint: str) -> None:
-        self.seconds = float(seconds)
-        self.message = (f"mpignn: error: [rank {rank}] expected {what} to finish within {self.seconds:g}s; got no "
-                        f"answer from every rank. HINT: {hint}")
-        self._proc: Any = None
-
-    def __enter__(self) -> "Deadline":
-        import subprocess
-
-        self._proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHER, str(self.seconds), self.message,
-                                       str(os.getpid())], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._proc.kill()
-        self._proc.wait()

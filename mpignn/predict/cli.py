@@ -80,20 +80,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from mpignn.config.train_config import TrainConfig
     from mpignn.mpi.watchdog import bounded
-    from mpignn.runtime.session import watched
 
     rt = bootstrap(cfg.device, cfg.backend, cfg.threads, collective_timeout=cfg.collective_timeout)
     if rt.rank == 0:
         logging.getLogger("mpignn.predict").info("config %s", json.dumps(asdict(cfg), sort_keys=True))
-    with watched(rt, cfg.collective_timeout):  # a rank or host lost ends the job, named, as in training
-        check_out(rt.comm, cfg.out, cfg.force)  # before any data is loaded
-        long_wait = TrainConfig.prep_timeout + cfg.collective_timeout  # while every rank still answers
-        with bounded("restoring the run: its partition, part and model", limit=long_wait):
-            run = restore_run(rt, cfg.checkpoint_dir, cfg.generation,
-                              {"root": cfg.root, "partitions": cfg.partitions, "exchange": cfg.exchange})
-        with bounded("the layer-wise inference and its output", limit=long_wait):
-            out = predict_to(rt, run, cfg.out, emb_layer=cfg.emb_layer, logits=cfg.logits, chunk=cfg.chunk_size,
-                             pairs=cfg.pairs, halo_mib=cfg.halo_mib)
+    check_out(rt.comm, cfg.out, cfg.force)  # before any data is loaded
+    long_wait = TrainConfig.prep_timeout + cfg.collective_timeout  # while every rank still answers
+    with bounded("restoring the run: its partition, part and model", limit=long_wait):
+        run = restore_run(rt, cfg.checkpoint_dir, cfg.generation,
+                          {"root": cfg.root, "partitions": cfg.partitions, "exchange": cfg.exchange})
+    with bounded("the layer-wise inference and its output", limit=long_wait):
+        out = predict_to(rt, run, cfg.out, emb_layer=cfg.emb_layer, logits=cfg.logits, chunk=cfg.chunk_size,
+                         pairs=cfg.pairs, halo_mib=cfg.halo_mib)
     if rt.rank == 0:
         print(f"predictions of {run.generation} (epoch {run.epoch}) for {run.graph.part.meta.num_nodes} nodes "
               f"in {out}", flush=True)

@@ -84,7 +84,7 @@ class NeighborLoader(SampledBatches):
         per_rank = max(1, len(seeds)) if full else rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
         shuffle, drop_last = shuffle and not full, drop_last and not full  # full: one batch, the same each pass
         self._start(graph, sampler, seeds, per_rank, shuffle=shuffle, drop_last=drop_last, seed=seed,
-                    prefetch=prefetch, talks=talks, full=full)
+                    prefetch=prefetch, talks=talks, full=full, name=f"NeighborLoader(input_nodes={_label(input_nodes)})")
 
     @property
     def dataset(self) -> np.ndarray:
@@ -161,3 +161,12 @@ def _target_nodes(graph: LocalGraph) -> np.ndarray:
     layout = graph.layout
     nodes = np.arange(graph.part.lo, graph.part.hi, dtype=np.int64)
     return nodes[layout.node_types(nodes) == layout.schema.type_index(layout.schema.target)]
+
+
+def _label(input_nodes: Any) -> str:
+    """`input_nodes` in the watchdog's words: a split or type by name, ids as "ids" (each rank's may differ)."""
+    if input_nodes is None or isinstance(input_nodes, str):
+        return repr(input_nodes)
+    if isinstance(input_nodes, tuple) and len(input_nodes) == 2 and isinstance(input_nodes[0], str):
+        return f"({input_nodes[0]!r}, {_label(input_nodes[1]) if isinstance(input_nodes[1], str) else 'ids'})"
+    return "ids"

@@ -5,10 +5,9 @@ or dies ends the job with its name instead of a hang.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 
@@ -19,7 +18,7 @@ from mpignn.launch.allocator import keep_big_blocks
 from mpignn.launch.bootstrap import Runtime, bootstrap, shutdown
 from mpignn.loader.local_graph import LocalGraph
 from mpignn.mpi import check_all, check_same
-from mpignn.mpi.watchdog import Deadline, Watchdog, bounded
+from mpignn.mpi.watchdog import bounded
 from mpignn.runtime.graph import build_graph_and_model
 from mpignn.training.loaders import cooperative_refusal, full_fit_problem, make_loader
 from mpignn.runtime.resolve import pin_flags, resolve_config
@@ -29,23 +28,9 @@ from mpignn.training.minibatch import PROBE_STEPS, choose_minibatch, tune_miniba
 from mpignn.training.optim import adam
 from mpignn.training.stopping import StopSignal
 
-__all__ = ["train_run", "watched"]
+__all__ = ["train_run"]
 
 log = logging.getLogger("mpignn.train")
-
-
-@contextlib.contextmanager
-def watched(rt: Runtime, timeout: float) -> Iterator[None]:
-    """Collective over `rt.comm` (on several ranks): a Watchdog bounds every collective of the block; its own
-    set-up (a collective) is bounded by a `Deadline`."""
-    if rt.world_size == 1:
-        yield
-        return
-    with Deadline(timeout, "the watchdog's set-up (a collective)", rt.rank, "a rank stopped or died during "
-                  "start-up: look at every host's processes"):
-        dog = Watchdog(rt.comm, timeout)
-    with dog:
-        yield
 
 
 def train_run(cfg: TrainConfig, task: Task, stop: StopSignal | None = None) -> int:
@@ -53,35 +38,34 @@ def train_run(cfg: TrainConfig, task: Task, stop: StopSignal | None = None) -> i
     rt = bootstrap(cfg.device, cfg.backend, cfg.threads, tune_process=True,  # process-wide tuning: CLI only
                    collective_timeout=cfg.collective_timeout)
     torch.manual_seed(cfg.seed)
-    with watched(rt, cfg.collective_timeout):
-        # before anything that depends on it: ranks that read other --config files, or hosts whose installed
-        # mpignn has other defaults, would deadlock in the cache's all-to-all or train different replicas
-        check_same(rt.comm, {"mpignn version": __version__, **cfg.to_dict()}, "configuration",
-                   "give every rank the same flags and --config file, and install the same mpignn on every host",
-                   ConfigError)
-        problem = ""
-        try:  # the model and one step against each host's memory, before the data loads
-            check_fits(cfg, world_size=rt.world_size, ranks_on_host=rt.topo.local_size)
-        except ConfigError as exc:
-            problem = str(exc)
-        check_all(rt.comm, not problem, problem, ConfigError)
-        with bounded("start-up: the dataset's preparation, this rank's part and its cache",
-                     limit=cfg.prep_timeout + cfg.collective_timeout):
-            graph, model = build_graph_and_model(rt, cfg, task)
-        loader = lambda split, mode, cap=cfg.max_steps: make_loader(  # noqa: E731
-            rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope, seed=cfg.seed,
-            prefetch=cfg.prefetch, max_steps=cap, minibatch=mode, eval_batch_size=cfg.eval_batch_size)
-        mode = _minibatch(rt, cfg, graph, model, task, loader)
-        cfg, resolved = resolve_config(rt, cfg, graph, mode)
-        if rt.rank == 0:  # what runs, every `auto` made concrete: a second run given these flags repeats it
-            log.info("config %s", json.dumps(cfg.to_dict(), sort_keys=True))
-            if resolved:
-                log.info("resolved (pin them to repeat this run anywhere): %s", pin_flags(resolved))
-        loaders: dict[str, Any] = {split: loader(split, cfg.minibatch) for split in ("train", "val", "test")}
-        if cfg.minibatch == "full":  # one fixed batch: every epoch allocates the same blocks
-            keep_big_blocks()
-        optimizer = adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        code = fit(cfg, rt, graph, loaders, model, optimizer, stop, resolved=resolved)
+    # before anything that depends on it: ranks that read other --config files, or hosts whose installed
+    # mpignn has other defaults, would deadlock in the cache's all-to-all or train different replicas
+    check_same(rt.comm, {"mpignn version": __version__, **cfg.to_dict()}, "configuration",
+               "give every rank the same flags and --config file, and install the same mpignn on every host",
+               ConfigError)
+    problem = ""
+    try:  # the model and one step against each host's memory, before the data loads
+        check_fits(cfg, world_size=rt.world_size, ranks_on_host=rt.topo.local_size)
+    except ConfigError as exc:
+        problem = str(exc)
+    check_all(rt.comm, not problem, problem, ConfigError)
+    with bounded("start-up: the dataset's preparation, this rank's part and its cache",
+                 limit=cfg.prep_timeout + cfg.collective_timeout):
+        graph, model = build_graph_and_model(rt, cfg, task)
+    loader = lambda split, mode, cap=cfg.max_steps: make_loader(  # noqa: E731
+        rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope, seed=cfg.seed,
+        prefetch=cfg.prefetch, max_steps=cap, minibatch=mode, eval_batch_size=cfg.eval_batch_size)
+    mode = _minibatch(rt, cfg, graph, model, task, loader)
+    cfg, resolved = resolve_config(rt, cfg, graph, mode)
+    if rt.rank == 0:  # what runs, every `auto` made concrete: a second run given these flags repeats it
+        log.info("config %s", json.dumps(cfg.to_dict(), sort_keys=True))
+        if resolved:
+            log.info("resolved (pin them to repeat this run anywhere): %s", pin_flags(resolved))
+    loaders: dict[str, Any] = {split: loader(split, cfg.minibatch) for split in ("train", "val", "test")}
+    if cfg.minibatch == "full":  # one fixed batch: every epoch allocates the same blocks
+        keep_big_blocks()
+    optimizer = adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    code = fit(cfg, rt, graph, loaders, model, optimizer, stop, resolved=resolved)
     shutdown()
     return code
 

@@ -87,7 +87,7 @@ def fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any
     checkpoint folder claimed (and locked) for the run's duration; returns the exit code:
     0, or EXIT_STOPPED (75) when `stop` was requested on any rank (after the checkpoint, if any, is saved).
 
-    Run it inside `runtime.session.watched`, whose `Watchdog` bounds every collective on several ranks.
+    `bootstrap` started the `Watchdog` that bounds every collective on several ranks.
     `resolved`: what the run's `auto` flags resolved to (`runtime.resolve`), stored in every epoch record and
     checkpoint.
     """

@@ -79,7 +79,8 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
         if talks:
             sampler = cooperative_sampler(rt, graph, sampler.fanouts, "full")
         return BatchLoader(sampler, graph.features, seeds, max(1, len(seeds)), shuffle=False, seed=seed,
-                           comm=rt.comm, device=rt.device, wrap=False, layout=graph.layout, reuse=True)
+                           comm=rt.comm, device=rt.device, wrap=False, layout=graph.layout, reuse=True,
+                           name=f"the {split} loader")
     if train:
         batch_size = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
         if minibatch == "cooperative" and talks:
@@ -87,7 +88,7 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
     return BatchLoader(sampler, graph.features, seeds, batch_size, shuffle=train if shuffle is None else shuffle,
                        seed=seed, comm=rt.comm, device=rt.device,
                        prefetch=overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)),
-                       wrap=train, max_steps=max_steps if train else 0, layout=graph.layout)
+                       wrap=train, max_steps=max_steps if train else 0, layout=graph.layout, name=f"the {split} loader")
 
 
 def cooperative_refusal(graph: LocalGraph, mode: str = "cooperative") -> str:
