@@ -28,7 +28,17 @@ def graph(rt, tmp_path_factory):
 
 
 def _order(loader):
-    return np.concatenate([b.input_id.numpy() for b in loader])
+    """The seeds' dataset ids, batch after batch."""
+    return np.concatenate([b.n_id[:b.batch_size].numpy() for b in loader])
+
+
+def _positions(loader, ids):
+    """Every batch's input_id, checked as PyG's: positions in the input list `ids` of its seeds."""
+    out = []
+    for b in loader:
+        assert np.array_equal(np.asarray(ids)[b.input_id.numpy()], b.n_id[:b.batch_size].numpy())
+        out.append(b.input_id.numpy())
+    return np.concatenate(out)
 
 
 def test_the_loaders_seed_not_torchs_seeds_its_draws_and_the_docs_say_so(graph):
@@ -79,10 +89,17 @@ def test_input_nodes_as_mask_and_ids_over_dataset_ids(graph):
     mask[[3, 17, 400, 1499]] = True
     by_mask = runtime.NeighborLoader(graph, [2], input_nodes=torch.from_numpy(mask), batch_size=8)
     assert sorted(_order(by_mask)) == [3, 17, 400, 1499]
+    assert sorted(_positions(by_mask, np.flatnonzero(mask))) == [0, 1, 2, 3]  # PyG: positions in mask.nonzero()
     by_ids = runtime.NeighborLoader(graph, [2], input_nodes=torch.tensor([1499, 3, 400]), batch_size=2)
     assert list(_order(by_ids)) == [1499, 3, 400]  # the order given, as PyG keeps it without shuffle (was sorted)
+    # PyG's input_id: positions in input_nodes (it held the seeds' ids)
+    assert list(_positions(by_ids, [1499, 3, 400])) == [0, 1, 2]
+    shuffled = runtime.NeighborLoader(graph, [2], input_nodes=torch.tensor([1499, 3, 400, 17]), batch_size=3,
+                                      shuffle=True)
+    assert sorted(_positions(shuffled, [1499, 3, 400, 17])) == [0, 1, 2, 3]
     train = runtime.NeighborLoader(graph, [2], input_nodes="train", batch_size=4096)
     assert sorted(_order(train)) == sorted(np.asarray(data.train_idx))
+    assert sorted(_positions(train, np.sort(np.asarray(data.train_idx)))) == list(range(len(data.train_idx)))
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -243,14 +260,17 @@ def test_heterogeneous_batches_carry_each_types_dataset_ids(rt, tmp_path):
             rows = offsets[k] + batch[t].n_id.numpy()
             if schema.feature_dims[k]:
                 assert np.allclose(batch[t].x.numpy(), np.asarray(data.x)[rows, :schema.feature_dims[k]])
-        target = batch[schema.target]
-        assert np.array_equal(target.input_id.numpy(), target.n_id[:target.batch_size].numpy())
-        assert np.array_equal(target.y[:target.batch_size].numpy(),
-                              np.asarray(data.y)[offsets[schema.type_index(schema.target)] + target.input_id.numpy()])
+        target, k = batch[schema.target], schema.type_index(schema.target)
+        seeds = target.n_id[:target.batch_size].numpy()
+        # input_id: positions in the split's ids (within the type, in the dataset's order), on the type's store
+        assert np.array_equal(np.sort(np.asarray(data.train_idx) - offsets[k])[target.input_id.numpy()], seeds)
+        assert np.array_equal(target.y[:target.batch_size].numpy(), np.asarray(data.y)[offsets[k] + seeds])
     k = schema.type_index(schema.target)
     picked = runtime.NeighborLoader(graph, [2, 2], input_nodes=(schema.target, torch.tensor([5, 7, 299])),
                                     batch_size=8)
-    assert sorted(np.concatenate([b[schema.target].input_id.numpy() for b in picked])) == [5, 7, 299]
+    assert sorted(np.concatenate([b[schema.target].n_id[:b[schema.target].batch_size].numpy() for b in picked])) \
+        == [5, 7, 299]
+    assert sorted(np.concatenate([b[schema.target].input_id.numpy() for b in picked])) == [0, 1, 2]
     with pytest.raises(ConfigError, match="mask of shape"):
         runtime.NeighborLoader(graph, [2, 2], input_nodes=torch.zeros(schema.node_counts[k] + 1, dtype=torch.bool))
     with pytest.raises(ConfigError, match="labelled type"):

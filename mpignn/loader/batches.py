@@ -29,10 +29,12 @@ __all__ = ["BatchLoader", "NodeSeeds", "LoaderTimes", "cut_steps"]
 
 
 class NodeSeeds:
-    """Seeds that are node ids: each batch samples around its nodes, which come first in the batch."""
+    """Seeds that are node ids: each batch samples around its nodes, which come first in the batch; with
+    `positions` (each seed's place in the user's input list) batches carry them as `input_id`, as PyG's."""
 
-    def __init__(self, ids: np.ndarray) -> None:
+    def __init__(self, ids: np.ndarray, positions: np.ndarray | None = None) -> None:
         self.ids = np.asarray(ids, dtype=np.int64)
+        self.positions = positions
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -43,7 +45,10 @@ class NodeSeeds:
     def draw(self, sampler: NeighborSampler, items: np.ndarray, seed: int,
              variates: tuple[int, int] | None = None) -> SampleOutput:
         """The sample around seeds `items` (positions in `ids`)."""
-        return sampler.sample(self.ids[items], seed, variates)
+        out = sampler.sample(self.ids[items], seed, variates)
+        if self.positions is not None:
+            out.metadata = {"input_id": self.positions[items]}
+        return out
 
 
 class LoaderTimes:
@@ -217,6 +222,8 @@ class BatchLoader:
             data = self.layout.split(x, torch.from_numpy(y), out.n_id, out.row, out.col, out.edge_type,
                                      out.num_sampled_nodes, out.num_sampled_edges, out.batch_size,
                                      device=self.device, dataset_ids=ids)
+            if "input_id" in extras:  # the seeds' positions: on the seed type's store, as PyG's
+                data[self.layout.schema.target].input_id = torch.from_numpy(extras.pop("input_id"))
             return self._finish(_carry(data, extras), x, t0, t1)
         if resident:
             edge_index = torch.stack([out.row, out.col])

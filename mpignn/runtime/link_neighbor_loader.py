@@ -7,7 +7,6 @@ ranks draws the negatives one process draws. Homogeneous graphs.
 """
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Sequence
 
 import numpy as np
@@ -18,7 +17,7 @@ from mpignn.exchange.directory import IdDirectory
 from mpignn.loader.local_graph import LocalGraph
 from mpignn.mpi import alltoallv, check_all, chunk_bounds
 from mpignn.partition.format import owner_of
-from mpignn.runtime.loader_base import SampledBatches, check_keywords, check_options, fanouts_of
+from mpignn.runtime.loader_base import SampledBatches, check_keywords, check_options, fanouts_of, joined_ids
 from mpignn.sampling import kernels
 from mpignn.sampling.neighbor import SampleOutput
 from mpignn.training.loaders import rank_batch_size
@@ -182,18 +181,6 @@ def _array(value: Any) -> np.ndarray:
     return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
 
 
-def _joined(comm: Any, array: np.ndarray) -> np.ndarray:
-    """Collective: `array` where every rank passed the same one, else the ranks' arrays joined in rank order
-    (PyG's per-rank chunk of a split)."""
-    if comm is None:
-        return array
-    array = np.ascontiguousarray(array)
-    digest = hashlib.sha256(f"{array.shape}{array.dtype}".encode() + array.tobytes()).hexdigest()
-    if len(set(comm.allgather(digest))) == 1:  # the whole list on every rank: nothing more travels
-        return array
-    return np.concatenate(comm.allgather(array), axis=-1)
-
-
 def _seed_edges(graph: LocalGraph, directory: IdDirectory, edge_label_index: Any, edge_label: Any, shift: bool
                 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Collective: (this rank's seed edges [3, E] as partition ids source, target and position; their labels,
@@ -229,8 +216,8 @@ def _seed_edges(graph: LocalGraph, directory: IdDirectory, edge_label_index: Any
         check_all(comm, not problem, problem, ConfigError)
     elif problem:
         raise ConfigError(problem)
-    index = _joined(comm, index.astype(np.int64))
-    labels = None if labels is None else _joined(comm, labels)
+    index = joined_ids(comm, index.astype(np.int64))
+    labels = None if labels is None else joined_ids(comm, labels)
     if shift and labels is not None and labels.size and labels.min() == 0:
         labels = labels + 1
     n = index.shape[1]

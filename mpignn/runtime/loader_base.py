@@ -4,6 +4,7 @@ labels of every batch node, and the per-step `loss_scale`.
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -18,7 +19,7 @@ from mpignn.loader.batches import BatchLoader, cut_steps
 from mpignn.loader.local_graph import LocalGraph
 from mpignn.loader.prefetch import overlap, rows_on_device
 
-__all__ = ["IGNORED", "SampledBatches", "check_keywords", "check_options", "fanouts_of", "id_store"]
+__all__ = ["IGNORED", "SampledBatches", "check_keywords", "check_options", "fanouts_of", "id_store", "joined_ids"]
 
 IGNORED = ("num_workers", "persistent_workers", "pin_memory")
 """PyG DataLoader keywords accepted and ignored: a producer thread (`prefetch`) replaces workers, and batches
@@ -130,3 +131,16 @@ def id_store(graph: LocalGraph) -> FeatureStore:
     offsets = graph.features.part_offsets
     return FeatureStore(table, graph.part.y, graph.part.lo, offsets, comm,
                         MpiAlltoall(comm) if comm is not None else None)
+
+
+def joined_ids(comm: Any, array: np.ndarray) -> np.ndarray:
+    """Collective (unless `comm` is None): `array` where every rank passed the same one, else the ranks' arrays
+    joined in rank order along the last axis (PyG's per-rank chunk of a split): the input list of both loaders,
+    whose positions their batches' `input_id` give."""
+    if comm is None:
+        return array
+    array = np.ascontiguousarray(array)
+    digest = hashlib.sha256(f"{array.shape}{array.dtype}".encode() + array.tobytes()).hexdigest()
+    if len(set(comm.allgather(digest))) == 1:  # the whole list on every rank: nothing more travels
+        return array
+    return np.concatenate(comm.allgather(array), axis=-1)

@@ -18,7 +18,8 @@ from mpignn.config.choices import MINIBATCH_MODES
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
 from mpignn.loader.local_graph import SPLITS, LocalGraph
 from mpignn.mpi import check_all
-from mpignn.runtime.loader_base import SampledBatches, check_keywords, check_options, fanouts_of
+from mpignn.loader.batches import NodeSeeds
+from mpignn.runtime.loader_base import SampledBatches, check_keywords, check_options, fanouts_of, joined_ids
 from mpignn.tasks import picker
 from mpignn.training.loaders import cooperative_refusal, cooperative_sampler, rank_batch_size
 
@@ -72,7 +73,7 @@ class NeighborLoader(SampledBatches):
             if problem:
                 raise ConfigError(problem)
             fanouts = fanouts_of(graph, num_neighbors)
-            seeds = picker(graph.replicated, rt.world_size, rt.rank)(_seeds(graph, input_nodes), 0)
+            seeds, positions = picker(graph.replicated, rt.world_size, rt.rank)(_seeds(graph, input_nodes), 1)
         except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
             raise mark_agreed(exc) from None
         self.graph, self.num_neighbors = graph, num_neighbors
@@ -83,8 +84,9 @@ class NeighborLoader(SampledBatches):
             sampler = cooperative_sampler(rt, graph, sampler.fanouts, minibatch)
         per_rank = max(1, len(seeds)) if full else rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
         shuffle, drop_last = shuffle and not full, drop_last and not full  # full: one batch, the same each pass
-        self._start(graph, sampler, seeds, per_rank, shuffle=shuffle, drop_last=drop_last, seed=seed,
-                    prefetch=prefetch, talks=talks, full=full, name=f"NeighborLoader(input_nodes={_label(input_nodes)})")
+        self._start(graph, sampler, NodeSeeds(seeds, positions), per_rank, shuffle=shuffle, drop_last=drop_last,
+                    seed=seed, prefetch=prefetch, talks=talks, full=full,
+                    name=f"NeighborLoader(input_nodes={_label(input_nodes)})")
 
     @property
     def dataset(self) -> np.ndarray:
@@ -93,8 +95,11 @@ class NeighborLoader(SampledBatches):
 
 
 def _seeds(graph: LocalGraph, input_nodes: Any) -> np.ndarray:
-    """The partition ids of this rank's own input nodes (all of the graph's on a replicated graph). On a
-    heterogeneous graph seeds are nodes of the labelled (target) type, and masks and ids are over that type."""
+    """Collective: [2, N]: the partition ids of this rank's own input nodes (all of the graph's on a replicated
+    graph) and their positions in the input list, PyG's `input_id`: in `input_nodes` as all ranks passed it (the
+    same on every rank, or their chunks joined in rank order), in a mask's nonzero ids, in a split's ids in the
+    dataset's order; None: the nodes' ids. On a heterogeneous graph seeds are nodes of the labelled (target)
+    type, and masks and ids are over that type."""
     part, schema = graph.part, graph.schema
     if schema is not None and isinstance(input_nodes, str) and input_nodes in schema.node_types:
         input_nodes = (input_nodes, None)  # PyG's node type name: every node of that type
@@ -105,22 +110,24 @@ def _seeds(graph: LocalGraph, input_nodes: Any) -> np.ndarray:
                               "on a heterogeneous graph, the nodes alone otherwise")
         input_nodes = input_nodes[1]
     own = np.arange(part.lo, part.hi, dtype=np.int64) if schema is None else _target_nodes(graph)
+    offset, num_nodes = 0, part.meta.num_nodes  # the dataset's ids within the labelled type
+    if schema is not None:
+        k = schema.type_index(schema.target)
+        offset, num_nodes = schema.offsets[k], schema.node_counts[k]
+    comm = graph.runtime.comm if graph.runtime is not None and graph.runtime.world_size > 1 else None
     if input_nodes is None:
-        return own
+        return np.stack([own, graph.node_id[own - part.lo] - offset])
     if isinstance(input_nodes, str):
         if input_nodes not in SPLITS:
             raise ConfigError(f"input_nodes names no split: {input_nodes!r}. HINT: 'train', 'val', 'test', a "
                               "boolean mask or an id tensor over the dataset's nodes, or None for every node")
-        return np.asarray(getattr(part, SPLITS[input_nodes]), dtype=np.int64)
-    # the dataset's ids of the candidates (within the labelled type on a heterogeneous graph)
-    own_ids = graph.node_id[own - part.lo]
-    num_nodes = part.meta.num_nodes
-    if schema is not None:
-        k = schema.type_index(schema.target)
-        own_ids, num_nodes = own_ids - schema.offsets[k], schema.node_counts[k]
+        seeds = np.asarray(getattr(part, SPLITS[input_nodes]), dtype=np.int64)
+        ids = graph.node_id[seeds - part.lo] - offset
+        every = np.sort(joined_ids(comm, ids) if graph.replicated else _all(comm, ids))
+        return np.stack([seeds, np.searchsorted(every, ids)])
+    own_ids = graph.node_id[own - part.lo] - offset  # the dataset's ids of the candidates
     ids = input_nodes.detach().cpu().numpy() if isinstance(input_nodes, torch.Tensor) else np.asarray(input_nodes)
     problem = _ids_problem(ids, num_nodes)
-    comm = graph.runtime.comm if graph.runtime is not None and graph.runtime.world_size > 1 else None
     if comm is not None:  # ranks may pass different ids (PyG's per-rank chunk): agree on any refusal first
         check_all(comm, not problem, problem, ConfigError)
     elif problem:
@@ -129,12 +136,18 @@ def _seeds(graph: LocalGraph, input_nodes: Any) -> np.ndarray:
         ids = np.flatnonzero(ids)
     # the union of every rank's ids: PyG's `split_idx[...].split(n // world_size)[rank]` gives each rank a chunk
     # holding other ranks' nodes, and each rank trains the nodes it owns, so the chunks together are trained
-    joined = np.concatenate(comm.allgather(ids.astype(np.int64))) if comm is not None else ids.astype(np.int64)
+    joined = joined_ids(comm, ids.astype(np.int64))
     _, first = np.unique(joined, return_index=True)
+    first.sort()  # in the order given (the first rank's first), as PyG keeps it
     part_of = np.full(num_nodes, -1, dtype=np.int64)
     part_of[own_ids] = own
-    seeds = part_of[joined[np.sort(first)]]  # in the order given (the first rank's first), as PyG keeps it
-    return seeds[seeds >= 0]
+    seeds = part_of[joined[first]]
+    return np.stack([seeds, first])[:, seeds >= 0]
+
+
+def _all(comm: Any, ids: np.ndarray) -> np.ndarray:
+    """Collective: every rank's `ids` joined (each rank's split nodes are its own: no two ranks share one)."""
+    return ids if comm is None else np.concatenate(comm.allgather(ids))
 
 
 def _ids_problem(ids: np.ndarray, num_nodes: int) -> str:

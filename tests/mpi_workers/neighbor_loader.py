@@ -22,15 +22,24 @@ def main() -> None:
         n_id = batch.n_id.numpy()
         assert np.allclose(batch.x.numpy(), np.asarray(data.x)[n_id])
         assert np.array_equal(batch.y.numpy(), np.asarray(data.y)[n_id])  # other ranks' nodes too (read -1)
-        assert set(batch.input_id.numpy()) <= set(graph.node_id.tolist())  # seeds are own nodes
+        assert set(batch.n_id[:batch.batch_size].numpy()) <= set(graph.node_id.tolist())  # seeds are own nodes
+        assert np.array_equal(batch.input_id.numpy(), batch.n_id[:batch.batch_size].numpy())  # None: ids
         remote += int((~np.isin(n_id, graph.node_id)).sum())
     assert remote > 0  # ids of other ranks' nodes were looked up too
     # PyG's per-rank line: each rank a chunk of the split, holding other ranks' nodes; the chunks together train
     # (each rank kept only the part of its chunk it owns: about half the split went untrained)
     train = torch.from_numpy(np.flatnonzero(np.isin(np.arange(data.num_nodes), np.asarray(data.train_idx))))
     chunk = train.split(-(-len(train) // rt.world_size))[rt.rank]
-    seeds = sum(b.batch_size for b in NeighborLoader(graph, [2], input_nodes=chunk, batch_size=64))
+    seeds, positions = 0, []
+    for b in NeighborLoader(graph, [2], input_nodes=chunk, batch_size=64):
+        seeds += b.batch_size  # input_id: positions in the chunks joined in rank order, the split PyG cut
+        assert np.array_equal(train[b.input_id].numpy(), b.n_id[:b.batch_size].numpy())
+        positions.append(b.input_id.numpy())
     assert rt.comm.allreduce(seeds) == len(train), (rt.comm.allreduce(seeds), len(train))
+    assert sorted(np.concatenate(rt.comm.allgather(np.concatenate(positions)))) == list(range(len(train)))
+    whole = NeighborLoader(graph, [2], input_nodes=train, batch_size=64)
+    every = [int(b.input_id.max()) for b in whole if b.batch_size]
+    assert max(rt.comm.allgather(max(every, default=-1))) == len(train) - 1  # one list on every rank: its places
     # batch_size is per process (PyG's meaning); batch_scope="global" shares it out over the ranks
     for scope, seeds in (("rank", 40), ("global", 20)):
         loader = NeighborLoader(graph, [2], input_nodes=None, batch_size=40, batch_scope=scope, prefetch="off")
