@@ -108,6 +108,7 @@ def test_input_nodes_as_mask_and_ids_over_dataset_ids(graph):
     ({"input_nodes": torch.tensor([0, 99999])}, "outside [0, 1500)"),
     ({"input_nodes": torch.tensor([0.5])}, "1-D integer id tensor"),
     ({"input_nodes": torch.tensor([3, 3, 5])}, "1 repeated id(s)"),  # PyG trains it twice; it was merged
+    ({"input_nodes": ("paper", torch.tensor([1]))}, "this graph has one node type"),
     ({"fanouts": [5]}, "takes num_neighbors"),
     ({"batch_size": 0}, "positive int"),
     ({"workers": 2}, "unknown keyword 'workers'"),
@@ -273,10 +274,23 @@ def test_heterogeneous_batches_carry_each_types_dataset_ids(rt, tmp_path):
     assert sorted(np.concatenate([b[schema.target].input_id.numpy() for b in picked])) == [0, 1, 2]
     with pytest.raises(ConfigError, match="mask of shape"):
         runtime.NeighborLoader(graph, [2, 2], input_nodes=torch.zeros(schema.node_counts[k] + 1, dtype=torch.bool))
-    with pytest.raises(ConfigError, match="labelled type"):
-        runtime.NeighborLoader(graph, [2, 2], input_nodes=("user", torch.tensor([1])))
-    with pytest.raises(ConfigError, match="labelled type"):
-        runtime.NeighborLoader(graph, [2, 2], input_nodes="user")
+    # seeds of another type, as PyG's (type, nodes) or its name (both were refused): that type's store holds them
+    u = schema.type_index("user")
+    users = runtime.NeighborLoader(graph, [2, 2], input_nodes=("user", torch.tensor([9, 1, 40])), batch_size=2)
+    seeds = [b["user"].n_id[:b["user"].batch_size].numpy() for b in users]
+    assert list(np.concatenate(seeds)) == [9, 1, 40]
+    assert list(np.concatenate([b["user"].input_id.numpy() for b in users])) == [0, 1, 2]
+    for b in users:  # the rows are those users' features; their neighbours are sampled across types
+        rows = offsets[u] + b["user"].n_id.numpy()
+        if schema.feature_dims[u]:
+            assert np.allclose(b["user"].x.numpy(), np.asarray(data.x)[rows, :schema.feature_dims[u]])
+    assert sum(b.num_nodes for b in users) > 3
+    every_user = runtime.NeighborLoader(graph, [2, 2], input_nodes="user", batch_size=64)
+    assert sum(b["user"].batch_size for b in every_user) == schema.node_counts[u]
+    with pytest.raises(ConfigError, match="splits hold nodes of the labelled type"):
+        runtime.NeighborLoader(graph, [2, 2], input_nodes=("user", "train"))
+    with pytest.raises(ConfigError, match="names node type 'nobody'"):
+        runtime.NeighborLoader(graph, [2, 2], input_nodes=("nobody", torch.tensor([1])))
     everyone = runtime.NeighborLoader(graph, [2, 2], input_nodes=schema.target, batch_size=64)  # PyG's type name
     assert sum(b[schema.target].batch_size for b in everyone) == schema.node_counts[k]
     # per edge type, as PyG's NumNeighbors checks it: every type named (or a default), one hop count

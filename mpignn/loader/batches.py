@@ -113,6 +113,7 @@ class BatchLoader:
             carry `n_id` and `input_id` in those ids (per type on a heterogeneous graph) and the partition's ids
             as `part_n_id` (collective over its comm, like the features: `runtime.NeighborLoader`).
         name: the loader in the watchdog's messages (which loader each rank is in, when they differ).
+        seed_type: on a heterogeneous graph, the seeds' node type (index) when not the labelled one.
 
     Each pass is an epoch: the one `set_epoch` named, else the previous pass's plus one (a new shuffle and new
     neighbour draws every pass, as PyG's loaders give).
@@ -122,13 +123,13 @@ class BatchLoader:
                  shuffle: bool = True, drop_last: bool = False, seed: int = 0, comm: Any = None,
                  device: str | torch.device = "cpu", prefetch: bool = False, wrap: bool = True,
                  max_steps: int = 0, layout: Any = None, dataset_ids: FeatureStore | None = None,
-                 reuse: bool = False, name: str = "a BatchLoader") -> None:
+                 reuse: bool = False, name: str = "a BatchLoader", seed_type: int | None = None) -> None:
         self.sampler, self.features = sampler, features
         self.source = NodeSeeds(seeds) if isinstance(seeds, (np.ndarray, list, tuple)) else seeds
         self.seeds = np.arange(len(self.source), dtype=np.int64)  # items: positions in the source
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.seed, self.device, self.prefetch, self.wrap = seed, torch.device(device), prefetch, wrap
-        self.layout, self.dataset_ids, self.name = layout, dataset_ids, name
+        self.layout, self.dataset_ids, self.name, self.seed_type = layout, dataset_ids, name, seed_type
         self.reuse, self._kept = reuse, {}  # reuse: step -> its batch, made on the first pass
         self.rank = comm.rank if comm is not None else 0
         if comm is not None and comm.size > 1:
@@ -221,9 +222,9 @@ class BatchLoader:
         if self.layout is not None:  # heterogeneous: cut by type into PyG's HeteroData
             data = self.layout.split(x, torch.from_numpy(y), out.n_id, out.row, out.col, out.edge_type,
                                      out.num_sampled_nodes, out.num_sampled_edges, out.batch_size,
-                                     device=self.device, dataset_ids=ids)
+                                     device=self.device, dataset_ids=ids, seed_type=self.seed_type)
             if "input_id" in extras:  # the seeds' positions: on the seed type's store, as PyG's
-                data[self.layout.schema.target].input_id = torch.from_numpy(extras.pop("input_id"))
+                data[self.layout.seed_store(self.seed_type)].input_id = torch.from_numpy(extras.pop("input_id"))
             return self._finish(_carry(data, extras), x, t0, t1)
         if resident:
             edge_index = torch.stack([out.row, out.col])

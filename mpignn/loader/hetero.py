@@ -27,13 +27,18 @@ class HeteroLayout:
         self.schema, self.starts, self.kinds = schema, np.asarray(starts), np.asarray(kinds)
         self.target = schema.type_index(schema.target)
 
+    def seed_store(self, seed_type: int | None) -> str:
+        """The node type whose store holds a batch's seeds (`batch_size`, `input_id`): the labelled one unless
+        `seed_type` names another."""
+        return self.schema.node_types[self.target if seed_type is None else seed_type]
+
     def node_types(self, gids: np.ndarray) -> np.ndarray:
         return type_of(gids, self.starts, self.kinds)
 
     def split(self, x: torch.Tensor, y: torch.Tensor, n_id: np.ndarray, row: np.ndarray, col: np.ndarray,
               edge_type: np.ndarray, num_sampled_nodes: list[int], num_sampled_edges: list[int],
               batch_size: int, device: str | torch.device = "cpu",
-              dataset_ids: np.ndarray | None = None) -> HeteroData:
+              dataset_ids: np.ndarray | None = None, seed_type: int | None = None) -> HeteroData:
         """The batch (x [nodes, padded features] in batch order, edges as batch indices) by type. Featureless
         types get a constant one-column input (`mpignn.training.epoch.with_rows` replaces it by learnable rows).
 
@@ -43,8 +48,9 @@ class HeteroLayout:
 
         With `dataset_ids` (each node's id in the dataset's global numbering, aligned with `n_id`), each type's
         `n_id` is the node's id within its type in the dataset, `part_n_id` its partition id, and the target
-        type's `input_id` its seeds' ids; the batch's `part_n_id` replaces its `n_id`."""
-        schema, hops = self.schema, len(num_sampled_edges)
+        type's `input_id` its seeds' ids; the batch's `part_n_id` replaces its `n_id`. The seeds are of the
+        labelled type, or of `seed_type`: that type's store holds `batch_size` and `input_id`."""
+        schema, hops, seeds = self.schema, len(num_sampled_edges), self.target if seed_type is None else seed_type
         ntype = self.node_types(n_id)
         node_hop = np.repeat(np.arange(hops + 1), num_sampled_nodes)
         edge_hop = np.repeat(np.arange(hops), num_sampled_edges)
@@ -68,6 +74,7 @@ class HeteroLayout:
             store.num_sampled_nodes = np.bincount(node_hop[idx], minlength=hops + 1).tolist()
             if k == self.target:
                 store.y = y[pick]
+            if k == seeds:
                 store.batch_size = batch_size
                 if dataset_ids is not None:
                     store.input_id = store.n_id[:batch_size]

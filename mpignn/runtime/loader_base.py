@@ -46,14 +46,15 @@ class SampledBatches:
     each carrying `loss_scale` (world size x this rank's items / all ranks' items in this step)."""
 
     def _start(self, graph: LocalGraph, sampler: Any, seeds: Any, per_rank: int, *, shuffle: bool,
-               drop_last: bool, seed: int, prefetch: str, talks: bool, full: bool = False, name: str = "") -> None:
+               drop_last: bool, seed: int, prefetch: str, talks: bool, full: bool = False, name: str = "",
+               seed_type: int | None = None) -> None:
         rt = graph.runtime
         self.loader = BatchLoader(
             sampler, graph.features, seeds, per_rank, shuffle=shuffle, drop_last=drop_last, seed=seed,
             comm=rt.comm, device=rt.device,
             prefetch=not full and overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)),
             wrap=shuffle, layout=graph.layout, dataset_ids=id_store(graph), reuse=full,
-            name=name or type(self).__name__)
+            name=name or type(self).__name__, seed_type=seed_type)
         count = len(self.loader.source)
         sizes = np.array([[len(b) for b in cut_steps(np.arange(n), len(self.loader), size, drop_last, shuffle)]
                           for n, size in rt.comm.allgather((count, per_rank))], dtype=np.float64)

@@ -38,7 +38,8 @@ class NeighborLoader(SampledBatches):
             {edge type "src__rel__dst": [per hop]} for the edge types that differ from `default` (-> all others).
         input_nodes: the seeds over the dataset's nodes: "train", "val" or "test"; a boolean mask of
             `num_nodes`; an id tensor or array; None for every node. Each rank takes those it owns. On a
-            heterogeneous graph, nodes of its labelled type (also as PyG's `(type, nodes)`).
+            heterogeneous graph, nodes of its labelled type, or PyG's `(type, nodes)` / a type's name for any
+            type. Batches' `input_id`: the seeds' positions in it, as PyG's.
         batch_size: seeds per batch on each process (PyG's meaning). `batch_scope="global"`: the batch of
             all ranks together, each rank taking its ceiling-division share.
         shuffle: a new seed order each pass. Every rank yields the same number of batches (the rank with the
@@ -73,6 +74,7 @@ class NeighborLoader(SampledBatches):
             if problem:
                 raise ConfigError(problem)
             fanouts = fanouts_of(graph, num_neighbors)
+            kind = seed_type(graph, input_nodes)[0]
             seeds, positions = picker(graph.replicated, rt.world_size, rt.rank)(_seeds(graph, input_nodes), 1)
         except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
             raise mark_agreed(exc) from None
@@ -85,7 +87,7 @@ class NeighborLoader(SampledBatches):
         per_rank = max(1, len(seeds)) if full else rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
         shuffle, drop_last = shuffle and not full, drop_last and not full  # full: one batch, the same each pass
         self._start(graph, sampler, NodeSeeds(seeds, positions), per_rank, shuffle=shuffle, drop_last=drop_last,
-                    seed=seed, prefetch=prefetch, talks=talks, full=full,
+                    seed=seed, prefetch=prefetch, talks=talks, full=full, seed_type=kind,
                     name=f"NeighborLoader(input_nodes={_label(input_nodes)})")
 
     @property
@@ -99,21 +101,13 @@ def _seeds(graph: LocalGraph, input_nodes: Any) -> np.ndarray:
     graph) and their positions in the input list, PyG's `input_id`: in `input_nodes` as all ranks passed it (the
     same on every rank, or their chunks joined in rank order), in a mask's nonzero ids, in a split's ids in the
     dataset's order; None: the nodes' ids. On a heterogeneous graph seeds are nodes of the labelled (target)
-    type, and masks and ids are over that type."""
+    type, or of the type `(type, nodes)` names, and masks and ids are over that type (`seed_type`)."""
     part, schema = graph.part, graph.schema
-    if schema is not None and isinstance(input_nodes, str) and input_nodes in schema.node_types:
-        input_nodes = (input_nodes, None)  # PyG's node type name: every node of that type
-    if isinstance(input_nodes, tuple) and len(input_nodes) == 2 and isinstance(input_nodes[0], str):
-        if schema is None or input_nodes[0] != schema.target:  # PyG's (node type, nodes)
-            raise ConfigError(f"input_nodes names node type {input_nodes[0]!r}; seeds are nodes of the graph's "
-                              f"labelled type. HINT: input_nodes=({schema.target if schema else 'type'!r}, ...) "
-                              "on a heterogeneous graph, the nodes alone otherwise")
-        input_nodes = input_nodes[1]
-    own = np.arange(part.lo, part.hi, dtype=np.int64) if schema is None else _target_nodes(graph)
-    offset, num_nodes = 0, part.meta.num_nodes  # the dataset's ids within the labelled type
-    if schema is not None:
-        k = schema.type_index(schema.target)
-        offset, num_nodes = schema.offsets[k], schema.node_counts[k]
+    kind, input_nodes = seed_type(graph, input_nodes)
+    own = np.arange(part.lo, part.hi, dtype=np.int64) if kind is None else _nodes_of(graph, kind)
+    offset, num_nodes = 0, part.meta.num_nodes  # the dataset's ids within the seeds' type
+    if kind is not None:
+        offset, num_nodes = schema.offsets[kind], schema.node_counts[kind]
     comm = graph.runtime.comm if graph.runtime is not None and graph.runtime.world_size > 1 else None
     if input_nodes is None:
         return np.stack([own, graph.node_id[own - part.lo] - offset])
@@ -169,11 +163,34 @@ def _ids_problem(ids: np.ndarray, num_nodes: int) -> str:
     return ""
 
 
-def _target_nodes(graph: LocalGraph) -> np.ndarray:
-    """Every own node of a heterogeneous graph's target type."""
-    layout = graph.layout
+def seed_type(graph: LocalGraph, input_nodes: Any) -> tuple[int | None, Any]:
+    """(the seeds' node type index, None on a homogeneous graph; the nodes): PyG's `(type, nodes)` and type
+    name of any type; masks, ids and None over the labelled type otherwise. Splits are of the labelled type."""
+    schema = graph.schema
+    named = isinstance(input_nodes, tuple) and len(input_nodes) == 2 and isinstance(input_nodes[0], str)
+    if schema is None:
+        if named:
+            raise ConfigError(f"input_nodes names node type {input_nodes[0]!r}; this graph has one node type. "
+                              "HINT: pass the nodes alone")
+        return None, input_nodes
+    if isinstance(input_nodes, str) and input_nodes in schema.node_types:
+        input_nodes, named = (input_nodes, None), True  # PyG's node type name: every node of that type
+    if not named:
+        return schema.type_index(schema.target), input_nodes
+    if input_nodes[0] not in schema.node_types:
+        raise ConfigError(f"input_nodes names node type {input_nodes[0]!r}; the graph's types are "
+                          f"{', '.join(schema.node_types)}. HINT: input_nodes=(type, ids) of one of them")
+    if isinstance(input_nodes[1], str) and input_nodes[0] != schema.target:
+        raise ConfigError(f"input_nodes=({input_nodes[0]!r}, {input_nodes[1]!r}): the splits hold nodes of the "
+                          f"labelled type {schema.target!r}. HINT: ({schema.target!r}, {input_nodes[1]!r}), or "
+                          f"({input_nodes[0]!r}, ids)")
+    return schema.type_index(input_nodes[0]), input_nodes[1]
+
+
+def _nodes_of(graph: LocalGraph, kind: int) -> np.ndarray:
+    """Every own node of a heterogeneous graph's node type `kind`."""
     nodes = np.arange(graph.part.lo, graph.part.hi, dtype=np.int64)
-    return nodes[layout.node_types(nodes) == layout.schema.type_index(layout.schema.target)]
+    return nodes[graph.layout.node_types(nodes) == kind]
 
 
 def _label(input_nodes: Any) -> str:
