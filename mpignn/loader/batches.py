@@ -113,7 +113,8 @@ class BatchLoader:
             carry `n_id` and `input_id` in those ids (per type on a heterogeneous graph) and the partition's ids
             as `part_n_id` (collective over its comm, like the features: `runtime.NeighborLoader`).
         name: the loader in the watchdog's messages (which loader each rank is in, when they differ).
-        seed_type: on a heterogeneous graph, the seeds' node type (index) when not the labelled one.
+        seed_type: on a heterogeneous graph, the seeds' node type (index) when not the labelled one, or the
+            seed edges' type (a PyG edge type tuple): their fields go on that store.
 
     Each pass is an epoch: the one `set_epoch` named, else the previous pass's plus one (a new shuffle and new
     neighbour draws every pass, as PyG's loaders give).
@@ -123,7 +124,7 @@ class BatchLoader:
                  shuffle: bool = True, drop_last: bool = False, seed: int = 0, comm: Any = None,
                  device: str | torch.device = "cpu", prefetch: bool = False, wrap: bool = True,
                  max_steps: int = 0, layout: Any = None, dataset_ids: FeatureStore | None = None,
-                 reuse: bool = False, name: str = "a BatchLoader", seed_type: int | None = None) -> None:
+                 reuse: bool = False, name: str = "a BatchLoader", seed_type: Any = None) -> None:
         self.sampler, self.features = sampler, features
         self.source = NodeSeeds(seeds) if isinstance(seeds, (np.ndarray, list, tuple)) else seeds
         self.seeds = np.arange(len(self.source), dtype=np.int64)  # items: positions in the source
@@ -222,9 +223,9 @@ class BatchLoader:
         if self.layout is not None:  # heterogeneous: cut by type into PyG's HeteroData
             data = self.layout.split(x, torch.from_numpy(y), out.n_id, out.row, out.col, out.edge_type,
                                      out.num_sampled_nodes, out.num_sampled_edges, out.batch_size,
-                                     device=self.device, dataset_ids=ids, seed_type=self.seed_type)
-            if "input_id" in extras:  # the seeds' positions: on the seed type's store, as PyG's
-                data[self.layout.seed_store(self.seed_type)].input_id = torch.from_numpy(extras.pop("input_id"))
+                                     device=self.device, dataset_ids=ids,
+                                     seed_type=-1 if isinstance(self.seed_type, tuple) else self.seed_type)
+            self._place_seed_fields(data, extras, out.n_id)
             return self._finish(_carry(data, extras), x, t0, t1)
         if resident:
             edge_index = torch.stack([out.row, out.col])
@@ -251,6 +252,24 @@ class BatchLoader:
             data.whole = WholeNeighbourhoods(torch.from_numpy(self._degree(n_id)).to(x.device), sparse)
         data = _carry(data, extras)
         return self._finish(data, x, t0, t1, resident=resident and not self.features.on_host)
+
+    def _place_seed_fields(self, data: Any, extras: dict[str, Any], n_id: np.ndarray) -> None:
+        """Heterogeneous batches: the seeds' fields on their stores, as PyG's: a node type's `input_id`; an edge
+        type's `input_id`, `edge_label` and link indices (in each end type's store ids; triplet indices on the
+        end types' stores)."""
+        if not isinstance(self.seed_type, tuple):
+            if "input_id" in extras:
+                data[self.layout.seed_store(self.seed_type)].input_id = torch.from_numpy(extras.pop("input_id"))
+            return
+        edge, local = self.seed_type, self.layout.local_ids(n_id)
+        stores = {"edge_label_index": edge, "src_index": edge[0], "dst_pos_index": edge[-1],
+                  "dst_neg_index": edge[-1]}  # where PyG's LinkLoader puts them
+        for key, where in stores.items():
+            if key in extras:
+                data[where][key] = torch.from_numpy(local[extras.pop(key)])
+        for key in ("edge_label", "input_id"):
+            if key in extras:
+                data[edge][key] = torch.from_numpy(np.asarray(extras.pop(key)))
 
     def _degree(self, n_id: np.ndarray) -> np.ndarray:
         """float32: the whole graph's loop-free in-degree of own nodes `n_id` (a full batch holds own rows only:

@@ -32,6 +32,17 @@ class HeteroLayout:
         `seed_type` names another."""
         return self.schema.node_types[self.target if seed_type is None else seed_type]
 
+    def local_ids(self, n_id: np.ndarray) -> np.ndarray:
+        """Each batch node's index within its type's store (what a type's `edge_index` holds)."""
+        return self._local(self.node_types(n_id))[0]
+
+    def _local(self, ntype: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        order = np.argsort(ntype, kind="stable")
+        per_type = np.bincount(ntype, minlength=len(self.schema.node_types))
+        local = np.empty(len(ntype), dtype=np.int64)
+        local[order] = np.arange(len(ntype)) - np.repeat(np.cumsum(per_type) - per_type, per_type)
+        return local, order, per_type
+
     def node_types(self, gids: np.ndarray) -> np.ndarray:
         return type_of(gids, self.starts, self.kinds)
 
@@ -54,10 +65,7 @@ class HeteroLayout:
         ntype = self.node_types(n_id)
         node_hop = np.repeat(np.arange(hops + 1), num_sampled_nodes)
         edge_hop = np.repeat(np.arange(hops), num_sampled_edges)
-        order = np.argsort(ntype, kind="stable")
-        per_type = np.bincount(ntype, minlength=len(schema.node_types))
-        local = np.empty(len(n_id), dtype=np.int64)
-        local[order] = np.arange(len(n_id)) - np.repeat(np.cumsum(per_type) - per_type, per_type)
+        local, order, per_type = self._local(ntype)
         data = HeteroData()
         bounds = np.concatenate([[0], np.cumsum(per_type)])
         pin = torch.device(device).type != "cpu"

@@ -2,8 +2,8 @@
 
 Seeds are edges `edge_label_index` (dataset ids; every edge of the graph when None), each kept by the rank
 owning its target; batches carry `n_id`, `edge_label_index` in the batch's local ids, `edge_label` and `input_id`
-(the edges' positions) as PyG's do. Negatives are drawn per positive edge from its position, so any number of
-ranks draws the negatives one process draws. Homogeneous graphs.
+(the edges' positions) as PyG's do, on the edge type's store on a heterogeneous graph. Negatives are drawn per
+positive edge from its position, so any number of ranks draws the negatives one process draws.
 """
 from __future__ import annotations
 
@@ -35,10 +35,12 @@ class LinkNeighborLoader(SampledBatches):
     Collective over the graph's communicator: constructing it and every batch (features, the negatives' ids).
 
     Args:
-        graph: this rank's part (`load_local_graph`), of a homogeneous graph.
-        num_neighbors: neighbours per hop, outermost last; -1 takes all.
+        graph: this rank's part (`load_local_graph`).
+        num_neighbors: neighbours per hop, outermost last; -1 takes all (a dict per edge type: NeighborLoader's).
         edge_label_index: [2, E] seed edges (source, target) in the dataset's ids, the same on every rank or
             each rank a chunk (joined in rank order); None: every edge of the graph, in the partition's order.
+            On a heterogeneous graph PyG's edge type (every edge of it) or `(edge type, [2, E])`, ids within
+            each end's type.
         edge_label: [E] labels of the seed edges (None: ones where negatives are drawn).
         neg_sampling: None, "binary" (random node pairs, label 0; given labels shift up by one where their
             least is 0, as PyG's), "triplet" (random targets per source: `src_index`, `dst_pos_index`,
@@ -62,9 +64,7 @@ class LinkNeighborLoader(SampledBatches):
                                       f"HINT: drop {key}=...")
             check_keywords(kwargs, "LinkNeighborLoader")
             check_options(graph, batch_size, batch_scope, prefetch, "LinkNeighborLoader")
-            if graph.schema is not None:
-                raise ConfigError("LinkNeighborLoader takes a homogeneous graph; heterogeneous link batches are "
-                                  "not supported yet. HINT: train the CLI's --task link on a homogeneous graph")
+            edge_type, edge_label_index = _edge_type(graph, edge_label_index)
             mode, amount = _negatives(neg_sampling, neg_sampling_ratio)
             if mode == "triplet" and edge_label is not None:
                 raise ConfigError("edge_label must be None with triplet negatives (PyG refuses it too). HINT: "
@@ -74,14 +74,16 @@ class LinkNeighborLoader(SampledBatches):
             talks = rt.world_size > 1 and not graph.replicated
             directory = IdDirectory(rt.comm if talks else None, graph.node_id, graph.part.lo,
                                     graph.part.meta.num_nodes)  # the seeds' and every batch's negatives' ids
-            edges, labels = _seed_edges(graph, directory, edge_label_index, edge_label, shift=mode == "binary")
+            ends = _end_types(graph, edge_type)
+            edges, labels = _seed_edges(graph, directory, edge_label_index, edge_label, mode == "binary", edge_type,
+                                        ends)
         except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
             raise mark_agreed(exc) from None
-        source = EdgeSeeds(edges, labels, mode, amount, graph.part.meta.num_nodes, directory)
+        source = EdgeSeeds(edges, labels, mode, amount, ends, directory)
         self.graph, self.num_neighbors = graph, num_neighbors
         per_rank = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
         self._start(graph, graph.sampler.with_fanouts(fanouts), source, per_rank, shuffle=shuffle,
-                    drop_last=drop_last, seed=seed, prefetch=prefetch, talks=talks)
+                    drop_last=drop_last, seed=seed, prefetch=prefetch, talks=talks, seed_type=edge_type)
 
 
 class EdgeSeeds:
@@ -89,9 +91,10 @@ class EdgeSeeds:
     negatives, drawn by `negative_ids` from each positive's position and the pass's seed."""
 
     def __init__(self, edges: np.ndarray, labels: np.ndarray | None, mode: str | None, amount: float,
-                 num_nodes: int, directory: IdDirectory) -> None:
+                 ends: np.ndarray, directory: IdDirectory) -> None:
+        """`ends`: [[first id, count] of the source's type, of the target's] in the dataset's ids."""
         self.edges, self.labels, self.mode, self.amount = edges, labels, mode, amount
-        self.num_nodes, self.directory, self.pass_seed = num_nodes, directory, 0
+        self.ends, self.directory, self.pass_seed = ends, directory, 0
 
     def __len__(self) -> int:
         return self.edges.shape[1]
@@ -113,7 +116,8 @@ class EdgeSeeds:
             out.metadata = meta
             return out
         owners, k = _negative_owners(pos, self.amount)
-        ends = negative_ids(self.pass_seed, pos[owners], k, self.num_nodes, 1 if self.mode == "triplet" else 2)
+        types = self.ends[1:] if self.mode == "triplet" else self.ends  # triplet: targets only
+        ends = negative_ids(self.pass_seed, pos[owners], k, types[:, 1]) + types[:, :1]
         ends = self.directory.lookup(ends.reshape(-1)).reshape(ends.shape)
         if self.mode == "triplet":
             out = sampler.sample_from_edges(np.concatenate([src, src[owners]]), np.concatenate([dst, ends[0]]),
@@ -132,11 +136,13 @@ class EdgeSeeds:
         return out
 
 
-def negative_ids(pass_seed: int, positions: np.ndarray, k: np.ndarray, num_nodes: int, ends: int) -> np.ndarray:
-    """int64 [ends, len(positions)]: uniform dataset ids of negative `k` of each seed edge at `positions`, a
-    hash of (pass seed, position, k, end): the same draw on any number of ranks and in any batch."""
+def negative_ids(pass_seed: int, positions: np.ndarray, k: np.ndarray, counts: Sequence[int]) -> np.ndarray:
+    """int64 [len(counts), len(positions)]: uniform ids in [0, counts[end]) of each end of negative `k` of each
+    seed edge at `positions`, a hash of (pass seed, position, k, end): the same draw on any number of ranks and
+    in any batch."""
     keys = (positions.astype(np.int64) << 20) ^ k.astype(np.int64)
-    return np.stack([kernels.hashed_ids(keys, kernels.mix_seed(pass_seed, end), num_nodes) for end in range(ends)])
+    return np.stack([kernels.hashed_ids(keys, kernels.mix_seed(pass_seed, end), int(n))
+                     for end, n in enumerate(counts)])
 
 
 def _negative_owners(pos: np.ndarray, amount: float) -> tuple[np.ndarray, np.ndarray]:
@@ -181,18 +187,67 @@ def _array(value: Any) -> np.ndarray:
     return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
 
 
-def _seed_edges(graph: LocalGraph, directory: IdDirectory, edge_label_index: Any, edge_label: Any, shift: bool
-                ) -> tuple[np.ndarray, np.ndarray | None]:
+def _edge_type(graph: LocalGraph, edge_label_index: Any) -> tuple[tuple[str, str, str] | None, Any]:
+    """(the seed edges' type, None on a homogeneous graph; their index or None for all): PyG's forms, an
+    edge type or `(edge type, index)` on a heterogeneous graph."""
+    schema = graph.schema
+    typed = _is_edge_type(edge_label_index) or (isinstance(edge_label_index, tuple) and len(edge_label_index) == 2
+                                                and _is_edge_type(edge_label_index[0]))
+    if schema is None:
+        if typed:
+            raise ConfigError("edge_label_index names an edge type; this graph has one. HINT: pass the [2, E] "
+                              "index alone")
+        return None, edge_label_index
+    known = [tuple(e) for e in schema.edge_types]
+    if not typed:
+        raise ConfigError(f"on a heterogeneous graph edge_label_index names its edge type, as PyG's; got "
+                          f"{type(edge_label_index).__name__}. HINT: edge_label_index={known[0]} or "
+                          f"({known[0]}, index)")
+    edge_type, index = (edge_label_index, None) if _is_edge_type(edge_label_index) else edge_label_index
+    if tuple(edge_type) not in known:
+        raise ConfigError(f"edge_label_index names edge type {edge_type}; the graph's are {known}. HINT: one of "
+                          "graph.metadata()[1]")
+    return tuple(edge_type), index
+
+
+def _is_edge_type(value: Any) -> bool:
+    return isinstance(value, tuple) and len(value) == 3 and all(isinstance(t, str) for t in value)
+
+
+def _end_types(graph: LocalGraph, edge_type: tuple[str, str, str] | None) -> np.ndarray:
+    """[[first dataset id, count] of the seed edges' source type, of their target type]."""
+    schema, n = graph.schema, graph.part.meta.num_nodes
+    if edge_type is None:
+        return np.array([[0, n], [0, n]], dtype=np.int64)
+    k = [schema.type_index(edge_type[0]), schema.type_index(edge_type[2])]
+    return np.array([[schema.offsets[t], schema.node_counts[t]] for t in k], dtype=np.int64)
+
+
+def _own_edges(graph: LocalGraph, edge_type: tuple[str, str, str] | None) -> tuple[np.ndarray, np.ndarray]:
+    """(sources, targets) in partition ids of this rank's in-edges, of `edge_type` on a heterogeneous graph."""
+    part = graph.part
+    rows = np.arange(part.lo, part.hi, dtype=np.int64)
+    if edge_type is None:
+        return np.asarray(part.col, dtype=np.int64), np.repeat(rows, np.diff(part.rowptr))
+    types, e = graph.schema.num_etypes, [tuple(t) for t in graph.schema.edge_types].index(edge_type)
+    starts = np.asarray(part.type_rowptr[e:-1:types], dtype=np.int64)
+    stops = np.asarray(part.type_rowptr[e + 1::types], dtype=np.int64)
+    lens = stops - starts
+    picked = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()), dtype=np.int64)
+    return np.asarray(part.col, dtype=np.int64)[picked], np.repeat(rows, lens)
+
+
+def _seed_edges(graph: LocalGraph, directory: IdDirectory, edge_label_index: Any, edge_label: Any, shift: bool,
+                edge_type: tuple[str, str, str] | None, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """Collective: (this rank's seed edges [3, E] as partition ids source, target and position; their labels,
-    one up where `shift` and the least is 0: 0 then means a negative, as in PyG)."""
+    one up where `shift` and the least is 0: 0 then means a negative, as in PyG). `ends`: `_end_types`."""
     rt, part = graph.runtime, graph.part
     talks = rt.world_size > 1 and not graph.replicated
     comm = rt.comm if rt.world_size > 1 else None
     if edge_label_index is None:  # every edge: each rank its own targets' in-edges
         if edge_label is not None:
             raise ConfigError("edge_label needs the edge_label_index it labels. HINT: pass both, or neither")
-        dst = np.repeat(np.arange(part.lo, part.hi, dtype=np.int64), np.diff(part.rowptr))
-        src = np.asarray(part.col, dtype=np.int64)
+        src, dst = _own_edges(graph, edge_type)
         counts = comm.allgather(len(src)) if talks else [len(src)]
         start = int(sum(counts[:rt.rank])) if talks else 0
         edges = np.stack([src, dst, start + np.arange(len(src), dtype=np.int64)])
@@ -201,14 +256,15 @@ def _seed_edges(graph: LocalGraph, directory: IdDirectory, edge_label_index: Any
             edges = edges[:, lo:hi]
         return edges, None
     index, labels = _array(edge_label_index), None if edge_label is None else _array(edge_label)
-    num_nodes = part.meta.num_nodes
     problem = ""
     if index.ndim != 2 or index.shape[0] != 2 or not np.issubdtype(index.dtype, np.integer):
         problem = (f"edge_label_index must be a [2, E] integer tensor of dataset ids; got dtype {index.dtype} shape "
                    f"{tuple(index.shape)}. HINT: edge_label_index=data.edge_index")
-    elif index.size and (index.min() < 0 or index.max() >= num_nodes):
-        problem = (f"edge_label_index holds ids outside [0, {num_nodes}): {int(index.min())}..{int(index.max())}. "
-                   "HINT: ids are the dataset's node ids")
+    elif index.size and ((index < 0).any() or (index >= ends[:, 1:]).any()):
+        end = int(np.flatnonzero((index.min(axis=1) < 0) | (index.max(axis=1) >= ends[:, 1]))[0])
+        problem = (f"edge_label_index row {end} holds ids outside [0, {ends[end, 1]}): {int(index[end].min())}.."
+                   f"{int(index[end].max())}. HINT: ids are the dataset's node ids" +
+                   (" within each end's type" if edge_type is not None else ""))
     elif labels is not None and labels.shape[:1] != index.shape[1:]:
         problem = (f"edge_label must hold one label per seed edge ({index.shape[1]}); got shape "
                    f"{tuple(labels.shape)}. HINT: edge_label of shape [E]")
@@ -216,7 +272,7 @@ def _seed_edges(graph: LocalGraph, directory: IdDirectory, edge_label_index: Any
         check_all(comm, not problem, problem, ConfigError)
     elif problem:
         raise ConfigError(problem)
-    index = joined_ids(comm, index.astype(np.int64))
+    index = joined_ids(comm, index.astype(np.int64)) + ends[:, :1]  # each end's type's first id
     labels = None if labels is None else joined_ids(comm, labels)
     if shift and labels is not None and labels.size and labels.min() == 0:
         labels = labels + 1

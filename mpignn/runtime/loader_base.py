@@ -47,7 +47,7 @@ class SampledBatches:
 
     def _start(self, graph: LocalGraph, sampler: Any, seeds: Any, per_rank: int, *, shuffle: bool,
                drop_last: bool, seed: int, prefetch: str, talks: bool, full: bool = False, name: str = "",
-               seed_type: int | None = None) -> None:
+               seed_type: Any = None) -> None:
         rt = graph.runtime
         self.loader = BatchLoader(
             sampler, graph.features, seeds, per_rank, shuffle=shuffle, drop_last=drop_last, seed=seed,

@@ -32,6 +32,23 @@ def epoch_record(graph, fanouts, seed, chunked=False):
     return {"positions": np.concatenate(positions), "negatives": np.concatenate(negatives)}
 
 
+RATED = ("user", "rated_by", "item")
+
+
+def typed_record(graph, edges):
+    """Rows (position, user, item) of one shuffled pass's binary negatives (2 each) over the first 60 edges of
+    RATED (`edges`, all of them) in the heterogeneous graph `graph` (this rank's share), in the types' ids."""
+    loader = LinkNeighborLoader(graph, [3, 3], edge_label_index=(RATED, edges[:, :60]), batch_size=16, shuffle=True,
+                                neg_sampling={"mode": "binary", "amount": 2}, seed=7)
+    rows = []
+    for batch in loader:
+        store, p = batch[RATED], len(batch[RATED].input_id)
+        eli = store.edge_label_index[:, p:]
+        rows.append(np.stack([np.repeat(store.input_id.numpy(), 2), batch["user"].n_id[eli[0]].numpy(),
+                              batch["item"].n_id[eli[1]].numpy()], axis=1))
+    return np.concatenate(rows)
+
+
 def _sorted_rows(rows):
     return rows[np.lexsort(rows.T[::-1])]
 
@@ -54,6 +71,16 @@ def main(root: str) -> None:
         assert np.array_equal(np.sort(positions), np.arange(120)), (chunked, np.sort(positions))
         negatives = _sorted_rows(np.concatenate(comm.allgather(rec["negatives"])))
         assert np.array_equal(negatives, _sorted_rows(one["negatives"])), "one process's negatives"
+    # a heterogeneous graph: every edge of a type once over the ranks, and one process's negatives
+    hetero = load_local_graph(rt, f"npz:{Path(root) / 'ui.npz'}", str(Path(root) / "data"), cache_size=0)
+    typed = np.load(Path(root) / "ui.npz")["edge_index__user__rated_by__item"]
+    seen = [np.stack([b["user"].n_id[b[RATED].edge_label_index[0]].numpy(),
+                      b["item"].n_id[b[RATED].edge_label_index[1]].numpy()])
+            for b in LinkNeighborLoader(hetero, [3, 3], edge_label_index=RATED, batch_size=64)]
+    got = np.concatenate(comm.allgather(np.concatenate(seen, axis=1)), axis=1)
+    assert sorted(map(tuple, got.T)) == sorted(map(tuple, typed.T)), "every edge of the type once"
+    negatives = _sorted_rows(np.concatenate(comm.allgather(typed_record(hetero, typed))))
+    assert np.array_equal(negatives, _sorted_rows(one["typed_negatives"])), "one process's typed negatives"
     print(f"MPIGNN-OK rank={world().rank}", flush=True)
 
 
