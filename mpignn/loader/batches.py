@@ -262,6 +262,7 @@ class BatchLoader:
                 data[self.layout.seed_store(self.seed_type)].input_id = torch.from_numpy(extras.pop("input_id"))
             return
         edge, local = self.seed_type, self.layout.local_ids(n_id)
+        data.input_type = edge
         stores = {"edge_label_index": edge, "src_index": edge[0], "dst_pos_index": edge[-1],
                   "dst_neg_index": edge[-1]}  # where PyG's LinkLoader puts them
         for key, where in stores.items():

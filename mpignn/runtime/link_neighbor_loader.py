@@ -56,7 +56,6 @@ class LinkNeighborLoader(SampledBatches):
                  edge_label: Any = None, neg_sampling: Any = None, neg_sampling_ratio: float | None = None,
                  batch_size: int = 1, shuffle: bool = False, drop_last: bool = False, *, batch_scope: str = "rank",
                  seed: int = 0, prefetch: str = "auto", **kwargs: Any) -> None:
-        rt = graph.runtime
         try:
             for key, default in UNSUPPORTED.items():
                 if kwargs.pop(key, default) != default:
@@ -64,6 +63,7 @@ class LinkNeighborLoader(SampledBatches):
                                       f"HINT: drop {key}=...")
             check_keywords(kwargs, "LinkNeighborLoader")
             check_options(graph, batch_size, batch_scope, prefetch, "LinkNeighborLoader")
+            rt = graph.runtime
             edge_type, edge_label_index = _edge_type(graph, edge_label_index)
             mode, amount = _negatives(neg_sampling, neg_sampling_ratio)
             if mode == "triplet" and edge_label is not None:
@@ -189,7 +189,7 @@ def _array(value: Any) -> np.ndarray:
 
 def _edge_type(graph: LocalGraph, edge_label_index: Any) -> tuple[tuple[str, str, str] | None, Any]:
     """(the seed edges' type, None on a homogeneous graph; their index or None for all): PyG's forms, an
-    edge type or `(edge type, index)` on a heterogeneous graph."""
+    edge type or `(edge type, index)` on a heterogeneous graph, the type also as (source type, target type)."""
     schema = graph.schema
     typed = _is_edge_type(edge_label_index) or (isinstance(edge_label_index, tuple) and len(edge_label_index) == 2
                                                 and _is_edge_type(edge_label_index[0]))
@@ -199,6 +199,16 @@ def _edge_type(graph: LocalGraph, edge_label_index: Any) -> tuple[tuple[str, str
                               "index alone")
         return None, edge_label_index
     known = [tuple(e) for e in schema.edge_types]
+    ends = edge_label_index if isinstance(edge_label_index, tuple) and len(edge_label_index) == 2 else None
+    if ends is not None and isinstance(ends[0], tuple) and len(ends[0]) == 2:
+        ends = ends[0]  # (('paper', 'author'), index)
+    if ends is not None and all(isinstance(t, str) for t in ends):  # PyG's (src, dst): the one type between them
+        between = [e for e in known if (e[0], e[2]) == tuple(ends)]
+        if len(between) != 1:
+            raise ConfigError(f"edge_label_index names {tuple(ends)}: {len(between)} edge types join them. HINT: "
+                              f"name one of {known} in full")
+        edge_label_index = between[0] if edge_label_index is ends else (between[0], edge_label_index[1])
+        typed = True
     if not typed:
         raise ConfigError(f"on a heterogeneous graph edge_label_index names its edge type, as PyG's; got "
                           f"{type(edge_label_index).__name__}. HINT: edge_label_index={known[0]} or "

@@ -28,9 +28,10 @@ for an accelerator are copied through pinned memory already."""
 
 def check_options(graph: LocalGraph, batch_size: Any, batch_scope: str, prefetch: str, name: str) -> None:
     """Refuse a graph without its runtime and out-of-range loader options, in one line each."""
-    if graph.runtime is None:
-        raise ConfigError(f"{name} needs a graph from mpignn.runtime.load_local_graph (it knows the "
-                          "ranks). HINT: graph = load_local_graph(bootstrap(), dataset)")
+    if not isinstance(graph, LocalGraph) or graph.runtime is None:
+        raise ConfigError(f"{name} needs a graph from mpignn.runtime.load_local_graph (it knows the ranks); got "
+                          f"{type(graph).__name__}. HINT: graph = load_local_graph(rt, data) (a PyG Data or "
+                          "HeteroData on rank 0) or load_local_graph(rt, 'Cora')")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"batch_size must be a positive int; got {batch_size!r}. HINT: batch_size=1024")
     if batch_scope not in ("rank", "global"):
@@ -65,6 +66,11 @@ class SampledBatches:
     def __len__(self) -> int:
         return len(self.loader)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        name = type(self).__name__
+        raise ConfigError(f"{name} is not called on chosen seeds (PyG's loader(index)): its batches are collective. "
+                          f"HINT: a new {name} with input_nodes=index (edge_label_index=index for links)")
+
     def __iter__(self) -> Iterator[Any]:
         first = None
         for i, batch in enumerate(self.loader):
@@ -98,8 +104,8 @@ def fanouts_of(graph: LocalGraph, num_neighbors: Any) -> list[Any]:
     if isinstance(num_neighbors, Mapping):
         if graph.schema is None:
             raise ConfigError("num_neighbors per edge type needs a heterogeneous graph. HINT: num_neighbors=[15, 10]")
-        per_type = {_edge_name(k): parse_fanout(v) for k, v in num_neighbors.items() if k != "default"}
-        default = parse_fanout(num_neighbors["default"]) if "default" in num_neighbors else None
+        per_type = {_edge_name(k): _hops(v) for k, v in num_neighbors.items() if k != "default"}
+        default = _hops(num_neighbors["default"]) if "default" in num_neighbors else None
         hops = {len(v) for v in per_type.values()} | ({len(default)} if default is not None else set())
         if len(hops) != 1:  # PyG's NumNeighbors refuses this too ("Number of hops must be the same")
             raise ConfigError(f"num_neighbors must list the same number of hops for every edge type; got "
@@ -114,7 +120,17 @@ def fanouts_of(graph: LocalGraph, num_neighbors: Any) -> list[Any]:
     if isinstance(num_neighbors, (str, bytes)) or not isinstance(num_neighbors, Sequence):
         raise ConfigError(f"num_neighbors must list neighbours per hop (ints, -1 for all); got {num_neighbors!r}. "
                           "HINT: num_neighbors=[15, 10]")
-    return hop_fanouts(parse_fanout(list(num_neighbors)), None, graph.schema)
+    return hop_fanouts(_hops(num_neighbors), None, graph.schema)
+
+
+def _hops(values: Any) -> list[int]:
+    """One hop list of num_neighbors, refused in the loader's words (PyG's `[]`, zero hops, included)."""
+    try:
+        return parse_fanout(list(values))
+    except (ConfigError, TypeError):
+        raise ConfigError(f"num_neighbors must list a positive int (or -1 for all) per hop, one hop at least; "
+                          f"got {values!r}. HINT: num_neighbors=[15, 10] (batches of seeds alone, PyG's [], are "
+                          "not taken)") from None
 
 
 def _edge_name(key: Any) -> str:

@@ -63,10 +63,10 @@ class NeighborLoader(SampledBatches):
                  input_nodes: Any = None, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False, *,
                  batch_scope: str = "rank", seed: int = 0, prefetch: str = "auto", minibatch: str = "independent",
                  **kwargs: Any) -> None:
-        rt = graph.runtime
         try:
             check_keywords(kwargs, "NeighborLoader")
             check_options(graph, batch_size, batch_scope, prefetch, "NeighborLoader")
+            rt = graph.runtime
             if minibatch not in MINIBATCH_MODES:
                 raise ConfigError(f"minibatch must be one of {', '.join(MINIBATCH_MODES)}; got {minibatch!r}. "
                                   "HINT: minibatch='independent'")
