@@ -175,7 +175,7 @@ class Watchdog:
         self.early = max(3 * self.tick, min(30.0, self.timeout / 4))
         self.spots, self._threads = Spots(), {}
         self._asking: dict[str, Any] | None = None  # the whereabouts asked of every rank, and their answers
-        self._asked: set[float] = set()  # the collectives (by start time) already asked about
+        self._asked: dict[float, float] = {}  # collective (by start time) -> when its ranks were last asked
         self.absent, self._absent_since = "", 0.0  # the ranks found outside a collective, in words; its start
         self._sends: list[Any] = []
         self._heard: dict[int, float] = {}  # rank -> when it last answered, during a long wait
@@ -300,11 +300,13 @@ class Watchdog:
             slots = list(_slots)
         asking = self._asking
         if asking is None:
-            self._asked &= {slot.since for slot in slots}
+            running = {slot.since for slot in slots}
+            self._asked = {k: v for k, v in self._asked.items() if k in running}
             for slot in slots:
-                since = slot.since
-                if since and slot.path and not slot.limit and now - since > self.early and since not in self._asked:
-                    self._asked.add(since)
+                since = slot.since  # asked at `early`, then every `early` until it ends (or the bound)
+                last = max(since, self._asked.get(since, 0.0))
+                if since and slot.path and not slot.limit and now - last > self.early:
+                    self._asked[since] = now
                     self._asking = {"slot": slot, "since": since, "path": list(slot.path), "replies": {},
                                     "deadline": now + self.grace}
                     self._sends += [self.comm.Isend([b"\x01", MPI.BYTE], dest=r, tag=_ASK)
@@ -324,10 +326,11 @@ class Watchdog:
             return ""  # a rank is silent (the bound names it), or the collective ended meanwhile
         host, pid = self.where[self.rank]
         here = f"thread {slot.thread}, pid {pid} on {host}, waiting {now - asking['since']:.0f}s"
-        problem, self.absent = verdict(self.rank, path, here, asking["replies"], self.early, self.timeout)
-        self._absent_since = asking["since"]
+        problem, self.absent = verdict(self.rank, path, here, asking["replies"], self.early / 2, self.timeout)
+        warned, self._absent_since = self._absent_since == asking["since"], asking["since"]
         if problem.startswith("mpignn: warning:"):
-            print(problem, file=sys.stderr, flush=True)
+            if not warned:  # once a collective
+                print(problem, file=sys.stderr, flush=True)
             return ""
         return problem
 

@@ -34,14 +34,12 @@ def _site(frame: Any) -> str:
 
 
 def _torch_call(frame: Any) -> tuple[str, Any] | None:
-    """The torch.distributed function the innermost run of such frames entered (its decorators' wrappers
-    skipped) and the frame that called it."""
+    """The torch.distributed function a thread waits in (its innermost frames are torch.distributed's: a thread
+    computing inside DDP's forward is not waiting), its decorators' wrappers skipped, and the frame that called
+    it."""
     run: list[Any] = []
-    while frame is not None:
-        if _module(frame).startswith(_COLLECTIVE_MODULES):
-            run.append(frame)
-        elif run:
-            break
+    while frame is not None and _module(frame).startswith(_COLLECTIVE_MODULES):
+        run.append(frame)
         frame = frame.f_back
     if not run:
         return None
@@ -118,11 +116,12 @@ def describe(rank: int, threads: list[dict[str, Any]]) -> str:
     return f"rank {rank} " + ("; ".join(parts) if parts else "runs no thread we can see")
 
 
-def verdict(rank: int, path: list[str], here: str, replies: dict[int, list[dict[str, Any]]], early: float,
+def verdict(rank: int, path: list[str], here: str, replies: dict[int, list[dict[str, Any]]], stuck: float,
             timeout: float) -> tuple[str, str]:
     """(message, the ranks outside in words) for rank `rank` waiting in the collective `path` (`here`: its
     thread, pid, host and wait) given every other rank's `Spots.report`: "" where all are in it, a warning where
-    some are not, an error where each of those waits in another collective (neither can finish)."""
+    some are not, an error where each of those has waited in another collective over `stuck` seconds (neither
+    can finish)."""
     absent = {r: t for r, t in sorted(replies.items()) if not same_collective(path, t)}
     if not absent:
         return "", ""
@@ -131,7 +130,7 @@ def verdict(rank: int, path: list[str], here: str, replies: dict[int, list[dict[
             f"{', '.join(str(r) for r in absent)} did not: {outside}")
     hint = ("HINT: loaders, inference, metrics and DDP's steps are collective: run them on every rank (each its "
             "share, then accuracy(rt, ...)), not under `if rank == 0` (docs/from-pyg.md, 'evaluation')")
-    if all(stuck_elsewhere(t, early) for t in absent.values()):
+    if all(stuck_elsewhere(t, stuck) for t in absent.values()):
         return f"mpignn: error: {head}. Neither collective can finish: ending the job. {hint}", outside
     return (f"mpignn: warning: {head}. The job ends at --collective-timeout {timeout:g}s unless "
             f"{'they enter' if len(absent) > 1 else 'it enters'}. {hint}", outside)
