@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mpignn.config.train_config import TrainConfig
@@ -118,11 +120,23 @@ def _bootstrap(device: str, backend: str, threads: int, logging_setup: bool, com
     # after torch's own hook (which buffers what it prints): a script's uncaught exception on one rank ends
     # the job with the rank and cause named, instead of leaving the others waiting in their next collective
     abort_on_uncaught()
+    alias_script()
     if topo.world_size > 1:  # every mpignn collective bounded; one a subset of ranks entered is named early
         watch(comm, collective_timeout)
     log.info("%d ranks on %d hosts, %d threads each, device %s, backend %s", topo.world_size, topo.num_hosts,
              threads, choice.device, choice.backend)
     return Runtime(comm=comm, topo=topo, choice=choice, threads=threads)
+
+
+def alias_script() -> None:
+    """Make the running script importable under its file's name as the module it is (`__main__`): PyG's
+    `Sequential` imports its caller by file name (its generated forward does `from SCRIPT import *`), which
+    would run the whole script again, nested in its own `Sequential(...)`, every collective twice."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    name = Path(path).stem if path else ""
+    if name.isidentifier() and getattr(sys.modules.get(name), "__file__", path) == path:
+        sys.modules[name] = main
 
 
 def log_malloc(comm: Any, rank: int, host: str) -> None:
