@@ -16,9 +16,9 @@ import torch
 
 from mpignn.config.choices import MINIBATCH_MODES
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
+from mpignn.loader.batches import NodeSeeds
 from mpignn.loader.local_graph import SPLITS, LocalGraph
 from mpignn.mpi import check_all
-from mpignn.loader.batches import NodeSeeds
 from mpignn.runtime.loader_base import SampledBatches, check_keywords, check_options, fanouts_of, joined_ids
 from mpignn.tasks import picker
 from mpignn.training.loaders import cooperative_refusal, cooperative_sampler, rank_batch_size
