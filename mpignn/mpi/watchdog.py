@@ -177,6 +177,7 @@ class Watchdog:
         self._asking: dict[str, Any] | None = None  # the whereabouts asked of every rank, and their answers
         self._asked: dict[float, float] = {}  # collective (by start time) -> when its ranks were last asked
         self.absent, self._absent_since = "", 0.0  # the ranks found outside a collective, in words; its start
+        self._warned = 0.0  # the start of the collective last warned about
         self._sends: list[Any] = []
         self._heard: dict[int, float] = {}  # rank -> when it last answered, during a long wait
         self._pinged = 0.0
@@ -326,10 +327,12 @@ class Watchdog:
             return ""  # a rank is silent (the bound names it), or the collective ended meanwhile
         host, pid = self.where[self.rank]
         here = f"thread {slot.thread}, pid {pid} on {host}, waiting {now - asking['since']:.0f}s"
-        problem, self.absent = verdict(self.rank, path, here, asking["replies"], self.early / 2, self.timeout)
-        warned, self._absent_since = self._absent_since == asking["since"], asking["since"]
+        problem, absent = verdict(self.rank, path, here, asking["replies"], self.early / 2, self.timeout)
+        if absent:
+            self.absent, self._absent_since = absent, asking["since"]
         if problem.startswith("mpignn: warning:"):
-            if not warned:  # once a collective
+            if self._warned != asking["since"]:  # once a collective
+                self._warned = asking["since"]
                 print(problem, file=sys.stderr, flush=True)
             return ""
         return problem
