@@ -74,8 +74,8 @@ class NeighborLoader(SampledBatches):
             if problem:
                 raise ConfigError(problem)
             fanouts = fanouts_of(graph, num_neighbors)
-            kind = seed_type(graph, input_nodes)[0]
-            seeds, positions = picker(graph.replicated, rt.world_size, rt.rank)(_seeds(graph, input_nodes), 1)
+            kind, nodes = seed_type(graph, input_nodes)
+            seeds, positions = picker(graph.replicated, rt.world_size, rt.rank)(_seeds(graph, kind, nodes), 1)
         except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
             raise mark_agreed(exc) from None
         self.graph, self.num_neighbors = graph, num_neighbors
@@ -96,14 +96,14 @@ class NeighborLoader(SampledBatches):
         return self.loader.source.ids
 
 
-def _seeds(graph: LocalGraph, input_nodes: Any) -> np.ndarray:
+def _seeds(graph: LocalGraph, kind: int | None, input_nodes: Any) -> np.ndarray:
     """Collective: [2, N]: the partition ids of this rank's own input nodes (all of the graph's on a replicated
     graph) and their positions in the input list, PyG's `input_id`: in `input_nodes` as all ranks passed it (the
     same on every rank, or their chunks joined in rank order), in a mask's nonzero ids, in a split's ids in the
     dataset's order; None: the nodes' ids. On a heterogeneous graph seeds are nodes of the labelled (target)
-    type, or of the type `(type, nodes)` names, and masks and ids are over that type (`seed_type`)."""
+    type, or of the type `(type, nodes)` names (`kind`, the nodes as `seed_type` resolved them), and masks
+    and ids are over that type."""
     part, schema = graph.part, graph.schema
-    kind, input_nodes = seed_type(graph, input_nodes)
     own = np.arange(part.lo, part.hi, dtype=np.int64) if kind is None else _nodes_of(graph, kind)
     offset, num_nodes = 0, part.meta.num_nodes  # the dataset's ids within the seeds' type
     if kind is not None:
