@@ -83,6 +83,15 @@ def test_batches_carry_dataset_ids_and_the_hops_asked_for(graph):
     assert sorted(np.concatenate(seen)) == list(range(data.num_nodes))  # None: every node once
 
 
+def test_get_idx_split_and_print_read_as_ogb_and_pyg_scripts_use_them(graph):
+    data = load_dataset(SMALL)
+    split = graph.get_idx_split()
+    for key, ids in (("train", data.train_idx), ("valid", data.val_idx), ("test", data.test_idx)):
+        assert split[key].dtype == torch.int64 and torch.equal(split[key], torch.from_numpy(np.sort(ids)))
+    assert repr(graph) == "LocalGraph(rank 0 of 1: 1500 own nodes of 1500, 4 features, 8 classes)"
+    graph.runtime.synchronize()  # PyG's torch.cuda.synchronize(), on whatever the rank computes on
+
+
 def test_input_nodes_as_mask_and_ids_over_dataset_ids(graph):
     data = load_dataset(SMALL)
     mask = np.zeros(data.num_nodes, dtype=bool)
@@ -267,6 +276,9 @@ def test_heterogeneous_batches_carry_each_types_dataset_ids(rt, tmp_path):
         assert np.array_equal(np.sort(np.asarray(data.train_idx) - offsets[k])[target.input_id.numpy()], seeds)
         assert np.array_equal(target.y[:target.batch_size].numpy(), np.asarray(data.y)[offsets[k] + seeds])
     k = schema.type_index(schema.target)
+    split = graph.get_idx_split()  # OGB's heterogeneous form: {labelled type: ids within the type}
+    own_type = np.sort(np.asarray(data.train_idx) - offsets[k])
+    assert torch.equal(split["train"][schema.target], torch.from_numpy(own_type))
     picked = runtime.NeighborLoader(graph, [2, 2], input_nodes=(schema.target, torch.tensor([5, 7, 299])),
                                     batch_size=8)
     assert sorted(np.concatenate([b[schema.target].n_id[:b[schema.target].batch_size].numpy() for b in picked])) \

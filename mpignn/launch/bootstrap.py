@@ -18,6 +18,7 @@ from mpignn.env import bound_onednn_cache, detect, thread_budget
 from mpignn.errors import LaunchError, MpignnError
 from mpignn.launch import process_group as dist
 from mpignn.launch.allocator import policy as malloc_policy, tune_allocator
+from mpignn.launch.device import synchronize
 from mpignn.log import setup_logging
 from mpignn.mpi import Topology, abort_on_uncaught, allreduce_sum, check_all, check_launcher, topology, world
 from mpignn.mpi.startup import passed_on, start_mpi
@@ -49,6 +50,11 @@ class Runtime:
     @property
     def world_size(self) -> int:
         return self.topo.world_size
+
+    def synchronize(self) -> None:
+        """Wait for the work queued on this rank's device (nothing to wait for on a CPU): for a clock read in a
+        script that times its steps, where PyG's scripts call `torch.cuda.synchronize()`."""
+        synchronize(self.device)
 
 
 def bootstrap(device: str = TrainConfig.device, backend: str = TrainConfig.backend, threads: int = TrainConfig.threads,

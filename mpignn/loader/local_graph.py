@@ -58,11 +58,38 @@ class LocalGraph:
 
     def split_mask(self, split: str) -> np.ndarray:
         """Boolean mask over this rank's own nodes: those in `split` ("train", "val" or "test")."""
+        mask = np.zeros(self.part.hi - self.part.lo, dtype=bool)
+        mask[self._split_rows(split) - self.part.lo] = True
+        return mask
+
+    def split_ids(self, split: str) -> np.ndarray:
+        """Collective over the runtime's comm (none on a replicated graph): the dataset's ids of every rank's
+        nodes in `split`, ascending, the same on every rank."""
+        ids = self.node_id[self._split_rows(split) - self.part.lo]
+        rt = self.runtime
+        if rt is not None and rt.world_size > 1 and not self.replicated:  # each rank's split nodes are its own
+            ids = np.concatenate(rt.comm.allgather(ids))
+        return np.sort(ids)
+
+    def get_idx_split(self) -> dict[str, Any]:
+        """Collective: OGB's `dataset.get_idx_split()`, so scripts written for OGB run as they are: int64 tensors
+        of the dataset's ids under 'train', 'valid' and 'test', each the whole split on every rank (hand it to a
+        loader whole, or as PyG's per-rank chunk). A heterogeneous graph gives {labelled type: ids within the
+        type}, as OGB's heterogeneous datasets do."""
+        import torch  # the loader layer's types are numpy; this one answer is torch's, as OGB's is
+
+        out = {}
+        for key, split in (("train", "train"), ("valid", "val"), ("test", "test")):
+            ids = torch.from_numpy(self.split_ids(split))
+            if self.schema is not None:
+                ids = {self.schema.target: ids - int(self.schema.offsets[self.schema.type_index(self.schema.target)])}
+            out[key] = ids
+        return out
+
+    def _split_rows(self, split: str) -> np.ndarray:
         if split not in SPLITS:
             raise ConfigError(f"split must be one of {', '.join(SPLITS)}; got {split!r}. HINT: split_mask('train')")
-        mask = np.zeros(self.part.hi - self.part.lo, dtype=bool)
-        mask[getattr(self.part, SPLITS[split]) - self.part.lo] = True
-        return mask
+        return np.asarray(getattr(self.part, SPLITS[split]), dtype=np.int64)
 
     @property
     def schema(self) -> HeteroSchema | None:
@@ -90,6 +117,12 @@ class LocalGraph:
     @property
     def num_classes(self) -> int:
         return self.part.meta.num_classes
+
+    def __repr__(self) -> str:  # PyG's `print(data)`, not the arrays of every field
+        rt = self.runtime
+        where = f"rank {rt.rank} of {rt.world_size}: " if rt is not None else ""
+        return (f"LocalGraph({where}{self.part.hi - self.part.lo} own nodes of {self.part.meta.num_nodes}, "
+                f"{self.num_features} features, {self.num_classes} classes)")
 
     @property
     def num_features(self) -> int:

@@ -116,9 +116,8 @@ def _seeds(graph: LocalGraph, kind: int | None, input_nodes: Any) -> np.ndarray:
             raise ConfigError(f"input_nodes names no split: {input_nodes!r}. HINT: 'train', 'val', 'test', a "
                               "boolean mask or an id tensor over the dataset's nodes, or None for every node")
         seeds = np.asarray(getattr(part, SPLITS[input_nodes]), dtype=np.int64)
-        ids = graph.node_id[seeds - part.lo] - offset
-        every = np.sort(joined_ids(comm, ids) if graph.replicated else _all(comm, ids))
-        return np.stack([seeds, np.searchsorted(every, ids)])
+        ids = graph.node_id[seeds - part.lo]
+        return np.stack([seeds, np.searchsorted(graph.split_ids(input_nodes), ids)])
     own_ids = graph.node_id[own - part.lo] - offset  # the dataset's ids of the candidates
     ids = input_nodes.detach().cpu().numpy() if isinstance(input_nodes, torch.Tensor) else np.asarray(input_nodes)
     problem = _ids_problem(ids, num_nodes)
@@ -137,11 +136,6 @@ def _seeds(graph: LocalGraph, kind: int | None, input_nodes: Any) -> np.ndarray:
     part_of[own_ids] = own
     seeds = part_of[joined[first]]
     return np.stack([seeds, first])[:, seeds >= 0]
-
-
-def _all(comm: Any, ids: np.ndarray) -> np.ndarray:
-    """Collective: every rank's `ids` joined (each rank's split nodes are its own: no two ranks share one)."""
-    return ids if comm is None else np.concatenate(comm.allgather(ids))
 
 
 def _ids_problem(ids: np.ndarray, num_nodes: int) -> str:

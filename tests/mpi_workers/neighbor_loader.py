@@ -29,6 +29,9 @@ def main() -> None:
     # PyG's per-rank line: each rank a chunk of the split, holding other ranks' nodes; the chunks together train
     # (each rank kept only the part of its chunk it owns: about half the split went untrained)
     train = torch.from_numpy(np.flatnonzero(np.isin(np.arange(data.num_nodes), np.asarray(data.train_idx))))
+    split = graph.get_idx_split()  # OGB's: each split whole on every rank, though each rank holds its own part
+    assert set(split) == {"train", "valid", "test"} and torch.equal(split["train"], train)
+    assert torch.equal(split["test"], torch.from_numpy(np.sort(np.asarray(data.test_idx))))
     chunk = train.split(-(-len(train) // rt.world_size))[rt.rank]
     seeds, positions = 0, []
     for b in NeighborLoader(graph, [2], input_nodes=chunk, batch_size=64):
