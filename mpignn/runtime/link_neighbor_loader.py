@@ -190,38 +190,42 @@ def _array(value: Any) -> np.ndarray:
 def _edge_type(graph: LocalGraph, edge_label_index: Any) -> tuple[tuple[str, str, str] | None, Any]:
     """(the seed edges' type, None on a homogeneous graph; their index or None for all): PyG's forms, an
     edge type or `(edge type, index)` on a heterogeneous graph, the type also as (source type, target type)."""
+    named, index = _named_type(edge_label_index)
     schema = graph.schema
-    typed = _is_edge_type(edge_label_index) or (isinstance(edge_label_index, tuple) and len(edge_label_index) == 2
-                                                and _is_edge_type(edge_label_index[0]))
     if schema is None:
-        if typed:
+        if named is not None:
             raise ConfigError("edge_label_index names an edge type; this graph has one. HINT: pass the [2, E] "
                               "index alone")
-        return None, edge_label_index
+        return None, index
     known = [tuple(e) for e in schema.edge_types]
-    ends = edge_label_index if isinstance(edge_label_index, tuple) and len(edge_label_index) == 2 else None
-    if ends is not None and isinstance(ends[0], tuple) and len(ends[0]) == 2:
-        ends = ends[0]  # (('paper', 'author'), index)
-    if ends is not None and all(isinstance(t, str) for t in ends):  # PyG's (src, dst): the one type between them
-        between = [e for e in known if (e[0], e[2]) == tuple(ends)]
-        if len(between) != 1:
-            raise ConfigError(f"edge_label_index names {tuple(ends)}: {len(between)} edge types join them. HINT: "
-                              f"name one of {known} in full")
-        edge_label_index = between[0] if edge_label_index is ends else (between[0], edge_label_index[1])
-        typed = True
-    if not typed:
+    if named is None:
         raise ConfigError(f"on a heterogeneous graph edge_label_index names its edge type, as PyG's; got "
                           f"{type(edge_label_index).__name__}. HINT: edge_label_index={known[0]} or "
                           f"({known[0]}, index)")
-    edge_type, index = (edge_label_index, None) if _is_edge_type(edge_label_index) else edge_label_index
-    if tuple(edge_type) not in known:
-        raise ConfigError(f"edge_label_index names edge type {edge_type}; the graph's are {known}. HINT: one of "
+    if len(named) == 2:  # PyG's (src, dst): the one type between them
+        between = [e for e in known if (e[0], e[2]) == named]
+        if len(between) != 1:
+            raise ConfigError(f"edge_label_index names {named}: {len(between)} edge types join them. HINT: "
+                              f"name one of {known} in full")
+        named = between[0]
+    if named not in known:
+        raise ConfigError(f"edge_label_index names edge type {named}; the graph's are {known}. HINT: one of "
                           "graph.metadata()[1]")
-    return tuple(edge_type), index
+    return named, index
 
 
-def _is_edge_type(value: Any) -> bool:
-    return isinstance(value, tuple) and len(value) == 3 and all(isinstance(t, str) for t in value)
+def _named_type(value: Any) -> tuple[tuple[str, ...] | None, Any]:
+    """(the type PyG's form names, as 3 or 2 type names, or None; the index beside it, or None): `type`,
+    `(type, index)` or an index alone."""
+    if _names(value):
+        return tuple(value), None
+    if isinstance(value, tuple) and len(value) == 2 and _names(value[0]):
+        return tuple(value[0]), value[1]
+    return None, value
+
+
+def _names(value: Any) -> bool:
+    return isinstance(value, tuple) and len(value) in (2, 3) and all(isinstance(t, str) for t in value)
 
 
 def _end_types(graph: LocalGraph, edge_type: tuple[str, str, str] | None) -> np.ndarray:
