@@ -185,7 +185,6 @@ class MPIStore(torch.distributed.Store):
                 if isinstance(answer, Exception):
                     raise answer
                 return answer
-                continue
             if time.monotonic() > deadline:
                 raise self._timeout(op, args, wait_s)
             time.sleep(pause)
