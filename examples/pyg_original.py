@@ -50,10 +50,14 @@ def _masks(store, ids: dict, n: int) -> None:
         store[f"{split}_mask"] = mask
 
 
+def _data(g) -> Data:
+    return Data(x=torch.from_numpy(np.asarray(g.x)), y=torch.from_numpy(np.asarray(g.y)).long(),
+                edge_index=torch.from_numpy(g.edge_index()))
+
+
 def planetoid(root, name, transform=None, **_):
     g = load_dataset(name, ROOT)
-    data = Data(x=torch.from_numpy(np.asarray(g.x)), y=torch.from_numpy(np.asarray(g.y)).long(),
-                edge_index=torch.from_numpy(g.edge_index()))
+    data = _data(g)
     _masks(data, {key: getattr(g, key) for _, key in SPLITS}, g.num_nodes)
     return _Dataset(transform(data) if transform is not None else data, g.num_features, g.num_classes)
 
@@ -79,11 +83,11 @@ def imdb_as_mag(root, *_, **__):
 
 def ogb_node_dataset(name=None, root=None, **_):
     g = load_dataset(os.environ.get("OGB_AS", "Amazon-Photo"), ROOT)
-    data = Data(x=torch.from_numpy(np.asarray(g.x)), y=torch.from_numpy(np.asarray(g.y)).long().view(-1, 1),
-                edge_index=torch.from_numpy(g.edge_index()))
+    data = _data(g)
+    data.y = data.y.view(-1, 1)  # OGB's labels are a column
     dataset = _Dataset(data, g.num_features, g.num_classes)
-    split = {key: torch.from_numpy(np.asarray(getattr(g, attr), dtype=np.int64))
-             for key, attr in (("train", "train_idx"), ("valid", "val_idx"), ("test", "test_idx"))}
+    split = {{"val": "valid"}.get(key, key): torch.from_numpy(np.asarray(getattr(g, attr), dtype=np.int64))
+             for key, attr in SPLITS}
     dataset.get_idx_split = lambda: dict(split)
     return dataset
 

@@ -78,12 +78,11 @@ class LocalGraph:
         type}, as OGB's heterogeneous datasets do."""
         import torch  # the loader layer's types are numpy; this one answer is torch's, as OGB's is
 
-        out = {}
+        schema, out = self.schema, {}
+        first = 0 if schema is None else int(schema.offsets[schema.type_index(schema.target)])
         for key, split in (("train", "train"), ("valid", "val"), ("test", "test")):
-            ids = torch.from_numpy(self.split_ids(split))
-            if self.schema is not None:
-                ids = {self.schema.target: ids - int(self.schema.offsets[self.schema.type_index(self.schema.target)])}
-            out[key] = ids
+            ids = torch.from_numpy(self.split_ids(split) - first)
+            out[key] = ids if schema is None else {schema.target: ids}
         return out
 
     def _split_rows(self, split: str) -> np.ndarray:
