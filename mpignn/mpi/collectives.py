@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -17,7 +18,8 @@ from mpignn.errors import MpignnError, mark_agreed
 from mpignn.mpi.topology import mpi_op
 from mpignn.mpi.watchdog import bounded
 
-__all__ = ["check_all", "check_same", "MAX_COUNT", "exchange_counts", "alltoallv", "allreduce_sum", "allreduce_max"]
+__all__ = ["check_all", "check_same", "MAX_COUNT", "exchange_counts", "alltoallv", "allreduce_sum", "allreduce_max",
+           "all_arrived"]
 
 
 def check_all(comm: Any, ok: bool, message: str, error: type[MpignnError] = MpignnError) -> None:
@@ -27,6 +29,7 @@ def check_all(comm: Any, ok: bool, message: str, error: type[MpignnError] = Mpig
     the next collective while another has already raised.
     """
     with bounded("check_all (allreduce)"):
+        all_arrived(comm)
         if comm.allreduce(bool(ok), op=mpi_op("LAND")):
             return
         failed = [(r, m) for r, m in enumerate(comm.allgather(None if ok else message)) if m is not None]
@@ -45,6 +48,7 @@ def check_same(comm: Any, values: Mapping[str, Any], what: str, hint: str, error
     """
     text = json.dumps(values, sort_keys=True, default=str)
     with bounded(f"check_same {what} (allgather)"):
+        all_arrived(comm)
         digests = comm.allgather(hashlib.sha256(text.encode()).hexdigest())
         if len(set(digests)) == 1:
             return
@@ -55,6 +59,31 @@ def check_same(comm: Any, values: Mapping[str, Any], what: str, hint: str, error
     raise mark_agreed(error(f"expected every rank to run with the same {what}; got {key} = "
                             f"{theirs.get(key, '<unset>')!r} on rank {first} and {ours.get(key, '<unset>')!r} on "
                             f"rank 0. HINT: {hint}"))
+
+
+_SPIN_S, _FIRST_PAUSE_S, _LONGEST_PAUSE_S = 2e-4, 5e-5, 5e-4
+
+
+def all_arrived(comm: Any) -> None:
+    """Collective over `comm`: return once every rank has called it, polling a nonblocking barrier with short
+    sleeps once a peer is late.
+
+    Why: MPICH's blocking collectives spin at full CPU while they wait. A rank that waits for a late peer (an
+    uneven step, a peer descheduled on a shared or oversubscribed host) or for one that stopped (until the
+    watchdog ends the job) took that core from the processes that had work. The blocking call after it runs
+    with every rank present, so the transfer itself is progressed at full speed. Costs one barrier.
+    """
+    if comm.size == 1:
+        return
+    request = comm.Ibarrier()
+    start = time.perf_counter()
+    while time.perf_counter() - start < _SPIN_S:  # a peer a moment away: no sleep
+        if request.Test():
+            return
+    pause = _FIRST_PAUSE_S
+    while not request.Test():
+        time.sleep(pause)
+        pause = min(2 * pause, _LONGEST_PAUSE_S)
 
 
 # The most rows one MPI call moves: MPI's counts and displacements are C ints. Exchanges whose rows (in a
@@ -78,6 +107,7 @@ def exchange_counts(comm: Any, counts: np.ndarray) -> tuple[np.ndarray, bool]:
     mine[:, 1] = int(counts.sum()) > MAX_COUNT // comm.size
     theirs = np.empty_like(mine)
     with bounded("exchange_counts (Alltoall)"):
+        all_arrived(comm)
         comm.Alltoall(mine, theirs)
     return np.ascontiguousarray(theirs[:, 0]), bool(theirs[:, 1].any())
 
@@ -117,6 +147,7 @@ def alltoallv(comm: Any, send: np.ndarray, counts: np.ndarray, recv_counts: np.n
         sdispl = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         rdispl = np.concatenate([[0], np.cumsum(recv_counts)[:-1]]).astype(np.int64)
         with bounded("alltoallv"):
+            all_arrived(comm)
             if not pieces:
                 comm.Alltoallv([send, (counts, sdispl), row], [recv, (recv_counts, rdispl), row])
             else:
@@ -173,6 +204,7 @@ def _allreduce(comm: Any, values: np.ndarray | Sequence[float], op: str) -> np.n
     local = np.asarray(values, dtype=np.float64)
     out = np.empty_like(local)
     with bounded(f"allreduce_{op.lower()}"):
+        all_arrived(comm)
         comm.Allreduce(local, out, op=mpi_op(op))
     return out
 
