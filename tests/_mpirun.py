@@ -137,6 +137,33 @@ def run_python(n: int, argv: list[object], timeout: float = 60, cwd: str | Path 
     return (-1 if codes is None else max(codes)), out
 
 
+def run_cli_here(module: str, args: list[object], cwd: str | Path | None = None) -> tuple[int, str]:
+    """`python -m MODULE ARGS` (`mpi_workers/cli_many.MAINS`) as its CLI runs it, in this process: one rank,
+    where a failure returns 1 and nothing aborts. Returns (exit code, what it printed). A fresh interpreter
+    would spend 3-7 s of CPU importing torch and torch-geometric first."""
+    import contextlib
+    import logging
+    import tempfile
+
+    from mpi_workers.cli_many import run_cli
+
+    logger = logging.getLogger("mpignn")
+    saved = list(logger.handlers), logger.level, logger.propagate, os.getcwd()
+    with tempfile.TemporaryFile("w+") as log:
+        try:
+            os.chdir(cwd or saved[3])
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                code = run_cli(module, [str(a) for a in args])
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            os.chdir(saved[3])
+            logger.handlers[:], logger.propagate = saved[0], saved[2]
+            logger.setLevel(saved[1])
+        log.seek(0)
+        return code, log.read()
+
+
 def run_mpi(worker: str, n: int, *args: object, timeout: float = 60, **env: str) -> str:
     """Run tests/mpi_workers/WORKER on n ranks; require exit 0 and n distinct `MPIGNN-OK rank=` lines. Without
     extra environment it runs in the standing job of `run_python`."""

@@ -332,11 +332,9 @@ def test_every_module_with_cached_kernels_finds_a_writable_cache_first(path):
 
 def test_the_training_cli_refuses_a_model_that_cannot_fit_before_any_data(tmp_path):
     """`python -m mpignn.train --hidden 100000`: one line with the estimate, exit 1, nothing prepared."""
-    import subprocess
-    import sys
+    from _mpirun import run_cli_here
 
-    out = subprocess.run([sys.executable, "-m", "mpignn.train", "--hidden", "100000", "--epochs", "1", "--root",
-                          str(tmp_path), "--dataset", "synthetic:num_nodes=2000"], capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 1 and "expected the model and one training step to fit" in out.stderr, out.stderr[-2000:]
-    assert "Traceback" not in out.stderr and not (tmp_path / "mpignn-parts").exists()
+    code, out = run_cli_here("mpignn.train", ["--hidden", "100000", "--epochs", "1", "--root", tmp_path,
+                                              "--dataset", "synthetic:num_nodes=2000"])
+    assert code == 1 and "expected the model and one training step to fit" in out, out[-2000:]
+    assert "Traceback" not in out and not (tmp_path / "mpignn-parts").exists()

@@ -2,12 +2,10 @@
 file carries the link fields, and the held-out edges are scored well above chance."""
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-from _mpirun import SHARED, run_cli_many
+from _mpirun import SHARED, run_cli_here, run_cli_many
 from mpignn.config.train_config import parse
 from mpignn.training.record import undocumented
 from mpignn.errors import ConfigError
@@ -32,10 +30,9 @@ def runs(tmp_path_factory):
     CLI first writes a link-task folder and a node-task folder for the 2-rank runs that take them."""
     base = tmp_path_factory.mktemp("link")
     for name, extra in (("links", ["--task", "link", "--link-tails", "7"]), ("nodes", [])):
-        made = subprocess.run([sys.executable, "-m", "mpignn.partition", "--dataset", DATA, "--root", str(base),
-                               "--num-parts", "2", "--out", str(base / name), "--seed", "3", *extra],
-                              capture_output=True, text=True, timeout=180)
-        assert made.returncode == 0, made.stderr[-2000:]
+        code, printed = run_cli_here("mpignn.partition", ["--dataset", DATA, "--root", base, "--num-parts", "2",
+                                                           "--out", base / name, "--seed", "3", *extra])
+        assert code == 0, printed[-2000:]
     if HAS_CORA:
         shutil.copytree(SHARED / "datasets" / "Cora", base / "Cora")
     by_world = {1: {}, 2: {}}

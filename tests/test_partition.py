@@ -1,11 +1,11 @@
 """Tier 1: partition folders: ownership, edges, round trips, METIS vs random, determinism, corruption."""
 import json
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from _mpirun import run_cli_here
 from mpignn.data import make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.errors import ConfigError, PartitionFormatError
@@ -115,17 +115,15 @@ def test_mismatched_world_size_and_dataset(parts):
 
 def test_cli_prints_report_and_meta(tmp_path):
     out = tmp_path / "parts"
-    res = subprocess.run([sys.executable, "-m", "mpignn.partition", "--dataset",
-                          "synthetic:num_nodes=3000,avg_degree=8", "--num-parts", "2", "--out", str(out),
-                          "--root", str(tmp_path / "data")],
-                         capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert "edge cut" in res.stdout and "balance" in res.stdout
+    code, printed = run_cli_here("mpignn.partition", ["--dataset", "synthetic:num_nodes=3000,avg_degree=8",
+                                                       "--num-parts", "2", "--out", out, "--root", tmp_path / "data"])
+    assert code == 0, printed
+    assert "edge cut" in printed and "balance" in printed
     meta = json.loads((out / "META.json").read_text())
     assert meta["num_parts"] == 2 and (out / "part-001" / "x.npy").is_file()
-    again = subprocess.run([sys.executable, "-m", "mpignn.partition", "--num-parts", "2", "--out", str(out),
-                            "--root", str(tmp_path / "data2")], capture_output=True, text=True, timeout=120)
-    assert again.returncode == 1 and "already exists" in again.stderr and "Traceback" not in again.stderr
+    code, printed = run_cli_here("mpignn.partition", ["--num-parts", "2", "--out", out, "--root",
+                                                       tmp_path / "data2"])
+    assert code == 1 and "already exists" in printed and "Traceback" not in printed
     assert not (tmp_path / "data2").exists()  # refused before generating anything
 
 
@@ -133,12 +131,12 @@ def test_cli_generates_synthetic_into_a_mapped_folder_and_resolves_auto(tmp_path
     from mpignn.partition import default_method
 
     out = tmp_path / "parts"
-    res = subprocess.run([sys.executable, "-m", "mpignn.partition", "--dataset", "synthetic:num_nodes=3000",
-                          "--num-parts", "2", "--out", str(out), "--root", str(tmp_path / "data"), "--json",
-                          "--method", "auto"], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
+    code, printed = run_cli_here("mpignn.partition", ["--dataset", "synthetic:num_nodes=3000", "--num-parts", "2",
+                                                       "--out", out, "--root", tmp_path / "data", "--json",
+                                                       "--method", "auto"])
+    assert code == 0, printed
     assert (tmp_path / "data" / "mpignn-cache" / "synthetic_num_nodes3000.npy" / "x.npy").is_file()
-    assert json.loads(res.stdout)["method"] == default_method() == read_meta(out).method
+    assert json.loads(printed.strip().splitlines()[-1])["method"] == default_method() == read_meta(out).method
 
 
 def test_cli_and_training_partition_with_one_default_method():

@@ -8,15 +8,13 @@ import logging
 import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
 from _graphs import needs_cora, small_graph
-from _mpirun import ROOT, SHARED, clean_env, run_cli_many, run_python
+from _mpirun import ROOT, SHARED, run_cli_here, run_cli_many, run_python
 from mpignn.data import dataset_source, load_dataset, save_npz
 from mpignn.data.cache import fingerprint
 
@@ -138,10 +136,9 @@ def test_a_copied_public_root_keeps_its_cache_and_partition(rt, tmp_path, caplog
 
 
 def _partition(npz, out, root, parts=2, cwd=None):
-    p = subprocess.run([sys.executable, "-m", "mpignn.partition", "--dataset", f"npz:{npz}", "--root", str(root),
-                        "--num-parts", str(parts), "--method", "random", "--out", str(out)],
-                       capture_output=True, text=True, env=clean_env(), timeout=120, cwd=cwd or ROOT)
-    assert p.returncode == 0, p.stderr[-3000:]
+    code, printed = run_cli_here("mpignn.partition", ["--dataset", f"npz:{npz}", "--root", root, "--num-parts",
+                                                       parts, "--method", "random", "--out", out], cwd=cwd or ROOT)
+    assert code == 0, printed[-3000:]
 
 
 def test_the_partition_cli_records_the_source(tmp_path):

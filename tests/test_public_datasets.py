@@ -11,15 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from _graphs import small_graph
-from _mpirun import ROOT, SHARED, clean_env
+from _mpirun import ROOT, SHARED, run_cli_here
 from mpignn.data import KNOWN, check_known, dataset_key, dataset_source, load_dataset, public_folder, save_npz
 from mpignn.data.public import class_split
 from mpignn.errors import ConfigError, DatasetError, PartitionFormatError
@@ -415,14 +413,12 @@ def test_a_partition_folder_made_with_other_splits_is_refused(rt, tmp_path):
 
 
 def test_the_training_cli_fails_on_a_bad_split_file_in_one_line(tmp_path):
-    """Tier 2: `python -m mpignn.train` (one process, no mpirun): exit 1, one error line, no traceback."""
+    """Tier 2: `python -m mpignn.train` as one process runs it (no mpirun): exit 1, one error line, no traceback."""
     dataset = _npz_graph(tmp_path)
     path = _bad_file(tmp_path, "overlap")
-    p = subprocess.run([sys.executable, "-m", "mpignn.train", "--dataset", dataset, "--root", str(tmp_path),
-                        "--splits", str(path), "--epochs", "1", "--hidden", "8", "--fanout", "2"],
-                       capture_output=True, text=True, env=clean_env(), timeout=180, cwd=ROOT)
-    out = p.stdout + p.stderr
-    assert p.returncode == 1, out[-3000:]
+    code, out = run_cli_here("mpignn.train", ["--dataset", dataset, "--root", tmp_path, "--splits", path, "--epochs",
+                                              "1", "--hidden", "8", "--fanout", "2"], cwd=ROOT)
+    assert code == 1, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     errors = [line for line in out.splitlines() if "error" in line and "--splits" in line]
     assert errors and "train and valid share 1 node(s), e.g. 29" in errors[0] and "HINT:" in errors[0], out[-3000:]

@@ -1,11 +1,11 @@
 """--tensorboard DIR: rank 0's event file read back with TensorBoard's own reader, and the one-line error
 naming the extra when the package is missing."""
 import json
-import subprocess
 import sys
 
 import pytest
 
+from _mpirun import run_cli_here
 from mpignn.errors import ConfigError
 from mpignn.training.report import FIELDS
 
@@ -17,12 +17,12 @@ def test_scalars_and_steps_read_back(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     tb, metrics = tmp_path / "tb", tmp_path / "m.jsonl"
-    cmd = [sys.executable, "-m", "mpignn.train", "--dataset", SMALL, "--root", str(tmp_path / "data"),
-           "--epochs", "2", "--evals-per-epoch", "2", "--batch-size", "256", "--fanout", "4,3", "--hidden", "16",
-           "--minibatch", "independent",  # several steps an epoch: `auto` may pick full-graph, one step an epoch
-           "--tensorboard", str(tb), "--metrics-out", str(metrics)]
-    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    code, out = run_cli_here("mpignn.train", [
+        "--dataset", SMALL, "--root", tmp_path / "data", "--epochs", "2", "--evals-per-epoch", "2", "--batch-size",
+        "256", "--fanout", "4,3", "--hidden", "16",
+        "--minibatch", "independent",  # several steps an epoch: `auto` may pick full-graph, one step an epoch
+        "--tensorboard", tb, "--metrics-out", metrics], cwd=tmp_path)
+    assert code == 0, out[-3000:]
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert len(records) == 4  # two evaluations in each of two epochs
 
@@ -60,12 +60,13 @@ def test_missing_package_fails_up_front_naming_the_extra(monkeypatch):
     check_flags(parse(["--dataset", SMALL]), make_task())  # without the flag nothing is imported or refused
 
 
-def test_missing_package_cli_exits_with_one_line(tmp_path):
+def test_missing_package_cli_exits_with_one_line(tmp_path, monkeypatch):
     """The whole CLI: exit code 1 and the message, before any data is loaded."""
-    code = ("import sys; sys.modules['tensorboard'] = None; from mpignn.train import cli; "
-            f"sys.argv = ['mpignn.train', '--dataset', '{SMALL}', '--root', {str(tmp_path / 'data')!r}, "
-            f"'--tensorboard', {str(tmp_path / 'tb')!r}]; cli()")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 1, out.stdout + out.stderr
-    assert "pip install mpignn[tensorboard]" in out.stdout + out.stderr
+    for name in [m for m in sys.modules if m == "tensorboard" or m.startswith("tensorboard.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "tensorboard", None)
+    code, out = run_cli_here("mpignn.train", ["--dataset", SMALL, "--root", tmp_path / "data", "--tensorboard",
+                                              tmp_path / "tb"], cwd=tmp_path)
+    assert code == 1, out
+    assert "pip install mpignn[tensorboard]" in out
     assert not (tmp_path / "data").exists() and not (tmp_path / "tb").exists()
