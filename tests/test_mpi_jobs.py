@@ -65,6 +65,14 @@ def test_alltoallv_in_pieces_matches_one_call(limit):
     assert out.count("cases=15") == 3, out[-2000:]
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_rank_waiting_for_a_late_peer_sleeps_instead_of_spinning(n):
+    """mpi.collectives.all_arrived: the waiting ranks of each checked collective poll a nonblocking barrier
+    with short sleeps, so they leave the core to the ranks with work (docs/failures.md)."""
+    out = run_mpi("late_peer.py", n, 1.5)
+    assert out.count("CPU-s in") == 3 * n, out[-3000:]
+
+
 def test_the_tests_standing_job_is_reused_and_dropped_after_a_failure(tmp_path):
     """`_mpirun.run_python`: the same ranks run one script after another (same pids, the script's arguments and
     exit code each time), and a run that fails on some rank leaves a fresh job for the next."""
