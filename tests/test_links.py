@@ -124,6 +124,8 @@ def test_ranks_mrr_and_hits():
     assert ranks.tolist() == [1.0, 3.0, 1.5]
 
     class Self:  # a one-rank communicator
+        size = 1
+
         def allgather(self, x):
             return [x]
 
@@ -155,7 +157,8 @@ class _Hub:
 
 
 class _ThreadComm:
-    """One rank of a `_Hub`: the calls link metrics make (allgather, Allreduce, Allgatherv, Isend, Recv)."""
+    """One rank of a `_Hub`: the calls link metrics make (allgather, Allreduce, Allgatherv, Isend, Recv, and the
+    checked collectives' Ibarrier)."""
 
     def __init__(self, hub, rank):
         self.hub, self.rank, self.size = hub, rank, hub.size
@@ -169,6 +172,10 @@ class _ThreadComm:
         out = list(self.hub.slots)
         self.hub.barrier.wait()
         return out
+
+    def Ibarrier(self):
+        self.hub.barrier.wait()
+        return type("Done", (), {"Test": lambda self: True})()
 
     def Allreduce(self, send, recv, op=None):
         recv[:] = np.sum(self.allgather(np.array(send)), axis=0)
