@@ -12,3 +12,16 @@ def rt():
     from mpignn import runtime
 
     return runtime.bootstrap(logging_setup=False)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--cpu-report", action="store_true",
+                     help="print the CPU each test file used, its processes included (tests/_cpu_report.py)")
+
+
+def pytest_configure(config):
+    if config.getoption("--cpu-report"):
+        import _cpu_report
+
+        config.pluginmanager.register(_cpu_report, "cpu_report")
+        _cpu_report.pytest_configure(config)
