@@ -16,7 +16,7 @@ PACKAGE = ROOT / "mpignn" / "mpi"
 PUBLIC = {"Topology", "world", "topology", "whoami", "check_launcher", "chunk_bounds", "ceil_split",
           "steps_per_epoch", "pad_to_steps", "root_first", "run_once", "check_all", "alltoallv", "allreduce_sum",
           "allreduce_max", "run_main", "abort_on_uncaught", "RootFailedError", "print0", "thread_budget", "MAX_COUNT",
-          "exchange_counts", "library_version", "segment_starts", "check_same"}
+          "exchange_counts", "library_version", "segment_starts", "check_same", "all_arrived"}
 ALLOWED = {"mpignn.errors", "mpignn.env", "mpignn.mpi.watchdog"}
 
 

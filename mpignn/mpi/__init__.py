@@ -7,8 +7,8 @@ Layer 2 (mpi): stdlib, numpy and mpi4py; never torch or any mpignn layer above t
 from __future__ import annotations
 
 from mpignn import env as _env
-from mpignn.mpi.collectives import (MAX_COUNT, allreduce_max, allreduce_sum, alltoallv, check_all, check_same,
-                                    exchange_counts, segment_starts)
+from mpignn.mpi.collectives import (MAX_COUNT, all_arrived, allreduce_max, allreduce_sum, alltoallv, check_all,
+                                    check_same, exchange_counts, segment_starts)
 from mpignn.mpi.prep import RootFailedError, root_first, run_once
 from mpignn.mpi.run import abort_on_uncaught, print0, run_main
 from mpignn.mpi.splits import ceil_split, chunk_bounds, pad_to_steps, steps_per_epoch
@@ -18,7 +18,7 @@ __all__ = [
     "Topology", "world", "topology", "whoami", "check_launcher", "chunk_bounds", "ceil_split", "steps_per_epoch",
     "pad_to_steps", "root_first", "run_once", "check_all", "alltoallv", "allreduce_sum", "allreduce_max", "run_main",
     "abort_on_uncaught", "RootFailedError", "print0", "thread_budget", "MAX_COUNT", "exchange_counts", "library_version",
-    "segment_starts", "check_same",
+    "segment_starts", "check_same", "all_arrived",
 ]
 
 thread_budget = _env.thread_budget

@@ -1,6 +1,7 @@
 """Checked collectives on numpy buffers: `check_all` (every rank raises alike), `check_same` (every rank runs with
 the same values), `exchange_counts` and
-`alltoallv` (rows of any dtype; in pieces past MPI's int counts, `MAX_COUNT`), `allreduce_sum`/`allreduce_max`.
+`alltoallv` (rows of any dtype; in pieces past MPI's int counts, `MAX_COUNT`), `allreduce_sum`/`allreduce_max`;
+each first waits for every rank in `all_arrived`, which sleeps between polls instead of spinning.
 
 Imports numpy, mpi4py (lazily), `mpignn.errors`, `mpignn.mpi.watchdog` and `mpignn.mpi.topology`; never torch,
 nor any other part of mpignn.
