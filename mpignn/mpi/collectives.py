@@ -139,7 +139,8 @@ def alltoallv(comm: Any, send: np.ndarray, counts: np.ndarray, recv_counts: np.n
     """
     send = np.ascontiguousarray(send)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
-    if recv_counts is None or pieces is None:
+    met = recv_counts is None or pieces is None  # the ranks meet in exchange_counts just before
+    if met:
         recv_counts, pieces = exchange_counts(comm, counts)
     recv_counts = np.ascontiguousarray(recv_counts, dtype=np.int64)
     recv = np.empty((int(recv_counts.sum()),) + send.shape[1:], dtype=send.dtype)
@@ -148,7 +149,8 @@ def alltoallv(comm: Any, send: np.ndarray, counts: np.ndarray, recv_counts: np.n
         sdispl = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         rdispl = np.concatenate([[0], np.cumsum(recv_counts)[:-1]]).astype(np.int64)
         with bounded("alltoallv"):
-            all_arrived(comm)
+            if not met:
+                all_arrived(comm)
             if not pieces:
                 comm.Alltoallv([send, (counts, sdispl), row], [recv, (recv_counts, rdispl), row])
             else:
