@@ -140,7 +140,7 @@ def run_python(n: int, argv: list[object], timeout: float = 60, cwd: str | Path 
 def run_cli_here(module: str, args: list[object], cwd: str | Path | None = None) -> tuple[int, str]:
     """`python -m MODULE ARGS` (`mpi_workers/cli_many.MAINS`) as its CLI runs it, in this process: one rank,
     where a failure returns 1 and nothing aborts. Returns (exit code, what it printed). A fresh interpreter
-    would spend 3-7 s of CPU importing torch and torch-geometric first."""
+    would spend 3 CPU-s or more importing torch and torch-geometric first."""
     import contextlib
     import logging
     import tempfile
