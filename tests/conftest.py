@@ -23,5 +23,4 @@ def pytest_configure(config):
     if config.getoption("--cpu-report"):
         import _cpu_report
 
-        config.pluginmanager.register(_cpu_report, "cpu_report")
-        _cpu_report.pytest_configure(config)
+        config.pluginmanager.register(_cpu_report, "cpu_report")  # pytest then calls its pytest_configure

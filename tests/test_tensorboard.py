@@ -44,14 +44,19 @@ def test_scalars_and_steps_read_back(tmp_path):
     assert 0 < done[0] < 1 == done[1] < done[2] < 2 == done[3]  # mid-epoch, end, mid-epoch, end
 
 
-def test_missing_package_fails_up_front_naming_the_extra(monkeypatch):
+@pytest.fixture
+def no_tensorboard(monkeypatch):
+    """`import tensorboard...` raises ImportError, as where the package is not installed."""
+    for name in [m for m in sys.modules if m == "tensorboard" or m.startswith("tensorboard.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "tensorboard", None)
+
+
+def test_missing_package_fails_up_front_naming_the_extra(no_tensorboard):
     from mpignn.config.train_config import parse
     from mpignn.training.fit import check_flags
     from mpignn.tasks import make_task
 
-    for name in [m for m in sys.modules if m == "tensorboard" or m.startswith("tensorboard.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "tensorboard", None)  # `import tensorboard...` raises ImportError
     cfg = parse(["--dataset", SMALL, "--tensorboard", "tb"])
     with pytest.raises(ConfigError) as err:
         check_flags(cfg, make_task(cfg))
@@ -60,11 +65,8 @@ def test_missing_package_fails_up_front_naming_the_extra(monkeypatch):
     check_flags(parse(["--dataset", SMALL]), make_task())  # without the flag nothing is imported or refused
 
 
-def test_missing_package_cli_exits_with_one_line(tmp_path, monkeypatch):
+def test_missing_package_cli_exits_with_one_line(tmp_path, no_tensorboard):
     """The whole CLI: exit code 1 and the message, before any data is loaded."""
-    for name in [m for m in sys.modules if m == "tensorboard" or m.startswith("tensorboard.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "tensorboard", None)
     code, out = run_cli_here("mpignn.train", ["--dataset", SMALL, "--root", tmp_path / "data", "--tensorboard",
                                               tmp_path / "tb"], cwd=tmp_path)
     assert code == 1, out
