@@ -87,7 +87,6 @@ def _download(info: OgbInfo, root: str) -> None:
 
 
 def _table(path: str) -> dict[str, list]:
-    """A csv.gz with a header row -> {column: values} (ogb's per-type index files)."""
     import pandas as pd
 
     frame = pd.read_csv(path, compression="gzip")

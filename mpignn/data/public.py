@@ -177,7 +177,6 @@ def class_split(y: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray, n
 
 
 def _benchmark_fetch(name: str, files: tuple[str, ...]) -> Callable[[str], None]:
-    """Download `name`'s raw files into a folder with the URLs and helpers of PyG's dataset class."""
     def fetch(tmp: str) -> None:
         from torch_geometric.data import download_google_url, download_url, extract_zip
         from torch_geometric import datasets

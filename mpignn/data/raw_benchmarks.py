@@ -45,7 +45,6 @@ def _csr_rows(path: str, name: str, raw: dict[str, np.ndarray]) -> tuple[int, in
 
 
 def _labels(path: str, key: str, y: np.ndarray, n: int) -> np.ndarray:
-    """Whole-number labels (int, or float holding ints) as int64 [n]."""
     if y.shape != (n,) or y.dtype.kind not in "iuf" or (y.dtype.kind == "f" and not np.all(y == np.round(y))):
         raise _bad(path, f"{key}: one whole-number value per node, shape ({n},)", f"{y.dtype} with shape {y.shape}")
     return y.astype(np.int64)

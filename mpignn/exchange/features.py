@@ -164,7 +164,6 @@ def device_index(idx: np.ndarray, device: Any) -> Any:
 
 
 def _take(table: Any, idx: np.ndarray, out: Any = None) -> Any:
-    """Rows `idx` of a numpy or torch table (into `out` when given)."""
     if isinstance(table, np.ndarray):
         if out is None:
             return table[idx]
@@ -176,7 +175,6 @@ def _take(table: Any, idx: np.ndarray, out: Any = None) -> Any:
 
 
 def _put(out: Any, pos: np.ndarray, rows: Any) -> None:
-    """out[pos] = rows for numpy or torch `out` (rows of the same kind)."""
     if isinstance(out, np.ndarray):
         out[pos] = rows
     elif len(pos):

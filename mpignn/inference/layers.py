@@ -227,7 +227,6 @@ def _check_modules(encoder: torch.nn.Module, name: str) -> None:
 
 
 def _resolve(act: str | Callable[[torch.Tensor], torch.Tensor] | None) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The activation between a `.convs` module's layers: ReLU by default, a name PyG resolves, or a callable."""
     if act is None:
         return torch.relu
     if isinstance(act, str):
@@ -244,7 +243,6 @@ def _resolve(act: str | Callable[[torch.Tensor], torch.Tensor] | None) -> Callab
 
 
 def _cols(x: torch.Tensor, linear: torch.nn.Module) -> torch.Tensor:
-    """The first columns of `x`, as many as `linear` takes."""
     width = int(linear.weight.shape[1])
     return x if x.size(1) == width else x[:, :width].contiguous()
 

@@ -173,7 +173,6 @@ def exact_outputs(rt: Runtime, graph: LocalGraph, encoder: torch.nn.Module, *, c
 
 
 def _check_fits(stack: LayerStack, name: str, hetero: bool, width: int) -> None:
-    """The model's kind matches the graph's, and its first conv takes the rows the graph gives."""
     if hetero != stack.hetero:
         have, want = ("a heterogeneous", "mpignn's HeteroGNN") if hetero else ("a homogeneous", "a model over one "
                                                                                 "node type")

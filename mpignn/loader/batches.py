@@ -313,7 +313,6 @@ def _carry(data: Any, extras: dict[str, Any]) -> Any:
 
 
 def _tensor(a: Any) -> torch.Tensor:
-    """A host array as a tensor sharing its memory; a tensor (a device batch's field) as it is."""
     return a if isinstance(a, torch.Tensor) else torch.from_numpy(a)
 
 

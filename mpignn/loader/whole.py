@@ -53,7 +53,6 @@ def sparse_input(rows: torch.Tensor, comm: Any = None) -> bool:
 
 
 def _csr_pair(table: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-    """The CSR of `table` and of its transpose (see `sparse_rows`) in float32 on its device."""
     values = table.detach().float()
     with warnings.catch_warnings():  # "sparse CSR support is in beta": only its layout is used
         warnings.simplefilter("ignore", UserWarning)

@@ -60,7 +60,6 @@ def _forward_kernel(src, dst, seed, threshold, scale):
 
 @njit(cache=True, parallel=True, nogil=True)
 def _backward_kernel(out, grad, grad_in, scale):
-    """grad_in[i] = grad[i] * scale where out[i] > 0 (ReLU passed and kept), else 0."""
     zero = grad.dtype.type(0)
     for i in prange(out.shape[0]):
         grad_in[i] = grad[i] * scale if out[i] > zero else zero

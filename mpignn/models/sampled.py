@@ -241,7 +241,6 @@ def _gcn_scaled(x: torch.Tensor, num_sampled_nodes: Sequence[int], keep: int, sr
 
 def _gcn_sum(conv: torch.nn.Module, x: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, n_dst: int,
              inv_sqrt: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """GCNConv on scaled sources `x` (targets first)."""
     h = conv.lin(x)
     out = h[:n_dst].index_add(0, dst, h[src] * weight.to(h.dtype).unsqueeze(1))
     out = out * inv_sqrt[:n_dst].to(out.dtype).unsqueeze(1)

@@ -64,7 +64,6 @@ class _Mean(torch.autograd.Function):
 
 
 def _sparse_product(rows: tuple[torch.Tensor, ...], dense: torch.Tensor) -> torch.Tensor:
-    """Sparse rows (column ids, row starts, values) times `dense` (one row per column id)."""
     cols, starts, values = rows
     return torch.nn.functional.embedding_bag(cols, dense, starts, mode="sum", per_sample_weights=values)
 

@@ -94,7 +94,6 @@ def _cut(data: Any, num_parts: int, method: str, seed: int,
 
 
 def _bytes(array: np.ndarray) -> np.ndarray:
-    """The array's memory as a flat uint8 array (no copy for a C-contiguous array)."""
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 

@@ -94,7 +94,6 @@ def _check_range(path: Path, a: np.ndarray, lo: int, hi: int, what: str, folder:
 
 
 def _check_ptr(path: Path, ptr: np.ndarray, end: int, what: str, folder: Path) -> None:
-    """A CSR pointer: starts at 0, never falls, ends at `end` (the length of what it points into)."""
     if ptr[0] != 0 or ptr[-1] != end:
         raise _fail(path, f"{what} from 0 to {end} (the length of col.npy)", f"{int(ptr[0])} .. {int(ptr[-1])}",
                     folder)

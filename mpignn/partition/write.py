@@ -36,7 +36,6 @@ def _renumber(parts: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray
 
 @njit(cache=True)
 def _count_remote(col, lo, hi, counter):
-    """Add each id outside [lo, hi) to `counter`; returns how many there were."""
     remote = 0
     for e in range(len(col)):
         u = col[e]
@@ -48,7 +47,6 @@ def _count_remote(col, lo, hi, counter):
 
 def _stream_rows(graph: GraphData, parts: np.ndarray, node_map: np.ndarray, writers: list[NpyWriter],
                  x_writers: list[NpyWriter]) -> None:
-    """Append every row's in-edges (as new ids) and features to its part's files, in old-id order."""
     rowptr = np.asarray(graph.rowptr)
     num_parts = len(writers)
     step = rows_per_chunk(8 * max(1, graph.num_edges // max(1, graph.num_nodes)))

@@ -175,7 +175,6 @@ def load(out: str | os.PathLike, mmap: bool = True) -> dict[str, Any]:
 
 def _assemble(out: Path, parts: list[dict], fields: dict[str, list], n: int, sub: str,
               mmap: bool) -> dict[str, np.ndarray]:
-    """Each field of the parts' folders `sub` ("": the part folder itself) in original id order."""
     ids = [load_npy(_part_dir(out, p["part"]) / sub / "node_id.npy", mmap=mmap) for p in parts]
     result: dict[str, np.ndarray] = {}
     in_order = len(parts) == 1 and len(ids[0]) == n and bool(np.array_equal(ids[0], np.arange(n)))

@@ -81,7 +81,6 @@ def _hop(comm: Any, local: LocalHops, offsets: np.ndarray, ids: np.ndarray, mass
 
 def _spread_sum(local: LocalHops, gids: np.ndarray, mass: np.ndarray, fanout: int,
                 own_range: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """`_spread` summed per neighbour, about _CHUNK_EDGES edges at a time."""
     rows = gids - local.lo
     ends = np.cumsum(local.rowptr[rows + 1] - local.rowptr[rows])
     total = int(ends[-1]) if len(ends) else 0
@@ -128,7 +127,6 @@ def _sum_by_id(ids: np.ndarray, values: np.ndarray, own_range: tuple[int, int]) 
 
 
 def _sum_own(rel: np.ndarray, values: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """`_sum_by_id` of own ids, given as `rel` = id - lo."""
     if len(rel) * 8 >= hi - lo:
         sums = np.bincount(rel, weights=values, minlength=hi - lo)
         hit = np.zeros(hi - lo, dtype=bool)

@@ -18,7 +18,6 @@ __all__ = ["DistributedHops"]
 
 def _place(out: np.ndarray, out_offsets: np.ndarray, positions: np.ndarray, counts: np.ndarray,
            values: np.ndarray) -> None:
-    """Copy consecutive segments (`counts` long) of `values` to where targets `positions` start in `out`."""
     if len(values) == 0:
         return
     shift = np.repeat(out_offsets[positions] - segment_starts(counts), counts)

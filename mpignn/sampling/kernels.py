@@ -216,7 +216,6 @@ def _empty_table(n):
 
 @njit(inline="always")
 def _probe(keys, g, mask, shift):
-    """The slot holding id g, or the empty one where it would go."""
     slot = _slot(g, shift)
     while keys[slot] != -1 and keys[slot] != g:
         slot = (slot + 1) & mask

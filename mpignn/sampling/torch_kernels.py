@@ -28,7 +28,6 @@ def _splitmix(z: torch.Tensor) -> torch.Tensor:
 
 
 def _as_int64(seed: int) -> int:
-    """A seed in [0, 2**64) as the int64 with its bits."""
     seed = int(seed) & ((1 << 64) - 1)
     return seed - (1 << 64) if seed >= 1 << 63 else seed
 
@@ -52,7 +51,6 @@ def _edges(deg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _copy_all(col: torch.Tensor, start: torch.Tensor, deg: torch.Tensor, out: torch.Tensor,
               offsets: torch.Tensor, which: torch.Tensor) -> None:
-    """Write every neighbour of the targets `which` to their places in `out`."""
     edge_of, within = _edges(deg[which])
     out[offsets[which][edge_of] + within] = col[start[which][edge_of] + within]
 
