@@ -1,7 +1,4 @@
-"""Datasets behind one registry, so `--dataset NAME` means the same in every command.
-
-Names: `synthetic[:key=value,...]`, `npz:PATH`, `npy:FOLDER` and the public datasets of `KNOWN`, any of them
-with fixed splits from a file (`split_file`, `--splits`).
+"""Datasets behind one registry (`KNOWN`), so `--dataset NAME` means the same in every command.
 
 Layer 4 (data): imports the leaves, config and mpi; never partition, sampling or anything above, never torch or
 torch-geometric at module level.
@@ -29,11 +26,7 @@ KNOWN = ("synthetic", "npz:PATH", "npy:FOLDER", *(f"{n}[:split=K]" if n in NUM_S
 
 
 def _public_key(name: str) -> str | None:
-    """The canonical key of a public dataset name (any letter case), or None when it names none.
-
-    Raises:
-        DatasetError: a known name with options it does not take.
-    """
+    """The canonical key of a public name (any case), or None; DatasetError for options it does not take."""
     lowered = {n.lower(): n for n in _NAMED}
     base, sep, options = name.partition(":")
     known = lowered.get(base.lower())
@@ -57,10 +50,9 @@ def dataset_key(name: str) -> str:
 
 
 def dataset_source(name: str, root: str = "data", splits: str = "") -> str:
-    """What prepared data (automatic partitions, a partition folder's recorded source) is keyed by: the
-    dataset's content, never its path or mtime, so a regenerated file is another source and a moved or copied
-    one the same. `npz:`/`npy:`: `cache.fingerprint`; synthetic: its parameters; public: its name and, once its
-    folder exists, `raw_fingerprint`; plus a `--splits` file's content (`split_file.splits_tag`). Not collective."""
+    """What prepared data (automatic partitions, a folder's recorded source) is keyed by. Not collective.
+
+    The dataset's content, never its path or mtime: a regenerated file is another source, a moved one the same."""
     key = dataset_key(name)
     if name.startswith(("npz:", "npy:")):
         source = f"{name[:3]}|{fingerprint(name[4:])}"
@@ -113,12 +105,11 @@ def check_known(name: str) -> None:
 
 
 def load_dataset(name: str, root: str = "data", mmap: bool = False, splits: str = "") -> GraphData:
-    """Load a dataset, preprocessing and caching it on first use. Not collective: under MPI one rank calls it
-    inside `mpignn.mpi.root_first` (as `partition.source.ensure_partition` does).
+    """Load a dataset, preprocessing and caching it on first use. Not collective: under MPI call it inside
+    `mpignn.mpi.root_first`.
 
     Args:
-        splits: a `--splits` file (`split_file`): its train/valid/test ids replace the dataset's own splits
-            (after the cache: the cache holds the dataset as published).
+        splits: a `--splits` file whose ids replace the dataset's splits (after the cache, which holds it as published).
     Raises:
         DatasetError: an unknown name, missing or bad files, a bad split file (one line each).
     """

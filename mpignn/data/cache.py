@@ -1,7 +1,6 @@
-"""The preprocessed-graph cache under `<root>/mpignn-cache/<name>/`: npy files plus meta.json, written as a
-whole folder and renamed into place, so a crash never leaves a cache that a later run trusts; meta.json lists
-each array's size and content hash, and a cache whose arrays do not match it is rebuilt, not used. Also the
-content fingerprints that key automatic partitions to a dataset's files. numpy only (no torch).
+"""The preprocessed-graph cache (`<root>/mpignn-cache/<name>/`) and content fingerprints; numpy only, no torch.
+Written whole and renamed into place, and checked against meta.json's sizes and hashes, so neither a crash nor
+a changed file leaves a cache that a later run trusts.
 """
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ log = logging.getLogger(__name__)
 
 _ARRAYS = ("rowptr", "col", "x", "y", "train_idx", "val_idx", "test_idx")
 FORMAT = 2  # 2: meta.json["files"] holds each array's bytes and content hash (format 1 caches are rebuilt)
-# Files up to this size are hashed whole; larger ones by SAMPLE_BYTES at the start, the middle and the end
-# (with the size), so checking a multi-GiB feature file costs 3 MiB of reads.
+# Larger files are hashed by three SAMPLE_BYTES samples and their size, so a multi-GiB file costs 3 MiB of reads.
 FULL_HASH_BYTES = 64 << 20
 SAMPLE_BYTES = 1 << 20
 
@@ -46,9 +44,8 @@ def content_hash(path: str | os.PathLike) -> str:
 
 
 def fingerprint(path: str | os.PathLike) -> str:
-    """A short content fingerprint of a file (`content_hash`), or of a folder's files (names and `content_hash`,
-    no subfolders). The path and mtime do not count, so a moved or copied file keeps it; an unreadable path
-    gets one of its own (loading it reports the problem)."""
+    """A short content fingerprint of a file or a folder's files (no subfolders); path and mtime do not count.
+    An unreadable path gets one of its own (loading it reports the problem)."""
     path = Path(path)
     h = hashlib.sha256(b"content")
     try:
@@ -99,9 +96,8 @@ def _mismatch(folder: Path, meta: dict, names: list[str]) -> str:
 
 
 def load_cache(root: str, name: str, mmap: bool = False, source: str | None = None) -> GraphData | None:
-    """The cached graph, or None when there is no complete cache (meta.json is written last), its arrays do
-    not match meta.json, or it was built from other files than `source` fingerprints (logged: the caller then
-    rebuilds it)."""
+    """The cached graph, or None (logged; the caller rebuilds it) when incomplete, not matching meta.json, or
+    built from other files than `source` fingerprints."""
     folder = cache_dir(root, name)
     meta_path = folder / "meta.json"
     if not meta_path.is_file():

@@ -1,12 +1,7 @@
 """Per-row feature transforms, applied by each owner to its own rows at load time.
 
-Row-local transforms need no communication: every rank transforms the rows it owns, so the rows other ranks
-fetch (and cache) arrive transformed, and the partition folder stays the raw data.
-
-Storage dtypes: fp32 (float32), fp16 (float16), bf16. numpy has no bfloat16, so a bf16 table is a uint16 array
-of bfloat16 bit patterns (the upper half of each float32, rounded to nearest even); the loader views it as
-torch.bfloat16 and widens every batch to float32 on the device. Half-size rows halve the table, the cache and
-the bytes every exchange moves.
+Row-local, so no communication: rows other ranks fetch arrive transformed and the partition stays raw.
+numpy has no bfloat16, so a bf16 table is uint16 bit patterns; the loader views them as torch.bfloat16.
 """
 from __future__ import annotations
 
@@ -22,11 +17,10 @@ _CHUNK_ROWS = 1 << 16  # bounds the float64 row sums of a memory-mapped table
 
 
 def transform_rows(x: np.ndarray, norm: str = "none", dtype: str = "fp32") -> np.ndarray:
-    """`x` scaled by `norm` and stored as `dtype`, in one chunked pass; `x` itself when neither changes it.
+    """`x` scaled by `norm` and stored as `dtype` in one chunked pass; `x` itself when neither changes it.
 
-    norm `row`: each row divided by the sum of its absolute values (PyG's NormalizeFeatures on non-negative
-    features such as bag-of-words; all-zero rows stay zero). A new array is returned otherwise: a
-    memory-mapped (read-only) table is never written to.
+    `row` divides each row by its absolute sum (PyG's NormalizeFeatures). Otherwise a new array: a
+    memory-mapped table is never written to.
     """
     check_choice("feature_norm", norm, FEATURE_NORMS)
     check_choice("feature_dtype", dtype, FEATURE_DTYPES)

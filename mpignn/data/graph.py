@@ -18,10 +18,7 @@ __all__ = ["GraphData", "csr_from_edges", "symmetrized", "is_symmetric"]
 
 @dataclass
 class GraphData:
-    """A node-classification graph in CSR by target: `col[rowptr[v]:rowptr[v+1]]` are v's in-neighbours.
-
-    Messages flow from those neighbours to v, as in PyG's `edge_index = [source, target]`.
-    """
+    """A node-classification graph in CSR by target: `col[rowptr[v]:rowptr[v+1]]` are v's in-neighbours."""
 
     name: str
     rowptr: np.ndarray  # int64 [num_nodes + 1]
@@ -59,8 +56,7 @@ def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *, drop_sel
                    symmetric: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """CSR by target with duplicate edges removed and each row's sources sorted.
 
-    Built by counting sort straight into the output (no sort keys, no concatenated copies), so the peak is
-    the inputs plus the int64 `col` it returns. Inputs may be int32 or int64, and memory-mapped.
+    Counting sort straight into the output, so the peak is the inputs (may be mapped) plus the returned `col`.
 
     Args:
         symmetric: also add every edge reversed (an undirected graph from one direction of each edge).
@@ -127,13 +123,10 @@ def _sort_dedup(rowptr, col, drop_self_loops):
 
 
 def is_symmetric(rowptr: np.ndarray, col: np.ndarray) -> bool:
-    """Whether the CSR is already what METIS and KaMinPar take: every row sorted without repeats or self
-    loops, and every edge present in both directions.
+    """Whether the CSR is what METIS and KaMinPar take: rows sorted, no repeats or self loops, symmetric.
 
-    One sequential pass in row chunks (file reads for a mapped `col`: no pages left resident): rows are
-    checked exactly; symmetry by comparing sums of two 64-bit hashes of (v, u) and of (u, v) over all edges,
-    equal for every symmetric graph and, for any other, equal by chance with probability about 2^-128
-    (a binary search per edge is exact but costs a random read per edge).
+    Symmetry compares sums of two 64-bit hashes of (v, u) and (u, v) in one sequential pass (wrong with
+    probability about 2^-128): an exact binary search per edge costs a random read per edge.
     """
     from mpignn.data.npyio import read_rows, rows_per_chunk
 
@@ -150,8 +143,7 @@ def is_symmetric(rowptr: np.ndarray, col: np.ndarray) -> bool:
 
 
 def symmetrized(rowptr: np.ndarray, col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The undirected, loop-free, repeat-free CSR of a directed one (rowptr, col returned as they are when
-    `is_symmetric`; else built by counting sort from the CSR itself, no edge list)."""
+    """The undirected, loop-free, repeat-free CSR of a directed one (counting sort from the CSR, no edge list)."""
     if is_symmetric(rowptr, col):
         return rowptr, col
     n = len(rowptr) - 1
@@ -190,8 +182,7 @@ def _mix(z):
 
 @njit(cache=True)
 def _hash_rows(rowptr, col, first_row, sums):
-    """Rows strictly increasing without self loops? Adds hashes of (v, u) to sums[0:2], of (u, v) to
-    sums[2:4] (wrapping)."""
+    """Rows strictly increasing without self loops? Adds hashes of (v, u) to sums[0:2], of (u, v) to sums[2:4]."""
     base = rowptr[0]
     for r in range(len(rowptr) - 1):
         v = np.uint64(first_row + r)

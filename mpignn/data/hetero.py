@@ -1,11 +1,6 @@
 """Heterogeneous graphs as data: node types are contiguous global id ranges, edge types an int8 array beside
-`col`, so every stage runs the homogeneous code on one id space and reads the types where it needs them.
-numpy only.
-
-Layout of a heterogeneous `GraphData`: node type k holds the global ids [offsets[k], offsets[k+1]) in
-`HeteroSchema.node_types` order; each row's in-edges are sorted by edge type (then source), and
-`edge_type[e]` is the index of edge e's type in `HeteroSchema.edge_types`; `x` is [N, max features], zero
-where a type has fewer features (or none: `feature_dims[k] == 0`); labels and splits are the target type's.
+`col` (each row's in-edges sorted by type), so every stage runs the homogeneous code on one id space and reads
+the types where it needs them. `x` is zero-padded to the widest type. numpy only.
 """
 from __future__ import annotations
 
@@ -63,15 +58,13 @@ class HeteroSchema:
 
 
 def type_of(gids: np.ndarray, starts: np.ndarray, kinds: np.ndarray) -> np.ndarray:
-    """Node type of each global id, given the sorted first ids of the id blocks and each block's type (one
-    block per type over a whole graph; per part and type in a partition folder)."""
+    """Node type of each global id, given the sorted first ids of the id blocks and each block's type."""
     return kinds[np.searchsorted(starts, gids, side="right") - 1]
 
 
 def hop_fanouts(fanouts: Sequence[int], edge_fanouts: Mapping[str, Sequence[int]] | None,
                 schema: HeteroSchema | None) -> list:
-    """Each hop's fanout: the --fanout number, or on a heterogeneous graph with `edge_fanouts` one per edge
-    type ({src__rel__dst: per-hop fanouts} in place of --fanout for those types).
+    """Each hop's fanout: the --fanout number, or one per edge type where `edge_fanouts` sets them.
 
     Raises:
         ConfigError: per-type fanouts on a homogeneous graph, or an edge type the graph does not have.
@@ -108,8 +101,7 @@ def build_hetero(name: str, counts: Mapping[str, int], edges: Mapping[EdgeType, 
     Args:
         counts: nodes per type, in the order the global ids take.
         edges: [2, E] (source, target) per edge type (src_type, relation, dst_type).
-        x: features of the types that have them.
-        y, splits: labels of the target type's nodes and its train_idx / val_idx / test_idx (local ids).
+        y, splits: the target type's labels and train_idx / val_idx / test_idx (local ids).
     Raises:
         DatasetError: an edge type naming an unknown node type, ids out of range, or a missing target.
     """

@@ -1,9 +1,6 @@
-"""Link prediction data: a seeded split of a graph's edges into message-passing (= training) edges and held-out
-validation and test edges with fixed negatives, as PyG's `RandomLinkSplit` does. numpy only.
-
-The graph is taken as undirected: each pair {u, v} with u != v is one candidate edge, and a held-out pair is
-removed in both directions, so no message runs along an edge that is scored (no leakage). Rank 0 makes the
-split once while preparing; it is stored with the partition (`mpignn.partition.links`).
+"""Link prediction data: a seeded split of the edges into message-passing (= training) edges and held-out
+validation and test edges with fixed negatives, as PyG's `RandomLinkSplit`. numpy only.
+A held-out pair is removed in both directions, so no message runs along a scored edge (no leakage).
 """
 from __future__ import annotations
 
@@ -19,9 +16,8 @@ __all__ = ["LinkSplit", "split_links", "undirected_pairs"]
 
 @dataclass
 class LinkSplit:
-    """Held-out edges in the graph's own ids. `*_pos` are [2, k] (source, target) pairs; `*_neg` are [2, k]
-    pairs that are not edges (one per positive, for AUC); `*_neg_tails` are [k, K] corrupted targets per
-    positive (for MRR and Hits@K: the positive ranked among its K negatives)."""
+    """Held-out edges in the graph's ids: `*_pos` and `*_neg` (one per positive, for AUC) [2, k] pairs,
+    `*_neg_tails` [k, K] corrupted targets per positive (for MRR and Hits@K)."""
 
     val_pos: np.ndarray
     test_pos: np.ndarray
@@ -35,8 +31,7 @@ class LinkSplit:
 
 
 def undirected_pairs(rowptr: np.ndarray, col: np.ndarray, lo: int = 0) -> np.ndarray:
-    """[2, k] pairs (a, b), a < b, one per undirected edge stored in a CSR by target whose rows are the ids
-    [lo, lo + rows): row v holding source u gives (v, u) when v < u."""
+    """[2, k] pairs (a, b), a < b, one per undirected edge of a CSR by target whose rows are ids [lo, lo + rows)."""
     rows = np.repeat(np.arange(lo, lo + len(rowptr) - 1, dtype=np.int64), np.diff(rowptr))
     keep = rows < col
     return np.stack([rows[keep], col[keep]])

@@ -1,19 +1,6 @@
 """`npy:FOLDER`: a graph as a folder of .npy files, memory-mapped, so features (and a CSR) are never read whole.
-For graphs too big for `npz:PATH`; write it with numpy from any source. numpy (and numba through graph) only.
-
-    FOLDER/
-      x.npy                 float32 [N, F]   node features (memory-mapped, never loaded whole)
-      y.npy                 int [N]          labels; -1 = unlabelled
-      train_idx.npy  val_idx.npy  test_idx.npy   int 1-D node ids (rows of x)
-      and the edges, in one of three forms:
-      edge_index.npy        int [2, E]       (source, target), PyG's orientation
-      src.npy  dst.npy      int [E] each     the same as two files
-      rowptr.npy  col.npy   int [N+1], int [E]   CSR by target: col[rowptr[v]:rowptr[v+1]] are v's
-                            in-neighbours (used as is, memory-mapped: no CSR is built)
-      meta.json             optional: {"num_classes": C, "name": "..."}; C defaults to y.max() + 1
-
-Every file is checked from its header first (dtype, shape, no pickles), then ids, splits and labels; each
-problem is one DatasetError naming the file, what was expected and what was found.
+For graphs too big for `npz:PATH`; the layout is in docs/datasets.md, "Your own graph (npy folder)".
+Headers are checked before any data; each problem is one DatasetError. numpy (and numba through graph) only.
 """
 from __future__ import annotations
 
@@ -71,7 +58,7 @@ def _load(folder: Path, name: str) -> np.ndarray:
 
 
 def _check_ids(folder: Path, name: str, ids: np.ndarray, n: int) -> None:
-    """Ids in [0, n), in chunks (file reads: a mapped array stays out of memory)."""
+    """In chunks of file reads, so a mapped array stays out of memory."""
     for _, chunk in iter_chunks(ids):
         if chunk.size and (chunk.min() < 0 or chunk.max() >= n):
             raise _fail(folder, f"{name}.npy has node ids outside [0, {n}): min {chunk.min()}, max {chunk.max()}",
@@ -134,8 +121,7 @@ def load_npy_folder(folder: str | os.PathLike) -> GraphData:
     """Validate and open an npy folder: x (and an int64 CSR given as rowptr/col) memory-mapped, the rest read.
 
     Raises:
-        DatasetError: a missing or unreadable file, wrong dtype or shape, ids out of range, repeated, shared or
-            empty splits, labels outside [0, num_classes) in a split, NaN or infinite features.
+        DatasetError: the first rule of docs/datasets.md the folder breaks.
     """
     folder = Path(folder)
     if not folder.is_dir():

@@ -1,9 +1,6 @@
 """Streaming npy files: write an array chunk by chunk, read row ranges without keeping them mapped.
-numpy only, never pickle.
-
-Reading a memory-mapped array through the map leaves every touched page in the process's resident set until
-the map goes away; `read_rows` reads such arrays with plain file reads instead, so a pass over a 4 GB feature
-file costs one chunk of memory, not 4 GB.
+numpy only, never pickle. Reading through a memory map keeps every touched page resident until unmapped, so
+`read_rows` uses plain file reads: a pass over a big feature file costs one chunk of memory.
 """
 from __future__ import annotations
 
@@ -118,7 +115,6 @@ def iter_chunks(array: np.ndarray, chunk_rows: int = 0) -> Iterator[tuple[int, n
 
 
 def release_pages(array: np.ndarray) -> None:
-    """Drop the pages a pass through a memory-mapped array left resident (they stay in the page cache, so a
-    later pass reads them back cheaply); a no-op for in-memory arrays."""
+    """Drop the pages a pass through a memory-mapped array left resident (the page cache keeps them)."""
     if _mapped_file(array) is not None and hasattr(mmap, "MADV_DONTNEED"):
         array.base.madvise(mmap.MADV_DONTNEED)

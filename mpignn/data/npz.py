@@ -1,9 +1,6 @@
 """`npz:PATH`: the user's own graph in one .npz file, validated key by key before anything is built. numpy only.
-
-A file with edge_index__S__R__D keys is a heterogeneous graph (`data.npz_hetero`). Keys: edge_index int [2, E]
-(source, target), x float [N, F], y int [N], train_idx, val_idx, test_idx (int node
-ids). Optional: num_classes (int scalar). Read with allow_pickle=False; dtypes and shapes are checked from the .npy
-headers before any array is read, so a file that declares absurd sizes fails without allocating them.
+Keys: docs/datasets.md; edge_index__S__R__D keys make it heterogeneous (`data.npz_hetero`). Headers are checked
+before any array is read, so a file that declares absurd sizes fails without allocating them.
 """
 from __future__ import annotations
 
@@ -75,13 +72,10 @@ def _physical_memory() -> int:
 
 
 def load_npz(path: str) -> GraphData:
-    """Read and validate a user graph; every problem is one DatasetError naming the key, what was expected and
-    what was found, raised before any array is used.
+    """Read and validate a user graph.
 
     Raises:
-        DatasetError: missing file or key, unreadable file, wrong dtype or shape, sizes beyond this host's
-            memory, ids out of range, repeated or shared split ids, empty splits, labels outside
-            [0, num_classes) in a split, NaN or infinite features.
+        DatasetError: the first rule of docs/datasets.md the file breaks, before any array is used.
     """
     if not os.path.isfile(path):
         raise DatasetError(f"npz dataset file {path} does not exist. HINT: pass --dataset npz:/full/path.npz")
@@ -97,8 +91,7 @@ def load_npz(path: str) -> GraphData:
 
 
 def graph_from_arrays(label: str, arrays: Mapping[str, np.ndarray], name: str) -> GraphData:
-    """Check and build a graph from the npz format's arrays held in memory (`data.pyg` makes them), `label` in
-    place of the path: `load_npz`'s checks, order and messages.
+    """Check and build a graph from npz-format arrays in memory, with `load_npz`'s checks; `label` names it.
 
     Raises:
         DatasetError: as `load_npz`.
@@ -109,8 +102,7 @@ def graph_from_arrays(label: str, arrays: Mapping[str, np.ndarray], name: str) -
 
 def _checked_graph(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype]],
                    read: Callable[[list[str]], dict[str, np.ndarray]], name: str) -> GraphData:
-    """The one checking path of the npz format: headers first, then `read` (the named keys only), then the
-    contents. `path` names the source in every message."""
+    """The one checking path of the npz format: headers, then `read` (the named keys only), then contents."""
     if is_hetero_npz(headers):
         return hetero_from_headers(path, headers, read, name)
     n = _check_headers(path, headers)
@@ -134,8 +126,7 @@ def _checked_graph(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype
 
 
 def save_npz(path: str, graph: GraphData) -> None:
-    """Write `graph` in the npz format (atomically), e.g. to turn any graph into a user dataset; a
-    heterogeneous graph in its own format (`data.npz_hetero`)."""
+    """Write `graph` atomically in the npz format (a heterogeneous one in `data.npz_hetero`'s)."""
     if graph.schema is not None:
         return save_hetero_npz(path, graph)
     with atomic_path(path, ".npz") as tmp:

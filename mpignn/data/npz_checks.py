@@ -1,6 +1,4 @@
-"""Checks shared by the npz formats (`data.npz`, homogeneous, and `data.npz_hetero`): .npy headers read without
-the array data, dtype checks, reading only the named keys, split and label checks, and the one-line error.
-
+"""Checks shared by `data.npz` and `data.npz_hetero`: headers, dtypes, named keys, splits, labels, the error.
 numpy and mpignn.errors / data.splits / data.npyio only; imports neither npz module (both import this one).
 """
 from __future__ import annotations

@@ -1,13 +1,5 @@
 """`npz:PATH` for heterogeneous graphs: one .npz whose keys name the types, validated like the homogeneous
-format (headers first, then ranges, splits and labels). numpy only.
-
-Keys (T a node type, S__R__D an edge type from S to D with relation R; names without "__" of their own):
-    num_nodes__T        int scalar, one per node type (global ids follow the order of these keys)
-    x__T                float [num_nodes__T, F_T], optional: a type without it is featureless
-    edge_index__S__R__D int [2, E] (source ids of type S, target ids of type D, each local to its type)
-    y__T                int [num_nodes__T]: labels of the classified (target) type, exactly one such key
-    train_idx, val_idx, test_idx   int 1-D ids of target-type nodes (local to the type)
-    num_classes         optional int scalar
+format. Keys: docs/tasks.md, "Heterogeneous graphs (npz)". numpy only.
 """
 from __future__ import annotations
 
@@ -38,12 +30,10 @@ def _names(key: str, prefix: str, parts: int, path: str) -> list[str]:
 
 def hetero_from_headers(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype]],
                         read: Callable[[list[str]], dict[str, np.ndarray]], name: str) -> GraphData:
-    """Validate a heterogeneous npz (`headers`: shape and dtype of every key, from `npz_checks.read_headers`),
-    read its keys with `read` (only the named ones: the file's, or arrays held in memory) and build the graph.
+    """Validate a heterogeneous npz from its `headers`, read the named keys with `read`, build the graph.
 
     Raises:
-        DatasetError: a missing or malformed key, an edge type naming an unknown node type, features or labels
-            of the wrong length, ids out of range, bad splits or labels, NaN or infinite features.
+        DatasetError: the first rule of docs/tasks.md the file breaks.
     """
     counts_keys = [k for k in headers if k.startswith("num_nodes__")]
     if not counts_keys:

@@ -1,10 +1,7 @@
 """OGB node property graphs read straight from ogb's raw files (csv.gz, or npz for the binary releases).
 
-ogb's own `NodePropPredDataset` cannot be used under MPI with current torch: it `torch.load`s
-`processed/data_processed`, a pickle that torch >= 2.6 refuses by default, and it asks on stdin when a folder
-lacks `RELEASE_v*.txt` (ranks have no stdin). So mpignn reads the raw layout itself, never opens `processed/`,
-and downloads absent folders with ogb's URL (its `master.csv`) and helpers, without the size prompt. numpy and
-pandas (an ogb dependency) only; ogb is imported only to download.
+Not ogb's `NodePropPredDataset`: it `torch.load`s a pickle torch >= 2.6 refuses and prompts on stdin, which
+ranks lack. numpy and pandas (an ogb dependency) only; ogb is imported only to download.
 """
 from __future__ import annotations
 
@@ -64,8 +61,7 @@ def ogb_info(name: str) -> OgbInfo:
 
 
 def ogb_files(info: OgbInfo) -> list[str]:
-    """The files mpignn reads, relative to ROOT/<folder> (ogb's layout); of a heterogeneous graph the index
-    files, which name the per-type and per-relation files (`_read_hetero` checks those)."""
+    """The files mpignn reads, relative to ROOT/<folder>; of a heterogeneous graph only the index files."""
     if info.hetero:
         return [f"raw/{f}.csv.gz" for f in ("num-node-dict", "triplet-type-list", "nodetype-has-label")] + [
             f"split/{info.split}/nodetype-has-split.csv.gz"]
@@ -75,8 +71,7 @@ def ogb_files(info: OgbInfo) -> list[str]:
 
 
 def _download(info: OgbInfo, root: str) -> None:
-    """Fetch and unpack the release zip into ROOT/<folder>, through a staging folder so a failed download
-    leaves nothing that looks like a dataset."""
+    """Unpack the release zip via a staging folder, so a failed download leaves nothing that looks like a dataset."""
     from ogb.utils.url import download_url, extract_zip
 
     staging = os.path.join(root, f".{info.folder}.download-{os.getpid()}")
@@ -92,7 +87,6 @@ def _download(info: OgbInfo, root: str) -> None:
 
 
 def _table(path: str) -> dict[str, list]:
-    """A csv.gz with a header row -> {column: values} (ogb's per-type index files)."""
     import pandas as pd
 
     frame = pd.read_csv(path, compression="gzip")
@@ -100,9 +94,8 @@ def _table(path: str) -> dict[str, list]:
 
 
 def _read_hetero(folder: str, info: OgbInfo) -> GraphData:
-    """ogbn-mag's layout: types and relations sorted by name as ogb sorts them; every relation also gets its
-    reverse (`rev_<relation>`; a relation within one type is made undirected instead), as PyG's
-    `ToUndirected` does for OGB_MAG, so messages reach the labelled type from every type."""
+    """ogbn-mag's layout. Every relation also gets its reverse (`rev_<relation>`), as PyG's `ToUndirected`
+    does for OGB_MAG, so messages reach the labelled type from every type."""
     from mpignn.data.hetero import build_hetero
 
     raw = os.path.join(folder, "raw")
@@ -178,9 +171,7 @@ def _corrupt(folder: str, problem: str) -> DatasetError:
 
 
 def load_ogb(name: str, root: str) -> GraphData:
-    """An ogbn node property graph from ROOT/<ogbn_name>/{raw,split} (downloaded if the folder is absent).
-
-    Edges are made undirected without self loops; unlabelled nodes (NaN in papers100M) get label -1.
+    """An ogbn graph from ROOT/<ogbn_name>/{raw,split} (downloaded if absent); unlabelled nodes get label -1.
 
     Raises:
         DatasetError: the folder is absent and cannot be downloaded, files are missing, or arrays disagree.

@@ -1,9 +1,7 @@
-"""Public datasets parsed from their raw files by mpignn itself (`raw_public`, `raw_benchmarks`): Planetoid's
-pickles through an allow-listed unpickler; Tolokers', IMDB's, Amazon's, Coauthor's, Flickr's and Reddit's npz/npy
-with `allow_pickle=False`; WikiCS's and Flickr's json. OGB graphs are read from their raw files in `ogb_raw`.
+"""Public datasets parsed from their raw files by mpignn itself (`raw_public`, `raw_benchmarks`, `ogb_raw`).
 
-torch-geometric is imported inside the download helper only, for its URLs and `download_url`: its `process()` never
-runs and its `processed/` folder is never read, so nothing on disk can run code when a dataset loads.
+torch-geometric is imported inside the download helpers only, for its URLs: its `process()` never runs and its
+`processed/` folder is never read, so nothing on disk can run code when a dataset loads.
 """
 from __future__ import annotations
 
@@ -38,8 +36,7 @@ BENCHMARKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "Flickr": ("Flickr", FLICKR_FILES),
     "Reddit": ("Reddit", REDDIT_FILES),
 }
-"""Name -> (folder under ROOT, the raw files in its raw/). The Amazon and Coauthor folders are those of PyG's
-`Amazon(ROOT, 'Photo')` / `Coauthor(ROOT, 'CS')` (`Photo/raw/amazon_electronics_photo.npz`, ...)."""
+"""Name -> (folder under ROOT, the raw files in its raw/); the folders are those of PyG's dataset classes."""
 NUM_SPLITS = {"Tolokers": 10, "WikiCS": 20}
 """Datasets that ship several fixed splits, taken as `NAME:split=K` (default 0)."""
 _GNN_BENCHMARK = ("Amazon-Computers", "Amazon-Photo", "Coauthor-CS", "Coauthor-Physics")
@@ -53,8 +50,8 @@ def _missing_error(name: str, folder: str, files: list[str], cause: BaseExceptio
 
 
 def _ensure_raw(name: str, raw_dir: str, files: Sequence[str], fetch: Callable[[str], None]) -> None:
-    """Download the missing raw files with `fetch(tmp_dir)` into a temporary folder beside `raw_dir`, then move
-    only the named files into place (renamed, so a half-written download is never taken for a file)."""
+    """Download the missing raw files with `fetch(tmp_dir)`, then rename only the named ones into place, so a
+    half-written download is never taken for a file."""
     missing = [f for f in files if not os.path.exists(os.path.join(raw_dir, f))]
     if not missing:
         return
@@ -116,8 +113,7 @@ def split_key(name: str, options: str) -> str:
 
 
 def load_heterophilous(key: str, root: str) -> GraphData:
-    """Load a heterophilous graph (Tolokers) with fixed split K of `key` (`Tolokers[:split=K]`) from
-    `root/<name lower-case>/raw/<name>.npz` (downloaded if absent). Edges are undirected, as PyG builds them.
+    """Load Tolokers with fixed split K of `key` (`Tolokers[:split=K]`), downloaded if absent.
 
     Raises:
         DatasetError: the npz missing and not downloadable, or not plain arrays of the expected shapes.
@@ -145,8 +141,7 @@ def load_heterophilous(key: str, root: str) -> GraphData:
 
 
 def load_hetero_public(name: str, root: str) -> GraphData:
-    """Load IMDB (movies, directors, actors; movie genre) from `root/IMDB/raw` (downloaded if absent), parsed as
-    PyG's `IMDB.process` does and built by `data.hetero.build_hetero`.
+    """Load IMDB (movies, directors, actors; movie genre) as PyG's `IMDB.process` does, downloaded if absent.
 
     Raises:
         DatasetError: raw files missing and not downloadable, or not plain arrays.
@@ -168,9 +163,8 @@ def load_hetero_public(name: str, root: str) -> GraphData:
 
 
 def class_split(y: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The default split of a graph that publishes none (Amazon, Coauthor): each class's nodes shuffled by
-    `numpy.random.default_rng(seed)` and cut 60/20/20 (rounded; every class in every split it has nodes
-    enough for), so the split is the same on every machine. Returns sorted (train, val, test) ids."""
+    """Sorted (train, val, test) ids for a graph that publishes none: each class cut 60/20/20 after a seeded
+    shuffle, so the split is the same on every machine."""
     rng = np.random.default_rng(seed)
     parts: tuple[list[np.ndarray], ...] = ([], [], [])
     for c in np.unique(y[y >= 0]):
@@ -183,7 +177,6 @@ def class_split(y: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray, n
 
 
 def _benchmark_fetch(name: str, files: tuple[str, ...]) -> Callable[[str], None]:
-    """Download `name`'s raw files into a folder with the URLs and helpers of PyG's dataset class."""
     def fetch(tmp: str) -> None:
         from torch_geometric.data import download_google_url, download_url, extract_zip
         from torch_geometric import datasets
@@ -205,9 +198,7 @@ def _benchmark_fetch(name: str, files: tuple[str, ...]) -> Callable[[str], None]
 
 
 def load_benchmark(key: str, root: str) -> GraphData:
-    """Load a BENCHMARKS dataset (WikiCS as `WikiCS[:split=K]`) from `root/<folder>/raw` (downloaded if absent)
-    as PyG builds it: Amazon, Coauthor and WikiCS made undirected, Flickr and Reddit as stored; the published
-    splits, or `class_split` for Amazon and Coauthor, which publish none.
+    """Load a BENCHMARKS dataset (`WikiCS[:split=K]`) as PyG builds it, downloaded if absent.
 
     Raises:
         DatasetError: raw files missing and not downloadable, truncated or not what the dataset ships.

@@ -1,7 +1,6 @@
-"""A PyG `Data` or `HeteroData` held in memory, turned into the npz format's arrays and checked by the npz
-format's one checking path (`npz.graph_from_arrays`), so an in-memory graph is refused exactly as the same
-arrays saved to an npz would be. Imports neither torch nor torch-geometric: tensors are read through their
-own methods (`detach`, `cpu`, `numpy`), and the graph's kind by its class.
+"""A PyG `Data` or `HeteroData` in memory, turned into npz-format arrays and checked by `npz.graph_from_arrays`,
+so it is refused exactly as the same arrays saved to an npz would be. Imports neither torch nor torch-geometric:
+tensors are read through their own methods, the graph's kind by its class name.
 """
 from __future__ import annotations
 
@@ -44,8 +43,7 @@ def _numpy(value: Any) -> Any:
 
 
 def _split(store: Any, key: str, n: int | None, label: str) -> np.ndarray | None:
-    """One split of `store` as node ids: its `train_idx` (ids) or `train_mask` (a boolean mask of its n
-    nodes, or ids); None when it has neither. n None: no node count to hold a mask to (no x: refused next)."""
+    """One split as node ids, from `train_idx` or `train_mask`; None when neither. n None: no x (refused next)."""
     value = _numpy(getattr(store, key, None))
     name = key
     if value is None:
@@ -95,8 +93,7 @@ _EDGE_ATTRIBUTES = ("edge_attr", "edge_weight")  # what a partition does not car
 
 
 def _refuse_edge_attributes(data: Any, label: str) -> None:
-    """Edge attributes would be dropped while partitioning (the parts keep structure, features and labels):
-    refused, so a model that reads them cannot train silently without them."""
+    """Refused, since partitioning drops them: a model that reads them must not train silently without them."""
     stores = [(None, data)] if pyg_kind(data) == "Data" else [(et, data[et]) for et in data.edge_types]
     for et, store in stores:
         for key in _EDGE_ATTRIBUTES:
@@ -108,15 +105,10 @@ def _refuse_edge_attributes(data: Any, label: str) -> None:
 
 
 def pyg_arrays(data: Any) -> dict[str, np.ndarray]:
-    """The npz format's arrays of a PyG graph (docs/datasets.md): `Data` gives edge_index, x, y and the
-    splits, each `train_idx` (node ids) or else `train_mask` (a boolean mask over the nodes, or ids);
-    `HeteroData` gives num_nodes__T, x__T, y__T (the one labelled type), edge_index__S__R__D and that type's
-    splits. A `num_classes` attribute is kept. Nothing is checked here but the masks' shape: `graph_from_pyg`
-    checks the rest.
+    """The npz format's arrays of a PyG graph (docs/datasets.md); only masks' shapes are checked here.
 
     Raises:
-        DatasetError: not a PyG graph, edge attributes (`edge_attr`, `edge_weight`: a partition would drop
-            them), a mask of the wrong shape, a node type without a node count.
+        DatasetError: not a PyG graph, edge attributes, a mask of the wrong shape, a node type without a count.
     """
     kind = pyg_kind(data)
     label = f"in-memory {kind}"
@@ -132,8 +124,7 @@ def pyg_arrays(data: Any) -> dict[str, np.ndarray]:
 
 
 def graph_from_pyg(data: Any) -> GraphData:
-    """Check and build the graph of a PyG `Data` or `HeteroData` (see the module docstring); messages start
-    with "in-memory Data:" where an npz's name the file.
+    """Check and build the graph of a PyG `Data` or `HeteroData`; messages start with "in-memory Data:".
 
     Raises:
         DatasetError: one line naming the key and the fix, the npz format's messages.

@@ -1,8 +1,5 @@
-"""Parse the raw files of the node-classification benchmarks PyG downloads as npz, npy and json, in mpignn itself:
-Amazon and Coauthor (shchur's gnn-benchmark npz of scipy csr parts), WikiCS (`data.json`), Flickr (GraphSAINT's
-`adj_full.npz`, `feats.npy`, `class_map.json`, `role.json`) and Reddit (DGL's `reddit_data.npz`,
-`reddit_graph.npz`). numpy with `allow_pickle=False` and json only, so reading them can never run code; the arrays
-come out as PyG's `read_npz`, `WikiCS.process`, `Flickr.process` and `Reddit.process` build them.
+"""Parse the raw npz/npy/json files of Amazon, Coauthor, WikiCS, Flickr and Reddit in mpignn itself, into the
+arrays PyG's processing builds. numpy with `allow_pickle=False` and json only, so reading can never run code.
 """
 from __future__ import annotations
 
@@ -48,19 +45,16 @@ def _csr_rows(path: str, name: str, raw: dict[str, np.ndarray]) -> tuple[int, in
 
 
 def _labels(path: str, key: str, y: np.ndarray, n: int) -> np.ndarray:
-    """Whole-number labels (int, or float holding ints) as int64 [n]."""
     if y.shape != (n,) or y.dtype.kind not in "iuf" or (y.dtype.kind == "f" and not np.all(y == np.round(y))):
         raise _bad(path, f"{key}: one whole-number value per node, shape ({n},)", f"{y.dtype} with shape {y.shape}")
     return y.astype(np.int64)
 
 
 def read_gnn_benchmark(path: str) -> dict[str, np.ndarray]:
-    """Read an Amazon/Coauthor npz (`amazon_electronics_*.npz`, `ms_academic_*.npz`) as PyG's `read_npz` does:
-    features densified and made binary (`x[x > 0] = 1`), each stored adjacency entry an edge row -> column.
+    """Read an Amazon/Coauthor npz as PyG's `read_npz` does (binary features).
 
     Returns:
-        dict of x float32 [N, F], y int64 [N], src / dst int64 (as stored: self loops and the reverse
-        directions are left to the caller, as PyG's `remove_self_loops` and `to_undirected`).
+        dict of x float32 [N, F], y int64 [N], src / dst int64 as stored (the caller symmetrises).
     Raises:
         DatasetError: a missing, truncated or pickled array, or csr parts that do not fit together.
     """
@@ -91,8 +85,7 @@ def read_wikics(path: str) -> dict[str, np.ndarray]:
     """Read WikiCS's `data.json` as `WikiCS.process` does: an edge i -> j for each j in `links[i]`.
 
     Returns:
-        dict of x, y, src / dst (as listed; the caller makes them undirected, as PyG does by default), the
-        masks train_masks / val_masks bool [20, N] (one per split) and test_mask bool [N].
+        dict of x, y, src / dst (as listed), train_masks / val_masks bool [20, N] and test_mask bool [N].
     Raises:
         DatasetError: truncated or invalid JSON, a missing key, ragged or mis-sized arrays, ids out of range.
     """
@@ -134,9 +127,7 @@ def _ids(path: str, values: Any, what: str, n: int) -> np.ndarray:
 
 
 def read_flickr(raw_dir: str) -> dict[str, np.ndarray]:
-    """Read GraphSAINT's Flickr files as `Flickr.process` does: every stored entry of `adj_full.npz` an edge
-    row -> column (kept as stored: the file holds both directions), labels from `class_map.json` (-1 where a node
-    has none), the splits from `role.json` (`tr`, `va`, `te`).
+    """Read GraphSAINT's Flickr files as `Flickr.process` does (edges as stored: the file holds both directions).
 
     Returns:
         dict of x, y, src / dst and train_idx / val_idx / test_idx (sorted, each node once).
@@ -171,8 +162,7 @@ def read_flickr(raw_dir: str) -> dict[str, np.ndarray]:
 
 
 def read_reddit(raw_dir: str) -> dict[str, np.ndarray]:
-    """Read DGL's Reddit files as `Reddit.process` does: `reddit_graph.npz` (a scipy coo matrix) row -> col,
-    repeats merged; `node_types` 1/2/3 mark train/val/test.
+    """Read DGL's Reddit files as `Reddit.process` does; `node_types` 1/2/3 mark train/val/test.
 
     Returns:
         dict of x, y, src / dst and train_idx / val_idx / test_idx.

@@ -1,9 +1,6 @@
-"""Parse the public datasets' raw files in mpignn itself, so that reading them can never run code.
-
-Owns Planetoid's `ind.*` pickles (an unpickler that allows only the exact numpy/scipy-csr/defaultdict globals
-those files name, rebuilt into inert stand-ins), Tolokers' npz and IMDB's scipy npz/npy files (numpy with
-`allow_pickle=False`). Builds arrays the way PyG's `read_planetoid_data`, `HeterophilousGraphDataset.process`
-and `IMDB.process` do. Imports numpy only: no torch, no torch-geometric, no scipy.
+"""Parse Planetoid's, Tolokers' and IMDB's raw files in mpignn itself, so reading them can never run code,
+into the arrays PyG's processing builds. Planetoid's pickles go through an unpickler that allows only the
+globals those files name, rebuilt into inert stand-ins. numpy only: no torch, torch-geometric or scipy.
 """
 from __future__ import annotations
 
@@ -181,7 +178,7 @@ def read_planetoid(raw_dir: str, name: str) -> dict[str, np.ndarray]:
     """Read Cora / CiteSeer / PubMed from `raw_dir/ind.<name>.*` as PyG's `read_planetoid_data` builds them.
 
     Returns:
-        dict of x float32 [N, F], y int64 [N], src / dst int64 (edges), train_idx / val_idx / test_idx int64.
+        dict of x float32 [N, F], y int64 [N], src / dst int64, train_idx / val_idx / test_idx int64.
     Raises:
         DatasetError: a file that is not what Planetoid ships (including any pickle naming other globals).
     """
@@ -241,8 +238,7 @@ def read_heterophilous(path: str) -> dict[str, np.ndarray]:
     """Read a heterophilous-graphs npz (Tolokers) as `HeterophilousGraphDataset.process` does.
 
     Returns:
-        dict of x, y, src / dst (each stored edge in both directions, duplicates merged) and the masks
-        train_masks / val_masks / test_masks bool [num_splits, N].
+        dict of x, y, src / dst (both directions) and train_masks / val_masks / test_masks bool [splits, N].
     Raises:
         DatasetError: a pickled member, a missing array, or edges naming nodes that do not exist.
     """
@@ -280,9 +276,8 @@ def read_imdb(raw_dir: str) -> dict[str, Any]:
     """Read MAGNN's IMDB files as PyG's `IMDB.process` builds them (without scipy or pickles).
 
     Returns:
-        dict with counts {type: N}, x {type: float32 [N, F]}, edges {(src, "to", dst): int64 [2, E]} in PyG's
-        order (source types then target types, each block's entries in stored order), y int64 and the
-        movies' train_idx / val_idx / test_idx.
+        dict with counts, x and edges {(src, "to", dst): int64 [2, E]} per type (in PyG's order), y int64 and
+        the movies' train_idx / val_idx / test_idx.
     Raises:
         DatasetError: a pickled member or an inconsistent matrix.
     """

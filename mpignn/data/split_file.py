@@ -1,7 +1,6 @@
-"""`--splits FILE`: fixed train/val/test node ids for any dataset, from an npz of int arrays `train`, `valid` and
-`test` (the layout of the classic-GNN baselines' split files, and of `../shared/datasets/*/splits/`), read with
-`allow_pickle=False` and checked like every other input; and the tag that keys prepared data (automatic
-partitions, a partition folder's recorded source) to the file's content. numpy only.
+"""`--splits FILE`: fixed train/val/test node ids for any dataset, from an npz of int arrays `train`, `valid`
+and `test` (the classic-GNN baselines' layout), and the tag that keys prepared data to the file's content.
+numpy only.
 """
 from __future__ import annotations
 
@@ -43,9 +42,7 @@ def read_split_file(path: str, num_nodes: int) -> dict[str, np.ndarray]:
     Returns:
         {"train_idx", "val_idx", "test_idx"}: int64 ids in file order.
     Raises:
-        DatasetError: one line naming the file, the problem and the fix: a missing, truncated or non-npz file,
-            a missing key, a pickled, non-integer (a boolean mask, floats) or not 1-D array, an empty split, ids
-            outside [0, num_nodes), an id twice in a split, an id in two splits.
+        DatasetError: one line naming the file, the problem and the fix.
     """
     check_readable(path)
     arrays = {}
@@ -90,8 +87,7 @@ def read_split_file(path: str, num_nodes: int) -> dict[str, np.ndarray]:
 
 
 def apply_splits(graph: GraphData, path: str) -> GraphData:
-    """`graph` with the splits of the file at `path` in place of its own (ids of a heterogeneous graph's labelled
-    type, 0 .. its count - 1, as PyG's `data[target].train_mask` numbers them).
+    """`graph` with the file's splits in place of its own (on a heterogeneous graph, ids local to the labelled type).
 
     Raises:
         DatasetError: what `read_split_file` raises, or a split node without a label (y = -1).
@@ -113,8 +109,8 @@ def apply_splits(graph: GraphData, path: str) -> GraphData:
 
 
 def splits_tag(path: str) -> str:
-    """What a source gains with `--splits path` (`SPLITS_TAG` and the file's content fingerprint; not its path),
-    "" without one. Never raises: an unreadable file gets a fingerprint of its own, and loading it names it."""
+    """What a source gains with `--splits path` (the file's content fingerprint, not its path); "" without one.
+    Never raises: an unreadable file gets a fingerprint of its own, and loading it names it."""
     return f"{SPLITS_TAG}{fingerprint(path)}" if path else ""
 
 

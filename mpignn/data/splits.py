@@ -11,8 +11,7 @@ PURPOSE.update(train=PURPOSE["train_idx"], valid=PURPOSE["val_idx"], test=PURPOS
 
 
 def split_problem(splits: dict[str, np.ndarray], n: int) -> tuple[str, str] | None:
-    """The first problem (what, hint) among: an empty split, ids outside [0, n), a node listed twice in a
-    split, a node in two splits; None when the splits are sound."""
+    """The first problem (what, hint) of the splits, or None when they are sound."""
     owner = np.zeros(n, dtype=np.int8)
     for i, (key, idx) in enumerate(splits.items(), start=1):
         if idx.size == 0:

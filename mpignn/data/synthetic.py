@@ -1,8 +1,7 @@
 """The embedded default dataset: a deterministic graph with community structure. numpy only.
 
-Nodes sit in small clusters; most edges stay inside a cluster (so METIS finds a good cut), degrees are
-heavy-tailed, labels mostly follow the cluster's class, and features are the label's centroid under heavy
-noise: a GNN, which averages neighbours, clearly beats an MLP, which sees one noisy node.
+Most edges stay inside small clusters (so METIS finds a good cut), and features are the label's centroid under
+heavy noise: a GNN, which averages neighbours, clearly beats an MLP, which sees one noisy node.
 """
 from __future__ import annotations
 
@@ -108,8 +107,7 @@ def _labels(spec: SyntheticSpec, rng: np.random.Generator, perm: np.ndarray) -> 
 
 def _feature_chunks(spec: SyntheticSpec, rng: np.random.Generator, y: np.ndarray,
                     chunk_rows: int) -> Iterator[np.ndarray]:
-    """Features in row chunks: numpy's generator continues its stream across calls, so the chunks are the
-    rows of one (n, F) draw (checked by tests/test_npy.py)."""
+    """Row chunks of one (n, F) draw: the generator's stream continues across calls (tests/test_npy.py)."""
     centroids = rng.standard_normal((spec.num_classes, spec.num_features), dtype=np.float32)
     for lo in range(0, spec.num_nodes, chunk_rows):
         x = rng.standard_normal((min(chunk_rows, spec.num_nodes - lo), spec.num_features), dtype=np.float32)
@@ -143,8 +141,7 @@ def make_synthetic(spec: SyntheticSpec = SyntheticSpec()) -> GraphData:
 
 
 def write_synthetic(spec: SyntheticSpec, folder: str | os.PathLike) -> Path:
-    """Generate the graph (the same as `make_synthetic`) into an npy folder (see `mpignn.data.npy`), features
-    written in chunks of about 64 MiB, so they are never held whole; atomic: a crash leaves no folder."""
+    """Generate `make_synthetic`'s graph into an npy folder, features in chunks (never held whole); atomic."""
     rng, rowptr, col, y = _start(spec)
     chunk_rows = rows_per_chunk(4 * spec.num_features)
     # The splits are drawn after the features: hold the structure and labels, stream x, then draw them.

@@ -1,10 +1,8 @@
 """A heterogeneous graph whose signal lives only in a featureless node type, to check learnable embeddings.
 
-Items (the classified type) carry pure-noise features; users have no features. Each user belongs to one of
-`num_classes` communities, and each item's edges go mostly to users of its class's community. Without
-learnable user rows every input is noise or a constant, so a model can only guess (accuracy about
-1 / num_classes); with them, training items teach their users' rows the community, and held-out items sharing
-those users are classified by it. numpy only.
+Items (the classified type) carry noise features; featureless users hold the class through their community.
+Without learnable user rows a model can only guess; with them, training items teach their users' rows the
+community and held-out items are classified by it. numpy only.
 
     python -m mpignn.data.synthetic_hetero --out graph.npz   # then --dataset npz:graph.npz --embed-dim 32
 """
@@ -22,8 +20,7 @@ __all__ = ["make_user_item"]
 
 def make_user_item(num_items: int = 6000, num_users: int = 1500, num_classes: int = 4, edges_per_item: int = 8,
                    affinity: float = 0.8, num_features: int = 16, seed: int = 0) -> GraphData:
-    """Items -> users ("rates") and back ("rated_by"); `affinity` of each item's edges go to users of its
-    class's community, the rest to uniform users. Split 50/20/30 of the items."""
+    """Items -> users ("rates") and back; `affinity` of an item's edges go to its class's community."""
     rng = np.random.default_rng(seed)
     y = rng.integers(0, num_classes, num_items)
     community = rng.integers(0, num_classes, num_users)

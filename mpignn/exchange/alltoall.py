@@ -1,6 +1,5 @@
-"""The two transports for variable-size all-to-all. Ids (host arrays from the sampler) always travel by MPI;
-feature rows travel by MPI on host buffers, or by torch.distributed on tensors (NCCL/xccl on device tensors,
-so rows go from one GPU's table to another GPU's batch without touching the host; gloo on CPU tensors)."""
+"""The two transports for variable-size all-to-all. Ids always travel by MPI; feature rows by MPI on host
+buffers, or by torch.distributed on tensors (with NCCL/xccl, GPU to GPU without touching the host)."""
 from __future__ import annotations
 
 from typing import Any
@@ -13,14 +12,14 @@ __all__ = ["MpiAlltoall", "TorchAlltoall", "make_alltoall", "staged"]
 
 
 class MpiAlltoall:
-    """Collective over `comm`: mpi4py Alltoallv on numpy buffers (measured here: 1.7 GB/s, 10 us)."""
+    """Collective over `comm`: mpi4py Alltoallv on numpy buffers (its speed: docs/launchers-and-devices.md)."""
 
     def __init__(self, comm: Any) -> None:
         self.comm = comm
 
     def __call__(self, send: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
-        """Collective: ids grouped by destination -> (ids grouped by source, ids from each source, whether
-        replies with these counts go in pieces: `mpignn.mpi.exchange_counts`)."""
+        """Collective: ids grouped by destination -> (ids by source, counts per source, whether replies go in
+        pieces)."""
         recv_counts, pieces = exchange_counts(self.comm, counts)
         return alltoallv(self.comm, send, counts, recv_counts, pieces)[0], recv_counts, pieces
 
@@ -29,17 +28,14 @@ class MpiAlltoall:
         self.comm.Free()
 
     def rows(self, send: Any, send_counts: np.ndarray, recv_counts: np.ndarray, pieces: bool | None = None) -> Any:
-        """Collective: rows answering ids, both sides knowing the counts (one collective with `pieces` given).
-        Tensor rows (a table on a device, `--feature-device device --exchange mpi`) cross through host buffers
-        and come back as tensors on their device."""
+        """Collective: rows answering ids, both sides knowing the counts; tensor rows cross via host buffers."""
         if isinstance(send, np.ndarray):
             return alltoallv(self.comm, send, send_counts, recv_counts, pieces)[0]
         return staged(send, lambda host: alltoallv(self.comm, host, send_counts, recv_counts, pieces)[0])
 
 
 def staged(rows: Any, move: Any) -> Any:
-    """`move` (numpy rows in, numpy rows out) applied to tensor `rows` through host memory, the result back on
-    their device in their dtype (bfloat16 as its bits: numpy has no bfloat16)."""
+    """`move` (numpy in, numpy out) applied to tensor `rows` through host memory (bfloat16 as its bits)."""
     import torch
 
     bits = rows.dtype == torch.bfloat16
@@ -49,10 +45,8 @@ def staged(rows: Any, move: Any) -> Any:
 
 
 class TorchAlltoall(MpiAlltoall):
-    """Ids by MPI over `comm`; rows by `all_to_all_single` on tensors on `device`, in a process group of its
-    own, so a loader thread exchanging rows never interleaves with DDP's collectives on the default group.
-
-    Collective over `comm` and the default torch.distributed group in the constructor (it creates a group).
+    """Ids by MPI over `comm`; rows by `all_to_all_single` in a process group of its own, so a loader thread
+    never interleaves with DDP's collectives. Constructor: collective over `comm` and the default group.
     """
 
     def __init__(self, comm: Any, device: str) -> None:
@@ -82,8 +76,7 @@ class TorchAlltoall(MpiAlltoall):
 
 
 def make_alltoall(kind: str, comm: Any, device: str) -> MpiAlltoall:
-    """`auto` and `mpi` -> MPI (sampling and feature tables live in host memory, where MPI is fastest);
-    `torch` -> torch.distributed for rows (needs an initialised process group; collective)."""
+    """`auto` and `mpi` -> MPI (host tables, where MPI is fastest); `torch` -> torch.distributed (collective)."""
     if kind == "torch":
         return TorchAlltoall(comm, device)
     return MpiAlltoall(comm)

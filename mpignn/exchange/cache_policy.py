@@ -1,8 +1,5 @@
-"""The remote-feature cache policy: which remote rows a rank caches and how many (`--cache-size`).
-
-`build_cache` ranks remote nodes by an analytic estimate of their fetches per epoch (`sampling.access`),
-sizes the budget (`cache_budget`: a row count, or "auto" from the memory the rank may take) and fills the
-`FeatureStore`'s cache. Imports numpy, mpi, env, sampling and exchange; never the model or the loop.
+"""The remote-feature cache policy: which remote rows a rank caches and how many (`--cache-size`; the policy
+in docs/launchers-and-devices.md). Imports numpy, mpi, env, sampling and exchange; never the model or the loop.
 """
 from __future__ import annotations
 
@@ -46,13 +43,10 @@ def cache_budget(cache_size: int | str, row_bytes: int, reachable: int, worth: i
     """Rows of this rank's remote-feature cache.
 
     Args:
-        cache_size: a row count, or "auto": AUTO_CACHE_MEMORY_SHARE of `spare_bytes` over `ranks_sharing`, in
-            rows, capped by `worth` (AUTO_CACHE_FALLBACK_ROWS rows at most when `spare_bytes` is None).
-        row_bytes: bytes of one feature row.
+        cache_size: a row count, or "auto": AUTO_CACHE_MEMORY_SHARE of `spare_bytes` per rank, capped by `worth`.
         reachable: remote nodes sampling can fetch at all (a row count never goes beyond them).
         worth: remote nodes expected to be fetched at least MIN_FETCHES_PER_EPOCH times per epoch.
-        spare_bytes: memory available to the ranks that share it (None: unknown).
-        ranks_sharing: ranks that share `spare_bytes` (the host's ranks, or a device's).
+        spare_bytes: memory available to the `ranks_sharing` ranks (None: unknown).
     """
     if cache_size != "auto":
         return max(0, min(int(cache_size), reachable))
@@ -64,8 +58,7 @@ def cache_budget(cache_size: int | str, row_bytes: int, reachable: int, worth: i
 
 def build_cache(rt: Runtime, local: LocalHops, part: LocalPart, fanouts: Sequence[int], features: FeatureStore,
                 cache_size: int | str, seeds: np.ndarray) -> tuple[int, float]:
-    """Collective over `rt.comm`: rank the remote nodes by how often sampling is expected to fetch them, size
-    the budget, fetch the rows; rank 0 logs the budget. `rt` is a `runtime.Runtime` (comm, rank, topo, choice).
+    """Collective over `rt.comm`: rank remote nodes by expected fetches, size the budget, fetch the rows.
     Returns (rows, MiB) of the largest cache of any rank."""
     comm = rt.comm
     t0 = time.perf_counter()
@@ -96,8 +89,7 @@ def build_cache(rt: Runtime, local: LocalHops, part: LocalPart, fanouts: Sequenc
 
 
 def spare_memory(rt: Runtime, features: FeatureStore) -> tuple[int | None, int]:
-    """(bytes a cache may come out of, ranks that share them): the host's available memory for a host table,
-    the device's free memory for a table on an accelerator."""
+    """(bytes a cache may come out of, ranks sharing them): the host's, or the device's for a device table."""
     if features.on_host or features.x.device.type == "cpu":
         return mem_available_bytes(), rt.topo.local_size
     from mpignn.launch.device import accelerator

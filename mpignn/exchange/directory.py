@@ -13,14 +13,8 @@ __all__ = ["IdDirectory"]
 
 
 class IdDirectory:
-    """Collective over `comm` (None: one process): built from each rank's own nodes (`dataset_ids[i]` is
-    partition id `lo + i`); `lookup` answers any dataset id.
-
-    Args:
-        comm: the graph's communicator, or None.
-        dataset_ids: the dataset's ids of this rank's own nodes.
-        lo: the partition id of this rank's first own node.
-        num_nodes: nodes in the whole graph.
+    """Collective over `comm` (None: one process): built from each rank's own nodes, `dataset_ids[i]` being
+    partition id `lo + i`; `lookup` answers any dataset id.
     """
 
     def __init__(self, comm: Any, dataset_ids: np.ndarray, lo: int, num_nodes: int) -> None:
@@ -40,8 +34,7 @@ class IdDirectory:
         self._part[got[:, 0] - self.rank * self.block] = got[:, 1]
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
-        """Collective over `comm` (every rank calls it, also with no ids): the partition ids of dataset ids
-        `ids`, in their order."""
+        """Collective over `comm` (every rank, also with no ids): the partition ids of dataset ids `ids`."""
         ids = np.asarray(ids, dtype=np.int64)
         if self.comm is None:
             return self._part[ids]

@@ -1,7 +1,5 @@
-"""Learnable node embeddings held by their owners, for nodes without features (DistDGL's DistEmbedding).
-
-A batch pulls its rows from their owners (ids out, rows back); after backward their gradients go back, and each
-owner applies a sparse optimizer to the rows touched. numpy + mpi4py; torch for the batch rows.
+"""Learnable node embeddings held by their owners, for nodes without features (DistDGL's DistEmbedding):
+pulled from owners, gradients pushed back to a sparse optimizer there. numpy + mpi4py; torch for batch rows.
 
     emb = NodeEmbedding(part.hi - part.lo, 64, lo=part.lo, part_offsets=offsets, comm=comm)
     x = emb.pull(batch.n_id.numpy())            # collective; a leaf tensor that takes gradients
@@ -23,8 +21,8 @@ __all__ = ["NodeEmbedding", "SparseAdagrad", "SparseAdam", "init_rows"]
 
 
 def init_rows(seed: int, lo: int, num_rows: int, dim: int, scale: float = 1.0) -> np.ndarray:
-    """Rows [lo, lo + num_rows) of a uniform(-scale, scale) table that depends only on (seed, global id): the
-    same start on any number of ranks (splitmix64 of each element's index, in slices of 64K rows)."""
+    """Rows [lo, lo + num_rows) of a uniform(-scale, scale) table that depends only on (seed, global id), so
+    it starts the same on any number of ranks."""
     out = np.empty((num_rows, dim), dtype=np.float32)
     salt = np.uint64((seed * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF)
     for a in range(0, num_rows, 1 << 16):
@@ -91,9 +89,8 @@ OPTIMIZERS = {"adagrad": SparseAdagrad, "adam": SparseAdam}
 class NodeEmbedding:
     """`dim` learnable numbers per node for the nodes [lo, lo + num_rows) this rank owns.
 
-    With `comm` (more than one part) `pull` and `step` are collective: every rank calls each once per batch,
-    in that order, also with no ids. Gradients are averaged over the ranks (summed at the owner, divided by
-    the world size), as DDP averages dense gradients, so a loss scaled for DDP trains the rows the same way.
+    With `comm`, `pull` and `step` are collective: every rank calls each once per batch, also with no ids.
+    Gradients are averaged over the ranks as DDP averages dense ones, so a DDP-scaled loss trains rows alike.
 
     Args:
         optimizer: "adagrad" (DistDGL's SparseAdagrad) or "adam" (SparseAdam), with learning rate `lr`.
@@ -168,8 +165,7 @@ class NodeEmbedding:
         self.optimizer.update(self.weight, rows, summed)
 
     def save(self, path: str, **tags: int) -> None:
-        """This rank's rows and optimizer state to `path` (npz, written whole or not at all, fsync'd before
-        its rename), with integer `tags` (e.g. the epoch and step of the checkpoint it belongs to).
+        """This rank's rows and optimizer state to `path` (npz, durable, whole or not at all), with int `tags`.
 
         Raises:
             OSError: the disk is full or failing; `path` is then as it was.

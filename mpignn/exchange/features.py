@@ -1,8 +1,5 @@
 """Rows of node features for a batch: own rows locally, cached halo rows from the cache, the rest from their
-owners by all-to-all (ids out, rows back). numpy + mpi4py; torch only when the table is a tensor.
-
-The table is a numpy array (host memory, the MPI transport) or a device tensor (`--exchange torch`: NCCL/xccl
-move rows device to device). Ids are host arrays either way; the cache is fetched once at start-up.
+owners by all-to-all. numpy + mpi4py; torch only when the table is a tensor (`--exchange torch`).
 """
 from __future__ import annotations
 
@@ -18,9 +15,7 @@ __all__ = ["FeatureStore", "device_index"]
 
 class FeatureStore:
     """Features and labels of any node, seen from one rank. With `comm=None` (one part) all rows are local.
-
-    `gather` is collective over `comm` when there is more than one part: every rank calls it once per batch.
-    `alltoall` is the transport (default: MPI over `comm`; see `mpignn.exchange.alltoall`).
+    `gather` is collective over `comm` with several parts: every rank calls it once per batch.
     """
 
     def __init__(self, x: Any, y: np.ndarray, lo: int, part_offsets: np.ndarray | None = None,
@@ -42,7 +37,7 @@ class FeatureStore:
         self._labels: Any = None  # the labels on the device, for ids held there (`_gather_resident`)
 
     def counters(self) -> dict[str, float]:
-        """Rows and bytes fetched so far, and the rows the cache or the last batch held (`run_epoch` diffs them)."""
+        """Rows and bytes fetched, cache and recent hits so far (`run_epoch` diffs them)."""
         return {"remote_feature_bytes": self.bytes_received, "cache_hits": self.cache_hits,
                 "remote_rows": self.remote_rows, "recent_hits": self.recent_hits}
 
@@ -63,11 +58,8 @@ class FeatureStore:
         return torch.empty((n, self.x.shape[1]), dtype=self.x.dtype, device=self.x.device)
 
     def build_cache(self, gids: np.ndarray) -> None:
-        """Collective over `comm`: fetch the rows of remote `gids` once, and serve them from memory from now on.
-
-        Which nodes, and how many, is the caller's choice: `mpignn.exchange.cache_policy` ranks the remote nodes by how often
-        sampling is expected to fetch them (`mpignn.sampling.access`) and sizes the budget by free memory.
-        Own ids in `gids` are dropped (they are local anyway); an empty `gids` empties the cache.
+        """Collective over `comm`: fetch the rows of remote `gids` once and serve them from memory from now on
+        (which ones: `exchange.cache_policy`). Own ids are dropped; an empty `gids` empties the cache.
         """
         if self.comm is None:
             return
@@ -99,9 +91,8 @@ class FeatureStore:
         return out
 
     def gather(self, n_id: np.ndarray, out: Any = None) -> tuple[Any, np.ndarray]:
-        """(features [n, F], labels [n]) of the batch's nodes; labels of remote nodes are -1 (only seeds,
-        which are always own nodes, need labels). Features go into `out` when given (e.g. a pinned host
-        buffer for a numpy table), else into a new array or tensor like the table."""
+        """(features [n, F], labels [n]) of the batch's nodes, features into `out` when given. Remote labels
+        are -1: only seeds, always own nodes, need labels."""
         if not isinstance(n_id, np.ndarray):  # ids on a device (`sampling.device_sampler`): one part
             return self._gather_resident(n_id, out)
         own = (n_id >= self.lo) & (n_id < self.hi)
@@ -113,9 +104,8 @@ class FeatureStore:
             _take(self.x, n_id - self.lo, out=out)
             return out, self.y[n_id - self.lo]
         x = self._empty_rows(len(n_id)) if out is None else out
-        # One pass over all rows puts own rows in place (remote positions get a stand-in row, overwritten
-        # below). Taking own rows apart and then scattering them copied them twice through a temporary: on
-        # sbm200k with 2 ranks that took 0.48 s of exchange per epoch against 0.36 s, and 311 MiB more peak.
+        # One pass over all rows puts own rows in place (remote positions overwritten below): taking them apart
+        # and scattering copied them twice through a temporary (its cost: docs/benchmarks.md).
         local = np.clip(n_id - self.lo, 0, max(self.hi - self.lo - 1, 0))
         y = np.full(len(n_id), -1, dtype=self.y.dtype)
         if self.hi > self.lo:
@@ -140,8 +130,7 @@ class FeatureStore:
         return x, y
 
     def _gather_resident(self, n_id: Any, out: Any) -> tuple[Any, Any]:
-        """`gather` of own ids held in a tensor: from a tensor table by index ops on its device, labels from a
-        copy of them there (made once); from a host table the ids come back to the host first."""
+        """`gather` of own ids held in a tensor: index ops on a device table, labels from a copy made there once."""
         if self.comm is not None:
             raise ValueError("ids on a device are gathered from one part's store; this one has several parts")
         if self.on_host:
@@ -164,10 +153,8 @@ class FeatureStore:
 
 
 def device_index(idx: np.ndarray, device: Any) -> Any:
-    """`idx` as an int64 tensor on `device`. For an accelerator the ids go through a pinned buffer and copy
-    without blocking, on the caller's current stream: a blocking copy from pageable memory would sync the
-    default stream (every thread's) and the host with it. Torch's pinned allocator keeps the buffer until
-    the copy is done."""
+    """`idx` as an int64 tensor on `device`, through a pinned buffer without blocking: a blocking copy from
+    pageable memory would sync the default stream (every thread's) and the host with it."""
     import torch
 
     ids = torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64))
@@ -177,8 +164,6 @@ def device_index(idx: np.ndarray, device: Any) -> Any:
 
 
 def _take(table: Any, idx: np.ndarray, out: Any = None) -> Any:
-    """Rows `idx` (a host int array, or a tensor on a torch table's device) of a numpy or torch table (into
-    `out` when given)."""
     if isinstance(table, np.ndarray):
         if out is None:
             return table[idx]
@@ -190,7 +175,6 @@ def _take(table: Any, idx: np.ndarray, out: Any = None) -> Any:
 
 
 def _put(out: Any, pos: np.ndarray, rows: Any) -> None:
-    """out[pos] = rows for numpy or torch `out` (rows of the same kind)."""
     if isinstance(out, np.ndarray):
         out[pos] = rows
     elif len(pos):

@@ -1,8 +1,6 @@
-"""Rows of a cooperative batch's layers, across ranks: forward, each layer's rows of remote sources come
-from their owners; backward, their gradients go back and are summed into the owners' rows.
-
-One autograd node per layer, collective over the transport's communicator (the training thread's own). Rows
-travel as raw bytes over MPI (any dtype) or as tensors through `exchange.alltoall.TorchAlltoall`.
+"""Rows of a cooperative batch's layers across ranks: forward, remote sources' rows come from their owners;
+backward, their gradients go back and are summed into the owners' rows. One autograd node per layer,
+collective over the transport's communicator.
 """
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ __all__ = ["ByteCounter", "Halo", "move_rows", "return_grads", "send_own"]
 
 
 def move_rows(transport: Any, rows: torch.Tensor, plan: LayerPlan, back: bool = False) -> torch.Tensor:
-    """Collective: `rows` grouped by destination -> the rows from each source, on `rows`' device and dtype;
-    forward by `plan`'s counts, or `back` (gradients returning to the rows' owners)."""
+    """Collective: `rows` grouped by destination -> rows from each source; `back`: gradients to the owners."""
     send_counts, recv_counts = (plan.recv_counts, plan.send_counts) if back else (plan.send_counts, plan.recv_counts)
     if isinstance(transport, TorchAlltoall):
         return transport.rows(rows, send_counts, recv_counts)
@@ -44,9 +41,8 @@ def send_own(own: torch.Tensor, plan: LayerPlan, transport: Any, counter: Any) -
 
 def return_grads(grad: torch.Tensor, plan: LayerPlan, transport: Any, counter: Any,
                  send_idx: torch.Tensor) -> torch.Tensor:
-    """Collective, backward: the table's gradient -> its own rows', with the gradients of the rows this rank
-    sent (returned by the ranks that read them) added in place: the table's gradient is this node's alone (the
-    conv reading the table made it), so its own rows are not copied out (unless it is not contiguous)."""
+    """Collective, backward: the table's gradient -> its own rows', the returned gradients of sent rows added
+    in place (the table's gradient is this node's alone, so no copy)."""
     back = move_rows(transport, grad[plan.n_own:].contiguous(), plan, back=True)
     counter.add(back)
     grad_own = grad[:plan.n_own] if grad.is_contiguous() else grad[:plan.n_own].contiguous()
@@ -68,12 +64,10 @@ class _HaloRows(torch.autograd.Function):
 
 
 class Halo:
-    """A cooperative batch's layer plans and the transport their rows take; `SampledGNN` calls it before each
-    layer: `table, src = halo(layer, own_rows)`. `counter.add` counts the bytes each exchange moved (the
-    sampler's `halo_bytes`). With `static_input` the batch is used again and again (full-graph training) and its
-    input rows never change: the input table's remote rows are exchanged on the first call only. With `keeper`
-    (the sampler, when its plans keep input rows: `KeptInputs`) the input layer's remote rows that an earlier
-    batch brought are copied from it, and this batch's are kept for the next (`keeper.filled_inputs`)."""
+    """A cooperative batch's layer plans and transport; `SampledGNN` calls `table, src = halo(layer, own_rows)`.
+
+    `static_input` (full-graph training, the same batch every step): the input's remote rows cross once.
+    `keeper` (the sampler, `KeptInputs`): input rows an earlier batch brought are copied, not sent."""
 
     def __init__(self, plans: list[LayerPlan], transport: Any, counter: Any, static_input: bool = False,
                  keeper: Any = None) -> None:
@@ -81,10 +75,8 @@ class Halo:
         self.static_input, self._filled = static_input, None  # the input table filled in place, if any
 
     def __call__(self, layer: int, own: torch.Tensor, raw: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """`own`: the layer's own rows, or (rows needing no gradient, e.g. input features) a whole table of
-        `table_rows(layer)` rows with the own rows first, whose tail the remote rows then fill in place.
-        `raw`: the rows are the features as read, the same for a node in every batch (every rank's model says
-        the same), so rows a recent batch brought may stand in for those the owners would send."""
+        """`own`: the layer's own rows, or (no gradient) a whole `table_rows(layer)` table whose tail is filled
+        in place. `raw`: features as read, the same in every batch, so a recent batch's rows may stand in."""
         plan = self.plans[layer]
         kept = plan.kept if raw and self.keeper is not None and not own.requires_grad else None
         if plan.kept is not None and kept is None:  # rows of this batch only (GCN's scaled ones): keep no chain
@@ -108,8 +100,7 @@ class Halo:
         return table, self.sources(layer, own.device)
 
     def _fill_kept(self, table: torch.Tensor, n_own: int, kept: KeptInputs) -> None:
-        """Collective: the remote rows of the input table whose own rows are filled: those `kept.recent` holds
-        from it, the others from their owners; then keep them for later batches."""
+        """Collective: fill the input table's remote rows from `kept.recent` and the owners; keep them."""
         tail = table[n_own:]
         got = send_own(table[:n_own], kept, self.transport, self.counter)[0]
         if len(kept.fresh):  # (ids through pinned memory: no host sync on an accelerator)

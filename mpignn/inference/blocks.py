@@ -1,6 +1,5 @@
-"""Blocks of exact layer-wise inference: a part's own nodes cut into chunks of targets with all their in-edges
-(bipartite blocks, sources the targets first), and where each block's sources come from: its own rows, or the
-rows of other ranks' nodes fetched for a group of blocks at once (`HaloIndex`). numpy only.
+"""Blocks of exact layer-wise inference: chunks of own targets with all their in-edges, and where each block's
+sources come from (own rows, or other ranks' rows fetched for a group of blocks at once). numpy only.
 """
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ class Block:
     """Targets `lo+a .. lo+b` of a part with all their in-edges, as a bipartite block (numpy, host)."""
 
     src_gid: np.ndarray
-    """int64 [n_src]: global ids of the sources, the targets first (so target i is source i), then the other
-    in-neighbours, sorted."""
+    """int64 [n_src]: global ids of the sources, the targets first, then the other in-neighbours, sorted."""
     row: np.ndarray
     """int64 [e]: each in-edge's source position in `src_gid`."""
     col: np.ndarray
@@ -40,9 +38,8 @@ class Block:
 
 def make_block(rowptr: np.ndarray, col: np.ndarray, lo: int, a: int, b: int, *, type_rowptr: np.ndarray | None = None,
                num_etypes: int = 1, dst_type: int = 0) -> Block:
-    """The block of own rows `a..b` (local ids) of a part with CSR (`rowptr`, `col`: in-neighbours as global
-    ids) whose first node has global id `lo`; with `type_rowptr` (a heterogeneous part's (row, edge type) runs
-    over `num_etypes` edge types, `partition.format`) its edges' types, for targets of node type `dst_type`."""
+    """The block of own rows `a..b` (local ids) of a part whose first node is `lo`; with `type_rowptr` (a
+    heterogeneous part's) its edges' types, for targets of node type `dst_type`."""
     start, stop = int(rowptr[a]), int(rowptr[b])
     nbr = np.asarray(col[start:stop], dtype=np.int64)
     degree = np.diff(np.asarray(rowptr[a:b + 1], dtype=np.int64))
@@ -62,9 +59,7 @@ def make_block(rowptr: np.ndarray, col: np.ndarray, lo: int, a: int, b: int, *, 
 
 
 def type_runs(part: Any) -> list[tuple[int, int, int]]:
-    """(node type, first, stop) local rows of each node type's own nodes, in id order: a part holds each type's
-    nodes as one run (`partition.format`: META.json's type_counts); a homogeneous graph's are one run of
-    type 0."""
+    """(node type, first, stop) local rows of each node type's own nodes (one run per type in a part)."""
     hetero = getattr(getattr(part, "meta", None), "hetero", None)
     if not hetero:
         return [(0, 0, part.hi - part.lo)]
@@ -82,8 +77,8 @@ def make_blocks(part: Any, chunk: int) -> list[Block]:
 
 
 class HaloIndex:
-    """Where each block's remote sources (its in-neighbours owned by other ranks) sit in the sorted union of
-    all blocks' (`ids`), made once for all layers: grouping blocks and locating their rows then take no sort."""
+    """Where each block's remote sources sit in the sorted union of all blocks' (`ids`), made once for all
+    layers, so grouping blocks and locating their rows take no sort."""
 
     def __init__(self, blocks: list[Block], lo: int, hi: int) -> None:
         remote = [remote_sources(b, lo, hi) for b in blocks]
@@ -92,10 +87,8 @@ class HaloIndex:
         self.lo, self.hi = lo, hi
 
     def group(self, members: list[int], budget: int) -> list[list[int]]:
-        """Consecutive blocks of `members` whose remote sources together number at most `budget` rows (a block
-        over it alone is a group of its own): a group's remote rows are fetched once, so a halo node that
-        several blocks read crosses once, not once per block (sbm200k, 2 parts, chunks of 8192: 2.26x fewer
-        rows)."""
+        """Consecutive blocks whose remote sources number at most `budget` rows together: a halo node several
+        blocks read then crosses once, not once per block (its saving: docs/predict.md, "Speed and memory")."""
         groups: list[list[int]] = []
         current: list[int] = []
         taken, count = np.zeros(len(self.ids), dtype=bool), 0
@@ -123,15 +116,13 @@ class HaloIndex:
 
 
 def remote_sources(block: Block, lo: int, hi: int) -> np.ndarray:
-    """A block's sources owned by other ranks, in its order (its other in-neighbours are sorted: remote ones
-    below `lo`, own ones, remote ones from `hi`)."""
+    """A block's sources owned by other ranks, in its order."""
     other = block.src_gid[block.n_dst:]
     return np.concatenate([other[:np.searchsorted(other, lo)], other[np.searchsorted(other, hi):]])
 
 
 def block_sources(block: Block, table: np.ndarray, lo: int, halo_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The rows of a block's sources, in its order: targets and other own nodes from `table` (own rows),
-    remote ones from `halo_rows` (`rows`: the row there of each of the block's remote sources, in order)."""
+    """The rows of a block's sources: own ones from `table`, remote ones from `halo_rows` at `rows`."""
     n_dst, other = block.n_dst, block.src_gid[block.n_dst:]
     x = np.empty((block.n_src, table.shape[1]), dtype=table.dtype)
     start = int(block.src_gid[0]) - lo

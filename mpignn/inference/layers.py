@@ -1,7 +1,5 @@
-"""The layers exact inference applies one at a time (`LayerStack`): each conv of a node encoder on a block, and
-what the encoder's forward does between its convs. Walks mpignn's models, PyG's basic GNNs (`GraphSAGE`,
-`GCN`, `GAT`, `GIN`) and a user's module with a `.convs` ModuleList; refuses, in one line with a HINT, what it
-cannot walk exactly. Imports torch and PyG (through `models`).
+"""The layers exact inference applies one at a time (`LayerStack`) on a block; refuses, in one line with a
+HINT, what it cannot walk exactly. Imports torch and PyG (through `models`).
 """
 from __future__ import annotations
 
@@ -31,17 +29,8 @@ _PER_NODE = "node"  # PyG LayerNorm's mode that normalises each node alone ("gra
 
 
 class LayerStack:
-    """The layers of a node encoder, applied one at a time to a block, with the weights it holds, in eval mode
-    (no dropout): `SampledGNN` (sage, gat, gcn; its residual branch on the block's targets, then its norm:
-    LayerNorm per node, `RankBatchNorm` with its running statistics), `HeteroGNN` (sage, rgcn), PyG's basic GNNs (their `act`,
-    `act_first`, `norms`, and `jk="last"` with its `lin`) and any module with a `.convs` ModuleList and `act`
-    between the convs (PyG's examples: conv, ReLU, dropout; the last conv plain). DDP is unwrapped.
-
-    Convs: SAGEConv (any order-free aggregation), GCNConv (its normalisation over the whole graph: the stack's
-    `needs_degrees`), GATConv and GATv2Conv (a self-loop per target), GINConv.
-
-    `node_types` names the graph's node types in the schema's order (a homogeneous graph: one, ""); each
-    layer computes the rows of the types in `plans[layer]` (every type of a homogeneous graph).
+    """The layers of a node encoder (`WALKS`), applied one at a time to a block in eval mode; DDP is unwrapped.
+    Convs: SAGEConv (order-free aggregations), GCNConv (whole-graph normalisation), GATConv, GATv2Conv, GINConv.
 
     Raises:
         ConfigError: a model or configuration the walk would not compute exactly (one line, with a HINT).
@@ -124,9 +113,7 @@ class LayerStack:
         return None
 
     def apply(self, layer: int, x: torch.Tensor, block: dict[str, Any]) -> torch.Tensor:
-        """Layer `layer` on sources `x` ([n_src, F], targets first) -> targets' rows, with what the forward does
-        after the conv (between layers; after the last only a basic GNN's jk='last' and `lin`). `block`:
-        `to_device` of a Block."""
+        """Layer `layer` on sources `x` (targets first) -> targets' rows, with what the forward does after it."""
         conv, n_dst, step = self.encoder.convs[layer], block["n_dst"], self.steps[layer]
         x = x if x.dtype == self.dtype else x.to(self.dtype)
         if step == "hetero":
@@ -161,9 +148,7 @@ class LayerStack:
         return self.head(out) if last and self.head is not None else out
 
     def _apply_hetero(self, layer: int, x: torch.Tensor, block: dict[str, Any]) -> torch.Tensor:
-        """`HeteroGNN`'s layer for a block of one node type: the root (rgcn), plus per edge type into it the
-        conv on the mean of that type's in-neighbours (sage: with its own root weight), summed. Each input
-        is cut to the width the weight takes (layer 0's rows are padded to the widest type's)."""
+        """`HeteroGNN`'s layer for a block of one node type; inputs cut to each weight's width (layer 0 is padded)."""
         root, convs = self.plans[layer][block["dst_type"]]
         n_dst = block["n_dst"]
         out = root(_cols(x[:n_dst], root)) if root is not None else None
@@ -190,9 +175,7 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def _step(conv: torch.nn.Module, layer: int) -> str:
-    """How layer `layer`'s conv runs on a block: "mean" (SAGEConv's mean, on a CSR adjacency), "gcn" (GCNConv
-    with the whole graph's degrees) or "pyg" (the conv itself on the bipartite block; "pyg-pair": one whose
-    forward takes no `size`)."""
+    """How layer `layer`'s conv runs on a block: "mean", "gcn", "pyg" or "pyg-pair" (a forward without `size`)."""
     from torch_geometric.nn import GATConv, GATv2Conv, GCNConv, GINConv, SAGEConv
 
     name = type(conv).__name__
@@ -216,8 +199,7 @@ def _step(conv: torch.nn.Module, layer: int) -> str:
 
 
 def _check_plain(encoder: torch.nn.Module, name: str) -> None:
-    """A user's `.convs` module: the walk applies its convs and `act` only, so any other module with weights
-    (a norm, a final linear layer) would be left out without a word."""
+    """The walk applies a user module's convs and `act` only: any other weights would be left out silently."""
     for child, module in encoder.named_children():
         if child != "convs" and any(True for _ in module.parameters()):
             raise ConfigError(f"exact inference applies a {name}'s convs and the activation between them only; its "
@@ -245,7 +227,6 @@ def _check_modules(encoder: torch.nn.Module, name: str) -> None:
 
 
 def _resolve(act: str | Callable[[torch.Tensor], torch.Tensor] | None) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The activation between a `.convs` module's layers: ReLU by default, a name PyG resolves, or a callable."""
     if act is None:
         return torch.relu
     if isinstance(act, str):
@@ -262,15 +243,12 @@ def _resolve(act: str | Callable[[torch.Tensor], torch.Tensor] | None) -> Callab
 
 
 def _cols(x: torch.Tensor, linear: torch.nn.Module) -> torch.Tensor:
-    """The first columns of `x`, as many as `linear` takes."""
     width = int(linear.weight.shape[1])
     return x if x.size(1) == width else x[:, :width].contiguous()
 
 
 def _hetero_plans(encoder: HeteroGNN) -> list[dict[int, tuple[Any, list[tuple[int, Any]]]]]:
-    """Per layer, {node type: (its root or None, [(edge type, conv)])} for the types the layer outputs, as
-    `HeteroGNN.forward` computes them: an edge type's conv where the layer has one and its source type has
-    rows (every type's inputs at layer 0; after it, the types the layer before output)."""
+    """Per layer, {node type: (root or None, [(edge type, conv)])} as `HeteroGNN.forward` computes them."""
     index = {t: k for k, t in enumerate(encoder.node_types)}
     have = set(index.values())
     plans = []

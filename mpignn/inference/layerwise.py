@@ -1,9 +1,5 @@
-"""Exact layer-wise inference: every layer for every node with whole in-neighbourhoods, PyG's convolutions.
-
-Each rank computes its own nodes' rows one chunk of targets at a time (a bipartite block, `inference.blocks`),
-fetching the previous layer's remote rows through the training exchange (`exchange.FeatureStore`). On a
-heterogeneous graph a block holds one node type's targets; what a layer computes on a block is
-`inference.layers.LayerStack`'s. Imports torch and PyG (through `models`).
+"""Exact layer-wise inference: every layer for every node with whole in-neighbourhoods, block by block, the
+previous layer's remote rows through the training exchange (docs/predict.md). Imports torch and PyG.
 """
 from __future__ import annotations
 
@@ -32,15 +28,14 @@ log = logging.getLogger(__name__)
 
 
 def gcn_inv_sqrt_degree(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndarray:
-    """float32 [n]: deg^-1/2 of each own node as PyG's `gcn_norm` computes it on the whole graph: in-edges
-    other than self-loops, plus the one self-loop `add_remaining_self_loops` gives every node."""
+    """float32 [n]: deg^-1/2 of each own node as PyG's `gcn_norm` computes it on the whole graph."""
     degree = torch.from_numpy((loop_free_degree(rowptr, col, lo) + 1).astype(np.float32))
     return degree.pow(-0.5).numpy()
 
 
 def to_device(block: Block, device: Any, inv_sqrt: Callable[[np.ndarray], np.ndarray] | None) -> dict[str, Any]:
     """A block's index tensors on `device`; with `inv_sqrt` (gid -> deg^-1/2) GCN's edge weights too, self-loop
-    edges dropped (PyG's gcn_norm replaces them by one loop per node)."""
+    edges dropped (gcn_norm replaces them by one loop per node)."""
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
     row, col = block.row, block.col
     out: dict[str, Any] = {"n_dst": block.n_dst}
@@ -67,13 +62,8 @@ def make_store(table: np.ndarray, part: Any, comm: Any, alltoall: Any) -> Featur
 
 def input_table(x: np.ndarray, rows: np.ndarray | None = None,
                 bare: list[tuple[int, int]] | None = None) -> np.ndarray:
-    """Layer 0's own rows as float32: the (transformed) features, bf16 bit patterns and fp16 widened as the
-    loader widens them, then the learnable rows (`rows`) when the run had them.
-
-    On a heterogeneous graph `bare` lists the (first, stop) local rows of each featureless type's own nodes:
-    their input is instead their learnable rows, or without them the constant one column training batches
-    give them (`loader.hetero.HeteroLayout.split`, `tasks.forward.with_rows`), in the first columns of a table as wide
-    as the widest type's input; the other types' rows are their (padded) features."""
+    """Layer 0's own rows as float32, as training batches give them: features widened, then learnable `rows`.
+    `bare`: (first, stop) rows of featureless types, whose input is their learnable rows or a constant 1."""
     if x.dtype == np.uint16:  # bfloat16 bits (data.features): the upper half of a float32
         x = (np.asarray(x).astype(np.uint32) << 16).view(np.float32)
     if bare is None:
@@ -90,8 +80,7 @@ def input_table(x: np.ndarray, rows: np.ndarray | None = None,
 
 
 def own_inputs(part: Any, rows: np.ndarray | None = None) -> np.ndarray:
-    """Layer 0's rows of a part's own nodes as training batches give them (`input_table`), with the learnable
-    rows `rows` of the run's --embed-dim (on a heterogeneous graph, the featureless types' input)."""
+    """Layer 0's rows of a part's own nodes (`input_table`), with the run's learnable `rows` if any."""
     hetero = part.meta.hetero
     bare = None if not hetero else [(a, b) for k, a, b in type_runs(part) if not hetero["feature_dims"][k]]
     return input_table(part.x, rows, bare)
@@ -100,15 +89,11 @@ def own_inputs(part: Any, rows: np.ndarray | None = None) -> np.ndarray:
 def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, chunk: int, device: Any,
                alltoall: Any, keep: tuple[int, ...] = (), halo_mib: float = 256) -> dict[int, np.ndarray]:
     """Collective over `comm` (every rank, the same number of exchanges per layer): apply every layer to
-    every own node; returns {layer: own rows [n_own, F]} of the last layer and of the layers in `keep` (0:
-    `table`, the input rows).
+    every own node; returns {layer: own rows} of the last layer and of the layers in `keep` (0: `table`).
 
     Args:
-        table: layer 0's own rows (`input_table`), float32.
-        chunk: target nodes per block (the rows of a block's sources are assembled at once).
-        alltoall: the rows' transport (`exchange.alltoall.make_alltoall`).
-        halo_mib: the remote rows a rank holds at once: consecutive blocks' remote sources are fetched
-            together up to this (`HaloIndex.group`), each once per group (0: each block's on its own).
+        chunk: target nodes per block.
+        halo_mib: remote rows a rank holds at once; consecutive blocks' are fetched together up to this.
     """
     blocks = make_blocks(part, chunk)
     lo, hi = part.lo, part.hi
@@ -163,18 +148,14 @@ def exact_outputs(rt: Runtime, graph: LocalGraph, encoder: torch.nn.Module, *, c
     nodes by exact inference (`--eval exact`, `runtime.inference`), in eval mode.
 
     Args:
-        encoder: a model `LayerStack` walks (`act`: the activation between a plain `.convs` module's convs).
-        chunk: target nodes per block; `halo_mib`: remote rows held at once (`run_layers`).
-        device: where the layers run (default `rt.device`).
+        act: the activation between a plain `.convs` module's convs.
+        chunk, halo_mib: as `run_layers`.
 
     Returns:
-        (rows [n_own, F] (on a heterogeneous graph only the types the last layer outputs have rows, the
-        others zeros), the communicator the rows are exchanged over (None: one rank, or every rank holds the
-        whole graph), a FeatureStore over `rows` to fetch any node's row).
+        (rows [n_own, F], their communicator or None, a FeatureStore over `rows` to fetch any node's row).
 
     Raises:
-        ConfigError: on every rank alike, a model exact inference does not know, one the graph's kind or
-            width does not fit.
+        ConfigError: on every rank alike, a model exact inference does not know or that does not fit the graph.
     """
     part = graph.part
     rows = graph.embedding.weight if graph.embedding is not None else None
@@ -192,7 +173,6 @@ def exact_outputs(rt: Runtime, graph: LocalGraph, encoder: torch.nn.Module, *, c
 
 
 def _check_fits(stack: LayerStack, name: str, hetero: bool, width: int) -> None:
-    """The model's kind matches the graph's, and its first conv takes the rows the graph gives."""
     if hetero != stack.hetero:
         have, want = ("a heterogeneous", "mpignn's HeteroGNN") if hetero else ("a homogeneous", "a model over one "
                                                                                 "node type")

@@ -1,9 +1,6 @@
-"""Seeds -> sample -> features -> PyG `Data` mini-batches on the rank's device.
-
-This is the first module that imports torch-geometric. Each epoch every rank yields the same number of
-batches (`mpignn.mpi.steps_per_epoch`), so DDP and the exchanges never wait on a rank that has stopped.
-For an accelerator, features are gathered straight into pinned host memory and copied on a side stream;
-with `prefetch`, a producer thread samples, exchanges and copies batch k+1 while batch k computes.
+"""Seeds -> sample -> features -> PyG `Data` mini-batches on the rank's device; the first module that imports
+torch-geometric. Every rank yields the same number of batches per epoch, so DDP and the exchanges never wait on
+a rank that has stopped.
 """
 from __future__ import annotations
 
@@ -29,8 +26,7 @@ __all__ = ["BatchLoader", "NodeSeeds", "LoaderTimes", "cut_steps"]
 
 
 class NodeSeeds:
-    """Seeds that are node ids: each batch samples around its nodes, which come first in the batch; with
-    `positions` (each seed's place in the user's input list) batches carry them as `input_id`, as PyG's."""
+    """Seeds that are node ids; with `positions` (places in the user's input list) batches carry `input_id`."""
 
     def __init__(self, ids: np.ndarray, positions: np.ndarray | None = None) -> None:
         self.ids = np.asarray(ids, dtype=np.int64)
@@ -52,11 +48,8 @@ class NodeSeeds:
 
 
 class LoaderTimes:
-    """Seconds spent producing batches, by stage (summed over the epoch), and how long the consumer waited
-    for them (equal to their sum without prefetch, less with it: the part that did not overlap compute).
-
-    Batches built on the device (`DeviceSampler`) are timed by device events, read when a total is, so no
-    batch waits for its kernels to be timed; host batches by the host clock (their copy waits for itself)."""
+    """Seconds producing batches by stage, and the consumer's wait (less than their sum with prefetch).
+    Device-built batches are timed by events read only when a total is, so no batch waits to be timed."""
 
     def __init__(self, device: str | torch.device = "cpu") -> None:
         self.wait_s = 0.0
@@ -86,38 +79,21 @@ class LoaderTimes:
 
 
 class BatchLoader:
-    """Iterate over mini-batches sampled around `seeds`: this rank's global ids, or a task's seed source (e.g.
-    `tasks.link.LinkSeeds`) with `__len__`, `new_pass(pass_seed)` (called as each pass begins) and
-    `draw(sampler, items, seed, variates) -> SampleOutput`, whose `edge_label_index`, `edge_label` and
-    `metadata` are set on the batch.
+    """Iterate over mini-batches sampled around `seeds`; each pass is a new epoch unless `set_epoch` names one.
 
     Args:
-        sampler: the multi-hop sampler (local or distributed hops).
-        features: where node features and labels come from.
-        seeds: global ids this rank trains (or evaluates) on, or a seed source.
-        comm: when given, the step count is agreed over it (collective, in the constructor); required when
-            the sampler or the features talk to other ranks.
-        prefetch: sample, exchange and copy the next batch in a background thread while the current one
-            trains. Where the sampler or the features talk to other ranks, they must do so on a communicator
-            of their own (`runtime` gives them a `Dup`) and MPI must allow threads (`prefetch.overlap` decides).
-        wrap: a rank with fewer seeds than steps repeats seeds (training: every DDP step has data); without
-            it the surplus steps are empty (evaluation: every seed counts once).
-        max_steps: at most this many steps per epoch (0: all): the first max_steps batches of each epoch's
-            shuffle. The cap is the same on every rank, so the agreed step count stays agreed.
-        layout: a `loader.hetero.HeteroLayout` for a heterogeneous graph: batches are then PyG `HeteroData`
-            (seeds first in the target type; `batch.y`, `batch.batch_size` and `batch.n_id` on the batch too).
-        reuse: every pass yields the batches of the first (full-graph batches: all seeds, every neighbour, so
-            every draw is the same): they are made once and kept, their halo's input rows exchanged once.
-        dataset_ids: a `FeatureStore` whose first int64 column is each node's id in the dataset (and a second,
-            where present, its label: then `y` holds every node's label, not the own nodes' alone): batches then
-            carry `n_id` and `input_id` in those ids (per type on a heterogeneous graph) and the partition's ids
-            as `part_n_id` (collective over its comm, like the features: `runtime.NeighborLoader`).
-        name: the loader in the watchdog's messages (which loader each rank is in, when they differ).
-        seed_type: on a heterogeneous graph, the seeds' node type (index) when not the labelled one, or the
-            seed edges' type (a PyG edge type tuple): their fields go on that store.
-
-    Each pass is an epoch: the one `set_epoch` named, else the previous pass's plus one (a new shuffle and new
-    neighbour draws every pass, as PyG's loaders give).
+        seeds: global ids this rank uses, or a task's seed source (`__len__`, `new_pass`, `draw`).
+        comm: agrees the step count (collective, in the constructor); required when anything talks to others.
+        prefetch: build the next batch in a thread; talking samplers need a communicator of their own and
+            MPI_THREAD_MULTIPLE (`prefetch.overlap` decides).
+        wrap: repeat seeds so every DDP step has data (training); without it surplus steps are empty.
+        max_steps: at most this many steps per epoch (0: all), the same cap on every rank.
+        layout: a `loader.hetero.HeteroLayout`: batches are then PyG `HeteroData`.
+        reuse: full-graph batches, made on the first pass and kept (every draw is the same).
+        dataset_ids: a `FeatureStore` of each node's dataset id (and label): batches carry `n_id` in those ids
+            and `part_n_id` in the partition's (collective like the features).
+        name: the loader in the watchdog's messages.
+        seed_type: heterogeneous graphs: the seeds' node type, or the seed edges' type tuple.
     """
 
     def __init__(self, sampler: NeighborSampler, features: FeatureStore, seeds: np.ndarray, batch_size: int, *,
@@ -151,15 +127,12 @@ class BatchLoader:
 
     @property
     def minibatch(self) -> str:
-        """How the batches split the work over ranks: full (the whole neighbourhood, kept), cooperative (one
-        batch of all ranks) or independent."""
+        """How the batches split the work over ranks: full, cooperative or independent."""
         return "full" if self.reuse else "cooperative" if self.sampler.cooperative else "independent"
 
     def set_epoch(self, epoch: int, start_step: int = 0, end_step: int | None = None) -> None:
-        """Use epoch `epoch`'s shuffle and random streams (call before iterating, as with DistributedSampler);
-        the next pass yields steps [start_step, end_step) of the epoch (a run resumed mid-epoch, or evaluated
-        inside it) with the batches a whole pass would have had there. Without it each pass is the previous
-        pass's epoch plus one."""
+        """Use epoch `epoch`'s shuffle and streams for the next pass (as DistributedSampler), yielding its steps
+        [start_step, end_step) as a whole pass would (a run resumed or evaluated mid-epoch)."""
         self.epoch, self.start_step, self.end_step = epoch, start_step, end_step
         self._named = True
 
@@ -254,9 +227,7 @@ class BatchLoader:
         return self._finish(data, x, t0, t1, resident=resident and not self.features.on_host)
 
     def _place_seed_fields(self, data: Any, extras: dict[str, Any], n_id: np.ndarray) -> None:
-        """Heterogeneous batches: the seeds' fields on their stores, as PyG's: a node type's `input_id`; an edge
-        type's `input_id`, `edge_label` and link indices (in each end type's store ids; triplet indices on the
-        end types' stores)."""
+        """Heterogeneous batches: the seeds' fields on the stores where PyG's loaders put them."""
         if not isinstance(self.seed_type, tuple):
             if "input_id" in extras:
                 data[self.layout.seed_store(self.seed_type)].input_id = torch.from_numpy(extras.pop("input_id"))
@@ -273,15 +244,13 @@ class BatchLoader:
                 data[edge][key] = torch.from_numpy(np.asarray(extras.pop(key)))
 
     def _degree(self, n_id: np.ndarray) -> np.ndarray:
-        """float32: the whole graph's loop-free in-degree of own nodes `n_id` (a full batch holds own rows only:
-        cooperative, or one process)."""
+        """float32: the whole graph's loop-free in-degree of own nodes `n_id` (a full batch holds own rows only)."""
         hops = self.sampler.source.local
         degree = loop_free_degree(hops.rowptr, hops.col, hops.lo)
         return degree[n_id - hops.lo].astype(np.float32)
 
     def _dataset_ids(self, n_id: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """(the dataset's ids of partition ids `n_id`, their labels where the store holds them as a second
-        column): collective like the features; (None, None) without a store."""
+        """(dataset ids of `n_id`, their labels where stored): collective like the features; (None, None) without."""
         if self.dataset_ids is None:
             return None, None
         rows = self.dataset_ids.gather(n_id)[0]
@@ -289,8 +258,7 @@ class BatchLoader:
 
     def _finish(self, data: Any, x: torch.Tensor, t0: tuple[float, Any], t1: tuple[float, Any],
                 resident: bool = False) -> Any:
-        """`resident`: the whole batch was built on the device; the task's extras (host arrays) join it there,
-        and nothing is uploaded or waited for."""
+        """`resident`: built on the device; the task's extras join it there and nothing is uploaded."""
         data = self.uploader.upload(data.to(x.device) if resident else data, resident=resident)
         if not self.features.on_host and not resident:
             synchronize(x.device)  # a device exchange is queued work until here
@@ -331,9 +299,8 @@ class BatchLoader:
 
 
 def cut_steps(items: np.ndarray, steps: int, batch_size: int, drop_last: bool, wrap: bool) -> list[np.ndarray]:
-    """`items` in exactly `steps` batches, as a rank's loader cuts them: `pad_to_steps` (full batches with
-    drop_last; with `wrap` items repeat rather than leave a batch empty), else spread evenly with each item
-    once (batches past the items empty)."""
+    """`items` in exactly `steps` batches: `pad_to_steps` with `wrap` or `drop_last`, else spread evenly, each
+    item once."""
     if wrap or drop_last:
         return pad_to_steps(items, steps, batch_size, drop_last)
     return [items[a:b] for a, b in (chunk_bounds(len(items), steps, i) for i in range(steps))]
@@ -346,7 +313,6 @@ def _carry(data: Any, extras: dict[str, Any]) -> Any:
 
 
 def _tensor(a: Any) -> torch.Tensor:
-    """A host array as a tensor sharing its memory; a tensor (a device batch's field) as it is."""
     return a if isinstance(a, torch.Tensor) else torch.from_numpy(a)
 
 

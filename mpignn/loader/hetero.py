@@ -16,20 +16,14 @@ __all__ = ["HeteroLayout"]
 
 
 class HeteroLayout:
-    """How to cut a batch of global ids by type.
-
-    Args:
-        schema: the graph's types.
-        starts, kinds: first global id and node type of each id block (`PartitionMeta.type_blocks`).
-    """
+    """How to cut a batch of global ids by type (`starts`, `kinds`: `PartitionMeta.type_blocks`)."""
 
     def __init__(self, schema: HeteroSchema, starts: np.ndarray, kinds: np.ndarray) -> None:
         self.schema, self.starts, self.kinds = schema, np.asarray(starts), np.asarray(kinds)
         self.target = schema.type_index(schema.target)
 
     def seed_store(self, seed_type: int | None) -> str:
-        """The node type whose store holds a batch's seeds (`batch_size`, `input_id`): the labelled one unless
-        `seed_type` names another."""
+        """The node type whose store holds a batch's seeds: the labelled one unless `seed_type` names another."""
         return self.schema.node_types[self.target if seed_type is None else seed_type]
 
     def local_ids(self, n_id: np.ndarray) -> np.ndarray:
@@ -50,17 +44,10 @@ class HeteroLayout:
               edge_type: np.ndarray, num_sampled_nodes: list[int], num_sampled_edges: list[int],
               batch_size: int, device: str | torch.device = "cpu",
               dataset_ids: np.ndarray | None = None, seed_type: int | None = None) -> HeteroData:
-        """The batch (x [nodes, padded features] in batch order, edges as batch indices) by type. Featureless
-        types get a constant one-column input (`mpignn.training.epoch.with_rows` replaces it by learnable rows).
+        """The batch by type; featureless types get a constant one-column input (learnable rows replace it).
 
-        Each type's features keep x's dtype (half precision is widened after the copy, by the Uploader). For
-        an accelerator `device` a host x is cut into pinned buffers, so the copy is asynchronous, and a device
-        x (`--exchange torch`) is cut on its device.
-
-        With `dataset_ids` (each node's id in the dataset's global numbering, aligned with `n_id`), each type's
-        `n_id` is the node's id within its type in the dataset, `part_n_id` its partition id, and the target
-        type's `input_id` its seeds' ids; the batch's `part_n_id` replaces its `n_id`. The seeds are of the
-        labelled type, or of `seed_type`: that type's store holds `batch_size` and `input_id`."""
+        For an accelerator `device` a host x is cut into pinned buffers, so the copy is asynchronous. With
+        `dataset_ids`, each type's `n_id` is its dataset id within the type and `part_n_id` its partition id."""
         schema, hops, seeds = self.schema, len(num_sampled_edges), self.target if seed_type is None else seed_type
         ntype = self.node_types(n_id)
         node_hop = np.repeat(np.arange(hops + 1), num_sampled_nodes)
@@ -107,8 +94,7 @@ class HeteroLayout:
 
 
 def _rows(x: torch.Tensor, idx: np.ndarray, dim: int, device: str | torch.device) -> torch.Tensor:
-    """x[idx, :dim] in x's dtype: on x's device when x is on an accelerator, else in a pinned buffer for an
-    accelerator `device`, else (CPU training) a plain host tensor."""
+    """x[idx, :dim] in x's dtype: on x's device, in a pinned buffer for an accelerator, else plain."""
     if x.device.type != "cpu":
         return torch.index_select(x[:, :dim], 0, device_index(idx, x.device))
     pick = torch.from_numpy(idx)

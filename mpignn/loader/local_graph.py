@@ -1,6 +1,4 @@
-"""`LocalGraph`: one rank's part with the sampler and feature store built on it, the value every layer above
-the loader takes as `graph` (`runtime.build_local_graph` makes it).
-
+"""`LocalGraph`: one rank's part with its sampler and feature store, the `graph` every layer above takes.
 Imports numpy and `errors` at run time; the types it holds are named for the type checker only.
 """
 from __future__ import annotations
@@ -63,8 +61,7 @@ class LocalGraph:
         return mask
 
     def split_ids(self, split: str) -> np.ndarray:
-        """Collective over the runtime's comm (none on a replicated graph): the dataset's ids of every rank's
-        nodes in `split`, ascending, the same on every rank."""
+        """Collective over the runtime's comm (not when replicated): every rank's dataset ids in `split`, sorted."""
         ids = self.node_id[self._split_rows(split) - self.part.lo]
         rt = self.runtime
         if rt is not None and rt.world_size > 1 and not self.replicated:  # each rank's split nodes are its own
@@ -72,10 +69,8 @@ class LocalGraph:
         return np.sort(ids)
 
     def get_idx_split(self) -> dict[str, Any]:
-        """Collective: OGB's `dataset.get_idx_split()`, so scripts written for OGB run as they are: int64 tensors
-        of the dataset's ids under 'train', 'valid' and 'test', each the whole split on every rank (hand it to a
-        loader whole, or as PyG's per-rank chunk). A heterogeneous graph gives {labelled type: ids within the
-        type}, as OGB's heterogeneous datasets do."""
+        """Collective: OGB's `dataset.get_idx_split()`, so OGB scripts run as they are: each whole split on
+        every rank (per labelled type on a heterogeneous graph, as OGB's)."""
         import torch  # the loader layer's types are numpy; this one answer is torch's, as OGB's is
 
         schema, out = self.schema, {}
@@ -106,8 +101,7 @@ class LocalGraph:
         return list(self.schema.node_types), [tuple(e) for e in self.schema.edge_types]
 
     def in_channels(self) -> int | dict[str, int]:
-        """A model's input width: `num_features`, or per node type on a heterogeneous graph (its features;
-        a featureless type its learnable rows, or the constant 1-column input without them)."""
+        """A model's input width: `num_features`, or per node type on a heterogeneous graph."""
         if self.layout is None:
             return self.num_features
         emb = self.embedding.dim if self.embedding is not None else 1

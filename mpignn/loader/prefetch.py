@@ -24,18 +24,13 @@ OVERLAP_MIN_THREADS = 4
 def overlap(rt: Runtime, talks: bool, mode: str = "auto", device_exchange: bool = False) -> bool:
     """Whether a loader produces the next batch in a background thread.
 
-    One part (nothing collective in the loader): always, unless `mode` is off. Several parts: the thread
-    runs the sampling and exchange collectives (on their own communicator), which needs MPI_THREAD_MULTIPLE;
-    `auto` turns it on where compute leaves a core free: on a GPU or XPU (the host thread mostly waits for
-    the device), or with at least OVERLAP_MIN_THREADS threads per rank. Never with rows exchanged by
-    torch.distributed on a GPU/XPU (`device_exchange`, `--exchange torch` there): the thread's all_to_all
-    and DDP's all-reduce would be two communicators in flight on one device from two threads, which NCCL
-    does not order (it can hang), and the gathers would share the compute stream anyway. (On CPU the rows
-    go over gloo and DDP over MPI: no device, the thread stays allowed.)
+    One part: always unless off. Several parts need MPI_THREAD_MULTIPLE, and `auto` takes the thread only
+    where compute leaves a core free (a GPU/XPU, or OVERLAP_MIN_THREADS threads). Never with `device_exchange`
+    (`--exchange torch` on a GPU/XPU): NCCL does not order two communicators in flight from two threads (it
+    can hang).
 
     Raises:
-        ConfigError: `mode` is not auto, on or off; or it is on, the loader talks to other ranks, and MPI
-            lacks MPI_THREAD_MULTIPLE or the rows go by torch.distributed.
+        ConfigError: a bad `mode`; or `on` across parts without MPI_THREAD_MULTIPLE or with `device_exchange`.
     """
     try:
         check_choice("prefetch", mode, PREFETCH_MODES)

@@ -1,10 +1,6 @@
-"""What a full-graph batch (`--minibatch full`: every neighbour of every hop, the batch kept for every epoch)
-carries for the model besides PyG's fields: each row's whole-graph degree, and its input rows as a sparse matrix
-where they are mostly zeros.
-
-Bag-of-words features make the first layer's dense products most of a full-graph epoch (docs/training.md). A
-kept batch's input rows never change, so their CSR (and its transpose, for the weights' gradients) is built
-once, from this rank's own rows, and the first layer multiplies it (`models.sparse_input`).
+"""What a full-graph batch (`--minibatch full`) carries besides PyG's fields: each row's whole-graph degree, and
+its input rows as a sparse matrix where mostly zeros. Bag-of-words products are most of a full-graph epoch
+(docs/training.md), and a kept batch's rows never change, so their CSR is built once.
 """
 from __future__ import annotations
 
@@ -21,12 +17,10 @@ SPARSE_DENSITY = 0.05
 
 
 class WholeNeighbourhoods:
-    """`degree`: float32 [own rows], each row's loop-free in-degree in the whole graph (GCN's normalisation).
-    `sparse`: whether the input rows are multiplied as a sparse matrix (`sparse_input`; the same on every rank,
-    whose layer-0 exchange it decides). `sparse_rows(table, n)`: the first `n` rows of the table and their
-    transpose, each as (column ids, each row's start, float32 values), or None where the input is dense; built on
-    the first call for a table and `n`, and kept. As `embedding_bag` takes them: a sparse product is a weighted
-    sum of a weight matrix's rows (2x faster than torch's CSR product on CPU, both directions)."""
+    """`degree`: float32 [own rows], each row's loop-free whole-graph in-degree (GCN's normalisation).
+    `sparse`: whether input rows are multiplied sparse (the same on every rank: it decides layer 0's exchange).
+    `sparse_rows(table, n)`: the first `n` rows and their transpose as `embedding_bag` takes them (its speed:
+    docs/training.md), None where dense; built once per table and `n`."""
 
     def __init__(self, degree: torch.Tensor, sparse: bool) -> None:
         self.degree, self.sparse = degree, sparse
@@ -35,8 +29,7 @@ class WholeNeighbourhoods:
         self._kept: dict[Any, Any] = {}
 
     def kept(self, key: Any, make: Any) -> Any:
-        """What `make()` returns, made on the first call for `key` and kept with the batch (its layers' means:
-        `models.sampled`)."""
+        """`make()`'s result, made once per `key` and kept with the batch (its layers' means)."""
         if key not in self._kept:
             self._kept[key] = make()
         return self._kept[key]
@@ -52,8 +45,7 @@ class WholeNeighbourhoods:
 
 
 def sparse_input(rows: torch.Tensor, comm: Any = None) -> bool:
-    """Whether input rows (this rank's own; over all ranks of `comm`, collective) have at most
-    `SPARSE_DENSITY` non-zeros."""
+    """Whether input rows (over all ranks of `comm`, collective) have at most `SPARSE_DENSITY` non-zeros."""
     counts = np.array([int(torch.count_nonzero(rows)), rows.numel()], dtype=np.int64)
     if comm is not None:
         counts = comm.allreduce(counts)  # numpy arrays sum element-wise
@@ -61,7 +53,6 @@ def sparse_input(rows: torch.Tensor, comm: Any = None) -> bool:
 
 
 def _csr_pair(table: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-    """The CSR of `table` and of its transpose (see `sparse_rows`) in float32 on its device."""
     values = table.detach().float()
     with warnings.catch_warnings():  # "sparse CSR support is in beta": only its layout is used
         warnings.simplefilter("ignore", UserWarning)

@@ -1,6 +1,5 @@
-"""Model zoo: GraphSAGE, GAT and GCN that compute only the rows each layer needs (GCN: PyG's GCN with per-hop
-trimming, the same numbers), each a node encoder a task puts its head on (`tasks`: the classes, or a pair decoder,
-`models.link.LinkModel`). All run on mpignn (and PyG NeighborLoader) mini-batches.
+"""Model zoo: GraphSAGE, GAT and GCN that compute only the rows each layer needs, each a node encoder a task
+puts its head on. All run on mpignn (and PyG NeighborLoader) mini-batches.
 
 Layer 9 (models): imports loader and the layers below; never inference, tasks or anything above.
 """
@@ -22,16 +21,11 @@ __all__ = ["HeteroGNN", "MODELS", "build_model", "forward_batch", "encode", "Sam
 def build_model(name: str, in_channels: int | Mapping[str, int], hidden: int, out_channels: int, num_layers: int,
                 dropout: float = 0.0, *, schema: Any = None, norm: str = "none",
                 residual: bool = False, linear_head: bool = False) -> torch.nn.Module:
-    """`sage` (GraphSAGE, mean aggregation), `gat` (4 heads) or `gcn` (PyG's GCNConv): `out_channels` numbers per
-    seed node (a classifier's classes, or an encoder's embedding), with `norm` ("none", "layer", "batch") after
-    each hidden layer, a `residual` branch on every layer and, with `linear_head`, hidden-wide convs and a linear
-    layer to `out_channels` (`SampledGNN`).
-    With a heterogeneous `schema` (in_channels per node type): `sage` (a SAGE conv per edge type, summed per
-    target type) or `rgcn` (`models.hetero`), on the schema's target type; they take none of the three.
+    """Build `sage`, `gat` or `gcn` (`SampledGNN`), or with a heterogeneous `schema` `sage` or `rgcn` (`HeteroGNN`,
+    which take no `norm`, `residual` or `linear_head`).
 
     Raises:
-        ConfigError: a model the graph cannot take, or norm, residual or head on one without them
-            (`config.refusals`).
+        ConfigError: a model the graph cannot take, or an option it does not have (`config.refusals`).
     """
     check_combinations({"model": name, "norm": norm, "residual": residual, "linear_head": linear_head,
                         "hetero": schema is not None})

@@ -1,9 +1,7 @@
 """A hidden layer's activation and the next layer's halo as one autograd node, for cooperative batches.
 
-The ReLU (and dropout) writes the own rows straight into a table with room for the remote rows, which then
-arrive in its tail, instead of `Halo`'s `torch.cat` copying every own row of every layer (about 45 ms a step on
-sbm200k). Backward: the remote rows' gradients go back to their owners, are added into the own rows', then go
-through the activation.
+The ReLU (and dropout) writes own rows straight into a table whose tail receives the remote rows, sparing
+`Halo`'s `torch.cat` of every own row of every layer (its cost: docs/training.md, "Fewer copies").
 """
 from __future__ import annotations
 
@@ -41,7 +39,6 @@ class _ActivatedHalo(torch.autograd.Function):
 
 
 def activated_halo(halo: Any, layer: int, x: torch.Tensor, p: float, training: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """`halo(layer, relu_dropout(x, p, training))` without copying the activated rows into the table:
-    (the layer's table, each edge's source row in it)."""
+    """`halo(layer, relu_dropout(x, p, training))` without copying the activated rows into the table."""
     table = _ActivatedHalo.apply(x, p, training, halo.plan(layer, len(x)), halo.transport, halo.counter)
     return table, halo.sources(layer, x.device)

@@ -1,9 +1,7 @@
 """Mean aggregation over one sampled hop (targets <- sources), and its transpose for backward.
 
-The one place that picks a kernel by device: CPU, a CSR product with `reduce="sum"` (PyTorch has that
-`reduce` for CSR on CPU only); CUDA, cuSPARSE's CSR product (`torch.sparse.mm`) in fp32; other devices
-(XPU), a portable gather + `index_add_` into fp32. Callers never branch on the device. No host syncs: the
-in-degrees come from the sampler, or from the sorted targets on the device. Imports torch only.
+The one place that picks a kernel by device, so callers never branch on it. No host syncs: the in-degrees come
+from the sampler, or from the sorted targets on the device. Imports torch only.
 """
 from __future__ import annotations
 
@@ -15,13 +13,11 @@ __all__ = ["MeanAdjacency", "kernel_for"]
 
 
 def kernel_for(device: torch.device) -> str:
-    """Which kernel aggregates on `device`: "cpu_reduce", "cusparse" or "scatter".
+    """Which kernel aggregates on `device`.
 
-    "cpu_reduce": `torch.sparse.mm(csr, x, "sum")`, no [edges x features] temporary, accumulates bf16 in fp32.
-    "cusparse": `torch.sparse.mm(csr, x)` on CUDA (cuSPARSE SpMM, CSR ALG2 in PyTorch, documented as
-    deterministic): no [edges x features] temporary, no atomics, run in fp32 so bf16 autocast accumulates in
-    fp32; the transpose is an explicit second CSR (sources x targets), so backward is deterministic too.
-    "scatter": gather + `index_add_` into an fp32 output (any device; atomics on GPUs, so not bit-for-bit).
+    "cpu_reduce": CSR product with `reduce="sum"` (CPU only in PyTorch). "cusparse": CUDA's SpMM in fp32, no
+    atomics, with an explicit transposed CSR so backward is deterministic too. "scatter": gather + `index_add_`
+    into fp32 (any device; atomics on GPUs, so not bit-for-bit).
     """
     if device.type == "cpu":
         return "cpu_reduce"
@@ -31,14 +27,9 @@ def kernel_for(device: torch.device) -> str:
 class MeanAdjacency:
     """Edges `row[i] -> col[i]` (source -> target) with weight 1/in-degree(target), on `row`'s device.
 
-    `mean(x)` is the mean over each target's in-neighbours ([n_src, F] -> [n_dst, F]); `mean_t(g)` applies
-    the transposed weights ([n_dst, F] -> [n_src, F]), the gradient of `mean`. Edges must be grouped by
-    target in ascending order (mpignn's loader emits them so; `SampledGNN` sorts other inputs).
-    `in_degree` (optional, at least n_dst entries): each target's number of edges, as the sampler gives it
-    (`SampleOutput.in_degree`); without it the pointer is found by a binary search over `col`. `mean_over`
-    (optional, like `in_degree`): what each target's sum is divided by instead of its edge count (layer-neighbour
-    sampling's unbiased mean, `SampleOutput.mean_over`). `edge_weight` (optional, one per edge): multiplies
-    each edge's weight (LABOR-i's importance weights, `SampleOutput.edge_weight`).
+    `mean_t` applies the transposed weights (the gradient of `mean`). Edges must be grouped by target in
+    ascending order. `in_degree`, `mean_over` and `edge_weight` are the sampler's (`SampleOutput`); without
+    `in_degree` the pointer is a binary search over `col`.
     """
 
     def __init__(self, row: torch.Tensor, col: torch.Tensor, n_dst: int, n_src: int,
@@ -85,8 +76,7 @@ class MeanAdjacency:
         return _scatter_mean(grad, self.col, self.row, self.weight, self.n_src)
 
     def _transposed(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(pointer, targets, weights) of the sources x targets CSR: a stable sort by source, its pointer by a
-        binary search (deterministic, no host sync)."""
+        """(pointer, targets, weights) of the sources x targets CSR; deterministic, no host sync."""
         if self._t is None:
             order = torch.argsort(self.row, stable=True)
             rows = self.row[order]

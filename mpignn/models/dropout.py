@@ -1,9 +1,8 @@
 """ReLU then dropout as one in-place autograd node: the hidden layers' activation in `SampledGNN`.
 
-Why not `F.dropout`: its CPU `bernoulli_` mask is slow (docs/training.md, "Defaults and why").
-Here fp32/fp64 CPU tensors take one numba pass: keep bits from SplitMix64 seeded from torch's generator (seeds
-fix the mask, whatever the thread count), ReLU, mask and 1/(1-p) in place, no mask kept (backward uses out > 0).
-Other devices and dtypes take the same math in torch ops. Imports torch, numpy and numba only.
+Why not `F.dropout`: its CPU `bernoulli_` mask is slow (docs/training.md, "Defaults and why"). CPU fp32/fp64
+takes one numba pass whose mask a seed fixes whatever the thread count, and keeps no mask (backward uses
+out > 0); other devices take torch ops. Imports torch, numpy and numba only.
 """
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ _CHUNK = 4096
 
 
 def keep_threshold(p: float) -> int:
-    """The 32-bit threshold t of drop rate `p`: an element is kept when its uniform 32-bit draw is < t, so the
-    keep probability is t / 2**32 (exactly 1-p for p = k / 2**32, within 2**-33 of it otherwise).
+    """The 32-bit threshold t of drop rate `p`: keep probability t / 2**32, within 2**-33 of 1-p.
 
     Raises:
         ValueError: p outside [0, 1).
@@ -49,8 +47,7 @@ def _mix(k, seed):
 # made the default epoch's compute slower (docs/training.md, "The quick start's first run").
 @njit(cache=True, parallel=True, nogil=True)
 def _forward_kernel(src, dst, seed, threshold, scale):
-    """dst[i] = src[i] * scale if src[i] > 0 and draw i's low 32 bits are < threshold, else 0 (1-D arrays;
-    dst may be src). Chunks of _CHUNK elements per task, so the inner loop vectorises."""
+    """dst[i] = src[i] * scale where src[i] > 0 and draw i is kept, else 0; chunks so the inner loop vectorises."""
     n = src.shape[0]
     seed = np.uint64(seed)
     threshold = np.uint64(threshold)
@@ -63,8 +60,6 @@ def _forward_kernel(src, dst, seed, threshold, scale):
 
 @njit(cache=True, parallel=True, nogil=True)
 def _backward_kernel(out, grad, grad_in, scale):
-    """grad_in[i] = grad[i] * scale where out[i] > 0, else 0 (out > 0 exactly where the ReLU passed and the
-    element was kept)."""
     zero = grad.dtype.type(0)
     for i in prange(out.shape[0]):
         grad_in[i] = grad[i] * scale if out[i] > zero else zero
@@ -93,8 +88,7 @@ def activate_into(x: torch.Tensor, out: torch.Tensor, p: float, training: bool) 
 
 
 def activation_grad(out: torch.Tensor, grad: torch.Tensor, scale: float, inplace: bool = False) -> torch.Tensor:
-    """The gradient of `activate_into`'s input from its output `out` (out > 0 exactly where the ReLU passed and
-    the element was kept); written into `grad` when `inplace` (a gradient no other node reads)."""
+    """The gradient of `activate_into`'s input from its output; into `grad` when `inplace` (no other reader)."""
     if _numba_ok(out) and grad.dtype == out.dtype and (grad.is_contiguous() or not inplace):
         grad = grad.contiguous()
         grad_in = grad if inplace else torch.empty_like(grad)
@@ -127,15 +121,11 @@ class _ReluDropout(torch.autograd.Function):
 
 
 def relu_dropout(x: torch.Tensor, p: float, training: bool, inplace: bool = False) -> torch.Tensor:
-    """`F.dropout(F.relu(x), p, training)`: in training each element is kept with probability 1-p and scaled by
-    1/(1-p), in evaluation (or p = 0) the ReLU alone.
+    """`F.dropout(F.relu(x), p, training)`.
 
     Args:
-        x: activations before the ReLU.
         p: drop rate in [0, 1).
-        training: apply the mask (else identity after the ReLU).
-        inplace: write into `x` (only when no autograd node saved `x`, e.g. a fresh layer output whose
-            producer saves its inputs).
+        inplace: write into `x` (only when no autograd node saved `x`).
     Returns:
         The activations, `x` itself when `inplace`.
     """

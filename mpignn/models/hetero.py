@@ -1,8 +1,5 @@
-"""Heterogeneous GraphSAGE and R-GCN over `HeteroData` batches, trimmed per hop like `SampledGNN`.
-
-One bipartite conv per edge type, summed per target type: `sage` is PyG's `HeteroConv({edge type: SAGEConv},
-aggr="sum")`; `rgcn` is R-GCN with mean normalisation (a weight per relation, one root weight and bias per node
-type). The outermost hop is never a target.
+"""Heterogeneous GraphSAGE (PyG's `HeteroConv` of SAGEConvs, summed) and R-GCN (mean normalisation) over
+`HeteroData` batches, trimmed per hop like `SampledGNN`.
 """
 from __future__ import annotations
 
@@ -21,11 +18,7 @@ def _key(edge_type: tuple[str, str, str]) -> str:
 
 
 class HeteroGNN(torch.nn.Module):
-    """`kind` "sage" or "rgcn" on a graph with `schema` (`data.hetero.HeteroSchema`).
-
-    Args:
-        in_channels: input width of each node type (features, learnable rows, or 1 for a constant input).
-    """
+    """`kind` "sage" or "rgcn" on a graph with `schema`; `in_channels`: input width of each node type."""
 
     def __init__(self, kind: str, schema: Any, in_channels: Mapping[str, int], hidden: int, out_channels: int,
                  num_layers: int, dropout: float = 0.0) -> None:
@@ -38,9 +31,7 @@ class HeteroGNN(torch.nn.Module):
         self.node_types = tuple(schema.node_types)  # the schema's order: type indices of the id blocks
         self.edge_types = [tuple(e) for e in schema.edge_types]
         self.target = schema.target
-        # Node types each layer must output: the target at the last; before it, those and the sources of
-        # their edge types. Only those convs exist (DDP wants every parameter used), and no layer computes a
-        # type nothing reads.
+        # Only the convs of types a later layer reads exist: DDP wants every parameter used.
         need = [{self.target}]
         for _ in range(num_layers - 1):
             need.insert(0, need[0] | {s for s, _, d in self.edge_types if d in need[0]})

@@ -1,8 +1,5 @@
-"""Link prediction head: a node encoder (any mpignn model) and a decoder that scores node pairs.
-
-The encoder embeds the batch's seed nodes (the distinct endpoints of the batch's pairs, first in the batch);
-the decoder scores each pair of `edge_label_index`: a dot product (default) or an MLP over the element-wise
-product of the two embeddings. Scores are logits for binary cross-entropy.
+"""Link prediction head: a node encoder (any mpignn model) and a decoder (dot product, or an MLP over the
+element-wise product) that scores node pairs as logits for binary cross-entropy.
 """
 from __future__ import annotations
 
@@ -31,8 +28,7 @@ class LinkModel(torch.nn.Module):
                 num_sampled_edges: Sequence[int], edge_label_index: torch.Tensor,
                 in_degree: torch.Tensor | None = None, mean_over: torch.Tensor | None = None,
                 edge_weight: torch.Tensor | None = None) -> torch.Tensor:
-        """`mean_over`, `edge_weight`: a layer-neighbour batch's denominators and LABOR-i's edge weights
-        (`SampleOutput`), which keep the encoder's mean unbiased as in node classification."""
+        """`mean_over`, `edge_weight`: a layer-neighbour batch's, keeping the encoder's mean unbiased."""
         z = encode(self.encoder, x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree,
                    mean_over=mean_over, edge_weight=edge_weight)
         return self.decode(z[edge_label_index[0]], z[edge_label_index[1]])

@@ -1,9 +1,6 @@
-"""The normalisation and residual connections of `SampledGNN` (`--norm`, `--residual`).
-
-`layer` is torch's LayerNorm over each node's features (no statistics over rows). `batch` is `RankBatchNorm`:
-BatchNorm1d whose training statistics are the sums over the ranks of the training process group, all-reduced
-differentiably, so N ranks computing their own rows of a layer normalise as one process computing all of them;
-in evaluation it uses its running statistics, so exact layer-wise inference reproduces it. Imports torch only.
+"""The normalisation and residual connections of `SampledGNN` (`--norm`, `--residual`). `batch` all-reduces
+its statistics, so N ranks normalise as one process, and evaluates on running statistics, so exact layer-wise
+inference reproduces it. Imports torch only.
 """
 from __future__ import annotations
 
@@ -22,9 +19,8 @@ def _group_size(group: Any) -> int:
 
 
 def all_reduce_sum(x: torch.Tensor, group: Any = None) -> torch.Tensor:
-    """Collective over `group` (torch.distributed's default group when None) when it has several ranks: every
-    rank must call it, in the same order. The sum of `x` over the ranks, differentiable; `x` itself where
-    torch.distributed is not initialised or the group has one rank."""
+    """Collective over `group` (default: torch.distributed's) with several ranks: every rank must call it, in
+    the same order. The differentiable sum of `x` over the ranks; `x` itself on one rank."""
     if _group_size(group) == 1:
         return x
     from torch.distributed.nn.functional import all_reduce  # its gradient is the sum of every rank's gradient
@@ -33,14 +29,9 @@ def all_reduce_sum(x: torch.Tensor, group: Any = None) -> torch.Tensor:
 
 
 class RankBatchNorm(torch.nn.Module):
-    """BatchNorm1d over the rows of all ranks: in training, each feature's mean and (biased) variance over the
-    rows every rank of `group` passes in this call, from their sums and sums of squares (float64) and counts
-    all-reduced with a differentiable sum; running statistics as torch's (momentum 0.1, unbiased variance).
-    In evaluation, the running statistics alone: no collective, each row on its own.
-
-    Training calls are collective over `group` when it has several ranks (every rank calls it, rows or none,
-    as DDP's forward is); `group` None is torch.distributed's default group (the training one). Without an
-    initialised torch.distributed, the rows of this process.
+    """BatchNorm1d over the rows of all ranks, from float64 sums all-reduced differentiably; running
+    statistics as torch's. Training calls are collective over `group` (every rank, rows or none, as DDP's
+    forward); evaluation uses the running statistics alone, no collective.
     """
 
     def __init__(self, width: int, eps: float = 1e-5, momentum: float = 0.1, group: Any = None) -> None:
@@ -65,8 +56,7 @@ class RankBatchNorm(torch.nn.Module):
         return ((xf - mean) * scale + self.bias).to(x.dtype)
 
     def _batch_stats(self, xf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(mean, biased variance) over every rank's rows, float32; updates the running statistics (no host
-        read: a step without rows on any rank leaves them as they were)."""
+        """(mean, biased variance) over every rank's rows; updates the running statistics without a host read."""
         local = torch.cat([xf.sum(0, dtype=torch.float64), (xf * xf).sum(0, dtype=torch.float64),
                            torch.full((1,), float(len(xf)), dtype=torch.float64, device=xf.device)])
         total = all_reduce_sum(local, self.group)
@@ -85,8 +75,7 @@ class RankBatchNorm(torch.nn.Module):
 
 
 def make_norm(kind: str, width: int) -> torch.nn.Module | None:
-    """The norm `--norm kind` puts after a hidden layer of `width` features: None for "none", LayerNorm for
-    "layer" (per node), RankBatchNorm for "batch"."""
+    """The norm `--norm kind` puts after a hidden layer (None, LayerNorm or RankBatchNorm)."""
     if kind == "none":
         return None
     if kind == "layer":
@@ -97,6 +86,5 @@ def make_norm(kind: str, width: int) -> torch.nn.Module | None:
 
 
 def make_residual(c_in: int, c_out: int) -> torch.nn.Module:
-    """The residual branch of a layer from `c_in` to `c_out` features: the input itself where the widths agree,
-    else a linear projection without bias (the conv has one)."""
+    """A layer's residual branch: identity where widths agree, else a bias-free projection (the conv has one)."""
     return torch.nn.Identity() if c_in == c_out else torch.nn.Linear(c_in, c_out, bias=False)

@@ -1,9 +1,6 @@
-"""A GNN for sampled mini-batches that computes, at each layer, only the rows the next layer reads.
-
-Layer l maps the nodes of hops 0..L-l onto those of hops 0..L-l-1 as a bipartite conv, so unlike PyG's
-`trim_to_layer` no conv makes rows of the outermost hop (fanout 15,10,5: about 3x fewer FLOPs, the same function).
-SAGE's mean is one sparse-dense matmul over a CSR adjacency (CPU: 2.4x faster per layer; XPU: `models.aggregate`),
-its root term and ReLU (and dropout: `models.dropout`) run in place; PyG's outputs (tests/test_models.py).
+"""A GNN for sampled mini-batches that computes, at each layer, only the rows the next layer reads: unlike
+PyG's `trim_to_layer`, no conv makes rows of the outermost hop. SAGE's mean is one CSR product
+(`models.aggregate`); PyG's outputs (tests/test_models.py). Gains: docs/launchers-and-devices.md, "Models".
 """
 from __future__ import annotations
 
@@ -21,10 +18,9 @@ __all__ = ["SampledGNN", "encode"]
 
 
 class SampledGNN(torch.nn.Module):
-    """GraphSAGE (`kind="sage"`), GAT (`kind="gat"`, 4 heads) or GCN (`kind="gcn"`: PyG's GCNConv weights and
-    normalisation on the sampled edges, as PyG's GCN with per-hop trimming computes it) over (x, edge_index,
-    per-hop counts). With `linear_head` every conv is hidden-wide (its norm, ReLU and dropout after it) and
-    one linear layer maps the seeds' rows to `out_channels`: the classic baselines' shape (Luo et al. 2024)."""
+    """GraphSAGE, GAT (4 heads) or GCN (as PyG's GCN with per-hop trimming) over (x, edge_index, per-hop counts).
+    `linear_head`: hidden-wide convs and one linear layer to `out_channels`, the classic baselines' shape
+    (Luo et al. 2024)."""
 
     def __init__(self, kind: str, in_channels: int, hidden: int, out_channels: int, num_layers: int,
                  dropout: float = 0.0, heads: int = 4, *, norm: str = "none", residual: bool = False,
@@ -64,10 +60,8 @@ class SampledGNN(torch.nn.Module):
             column_major(self.convs[0].lin_r)
 
     def activation_bytes(self, rows: int, edges: int, input_itemsize: int = 4) -> int:
-        """A training step's activations and their gradients on `rows` rows and `edges` edges in every layer (an
-        upper bound for a batch whose layers hold at most that many): each layer's input table, aggregation
-        and output with their gradients, and GAT's and GCN's per-edge messages. For refusing a full-graph step
-        that cannot fit, before it runs."""
+        """An upper bound on a step's activations and gradients with `rows` rows and `edges` edges per layer,
+        to refuse a full-graph step that cannot fit before it runs."""
         total = 0
         for layer, (c_in, c_out) in enumerate(self.widths):
             itemsize = input_itemsize if layer == 0 else 4
@@ -82,20 +76,14 @@ class SampledGNN(torch.nn.Module):
                 edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         """Logits of the seed nodes (the first num_sampled_nodes[0] rows).
 
-        `in_degree`: each hop's targets' edge counts, batch-local order (`SampleOutput.in_degree`, the
-        loader's `batch.in_degree`); it also vouches that edges are grouped by target, so no host read of
-        the edges is needed. Without it (e.g. PyG's NeighborLoader) the edges are checked and sorted here.
-        `halo`: a cooperative batch (`exchange.halo.Halo`): `x` holds this rank's own rows only (or has
-        `halo.table_rows(0)` rows, the own rows first), and before each layer the halo appends the rows other
-        ranks computed and gives the layer's edge sources.
-        `whole`: whole neighbourhoods (`--minibatch full`, `loader.whole.WholeNeighbourhoods`): GCN normalises
-        by each row's whole-graph degree (as PyG's full-batch GCNConv) instead of the batch's edges, and SAGE's
-        first layer multiplies sparse input rows as a sparse matrix.
-        `mean_over`: a layer-neighbour batch's expected in-edge counts (`SampleOutput.mean_over`): SAGE's mean
-        and GCN's degrees count them; GAT's attention, normalised over the kept in-edges, needs no weights
-        (a target keeps each neighbour with the same probability).
-        `edge_weight`: LABOR-i's per-edge importance weights (`SampleOutput.edge_weight`), which SAGE's mean and
-        GCN's sum multiply each edge's message by (GAT is refused them: `config.refusals`).
+        Args:
+            in_degree: the sampler's per-target edge counts; it vouches edges are grouped by target, so no host
+                read is needed (without it, e.g. PyG's NeighborLoader, edges are checked and sorted here).
+            halo: a cooperative batch's `exchange.halo.Halo`: `x` holds own rows; the halo adds the others'.
+            whole: `--minibatch full`'s `WholeNeighbourhoods`: GCN takes whole-graph degrees, SAGE sparse input.
+            mean_over: a layer-neighbour batch's expected in-edge counts (GAT's attention needs none: each
+                neighbour is kept with the same probability).
+            edge_weight: LABOR-i's importance weights (GAT refuses them).
         """
         if edge_weight is not None and self.kind == "gat":
             raise ValueError("GAT's attention takes no edge weights (LABOR-i batches): use sage or gcn")
@@ -152,8 +140,7 @@ class SampledGNN(torch.nn.Module):
         return x if self.head is None else self.head(x)
 
     def _sparse_rows(self, x: torch.Tensor, layer: int, whole: Any, halo: Any, n_src: int, n_dst: int) -> Any:
-        """SAGE's first layer of a full-graph batch: its input rows as sparse matrices where they are sparse
-        (the rows it multiplies: its own with a halo, else its sources; and the targets' rows), else None."""
+        """SAGE's first full-graph layer: (sources', targets') sparse input rows where sparse, else None."""
         if self.kind != "sage" or whole is None or layer != 0 or x.requires_grad:
             return None
         sources = whole.sparse_rows(x, halo.plans[0].n_own if halo is not None else n_src)
@@ -163,25 +150,23 @@ class SampledGNN(torch.nn.Module):
 def _adjacency(whole: Any, layer: int, src: torch.Tensor, dst: torch.Tensor, n_dst: int, n_src: int,
                in_degree: torch.Tensor | None, mean_over: torch.Tensor | None,
                edge_weight: torch.Tensor | None = None) -> MeanAdjacency:
-    """The layer's mean; a full-graph batch keeps its own (`whole.kept`: its edges never change), so its
-    pointers and transpose are built once, not every epoch."""
+    """The layer's mean; a full-graph batch keeps its own (its edges never change), built once, not every epoch."""
     def make() -> MeanAdjacency:
         return MeanAdjacency(src, dst, n_dst, n_src, in_degree, mean_over, edge_weight)
     return make() if whole is None else whole.kept(("mean", layer), make)
 
 
 def _sage(conv: torch.nn.Module, x: torch.Tensor, adj: MeanAdjacency, n_dst: int) -> torch.Tensor:
-    """SAGEConv (mean, root weight, no projection or normalisation) on sources `x` and targets `x[:n_dst]`
-    (no activation; the result is saved by no autograd node, so the activation may overwrite it)."""
+    """SAGEConv on sources `x` and targets `x[:n_dst]`; no node saves the result, so the activation may
+    overwrite it."""
     return _SageMean.apply(x, conv.lin_l.weight, conv.lin_l.bias, conv.lin_r.weight, adj, n_dst)
 
 
 class _SageMean(torch.autograd.Function):
     """mean(x) @ W_l^T + b_l + x[:n_dst] @ W_r^T as one autograd node (`adj` is a MeanAdjacency).
 
-    x feeds two products, so autograd's own graph would make three [sources x features] gradients (the
-    aggregation's, the root slice's zero-padded copy, their sum); this backward writes one. Under autocast
-    the products run in the autocast dtype and each gradient is returned in its input's dtype.
+    x feeds two products, so autograd's own graph would make three [sources x features] gradients; this
+    backward writes one.
     """
 
     @staticmethod
@@ -223,8 +208,7 @@ def _weight_grad(grad: torch.Tensor, inputs: torch.Tensor, weight: torch.Tensor)
 
 
 def _residual(branch: torch.nn.Module, root: torch.Tensor, n_dst: int, sparse: Any) -> torch.Tensor:
-    """A layer's residual branch on its targets' input rows `root[:n_dst]`; a projection of sparse input rows
-    (`sparse`: the targets' rows and their transpose, `loader.whole`) as a sparse product."""
+    """A layer's residual branch on its targets' input rows; of sparse input rows as a sparse product."""
     if sparse is None or not isinstance(branch, torch.nn.Linear):
         return branch(root[:n_dst])
     return sparse_projection(branch.weight, sparse)
@@ -233,15 +217,10 @@ def _residual(branch: torch.nn.Module, root: torch.Tensor, n_dst: int, sparse: A
 def _gcn_scaled(x: torch.Tensor, num_sampled_nodes: Sequence[int], keep: int, src: torch.Tensor,
                 dst: torch.Tensor, degree: torch.Tensor | None = None, mean_over: torch.Tensor | None = None,
                 edge_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(the layer's source rows times deg^-1/2, deg^-1/2 of each source, each edge's weight: 0 for a sampled
-    self-loop) with the degrees PyG's gcn_norm gives the trimmed layer: one self-loop per node (sampled ones
-    merged into it) plus its other in-edges where the layer computes it, so 1 for the outermost hop's nodes.
-    Own sources keep their row index in every layer, so `src == dst` finds the loops before any exchange.
-    With `degree` (whole neighbourhoods) every source has its whole-graph degree plus its loop. With
-    `mean_over` (layer-neighbour batches) a target counts the in-edges it keeps in expectation, min(d, k),
-    where neighbour sampling's count is: each neighbour is kept with the same probability under both, so the
-    layer's expected output is neighbour sampling's (`tests/test_labor.py`). `edge_weight` (LABOR-i) scales
-    each edge's message by its importance weight (raw weights keep that expectation: tests/test_labor_importance.py)."""
+    """(source rows times deg^-1/2, deg^-1/2 per source, each edge's weight, 0 for a sampled self-loop), with
+    the degrees PyG's gcn_norm gives the trimmed layer (1 for the outermost hop). Own sources keep their row
+    index in every layer, so `src == dst` finds the loops before any exchange. `mean_over` counts min(d, k)
+    in-edges, so the layer's expected output is neighbour sampling's (`tests/test_labor.py`)."""
     n_src, n_dst = int(sum(num_sampled_nodes[:keep + 1])), int(sum(num_sampled_nodes[:keep]))
     weight = (src != dst).to(torch.float32)
     if degree is not None:
@@ -262,8 +241,6 @@ def _gcn_scaled(x: torch.Tensor, num_sampled_nodes: Sequence[int], keep: int, sr
 
 def _gcn_sum(conv: torch.nn.Module, x: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, n_dst: int,
              inv_sqrt: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """GCNConv on scaled sources `x` (targets first): lin, the sum over the in-edges and the self-loop, times
-    the target's deg^-1/2, bias."""
     h = conv.lin(x)
     out = h[:n_dst].index_add(0, dst, h[src] * weight.to(h.dtype).unsqueeze(1))
     out = out * inv_sqrt[:n_dst].to(out.dtype).unsqueeze(1)
@@ -271,8 +248,7 @@ def _gcn_sum(conv: torch.nn.Module, x: torch.Tensor, src: torch.Tensor, dst: tor
 
 
 def _sorted_by_target(edge_index: torch.Tensor) -> torch.Tensor:
-    """mpignn's loader emits edges grouped by target in ascending order; other sources get sorted here
-    (stable, so each hop's edges stay in front of the next hop's)."""
+    """Edges grouped by target, stably, so each hop's edges stay in front of the next's (mpignn's loader's are)."""
     col = edge_index[1]
     if col.numel() < 2 or bool((col[1:] >= col[:-1]).all()):
         return edge_index
@@ -283,11 +259,7 @@ def encode(model: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, nu
            num_sampled_edges, in_degree: torch.Tensor | None = None, halo: Any = None,
            whole: Any = None, mean_over: torch.Tensor | None = None,
            edge_weight: torch.Tensor | None = None) -> torch.Tensor:
-    """Output rows of the batch's seed nodes (the first num_sampled_nodes[0]), computing only what each
-    layer needs (`in_degree`: the sampler's per-target edge counts, used by SampledGNN; `halo`: a
-    cooperative batch's exchange, SampledGNN only; `whole`: a full-graph batch's `loader.whole.WholeNeighbourhoods`;
-    `mean_over`, `edge_weight`: a layer-neighbour batch's expected in-edge counts and LABOR-i's edge weights,
-    SampledGNN only)."""
+    """Output rows of the batch's seed nodes; the extras are `SampledGNN.forward`'s (other models take none)."""
     if isinstance(getattr(model, "module", model), SampledGNN):
         return model(x, edge_index, num_sampled_nodes, num_sampled_edges, in_degree, halo=halo, whole=whole,
                      mean_over=mean_over, edge_weight=edge_weight)

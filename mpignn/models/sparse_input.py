@@ -1,8 +1,5 @@
-"""SAGE's first layer on sparse input rows (a full-graph batch's bag-of-words features: `loader.whole`).
-
-The mean is linear, so the layer projects first (an `embedding_bag` with each column-major weight) and averages
-hidden-wide rows; on N ranks each owner multiplies its own rows and the halo rows' products cross
-(`exchange.halo`). Float32 (the rows' values are). Why: docs/training.md, "Full-graph training".
+"""SAGE's first layer on sparse input rows (a full-graph batch's bag-of-words features): project first, then
+average hidden-wide rows; each owner multiplies its own rows. Why: docs/training.md, "Full-graph training".
 """
 from __future__ import annotations
 
@@ -20,17 +17,15 @@ GATHER_BLOCK_BYTES = 4 << 20
 
 
 def column_major(linear: torch.nn.Module) -> None:
-    """Store `linear`'s weight [out x in] column-major: a sparse product reads the rows of its transpose, and a
-    gradient made column-major then lands in the parameter (and DDP's bucket) without a transposing copy
-    (docs/training.md, "Column-major weights"); `_SageMean` makes its weight gradients in the weight's layout."""
+    """Store `linear`'s weight column-major, so sparse products and gradients need no transposing copy
+    (docs/training.md, "Column-major weights")."""
     linear.weight.data = linear.weight.data.t().contiguous().t()
 
 
 def sage_sparse_input(conv: torch.nn.Module, sources: tuple, targets: tuple, halo: Any,
                       adj: MeanAdjacency) -> torch.Tensor:
-    """SAGEConv on sparse input rows: `sources` the rows the layer multiplies (this rank's own, with a `halo`;
-    else all its sources), `targets` its targets' rows, each as (rows, transposed rows) of
-    `WholeNeighbourhoods.sparse_rows`; `adj` the layer's mean over the sources (the halo's table, if any)."""
+    """SAGEConv on sparse input rows (`WholeNeighbourhoods.sparse_rows` of its sources, own only with a `halo`,
+    and targets); `adj` the layer's mean over the sources."""
     projected = sparse_projection(conv.lin_l.weight, sources)
     if halo is not None:  # the halo rows' products from their owners
         projected = halo(0, projected)[0]
@@ -69,14 +64,12 @@ class _Mean(torch.autograd.Function):
 
 
 def _sparse_product(rows: tuple[torch.Tensor, ...], dense: torch.Tensor) -> torch.Tensor:
-    """Sparse rows (column ids, row starts, values) times `dense` (one row per column id)."""
     cols, starts, values = rows
     return torch.nn.functional.embedding_bag(cols, dense, starts, mode="sum", per_sample_weights=values)
 
 
 def _sparse_product_blocked(rows: tuple[torch.Tensor, ...], dense: torch.Tensor) -> torch.Tensor:
-    """`_sparse_product` a block of `dense`'s columns at a time (each element sums the same terms in the same
-    order, so the result is the same; docs/training.md times it)."""
+    """`_sparse_product` a block of columns at a time, the same result (docs/training.md, "Blocked gathers")."""
     width = dense.shape[1]
     block = 1 << max(4, (GATHER_BLOCK_BYTES // max(1, dense.shape[0] * dense.element_size())).bit_length() - 1)
     if block >= width:

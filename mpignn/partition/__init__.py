@@ -1,8 +1,5 @@
 """Graph partitioning: assign nodes to parts (METIS, KaMinPar or random), write the part folder, load one part.
 
-Public API: `partition_graph`, `load_partition`, `read_meta`, `PartitionMeta`, `LocalPart`. numpy, numba,
-pymetis and kaminpar only (no torch).
-
 Layer 5 (partition): imports data and the layers below; never sampling, exchange or anything above, never torch.
 """
 from __future__ import annotations
@@ -24,11 +21,11 @@ def partition_graph(graph: GraphData, num_parts: int, out: str | os.PathLike, *,
                     links: dict | None = None, source: str | None = None) -> dict:
     """Cut `graph` into `num_parts` parts and write them to `out`; returns the report (see format_report).
 
-    `method` auto is kaminpar where it is installed, else metis; META.json records the one that ran.
-    `threads` (kaminpar only; 0: all cores) above 1 is faster but gives other parts on every run.
-    `links` ({"val", "test", "num_tails", "seed"}) first holds those shares of the undirected edges out for link
-    prediction (`data.links.split_links`): they are cut from the parts and stored in `out/links/`. `source`:
-    what META.json records the graph's files as (`data.dataset_source`), checked when a run trains on `out`.
+    Args:
+        method: auto is kaminpar where installed, else metis; META.json records the one that ran.
+        threads: kaminpar only (0: all cores); above 1 is faster but gives other parts on every run.
+        links: {"val", "test", "num_tails", "seed"}: hold those edge shares out for link prediction first.
+        source: the graph's files as META.json records them (`data.dataset_source`), checked when training.
     Raises:
         DatasetError: `links` leaves no edge to hold out or to train on.
     """
@@ -44,7 +41,7 @@ def partition_graph(graph: GraphData, num_parts: int, out: str | os.PathLike, *,
     final = Path(out).absolute()
     final.parent.mkdir(parents=True, exist_ok=True)
     remove_leftovers(final)  # what killed runs of this host left beside `out` (a partitioner killed for memory)
-    # KaMinPar's input file: beside the output (not in a tmpfs), named for `remove_leftovers`
+    # KaMinPar's input file: beside the output, not in a tmpfs
     workdir = temp_name(final, "parhip")
     start = time.perf_counter()
     try:

@@ -41,16 +41,14 @@ def random_parts(num_nodes: int, num_parts: int, seed: int) -> np.ndarray:
 
 
 def _undirected(graph: GraphData) -> tuple[np.ndarray, np.ndarray]:
-    """METIS and KaMinPar need an undirected graph without self loops: the graph itself when it already is
-    one (no copy), else a symmetrised CSR."""
+    """METIS and KaMinPar need an undirected graph without self loops (no copy when it already is one)."""
     rowptr, col = symmetrized(np.asarray(graph.rowptr), graph.col)
     release_pages(graph.col)  # symmetrising read a mapped col through the map: let those pages go
     return rowptr, col
 
 
 def metis_parts(graph: GraphData, num_parts: int, seed: int) -> np.ndarray:
-    """METIS k-way with two vertex-weight constraints (every node, training nodes), so each part gets a fair
-    share of both the graph and the training work; deterministic for a seed."""
+    """METIS k-way balancing nodes and training nodes, so each part gets a fair share of graph and work."""
     try:
         import pymetis
     except ImportError:
@@ -80,13 +78,10 @@ KAMINPAR_IMBALANCE = 0.01
 
 def kaminpar_parts(graph: GraphData, num_parts: int, seed: int, workdir: str | os.PathLike | None = None,
                    threads: int = 1) -> np.ndarray:
-    """KaMinPar's fast configuration on node counts (imbalance KAMINPAR_IMBALANCE). Its Python binding reads
-    graphs from files only, so the undirected CSR goes through a ParHIP binary file in `workdir`. Training
-    nodes are not a constraint: they follow the node balance when they are spread evenly.
+    """KaMinPar's fast configuration on node counts (it cuts about as well as the default in less time and
+    memory, docs/benchmarks.md). Its binding reads files only, so the CSR goes through a ParHIP file in `workdir`.
 
-    The same seed gives the same parts with `threads=1` only: with more threads the parts differ from run to
-    run, so anything that partitions on several hosts independently must use one. The fast configuration
-    cuts about as well as the default in less time and memory (docs/benchmarks.md).
+    Only `threads=1` gives the same parts for a seed, so hosts partitioning independently must use it.
     """
     try:
         import kaminpar
@@ -136,9 +131,7 @@ def assign_parts(graph: GraphData, num_parts: int, method: str, seed: int,
 def split_and_assign(graph: GraphData, num_parts: int, method: str, seed: int, links: dict | None = None,
                      workdir: str | os.PathLike | None = None,
                      threads: int = 1) -> tuple[GraphData, np.ndarray, LinkSplit | None]:
-    """What a partition is cut from, in a folder or in memory: (the graph without the edges `links` holds out
-    for link prediction, `data.links.split_links` with {"val", "test", "num_tails", "seed"}; the part of each
-    of its nodes, `assign_parts`; the held-out edges, None without `links`).
+    """(the graph without the edges `links` holds out, each node's part, the held-out edges or None).
 
     Raises:
         ConfigError: as `assign_parts`.

@@ -67,9 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_for_partitioning(name: str, root: str, splits: str = "") -> "GraphData":
-    """The graph, features memory-mapped: a synthetic graph is generated once into an npy folder under
-    `root/mpignn-cache/` (features written in chunks), then mapped like any `npy:` folder. With `splits` (a
-    `--splits` file) its train/valid/test ids replace the graph's own."""
+    """The graph, features memory-mapped (a synthetic one generated once into an npy folder under `root`)."""
     from mpignn.data import dataset_key, load_dataset
     from mpignn.data.npy import load_npy_folder
     from mpignn.data.split_file import apply_splits

@@ -1,10 +1,6 @@
-"""Partition folders delivered over MPI to hosts that do not see them (nodes without a shared filesystem).
-
-Each host's leader reports its folder's META.json and complete parts; rank 0 picks the partition whose parts
-the job's hosts hold between them (its own host's first), and leaders lacking parts receive them, with META.json,
-`links/` and `node_map.npy`, file by file, sha256-checked (`mpignn.mpi.transfer`): into place beside the same
-META.json, else into a temporary folder that replaces theirs once whole. Only an mpignn partition folder is ever
-replaced (else refused unless `force`); a part no host holds is refused on every rank, never prepared again.
+"""Partition folders delivered over MPI to hosts that do not see them (nodes without a shared filesystem;
+docs/node-local.md). A folder is replaced only once whole, and only if it is an mpignn partition (else refused
+unless `force`); a part no host holds is refused on every rank, never prepared again.
 """
 from __future__ import annotations
 
@@ -29,8 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def _view(folder: Path, usable: Callable[[Path], bool] | None) -> dict[str, Any]:
-    """What this host's `folder` holds: META.json's text (None: none, or not `usable`), the parts complete
-    in it, and the other files a delivery carries ({relative path: bytes})."""
+    """What this host's `folder` holds: META.json's text (None: none, or not `usable`), complete parts, extras."""
     view: dict[str, Any] = {"host": socket.gethostname(), "meta": None, "complete": [], "files": {},
                             "foreign": _foreign(folder)}
     try:
@@ -57,8 +52,7 @@ def _part_complete(folder: Path, meta: dict, k: int) -> bool:
 
 
 def _survey(comm: Any, folder: Path, part_id: int, usable: Callable[[Path], bool] | None) -> list[Any]:
-    """Collective over `comm`: on rank 0, each rank's (parts its host's ranks load, its folder's view), given
-    by each host's leader (None from the other ranks)."""
+    """Collective over `comm`: on rank 0, each host leader's (parts its host's ranks load, its folder's view)."""
     from mpi4py import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
@@ -71,8 +65,7 @@ def _survey(comm: Any, folder: Path, part_id: int, usable: Callable[[Path], bool
 
 
 def _reference(views: list[Any]) -> str | None:
-    """The META.json the job uses: rank 0's host's, else the first other host's (by rank) whose parts the
-    hosts hold between them; None when no partition the hosts hold covers what the job loads."""
+    """The first META.json (rank 0's host's first) whose parts the hosts hold between them, else None."""
     wanted = {k for v in views if v is not None for k in v[0]}
     for entry in views:
         if entry is None or entry[1]["meta"] is None:
@@ -87,8 +80,8 @@ def _reference(views: list[Any]) -> str | None:
 
 def held_by_hosts(comm: Any, folder: str | os.PathLike, part_id: int,
                   usable: Callable[[Path], bool] | None = None) -> bool:
-    """Collective over `comm`: whether the job's hosts hold, between them, every part the job's ranks load of
-    one partition at `folder` (`usable`: which folders count, e.g. those with the task's held-out edges)."""
+    """Collective over `comm`: whether the hosts hold, between them, every part the ranks load from `folder`
+    (`usable`: which folders count, e.g. those with the task's held-out edges)."""
     views = _survey(comm, Path(folder), part_id, usable)
     return bool(comm.bcast(_reference(views) is not None if comm.rank == 0 else None, root=0))
 
@@ -152,16 +145,13 @@ def _plan(views: list[Any], folder: Path, force: bool) -> tuple[str | None, list
 
 def deliver_partition(comm: Any, folder: str | os.PathLike, part_id: int, *, force: bool = False,
                       usable: Callable[[Path], bool] | None = None) -> dict[int, int]:
-    """Collective over `comm`: make `folder` (the same path on every rank) hold `part_id` on every host (see
-    the module docstring); `usable` says which hosts' folders count (default: any mpignn partition folder).
+    """Collective over `comm`: make `folder` (the same path on every rank) hold `part_id` on every host.
 
     Returns:
-        On rank 0, {leader rank: bytes received} for the hosts that received files; {} elsewhere and when no
-        host needed any.
+        On rank 0, {leader rank: bytes received} for the hosts that received files; {} elsewhere.
     Raises:
-        PartitionFormatError: on every rank, when a host could not write or received a corrupt file, no host
-            holds a part the job loads, or `folder` on a receiving host is not an mpignn partition folder and
-            `force` is not set.
+        PartitionFormatError: on every rank: a write failed, a file arrived corrupt, no host holds a part, or a
+            receiving folder is not an mpignn partition and `force` is not set.
     """
     folder = Path(folder)
     views = _survey(comm, folder, part_id, usable)
@@ -205,8 +195,7 @@ def deliver_partition(comm: Any, folder: str | os.PathLike, part_id: int, *, for
 
 
 def _with_digests(comm: Any, moves: list[Move], folder: Path) -> list[Move]:
-    """`moves` with the sha256 of the files META.json does not record (node_map, links, META.json itself),
-    computed by their senders and shared with every rank."""
+    """`moves` with the sha256 of the files META.json does not record, computed by their senders."""
     mine = {(m.src, m.rel): sha256_file(folder / m.rel) for m in moves
             if not m.sha256 and m.src == comm.rank and (folder / m.rel).is_file()}
     known: dict[tuple[int, str], str] = {}
@@ -216,8 +205,7 @@ def _with_digests(comm: Any, moves: list[Move], folder: Path) -> list[Move]:
 
 
 def _foreign(folder: Path) -> str:
-    """Why `folder` must not be replaced by a delivery ('' when it is absent, empty, or an mpignn partition
-    folder: a META.json with a format, parts and part offsets)."""
+    """Why `folder` must not be replaced by a delivery ('' when absent, empty, or an mpignn partition folder)."""
     what = ""
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         what = "a file or link, not a folder"

@@ -1,16 +1,12 @@
 """The partition folder: its layout, META.json, and how a part is read back (`write.py` writes it). numpy
 only, never pickle.
 
-Nodes are renumbered so that part p owns the contiguous global ids [offsets[p], offsets[p+1]); the owner of
-any id is then one binary search over `part_offsets` (works for ids on any device), and a local row is
-`gid - offsets[p]`. All ids inside the folder are these new ids; `node_map.npy` maps original ids to them.
+Part p owns the contiguous new ids [offsets[p], offsets[p+1]), so any id's owner is one binary search over
+`part_offsets` (on any device). All ids inside the folder are these new ids.
 
     OUT/
       META.json            format, dataset, method, seed, counts, part_offsets, edge cut, per-part sizes,
-                           and the byte size + sha256 of every part file; written last; then `source`
-                           (data.dataset_source: the dataset's content, not its path, and a --splits
-                           file's), which training checks (`check_splits`, `check_source`); older folders
-                           lack it
+                           each part file's bytes + sha256, `source` (`data.dataset_source`); written last
       node_map.npy         int64 [N]: new id of each original node id
       part-000/
         rowptr.npy         int64 [n_p + 1]  CSR over the part's own nodes (by target)
@@ -26,9 +22,8 @@ any id is then one binary search over `part_offsets` (works for ids on any devic
         halo_deg.npy       int64 [h_p]: how many own edges come from each halo node (cache ranking)
       part-001/ ...
 
-Loading trusts none of it on its checksums alone: `validate.py` checks the dtypes and shapes above exactly,
-and the contents the kernels index with (pointers monotone to len(col), ids in [0, N) or the part's own, labels
-in [-1, C) with -1 = unlabelled, never inside a split), and raises PartitionFormatError naming the file.
+Loading trusts none of it on checksums alone: `validate.py` checks the dtypes, shapes and the contents the
+kernels index with.
 """
 from __future__ import annotations
 
@@ -71,8 +66,7 @@ class PartitionMeta:
     source: str | None = None  # data.dataset_source of the files it was made from (None: made before it was recorded)
 
     def type_blocks(self) -> tuple[np.ndarray, np.ndarray]:
-        """(first global id, node type) of each block of one part's nodes of one type, in id order (empty
-        blocks included): `data.hetero.type_of` reads any id's type from them."""
+        """(first global id, node type) of each (part, type) block in id order, for `data.hetero.type_of`."""
         counts = np.array([p["type_counts"] for p in self.parts], dtype=np.int64)  # [parts, types]
         starts = np.asarray(self.part_offsets[:-1], dtype=np.int64)[:, None] + np.cumsum(counts, 1) - counts
         kinds = np.broadcast_to(np.arange(counts.shape[1]), counts.shape)
@@ -86,8 +80,7 @@ def owner_of(gids: np.ndarray, part_offsets: np.ndarray) -> np.ndarray:
 
 def group_by_owner(gids: np.ndarray, part_offsets: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray,
                                                                                     np.ndarray]:
-    """(owner of each id, a stable order that groups ids by owner, ids per owner): the send layout of an
-    all-to-all request."""
+    """(owner of each id, a stable order grouping ids by owner, ids per owner): an all-to-all's send layout."""
     owner = owner_of(gids, part_offsets)
     return owner, np.argsort(owner, kind="stable"), np.bincount(owner, minlength=size).astype(np.int64)
 
@@ -151,7 +144,7 @@ def report(meta: dict, seconds: float) -> dict:
 
 
 def meta_from_json(raw: dict) -> PartitionMeta:
-    """META.json's content (a dict: `write.cut_parts` makes it, for a folder or in memory) as a PartitionMeta.
+    """META.json's content (for a folder or in memory) as a PartitionMeta.
 
     Raises:
         KeyError, ValueError, TypeError: a missing or malformed field (`read_meta` names the file).
@@ -204,12 +197,10 @@ def check_matches(meta: PartitionMeta, folder: str | os.PathLike, *, num_parts: 
 
 def check_source(meta: PartitionMeta, folder: str | os.PathLike, source: str | None, dataset: str,
                  root: str) -> bool:
-    """Compare the source the folder records (`data.dataset_source`) with `source`, that of `dataset`'s files
-    now (None: this host does not hold them).
+    """Compare the source the folder records with `source`, that of `dataset`'s files now (None: not on this host).
 
     Returns:
-        True when both name files of the same content; False when there is nothing to compare (no record, no
-        files, a synthetic graph) or they are of different datasets (`check_matches` names that).
+        True when both name the same content; False when there is nothing to compare or the datasets differ.
     Raises:
         PartitionFormatError: the same dataset's files held other content when the folder was made.
     """
@@ -232,8 +223,7 @@ def check_source(meta: PartitionMeta, folder: str | os.PathLike, source: str | N
 
 
 def check_splits(meta: PartitionMeta, folder: str | os.PathLike, tag: str, splits: str, dataset: str) -> None:
-    """Refuse a partition folder made with other splits than this run's (`tag`:
-    `data.split_file.splits_tag(splits)`); one that records no source was made with the dataset's own.
+    """Refuse a partition folder made with other splits than this run's `tag` (`split_file.splits_tag`).
 
     Raises:
         PartitionFormatError: the splits differ, so it would train and score other nodes than asked.
@@ -260,14 +250,12 @@ MAPPED_FILES = ("x", "col", "orig_id", "halo_gid", "halo_deg")
 
 def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = True,
                    mmap: bool = False) -> LocalPart:
-    """Read one part (memory in proportion to the part), checking sizes and, with `verify`, checksums.
+    """Read one part, checking sizes, with `verify` checksums, and always what the kernels index with.
 
-    `mmap` maps MAPPED_FILES read-only, so their pages are the page cache's, not the process's. The contents
-    the kernels index with are always checked (`validate.check_part`), checksums or not.
+    `mmap` maps MAPPED_FILES read-only, so their pages are the page cache's, not the process's.
 
     Raises:
-        PartitionFormatError: a file is missing, truncated, fails its checksum or cannot be parsed, or its
-            contents break what the kernels rely on (the message names the file and the fault).
+        PartitionFormatError: a file missing, truncated, failing its checksum, unparsable or unsound.
     """
     folder = Path(folder)
     meta = read_meta(folder)

@@ -43,11 +43,10 @@ def has_link_split(folder: str | os.PathLike, params: dict) -> bool:
 
 
 def load_link_split(folder: str | os.PathLike, part_offsets: np.ndarray, part_id: int) -> dict[str, np.ndarray]:
-    """This part's held-out pairs: {name: array} for the names above, rows whose first node it owns.
+    """This part's held-out pairs ({name: array}): the rows whose first node it owns.
 
     Raises:
-        PartitionFormatError: the folder has no link split, or a file is unreadable, of another dtype or
-            shape, or holds an id outside [0, N) (`validate.check_link_arrays`).
+        PartitionFormatError: no link split, or a file unreadable or failing `validate.check_link_arrays`.
     """
     links = Path(folder) / "links"
     if not (links / "SPLIT.json").is_file():
@@ -65,8 +64,7 @@ def load_link_split(folder: str | os.PathLike, part_offsets: np.ndarray, part_id
 
 
 def link_share(arrays: dict[str, np.ndarray], part_offsets: np.ndarray, part_id: int) -> dict[str, np.ndarray]:
-    """The held-out pairs of part `part_id` among `arrays` (all of them, the partition's ids): the rows whose
-    first node it owns."""
+    """The held-out pairs of part `part_id` among all `arrays`: the rows whose first node it owns."""
     lo, hi = int(part_offsets[part_id]), int(part_offsets[part_id + 1])
     out = {}
     for split in ("val", "test"):

@@ -1,8 +1,5 @@
-"""A graph handed over in memory (a PyG `Data` or `HeteroData` held by rank 0): rank 0 checks it (`data.pyg`),
-cuts it into parts as a partition folder would hold them (`write.parts_in_memory`), and sends every rank its
-part's arrays over MPI as buffers in chunks (`send_arrays`: no file written, nothing pickled).
-
-Collective functions over MPI; imports data, partition and mpi, never torch.
+"""A PyG graph held in memory by rank 0, checked, cut as a partition folder would hold it, and sent to every
+rank as buffers in chunks (no file written, nothing pickled). Imports data, partition and mpi, never torch.
 """
 from __future__ import annotations
 
@@ -33,17 +30,16 @@ _ERRORS = {cls.__name__: cls for cls in (ConfigError, DatasetError, PartitionFor
 
 def scatter_graph(comm: Any, data: Any, part_id: int, *, num_parts: int, method: str, seed: int,
                   links: dict | None = None, timeout: float | None = None) -> tuple[LocalPart, dict | None]:
-    """Collective over `comm`: this rank's part `part_id` of rank 0's graph `data` (other ranks' `data` is not
-    read), cut as `partition_graph` cuts it into a folder, and its held-out edges for link prediction (`links`:
-    {"val", "test", "num_tails", "seed"}; None: none held out, None returned). Ranks wait for rank 0 up to
-    `timeout` seconds (None: no bound).
+    """Collective over `comm`: this rank's part of rank 0's graph `data`, cut as `partition_graph` cuts it.
 
+    Args:
+        links: {"val", "test", "num_tails", "seed"} to hold out edges for link prediction; None: none.
+        timeout: seconds ranks wait for rank 0 (None: no bound).
     Returns:
         (the LocalPart, its held-out edges or None).
     Raises:
-        DatasetError / ConfigError: the graph fails a check of the npz format, or cannot be cut (more parts
-            than nodes): the same one line on every rank.
-        RootFailedError: rank 0 failed in another way (rank 0 raises its own error), or `timeout` passed.
+        DatasetError / ConfigError: the graph fails a check or cannot be cut: the same line on every rank.
+        RootFailedError: rank 0 failed in another way, or `timeout` passed.
         ConfigError: a rank cannot hold its part (on every rank).
     """
     part_ids = comm.gather(int(part_id), root=0)
@@ -98,14 +94,12 @@ def _cut(data: Any, num_parts: int, method: str, seed: int,
 
 
 def _bytes(array: np.ndarray) -> np.ndarray:
-    """The array's memory as a flat uint8 array (no copy for a C-contiguous array)."""
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
 def send_arrays(comm: Any, arrays: dict[str, np.ndarray], dest: int) -> int:
-    """Point-to-point, rank `comm.rank` to `dest` (which calls `recv_arrays`): send `arrays`, their names,
-    dtypes and shapes first (a small list), then each array's bytes as buffers in messages of at most
-    CHUNK_BYTES. Returns the bytes sent."""
+    """Point-to-point to `dest` (which calls `recv_arrays`): names, dtypes and shapes, then each array's bytes
+    in messages of at most CHUNK_BYTES. Returns the bytes sent."""
     from mpi4py import MPI
 
     arrays = {name: np.ascontiguousarray(a) for name, a in arrays.items()}
@@ -120,8 +114,8 @@ def send_arrays(comm: Any, arrays: dict[str, np.ndarray], dest: int) -> int:
 
 
 def recv_arrays(comm: Any, source: int) -> tuple[dict[str, np.ndarray], str]:
-    """Point-to-point, from `source` (which calls `send_arrays`): ({name: array}, '' or why this rank could not
-    hold them). Every message is received even after a failure, so the sender never blocks."""
+    """Point-to-point from `source`: ({name: array}, '' or why this rank could not hold them). Every message is
+    received even after a failure, so the sender never blocks."""
     from mpi4py import MPI
 
     heads = comm.recv(source=source, tag=_TAG)

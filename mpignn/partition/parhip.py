@@ -4,8 +4,8 @@
     offsets  uint64 [n + 1]: byte offset in the file of each node's first neighbour
     adjacency  uint32 [m] node ids (uint64 when n >= 2^31)
 
-version is a bit field, lowest bit first: no edge weights, no node weights, 32-bit edge ids, 32-bit node ids,
-32-bit node weights, 32-bit edge weights; we write no weights, 64-bit offsets and, below 2^31 nodes, 32-bit ids.
+version's bits (lowest first): no edge weights, no node weights, 32-bit edge ids, 32-bit node ids, 32-bit node
+weights, 32-bit edge weights.
 """
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Where this rank's part comes from: the partition folder, made once by rank 0 (`auto_folder`) or given
-(`--partitions`) and checked, delivered to hosts that do not see it, then this rank's part loaded.
-
-Collective functions over MPI; imports data, partition, mpi and graph_options, never torch (sampling and the
-loader are built on top of it by `runtime.build_local_graph`).
+"""Where this rank's part comes from: the partition folder, made once by rank 0 or given (`--partitions`) and
+checked, delivered to hosts that do not see it, then loaded. Imports data, partition, mpi and graph_options,
+never torch.
 """
 from __future__ import annotations
 
@@ -35,10 +33,8 @@ _UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUO
 
 
 def auto_folder(root: str, key: str, method: str, num_parts: int, seed: int, source: str = "") -> Path:
-    """Where training without --partitions keeps the partition it makes (benchmarks reuse it). A `source`
-    (`data.dataset_source`: content, not path) other than the key adds its digest to the name: a regenerated
-    npz gets a partition of its own, while the same content at another path (a moved or copied root, a
-    relative or absolute name) finds the one it has."""
+    """Where training without --partitions keeps the partition it makes. A `source` other than the key adds its
+    digest: a regenerated npz gets a partition of its own, the same content at another path finds its own."""
     import hashlib
 
     safe = key.replace("/", "_").replace(":", "_").replace(",", "_").replace("=", "")
@@ -48,14 +44,12 @@ def auto_folder(root: str, key: str, method: str, num_parts: int, seed: int, sou
 
 
 def _content_key(key: str) -> str:
-    """The name part of an automatic folder: a user file's kind only (`npz`, `npy`), not its path, since its
-    content digest (`auto_folder`'s source) is what tells one file from another; other datasets' key."""
+    """A user file's kind only (`npz`, `npy`), not its path: its content digest tells one file from another."""
     return key[:3] if key.startswith(("npz:", "npy:")) else key
 
 
 def _given_view(opts: GraphOptions) -> tuple[str | None, str, str]:
-    """Rank 0's view for a given --partitions folder: (the dataset's source with the split file's tag, None where
-    its files are not here; the split file's tag alone; why the split file cannot be read, or "")."""
+    """Rank 0's view for --partitions: (dataset source or None if absent here, split tag, why splits unreadable)."""
     try:
         if opts.splits:
             check_readable(opts.splits)
@@ -68,15 +62,12 @@ def _given_view(opts: GraphOptions) -> tuple[str | None, str, str]:
 def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int,
                      link_params: dict[str, Any] | None = None) -> Path:
     """Collective over `rt.comm`: the partition folder, checked (`opts.partitions`) or made once by rank 0
-    (per host with `local_prep`), and delivered to hosts that do not see it. `link_params`: the held-out edges
-    it must hold (`GraphOptions.link_params`), or None."""
+    (per host with `local_prep`), and delivered to hosts that do not see it; `link_params`: edges it must hold."""
     comm = rt.comm
     num_parts = 1 if opts.replicated else rt.world_size
     if opts.partitions:
         folder = Path(opts.partitions)
         deliver_partition(comm, folder, part_id, force=opts.force)  # to hosts that lack the parts they load
-        # rank 0's view of the dataset's content (None: its files are not there, nor needed: nothing to compare)
-        # and of the split file's (compared whether or not the dataset's files are there)
         source, tag, unreadable = comm.bcast(_given_view(opts) if comm.rank == 0 else None, root=0)
         problem = ""
         try:
@@ -89,8 +80,7 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int,
                 log.warning("%s records no fingerprint of the files it was made from (an older mpignn made it), so "
                             "it cannot be checked against %s as it is now. HINT: partition again with python -m "
                             "mpignn.partition ... --force to record it", folder, opts.dataset)
-            # the same content typed as another path (relative, absolute, moved) is the same dataset; a changed
-            # one was refused just above
+            # the same content at another path is the same dataset; a changed one was refused just above
             check_matches(meta, folder, num_parts=num_parts, dataset=None if same else key)
             if link_params is not None and not has_link_split(folder, link_params):
                 raise PartitionFormatError(f"expected held-out edges {link_params} in {folder}/links; found "
@@ -100,14 +90,12 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int,
             problem = str(exc)
         check_all(comm, not problem, problem, PartitionFormatError)
         return folder
-    # rank 0's view of the files (other hosts may not see them): their content, not their path or the name typed;
-    # a split file's content is part of it, so other splits get a partition of their own
+    # rank 0's view, since other hosts may not see the files; other splits get a partition of their own
     source = comm.bcast(dataset_source(opts.dataset, opts.root, opts.splits) if comm.rank == 0 else None, root=0)
     folder = auto_folder(opts.root, _content_key(key) + ("-links" if link_params else ""), opts.partition_method, num_parts,
                          opts.seed, source)
     usable = None if link_params is None else (lambda f: has_link_split(f, link_params))  # noqa: E731
-    # made before, on a host of this job (another host's copy is delivered, never made again): held anywhere
-    # with the one writer; each host's own with --local-prep
+    # another host's copy is delivered, never made again; with --local-prep each host holds its own
     held = None if opts.local_prep else held_by_hosts(comm, folder, part_id, usable)
     with root_first(comm, per_host=opts.local_prep, timeout=opts.prep_timeout,
                     what=f"preparing {opts.dataset}") as first:
@@ -132,8 +120,7 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int,
 
 
 def load_part(comm: Any, folder: Path, part_id: int, link_params: dict | None) -> tuple[LocalPart, dict | None]:
-    """Collective over `comm`: this rank's part (memory-mapped) and its held-out pairs; a bad file fails on
-    every rank alike."""
+    """Collective over `comm`: this rank's part (memory-mapped) and held-out pairs; a bad file fails everywhere."""
     problem, part, held_out = "", None, None
     try:
         part = load_partition(folder, part_id, mmap=True)

@@ -1,7 +1,6 @@
-"""Contents checks of a partition folder: what the numba sampling kernels, the feature store and the loaders
-index with, checked once at load time so that a folder whose checksums match its own META.json still cannot
-steer a kernel out of bounds. Vectorised numpy; big (mapped) arrays are scanned in chunks of CHUNK elements, so
-memory stays bounded. numpy only: must not import torch, torch-geometric or numba.
+"""Contents checks of a partition folder: what the kernels, the feature store and the loaders index with,
+checked at load time so that a folder whose checksums match its own META.json still cannot steer a kernel out
+of bounds. Mapped arrays are scanned in chunks. numpy only: must not import torch, torch-geometric or numba.
 """
 from __future__ import annotations
 
@@ -43,9 +42,8 @@ def _chunks(a: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
 def _first_outside(a: np.ndarray, lo: int, hi: int) -> tuple[int, int] | None:
     """(flat index, value) of the first element of int64 `a` outside [lo, hi), or None.
 
-    One pass per chunk: v lies in [lo, hi) exactly when (v - lo) mod 2**64, read unsigned, is below hi - lo,
-    so one unsigned max finds ids below and above the range alike (a mapped array is read once, with no mask
-    of its size)."""
+    (v - lo) read unsigned is below hi - lo exactly when v is in range, so one unsigned max per chunk finds
+    both sides without a mask the array's size."""
     width = np.uint64(hi - lo)
     for start, chunk in _chunks(a):
         shifted = (chunk if lo == 0 else chunk - np.int64(lo)).view(np.uint64)
@@ -61,9 +59,8 @@ SCANNED = ("col", "orig_id", "halo_gid")
 
 
 def sha256_and_max(path: str | os.PathLike, chunk: int = 1 << 22) -> tuple[str, int | None]:
-    """(sha256 of the file, the unsigned max of its elements read as uint64) in one read of the file; the max
-    is None unless the file is a C-order little-endian int64 .npy. A negative id reads as a huge unsigned
-    value, so `max < N` checks [0, N) for every element."""
+    """(sha256, unsigned max of the elements) in one read; the max is None unless a C-order <i8 .npy. A negative
+    id reads as a huge unsigned value, so `max < N` checks [0, N)."""
     digest = hashlib.sha256()
     top, data = None, -1
     with open(path, "rb") as f:
@@ -97,7 +94,6 @@ def _check_range(path: Path, a: np.ndarray, lo: int, hi: int, what: str, folder:
 
 
 def _check_ptr(path: Path, ptr: np.ndarray, end: int, what: str, folder: Path) -> None:
-    """A CSR pointer: starts at 0, never falls, ends at `end` (the length of what it points into)."""
     if ptr[0] != 0 or ptr[-1] != end:
         raise _fail(path, f"{what} from 0 to {end} (the length of col.npy)", f"{int(ptr[0])} .. {int(ptr[-1])}",
                     folder)
@@ -139,11 +135,7 @@ def check_part(meta: Any, part_id: int, arrays: Mapping[str, np.ndarray], pdir: 
                folder: str | os.PathLike, scanned: Mapping[str, int | None] | None = None) -> None:
     """Check one part's arrays against each other and META.json before any kernel reads them.
 
-    Dtypes and shapes exact; rowptr (and type_rowptr) monotone from 0 to len(col); col, orig_id and halo ids
-    in [0, N); labels in [-1, C) (-1: unlabelled), split ids owned by the part and labelled in [0, C); halo
-    ids sorted, unique and not owned; heterogeneous type runs consistent with rowptr and the edge types'
-    source and target node types. `scanned` ({name: max} of SCANNED arrays, from `sha256_and_max`) spares
-    the range scan of an array whose checksum read already found it in range.
+    `scanned` ({name: max} from `sha256_and_max`) spares the range scan the checksum read already did.
 
     Raises:
         PartitionFormatError: naming the file and the fault.
@@ -199,8 +191,7 @@ def _check_halo(pdir: Path, gid: np.ndarray, deg: np.ndarray, lo: int, hi: int, 
 
 
 def _check_types(meta: Any, part_id: int, arrays: Mapping[str, np.ndarray], pdir: Path, folder: Path) -> None:
-    """type_rowptr: one run per (row, edge type), the runs of row v between rowptr[v] and rowptr[v+1]; an
-    edge type's runs empty on rows of other node types than its target, its sources of its source type."""
+    """type_rowptr's runs consistent with rowptr and with each edge type's source and target node types."""
     from mpignn.data.hetero import type_of
 
     path = pdir / "type_rowptr.npy"
@@ -240,8 +231,7 @@ def _check_types(meta: Any, part_id: int, arrays: Mapping[str, np.ndarray], pdir
 
 def check_link_arrays(links: Mapping[str, np.ndarray], where: str | os.PathLike, num_nodes: int,
                       folder: str | os.PathLike) -> None:
-    """Check held-out link arrays ({name: array} of `partition.links`): int64, [2, k] pairs and [k, K] tails
-    with one row per positive, every id in [0, num_nodes).
+    """Check held-out link arrays: int64, [2, k] pairs and [k, K] tails, every id in [0, num_nodes).
 
     Raises:
         PartitionFormatError: naming the file and the fault.

@@ -1,11 +1,6 @@
-"""Cut a graph into its parts (layout in `format.py`): into a partition folder (`write_partition`), or into
-arrays in memory (`parts_in_memory`, for a graph handed over in memory), by one function (`cut_parts`) that
-computes every part's arrays and hands them to where they go. Into a folder in streaming passes: memory
-bounded by the node-sized arrays and one chunk, never by the features or the edge list. numpy and numba.
-
-One pass over the rows in order of old id appends each row to its part: the new ids of a part are its nodes
-in old-id order (a stable sort by part), so appending in old-id order writes every part in new-id order.
-Mapped inputs (`npy:` folders, generated synthetic graphs) are read with file reads, not through the map.
+"""Cut a graph into its parts (layout in `format.py`), into a folder or into memory, by one `cut_parts`.
+Streaming: memory is bounded by the node-sized arrays and one chunk, never by features or edges. A part's new
+ids keep old-id order, so one pass appending rows in old-id order writes every part in order. numpy and numba.
 """
 from __future__ import annotations
 
@@ -41,7 +36,6 @@ def _renumber(parts: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray
 
 @njit(cache=True)
 def _count_remote(col, lo, hi, counter):
-    """Add each id outside [lo, hi) to `counter`; returns how many there were."""
     remote = 0
     for e in range(len(col)):
         u = col[e]
@@ -53,7 +47,6 @@ def _count_remote(col, lo, hi, counter):
 
 def _stream_rows(graph: GraphData, parts: np.ndarray, node_map: np.ndarray, writers: list[NpyWriter],
                  x_writers: list[NpyWriter]) -> None:
-    """Append every row's in-edges (as new ids) and features to its part's files, in old-id order."""
     rowptr = np.asarray(graph.rowptr)
     num_parts = len(writers)
     step = rows_per_chunk(8 * max(1, graph.num_edges // max(1, graph.num_nodes)))
@@ -135,9 +128,8 @@ class MemoryParts:
 
 def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike, *, num_parts: int, method: str,
                     seed: int, dataset: str, force: bool = False, source: str | None = None) -> dict:
-    """Write `graph` cut by `parts` into `out` (atomically: a crash leaves no half-written folder). `source`
-    (`data.dataset_source` of the files it was made from) goes into META.json with the rest, so training refuses
-    the folder once those files hold other content (`format.check_source`).
+    """Write `graph` cut by `parts` into `out` atomically. META.json records `source`, so training refuses
+    the folder once those files hold other content.
 
     Returns:
         The META.json content (turn it into the printed report with `format.report`).
@@ -158,9 +150,8 @@ def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike,
 
 def parts_in_memory(graph: GraphData, parts: np.ndarray, *, num_parts: int, method: str, seed: int,
                     dataset: str) -> tuple[np.ndarray, dict, list[dict[str, np.ndarray]]]:
-    """`graph` cut by `parts` in memory, as `write_partition` would write it: (node_map, META.json's content
-    without file sizes and checksums, each part's arrays by file name). Holds every part at once (about the
-    graph's size again)."""
+    """(node_map, META.json without checksums, each part's arrays), as `write_partition` would write them.
+    Holds every part at once (about the graph's size again)."""
     sink = MemoryParts(num_parts)
     node_map, meta = cut_parts(graph, parts, sink, num_parts=num_parts, method=method, seed=seed, dataset=dataset)
     return node_map, meta, sink.arrays
@@ -168,10 +159,8 @@ def parts_in_memory(graph: GraphData, parts: np.ndarray, *, num_parts: int, meth
 
 def cut_parts(graph: GraphData, parts: np.ndarray, sink: Any, *, num_parts: int, method: str, seed: int,
               dataset: str, source: str | None = None) -> tuple[np.ndarray, dict]:
-    """Compute every part's arrays (`format.PART_FILES`, and `HETERO_FILES` on a heterogeneous graph) and
-    hand them to `sink` (`_FolderParts`, `MemoryParts`): the small ones whole (`put`), columns and features
-    appended row chunk by row chunk in one pass over the graph (`appender`), then read back (`get`) for the
-    halo. Returns (node_map: new id of each original id, META.json's content)."""
+    """Hand every part's arrays to `sink`: small ones whole, columns and features appended in one pass, read
+    back for the halo. Returns (node_map: new id of each original id, META.json's content)."""
     parts = np.asarray(parts, dtype=np.int64)
     order, node_map, offsets = _renumber(parts, num_parts)
     deg = np.diff(np.asarray(graph.rowptr))

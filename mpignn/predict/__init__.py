@@ -1,6 +1,4 @@
-"""Predictions and embeddings for every node: exact layer-wise distributed inference from a checkpoint
-(`mpirun -np N python -m mpignn.predict --checkpoint-dir DIR --out OUT`) and `load(OUT)` to read the result.
-
+"""Predictions and embeddings for every node from a checkpoint (`python -m mpignn.predict`), and `load(OUT)`.
 Importing the package loads numpy only; `restore_run`, `infer` and `predict_to` (torch) load on first use.
 
 Layer 14 (predict): imports runtime and every layer below; never bench. `predict.cli` is its entry point.

@@ -1,28 +1,6 @@
-"""The predictions folder: each rank writes its part's rows as npy into a temporary folder, which becomes OUT
-once every rank has written (with its manifest, written last); `load` reads it back in original id order.
-numpy and mpi4py only (no torch), never pickle.
-
-    OUT/
-      manifest.json       format, num_nodes, fields (dtype, row shape), parts (rows each), pairs, and what
-                          made it (checkpoint generation, task, model, emb_layer)
-      part-000/
-        node_id.npy       int64 [n_p]: the original id of each row (the dataset's numbering)
-        pred.npy          the task's prediction per node (node classification: the class, int64)
-        emb.npy           float32 [n_p, D]: the rows of layer --emb-layer
-        logits.npy        float32 [n_p, C]: the last layer's rows (with --logits)
-      part-001/ ...
-      pairs/score-000.npy float32: scores of --pairs, each rank's contiguous share in pair order
-
-A heterogeneous graph's rows are kept per node type, each type in a folder named by its index in the
-schema (never by the dataset's type name), and the manifest says which:
-
-    OUT/
-      manifest.json       as above, with node_types: {name: {folder, num_nodes, fields, parts}} in place of
-                          fields (parts: rows of all types per part)
-      part-000/
-        type-0/           node_id.npy (the type's own original ids, PyG HeteroData's), emb.npy where the type
-                          has rows at --emb-layer, pred.npy and logits.npy for the type the model classifies
-        type-1/ ...
+"""The predictions folder (its layout: docs/predict.md): it becomes OUT only once every rank has written, its
+manifest last; `load` reads it back in original id order. Type folders are named by schema index, never by
+the dataset's type names. numpy and mpi4py only (no torch), never pickle.
 """
 from __future__ import annotations
 
@@ -68,14 +46,11 @@ def _type_dir(k: int) -> str:
 def write_predictions(comm: Any, out: str | os.PathLike, part_id: int, num_parts: int, num_nodes: int,
                       arrays: dict[str, Any], *, pair_scores: np.ndarray | None = None,
                       info: dict[str, Any] | None = None, node_types: dict[str, int] | None = None) -> Path:
-    """Collective over `comm`: write this rank's rows (`arrays`: name -> [n_p, ...], `node_id` among them)
-    and share of pair scores; OUT appears, replacing an older one, only once every rank's files are on disk.
-    With `node_types` (a heterogeneous graph's types and node counts, in the schema's order) `arrays` holds
-    each type's fields ({type: {name: array}}), written per type (the same types and fields on every rank).
+    """Collective over `comm`: write this rank's rows (`arrays`, per type with `node_types`) and pair scores;
+    OUT appears, replacing an older one, only once every rank's files are on disk.
 
     Raises:
-        ConfigError: a write failed on some rank (a full disk, ...), on every rank alike; the temporary folder
-            is removed and an existing OUT is left as it was.
+        ConfigError: a write failed on some rank, on every rank alike; an existing OUT is left as it was.
     """
     out = Path(out)
     hint = f"HINT: free space there or choose another --out; nothing was written to {out}"
@@ -176,14 +151,10 @@ def read_manifest(out: str | os.PathLike) -> dict[str, Any]:
 
 
 def load(out: str | os.PathLike, mmap: bool = True) -> dict[str, Any]:
-    """The predictions in OUT as {field: array}, row i for original node id i (`node_id`, `pred`, `emb`,
-    `logits` where written) and `pair_score` (in the order of --pairs) where pairs were scored. For a
-    heterogeneous graph, {node type: {field: array}}, row i for the type's original id i (`node_id`, `emb`
-    where the type has rows at --emb-layer, `pred` and `logits` where written: the classified type).
+    """The predictions in OUT as {field: array} (per node type on a heterogeneous graph), row i for original
+    id i, and `pair_score` where pairs were scored. Not collective.
 
-    With one part already in original id order the arrays are the files themselves, memory-mapped (with
-    `mmap`); otherwise each field is assembled in memory from the parts' files (each part memory-mapped).
-    Not collective.
+    One part already in id order is returned memory-mapped (with `mmap`); otherwise fields are assembled.
     """
     out = Path(out)
     manifest = read_manifest(out)
@@ -204,7 +175,6 @@ def load(out: str | os.PathLike, mmap: bool = True) -> dict[str, Any]:
 
 def _assemble(out: Path, parts: list[dict], fields: dict[str, list], n: int, sub: str,
               mmap: bool) -> dict[str, np.ndarray]:
-    """Each field of the parts' folders `sub` ("": the part folder itself) in original id order."""
     ids = [load_npy(_part_dir(out, p["part"]) / sub / "node_id.npy", mmap=mmap) for p in parts]
     result: dict[str, np.ndarray] = {}
     in_order = len(parts) == 1 and len(ids[0]) == n and bool(np.array_equal(ids[0], np.arange(n)))

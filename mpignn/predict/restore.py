@@ -1,7 +1,5 @@
-"""Rebuild a trained run from its checkpoint: the config it was trained with, its graph (partition, feature
-transform, learnable rows) and its model with the saved weights, through the same calls as
-`python -m mpignn.train` (`make_task`, `build_local_graph` from the config's graph section, `attach_embedding`,
-`Task.build_model`, `checkpoint.resume_state`). Reads checkpoints with `torch.load(weights_only=True)` only.
+"""Rebuild a trained run from its checkpoint (config, graph, model with its weights) through the same calls as
+`python -m mpignn.train`. Reads checkpoints with `torch.load(weights_only=True)` only.
 """
 from __future__ import annotations
 
@@ -43,8 +41,7 @@ class Restored:
 
 
 def find_checkpoint(checkpoint_dir: str, generation: str = "latest") -> Path:
-    """The folder holding the checkpoint.pt to predict with: `latest` (the newest complete gen-*, or an older
-    run's single file), `best` (the best validation's copy) or a generation's name (gen-000003). Not collective.
+    """The folder holding the checkpoint.pt to predict with: `latest`, `best` or a gen-NNNNNN name. Not collective.
 
     Raises:
         ConfigError: no such checkpoint.
@@ -60,8 +57,7 @@ def find_checkpoint(checkpoint_dir: str, generation: str = "latest") -> Path:
 
 
 def read_saved(folder: Path) -> dict[str, Any]:
-    """{"config": the training config, "world_size", "epoch"} of `folder`'s checkpoint, its bytes checked against
-    the generation's manifest when there is one. Not collective.
+    """{"config", "world_size", "epoch"} of `folder`'s checkpoint, checked against its manifest. Not collective.
 
     Raises:
         ConfigError: a corrupt checkpoint or one without a config.
@@ -96,12 +92,11 @@ def _config(saved: dict[str, Any], overrides: dict[str, Any]) -> TrainConfig:
 
 def restore_run(rt: Runtime, checkpoint_dir: str, generation: str = "latest",
                 overrides: dict[str, Any] | None = None) -> Restored:
-    """Collective over `rt.comm`: find the checkpoint, rebuild its run on this job's ranks and load the weights
-    (and this rank's learnable rows).
+    """Collective over `rt.comm`: find the checkpoint, rebuild its run on this job's ranks, load the weights.
 
     Raises:
-        ConfigError / PartitionFormatError / DatasetError: on every rank alike: no checkpoint, a corrupt one,
-            a partition that does not match it, learnable rows saved by another number of ranks.
+        ConfigError / PartitionFormatError / DatasetError: on every rank alike: no or a corrupt checkpoint, a
+            partition that does not match it, learnable rows saved by another number of ranks.
     """
     problem, saved, folder = "", {}, None
     # node-local folders: the generation reaches the hosts that lack it; what none holds, find_checkpoint says

@@ -1,5 +1,5 @@
-"""Predict with a restored run: exact layer-wise inference over every node, the task's per-node fields, scores of
-given node pairs, and the predictions folder. What `python -m mpignn.predict` calls after parsing.
+"""Predict with a restored run: exact inference over every node, the task's per-node fields, scores of given
+node pairs, and the predictions folder. What `python -m mpignn.predict` calls after parsing.
 """
 from __future__ import annotations
 
@@ -28,18 +28,12 @@ log = logging.getLogger(__name__)
 
 def infer(rt: Runtime, run: Restored, *, emb_layer: int = -1, chunk: int = 8192,
           halo_mib: float = 256) -> dict[str, np.ndarray] | dict[str, dict[str, np.ndarray]]:
-    """Collective over `rt.comm`: this rank's own nodes' rows: {"node_id" (original ids), the task's fields
-    (`Task.predict_fields`: e.g. "pred"), "emb" (rows of layer `emb_layer`; -1: `Task.emb_layer`), "logits"
-    (the last layer's rows)}. On a heterogeneous graph, those per node type ({type: fields}), with `node_id`
-    the type's own original ids (PyG's `HeteroData` numbering), `emb` where the type has rows at that layer
-    (layer 0: cut to the type's input width) and the task's fields and `logits` where the last layer has them
-    (the target type).
+    """Collective over `rt.comm`: this rank's own nodes' fields ("node_id", the task's, "emb" of `emb_layer`,
+    "logits"), per node type on a heterogeneous graph. `chunk` and `halo_mib`: as `layerwise.run_layers`.
 
     Raises:
         ConfigError: on every rank alike: an --emb-layer outside 0..layers, or a model exact inference does
             not know.
-
-    `chunk` and `halo_mib` bound what a rank holds at once (`layerwise.run_layers`).
     """
     part, task = run.graph.part, run.task
     try:
@@ -97,8 +91,7 @@ def read_pairs(path: str, num_nodes: int) -> np.ndarray:
 
 
 def _score_pairs(rt: Runtime, run: Restored, out_rows: np.ndarray, pairs: np.ndarray, chunk: int) -> np.ndarray:
-    """Collective over `rt.comm`: scores of this rank's contiguous share of `pairs` (original ids), the ends'
-    last-layer rows fetched from their owners in chunks of `chunk` pairs."""
+    """Collective over `rt.comm`: scores of this rank's share of `pairs`, `chunk` pairs' rows at a time."""
     if run.graph.folder is None:  # the same graph on every rank
         raise mark_agreed(ConfigError("--pairs expected a partition folder's node_map.npy to find the pairs' "
                                       "nodes; got a graph partitioned in memory, which has none. HINT: "
@@ -126,8 +119,7 @@ def _score_pairs(rt: Runtime, run: Restored, out_rows: np.ndarray, pairs: np.nda
 
 def predict_to(rt: Runtime, run: Restored, out: str, *, emb_layer: int = -1, logits: bool = False,
                chunk: int = 8192, pairs: str = "", halo_mib: float = 256) -> Path:
-    """Collective over `rt.comm`: `infer`, score `pairs` (an npy path; "" for none), and write the predictions
-    folder `out` (`output.write_predictions`). Returns `out`.
+    """Collective over `rt.comm`: `infer`, score `pairs` (an npy path; "" for none), write the folder `out`.
 
     Raises:
         ConfigError: on every rank alike (see `infer`, `read_pairs`, `Task.score_pairs`, `write_predictions`).

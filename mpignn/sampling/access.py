@@ -1,9 +1,7 @@
 """How often sampling will fetch each node's features: an analytic estimate (SALIENT++'s access analysis).
 
-Per hop, a target with in-degree d draws min(f, d) of its in-neighbours uniformly, so each is drawn with
-probability min(1, f/d); the expected visits propagate hop by hop from the training seeds over the CSR, and
-owners propagate for the nodes they own. Memory is sized by the rank's part and the ids it touches, never by
-the global node count. numpy + mpignn.mpi; no torch.
+Expected visits propagate hop by hop from the training seeds (each in-neighbour drawn with probability
+min(1, f/d)), each owner for its nodes. Memory follows the part, never the global node count. numpy + mpi.
 """
 from __future__ import annotations
 
@@ -27,19 +25,13 @@ def access_frequency(comm: Any, local: LocalHops, part_offsets: np.ndarray, seed
     """Collective over `comm` (every rank, once per hop, also with no seeds): estimate in how many batches of
     one epoch sampling from this rank's `seeds` fetches each node.
 
-    The expected visits m(v) of an epoch are the sum over hops of the visits propagated from the seeds (one
-    each). A batch of `batch_size` of the `len(seeds)` seeds visits v about m(v) * batch_size / len(seeds)
-    times, and fetches it once if it visits it at all: with Poisson visits, in 1 - exp(-that) of the batches.
+    A batch fetches v once if it visits it at all: with Poisson visits, in 1 - exp(-visits per batch) of them.
 
     Args:
-        local: this rank's CSR (rows: the global ids it owns; col: in-neighbours, global ids).
-        part_offsets: first global id of each part (and the node count last).
-        seeds: this rank's training seeds (global ids).
         fanouts: neighbours drawn per hop, -1 for all.
         batch_size: this rank's seeds per batch.
     Returns:
-        (sorted global ids of every node sampling can reach from the seeds, own and remote, and the expected
-        batches per epoch that fetch each).
+        (sorted global ids of every node reachable from the seeds, the expected batches per epoch fetching each).
     """
     offsets = np.asarray(part_offsets, dtype=np.int64)
     own_range = int(offsets[comm.rank]), int(offsets[comm.rank + 1])
@@ -59,8 +51,7 @@ def access_frequency(comm: Any, local: LocalHops, part_offsets: np.ndarray, seed
 
 def _hop(comm: Any, local: LocalHops, offsets: np.ndarray, ids: np.ndarray, mass: np.ndarray, fanout: int,
          own_range: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Collective: the visits one hop further. Own frontier nodes spread here; remote ones go to their owner,
-    which spreads them and sends back the sums per neighbour (one answer per asking rank)."""
+    """Collective: the visits one hop further; remote frontier nodes are spread by their owners."""
     owner, order, counts = group_by_owner(ids, offsets, comm.size)
     own = owner == comm.rank
     out_ids, out_mass = [], []
@@ -90,7 +81,6 @@ def _hop(comm: Any, local: LocalHops, offsets: np.ndarray, ids: np.ndarray, mass
 
 def _spread_sum(local: LocalHops, gids: np.ndarray, mass: np.ndarray, fanout: int,
                 own_range: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """`_spread` summed per neighbour, about _CHUNK_EDGES edges at a time."""
     rows = gids - local.lo
     ends = np.cumsum(local.rowptr[rows + 1] - local.rowptr[rows])
     total = int(ends[-1]) if len(ends) else 0
@@ -102,8 +92,7 @@ def _spread_sum(local: LocalHops, gids: np.ndarray, mass: np.ndarray, fanout: in
 
 
 def _spread(local: LocalHops, gids: np.ndarray, mass: np.ndarray, fanout: int) -> tuple[np.ndarray, np.ndarray]:
-    """(in-neighbours of own `gids`, the visits each receives): a target visited m times with degree d passes
-    m * min(1, fanout / d) to each in-neighbour (every one of them with fanout -1)."""
+    """(in-neighbours of own `gids`, the visits each receives: m * min(1, fanout / d))."""
     rows = gids - local.lo
     start = local.rowptr[rows]
     deg = local.rowptr[rows + 1] - start
@@ -116,10 +105,8 @@ def _spread(local: LocalHops, gids: np.ndarray, mass: np.ndarray, fanout: int) -
 
 
 def _sum_by_id(ids: np.ndarray, values: np.ndarray, own_range: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted distinct ids, summed values). Own ids are counted densely over the part when they are many for
-    it (O(ids + part) instead of a sort); remote ids, and few own ones, by a sort of the ids present. No
-    array is sized by the global node count (a dense one per rank was 1.9 GB on papers100M). Each id's
-    values are added in input order on either path, so the sums are those of one global bincount."""
+    """(sorted distinct ids, summed values). Own ids are counted densely when many, others by a sort: no array
+    is sized by the global node count (docs/benchmarks.md). Sums equal one global bincount's on either path."""
     lo, hi = own_range
     rel = ids - lo
     own = rel.view(np.uint64) < hi - lo  # one compare: ids below the part wrap round to huge
@@ -140,7 +127,6 @@ def _sum_by_id(ids: np.ndarray, values: np.ndarray, own_range: tuple[int, int]) 
 
 
 def _sum_own(rel: np.ndarray, values: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """`_sum_by_id` of own ids, given as `rel` = id - lo."""
     if len(rel) * 8 >= hi - lo:
         sums = np.bincount(rel, weights=values, minlength=hi - lo)
         hit = np.zeros(hi - lo, dtype=bool)

@@ -1,7 +1,5 @@
-"""Cooperative mini-batches: the ranks sample one global batch together, and every sampled node is kept,
-sampled and computed by its owner only, at the hop one process holding the whole graph would reach it
-(docs/training.md "Cooperative mini-batches").
-No torch. Collective over the sampler's communicator: every rank samples every step.
+"""Cooperative mini-batches: the ranks sample one global batch together, each node kept, sampled and computed
+by its owner only (docs/training.md "Cooperative mini-batches"). No torch.
 """
 from __future__ import annotations
 
@@ -21,12 +19,9 @@ __all__ = ["CooperativeSampler", "KeptInputs", "LayerPlan", "union_rows"]
 
 @dataclass
 class LayerPlan:
-    """One layer's exchange on this rank. The layer reads a table of this rank's rows of the previous layer
-    (its own batch nodes, `n_own` of them, depth order) followed by the rows other ranks send it.
+    """One layer's exchange on this rank: the layer reads its `n_own` own rows, then the rows others send.
 
-    `src`: each edge's source as a row of that table (edges as the batch lists them, this layer's prefix);
-    `send_idx`: which own rows go to other ranks, grouped by destination, `send_counts` per rank;
-    `recv_counts`: rows arriving from each rank (appended after the own rows in rank order).
+    `src`: each edge's source as a row of that table; `send_idx`: own rows to send, grouped by destination.
     Agreeing on `pieces` here spares each row exchange the collective that would otherwise agree on it."""
 
     src: np.ndarray
@@ -40,14 +35,10 @@ class LayerPlan:
 
 @dataclass
 class KeptInputs:
-    """The input layer's exchange when its rows are the features themselves, the same in every batch
-    (`CooperativeSampler.keep_inputs`): remote rows that an earlier batch (`recent`) holds are taken from it;
-    only the others cross. Row positions count from the table's first remote row.
+    """The input layer's exchange when remote rows an earlier batch (`recent`) holds are taken from it.
 
-    `send_idx`, `send_counts`, `recv_counts`, `pieces`: that smaller exchange, as `LayerPlan`'s;
-    `fresh`: the positions the rows received fill, in order; `kept`: those `recent` fills, from its rows
-    `slots`; `gids`, `pos`: this batch's remote ids, sorted, and their positions, what later batches look up
-    in `rows`, its remote rows once the exchange has filled them (`exchange.halo`)."""
+    `fresh`: positions the received rows fill; `kept`: those `recent` fills, from its `slots`; `gids`, `pos`:
+    this batch's sorted remote ids and positions, which later batches look up in `rows` once filled."""
 
     send_idx: np.ndarray
     send_counts: np.ndarray
@@ -63,19 +54,12 @@ class KeptInputs:
 
 
 class CooperativeSampler:
-    """Sample `len(fanouts)` hops around this rank's seeds (its own nodes) as part of one batch of all ranks.
+    """Sample `len(fanouts)` hops around this rank's own seeds as part of one batch of all ranks.
 
-    The result is a `SampleOutput` of this rank's own batch nodes only (`n_id`, depth order, `num_sampled_nodes`
-    per depth), their in-edges of each hop (`col`: target rows; `row`: the first layer's source rows, see
-    `LayerPlan.src`) and `halo`: a `LayerPlan` per layer. Counters: `bytes_received` (ids), `halo_bytes` (rows,
-    added by the exchange); with `keep_inputs`, `input_rows` (remote input rows) and `kept_rows` (those a recent
-    batch brought), added by the exchange.
-
-    `keep_inputs` (dependent batches, whose sampled sets overlap): the input layer's remote rows that the
-    batch before brought are not sent again (`KeptInputs`). A batch drawn ahead (prefetch) looks up the batch
-    drawn before it, which trains first; the first batch of a pass (`new_pass`) looks up the last batch the
-    exchange filled (`filled_inputs`, set from the training thread), as the previous pass may have drawn a
-    batch it never trained."""
+    Its `SampleOutput` holds this rank's own batch nodes only, and `halo`: a `LayerPlan` per layer.
+    `keep_inputs` (dependent batches): remote input rows the batch before brought are not sent again. A pass's
+    first batch looks up `filled_inputs` (the last filled), as the previous pass may have drawn one it never
+    trained."""
 
     cooperative = True
 
@@ -101,8 +85,7 @@ class CooperativeSampler:
         self._local = threading.local()
 
     def close(self) -> None:
-        """Collective: free the sampler's communicator and its rows' transport (built for a while only, as
-        `--minibatch tune`'s probe builds one)."""
+        """Collective: free the communicator and the rows' transport (`--minibatch tune`'s probe)."""
         self.comm.Free()
         if self.rows is not None:
             self.rows.close()
@@ -112,8 +95,7 @@ class CooperativeSampler:
         self._drawn = None
 
     def counters(self) -> dict[str, float]:
-        """Its traffic so far: structure, the layers' halo rows, remote input rows and those kept from the last
-        batch (`run_epoch` diffs them per epoch)."""
+        """Its traffic so far (`run_epoch` diffs them per epoch)."""
         return {"remote_structure_bytes": self.bytes_received, "halo_bytes": self.halo_bytes,
                 "input_rows": self.input_rows, "kept_rows": self.kept_rows}
 
@@ -125,8 +107,7 @@ class CooperativeSampler:
         return mark
 
     def sample(self, seeds: np.ndarray, seed: int, variates: tuple[int, int] | None = None) -> SampleOutput:
-        """Collective: sample around `seeds` (distinct global ids this rank owns) with the step's `seed`, which
-        must be the same on every rank, and "labor"'s `variates` as `NeighborSampler.sample` takes them."""
+        """Collective: sample around this rank's distinct own `seeds` with the step's `seed` (equal on all ranks)."""
         seeds = np.ascontiguousarray(seeds, dtype=np.int64)
         lo, hi = self.lo, self.lo + self.n_own
         if len(seeds) and (seeds.min() < lo or seeds.max() >= hi):
@@ -175,9 +156,8 @@ class CooperativeSampler:
                             edge_weight=np.concatenate(weights) if weights else None)
 
     def _max_over_ranks(self, sources: np.ndarray) -> Any:
-        """Collective: a function taking each of `sources`' values (this rank's) to its maximum over every rank
-        that has the same source. The ids go to their owners once; then each call is two all-to-alls (values
-        out, maxima back)."""
+        """Collective: a function maxing each source's value over all ranks; ids go to owners once, then each
+        call is two all-to-alls."""
         comm = self.comm
         owner = owner_of(sources, self.part_offsets)
         order = np.argsort(owner, kind="stable")
@@ -200,10 +180,8 @@ class CooperativeSampler:
         return combine
 
     def _plans(self, src: np.ndarray, edges: list[int], depth_counts: list[int], mark: np.ndarray) -> list[LayerPlan]:
-        """Collective: every layer's exchange, in one request. Layer j reads the edges of hops 0..L-1-j (a
-        prefix of `src`, the sources' global ids) and its own rows are the nodes of depth <= L-j. Remote
-        sources in order of first appearance make each layer's set a prefix, also per owner, so one all-to-all
-        of ids (and one of each layer's count per owner) asks for every layer at once."""
+        """Collective: every layer's exchange in one request. Remote sources in first-appearance order make each
+        layer's set a prefix, also per owner, so one all-to-all of ids asks for every layer at once."""
         size, hops = self.comm.size, len(edges)
         lo, hi = self.lo, self.lo + self.n_own
         code, remote, first_pos = kernels.split_sources(src, lo, hi, mark)
@@ -264,9 +242,7 @@ class CooperativeSampler:
 
 
 def union_rows(comm: Any, part_offsets: np.ndarray, n_id: np.ndarray, num_sampled_nodes: Sequence[int]) -> list[int]:
-    """Collective: the distinct nodes of all ranks' batches at each layer (0: the input rows; layer j: the
-    targets it computes, nodes of depth <= hops - j), counted by their owners: what one process computing the
-    union of the ranks' batches would compute. For independent mini-batches' `redundancy`."""
+    """Collective: the distinct nodes of all ranks' batches per layer, counted by owners (for `redundancy`)."""
     hops = len(num_sampled_nodes) - 1
     counts = []
     for layer in range(hops + 1):

@@ -1,9 +1,6 @@
-"""A rank's hops drawn by the torch-op kernels (`sampling.torch_kernels`) on a torch device: `--sample-on device`.
-
-The CSR is held as tensors on that device (on the CPU they share the part's arrays); each hop's draw runs there,
-bit for bit the host kernels' draw. Asked with numpy ids, it answers numpy, and the batch is built on the host;
-asked with ids on the device (`sampling.device_sampler.DeviceSampler`), it answers there. Owners answering
-remote hops (`sampling.distributed`) and cooperative batches use it too: they call their `LocalHops`.
+"""A rank's hops drawn by the torch-op kernels on a torch device (`--sample-on device`), bit for bit the host's.
+Asked with numpy ids it answers numpy; asked with device ids (`DeviceSampler`) it answers there.
+docs/launchers-and-devices.md.
 """
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """A `NeighborSampler` whose batch never leaves the device: `--sample-on device` with one part.
 
-The hops are drawn by `DeviceHops` on the device, and the batch-local ids too: an id map of one int64 per node on
-the device (the host sampler's "array" map), each hop's new nodes appended in the order they first appear, as
-the host's relabel appends them. So the batches equal the host sampler's, bit for bit
-(`tests/test_device_sampler.py`), and the host learns only their sizes: two reads per hop (the size of the
-draw and of Floyd's widest row), never an array; LABOR-i adds a few per iteration (the saturated targets' count,
-the draw's size, the largest kept count). Several parts (remote hops over MPI) and typed graphs keep
-`NeighborSampler` with `DeviceHops`, whose answers come back to the host.
+Ids are relabelled on the device in first-appearance order, as the host does, so batches equal the host
+sampler's bit for bit and the host reads only their sizes (a few scalars a hop), never an array.
 """
 from __future__ import annotations
 
@@ -28,9 +23,7 @@ def resident(source: Any, num_nodes: int) -> bool:
 
 
 class DeviceSampler(NeighborSampler):
-    """`NeighborSampler`'s batches as tensors on the source's device (`SampleOutput` fields are tensors there;
-    the node counts stay Python ints). `relabel` is taken for `NeighborSampler`'s signature (`with_fanouts`):
-    the map is always the array one."""
+    """`NeighborSampler`'s batches as tensors on the source's device; `relabel` is ignored (always "array")."""
 
     def __init__(self, source: DeviceHops, num_nodes: int, fanouts: Sequence[Fanout], relabel: str = "array",
                  method: str = "neighbor", dependency: int = 1, layer_dependency: bool = False,

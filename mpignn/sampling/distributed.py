@@ -1,12 +1,7 @@
 """Partition-aware hops: own targets are sampled from the rank's CSR, remote targets by their owners.
 
-Per hop, the frontier is grouped by owner and two variable all-to-alls run over `comm` (the requester's seed
-(for layer-neighbour sampling also its variates' shift) and ids out; counts (one per id and edge type), for layer-neighbour sampling each id's mean denominator, and
-neighbour ids back), each after one Alltoall of its sizes: four collectives a hop, whatever the number of edge
-types.
-Every rank takes part in every hop, also with nothing to ask, so nothing deadlocks.
-The owner draws with the requester's seed and the kernels seed per node id, so the result equals what one
-process holding the whole graph would draw.
+Four collectives a hop whatever the edge types; every rank takes part in every hop, also with nothing to ask,
+so nothing deadlocks. The owner draws with the requester's seed, so the result equals one process's.
 """
 from __future__ import annotations
 
@@ -23,7 +18,6 @@ __all__ = ["DistributedHops"]
 
 def _place(out: np.ndarray, out_offsets: np.ndarray, positions: np.ndarray, counts: np.ndarray,
            values: np.ndarray) -> None:
-    """Copy consecutive segments (`counts` long) of `values` to where targets `positions` start in `out`."""
     if len(values) == 0:
         return
     shift = np.repeat(out_offsets[positions] - segment_starts(counts), counts)
@@ -61,9 +55,7 @@ class DistributedHops:
         own_pos = order[owner[order] == rank]
         remote_pos = order[owner[order] != rank]
         send_counts[rank] = 0  # own targets are sampled here, not sent
-        # Two exchanges per hop. Out: to each owner asked [seed, (labor: shift,) its ids...] (the owner draws
-        # with the requester's seed). Back: from each owner [count per id..., (labor: denominator per id...,)
-        # neighbours...].
+        # Out: [seed, (labor: shift,) ids...] to each owner. Back: [counts..., (labor: denominators...,) nbrs...].
         asks = send_counts > 0
         out_counts = np.where(asks, send_counts + len(header), 0)
         out = np.empty(int(out_counts.sum()), dtype=np.int64)

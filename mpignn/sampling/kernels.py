@@ -36,8 +36,7 @@ def mix_seed(seed, salt):
 
 @njit(cache=True, nogil=True)
 def hashed_ids(keys, seed, n):
-    """int64 [len(keys)] in [0, n): a splitmix hash of each key and `seed`, so a draw depends on its key alone
-    (link negatives: the same on any number of ranks and in any batch)."""
+    """int64 [len(keys)] in [0, n) hashed from each key and `seed`: link negatives the same on any rank count."""
     out = np.empty(len(keys), dtype=np.int64)
     for i in range(len(keys)):
         out[i] = np.int64(splitmix(np.uint64(keys[i]) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(seed))
@@ -47,14 +46,11 @@ def hashed_ids(keys, seed, n):
 
 @serial_or_parallel
 def sample_rows(rowptr, col, rows, gids, fanouts, seed):
-    """Uniformly sample up to `fanouts[i % len(fanouts)]` in-neighbours of row i without replacement (all when
-    the degree is at most that, all when it is < 0).
+    """Uniformly sample up to `fanouts[i % len(fanouts)]` in-neighbours of row i without replacement (< 0: all).
 
     Args:
-        rowptr, col: CSR (int64) of the rows this caller owns.
         rows: local row of each target; gids: its global id (seeds its random stream).
-        fanouts: int64 array: one entry for plain rows; one per edge type where each target is a run of
-            rows, one row per edge type (heterogeneous graphs, see `LocalHops`).
+        fanouts: int64: one entry, or one per edge type (each target a run of rows, `LocalHops`).
     Returns:
         (counts[i] = neighbours drawn for target i, neighbours concatenated in target order).
     """
@@ -101,8 +97,7 @@ def sample_rows(rowptr, col, rows, gids, fanouts, seed):
 def relabel(nbrs, scratch, n_id, n_count):
     """Give each neighbour a batch-local index, appending unseen ones to `n_id` in first-seen order.
 
-    `scratch` maps global id -> local index (-1 = unseen) and is cleaned by `reset_scratch` after the batch,
-    so the cost follows the batch, never the graph size.
+    `scratch` (global id -> local index, -1 = unseen) is cleaned by `reset_scratch`, so cost follows the batch.
     Returns:
         (local index of each neighbour, new node count).
     """
@@ -132,13 +127,10 @@ def _slot(g, shift):
 
 @njit(cache=True, nogil=True)
 def relabel_hashed(nbrs, start, local, scratch, lo, table, shift, n_id, n_count, in_table, limit):
-    """`relabel` with memory that follows the part and the batch: ids of the rank's own nodes
-    [lo, lo + len(scratch)) are looked up in `scratch` (one int64 per own node), all others in an
-    open-addressing hash table (linear probing) of (global id, local index) pairs, -1 = empty,
-    2^(64 - shift) slots.
+    """`relabel` with memory that follows the part and the batch: own ids through `scratch`, others through a
+    linear-probing table of 2^(64 - shift) slots. Stops once the table holds `limit` ids (the caller grows it).
 
-    Works from nbrs[start] on and stops once the table holds `limit` ids (the caller grows it and calls
-    again). Returns:
+    Returns:
         (first neighbour not done, new node count, ids now in the table).
     """
     mask = (table.shape[0] >> 1) - 1
@@ -195,8 +187,7 @@ def rehash(table, shift, n_id, n_count, lo, own):
 
 @njit(cache=True, nogil=True)
 def clear_table(scratch, lo, table, shift, n_id, n_count, in_table):
-    """Forget the batch: own ids in `scratch`; the table slot by slot when it is mostly full, else only the
-    batch's keys, so the cost follows the batch even after one large batch grew the table."""
+    """Forget the batch; the table whole only when mostly full, so cost follows the batch after one big batch."""
     own = scratch.shape[0]
     slots = table.shape[0] >> 1
     fill = in_table * 8 >= slots
@@ -216,8 +207,7 @@ def clear_table(scratch, lo, table, shift, n_id, n_count, in_table):
 
 @njit(inline="always")
 def _empty_table(n):
-    """An open-addressing table for n ids, at least twice as many slots: (keys, -1 where empty; each key's
-    value; mask; shift for `_slot`)."""
+    """(keys, values, mask, shift) of an open-addressing table with at least 2n slots."""
     bits = 1
     while (1 << bits) < 2 * n:
         bits += 1
@@ -226,7 +216,6 @@ def _empty_table(n):
 
 @njit(inline="always")
 def _probe(keys, g, mask, shift):
-    """The slot holding id g, or the empty one where it would go."""
     slot = _slot(g, shift)
     while keys[slot] != -1 and keys[slot] != g:
         slot = (slot + 1) & mask
@@ -235,9 +224,8 @@ def _probe(keys, g, mask, shift):
 
 @njit(cache=True, nogil=True)
 def first_seen(ids, bound=-1):
-    """(the distinct ids in order of first occurrence, each id's index among them): `np.unique` without the
-    sort, in one pass over a hash table of at least twice as many slots as there can be distinct ids (`ids`,
-    or `bound` where given and smaller: e.g. the graph's nodes, far fewer than a hop's edges)."""
+    """(distinct ids in first-occurrence order, each id's index among them): `np.unique` without the sort.
+    `bound` caps the distinct count (e.g. the graph's nodes), sizing the table below a hop's edges."""
     n = ids.shape[0]
     keys, slots, mask, shift = _empty_table(n if bound < 0 else min(n, bound))
     distinct = np.empty(n if bound < 0 else min(n, bound), dtype=np.int64)
@@ -262,8 +250,7 @@ relabel map, LABOR-i's sources (`sampling.labor`)."""
 
 @njit(cache=True, nogil=True)
 def first_seen_mapped(ids, index_of):
-    """`first_seen` through `index_of`, one int64 per node, all -1 (and so again on return): `relabel`'s direct
-    lookup where the hash table probes. Ids outside it raise before any is written."""
+    """`first_seen` through `index_of` (one int64 per node, all -1, restored on return); ids outside it raise."""
     for i in range(ids.shape[0]):
         if ids[i] < 0 or ids[i] >= index_of.shape[0]:
             raise ValueError("first_seen_mapped: an id outside the map (a node id past the graph's)")
@@ -275,8 +262,7 @@ def first_seen_mapped(ids, index_of):
 
 @njit(cache=True, nogil=True)
 def claim(ids, mark, lo, own, n):
-    """Append the ids of own nodes not yet in the batch (`mark[id - lo] < 0`) to `own[n:]`, marking each with
-    its row; repeats among `ids` count once. Returns the new row count (`own` must have room for all)."""
+    """Append own ids not yet in the batch (`mark[id - lo] < 0`) to `own[n:]`, marking each; returns the count."""
     for i in range(ids.shape[0]):
         g = ids[i]
         if mark[g - lo] < 0:
@@ -288,9 +274,8 @@ def claim(ids, mark, lo, own, n):
 
 @njit(cache=True, nogil=True)
 def split_sources(src, lo, hi, mark):
-    """A cooperative batch's edge sources, one pass: (each edge's code: an own source's row in the batch,
-    `mark[g - lo]`, the same in every layer, or -1 - k for the k-th distinct remote source; the distinct
-    remote sources in order of first appearance; each one's first edge, increasing)."""
+    """A cooperative batch's edge sources in one pass: (each edge's code: an own source's row, or -1 - k for the
+    k-th distinct remote source; the distinct remote sources; each one's first edge)."""
     n = src.shape[0]
     n_remote = 0
     for i in range(n):
@@ -319,8 +304,7 @@ def split_sources(src, lo, hi, mark):
 
 @njit(cache=True, nogil=True)
 def layer_sources(code, e, n_own, slot):
-    """The first `e` edges' sources as rows of a layer's table: own rows as `code` has them, the k-th remote
-    source at row n_own + slot[k] (after the own rows, where its owner's rows arrive)."""
+    """The first `e` edges' sources as rows of a layer's table: the k-th remote source at n_own + slot[k]."""
     index = np.empty(e, dtype=np.int64)
     for i in range(e):
         c = code[i]
@@ -329,8 +313,7 @@ def layer_sources(code, e, n_own, slot):
 
 
 def warm_up() -> None:
-    """Compile every kernel (or load it from numba's cache) on tiny inputs: the serial or the parallel ones, by
-    numba's thread count now."""
+    """Compile (or load from cache) every kernel on tiny inputs, serial or parallel by numba's thread count now."""
     one = np.zeros(1, dtype=np.int64)
     counts, nbrs = sample_rows(np.array([0, 1], dtype=np.int64), one, one, one, one + 1, mix_seed(0, 0))
     mapped = np.zeros(1, dtype=np.int64)  # a memory-mapped part's column array is read-only: its own signature

@@ -24,15 +24,13 @@ _TOP = (1 << 53) - 1
 
 @njit(inline="always")
 def _draw(base, gid, shift):
-    """Node `gid`'s variate under hop seed `base` (uint64): SplitMix64 of the two, as `sample_rows` seeds a
-    target's stream, its top 53 bits plus `shift` (uint64, < 2**53) modulo 2**53."""
+    """Node `gid`'s variate in [0, 1) under hop seed `base`, rotated by `shift` (< 2**53)."""
     bits = splitmix(base ^ (np.uint64(gid) * np.uint64(0x9E3779B97F4A7C15))) >> np.uint64(11)
     return np.float64((bits + shift) & np.uint64(_TOP)) * _UNIT
 
 
 def window(step: int, dependency: int) -> tuple[int, int]:
-    """(the window of step `step` under `--batch-dependency`, the shift of its variates: (step mod K) / K of
-    the 53-bit range); (step, 0) where K is 1."""
+    """(the window of step `step` under `--batch-dependency` K, the shift of its variates)."""
     if dependency <= 1:
         return step, 0
     return step // dependency, (step % dependency) * ((1 << 53) // dependency)
@@ -40,18 +38,13 @@ def window(step: int, dependency: int) -> tuple[int, int]:
 
 @serial_or_parallel
 def labor_rows(rowptr, col, rows, fanouts, seed, shift=0):
-    """LABOR-0 in-neighbours of each target row: row i keeps source s where s's variate of `seed` (rotated by
-    `shift`, see `window`) is below `fanouts[i % len(fanouts)]` / its degree (every source where the fanout is
-    < 0 or at least the degree).
+    """LABOR-0: row i keeps source s where s's variate is below `fanouts[i % len(fanouts)]` / its degree.
 
     Args:
-        rowptr, col: CSR (int64) of the rows this caller owns; `col` holds global ids (they seed the variates).
-        rows: local row of each target. fanouts: int64, one entry, or one per edge type (as `sample_rows`).
+        col: global ids (they seed the variates). rows: local row of each target.
         seed: the hop's seed: one variate per source node per hop.
     Returns:
-        (counts[i] = sources kept for target i, their global ids concatenated in target order (in CSR order
-        within a target), denominators[i] = min(degree, fanout): the unbiased mean divides the kept rows' sum
-        by it).
+        (kept per target, their global ids, denominators min(degree, fanout) for the unbiased mean).
     """
     n = rows.shape[0]
     kinds = fanouts.shape[0]
@@ -101,9 +94,8 @@ _POW2 = np.array([2.0 ** k for k in range(64)])  # exact powers of two, for the 
 
 @njit(cache=True, nogil=True, inline="always")
 def fixed_point(degree):
-    """The bits k a target's weights (each at most 1) are summed with, as integers w * 2**k: exact, so the
-    sum is the same in any order, and under 2**63 for `degree` weights (52 below 2048 edges, one bit fewer
-    each time the degree doubles)."""
+    """The bits k a target's weights (each <= 1) are summed with as integers w * 2**k: exact, so the sum is the
+    same in any order, and under 2**63 for `degree` weights."""
     k = 52
     while degree >= np.int64(1) << (63 - k):
         k -= 1
@@ -125,11 +117,8 @@ def _saturated(weights, fanout, rest):
 
 @serial_or_parallel
 def importance_scales(ptr, inverse, pi, fanout):
-    """LABOR-i's c_t for each target of a hop's CSR (`ptr` over targets, `inverse` each edge's source, `pi` the
-    sources' weights): sum over t's edges of min(1, c_t pi_s) = fanout; inf where t keeps every neighbour.
-    With every pi_s = 1 this is fanout / degree, LABOR-0's cut, to the bit. No result depends on the order of
-    a target's edges (its sum is exact: `fixed_point`), so every rank's c_t is one process's, and the torch-op
-    twin's (`torch_kernels.importance_scales`)."""
+    """LABOR-i's c_t per target: sum over t's edges of min(1, c_t pi_s) = fanout; inf where t keeps all.
+    Exact sums (`fixed_point`) make every rank's c_t one process's and the torch-op twin's."""
     n = ptr.shape[0] - 1
     out = np.empty(n, dtype=np.float64)
     for i in prange(n):
@@ -156,9 +145,8 @@ def importance_scales(ptr, inverse, pi, fanout):
 
 @njit(cache=True, nogil=True)
 def _raised(ptr, inverse, scale, pi, n_sources):
-    """pi'_s = max over the hop's targets t of min(1, c_t pi_s) (`inverse`: each edge's source index), taken as
-    min(1, pi_s max_t c_t): rounding a product and min are monotone, so it is the same bits with one product
-    per source instead of one per edge."""
+    """pi'_s = max_t min(1, c_t pi_s), as min(1, pi_s max_t c_t): the same bits (rounding is monotone) with one
+    product per source instead of one per edge."""
     top = np.zeros(n_sources, dtype=np.float64)
     for i in range(ptr.shape[0] - 1):
         c = scale[i]
@@ -179,9 +167,7 @@ def _variates(base, gids, shift):
 
 @njit(cache=True, nogil=True)
 def _importance_draw(ptr, nbrs, inverse, scale, pi, r, fanout, normalise):
-    """Target t keeps edge e (source s) where r_s < p_ts = min(1, c_t pi_s): (kept per target, kept ids, their
-    weights q_t / p_ts, denominators min(degree, fanout)); with `normalise` each target's weights are scaled to
-    sum to its denominator."""
+    """Keep edge (t, s) where r_s < min(1, c_t pi_s): (kept per target, ids, weights, denominators)."""
     n = ptr.shape[0] - 1
     counts = np.zeros(n, dtype=np.int64)
     denominators = np.empty(n, dtype=np.int64)
@@ -212,23 +198,14 @@ def _importance_draw(ptr, nbrs, inverse, scale, pi, r, fanout, normalise):
 def labor_importance(ptr: np.ndarray, nbrs: np.ndarray, fanout: int, seed: int, shift: int, iterations: int,
                      reduce: Any = None, num_nodes: int = -1,
                      normalise: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """LABOR-`iterations` (importance sampling) on a hop whose targets' whole neighbourhoods are known: target
-    t's neighbours `nbrs[ptr[t]:ptr[t + 1]]` (global ids).
+    """LABOR-`iterations` on a hop whose targets' whole neighbourhoods `nbrs[ptr[t]:ptr[t + 1]]` are known.
 
-    Every source s has a weight pi_s (1 to start); t keeps s where s's variate (as `labor_rows` draws it) is
-    under p_ts = min(1, c_t pi_s), c_t chosen so t keeps `fanout` in expectation. An iteration sets pi_s to
-    max_t p_ts over the hop's targets: a source one target must keep with high probability is then likely
-    kept by the others too, so the hop reaches fewer sources. 0 iterations is LABOR-0, `labor_rows`'s draw.
-    `reduce(sources)` (collective; cooperative batches, whose hop's targets are spread over the ranks) gives
-    a function taking each source's pi' on this rank's targets to its maximum over all ranks'. `num_nodes`: the
-    graph's, where known (a bound on the distinct sources, which sizes their hash table).
+    The method and its weights: docs/training.md, "Importance-sampling iterations". `normalise` (the ratio
+    estimator: biased but of lower variance) trained to the better accuracy there.
 
-    The edge weights are q_t / p_ts with q_t = min(1, fanout / degree): each edge's share of neighbour
-    sampling's expected sum, so the weighted sum over the denominator is an unbiased mean (Horvitz-Thompson),
-    and 1 for every edge of LABOR-0. With `normalise` (the default; iterations > 0) each target's weights are
-    then scaled to sum to its denominator, so the mean is the kept rows' weighted average (the ratio estimator:
-    consistent, not unbiased, but of lower variance: it trained to the better accuracy, docs/training.md).
-
+    Args:
+        reduce: collective, cooperative batches: `reduce(sources)` maxes each source's weight over all ranks.
+        num_nodes: the graph's, where known (bounds the distinct sources).
     Returns:
         (kept per target, their ids in CSR order, denominators min(degree, fanout) as `labor_rows`'s, float32
         edge weights).
@@ -254,8 +231,7 @@ _MAPS = threading.local()
 
 
 def _first_seen(ids: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """`first_seen` of a hop's sources: through a per-thread array over the graph's nodes where that is at most
-    ARRAY_MAP_BYTES (a direct lookup, no probing; the same result), else a hash table."""
+    """`first_seen` through a per-thread node array (no probing) where that fits ARRAY_MAP_BYTES."""
     if not 0 < num_nodes <= ARRAY_MAP_BYTES // 8:
         return first_seen(ids, num_nodes)
     index_of = getattr(_MAPS, "index_of", None)
@@ -265,14 +241,12 @@ def _first_seen(ids: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray
 
 
 def variate(seed: int, gids: np.ndarray, shift: int = 0) -> np.ndarray:
-    """The variates `labor_rows` gives the nodes `gids` under hop seed `seed` and `shift` (float64 in [0, 1);
-    tests)."""
+    """The variates `labor_rows` gives the nodes `gids` (float64 in [0, 1); tests)."""
     return _variates(np.uint64(seed), np.ascontiguousarray(gids, dtype=np.int64), np.uint64(shift))
 
 
 def warm_up(importance: bool = False) -> None:
-    """Compile the kernel (or load it from numba's cache) on tiny inputs, for a writable and a memory-mapped
-    (read-only) part's column array; with `importance`, LABOR-i's kernels too."""
+    """Compile (or load from cache) the kernels for writable and read-only (mapped) columns."""
     one = np.zeros(1, dtype=np.int64)
     ptr = np.array([0, 1], dtype=np.int64)
     labor_rows(ptr, one, one, one + 1, 0)

@@ -26,14 +26,10 @@ __all__ = ["SampleOutput", "HopSource", "LocalHops", "NeighborSampler", "parse_f
 
 @dataclass
 class SampleOutput:
-    """One sampled mini-batch, in PyG's layout.
+    """One sampled mini-batch, in PyG's layout: `n_id` global ids (seeds first), edges `row` -> `col` grouped by
+    hop, then by ascending target.
 
-    `n_id` holds global ids, seeds first, then each hop's new nodes. Edge i runs from local node `row[i]` (the
-    sampled neighbour, the message source) to `col[i]` (its target); edges are grouped by hop, so
-    `num_sampled_nodes` / `num_sampled_edges` let PyG's `trim_to_layer` drop finished hops. Within a hop, edges
-    are grouped by target in ascending order, and `in_degree[v]` is target v's number of edges (all edge types),
-    for the sum(num_sampled_nodes[:-1]) nodes some hop targets: the CSR pointer of each hop is its running sum,
-    so a model needs no bincount (a host sync on GPUs).
+    `in_degree` gives each hop's CSR pointer as its running sum, so a model needs no bincount (a host sync on GPUs).
     """
 
     n_id: np.ndarray
@@ -56,8 +52,7 @@ class HopSource(Protocol):
     num_etypes: int
 
     def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        """(counts per target and edge type [len(gids) * num_etypes], neighbour gids concatenated in that
-        order: target by target, each target's edge types in order)."""
+        """(counts per target and edge type [len(gids) * num_etypes], neighbour gids in that order)."""
         ...
 
     def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int,
@@ -80,10 +75,7 @@ def fanout_array(fanout: Fanout, num_etypes: int) -> np.ndarray:
 class LocalHops:
     """Neighbours from a CSR whose rows are the global ids [lo, lo + num_rows).
 
-    A heterogeneous graph adds `type_rowptr` [num_rows * num_etypes + 1]: each row's in-edges sorted by edge
-    type, so row v's edges of type e are `col[type_rowptr[v * T + e]:type_rowptr[v * T + e + 1]]` and each
-    (target, edge type) is one row of the same kernel, with its own fanout and random stream. A homogeneous
-    graph is the case T = 1.
+    With `type_rowptr` each (target, edge type) is one row of the same kernel, with its own fanout and stream.
     """
 
     comm = None  # reads no other rank (`DistributedHops` does)
@@ -108,8 +100,7 @@ class LocalHops:
         return {}
 
     def kernel_rows(self, gids: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
-        """What the neighbour kernel draws for targets `gids`: (its CSR rows, the keys seeding their streams,
-        whether those rows index `type_rowptr`: one per target and edge type)."""
+        """(CSR rows, keys seeding their streams, whether the rows index `type_rowptr`) for targets `gids`."""
         t = self.num_etypes
         if t == 1:
             return gids - self.lo, gids, False
@@ -131,10 +122,8 @@ class LocalHops:
 
 def importance_hop(source: HopSource, gids: np.ndarray, fanout: Fanout, seed: int, shift: int, iterations: int,
                    reduce: Any = None, num_nodes: int = -1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A LABOR-`iterations` hop (`sampling.labor.labor_importance`): the targets' whole neighbourhoods from
-    `source` (from their owners where they are remote: every in-edge crosses, not a sample), then the
-    iterations here, so a rank's hop equals one process's. `reduce`, `num_nodes`: see `labor_importance`.
-    A hop on the device (`DeviceSampler`: tensors in, tensors out) runs the torch-op twin there, bit for bit."""
+    """A LABOR-`iterations` hop: the targets' whole neighbourhoods from `source`, then the iterations here, so a
+    rank's hop equals one process's. A device hop runs the torch-op twin there, bit for bit."""
     counts, nbrs = source.sample(gids, -1, 0)
     if not isinstance(nbrs, np.ndarray):  # a DeviceSampler's hop (one part: nothing to reduce over ranks)
         from mpignn.sampling import torch_kernels
@@ -151,12 +140,8 @@ def draw_hop(sampler: Any, gids: np.ndarray, fanout: Fanout, hop: int, seed: int
 
     Args:
         sampler: a sampler with `source`, `method`, `layer_dependency`, `iterations` and `num_nodes`.
-        gids: the hop's targets (global ids).
-        fanout: the hop's fanout.
         hop: the hop's index (salts the seed).
-        seed: the batch's seed; "labor" draws from `variates` (a seed and a shift) where given, else from it.
-        variates: see `NeighborSampler.sample`.
-        reduce: see `labor_importance`.
+        seed: the batch's seed; "labor" draws from `variates` (a seed and a shift) where given.
 
     Returns:
         (counts, nbrs, mean_over, edge weight); mean_over is None for "neighbor", the weight None but for LABOR-i.
@@ -173,8 +158,7 @@ def draw_hop(sampler: Any, gids: np.ndarray, fanout: Fanout, hop: int, seed: int
 
 
 def loop_free_degree(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndarray:
-    """int64 [rows]: each CSR row's in-edges other than self-loops (rows are the global ids lo, lo + 1, ...):
-    the degree PyG's `gcn_norm` adds one self-loop to, on the whole graph."""
+    """int64 [rows]: each row's in-edges other than self-loops, the degree PyG's `gcn_norm` adds one loop to."""
     n = len(rowptr) - 1
     own = np.repeat(np.arange(lo, lo + n, dtype=np.int64), np.diff(rowptr))
     return np.diff(rowptr) - np.bincount(own[np.asarray(col) == own] - lo, minlength=n)
@@ -183,19 +167,15 @@ def loop_free_degree(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndarray
 class NeighborSampler:
     """Sample `len(fanouts)` hops around seed nodes.
 
-    Thread-safe: each thread keeps its own global-id -> batch-index map, cleaned after each batch. `relabel`
-    picks it: "array", one int64 per global node (0.9 GB per thread on papers100M); "part", one int64 per node
-    of the source's own rows (the rank's part) plus, for other nodes, an open-addressing hash table sized by the
-    largest batch so far (twice the remote nodes it reached, 16 bytes a slot), so memory follows the part and
-    the batch; "auto" (default), the array where the source owns every node (one process, replicated) or has no
-    rows of its own (then while it takes at most ARRAY_MAP_BYTES), else the part map. Both give the same
-    batches. The part map keeps a rank's memory in proportion to its part (its cost: docs/benchmarks.md).
-    `method` (`SAMPLERS`): "labor" draws each hop by layer-neighbour sampling (`HopSource.sample_labor`), and
-    its batches carry `mean_over`, what each target's mean divides by. `dependency` (labor): how many
-    consecutive training steps a loader lets share their variates (`sampling.labor.window`);
-    `layer_dependency` (labor): every hop draws with the first hop's seed, so a node has one variate in a batch.
-    `iterations` (labor): LABOR-i's importance-sampling iterations (`importance_hop`; 0: LABOR-0); its batches
-    also carry `edge_weight`.
+    Thread-safe: each thread keeps its own global-id -> batch-index map. `relabel` "array" is one int64 per
+    global node; "part" one per own node plus a hash table sized by the batch, so memory follows the part (its
+    cost: docs/benchmarks.md); "auto" the array where the source owns every node, else the part map.
+
+    Args:
+        method: `SAMPLERS`; "labor" batches also carry `mean_over`, what each target's mean divides by.
+        dependency: labor: how many consecutive steps share their variates (`sampling.labor.window`).
+        layer_dependency: labor: every hop draws with the first hop's seed (one variate per node).
+        iterations: LABOR-i's importance-sampling iterations (0: LABOR-0); its batches carry `edge_weight`.
     """
 
     cooperative = False  # each rank draws its own batch (`CooperativeSampler`: one batch of all ranks)
@@ -238,10 +218,8 @@ class NeighborSampler:
                           layer_dependency=self.layer_dependency, iterations=self.iterations)
 
     def for_evaluation(self) -> "NeighborSampler":
-        """The sampler evaluation batches draw with: neighbour sampling at this one's fanouts, whatever trains.
-        Layer-neighbour batches save rows for training, but their estimate of a node's mean is noisier, so
-        they scored a model under what exact inference gives it (docs/training.md). Made once: val and test
-        share its per-thread id maps."""
+        """Neighbour sampling at this one's fanouts, whatever trains: layer-neighbour batches' noisier means
+        scored a model under exact inference (docs/training.md). Made once, so val and test share its id maps."""
         if self.method == "neighbor":
             return self
         if self._evaluation is None:
@@ -250,8 +228,7 @@ class NeighborSampler:
 
     @property
     def scratch_bytes(self) -> int:
-        """Bytes of one sampling thread's id map: global-node-sized with relabel 'array', part-sized otherwise
-        (plus a hash table sized by the batch, not counted)."""
+        """Bytes of one sampling thread's id map (without the batch-sized hash table)."""
         return 8 * (self.num_nodes if self.relabel == "array" else self._own[1])
 
     def _scratch(self) -> np.ndarray:
@@ -294,9 +271,8 @@ class NeighborSampler:
             self._local.in_table = 0
 
     def sample(self, seeds: np.ndarray, seed: int, variates: tuple[int, int] | None = None) -> SampleOutput:
-        """Sample around `seeds` (global ids, distinct) with the random streams of `seed`; "labor" draws its
-        variates from `variates` (a seed and a shift, `sampling.labor.window`: batches that share them) where
-        given, else from `seed`."""
+        """Sample around distinct global `seeds` with the streams of `seed`; "labor" draws its variates from
+        `variates` (a seed and a shift shared by batches, `sampling.labor.window`) where given."""
         seeds = self._seeds(seeds)
         n_id = self._buffer(max(16, len(seeds) * 4), None, 0)
         local, n_count = self._map(seeds, n_id, 0)
@@ -355,9 +331,8 @@ class NeighborSampler:
 
     def sample_from_edges(self, src: np.ndarray, dst: np.ndarray, seed: int,
                           variates: tuple[int, int] | None = None) -> SampleOutput:
-        """Sample around both endpoints of the pairs (src[i], dst[i]); the seeds are the distinct endpoints,
-        and `edge_label_index` [2, len(src)] holds each pair in batch-local ids (PyG's LinkNeighborLoader
-        layout)."""
+        """Sample around both endpoints of the pairs; `edge_label_index` holds them in batch-local ids (PyG's
+        LinkNeighborLoader layout)."""
         ends = np.concatenate([np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)])
         nodes = np.unique(ends)
         out = self.sample(nodes, seed, variates)

@@ -28,7 +28,6 @@ def _splitmix(z: torch.Tensor) -> torch.Tensor:
 
 
 def _as_int64(seed: int) -> int:
-    """A seed in [0, 2**64) as the int64 with its bits."""
     seed = int(seed) & ((1 << 64) - 1)
     return seed - (1 << 64) if seed >= 1 << 63 else seed
 
@@ -44,8 +43,7 @@ def _degrees(rowptr: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, to
 
 
 def _edges(deg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every edge of targets with degrees `deg`, in target order: (its target's index, its place among that
-    target's edges)."""
+    """(each edge's target index, its place among that target's edges) for targets of degrees `deg`."""
     edge_of = torch.repeat_interleave(torch.arange(len(deg), device=deg.device), deg)
     within = torch.arange(len(edge_of), device=deg.device) - torch.repeat_interleave(torch.cumsum(deg, 0) - deg, deg)
     return edge_of, within
@@ -53,15 +51,13 @@ def _edges(deg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _copy_all(col: torch.Tensor, start: torch.Tensor, deg: torch.Tensor, out: torch.Tensor,
               offsets: torch.Tensor, which: torch.Tensor) -> None:
-    """Write every neighbour of the targets `which` to their places in `out`."""
     edge_of, within = _edges(deg[which])
     out[offsets[which][edge_of] + within] = col[start[which][edge_of] + within]
 
 
 def sample_rows(rowptr: torch.Tensor, col: torch.Tensor, rows: torch.Tensor, gids: torch.Tensor,
                 fanouts: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """`sampling.kernels.sample_rows` on torch tensors (int64, one device): (counts per target, neighbours
-    concatenated in target order)."""
+    """`sampling.kernels.sample_rows` on int64 torch tensors of one device."""
     n = len(rows)
     start, deg = _degrees(rowptr, rows)
     fanout = fanouts[torch.arange(n, device=rows.device) % len(fanouts)]
@@ -89,8 +85,7 @@ def sample_rows(rowptr: torch.Tensor, col: torch.Tensor, rows: torch.Tensor, gid
 
 def labor_rows(rowptr: torch.Tensor, col: torch.Tensor, rows: torch.Tensor, fanouts: torch.Tensor,
                seed: int, shift: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`sampling.labor.labor_rows` on torch tensors: (counts, kept sources in target order and CSR order within
-    a target, denominators min(degree, fanout))."""
+    """`sampling.labor.labor_rows` on torch tensors."""
     n = len(rows)
     start, deg = _degrees(rowptr, rows)
     fanout = fanouts[torch.arange(n, device=rows.device) % len(fanouts)]
@@ -117,9 +112,8 @@ def _over(k: int, x: torch.Tensor) -> torch.Tensor:
 
 def importance_scales(edge_of: torch.Tensor, deg: torch.Tensor, inverse: torch.Tensor, pi: torch.Tensor,
                       fanout: int) -> torch.Tensor:
-    """`sampling.labor.importance_scales` on tensors (`edge_of`: each edge's target, edges grouped by target in
-    order): the same integer sums, and the same sequential steps over the saturated targets' sorted weights,
-    vectorised over those targets (at most fanout + 1 steps: a step past the fanout would leave c = 0)."""
+    """`sampling.labor.importance_scales` on tensors: the same integer sums and sequential steps, vectorised
+    over the saturated targets (at most fanout + 1 steps: one more would leave c = 0)."""
     n, dev = len(deg), deg.device
     out = torch.full((n,), float("inf"), dtype=torch.float64, device=dev)
     if fanout < 0:
@@ -159,10 +153,8 @@ def importance_scales(edge_of: torch.Tensor, deg: torch.Tensor, inverse: torch.T
 def labor_importance(counts: torch.Tensor, nbrs: torch.Tensor, fanout: int, seed: int, shift: int,
                      iterations: int, normalise: bool = True
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`sampling.labor.labor_importance` on tensors, bit for bit: target t's whole neighbourhood is
-    `nbrs` (global ids) over its `counts[t]` edges. Returns (kept per target, kept ids in CSR order,
-    denominators min(degree, fanout), float32 edge weights). Sizes read back: the largest kept count once a
-    hop, where the weights are normalised (each target's sum is taken in its edges' order, as the host's)."""
+    """`sampling.labor.labor_importance` on tensors, bit for bit (`counts[t]` edges of t in `nbrs`). Reads back
+    the largest kept count once a hop, to sum each target's weights in the host's order."""
     dev = nbrs.device
     n = len(counts)
     edge_of, _ = _edges(counts)
