@@ -19,7 +19,7 @@ from mpignn.mpi import allreduce_max, allreduce_sum
 from mpignn.tasks import Task
 from mpignn.training.record import epoch_record
 
-if TYPE_CHECKING:  # annotations only (postponed): the loop imports no launch or loader module at run time
+if TYPE_CHECKING:  # annotations only: bootstrap and the loader are not imported at run time
     from mpignn.launch.bootstrap import Runtime
     from mpignn.loader.local_graph import LocalGraph
 
@@ -93,7 +93,7 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
         clock.stop()
         sums["seeds"] += n
         sums["steps"] += 1
-        sums["nodes"] += batch.num_nodes  # the nodes this step computed on (seeds and sampled neighbours)
+        sums["nodes"] += batch.num_nodes
         rows.add(batch)
         if progress:  # reading the loss waits for the device: only where the bar is shown (a tty)
             _progress(step + 1, len(loader), float(loss_sum.detach()) / max(n, 1))
@@ -120,7 +120,7 @@ class RowCounts:
         if not isinstance(sizes, list):  # heterogeneous batches count per type: not here
             return
         hops = len(sizes) - 1
-        rows = np.array([sum(sizes[:hops + 1 - j]) for j in range(hops + 1)], dtype=np.float64)  # host counts
+        rows = np.array([sum(sizes[:hops + 1 - j]) for j in range(hops + 1)], dtype=np.float64)
         self.rows = rows if self.rows is None else self.rows + rows
         union = getattr(batch, "union_rows", None)
         if getattr(batch, "halo", None) is not None or self.world == 1:

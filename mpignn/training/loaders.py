@@ -57,9 +57,9 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
     train = split == "train"
     if not train:
         batch_size = task.eval_batch_size(seeds, eval_batch_size or task.eval_factor * batch_size)
-    sampler = graph.sampler if train else graph.sampler.for_evaluation()  # evaluation: neighbour sampling
+    sampler = graph.sampler if train else graph.sampler.for_evaluation()
     full = minibatch == "full"
-    if full:  # every neighbour of every hop
+    if full:
         fanouts = [-1] * len(fanouts if fanouts is not None else sampler.fanouts)
     if fanouts is not None and list(fanouts) != sampler.fanouts:
         sampler = sampler.with_fanouts(fanouts)
