@@ -60,10 +60,8 @@ def _from_map(launcher: str, key: str, fields: dict[str, str]) -> Callable[[Mapp
     return detector
 
 
-# Order matters. MPI launchers come first: inside an sbatch allocation the SLURM_* variables describe the
-# allocation (or the batch step), not the ranks that mpirun started, while each mpirun sets its own variables per
-# process. torchrun sets RANK/LOCAL_RANK per process too, so it beats Slurm. Slurm is last: it is right only
-# when srun itself started the ranks.
+# Order matters: inside an sbatch allocation SLURM_* describe the allocation, not the ranks mpirun started, while
+# MPI launchers and torchrun set variables per process. Slurm is last: right only when srun started the ranks.
 _DETECTORS: list[Callable[[Mapping[str, str]], LaunchInfo | None]] = [
     _from_map("openmpi", "OMPI_COMM_WORLD_RANK", {
         "rank": "OMPI_COMM_WORLD_RANK", "world_size": "OMPI_COMM_WORLD_SIZE",
@@ -319,8 +317,7 @@ def pick_shared_address(root: list[Interface], others: list[list[Interface]]) ->
     return None
 
 
-# The variable through which a launcher (srun --gpus-per-task, a wrapper script) narrows the devices a process
-# sees; entry i of its comma-separated list names the device torch numbers i in that process.
+# How a launcher narrows the devices a process sees; entry i names the device torch numbers i in that process.
 _MASK_VARS = {"cuda": "CUDA_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 
 

@@ -178,7 +178,6 @@ def rank_line(rank: int, world_size: int, host: str, local_rank: int, local_size
 
 
 def _world() -> tuple[Any, str]:
-    """(COMM_WORLD or None, why not)."""
     try:
         from mpignn.mpi import world
 

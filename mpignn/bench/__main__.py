@@ -199,7 +199,6 @@ def _reach(recs: list[dict], target: float, split: str = "val") -> dict | None:
 
 
 def _by_role(rec: dict) -> dict:
-    """Also file a record's task-named throughput and scores under per_s, unit, metric, val, test."""
     if "per_s" not in rec:
         rate = next(k for k in rec if k.endswith("_per_s"))
         metric = next(k for k in rec if k.startswith("val_"))[len("val_"):]
@@ -209,7 +208,6 @@ def _by_role(rec: dict) -> dict:
 
 
 def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[list[dict]]]], target: float) -> int:
-    """Print each configuration's mean training time to `target` (only where every seed reached it); plot."""
     curves = [(name, [[_by_role(rec) for rec in recs] for recs in runs]) for name, runs in curves]
     rows, several = [], len(curves[0][1]) > 1
     last = curves[0][1][0][-1]

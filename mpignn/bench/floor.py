@@ -33,7 +33,6 @@ def _prepare(dataset: str, root: str, parts: int, seed: int) -> Path:
 
 
 def _worker(args: argparse.Namespace) -> None:
-    """One rank: the whole graph, seeds from part `rank`; or (`--cooperative`) its own part, cooperatively."""
     import torch
     from mpi4py import MPI
 

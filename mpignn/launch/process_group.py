@@ -56,9 +56,8 @@ class Choice:
         return self.device.split(":")[0]
 
 
-# A device as plain data: (physical, instance). `physical` names the chip NCCL keys its ranks on (the PCI
-# address); `instance` names the memory a rank computes in (the device's UUID; a MIG slice's own UUID, so MIG
-# slices of one GPU share `physical` but not `instance`). Gathered over MPI, compared by `choose`.
+# A device as plain data: (physical, instance). `physical`: the chip NCCL keys ranks on (PCI address); `instance`:
+# the memory a rank computes in (UUID), so MIG slices of one GPU share `physical` but not `instance`.
 DeviceId = tuple[str, str]
 
 

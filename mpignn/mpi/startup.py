@@ -117,9 +117,8 @@ def _suggested(mine: list[_env.Interface]) -> tuple[str, str]:
     return "IFACE", ""
 
 
-# The variables naming the interfaces MPI's TCP traffic may take: UCX's device list (an entry with ':' is an RDMA
-# port), libfabric's tcp provider, and what Hydra's `mpiexec -iface` sets, which only MPICH's ch3 reads (ch4's UCX
-# and libfabric never do: `launcher_iface_env` passes it on to them).
+# The variables naming MPI's TCP interfaces: UCX's (':' marks an RDMA port), libfabric's, and `mpiexec -iface`'s,
+# which only MPICH's ch3 reads (`launcher_iface_env` passes it on to ch4).
 _MPI_IFNAME_VARS = ("UCX_NET_DEVICES", "FI_TCP_IFACE", "MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE")
 
 

@@ -103,8 +103,7 @@ def _seeds(graph: LocalGraph, kind: int | None, input_nodes: Any) -> np.ndarray:
         raise ConfigError(problem)
     if ids.dtype == np.bool_:
         ids = np.flatnonzero(ids)
-    # the union of every rank's ids: PyG's `split_idx[...].split(n // world_size)[rank]` gives each rank a chunk
-    # holding other ranks' nodes, and each rank trains the nodes it owns, so the chunks together are trained
+    # the union of every rank's ids: PyG's per-rank chunk holds other ranks' nodes, and each rank trains its own
     joined = joined_ids(comm, ids.astype(np.int64))
     _, first = np.unique(joined, return_index=True)
     first.sort()  # in the order given (the first rank's first), as PyG keeps it

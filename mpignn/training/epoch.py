@@ -99,8 +99,8 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
             _progress(step + 1, len(loader), float(loss_sum.detach()) / max(n, 1))
     metric_sums.flush()
     sums.update(rows.sums())
-    # The per-step agreement is a collective too: where a rank waits for a slower one, it waits there. The
-    # gradient all-reduce runs inside the steps' spans: compute is what is left of them.
+    # The per-step agreement is where a rank waits for a slower one; the gradient all-reduce runs inside the
+    # steps' spans, so compute is what is left of them.
     gradients_s = timer.seconds - reduce_before if timer else 0.0
     sums["allreduce_s"] = gradients_s + agree_s
     sums["compute_s"] = clock.seconds - gradients_s

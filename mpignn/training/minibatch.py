@@ -186,8 +186,6 @@ def _pick(probes: dict[str, Probe], full_when_short: bool) -> str:
 
 
 class _Repeat:
-    """A full-graph loader (one step an epoch) as `times` steps of its kept batch."""
-
     def __init__(self, loader: Any, times: int) -> None:
         self.loader, self.times, self.start_step, self.sampler = loader, times, 0, loader.sampler
 
