@@ -100,7 +100,7 @@ MEASURED = frozenset({"epoch_s", "eval_s", "sample_s", "exchange_s", "compute_s"
 
 
 def repeatable(rec: Mapping[str, Any]) -> dict[str, Any]:
-    """Return `rec` without `MEASURED` and the rates: what the same command repeats exactly (docs/reproducibility.md)."""
+    """Return `rec` without `MEASURED` and the rates: what the same command repeats (docs/reproducibility.md)."""
     return {k: v for k, v in rec.items() if k not in MEASURED and not k.endswith("_per_s")}
 
 
