@@ -1,12 +1,8 @@
 """numba's compiled kernels: a writable folder for their on-disk cache, and serial and parallel twins.
 
-Every module with an `@njit(cache=True)` first calls `ensure_numba_cache_dir` (a read-only install would
-otherwise fail at import). numba's parallel compilation (`parallel=True`) is slow: it dominated a fresh clone's
-first run, where every kernel compiles once, and most runs give each MPI rank one core, where a serial kernel can
-do the same work without the threading layer: `serial_or_parallel` compiles the one the thread count needs. Not
-every kernel runs as fast serially (the in-place dropout kernels did not, and stay parallel): measure before
-using it. Figures: docs/training.md ("The quick start's first run"). Stdlib only at import (numba is imported
-where it is used).
+Parallel compilation dominated a fresh clone's first run, and most ranks get one core, hence
+`serial_or_parallel`; not every kernel is as fast serially (dropout's are not): measure first (figures:
+docs/training.md, "The quick start's first run"). Stdlib only at import (numba is imported where used).
 """
 from __future__ import annotations
 
@@ -24,10 +20,9 @@ log = logging.getLogger(__name__)
 
 
 def serial_or_parallel(func: Callable[..., Any]) -> Callable[..., Any]:
-    """`func` (its loops `prange`) compiled twice: serially, called where numba runs one thread (an MPI rank per
-    core, the usual layout: the serial kernel compiles in a fraction of the time), and in parallel otherwise.
-    The parallel twin gets its own name, so numba's on-disk cache, which keys files by name, keeps the two
-    apart. Call `ensure_numba_cache_dir` first, as for any cached kernel."""
+    """Compile `func` (its loops `prange`) serially, called where numba runs one thread, and in parallel.
+
+    The parallel twin gets its own name: numba's on-disk cache keys files by name."""
     import numba
 
     twin = types.FunctionType(func.__code__, func.__globals__, func.__name__ + "_parallel", func.__defaults__,
@@ -46,8 +41,7 @@ def serial_or_parallel(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _writable_folder(path: str) -> bool:
-    """Whether `path` is (or can be made) a folder a file can be created in: numba's own test
-    (`_CacheLocator.ensure_cache_path`), so it also answers for root and read-only mounts."""
+    """numba's own test (`_CacheLocator.ensure_cache_path`), so it also answers for root and read-only mounts."""
     try:
         os.makedirs(path, exist_ok=True)
         tempfile.TemporaryFile(dir=path).close()
@@ -57,15 +51,14 @@ def _writable_folder(path: str) -> bool:
 
 
 def _numba_user_dir(env: Mapping[str, str]) -> str:
-    """numba's user-wide cache folder (its appdirs `user_cache_dir`, "numba"): the one it tries after __pycache__."""
+    """numba's user-wide cache folder, the one it tries after __pycache__."""
     if sys.platform == "darwin":
         return os.path.expanduser("~/Library/Caches/numba")
     return os.path.join(env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "numba")
 
 
 def _private_folder(path: str) -> bool:
-    """`path` is a writable folder of this user's own (not a link, nor a folder another user made in a shared
-    temporary folder), readable by this user only."""
+    """A writable folder of this user's own: not a link, nor one another user planted in a shared /tmp."""
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
         info = os.lstat(path)
@@ -83,19 +76,14 @@ def _uid() -> int:
 
 def ensure_numba_cache_dir(package_dir: str, env: dict[str, str] | None = None, *, temp_dir: str | None = None,
                            user_dir: str | None = None) -> str | None:
-    """Give numba's on-disk cache (`@njit(cache=True)`) a writable folder before any such function is defined.
+    """Give numba's on-disk cache a writable folder; every module with `@njit(cache=True)` calls it first.
 
-    numba caches in NUMBA_CACHE_DIR when set, else in __pycache__ beside the source, else in its user-wide
-    folder (~/.cache/numba); where none of them is writable (a read-only install without a writable home) it
-    refuses to define the function. Then NUMBA_CACHE_DIR is set to a per-user temporary folder,
-    `tempfile.gettempdir()`/mpignn-numba-<uid>, with one log line, and numba's config is reloaded where numba
-    is imported already. Every module with an `@njit(cache=True)` calls it first (one writable folder answers
-    for the whole install; later calls find NUMBA_CACHE_DIR writable and change nothing).
+    Where none of numba's folders is writable (a read-only install) numba refuses to define the function, so
+    NUMBA_CACHE_DIR is then set to a private temporary folder.
 
     Args:
         package_dir: the folder of the module whose functions numba caches (its __pycache__ is tried).
-        env: the environment to read and write (default `os.environ`); temp_dir, user_dir: instead of
-            `tempfile.gettempdir()` and numba's user-wide folder (tests).
+        env: read and written (default `os.environ`); temp_dir, user_dir: overrides for tests.
     Returns:
         The folder NUMBA_CACHE_DIR now names, or None where nothing was changed.
     Raises:

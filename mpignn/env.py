@@ -1,8 +1,7 @@
 """Launcher detection from environment variables, and the torch rendezvous variables. Stdlib only.
 
-`detect()` only reads. Writing MASTER_ADDR and friends is the separate, explicit `export_torch_env()`.
-Under MPI the communicator is the truth (see `mpignn.mpi.topology`); this module is the fallback when
-mpi4py is not in use, and the place where launcher-specific variable names are translated once.
+`detect()` only reads; `export_torch_env()` writes. Under MPI the communicator is the truth
+(`mpignn.mpi.topology`): this is the fallback without mpi4py, and where launcher variable names are translated.
 """
 from __future__ import annotations
 
@@ -61,10 +60,8 @@ def _from_map(launcher: str, key: str, fields: dict[str, str]) -> Callable[[Mapp
     return detector
 
 
-# Order matters. MPI launchers come first: inside an sbatch allocation the SLURM_* variables describe the
-# allocation (or the batch step), not the ranks that mpirun started, while each mpirun sets its own variables per
-# process. torchrun sets RANK/LOCAL_RANK per process too, so it beats Slurm. Slurm is last: it is right only
-# when srun itself started the ranks.
+# Order matters: inside an sbatch allocation SLURM_* describe the allocation, not the ranks mpirun started, while
+# MPI launchers and torchrun set variables per process. Slurm is last: right only when srun started the ranks.
 _DETECTORS: list[Callable[[Mapping[str, str]], LaunchInfo | None]] = [
     _from_map("openmpi", "OMPI_COMM_WORLD_RANK", {
         "rank": "OMPI_COMM_WORLD_RANK", "world_size": "OMPI_COMM_WORLD_SIZE",
@@ -86,8 +83,6 @@ _DETECTORS: list[Callable[[Mapping[str, str]], LaunchInfo | None]] = [
 def detect(env: Mapping[str, str] | None = None) -> LaunchInfo:
     """Describe this process from its launcher's variables; a single process when none is set.
 
-    Args:
-        env: the environment to read (default `os.environ`).
     Returns:
         The first detector's answer, in the order documented at `_DETECTORS`.
     """
@@ -100,11 +95,9 @@ def detect(env: Mapping[str, str] | None = None) -> LaunchInfo:
 
 
 def foreign_launcher_size(env: Mapping[str, str] | None = None) -> int:
-    """World size a launcher announced (MPI's: Open MPI, PMIx, PMI: MPICH, Intel MPI, srun; or torchrun), 1 if
-    none.
+    """Return the world size an MPI launcher or torchrun announced, 1 if none.
 
-    MPI finding size 1 while this says more means the wrong launcher started us (each rank is then a
-    singleton); a single-process tool seeing more than 1 was started as one of several copies."""
+    More than MPI's size 1 means the wrong launcher started us (each rank a singleton)."""
     env = os.environ if env is None else env
     names = ("OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE") + (("WORLD_SIZE",) if env.get("TORCHELASTIC_RUN_ID")
                                                                   else ())
@@ -122,8 +115,8 @@ _USER_WINS = ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME")
 
 def export_torch_env(values: Mapping[str, object], *, overwrite: bool = False,
                      env: dict[str, str] | None = None) -> dict[str, tuple[str, str]]:
-    """Write torch.distributed's rendezvous variables (and gloo's interface); values the user set for
-    MASTER_ADDR, MASTER_PORT and GLOO_SOCKET_IFNAME win unless `overwrite`.
+    """Write torch.distributed's rendezvous variables; the user's MASTER_ADDR, MASTER_PORT and
+    GLOO_SOCKET_IFNAME win unless `overwrite`.
 
     Returns:
         {name: (old, new)} for each variable that was set before and now differs (the caller logs them).
@@ -152,13 +145,11 @@ def cpus_available() -> int:
 
 
 def thread_budget(local_size: int, cpus: int | None = None, host_cpus: int | None = None) -> tuple[int, bool]:
-    """Threads per rank so the ranks of one host share its cores without oversubscription.
+    """Return threads per rank so the ranks of one host share its cores without oversubscription.
 
-    Args:
-        local_size: ranks on this host.
-        cpus: cores in this process's affinity mask (default: read it).
-        host_cpus: cores on the host (default `os.cpu_count()`). A mask narrower than the host means the
-            launcher bound this rank to its own cores: then the mask is the rank's whole share.
+    A mask (`cpus`) narrower than the host (`host_cpus`) means the launcher bound this rank: the mask is
+    then the rank's whole share.
+
     Returns:
         (threads, oversubscribed): at least 1 thread; oversubscribed when there are more ranks than cores.
     """
@@ -171,12 +162,8 @@ def thread_budget(local_size: int, cpus: int | None = None, host_cpus: int | Non
 
 
 def mem_available_bytes(proc: str = "/proc", cgroup_root: str = "/sys/fs/cgroup") -> int | None:
-    """Bytes this process can still allocate without swapping: the host's MemAvailable, or what is left
-    under this process's cgroup v2 memory limit (a Slurm job's, a container's) when that is lower.
-
-    Returns:
-        None where neither is known (no /proc/meminfo: not Linux).
-    """
+    """Return the bytes this process can still allocate: MemAvailable, or what its cgroup v2 limit (Slurm,
+    a container) leaves when lower; None where neither is known (not Linux)."""
     available = None
     try:
         with open(os.path.join(proc, "meminfo")) as f:
@@ -205,9 +192,8 @@ def mem_available_bytes(proc: str = "/proc", cgroup_root: str = "/sys/fs/cgroup"
 def bound_onednn_cache(capacity: int = 16) -> None:
     """Keep oneDNN's primitive cache small (unless ONEDNN_PRIMITIVE_CACHE_CAPACITY is set).
 
-    Every sampled batch has other row counts, so each bf16 matmul builds a new oneDNN primitive, and the
-    default cache keeps 1024 of them (the peak it costs: docs/failures.md, the bf16 row). oneDNN reads the
-    variable when it first builds a primitive, so this must run before any compute.
+    Each batch's row counts differ, so every bf16 matmul builds a primitive and the default cache keeps 1024
+    (docs/failures.md, the bf16 row). oneDNN reads the variable once: call this before any compute.
     """
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(capacity))
 
@@ -218,10 +204,10 @@ def slurm_job_id(env: Mapping[str, str] | None = None) -> str:
 
 
 def listen_socket(address: str, port: int = 0) -> socket.socket:
-    """A TCP socket bound to exactly `address` (never all interfaces) and already listening.
+    """Return a TCP socket bound to exactly `address` (never all interfaces) and listening (port 0: any).
 
-    Port 0 lets the kernel choose; read it from `getsockname()`. The caller keeps the socket open and hands it
-    on (TCPStore's `master_listen_fd`): a port that was closed and bound again could be taken in between.
+    The caller hands the open socket on (TCPStore's `master_listen_fd`): a port closed and bound again could
+    be taken in between.
 
     Raises:
         OSError: the address is not this host's, or the port is taken.
@@ -268,11 +254,9 @@ _IFNAME_VARS = ("MPIGNN_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAM
 
 
 def socket_ifname(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
-    """(variable, interface) from the first of MPIGNN_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME
-    that names one, else None.
+    """Return (variable, interface) from the first of `_IFNAME_VARS` that names one, else None.
 
-    Their syntax is a comma-separated list; NCCL's `=eth0` means exactly eth0 and a leading `^` makes the
-    whole list exclusions. The first plain name is taken; a list of exclusions names nothing.
+    NCCL's syntax: a comma list, `=eth0` means exactly eth0, a leading `^` excludes (so names nothing).
     """
     env = os.environ if env is None else env
     for var in _IFNAME_VARS:
@@ -299,8 +283,7 @@ def user_master_port(env: Mapping[str, str] | None = None) -> str | None:
 
 
 def ipv4_interfaces() -> list[Interface]:
-    """This host's interfaces that are up, each with its (primary) IPv4 address and netmask; Linux only
-    (elsewhere an empty list). Loopback interfaces are included: callers filter with `is_loopback`."""
+    """List this host's up interfaces with their primary IPv4 address, loopback included; [] off Linux."""
     try:
         import fcntl
         names = [name for _, name in socket.if_nameindex()]
@@ -323,14 +306,8 @@ def ipv4_interfaces() -> list[Interface]:
 
 
 def pick_shared_address(root: list[Interface], others: list[list[Interface]]) -> Interface | None:
-    """The first non-loopback address of the root's host whose subnet every other host has an address in.
-
-    Args:
-        root: the interfaces of the host of rank 0 (the rendezvous server).
-        others: the interfaces of each other host.
-    Returns:
-        That interface, or None when no subnet reaches every host.
-    """
+    """Return the first non-loopback interface of `root` (rank 0's host) on a subnet every host in `others`
+    shares, else None."""
     for iface in root:
         if iface.is_loopback:
             continue
@@ -340,16 +317,14 @@ def pick_shared_address(root: list[Interface], others: list[list[Interface]]) ->
     return None
 
 
-# The variable through which a launcher (srun --gpus-per-task, a wrapper script) narrows the devices a process
-# sees; entry i of its comma-separated list names the device torch numbers i in that process.
+# How a launcher narrows the devices a process sees; entry i names the device torch numbers i in that process.
 _MASK_VARS = {"cuda": "CUDA_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 
 
 def visibility_mask(kind: str, env: Mapping[str, str] | None = None) -> list[str]:
-    """The entries of CUDA_VISIBLE_DEVICES (kind "cuda") or ZE_AFFINITY_MASK ("xpu"), [] when unset.
+    """Return the entries of CUDA_VISIBLE_DEVICES ("cuda") or ZE_AFFINITY_MASK ("xpu"), [] when unset.
 
-    Entry i names what this process calls device i (an index, a UUID, a MIG UUID, or "card.tile"), so two
-    processes whose masks give their device 0 different names see different devices."""
+    Two processes whose masks name their device 0 differently see different devices."""
     env = os.environ if env is None else env
     value = env.get(_MASK_VARS.get(kind, ""), "").strip()
     return [v.strip() for v in value.split(",") if v.strip()] if value else []
@@ -357,19 +332,14 @@ def visibility_mask(kind: str, env: Mapping[str, str] | None = None) -> list[str
 
 def ccl_env(local_rank: int, local_size: int, mpi_library: str,
             env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The oneCCL variables to set for a job started by an MPI launcher; those the user set are left out.
+    """Return the oneCCL variables to set under an MPI launcher, less those the user set.
 
-    oneCCL reads CCL_LOCAL_RANK/CCL_LOCAL_SIZE only with CCL_PROCESS_LAUNCHER=none; its default launcher
-    (hydra) reads MPI_LOCALRANKID/MPI_LOCALNRANKS, which Open MPI and srun do not set. So the node-local
-    placement, taken from the MPI communicator, goes with CCL_PROCESS_LAUNCHER=none. oneCCL's MPI transport
-    loads an MPICH-ABI libmpi (MPICH, Intel MPI, Cray MPICH): under one, the transport and its key-value
-    store go over MPI (CCL_ATL_TRANSPORT=mpi, CCL_KVS_MODE=mpi, as ALCF's Aurora settings do); under
-    another MPI (Open MPI) the transport is libfabric (ofi). CCL_ZE_IPC_EXCHANGE is left to the site: which of
-    pidfd (needs Linux >= 5.6 and ptrace rights), drmfd or sockets works depends on the kernel and container.
+    Why each (hydra ignores CCL_LOCAL_RANK; MPI transport only on an MPICH-ABI libmpi): see
+    docs/launchers-and-devices.md.
 
     Args:
         local_rank, local_size: this rank's place on its host (`mpi.topology`).
-        mpi_library: the MPI library's version string (`mpi.library_version()`); env: read, never changed.
+        mpi_library: `mpi.library_version()`; env: read, never changed.
     Returns:
         {variable: value} for the caller to write.
     """

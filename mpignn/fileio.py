@@ -53,9 +53,8 @@ def _alive(pid: int) -> bool:
 
 
 def remove_leftovers(final: str | os.PathLike) -> list[Path]:
-    """Remove the temporary files and folders beside `final` (`temp_name`) left by killed processes: only
-    those made on this host by a process that no longer runs, never a live one's or another host's (a
-    shared filesystem). Logs each one; returns what was removed."""
+    """Remove and return the temporary names beside `final` left by dead processes of this host (never a
+    live one's, nor another host's on a shared filesystem)."""
     final = Path(final)
     removed: list[Path] = []
     if not final.parent.is_dir():
@@ -93,9 +92,9 @@ def atomic_path(final: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
 
 @contextlib.contextmanager
 def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
-    """Yield an empty temporary folder beside `final`; on success it becomes `final` (an old `final` is
-    replaced only then), on failure it is removed. Two writers racing for the same new `final` both succeed
-    with one writer's (identical) content."""
+    """Yield an empty temporary folder beside `final`; on success it replaces `final`, on failure it goes.
+
+    Two writers racing for the same new `final` both succeed with one's (identical) content."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(final, "tmp")
@@ -126,8 +125,7 @@ def replace_dir(tmp: Path, final: Path) -> None:
 
 
 def write_durable(final: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
-    """Write `final` so that it survives a crash of the host: `write(f)` fills a temporary file, which is
-    fsync'd, renamed over `final`, and the folder fsync'd (the rename itself is then on disk too).
+    """Write `final` with `write(f)` so that it survives a host crash (file and folder fsync'd).
 
     Raises:
         OSError: the disk is full or failing; `final` is then as it was, and the temporary file is gone.

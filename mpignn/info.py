@@ -1,7 +1,6 @@
 """`python -m mpignn.info`: the versions and environment to paste into a bug report; under `mpirun -np N`
-also one line per rank (host, local rank, the device and backend it would pick, bound cores), gathered to
-rank 0. A probe that fails prints "not installed" or the error; nothing here may stop the report. Imports
-torch and the optional packages inside functions only, each guarded.
+also one line per rank. Nothing here may stop the report: torch and the optional packages are imported inside
+functions, each probe guarded.
 """
 from __future__ import annotations
 
@@ -84,7 +83,7 @@ def _mpiexec() -> str:
 
 
 def versions() -> list[tuple[str, str]]:
-    """(label, version) of mpignn, Python, the OS and every (optional) package mpignn uses."""
+    """Return (label, version) of mpignn, Python, the OS and every (optional) package mpignn uses."""
     rows = [("mpignn", _safe(_mpignn)),
             ("python", f"{platform.python_version()} ({platform.python_implementation()}) {sys.executable}"),
             ("os", _safe(lambda: f"{platform.platform()} ({platform.machine()})")),
@@ -95,7 +94,7 @@ def versions() -> list[tuple[str, str]]:
 
 
 def devices() -> list[tuple[str, str]]:
-    """("devices", counts) and one row per CUDA/XPU device torch sees."""
+    """Return ("devices", counts) and one row per CUDA/XPU device torch sees."""
     try:
         import torch
     except Exception:
@@ -113,7 +112,7 @@ def devices() -> list[tuple[str, str]]:
 
 
 def backends() -> str:
-    """Which torch.distributed backends this torch build offers ("gloo yes, nccl no, ...")."""
+    """Return which torch.distributed backends this torch build offers ("gloo yes, nccl no, ...")."""
     def probe() -> str:
         import torch.distributed as dist
 
@@ -128,7 +127,7 @@ def backends() -> str:
 
 
 def launcher() -> str:
-    """The launcher mpignn detects from the environment (`mpignn.env.detect`)."""
+    """Return the launcher mpignn detects from the environment (`mpignn.env.detect`)."""
     def probe() -> str:
         from mpignn import env
 
@@ -140,13 +139,13 @@ def launcher() -> str:
 
 
 def report_env(environ: dict[str, str] | None = None) -> list[tuple[str, str]]:
-    """The relevant environment variables (ENV_PREFIXES), sorted."""
+    """Return the relevant environment variables (ENV_PREFIXES), sorted."""
     environ = dict(os.environ) if environ is None else environ
     return sorted((k, v) for k, v in environ.items() if k.startswith(ENV_PREFIXES))
 
 
 def cores_text(cores: set[int] | None = None) -> str:
-    """The cores this process may run on (`os.sched_getaffinity`), as ranges: "0-3,8"."""
+    """Return the cores this process may run on, as ranges: "0-3,8"."""
     if cores is None:
         if not hasattr(os, "sched_getaffinity"):
             return "unknown (no sched_getaffinity here)"
@@ -161,7 +160,7 @@ def cores_text(cores: set[int] | None = None) -> str:
 
 
 def _pick(local_rank: int, local_size: int) -> str:
-    """The device and backend `--device auto --backend auto` would give this rank (`mpignn.launch.process_group.choose`)."""
+    """What `--device auto --backend auto` would give this rank."""
     def probe() -> str:
         from mpignn.launch import process_group as dist
 
@@ -172,13 +171,12 @@ def _pick(local_rank: int, local_size: int) -> str:
 
 
 def rank_line(rank: int, world_size: int, host: str, local_rank: int, local_size: int) -> str:
-    """This rank's line: where it runs, what it would compute on, which cores it is bound to."""
+    """Return this rank's line: host, local rank, device and backend it would pick, bound cores."""
     return (f"rank {rank}/{world_size} host={host} local={local_rank}/{local_size} "
             f"device={_pick(local_rank, local_size)} cores={cores_text()}")
 
 
 def _world() -> tuple[Any, str]:
-    """(COMM_WORLD or None, why not)."""
     try:
         from mpignn.mpi import world
 
@@ -188,7 +186,7 @@ def _world() -> tuple[Any, str]:
 
 
 def report_lines(rank_lines: Sequence[str], mpi_problem: str = "") -> list[str]:
-    """The whole report, rank 0's view, one "key: value" per line."""
+    """Return the whole report, rank 0's view, one "key: value" per line."""
     rows = versions() + devices() + [("backends", backends()), ("launcher", launcher())]
     if mpi_problem:
         rows.append(("mpi", f"unavailable ({mpi_problem}); single process"))

@@ -1,7 +1,6 @@
-"""`mpirun -np N python -m mpignn.train`: parse, bootstrap, load this rank's part, train, report, tear down.
-
-Exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGUSR2 or SIGTERM (checkpoint saved when --checkpoint-dir
-is set), 130 interrupted by Ctrl-C.
+"""`mpirun -np N python -m mpignn.train`. Flags are checked before torch is imported, so a typo fails in a second.
+Exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGUSR2 or SIGTERM (with a checkpoint where --checkpoint-dir
+is set), 130 Ctrl-C.
 """
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ __all__ = ["main", "cli"]
 
 
 def main(argv: Sequence[str] | None = None, *, keep_handler: bool = False) -> int:
-    """Train; returns the exit code. The SIGUSR2 handler is put back on return unless `keep_handler`."""
+    """Train; return the exit code. The previous SIGUSR2 handler is put back unless `keep_handler`."""
     from mpignn.training.stopping import StopSignal
 
     # First: Slurm's warning can come while the data is still loading.

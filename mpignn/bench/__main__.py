@@ -1,23 +1,8 @@
 """`python -m mpignn.bench`: does scaling out pay off for my graph?
 
-Runs `mpignn.train` on 1 rank (1 thread, and all threads) and on N ranks with METIS and random partitions,
-with and without the remote-feature cache, and prints epoch time, seeds/s, the time split, remote bytes and
-cache hit rate; saves a PNG of the split when matplotlib is installed. Each row gets the cores its label
-says: "1 rank x 1 thread" runs pinned to one core (its sampler's prefetch thread included), N ranks are
-bound one core share each (MPICH -bind-to core, Open MPI --bind-to core).
-
-    python -m mpignn.bench --dataset synthetic:num_nodes=200000,avg_degree=20,num_features=100 --ranks 2
-
-With `--target-acc A` (or `auto`: the validation accuracy the first configuration reaches after 2 epochs,
-measured in a calibration run of its own) it measures time to accuracy instead: every configuration, the
-first included, trains until its validation accuracy reaches A (`mpignn.train --target-val`) or
-`--max-epochs`, evaluating `--evals-per-epoch` times per epoch, and the table gives the training time and
-epochs until then, the test accuracy there, and the time as a share of the first row's; the plot shows
-accuracy against training time. With `--seeds 0,1,2` every configuration trains once per seed and the target
-and times are means over the seeds: where one run crosses a target near its plateau is partly chance (a
-configuration that trains the same steps as the first row lands a quarter epoch before or after it), and a
-single seed compares those coin flips, not the configurations. `--target-split test` times the test score
-instead (`mpignn.train --target-test`): the time to a published test accuracy.
+Each row gets the cores its label says (1 x 1 pinned to one core, N ranks a core share each); the columns and
+`--target-acc` are in docs/benchmarks.md. Use several `--seeds` for time to accuracy: where one run crosses a
+target near its plateau is partly chance, so a single seed compares coin flips, not configurations.
 """
 from __future__ import annotations
 
@@ -204,8 +189,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _reach(recs: list[dict], target: float, split: str = "val") -> dict | None:
-    """Where one run's `split` score ("val" or "test") first reached `target`: training seconds (summed between
-    evaluations), epochs, and the accuracies there; None if it never did."""
     elapsed = 0.0
     for rec in recs:
         elapsed += rec["epoch_s"]
@@ -216,8 +199,6 @@ def _reach(recs: list[dict], target: float, split: str = "val") -> dict | None:
 
 
 def _by_role(rec: dict) -> dict:
-    """An epoch record of any task with its throughput (`<unit>_per_s`) and scores (`val_<metric>`,
-    `test_<metric>`) also under one name each: per_s, unit, metric, val, test."""
     if "per_s" not in rec:
         rate = next(k for k in rec if k.endswith("_per_s"))
         metric = next(k for k in rec if k.startswith("val_"))[len("val_"):]
@@ -227,8 +208,6 @@ def _by_role(rec: dict) -> dict:
 
 
 def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[list[dict]]]], target: float) -> int:
-    """Print, per configuration, the training time until the validation score first reached `target` (the
-    mean over its seeds' runs, given only where every run reached it), and plot the score against time."""
     curves = [(name, [[_by_role(rec) for rec in recs] for recs in runs]) for name, runs in curves]
     rows, several = [], len(curves[0][1]) > 1
     last = curves[0][1][0][-1]

@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def pyg_python(explicit: str | None) -> str | None:
-    """The interpreter for PyG's reference numbers: --pyg-python, else this one if it has pyg-lib or
-    torch-sparse, else None (the PyG column is skipped)."""
+    """Return the interpreter for PyG's numbers: --pyg-python, else this one if it has pyg-lib or torch-sparse,
+    else None (the PyG column is skipped)."""
     if explicit:
         return explicit
     try:
@@ -32,7 +32,7 @@ def run_reference(python: str, *args: str, timeout: float = 1800) -> dict:
 
 
 def table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
-    """Rows of dicts as an aligned text table; columns are (key, header, format)."""
+    """Return rows of dicts as an aligned text table; columns are (key, header, format)."""
     cells = [[h for _, h, _ in columns]]
     for row in rows:
         cells.append([("-" if row.get(k) is None else format(row[k], f)) for k, _, f in columns])
@@ -45,12 +45,11 @@ def table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
 
 def run_train(np_: int, args: list[str], timeout: float = 3600, *, cores_per_rank: int = 0,
               env: dict[str, str | None] | None = None, launcher: list[str] | None = None) -> list[dict]:
-    """`mpiexec -n np_ python -m mpignn.train ARGS --metrics-out TMP`; returns the per-epoch records.
+    """Run `mpiexec -n np_ python -m mpignn.train ARGS`; return the per-epoch records.
 
-    With `cores_per_rank`, each rank is confined to that many cores (see `binding`), so a row labelled
-    "1 thread" really has one core and N ranks really have N. `env` sets variables for the run (None: unset).
-    `launcher`: the command that starts the ranks instead (it decides how many, and binds nothing), e.g. a
-    site's `srun` or ../shared/tools/multihost-mpirun; TMP is then a folder rank 0's host must see.
+    `cores_per_rank`: confine each rank (`binding`), so a "1 thread" row really has one core. `env`: variables
+    for the run (None: unset). `launcher`: starts the ranks instead (binds nothing); then the metrics file's
+    temporary folder must be one rank 0's host sees.
     """
     import tempfile
 
@@ -69,7 +68,7 @@ def run_train(np_: int, args: list[str], timeout: float = 3600, *, cores_per_ran
 
 
 def mpiexec() -> str:
-    """The launcher beside this interpreter (the mpich wheel's), else the one on PATH."""
+    """Return the launcher beside this interpreter (the mpich wheel's), else the one on PATH."""
     import shutil
 
     exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
@@ -79,11 +78,10 @@ def mpiexec() -> str:
 
 
 def binding(exe: str, np_: int, cores: int) -> tuple[list[str], object]:
-    """(launcher arguments, preexec function) that confine each rank to `cores` cores.
+    """Return (launcher arguments, preexec function) that confine each rank to `cores` cores.
 
-    One rank: the launcher and its child inherit an affinity mask of the first `cores` allowed CPUs (any MPI).
-    Several ranks: MPICH's `-bind-to core:K` or Open MPI's `--bind-to core` (one core per rank only); other
-    launchers run unbound.
+    One rank: an inherited affinity mask (any MPI). Several: MPICH's `-bind-to core:K`, Open MPI's
+    `--bind-to core` (one core only); other launchers run unbound.
     """
     allowed = sorted(os.sched_getaffinity(0))
     if cores <= 0 or cores * np_ > len(allowed):

@@ -1,7 +1,6 @@
-"""PyG's NeighborLoader (+ GraphSAGE) on the same synthetic graph, for side-by-side comparison.
-
-Runs in any interpreter with torch-geometric plus pyg-lib or torch-sparse (often a separate venv), with this
-repository on PYTHONPATH; imports only mpignn's numpy-only data generator and stdlib-only config. Prints one JSON line per result.
+"""PyG's NeighborLoader (+ GraphSAGE) on the same graph, for side-by-side comparison. Runs in any interpreter
+with torch-geometric plus pyg-lib or torch-sparse (often a separate venv), so it imports only mpignn's
+numpy-only data generator and stdlib-only config. Prints one JSON line per result.
 """
 from __future__ import annotations
 
@@ -32,8 +31,7 @@ def _backend() -> str:
 
 
 def sample(spec: str, fanout: list[int], batch_size: int, batches: int, threads: int) -> dict:
-    """Index sampling, as `bench.sampler` times mpignn's: the graph without features or labels, so the loader
-    gathers no rows (only the sampled ids, edges and their relabelling)."""
+    """Time index sampling, as `bench.sampler` times mpignn's: no features or labels, so no rows gathered."""
     from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
 
@@ -54,8 +52,7 @@ def sample(spec: str, fanout: list[int], batch_size: int, batches: int, threads:
 
 def epoch(spec: str, fanout: list[int], batch_size: int, hidden: int, threads: int, trim: bool,
           device: str = "cpu") -> dict:
-    """One timed epoch (after a few warm-up steps); the sampler runs on the CPU as PyG users run it, each
-    batch is copied to `device` and trained there."""
+    """Time one epoch after warm-up; the sampler runs on the CPU as PyG users run it, training on `device`."""
     from torch_geometric.loader import NeighborLoader
     from torch_geometric.nn.models import GraphSAGE
 
@@ -95,8 +92,7 @@ def epoch(spec: str, fanout: list[int], batch_size: int, hidden: int, threads: i
 
 
 def infer(spec: str, checkpoint: str, hidden: int, layers: int, batch_size: int, threads: int, out: str) -> dict:
-    """PyG's layer-wise inference (`BasicGNN.inference` over `NeighborLoader(num_neighbors=[-1])`, as PyG's
-    examples run it) of a trained `--model sage` checkpoint on the whole graph; the logits go to `out` (npy)."""
+    """Time PyG's layer-wise inference (as its examples run it) of a `--model sage` checkpoint; logits to `out`."""
     import numpy as np
     from torch_geometric.loader import NeighborLoader
     from torch_geometric.nn.models import GraphSAGE

@@ -1,11 +1,6 @@
 """`python -m mpignn.bench.epoch`: one training epoch on one process, mpignn against PyG's NeighborLoader +
-GraphSAGE, same graph, fanout, batch size, hidden size, thread count and device (`--device cuda`: both train
-on the same GPU; PyG's sampler runs on the CPU, as PyG users run it). mpignn's rows draw the hops on the host
-(numba), features gathered into pinned host memory, and on the device (`--sample-on device --feature-device
-device`: the torch-op kernels, the same draws, relabelled and gathered there).
-
-    python -m mpignn.bench.epoch --pyg-python /path/venv-with-torch-sparse/bin/python
-    python -m mpignn.bench.epoch --device cuda --precisions fp32
+GraphSAGE, same graph, sizes, threads and device; PyG's sampler runs on the CPU, as PyG users run it.
+mpignn's rows build batches on the host and on the device.
 """
 from __future__ import annotations
 
@@ -17,8 +12,7 @@ from mpignn.launch.device import cpu_lacks_bf16_units
 
 
 def precisions(choice: str, device: str) -> tuple[list[str], str]:
-    """(the precisions to time, a note for the title). auto: fp32 and bf16, but only fp32 on a CPU without bf16
-    units, where a bf16 epoch is emulated and takes many times longer than the fp32 one it would be compared to."""
+    """Return (the precisions to time, a title note); auto skips bf16 on a CPU without bf16 units (emulated)."""
     if choice != "auto":
         return choice.split(","), ""
     if cpu_lacks_bf16_units(device):

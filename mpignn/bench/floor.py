@@ -1,16 +1,8 @@
 """`python -m mpignn.bench.floor`: how fast N ranks could train a graph if communication were free.
 
-Each of N ranks (one core each) holds the whole graph, samples its METIS part's share of the global batch
-and runs forward and backward alone: no sampling collectives, no feature exchange, no gradient all-reduce.
-Beside it, 1 rank x N threads trains global batches of the same size, and N ranks train cooperatively (each
-holding its part only: `--minibatch cooperative`, with its real exchanges and gradient all-reduce). All rows
-run the same loop (sample, gather, forward, backward, Adam; no prefetch thread). The gap is what neighbourhood overlap costs (a rank's
-share of the seeds reaches more than its share of the nodes: the `layer-1 rows` column) against what N
-threads gain, before any communication. Where the floor row is not clearly faster than 1 x N, no exchange or
-overlap work can make N ranks x 1 thread beat 1 rank x N threads on that machine. `--labor` adds the 1 x 1 and
-the communication-free rows with layer-neighbour sampling (`--sampler labor`).
-
-Example: python -m mpignn.bench.floor --dataset npz:sbm200k.npz --ranks 2 --labor
+The rows run one loop; the gap between the communication-free row and 1 x N threads is what neighbourhood
+overlap costs against what threads gain. Where the floor is not clearly faster than 1 x N, no exchange work can
+make N ranks beat 1 rank x N threads on that machine (the rows: docs/benchmarks.md).
 """
 from __future__ import annotations
 
@@ -29,7 +21,6 @@ from mpignn.bench._common import binding, mpiexec, table
 
 
 def _prepare(dataset: str, root: str, parts: int, seed: int) -> Path:
-    """The METIS partition the training runs use (made here when absent)."""
     from mpignn.data import dataset_key, load_dataset
     from mpignn.partition import partition_graph
     from mpignn.partition.source import auto_folder
@@ -42,8 +33,6 @@ def _prepare(dataset: str, root: str, parts: int, seed: int) -> Path:
 
 
 def _worker(args: argparse.Namespace) -> None:
-    """One rank: the whole graph from every part, seeds from part `rank` (all parts with one rank); or, with
-    `--cooperative`, its own part only, sampling and computing cooperatively with the other ranks."""
     import torch
     from mpi4py import MPI
 
@@ -125,8 +114,7 @@ def _worker(args: argparse.Namespace) -> None:
 
 
 def _count(comm, out, per_layer: list[list[int]]) -> None:
-    """Collective: add each layer's rows of all ranks (0: input rows; j: targets of layer j) and the distinct
-    nodes among them (counted on rank 0 from every rank's ids) to `per_layer`."""
+    """Collective: add each layer's rows of all ranks and their distinct nodes (on rank 0) to `per_layer`."""
     hops = len(out.num_sampled_nodes) - 1
     layers = [out.n_id[:sum(out.num_sampled_nodes[:hops + 1 - j])] for j in range(hops + 1)]
     gathered = comm.gather(layers, root=0)
@@ -139,7 +127,7 @@ def _count(comm, out, per_layer: list[list[int]]) -> None:
 
 def worker_args(folder: Path, threads: int, args: argparse.Namespace, cooperative: bool = False,
                 sampler: str = "neighbor") -> list[str]:
-    """The worker's own flags for one row (after `python -m mpignn.bench.floor`)."""
+    """Return the worker's own flags for one row (after `python -m mpignn.bench.floor`)."""
     return ["--worker", "--folder", str(folder), "--threads", str(threads), "--steps", str(args.steps),
             "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
             "--lr", str(args.lr), "--sampler", sampler, *(["--cooperative"] if cooperative else [])]
@@ -147,7 +135,6 @@ def worker_args(folder: Path, threads: int, args: argparse.Namespace, cooperativ
 
 def _launch(folder: Path, ranks: int, threads: int, args: argparse.Namespace, cooperative: bool = False,
             sampler: str = "neighbor") -> list[dict]:
-    """One row's ranks, bound to their cores: each rank's times and row counts."""
     exe = mpiexec()
     launcher, pin = binding(exe, ranks, threads)
     cmd = [exe, *launcher, "-n", str(ranks), sys.executable, "-m", "mpignn.bench.floor",
@@ -160,7 +147,7 @@ def _launch(folder: Path, ranks: int, threads: int, args: argparse.Namespace, co
 
 
 def _row(name: str, per_rank: list[dict]) -> dict:
-    """The slowest rank's seconds (the others would wait for it at the all-reduce)."""
+    """The slowest rank's seconds: the others would wait for it at the all-reduce."""
     slowest = max(per_rank, key=lambda r: sum(r["times"]))
     sample, gather, compute = slowest["times"]
     return {"config": name, "seconds": sample + gather + compute, "sample": sample, "gather": gather,

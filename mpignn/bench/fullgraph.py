@@ -1,16 +1,8 @@
 """`python -m mpignn.bench.fullgraph`: a `--minibatch full` epoch against PyG's full-batch GraphSAGE.
 
-PyG's side is the classic full-batch script (no sampler, so no pyg-lib): `SAGEConv` layers on the whole
-`edge_index`, ReLU and dropout between them, cross-entropy on the training nodes, Adam; it runs in this process
-with every core as threads. mpignn's side is `python -m mpignn.train --minibatch full` with the same layers,
-width, dropout and learning rate, on 1 rank with every core as threads and on N ranks (one core share each).
-What differs: PyG computes every node in every layer, mpignn only the training nodes' L-hop neighbourhood (the
-last layer the training nodes alone), by a CSR mean where PyG scatters per edge. Epoch seconds are medians
-over the epochs after the first (which builds the batch); evaluation is not timed on either side. With
-`--rounds R` the mpignn rows run R times in turn, each row's figure the median of its rounds.
-
-    python -m mpignn.bench.fullgraph --dataset Coauthor-CS --root data \\
-        --splits ../shared/datasets/CS/splits/coauthor-cs_split.npz
+Same layers, width, dropout and learning rate on both sides; PyG computes every node in every layer, mpignn only
+the training nodes' L-hop neighbourhood. Epoch seconds are medians after the first epoch (which builds the
+batch); evaluation is not timed.
 """
 from __future__ import annotations
 
@@ -25,7 +17,7 @@ from mpignn.bench._common import run_train, table
 
 def pyg_full_batch(dataset: str, root: str, splits: str, layers: int, hidden: int, dropout: float, lr: float,
                    epochs: int, threads: int) -> list[float]:
-    """Seconds of each epoch of PyG's full-batch GraphSAGE on `dataset` (its training split)."""
+    """Return the seconds of each epoch of PyG's classic full-batch GraphSAGE script, in this process."""
     import numpy as np
     import torch
     import torch.nn.functional as F

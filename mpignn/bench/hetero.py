@@ -1,11 +1,7 @@
 """`python -m mpignn.bench.hetero`: heterogeneous training on 1 and N ranks, and what learnable rows buy.
 
-Two tables. IMDB (movie genre; raw files under `--root`/IMDB/raw, downloaded by PyG when absent): test
-accuracy at the best validation epoch, per seed and on average, on 1 rank and on `--ranks` ranks.
-The user-item graph of `mpignn.data.synthetic_hetero` (signal only in the featureless users): test accuracy
-with and without `--embed-dim`, on 1 and `--ranks` ranks, and the learnable rows' MiB moved per epoch.
-
-    python -m mpignn.bench.hetero --root data --ranks 2
+IMDB: test accuracy at the best validation epoch per seed. `data.synthetic_hetero`'s user-item graph (signal
+only in the featureless users): test accuracy with and without `--embed-dim`, and the rows' MiB per epoch.
 """
 from __future__ import annotations
 
@@ -18,7 +14,6 @@ from mpignn.bench._common import run_train, table
 
 
 def _best(records: list[dict]) -> dict:
-    """The record of the best validation accuracy (the first, on ties)."""
     scored = [r for r in records if r.get("val_acc") is not None]
     return max(scored, key=lambda r: r["val_acc"])
 

@@ -1,11 +1,6 @@
 """`python -m mpignn.bench.memory`: peak memory per stage, each stage in a process of its own: load (generate
-or read the dataset; a synthetic graph goes to an npy folder, features in chunks), partition (1 and N parts)
-and train (one epoch on 1 rank and on N ranks, max over ranks), beside the graph's size: its structure as an
-int64 CSR and its features. Peaks are each process's maximum resident set (ru_maxrss). `graph MiB` is what a
-training rank holds that depends on the graph (part arrays, one sampling thread's id map, feature cache; the
-most on any rank), beside 1/N of the one-rank figure plus the cache.
-
-    python -m mpignn.bench.memory --ranks 2 [--method metis] [-- more mpignn.train flags]
+or read), partition (1 and N parts) and train (1 and N ranks), beside the graph's CSR and feature sizes. Peaks
+are ru_maxrss; `graph MiB` is what a rank holds that depends on the graph, beside 1/N of one rank's plus the cache.
 """
 from __future__ import annotations
 
@@ -30,7 +25,7 @@ print(json.dumps({"nodes": g.num_nodes, "edges": g.num_edges, "x_mib": g.x.nbyte
 
 
 def part_mib(folder: Path) -> float:
-    """The largest part's array bytes (what one rank loads), from META.json."""
+    """Return the largest part's array MiB (what one rank loads), from META.json."""
     meta = json.loads((folder / "META.json").read_text())
     return max(sum(f["bytes"] for f in part["files"].values()) for part in meta["parts"]) / 2**20
 

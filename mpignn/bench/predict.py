@@ -1,13 +1,6 @@
 """`python -m mpignn.bench.predict`: exact layer-wise inference (`python -m mpignn.predict`) of one trained
-model on 1 rank x T threads and on N ranks x 1 thread: seconds of the layers, nodes/s, rows fetched between
-ranks and the peak memory of the largest rank; with --pyg-python, PyG's layer-wise inference of the same weights
-beside them and each row's largest logit difference from it.
-
-    python -m mpignn.bench.predict --dataset npz:/tmp/sbm200k.npz --configs 1x2,1x1,2x1 [--pyg-python P]
-    python -m mpignn.bench.predict --checkpoint RUN --configs 4x1      (a trained run's checkpoint as it is)
-
-The model is trained for one independent step first (`--max-steps 1 --minibatch independent`): inference
-costs the same whatever the weights.
+model per RANKSxTHREADS configuration, optionally beside PyG's on the same weights (docs/benchmarks.md).
+Without --checkpoint the model trains one step only: inference costs the same whatever the weights.
 """
 from __future__ import annotations
 
@@ -31,13 +24,13 @@ _PEAK = re.compile(r"peak memory (\d+) MiB")
 
 
 def predict_args(threads: int, checkpoint: Path, out: Path, chunk: int, halo_mib: str = "") -> list[str]:
-    """The `python -m mpignn.predict` flags of one row (`halo_mib`: its --halo-mib, "" for the default)."""
+    """Return the `python -m mpignn.predict` flags of one row (`halo_mib` "": the default)."""
     return ["--checkpoint-dir", str(checkpoint), "--out", str(out), "--threads", str(threads), "--chunk-size",
             str(chunk), "--force", "--logits", *(["--halo-mib", halo_mib] if halo_mib else [])]
 
 
 def read_row(log: str, ok: bool, what: str) -> dict:
-    """A row's figures from its ranks' log (`ok`: whether every rank ended 0; `what` names the run)."""
+    """Return a row's figures parsed from its ranks' log (`ok`: every rank ended 0)."""
     layers, peak = _LAYERS.search(log), _PEAK.search(log)
     if not ok or layers is None or peak is None:
         raise RuntimeError(f"{what} failed:\n{log[-3000:]}")
@@ -46,7 +39,7 @@ def read_row(log: str, ok: bool, what: str) -> dict:
 
 
 def predict(ranks: int, threads: int, checkpoint: Path, out: Path, chunk: int, halo_mib: str = "") -> dict:
-    """One `mpiexec -n ranks python -m mpignn.predict` run, each rank bound to `threads` cores."""
+    """Run `mpiexec -n ranks python -m mpignn.predict`, each rank bound to `threads` cores; return its row."""
     exe = mpiexec()
     launcher_args, pin = binding(exe, ranks, threads)
     cmd = [exe, *launcher_args, "-n", str(ranks), sys.executable, "-m", "mpignn.predict",
@@ -133,8 +126,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _pyg_row(python: str, args: argparse.Namespace, checkpoint: Path, tmp: Path, threads: int) -> dict:
-    """PyG's layer-wise inference of the checkpoint's weights in `python`, bound to `threads` cores: its row,
-    with its logits (dataset order) under "logits"."""
     from mpignn.training.checkpoint import latest_checkpoint
 
     _, pin = binding(mpiexec(), 1, threads)

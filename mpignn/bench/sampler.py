@@ -1,15 +1,6 @@
 """`python -m mpignn.bench.sampler`: sampled batches/s and edges/s, mpignn against PyG's NeighborLoader; with
-`--labor I,...` instead the input rows per step of LABOR-i (`--labor-iterations i`) against LABOR-0 and
-neighbour sampling, and what each batch costs to draw, on one process holding the whole graph.
-
-LABOR-i (Balın and Çatalyürek, NeurIPS 2023; `sampling.labor.labor_importance`) weights each source of a hop
-so that targets sharing a neighbour agree on it more often: a hop reaches fewer sources, each edge carrying an
-importance weight that keeps the mean unbiased. The accuracy such batches train to is `python -m mpignn.bench`'s
-(`+laborI` configs).
-
-Examples (the PyG column needs pyg-lib or torch-sparse; --pyg-python may point at another venv):
-    python -m mpignn.bench.sampler --graphs 200000:20,2000000:25 --pyg-python /path/venv/bin/python
-    python -m mpignn.bench.sampler --labor 0,1,3,8 --same-variates
+`--labor I,...` instead the input rows per step of LABOR-i (Balın and Çatalyürek, NeurIPS 2023) against LABOR-0
+and neighbour sampling, on one process. The accuracy such batches train to is `python -m mpignn.bench`'s.
 """
 from __future__ import annotations
 
@@ -41,7 +32,7 @@ def measure(graph: GraphData, fanout: list[int], batch_size: int, batches: int, 
 
 
 def labor_rows(graph: GraphData, args: argparse.Namespace) -> int:
-    """`--labor`: rows, edges and draw milliseconds per step of each sampler variant, printed as a table."""
+    """Print `--labor`'s table: rows, edges and draw milliseconds per step of each sampler variant."""
     from mpignn.sampling import LocalHops, NeighborSampler, kernels, labor
 
     hops = LocalHops(np.asarray(graph.rowptr, dtype=np.int64), np.asarray(graph.col, dtype=np.int64))

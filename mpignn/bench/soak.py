@@ -1,13 +1,6 @@
 """`python -m mpignn.bench.soak`: many epochs on several ranks; prints each epoch's peak memory (max over
-ranks) where it was reached (by the end of loading, of the epoch's training, of its evaluation), the slope of a
-least-squares line through the second half, and the growth after epoch 3, to show memory does not grow; and
-the resident memory at each epoch's end (max over ranks), which falls where memory is given back: its growth
-is memory kept (objects, or the allocator's free space), where the peak's alone may be one larger batch.
-With `--malloc`, the same run under each MPIGNN_MALLOC policy or preloaded allocator in turn (jemalloc, tcmalloc,
-mimalloc: the system's library in LD_PRELOAD, with the settings torch's launcher gives), and a table comparing them.
-
-    python -m mpignn.bench.soak --ranks 2 --epochs 30
-    python -m mpignn.bench.soak --ranks 2 --epochs 30 --malloc heap,default,jemalloc -- --threads 1
+ranks) and end-of-epoch RSS, to show memory does not grow: RSS falls where memory is given back, so its growth is
+memory kept, where a peak's alone may be one larger batch. `--malloc` compares allocators (docs/benchmarks.md).
 """
 from __future__ import annotations
 
@@ -20,7 +13,7 @@ from mpignn.bench._common import run_train, table
 
 
 def slope(values: list[float]) -> float:
-    """MiB per epoch over the second half of the run (the first epochs warm caches up)."""
+    """Return MiB per epoch over the second half of the run (the first epochs warm caches up)."""
     tail = values[len(values) // 2:]
     if len(tail) < 2:
         return 0.0
@@ -28,12 +21,12 @@ def slope(values: list[float]) -> float:
 
 
 def growth(peaks: list[float]) -> float:
-    """The peak's rise after epoch 3, in % of its value there (0 with fewer epochs)."""
+    """Return the peak's rise after epoch 3, in % of its value there (0 with fewer epochs)."""
     return 100 * (max(peaks[3:]) / peaks[3] - 1) if len(peaks) > 3 else 0.0
 
 
 def malloc_env(policy: str) -> dict[str, str | None]:
-    """The variables of one `--malloc` entry: a preloaded allocator, or an MPIGNN_MALLOC policy ("default": unset)."""
+    """Return the variables of one `--malloc` entry: a preload, or an MPIGNN_MALLOC policy ("default": unset)."""
     from mpignn.launch.allocator import PRELOADS, preload_env
 
     if policy in PRELOADS:
@@ -49,7 +42,7 @@ DEBIAN = {"jemalloc": "libjemalloc2", "tcmalloc": "libtcmalloc-minimal4", "mimal
 
 
 def soak(args: argparse.Namespace, policy: str) -> list[dict]:
-    """One run under `policy` (see `malloc_env`); prints its per-epoch table."""
+    """Run once under `policy` and print its per-epoch table."""
     with tempfile.TemporaryDirectory() as root:
         recs = run_train(args.ranks, ["--dataset", args.dataset, "--root", root, "--epochs", str(args.epochs),
                                       "--precision", args.precision, *args.extra], env=malloc_env(policy))

@@ -1,8 +1,5 @@
 """The allowed values of every choice flag, defined once, and the one check of a choice and of --cache-size.
-
-Owners (data.features, partition.assign, models, exchange, the loader policies) import their tuple from here,
-and so does config: config must import without torch, and several owners import it. Stdlib only: imports
-nothing but mpignn.errors.
+The owners import their tuple from here: config must import without torch. Stdlib only, and mpignn.errors.
 """
 from __future__ import annotations
 
@@ -41,7 +38,7 @@ FEATURE_DEVICES = ("auto", "host", "device")  # launch.device.features_on_device
 
 
 def check_choice(name: str, value: Any, allowed: Sequence[str]) -> str:
-    """`value` when it is one of `allowed`.
+    """Return `value` when it is one of `allowed`.
 
     Raises:
         ConfigError: naming the flag `--name` (underscores as dashes), the value and the first choice.
@@ -53,7 +50,7 @@ def check_choice(name: str, value: Any, allowed: Sequence[str]) -> str:
 
 
 def parse_cache_size(value: int | str) -> int | str:
-    """'auto' stays 'auto'; a count of rows (int or digits) becomes an int >= 0.
+    """Return 'auto', or a count of rows (int or digits) as an int >= 0.
 
     Raises:
         ConfigError: anything else.

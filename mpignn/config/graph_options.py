@@ -1,9 +1,6 @@
-"""`GraphOptions`: where a rank's graph comes from and how it is partitioned, sampled, cached, exchanged and
-transformed: the graph's section of the training config (`TrainConfig` extends it), and what the Python API's
-`runtime.load_local_graph` takes as keywords, so both default and refuse alike.
-
-Each field sits beside its choices or range (`values.opt`); one `__post_init__` checks them all, for this
-section and for `TrainConfig`. Frozen: a config is made, checked and then only read. Stdlib only.
+"""`GraphOptions`: the graph's section of the training config (`TrainConfig` extends it) and the keywords of
+`runtime.load_local_graph`, so the CLI and the API default and refuse alike. Frozen: made, checked, then only
+read. Stdlib only.
 """
 from __future__ import annotations
 
@@ -21,7 +18,7 @@ __all__ = ["GraphOptions", "parse_fanout", "parse_edge_fanout"]
 
 
 def parse_fanout(text: str | Sequence[int]) -> list[int]:
-    """'15,10,5' (or [15, 10, 5]) -> [15, 10, 5]; -1 means all neighbours."""
+    """Parse '15,10,5' (or [15, 10, 5]) into [15, 10, 5]; -1 means all neighbours."""
     if not isinstance(text, str) and any(isinstance(v, (str, bool)) for v in text):
         raise ConfigError(f"config key fanout (--fanout) expected a string; got {text!r} ({type(text).__name__}). "
                           "HINT: --fanout 15,10,5, or in TOML fanout = \"15,10,5\" or [15, 10, 5]")
@@ -36,8 +33,8 @@ def parse_fanout(text: str | Sequence[int]) -> list[int]:
 
 
 def parse_edge_fanout(text: str | Mapping[str, Sequence[int]], layers: int) -> dict[str, list[int]]:
-    """`TYPE=F1,F2;TYPE=...` (or {TYPE: fanouts}) -> {TYPE: fanouts}, each as long as --fanout (checked against
-    the graph's edge types once it is loaded: `data.hetero.hop_fanouts`)."""
+    """Parse `TYPE=F1,F2;TYPE=...` (or {TYPE: fanouts}) into {TYPE: fanouts}, each as long as --fanout.
+    The types are checked once the graph loads (`data.hetero.hop_fanouts`)."""
     if isinstance(text, Mapping):
         items = [(f"{k}={v}", str(k), v) for k, v in text.items()]
     elif not isinstance(text, str):
@@ -137,8 +134,7 @@ class GraphOptions:
         check_combinations(self.to_dict())  # every refused pair of flags, shared with the API (config.refusals)
 
     def _canonical(self) -> None:
-        """Fanouts as the flags' text (so configs compare alike across ranks and checkpoints), the cache size
-        as a count or "auto"."""
+        """Fanouts as the flags' text, so configs compare alike across ranks and checkpoints."""
         fanouts = parse_fanout(self.fanout)
         object.__setattr__(self, "fanout", ",".join(map(str, fanouts)))
         per_type = parse_edge_fanout(self.edge_fanout, len(fanouts))
@@ -158,8 +154,7 @@ class GraphOptions:
         return len(self.fanouts)
 
     def link_params(self, extras: dict[str, Any] | None) -> dict[str, Any] | None:
-        """What the partitioner holds out, as the partition stores it: the task's `partition_extras()` and the
-        seed; None: nothing."""
+        """Return what the partitioner holds out (the task's `partition_extras()` and the seed), or None."""
         return None if extras is None else {**extras, "seed": self.seed}
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,9 +1,5 @@
-"""Every refused combination of flags, written once: `TrainConfig`, `GraphOptions`, the training loop and the
-Python API (`runtime`) all ask `refusal` with the values they know, so the CLI and the API refuse alike, in the
-same words.
-
-A rule names the values it reads; a caller that does not know one of them (the API knows no `--resume`) skips
-the rules that need it. Stdlib only.
+"""Every refused combination of flags, written once, so the CLI and the Python API refuse alike, in the same
+words. A caller skips the rules needing values it does not know (the API knows no `--resume`). Stdlib only.
 """
 from __future__ import annotations
 
@@ -122,8 +118,7 @@ RULES: tuple[Rule, ...] = (
 
 
 def refusal(values: Mapping[str, Any]) -> str:
-    """The first refused combination among `values` (flag names with _), as a one-line error with its HINT, or
-    "" where nothing is refused. Rules needing a value `values` lacks are skipped."""
+    """Return the first refused combination among `values` as a one-line error with its HINT, or ""."""
     for rule in RULES:
         if all(name in values for name in rule.names):
             args = [values[name] for name in rule.names]
@@ -133,8 +128,7 @@ def refusal(values: Mapping[str, Any]) -> str:
 
 
 def check_combinations(values: Mapping[str, Any]) -> None:
-    """Raise ConfigError with `refusal(values)` where it is not empty. Not collective: every rank has the same
-    values, so every rank raises alike."""
+    """Raise ConfigError with `refusal(values)` where it is not empty. Not collective: every rank raises alike."""
     problem = refusal(values)
     if problem:
         raise ConfigError(problem)

@@ -1,6 +1,4 @@
-"""Training configuration: one frozen dataclass (the graph's section `GraphOptions` and the run's fields), its
-parser, and the memory check. Stdlib only.
-
+"""Training configuration: one frozen dataclass, its parser, and the memory check. Stdlib only.
 Every default lives in the dataclass; precedence is defaults < `--config file.toml` < flags.
 """
 from __future__ import annotations
@@ -27,9 +25,8 @@ __all__ = ["LINK_DEFAULTS", "REMOVED_FLAGS", "TrainConfig", "add_fields", "build
            "parse"]
 
 
-# --task link's own defaults where no flag or --config key sets them (docs/training.md "Defaults and why":
-# the bare Cora link command reaches test AUC >= 0.86 on 1 and 2 ranks with these). Dropout and weight decay
-# stay off there: the link numbers were measured without them.
+# --task link's own defaults where no flag or --config key sets them (their figures: docs/training.md "Defaults
+# and why"). Dropout and weight decay stay off there: the link numbers were measured without them.
 LINK_DEFAULTS: dict[str, Any] = {"feature_norm": "row", "epochs": 100, "fanout": "10,10", "hidden": 128,
                                  "lr": 0.01, "eval_every": 5, "dropout": 0.0, "weight_decay": 0.0}
 
@@ -201,8 +198,8 @@ class TrainConfig(GraphOptions):
 
 
 def field_docs(cls: type | None = None) -> dict[str, str]:
-    """The docstrings written under each field of the dataclass `cls` (default TrainConfig; read from the
-    source, as torchtitan does): the flags' help."""
+    """Return the docstrings under each field of `cls` (default TrainConfig), read from the source as
+    torchtitan does: the flags' help."""
     import ast
     import inspect
 
@@ -228,9 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_fields(parser: argparse.ArgumentParser, cls: type) -> argparse.ArgumentParser:
-    """A flag for each field of the dataclass `cls` (`--field-name`; a bool is a switch), its docstring the
-    help; defaults stay in the dataclass (argparse gets SUPPRESS) and a field without one is required. The one
-    builder of the parsers of train, predict and partition."""
+    """Add a flag per field of `cls`, its docstring the help; the one builder of train's, predict's and
+    partition's parsers. Defaults stay in the dataclass (argparse gets SUPPRESS)."""
     docs = field_docs(cls)
     for f in fields(cls):
         flag, required = "--" + f.name.replace("_", "-"), f.default is dataclasses.MISSING
@@ -249,21 +245,16 @@ def parse(argv: Sequence[str] | None = None) -> TrainConfig:
 
 def check_fits(cfg: TrainConfig, *, world_size: int | None = None, ranks_on_host: int | None = None,
                available: int | None = None) -> int:
-    """Refuse a model and training step that cannot fit in memory, before anything is loaded (not collective).
-
-    The estimate is `config.values.estimate_step_bytes` (a lower bound from --hidden, the layers, the seeds of
-    one step on one rank and --model/--task/--decoder) times the ranks sharing the host's memory.
+    """Refuse a model and step that cannot fit in memory, before anything loads. Not collective.
 
     Args:
-        world_size, ranks_on_host: the job's ranks and those on this host (default: what the launcher's
-            variables say, `env.detect()`; pass the communicator's once MPI is up).
-        available: bytes free (default `env.mem_available_bytes()`: the host's, or its cgroup's; unknown:
-            nothing refused).
+        world_size, ranks_on_host: default `env.detect()`'s; pass the communicator's once MPI is up.
+        available: bytes free (default `env.mem_available_bytes()`; unknown: nothing refused).
     Returns:
-        The estimate in bytes.
+        The estimate in bytes (`estimate_step_bytes` times the ranks on this host).
     Raises:
-        ConfigError: the estimate exceeds `available`. It depends on the host, so it is not agreed: raise it
-            where `mpi.run_main` can abort the job (MPI up).
+        ConfigError: the estimate exceeds `available`. Host-dependent, so not agreed: raise it where
+            `mpi.run_main` can abort the job.
     """
     from mpignn import env
 

@@ -1,10 +1,6 @@
-"""Each config value: its type (against the field's annotation), its range or choices (written beside the
-field: `opt`), and a lower bound of the memory the model and one training step take. Stdlib only: imports
+"""Each config value's type, range or choices (beside the field: `opt`), and a lower bound of one step's memory,
+so a wrong TOML type or an impossible number fails in one line before anything loads. Stdlib only: imports
 nothing but mpignn.errors and config.choices.
-
-`GraphOptions.__post_init__` (and so `TrainConfig`'s) runs `check_types` first, then `check_values`, so a wrong
-TOML type or an impossible number fails in one line before anything is loaded (combinations of flags:
-`config.refusals`).
 """
 from __future__ import annotations
 
@@ -40,9 +36,7 @@ _TYPES: dict[str, tuple[Callable[[Any], bool], str, Callable[[str, str, Any], st
 
 def check_types(values: Mapping[str, Any], annotations: Mapping[str, Any],
                 defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Check each of `values` against its field's annotation (a string such as "int", "float", "bool",
-    "int | str", or the type itself): bools only where the annotation is bool (a TOML "false" is a string, not
-    false), floats accept ints. Names without a known annotation are left to their own checks.
+    """Check each of `values` against its field's annotation; bools only for bool (a TOML "false" is a string).
 
     Returns:
         {name: value} of the values to replace: the ints given for float fields, as floats.
@@ -68,8 +62,7 @@ def check_types(values: Mapping[str, Any], annotations: Mapping[str, Any],
 
 def opt(default: Any, *, choices: Iterable[str] = (), accepts: Callable[[Any], bool] | None = None,
         problem: str = "", hint: str = "") -> Any:
-    """A config field whose allowed values sit beside it: one of `choices`, or those `accepts` takes (else
-    `--flag {problem}; got {value}. HINT: {hint}`). `check_values` reads them."""
+    """Return a config field whose allowed values (`choices`, or `accepts`) sit beside it for `check_values`."""
     meta: dict[str, Any] = {"choices": choices} if choices else {}  # read when checked: registries grow
     if accepts is not None:
         meta["accepts"] = (accepts, problem, hint)
@@ -90,8 +83,7 @@ RANGES: tuple[tuple[tuple[str, ...], Callable[..., bool], str], ...] = (
 
 
 def check_config(config: Any, normalise: Callable[[], None] | None = None) -> None:
-    """A frozen dataclass's `__post_init__`: `check_types` (an int given for a float field becomes a float),
-    then `normalise()` where given (values written in their canonical form), then `check_values`."""
+    """Run a frozen dataclass's checks: `check_types` (widening ints), `normalise()`, then `check_values`."""
     specs = dataclasses.fields(config)
     for name, value in check_types({f.name: getattr(config, f.name) for f in specs}, {f.name: f.type for f in specs},
                                    {f.name: f.default for f in specs}).items():
@@ -102,8 +94,7 @@ def check_config(config: Any, normalise: Callable[[], None] | None = None) -> No
 
 
 def check_values(config: Any) -> None:
-    """Each field of the dataclass `config` against its range or choices (`opt`), then the RANGES rows (types
-    are checked already: `check_types`).
+    """Check each field of `config` against its `opt`, then the RANGES rows.
 
     Raises:
         ConfigError: the first value refused, as one line naming its flag, with its HINT.
@@ -128,19 +119,15 @@ _GIB = 2 ** 30
 
 def estimate_step_bytes(hidden: int, layers: int, seeds: int, *, model: str = "sage", task: str = "node",
                         decoder: str = "dot") -> int:
-    """A lower bound of the bytes one rank's model and one training step take, from the flags alone.
+    """Return a lower bound of the bytes one rank's model and one training step take, from the flags alone.
 
-    Formula (fp32: 4 bytes a number):
+    Formula (fp32):
         weights     = 16 * m * s * hidden**2  (+ 16 * hidden**2 for --decoder mlp)
         activations =  8 * a * hidden * seeds
-    where 16 bytes is a weight, its gradient and Adam's two moments; m the hidden x hidden matrices of a layer
-    (2 for sage: lin_l and lin_r; 1 for gcn, gat, rgcn); s the layers mapping hidden to hidden: all but the
-    first (whose input is the features) and, for --task node, the last (whose output is the classes); a the
-    layers whose output is hidden wide (layers - 1, or layers for --task link), each kept with its gradient
-    for at least the step's `seeds` rows. The feature width, class count and graph size are not known at
-    config time and count as nothing; the sampled neighbourhood (batch x the product of the fanouts, before
-    nodes shared by several seeds are merged) is left out too: on a small graph it can overstate the rows many
-    times. So a config refused by this estimate cannot fit; one accepted may still not.
+    16 bytes: a weight, its gradient, Adam's two moments; m: hidden x hidden matrices a layer (2 for sage);
+    s: layers mapping hidden to hidden; a: layers with hidden-wide output, kept with their gradient. Features,
+    classes and the sampled neighbourhood (which can overstate many times) count as nothing: a config refused
+    cannot fit; one accepted may still not.
     """
     link = task == "link"
     per_layer = 2 if model == "sage" else 1
@@ -151,8 +138,7 @@ def estimate_step_bytes(hidden: int, layers: int, seeds: int, *, model: str = "s
 
 
 def check_memory(estimate: int, available: int | None, what: str, hint: str = "") -> None:
-    """Refuse when `estimate` bytes (`estimate_step_bytes` times the ranks sharing the memory) exceed
-    `available` (None: unknown, nothing refused).
+    """Refuse when `estimate` bytes exceed `available` (None: unknown, nothing refused).
 
     Raises:
         ConfigError: the estimate, what it covers (`what`), the bytes available and a HINT.

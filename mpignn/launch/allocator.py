@@ -1,8 +1,6 @@
-"""The process's memory: which malloc serves it, glibc's tuned for a peak that stays flat over many epochs, and
-the readings of resident memory every layer above reports (docs/failures.md, "Memory over long runs").
-
-Stdlib only (ctypes); of mpignn it imports `errors` alone, and nothing of torch. A faster allocator is the job
-script's choice (`LD_PRELOAD`, jobs/*.sbatch); where none is preloaded, MPIGNN_MALLOC picks glibc's policy.
+"""The process's memory: which malloc serves it, glibc's tuned for a flat peak over many epochs, and the resident
+memory readings (docs/failures.md, "Memory over long runs"). A faster allocator is the job script's `LD_PRELOAD`.
+Stdlib only (ctypes); of mpignn it imports `errors` alone, and nothing of torch.
 """
 from __future__ import annotations
 
@@ -15,8 +13,7 @@ __all__ = ["MMAP_THRESHOLD", "tune_allocator", "keep_big_blocks", "preloaded", "
            "peak_rss_mb", "rss_mb"]
 
 # Blocks at least this large are mmap'd and unmapped on free; smaller ones stay in the heap. Why this size:
-# docs/failures.md, "Memory over long runs" (tests/test_allocator.py replays the pattern). Against 4 MiB the heap
-# grew 8 MiB in 16 epochs instead of 28, and the peak starts 30 MiB lower.
+# docs/failures.md, "Memory over long runs" (tests/test_allocator.py replays the pattern).
 MMAP_THRESHOLD = 256 << 10
 _TRIM_THRESHOLD = 1 << 30  # freed heap memory is kept (no page faults on reuse); the big blocks are mmap'd
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
@@ -30,8 +27,7 @@ PRELOADS = {"jemalloc": ("libjemalloc.so.2", {"MALLOC_CONF": "oversize_threshold
 
 
 def preloaded(maps: str = "/proc/self/maps") -> str:
-    """The allocator preloaded into this process ("jemalloc", "tcmalloc", "mimalloc"), or "" where malloc is
-    glibc's (or this is not Linux)."""
+    """Return the allocator preloaded into this process (a `PRELOADS` name), or "" for glibc's (or not Linux)."""
     try:
         with open(maps, encoding="ascii", errors="replace") as f:
             text = f.read()
@@ -43,10 +39,8 @@ def preloaded(maps: str = "/proc/self/maps") -> str:
 def tune_allocator(env: Mapping[str, str] | None = None) -> bool:
     """Set glibc's mmap threshold to MMAP_THRESHOLD (fixed: glibc stops raising it) and keep freed heap memory.
 
-    Mapped blocks give their pages back on free, so nothing in the heap can grow; their fresh pages cost page
-    faults, which a preloaded allocator avoids (`PRELOADS`). MPIGNN_MALLOC=heap keeps every block in the heap.
-    Returns False where malloc is not glibc's (another allocator preloaded, or not Linux), or with
-    MPIGNN_MALLOC=system.
+    Mapped blocks give their pages back on free, so the heap cannot grow; the price is page faults, which a
+    preloaded allocator avoids. Returns False where malloc is not glibc's, or with MPIGNN_MALLOC=system.
 
     Raises:
         ConfigError: MPIGNN_MALLOC names no policy.
@@ -79,14 +73,15 @@ _LIBC = None  # glibc, where `tune_allocator` mapped the big blocks
 
 
 def keep_big_blocks() -> bool:
-    """Where `tune_allocator` maps big blocks, keep new ones in the heap from now on: for steps that allocate
-    the same blocks every time (full-graph training's one fixed batch), the heap's holes fit the next step's
-    blocks exactly, so it stays flat without the page faults of fresh mappings. Returns whether it changed."""
+    """Keep big blocks in the heap from now on; return whether that changed anything.
+
+    For steps that allocate the same blocks every time (full-graph training), the holes fit the next step's
+    blocks exactly: a flat heap without the page faults of fresh mappings."""
     return _LIBC is not None and bool(_LIBC.mallopt(_M_MMAP_MAX, 0))
 
 
 def policy(env: Mapping[str, str] | None = None) -> str:
-    """The malloc in force, in words (what the run log and benchmarks print)."""
+    """Return the malloc in force, in words (what the run log and benchmarks print)."""
     env = os.environ if env is None else env
     name = preloaded()
     if name:
@@ -98,8 +93,7 @@ def policy(env: Mapping[str, str] | None = None) -> str:
 
 
 def preload_env(name: str) -> dict[str, str] | None:
-    """LD_PRELOAD (and the allocator's settings) that load allocator `name` in a new process, or None where the
-    library is not installed."""
+    """Return the LD_PRELOAD (and settings) that load allocator `name` in a new process, or None if absent."""
     import ctypes.util
 
     library, settings = PRELOADS[name]
@@ -118,9 +112,8 @@ def peak_rss_mb() -> float:
 
 
 def rss_mb() -> float | None:
-    """This process's resident memory now (MiB; None where /proc is missing). Unlike the peak, it falls when
-    memory is given back: its growth from epoch to epoch is memory kept (objects, or the allocator's free
-    space), not one batch larger than the others."""
+    """Return this process's resident MiB now (None without /proc). Unlike the peak it falls when memory is
+    given back, so its growth is memory kept, not one larger batch."""
     try:
         with open("/proc/self/statm", encoding="ascii") as f:
             pages = int(f.read().split()[1])

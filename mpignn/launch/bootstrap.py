@@ -1,7 +1,5 @@
-"""Starting a rank: `bootstrap` (topology, logging, thread budget, device, torch.distributed) returns the
-`Runtime` every layer above takes; `reduce_sums` and `shutdown` close the loop a user writes.
-
-Imports torch (through `process_group`), never torch-geometric or the data layers.
+"""Starting a rank: `bootstrap` returns the `Runtime` every layer above takes; `reduce_sums` and `shutdown` close
+the loop a user writes. Imports torch (through `process_group`), never torch-geometric or the data layers.
 """
 from __future__ import annotations
 
@@ -52,8 +50,7 @@ class Runtime:
         return self.topo.world_size
 
     def synchronize(self) -> None:
-        """Wait for the work queued on this rank's device (nothing to wait for on a CPU): for a clock read in a
-        script that times its steps, where PyG's scripts call `torch.cuda.synchronize()`."""
+        """Wait for this rank's device (where PyG's scripts call `torch.cuda.synchronize()`); no-op on CPU."""
         synchronize(self.device)
 
 
@@ -63,21 +60,16 @@ def bootstrap(device: str = TrainConfig.device, backend: str = TrainConfig.backe
     """Collective over COMM_WORLD (or `comm`): topology, logging, thread budget, device, torch.distributed.
 
     Args:
-        tune_process: also apply mpignn's process-wide tuning, as `python -m mpignn.train` does: glibc's
-            malloc keeps freed heap memory and mmaps blocks of 256 KiB and more (`allocator.tune_allocator`;
-            nothing where the job preloads another allocator) and oneDNN's primitive
-            cache is capped (`env.bound_onednn_cache`). Off by default: both change the whole process, the
-            rest of your program included. Turn it on before any torch compute runs.
-        collective_timeout: seconds a collective may wait (the training watchdog's bound; the process group's
-            timeout is a few seconds longer, so the watchdog names a stopped rank first), and the start-up itself
-            (MPI_Init, the device agreement, the rendezvous) may take.
+        tune_process: also tune malloc and oneDNN's cache as `python -m mpignn.train` does; off by default, as
+            it changes the whole process. Turn it on before any torch compute runs.
+        collective_timeout: seconds a collective, and the start-up, may wait (torch's timeout is a little
+            longer, so the watchdog names a stopped rank first).
     Raises:
         LaunchError: on every rank alike, when the device or backend is not there, or when the wrong `mpirun`
             started the job (MPI sees one process while the launcher started several).
     """
-    # MPI_Init waits for every rank to start and the rendezvous for every rank to answer: bounded, so a rank
-    # that never starts or stops meanwhile ends the job instead of leaving the others waiting for good. MPI_Init's
-    # own guard names the interfaces, the usual reason MPI cannot connect the hosts.
+    # Bounded, so a rank that never starts (or stops) ends the job instead of leaving the others waiting.
+    # MPI_Init's own guard names the interfaces, the usual reason MPI cannot connect the hosts.
     began = time.monotonic()
     if comm is None:
         start_mpi(collective_timeout)
@@ -135,9 +127,8 @@ def _bootstrap(device: str, backend: str, threads: int, logging_setup: bool, com
 
 
 def alias_script() -> None:
-    """Make the running script importable under its file's name as the module it is (`__main__`): PyG's
-    `Sequential` imports its caller by file name (its generated forward does `from SCRIPT import *`), which
-    would run the whole script again, nested in its own `Sequential(...)`, every collective twice."""
+    """Alias `__main__` under the script's file name: PyG's `Sequential` imports its caller by that name, which
+    would run the script again inside its own `Sequential(...)`, every collective twice."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     name = Path(path).stem if path else ""
@@ -146,8 +137,7 @@ def alias_script() -> None:
 
 
 def log_malloc(comm: Any, rank: int, host: str) -> None:
-    """Collective over `comm`: rank 0 logs the malloc in force, once where every host runs the same, else each
-    host's (a preload one job script sets and another host's environment lacks)."""
+    """Collective over `comm`: rank 0 logs the malloc in force, per host where hosts differ."""
     seen: dict[str, list[str]] = {}
     for where, what in comm.allgather((host, malloc_policy())):
         if where not in seen.setdefault(what, []):
@@ -162,8 +152,7 @@ def log_malloc(comm: Any, rank: int, host: str) -> None:
 
 
 def reduce_sums(rt: Runtime, values: dict[str, float]) -> dict[str, float]:
-    """Collective over `rt.comm`: sum each value over the ranks (reduce sums, then divide; never average
-    averages)."""
+    """Collective over `rt.comm`: sum each value over the ranks (divide after; never average averages)."""
     keys = sorted(values)
     summed = allreduce_sum(rt.comm, [values[k] for k in keys])
     return dict(zip(keys, summed.tolist()))

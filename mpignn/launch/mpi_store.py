@@ -1,8 +1,6 @@
-"""A torch.distributed Store whose keys travel over MPI, so the rendezvous opens no TCP port at all.
-
-Owns `MPIStore` (rank 0 keeps the keys; a thread there answers the other ranks over a private duplicate of
-the communicator) and `listening_tcp_store` (a hand-set MASTER_PORT: a TCPStore on exactly that address).
-Imports torch, mpignn.env and mpignn.errors (mpi4py only inside functions); never torch-geometric.
+"""A torch.distributed Store whose keys travel over MPI, so the rendezvous opens no TCP port at all; and the
+TCPStore for a hand-set MASTER_PORT. Imports torch, mpignn.env and mpignn.errors (mpi4py only inside
+functions); never torch-geometric.
 """
 from __future__ import annotations
 
@@ -77,18 +75,12 @@ def _as_bytes(value: Any) -> bytes:
 class MPIStore(torch.distributed.Store):
     """Collective over `comm` to create: a key-value store for `init_process_group(store=...)` over MPI.
 
-    Rank 0 holds the keys. A daemon thread there polls a duplicate of `comm` for the other ranks' requests
-    (sleeping up to 5 ms, 50 ms after a quiet second, so it costs no core) and answers get/wait as soon as their
-    keys exist.
-    Nothing listens on a socket, so no neighbour on the host or the network can read, set or delete a key.
-    Needs MPI_THREAD_MULTIPLE (mpi4py asks for it by default). `close()` says goodbye: the other ranks tell rank
-    0 they are done, and rank 0's thread serves until every rank has (or the timeout passed), so a rank that
-    leaves first (an error every rank raises right after `init_process_group`) never strands another still
-    waiting for a key inside it. It also runs at exit.
+    Rank 0 holds the keys; a daemon thread there polls for requests, sleeping so it costs no core. Nothing
+    listens on a socket, so no neighbour can read, set or delete a key. Needs MPI_THREAD_MULTIPLE.
 
     Args:
-        comm: the communicator of the ranks that will form the process group (rank 0 owns the keys).
-        timeout: how long a get or wait waits for its keys before raising `torch.distributed.DistStoreError`.
+        comm: the ranks that will form the process group (rank 0 owns the keys).
+        timeout: how long a get or wait waits before raising `torch.distributed.DistStoreError`.
     """
 
     def __init__(self, comm: Any, timeout: datetime.timedelta) -> None:
@@ -133,15 +125,16 @@ class MPIStore(torch.distributed.Store):
         return self._call("num_keys", ())
 
     def clone(self) -> MPIStore:
-        """The same store (new_group asks for a clone; calls are serialised, so one object serves all)."""
+        """Return self: calls are serialised, so one object serves every `new_group`."""
         return self
 
     deleteKey = delete_key  # noqa: N815  the C++ trampoline looks these two up by their C++ names
     getNumKeys = num_keys  # noqa: N815
 
     def close(self) -> None:
-        """Done with the store. Another rank tells rank 0 so (a message, no wait); rank 0 stops its serving
-        thread once every other rank has, waiting at most the store's timeout for them. Idempotent."""
+        """Say goodbye (also at exit; idempotent): rank 0 serves until every rank has, or the timeout.
+
+        So a rank that leaves first (an error right after `init_process_group`) strands none still waiting."""
         if self._closed:
             return
         self._closed = True
@@ -241,11 +234,9 @@ class MPIStore(torch.distributed.Store):
 
 def listening_tcp_store(comm: Any, address: str, port: str, world_size: int,
                         timeout: datetime.timedelta) -> torch.distributed.TCPStore:
-    """Collective over `comm`: a TCPStore on exactly `address:port` (a hand-set MASTER_ADDR/MASTER_PORT).
+    """Collective over `comm`: return a TCPStore on exactly `address:port` (a hand-set MASTER_ADDR/MASTER_PORT).
 
-    Rank 0 binds and listens on that address alone (not all interfaces) and hands the socket to the store
-    (`master_listen_fd`), so no other process can take the port in between; the others connect after it
-    listens. Rank 0's bind error reaches every rank.
+    Rank 0 hands its listening socket to the store, so no other process can take the port in between.
 
     Raises:
         LaunchError: on every rank alike, when rank 0 cannot listen there.

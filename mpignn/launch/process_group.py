@@ -1,7 +1,5 @@
-"""torch.distributed set-up: device and backend choice, MPI-driven rendezvous, thread budget.
-
-Imports torch, never torch-geometric. The choice logic (`choose`) is a pure function of a `Hardware`
-description, so it is tested with the hardware faked.
+"""torch.distributed set-up: device and backend choice, MPI-driven rendezvous, thread budget. `choose` is a pure
+function of a `Hardware` description, so tests fake the hardware. Imports torch, never torch-geometric.
 """
 from __future__ import annotations
 
@@ -58,9 +56,8 @@ class Choice:
         return self.device.split(":")[0]
 
 
-# A device as plain data: (physical, instance). `physical` names the chip NCCL keys its ranks on (the PCI
-# address); `instance` names the memory a rank computes in (the device's UUID; a MIG slice's own UUID, so MIG
-# slices of one GPU share `physical` but not `instance`). Gathered over MPI, compared by `choose`.
+# A device as plain data: (physical, instance). `physical`: the chip NCCL keys ranks on (PCI address); `instance`:
+# the memory a rank computes in (UUID), so MIG slices of one GPU share `physical` but not `instance`.
 DeviceId = tuple[str, str]
 
 
@@ -73,7 +70,7 @@ def _has_module(name: str) -> bool:
 
 
 def _installed(name: str) -> bool:
-    """Whether `name` can be imported, without importing it (its import may load native libraries)."""
+    """Without importing it: its import may load native libraries."""
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
@@ -88,8 +85,7 @@ def _xpu_count() -> int:
 def detect_hardware() -> Hardware:
     """Probe torch (and the optional Intel packages) for devices and backends.
 
-    torch >= 2.4 has XPU natively; on older stacks `torch.xpu` appears only once IPEX is imported, so when
-    torch alone shows no XPU, IPEX is imported (if installed) and the count read again.
+    Before torch 2.4 `torch.xpu` appears only once IPEX is imported, so without an XPU IPEX is tried.
     """
     dist = torch.distributed
     cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -117,8 +113,7 @@ def _resolve(device: str, hw: Hardware) -> str:
 
 
 def _identity(kind: str, index: int, props: Any, mask: list[str]) -> DeviceId:
-    """(physical, instance) of device `index` from its torch properties; where torch gives no UUID or PCI
-    address, the launcher's visibility mask names the device (entry `index`), else its name and index."""
+    """Without a UUID or PCI address from torch, the launcher's visibility mask names the device."""
     named = mask[index] if index < len(mask) else f"{getattr(props, 'name', kind)}#{index}"
     uuid = getattr(props, "uuid", None)
     instance = str(uuid) if uuid not in (None, "") else named
@@ -131,9 +126,8 @@ def _identity(kind: str, index: int, props: Any, mask: list[str]) -> DeviceId:
 
 
 def visible_devices(device: str, hw: Hardware) -> tuple[DeviceId, ...]:
-    """The identities of the devices of the kind `device` resolves to (auto: CUDA, else XPU) that this
-    process sees, in torch's order; () on CPU or where they cannot be read (then `choose` counts devices).
-    Local only: the caller gathers them over the host's ranks."""
+    """Return the identities of the devices this process sees, in torch's order; () on CPU or where unreadable
+    (then `choose` counts devices). Local: the caller gathers them over the host."""
     kind = _resolve(device, hw)
     count = {"cuda": hw.cuda_devices, "xpu": hw.xpu_devices}.get(kind, 0)
     if not count:
@@ -150,14 +144,9 @@ def choose(device: str, backend: str, hw: Hardware, local_rank: int, local_size:
            peers: Sequence[Sequence[DeviceId]] | None = None) -> Choice:
     """Pick the device and backend: CUDA -> nccl, Intel XPU -> xccl (else ccl), CPU -> gloo.
 
-    Each node-local rank takes device `local_rank % count` of those it sees. Whether ranks share a device is
-    decided by identities, not counts: `peers[r]` lists the devices node-local rank r sees (`visible_devices`,
-    gathered over the host). With `srun --gpus-per-task=1` or a per-rank CUDA_VISIBLE_DEVICES each rank sees
-    one GPU, and they are distinct. NCCL refuses two ranks on one GPU ("Duplicate GPU detected"; MPS does not
-    change that), and keys GPUs on the PCI address, so MIG slices of one GPU count as one GPU for NCCL: `auto`
-    takes gloo then (on the same device tensors) and an explicit nccl is refused. For memory a MIG slice is
-    its own device (`Choice.shared_by`, which divides the feature-cache budget). Without `peers` (or where a
-    rank's identities are unknown) ranks share GPUs when the host has more ranks than this rank sees GPUs.
+    Each node-local rank takes device `local_rank % count`. Sharing is decided by identities (`peers[r]`: what
+    node-local rank r sees), not counts. NCCL refuses ranks sharing a GPU, MIG slices included, so `auto` takes
+    gloo there (docs/launchers-and-devices.md); for memory a MIG slice is its own device (`Choice.shared_by`).
 
     Raises:
         LaunchError: the requested device or backend is not available here.
@@ -203,7 +192,6 @@ def choose(device: str, backend: str, hw: Hardware, local_rank: int, local_size:
 
 def _sharing(device: str, count: int, local_rank: int, local_size: int,
              peers: Sequence[Sequence[DeviceId]] | None) -> tuple[int, int]:
-    """(node-local ranks on this rank's physical chip, node-local ranks in this rank's device memory)."""
     if device == "cpu":
         return 1, 1
     if peers is None or local_rank >= len(peers) or not peers[local_rank]:
@@ -243,12 +231,8 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
                        choice: Choice, timeout_s: float = 600.0) -> None:
     """Collective over `comm`: initialise torch.distributed with no hand-set MASTER_ADDR/MASTER_PORT.
 
-    Rank 0 picks an address the other hosts reach (`rendezvous.rendezvous_endpoint`: never loopback across hosts)
-    and broadcasts it over MPI; gloo binds its interface on that subnet. The store (the key-value table the
-    ranks meet in) goes over MPI (`mpi_store.MPIStore`): no TCP port is opened for it, so no neighbour can
-    read or change it. A MASTER_PORT set by hand on rank 0 is honoured with a TCPStore listening on exactly
-    MASTER_ADDR:MASTER_PORT (not all interfaces). The `mpi` backend needs no rendezvous, and one rank none
-    either (a store in this process; the environment is left as it was).
+    The address comes from `rendezvous_endpoint` (never loopback across hosts) and the store goes over MPI, so
+    no TCP port is opened; a hand-set MASTER_PORT on rank 0 gets a TCPStore on exactly that address.
     """
     dist = torch.distributed
     if dist.is_initialized():
@@ -258,8 +242,6 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
     elif choice.device_type == "xpu":
         torch.xpu.set_device(torch.device(choice.device))
     if choice.backend in ("ccl", "xccl"):
-        # oneCCL reads its node-local placement only with CCL_PROCESS_LAUNCHER=none (env.ccl_env); values the
-        # user set stay.
         os.environ.update(_env.ccl_env(local_rank, local_size, library_version()))
     if choice.backend == "ccl":
         # registers the "ccl" backend; imported only for it: xccl is torch's own oneCCL, and a second oneCCL
@@ -302,9 +284,7 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
 def device_id_accepted(choice: Choice, torch_version: str) -> bool:
     """Whether to bind the default group to the rank's device (`init_process_group(device_id=...)`).
 
-    NCCL on CUDA: yes (it connects eagerly and knows its GPU). xccl on XPU: from torch 2.7 on; before,
-    torch refused any device_id but a CUDA one (pytorch/pytorch#143735 lifted that). gloo and ccl: no, a
-    device-bound default group is not what they expect (two ranks sharing a GPU over gloo, say).
+    xccl only from torch 2.7 (pytorch/pytorch#143735); gloo and ccl never (two ranks may share a GPU over gloo).
     """
     major_minor = tuple(int(p) for p in re.findall(r"\d+", torch_version)[:2])
     if choice.device_type == "cuda":

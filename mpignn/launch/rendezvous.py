@@ -1,9 +1,6 @@
-"""Where the ranks meet for torch.distributed: `rendezvous_endpoint` picks rank 0's address the other hosts
-reach (never loopback across hosts; where several subnets join the hosts, one every host connected to) and this
-rank's interface on its subnet, agreed over MPI.
-
-Imports the stdlib, mpi4py (lazily), `mpignn.env` and `mpignn.errors`; never torch. Its caller is
-`mpignn.launch.process_group`, one layer above `mpignn.mpi` (which does not import this module).
+"""Where the ranks meet for torch.distributed: rank 0's address every host reaches, agreed over MPI.
+Imports the stdlib, mpi4py (lazily), `mpignn.env` and `mpignn.errors`; never torch (nor does `mpignn.mpi`
+import this module).
 """
 from __future__ import annotations
 
@@ -25,27 +22,19 @@ __all__ = ["rendezvous_endpoint", "PROBE_SECONDS"]
 log = logging.getLogger(__name__)
 
 PROBE_SECONDS = 2.0
-"""How long each host's first rank tries to connect to rank 0's candidate addresses (a LAN answers in
-milliseconds; an address on a network that reaches no other host, say a management network, never does)."""
+"""Seconds a host tries each of rank 0's candidates: a LAN answers in milliseconds, a management network never."""
 
 _HINT = ("HINT: set MPIGNN_SOCKET_IFNAME to the interface the hosts reach each other on (see `ip -4 addr`), "
          "or MASTER_ADDR to rank 0's address on it")
 
 
 def rendezvous_endpoint(comm: Any) -> tuple[str, str | None]:
-    """Collective over `comm`: every rank must call it, in the same order. Rank 0's address the other hosts
-    reach (MASTER_ADDR), the same on every rank, and this rank's own interface on that address's subnet (for
-    GLOO_SOCKET_IFNAME; None on one host). No port: the store goes over MPI (`mpignn.launch.mpi_store`).
+    """Collective over `comm`: every rank must call it, in the same order. Return rank 0's address the other
+    hosts reach (MASTER_ADDR) and this rank's interface on its subnet (GLOO_SOCKET_IFNAME; None on one host).
 
-    The address: a MASTER_ADDR set on rank 0;
-    else on one host, what the host name resolves to; across hosts never a loopback address (a host name
-    mapped to 127.0.1.1 in /etc/hosts is common), but the IPv4 address of the interface named by
-    MPIGNN_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, else one of rank 0's addresses on a subnet
-    every other host also has an address in (each host's first rank reports its interfaces). Where several
-    subnets qualify (a management network beside the fabric), each host's first rank tries to connect to rank 0
-    on each for up to PROBE_SECONDS, and the first that every host reached is taken, in this order: the
-    interfaces named for MPI (UCX_NET_DEVICES, FI_TCP_IFACE, `mpiexec -iface`), the one the host name resolves
-    to, the rest as the host lists them.
+    Across hosts never loopback (host names mapped to 127.0.1.1 are common): a named interface, else a subnet
+    every host shares; where several do (a management network), the first every host connects to within
+    PROBE_SECONDS, MPI's interfaces first (docs/launchers-and-devices.md).
 
     Raises:
         LaunchError: on every rank alike, when no such address exists; the message names the fix.
@@ -95,8 +84,7 @@ def rendezvous_endpoint(comm: Any) -> tuple[str, str | None]:
 
 
 def _candidates(others: list[list[_env.Interface]]) -> list[tuple[str, str]]:
-    """Rank 0's side of `rendezvous_endpoint`: the (address, its subnet or "" on one host or a MASTER_ADDR set by
-    the user) to meet on, best first; `others` holds the interfaces of each other host."""
+    """Rank 0: the (address, subnet or "") pairs to meet on, best first."""
     user = _env.user_master_addr()
     if user:
         return [(user, "")]
@@ -127,7 +115,6 @@ def _candidates(others: list[list[_env.Interface]]) -> list[tuple[str, str]]:
 
 
 def _reached(endpoints: list[tuple[str, int]], seconds: float = PROBE_SECONDS) -> list[bool]:
-    """Whether a TCP connection to each (address, port) was made within `seconds` (tried at once, side by side)."""
     socks, ok = [], [False] * len(endpoints)
     pending: dict[socket.socket, int] = {}
     try:
@@ -149,7 +136,6 @@ def _reached(endpoints: list[tuple[str, int]], seconds: float = PROBE_SECONDS) -
 
 
 def _first_reached(candidates: list[tuple[str, str]], reached: list[list[bool]]) -> tuple[str, str, str]:
-    """Rank 0: (address, subnet, "") of the first candidate every other host reached, else ("", "", problem)."""
     for k, (address, network) in enumerate(candidates):
         if all(host[k] for host in reached):
             if k:
@@ -163,8 +149,7 @@ def _first_reached(candidates: list[tuple[str, str]], reached: list[list[bool]])
 
 
 class _Draining:
-    """Accepts (and drops) the probes' connections on rank 0's listening sockets while the block runs, so
-    thousands of hosts do not overflow a listen backlog; closes the sockets at the end."""
+    """Accepts and drops the probes' connections, so thousands of hosts do not overflow a listen backlog."""
 
     def __init__(self, listeners: list[socket.socket]) -> None:
         self.listeners, self.stop = listeners, threading.Event()

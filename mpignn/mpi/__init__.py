@@ -1,6 +1,5 @@
-"""MPI helpers any HPC program can use: topology, work splits, rank-0-first preparation, checked collectives,
-all-to-all on numpy buffers, and `run_main` (abort the job on an uncaught exception); one module per job.
-mpi4py is imported lazily: importing does not initialise MPI.
+"""MPI helpers any HPC program can use, one module per job. mpi4py is imported lazily: importing does not
+initialise MPI.
 
 Layer 2 (mpi): stdlib, numpy and mpi4py; never torch or any mpignn layer above the leaves.
 """

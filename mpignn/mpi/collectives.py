@@ -1,8 +1,4 @@
-"""Checked collectives on numpy buffers: `check_all` (every rank raises alike), `check_same` (every rank runs with
-the same values), `exchange_counts` and
-`alltoallv` (rows of any dtype; in pieces past MPI's int counts, `MAX_COUNT`), `allreduce_sum`/`allreduce_max`;
-each first waits for every rank in `all_arrived`, which sleeps between polls instead of spinning.
-
+"""Checked collectives on numpy buffers; each first waits in `all_arrived`, which sleeps instead of spinning.
 Imports numpy, mpi4py (lazily), `mpignn.errors`, `mpignn.mpi.watchdog` and `mpignn.mpi.topology`; never torch,
 nor any other part of mpignn.
 """
@@ -26,8 +22,7 @@ __all__ = ["check_all", "check_same", "MAX_COUNT", "exchange_counts", "alltoallv
 def check_all(comm: Any, ok: bool, message: str, error: type[MpignnError] = MpignnError) -> None:
     """Collective over `comm`: raise the same `error` on every rank if `ok` is False on any rank.
 
-    The message of the lowest failing rank is used, prefixed with that rank, so no rank is left waiting in
-    the next collective while another has already raised.
+    So no rank is left waiting in the next collective; the lowest failing rank's message is used.
     """
     with bounded("check_all (allreduce)"):
         all_arrived(comm)
@@ -40,12 +35,10 @@ def check_all(comm: Any, ok: bool, message: str, error: type[MpignnError] = Mpig
 
 
 def check_same(comm: Any, values: Mapping[str, Any], what: str, hint: str, error: type[MpignnError] = MpignnError) -> None:
-    """Collective over `comm`: raise the same `error` on every rank unless every rank holds the same `values`
-    (JSON-able; compared by digest, one small allgather, then in full only where they differ), naming the
-    first differing key (in sorted order) of the lowest rank that differs from rank 0.
+    """Collective over `comm`: raise the same `error` on every rank unless all hold the same JSON-able `values`.
 
-    For what must agree before the ranks run anything that depends on it: a resolved configuration (ranks that
-    read different --config files, or hosts whose installed version has other defaults), a version.
+    Compared by digest (one small allgather); the error names the first differing key. For what must agree
+    before anything depends on it: a resolved configuration, a version.
     """
     text = json.dumps(values, sort_keys=True, default=str)
     with bounded(f"check_same {what} (allgather)"):
@@ -66,13 +59,10 @@ _SPIN_S, _FIRST_PAUSE_S, _LONGEST_PAUSE_S = 2e-4, 5e-5, 5e-4
 
 
 def all_arrived(comm: Any) -> None:
-    """Collective over `comm`: return once every rank has called it, polling a nonblocking barrier with short
-    sleeps once a peer is late.
+    """Collective over `comm`: return once every rank has called it, polling a nonblocking barrier with sleeps.
 
-    Why: MPICH's blocking collectives spin at full CPU while they wait. A rank that waits for a late peer (an
-    uneven step, a peer descheduled on a shared or oversubscribed host) or for one that stopped (until the
-    watchdog ends the job) took that core from the processes that had work. The blocking call after it runs
-    with every rank present, so the transfer itself is progressed at full speed. Costs one barrier.
+    MPICH's blocking collectives spin at full CPU while they wait, taking the core of processes with work; the
+    blocking call after this runs with every rank present, at full speed. Costs one barrier.
     """
     if comm.size == 1:
         return
@@ -87,20 +77,16 @@ def all_arrived(comm: Any) -> None:
         pause = min(2 * pause, _LONGEST_PAUSE_S)
 
 
-# The most rows one MPI call moves: MPI's counts and displacements are C ints. Exchanges whose rows (in a
-# row datatype, so 2-D arrays count rows, not elements) exceed it on any rank go out in pieces of at most this
-# many rows. Tests lower it to exercise the pieces on small arrays.
+# The most rows (one datatype each) one MPI call moves: counts and displacements are C ints. Tests lower it.
 MAX_COUNT = 2**31 - 1
 _ALLTOALLV_TAG = 7102
 
 
 def exchange_counts(comm: Any, counts: np.ndarray) -> tuple[np.ndarray, bool]:
-    """Collective over `comm`, one Alltoall: (rows this rank receives from each rank, whether the exchange of
-    `counts` rows must go in pieces; the same answer on every rank).
+    """Collective over `comm`, one Alltoall: return (rows received from each rank, whether the exchange must go
+    in pieces, the same on every rank).
 
-    With each count goes a flag: this rank sends more than MAX_COUNT // size rows in all. No rank sends or
-    receives more than MAX_COUNT rows unless some rank raised it (a rank receiving more gets more than
-    MAX_COUNT // size from one sender), and every rank sees every flag: one collective, not two.
+    The flag rides with the counts (a rank sending over MAX_COUNT // size rows), so one collective, not two.
     """
     counts = np.asarray(counts, dtype=np.int64)
     mine = np.empty((comm.size, 2), dtype=np.int64)
@@ -114,7 +100,7 @@ def exchange_counts(comm: Any, counts: np.ndarray) -> tuple[np.ndarray, bool]:
 
 
 def segment_starts(counts: np.ndarray) -> np.ndarray:
-    """Where each of consecutive segments of `counts` lengths starts (an all-to-all's displacements)."""
+    """Return where each of consecutive segments of `counts` lengths starts (an all-to-all's displacements)."""
     starts = np.zeros(len(counts), dtype=np.int64)
     np.cumsum(counts[:-1], out=starts[1:])
     return starts
@@ -122,12 +108,8 @@ def segment_starts(counts: np.ndarray) -> np.ndarray:
 
 def alltoallv(comm: Any, send: np.ndarray, counts: np.ndarray, recv_counts: np.ndarray | None = None,
               pieces: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Collective over `comm`: send `counts[r]` rows of `send` (grouped by destination, in rank order) to each
-    rank r; every rank must call it, also with nothing to send.
-
-    Rows travel as one MPI datatype each, so an exchange needs pieces only when some rank sends or receives
-    more than `MAX_COUNT` rows; then every rank (they agree on it) sends each peer its rows in point-to-point
-    messages of at most `MAX_COUNT` rows, straight from and into the arrays (no extra copies).
+    """Collective over `comm`: send `counts[r]` rows of `send` to each rank r; every rank must call it, also
+    with nothing to send. Past `MAX_COUNT` rows, point-to-point pieces, with no extra copies.
 
     Args:
         send: array of rows (1-D, or N-D with fixed trailing dimensions), ordered by destination rank.
@@ -161,8 +143,7 @@ def alltoallv(comm: Any, send: np.ndarray, counts: np.ndarray, recv_counts: np.n
 
 
 def _row_type(array: np.ndarray) -> Any:
-    """A committed MPI datatype for one row of `array` (the caller frees it): the element type from mpi4py's
-    public NumPy mapping, else raw bytes (dtypes MPI has no name for, e.g. structured ones)."""
+    """A committed row datatype (the caller frees it); raw bytes for dtypes MPI has no name for."""
     from mpi4py import MPI
     from mpi4py.util import dtlib
 
@@ -181,8 +162,7 @@ def _row_type(array: np.ndarray) -> Any:
 
 def _alltoallv_pieces(comm: Any, send: np.ndarray, counts: np.ndarray, sdispl: np.ndarray, recv: np.ndarray,
                       recv_counts: np.ndarray, rdispl: np.ndarray, row: Any) -> None:
-    """Every peer pair exchanges its rows in messages of at most MAX_COUNT rows. Messages of one pair match in
-    posting order (MPI's non-overtaking rule), so one tag suffices; all receives are posted before any wait."""
+    """One tag suffices: messages of one pair match in posting order (MPI's non-overtaking rule)."""
     from mpi4py import MPI
 
     me, reqs = comm.rank, []

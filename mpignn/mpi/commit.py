@@ -1,9 +1,6 @@
-"""Committing a folder that several ranks write as one unit, and agreeing on its failure: each rank writes its
-own files, rank 0 prepares what completes the folder (a manifest, written last), the writers finish it, and a
-write that failed anywhere (a full disk, a lost mount) is the same one-line problem on every rank, after which
-the half-written folder is removed. Checkpoint generations and the predictions folder are both committed so.
-
-Stdlib and mpi4py only (through `comm`); the manifest's bytes come from `manifest_bytes`.
+"""Committing a folder that several ranks write as one unit (checkpoint generations, predictions): a write that
+failed anywhere is the same one-line problem on every rank, and the half-written folder is removed.
+Stdlib and mpi4py only (through `comm`).
 """
 from __future__ import annotations
 
@@ -16,29 +13,26 @@ __all__ = ["commit_folder", "manifest_bytes", "os_problem"]
 
 
 def os_problem(exc: OSError) -> str:
-    """An OSError as a problem line: "PermissionError: [Errno 13] ..."."""
+    """Return an OSError as a problem line: "PermissionError: [Errno 13] ..."."""
     return f"{type(exc).__name__}: {exc}"
 
 
 def manifest_bytes(manifest: dict[str, Any]) -> bytes:
-    """The manifest as every mpignn folder writes it: sorted keys, one-space indent, a final newline."""
+    """Return the manifest as every mpignn folder writes it: sorted keys, one-space indent, a final newline."""
     return (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
 
 
 def commit_folder(comm: Any, write_own: Callable[[], Any], prepare: Callable[[list[Any]], Any],
                   finish: Callable[[Any], None], *, writer: bool, cleanup: Callable[[], None]) -> str:
-    """Collective over `comm`: commit one folder; returns "" once it is complete for every rank, else the first
-    problem ("rank R: ...", the same on every rank) after `cleanup()` ran on the writers.
+    """Collective over `comm`: commit one folder; return "" once complete, else the first problem on every rank.
+
+    Only OSError counts as a problem; anything else propagates (and `run_main` aborts the job).
 
     Args:
-        write_own: this rank's files; returns what rank 0 needs of them (sizes, hashes, ...).
-        prepare: rank 0 only, once every rank wrote: from the ranks' returns (in rank order), what the writers
-            need to complete the folder (e.g. the manifest), broadcast to every rank.
-        finish: the ranks with `writer` set: complete the folder from `prepare`'s value (the manifest last;
-            a rename into place).
-        writer: whether this rank finishes (and cleans up) the folder: rank 0, or each host's first rank
-            where the folder may be node-local.
-    Only OSError counts as a problem; anything else propagates (and `run_main` aborts the job).
+        write_own: write this rank's files; return what rank 0 needs of them (sizes, hashes).
+        prepare: rank 0, from every rank's return: what completes the folder (the manifest), broadcast.
+        finish: `writer` ranks: complete the folder from `prepare`'s value (the manifest last).
+        writer: this rank finishes (and cleans up): rank 0, or each host's first where node-local.
     """
     report, problem = None, ""
     try:

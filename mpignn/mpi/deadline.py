@@ -1,6 +1,5 @@
 """`Deadline`: the start-up's bound, before any communicator exists for a `watchdog.Watchdog` to ping.
-
-MPI layer: the stdlib only.
+Stdlib only.
 """
 from __future__ import annotations
 
@@ -27,10 +26,8 @@ os.kill(parent, 9)
 
 
 class Deadline:
-    """Ends this process when a block has not finished within `seconds`: for the start-up before any
-    communicator exists (MPI_Init waits for every rank to start), where a Watchdog cannot ping yet. On expiry a
-    watcher process prints one line and kills this one (SIGKILL); the launcher then ends the job. Not
-    collective."""
+    """Kill this process (one line, SIGKILL; the launcher ends the job) when a block overruns `seconds`.
+    Not collective."""
 
     def __init__(self, seconds: float, what: str, rank: int, hint: str) -> None:
         self.seconds = float(seconds)

@@ -1,7 +1,5 @@
-"""Rank-0-first preparation: `root_first`, `run_once` and `RootFailedError` (a first rank's failure reaches
-every rank; nobody hangs).
-
-Imports the stdlib, mpi4py (lazily), `mpignn.errors`, `mpignn.mpi.topology` and `mpignn.mpi.watchdog`; never torch, nor any other
+"""Rank-0-first preparation: a first rank's failure reaches every rank; nobody hangs. Imports the stdlib,
+mpi4py (lazily), `mpignn.errors`, `mpignn.mpi.topology` and `mpignn.mpi.watchdog`; never torch, nor any other
 part of mpignn.
 """
 from __future__ import annotations
@@ -48,7 +46,7 @@ def _wait_status(group: Any, timeout: float | None, what: str) -> tuple[bool, st
 
 
 def _finish(comm: Any, ok: bool, message: str, own: BaseException | None = None) -> None:
-    """Every rank learns whether any first rank failed (per-host mode has several), and raises alike."""
+    """Per-host mode has several first ranks: every rank learns whether any failed."""
     with bounded("the preparation's agreement (allreduce)"):  # a rank stopped meanwhile ends the job
         if comm.allreduce(ok, op=mpi_op("LAND")):
             return
@@ -69,10 +67,9 @@ def root_first(comm: Any, *, per_host: bool = False, timeout: float | None = Non
                what: str = "its preparation") -> Iterator[bool]:
     """Collective over `comm`: rank 0 runs the block first, the others wait for its ready signal, then run it.
 
-    The usual body downloads or preprocesses when its files are missing and loads them otherwise, so rank 0
-    does the one-time work and the rest only load. With `per_host`, rank 0 of each host goes first (for
-    node-local disks). A failure on a first rank reaches every rank, which raises RootFailedError naming the
-    rank, host and cause; nobody hangs. `timeout` (seconds) bounds the wait for a stuck first rank.
+    So rank 0 does the one-time work (a download) and the rest only load. `per_host`: each host's rank 0 goes
+    first (node-local disks). A first rank's failure raises RootFailedError on every rank. `timeout` bounds
+    the wait for a stuck first rank.
 
     Yields:
         True on the rank(s) that go first.
@@ -100,8 +97,8 @@ def root_first(comm: Any, *, per_host: bool = False, timeout: float | None = Non
 
 def run_once(comm: Any, fn: Callable[[], Any], *, per_host: bool = False, timeout: float | None = None,
              what: str = "its one-time job") -> Any:
-    """Collective over `comm`: run `fn` on rank 0 only (of the job, or of each host) and return its result
-    (which must be picklable) on every rank of that group. Failures propagate as in `root_first`."""
+    """Collective over `comm`: run `fn` on rank 0 only (of the job, or each host); return its picklable result
+    on every rank of that group. Failures propagate as in `root_first`."""
     result = None
     with root_first(comm, per_host=per_host, timeout=timeout, what=what) as first:
         if first:

@@ -1,7 +1,5 @@
-"""Running a program on every rank: `run_main` (one line per rank for an agreed error, traceback, root cause
-and `COMM_WORLD.Abort` for any other), the same for a script without it (`abort_on_uncaught`), and `print0`.
-
-Imports the stdlib, mpi4py (lazily, and only when MPI is running), `mpignn.env`, `mpignn.errors` and
+"""Running a program on every rank: a clean, job-wide exit on any failure (`run_main`, `abort_on_uncaught`).
+Imports the stdlib, mpi4py (lazily, only when MPI is running), `mpignn.env`, `mpignn.errors` and
 `mpignn.mpi.topology`; never torch, nor any other part of mpignn.
 """
 from __future__ import annotations
@@ -36,14 +34,10 @@ def _one_line(exc: BaseException) -> str:
 
 
 def run_main(main: Callable[..., int | None], *args: Any, **kwargs: Any) -> int:
-    """Run `main` and turn any failure into a clean, job-wide exit.
+    """Run `main` and turn any failure into a clean, job-wide exit; return its exit code.
 
-    - MpignnError raised on every rank alike (after a checked collective): each rank prints one line and
-      exits 1, so every rank states the problem.
-    - KeyboardInterrupt (Ctrl-C): one line, exit EXIT_INTERRUPTED (the job ends on every rank).
-    - Any other exception: the rank prints its traceback and a summary (rank, host, pid, exception) and calls
-      `COMM_WORLD.Abort(1)`, which ends every rank instead of leaving them blocked in a collective.
-    Returns main's exit code (and exits with it when run as a program).
+    An agreed MpignnError prints one line per rank and exits 1; Ctrl-C exits EXIT_INTERRUPTED; any other
+    exception prints its traceback and root cause and calls `COMM_WORLD.Abort(1)`, so no rank stays blocked.
     """
     rank, host = _rank_for_messages(), socket.gethostname()
     try:
@@ -63,8 +57,6 @@ def run_main(main: Callable[..., int | None], *args: Any, **kwargs: Any) -> int:
 
 
 def _fail(exc: BaseException, rank: int, host: str) -> int:
-    """Report `exc` (one line for an agreed MpignnError, else traceback and root cause) and, unless every rank
-    raised it alike, abort the job; returns the exit code."""
     agreed = is_agreed(exc)
     if isinstance(exc, MpignnError):
         print(f"mpignn: error: [rank {rank}] {_one_line(exc)}", file=sys.stderr, flush=True)
@@ -79,9 +71,8 @@ def _fail(exc: BaseException, rank: int, host: str) -> int:
 
 
 def abort_on_uncaught() -> None:
-    """From now on an exception nothing catches (a script's module-level code: no `run_main`) ends the whole
-    job as `run_main` would, instead of leaving the other ranks waiting in their next collective. Installed by
-    `mpignn.runtime.bootstrap`; chains to the hook that was there for KeyboardInterrupt."""
+    """Make an uncaught exception (a script without `run_main`) end the whole job as `run_main` would, instead
+    of leaving the other ranks waiting in their next collective."""
     previous = sys.excepthook
     if getattr(previous, "_mpignn", False):
         return

@@ -1,6 +1,4 @@
-"""Splitting work over ranks: `chunk_bounds`, `ceil_split`, equal step counts (`steps_per_epoch`,
-`pad_to_steps`).
-
+"""Splitting work over ranks, with equal step counts so DDP never waits on a rank that stopped.
 Imports numpy, `mpignn.mpi.watchdog` and `mpignn.mpi.topology`; never torch, nor any other part of mpignn.
 """
 from __future__ import annotations
@@ -16,11 +14,7 @@ __all__ = ["chunk_bounds", "ceil_split", "steps_per_epoch", "pad_to_steps"]
 
 
 def chunk_bounds(n: int, size: int, rank: int) -> tuple[int, int]:
-    """[start, stop) of `rank`'s chunk when n items are cut into exactly `size` chunks by ceiling division.
-
-    The first `n % size` chunks hold one item more than the rest; chunk sizes differ by at most one, and with
-    fewer items than ranks the trailing chunks are empty.
-    """
+    """Return [start, stop) of `rank`'s chunk of n items in `size` chunks; the first `n % size` hold one more."""
     if size < 1 or not 0 <= rank < size:
         raise ValueError(f"need 0 <= rank < size; got rank={rank}, size={size}")
     base, extra = divmod(int(n), size)
@@ -29,7 +23,7 @@ def chunk_bounds(n: int, size: int, rank: int) -> tuple[int, int]:
 
 
 def ceil_split(items: Sequence | np.ndarray | int, size: int, rank: int) -> Any:
-    """`rank`'s share of `items` (or of `range(items)` for an int); see `chunk_bounds`."""
+    """Return `rank`'s share of `items` (or of `range(items)` for an int); see `chunk_bounds`."""
     if isinstance(items, (int, np.integer)):
         return range(*chunk_bounds(int(items), size, rank))
     start, stop = chunk_bounds(len(items), size, rank)
@@ -37,23 +31,17 @@ def ceil_split(items: Sequence | np.ndarray | int, size: int, rank: int) -> Any:
 
 
 def steps_per_epoch(comm: Any, num_local: int, batch_size: int, drop_last: bool = False) -> int:
-    """Collective over `comm`: the number of steps every rank runs, so DDP never waits on a rank that stopped.
-
-    Policy: without drop_last the rank with the most items sets the count (ceil(n / batch_size)) and the
-    others cut their items into that many smaller batches (`pad_to_steps`); with drop_last the rank with the
-    fewest items sets it (floor), and the others leave their surplus out this epoch.
-    """
+    """Collective over `comm`: return the steps every rank runs: the most items' count (with drop_last, the
+    fewest's), so DDP never waits on a rank that stopped."""
     steps = num_local // batch_size if drop_last else -(-num_local // batch_size)
     with bounded("steps_per_epoch (allreduce)"):
         return int(comm.allreduce(steps, op=mpi_op("MIN" if drop_last else "MAX")))
 
 
 def pad_to_steps(indices: np.ndarray, steps: int, batch_size: int, drop_last: bool = False) -> list[np.ndarray]:
-    """Cut `indices` into exactly `steps` batches of at most `batch_size` items.
+    """Cut `indices` into exactly `steps` batches of at most `batch_size` items, evenly.
 
-    With at least `steps` items they are spread evenly (sizes differ by at most one; each item once). With
-    fewer, items wrap around so no batch is empty. With no items at all the batches are empty and the caller
-    still takes part in every collective. drop_last takes `steps` full batches and leaves the rest out.
+    With fewer items than steps they wrap around, so no batch is empty (unless there are none at all).
     """
     n = len(indices)
     if drop_last:

@@ -1,8 +1,5 @@
-"""Starting MPI: `start_mpi` (what `world()` runs first) passes the interface given to `mpiexec -iface` on to
-MPI's transports, and a rank that MPI_Init ends (say UCX took an interface that reaches no other host) or that
-stays in it past a bound says so in one line naming this host's interfaces and the variables that choose one.
-
-MPI layer: the stdlib, mpi4py (imported here, which runs MPI_Init) and `mpignn.env`; never torch.
+"""Starting MPI: a rank that MPI_Init ends or holds past a bound says so in one line naming this host's
+interfaces and how to choose one. The stdlib, mpi4py (imported here: MPI_Init) and `mpignn.env`; never torch.
 """
 from __future__ import annotations
 
@@ -19,13 +16,10 @@ __all__ = ["start_mpi", "mpi_started", "passed_on", "interfaces_hint", "mpi_ifna
 
 _passed: dict[str, str] = {}
 
-# The guard is a process of its own: mpi4py runs MPI_Init holding the GIL, and MPI ends a process it cannot start
-# from C (exit() after its error stack), so no Python code of this process runs then. The guard reads a pipe from
-# this process: a byte means MPI started; the end of the pipe without one means the process ended inside
-# MPI_Init; nothing for `seconds` means it hangs there, and the guard ends it, `_GRACE` seconds after printing:
-# the launcher ends every rank once one is gone, so the other ranks' guards, whose bounds began a little earlier
-# or later, get to print their own line first. Its own session keeps it alive while the launcher ends the job's
-# process group, long enough to print.
+# The guard is a process of its own: mpi4py runs MPI_Init holding the GIL, and MPI exits from C on failure, so no
+# Python code runs here then. A byte on the pipe: started; EOF: ended inside MPI_Init; silence: hung, killed
+# `_GRACE` s after printing, so the other ranks' guards print first (the launcher ends all once one is gone). Its
+# own session keeps it alive while the launcher ends the job's process group.
 _GRACE = 3.0
 _GUARD = """
 import os, select, sys
@@ -47,15 +41,12 @@ def mpi_started() -> bool:
 
 
 def start_mpi(seconds: float = 0.0) -> Any:
-    """Import mpi4py.MPI, which runs MPI_Init, guarded; returns the module. MPI_Init waits for every rank.
+    """Import mpi4py.MPI (MPI_Init, which waits for every rank), guarded; return the module.
 
-    First the interface given to Hydra's `mpiexec -iface` goes on to MPICH's ch4 transports, which do not read
-    it (`launcher_iface_env`: UCX_NET_DEVICES, FI_TCP_IFACE, only those unset; `passed_on` says which).
-    Where MPI_Init ends the process, one line on stderr says so with this host's interfaces and the fix.
+    First `mpiexec -iface` goes on to MPICH's ch4 transports, which do not read it (`launcher_iface_env`).
 
     Args:
-        seconds: with a positive value, a rank still inside MPI_Init after that long prints that line and is
-            killed 3 s later (the launcher then ends the job); 0 leaves a hang unbounded.
+        seconds: a rank still inside MPI_Init after that long prints its line and is killed; 0: unbounded.
     """
     if mpi_started():
         return sys.modules["mpi4py.MPI"]
@@ -93,13 +84,12 @@ def start_mpi(seconds: float = 0.0) -> Any:
 
 
 def passed_on() -> dict[str, str]:
-    """The variables `start_mpi` set from `mpiexec -iface` ({} when none), for the caller to log once."""
+    """Return the variables `start_mpi` set from `mpiexec -iface`, for the caller to log once."""
     return dict(_passed)
 
 
 def interfaces_hint() -> tuple[str, str]:
-    """(which interfaces MPI may take on this host, how to name the one the hosts reach each other on): the
-    found and HINT parts of the start-up messages."""
+    """Return the start-up messages' found and HINT parts: the interfaces MPI may take, how to name one."""
     mine = [i for i in _env.ipv4_interfaces() if not i.is_loopback]
     listed = ", ".join(f"{i.name} {i.address}/{i.prefixlen}" for i in mine) or "none with an IPv4 address"
     named = mpi_ifnames()
@@ -115,8 +105,6 @@ def interfaces_hint() -> tuple[str, str]:
 
 
 def _suggested(mine: list[_env.Interface]) -> tuple[str, str]:
-    """An interface to name in the hint and why: the one holding the address the launcher started this host
-    by, else the one the host name resolves to; ("IFACE", "") when neither is one of `mine`."""
     for name, what in ((launcher_host(), "the address mpiexec started this host by"),
                        (socket.gethostname(), "what the host name resolves to")):
         try:
@@ -129,15 +117,13 @@ def _suggested(mine: list[_env.Interface]) -> tuple[str, str]:
     return "IFACE", ""
 
 
-# The variables naming the interfaces MPI's TCP traffic may take: UCX's device list (an entry with ':' is an RDMA
-# port), libfabric's tcp provider, and what Hydra's `mpiexec -iface` sets, which only MPICH's ch3 reads (ch4's UCX
-# and libfabric never do: `launcher_iface_env` passes it on to them).
+# The variables naming MPI's TCP interfaces: UCX's (':' marks an RDMA port), libfabric's, and `mpiexec -iface`'s,
+# which only MPICH's ch3 reads (`launcher_iface_env` passes it on to ch4).
 _MPI_IFNAME_VARS = ("UCX_NET_DEVICES", "FI_TCP_IFACE", "MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE")
 
 
 def mpi_ifnames(env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
-    """(variable, interface) for each network interface named for MPI by UCX_NET_DEVICES, FI_TCP_IFACE and
-    MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE (`mpiexec -iface`), in that order; [] when none names one."""
+    """Return (variable, interface) for each interface `_MPI_IFNAME_VARS` name for MPI, in that order."""
     env = os.environ if env is None else env
     names = [(var, n.strip()) for var in _MPI_IFNAME_VARS for n in env.get(var, "").split(",")]
     return [(var, n) for var, n in names if n and n != "all" and ":" not in n]
@@ -145,10 +131,9 @@ def mpi_ifnames(env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
 
 def launcher_iface_env(env: Mapping[str, str] | None = None,
                        rdma_root: str = "/sys/class/infiniband") -> dict[str, str]:
-    """The variables that take the interface given to Hydra's `mpiexec -iface IF` (it sets
-    MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE) on to MPICH's ch4 transports: UCX_NET_DEVICES=IF plus this host's RDMA
-    ports (so UCX keeps them; only its TCP is narrowed) and FI_TCP_IFACE=IF. Those set already are left out; {}
-    without -iface. Only reads."""
+    """Return the variables that pass `mpiexec -iface IF` on to ch4, less those set. Only reads.
+
+    UCX_NET_DEVICES gets this host's RDMA ports too, so only UCX's TCP is narrowed."""
     env = os.environ if env is None else env
     iface = env.get("MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE", "").strip()
     if not iface:
@@ -164,5 +149,5 @@ def launcher_iface_env(env: Mapping[str, str] | None = None,
 
 
 def launcher_host(env: Mapping[str, str] | None = None) -> str:
-    """The name or address the launcher started this host by (Hydra's PMI_HOSTNAME), "" when not known."""
+    """Return the name the launcher started this host by (Hydra's PMI_HOSTNAME), or ""."""
     return (os.environ if env is None else env).get("PMI_HOSTNAME", "").strip()

@@ -1,7 +1,5 @@
-"""Where a rank sits: `world`, `Topology`/`topology`/`whoami`, the wrong-launcher check, and `mpi_op`.
-
-Imports the stdlib, mpi4py (lazily: importing does not initialise MPI; `mpignn.mpi.startup` starts it),
-`mpignn.env` and `mpignn.errors`; never torch, nor any other part of mpignn.
+"""Where a rank sits, and the wrong-launcher check. Imports the stdlib, mpi4py (lazily, through
+`mpignn.mpi.startup`), `mpignn.env` and `mpignn.errors`; never torch, nor any other part of mpignn.
 """
 from __future__ import annotations
 
@@ -22,12 +20,12 @@ def world() -> Any:
 
 
 def library_version() -> str:
-    """The MPI library's version string (`MPI_Get_library_version`), e.g. "MPICH Version: 4.2.0 ..."."""
+    """Return `MPI_Get_library_version`, e.g. "MPICH Version: 4.2.0 ..."."""
     return start_mpi().Get_library_version()
 
 
 def mpi_op(name: str) -> Any:
-    """The MPI reduction operation called `name` ("SUM", "MAX", "MIN", "LAND"), importing mpi4py.MPI only now."""
+    """Return the MPI reduction operation called `name`, importing mpi4py.MPI only now."""
     return getattr(start_mpi(), name)
 
 
@@ -47,8 +45,7 @@ class Topology:
 def topology(comm: Any) -> Topology:
     """Collective over `comm`: every rank must call it, in the same order.
 
-    Local rank and size come from a shared-memory split of `comm`, not from environment variables, so they are
-    right under any launcher. Hosts are numbered by the global rank of their first rank.
+    Local rank and size come from a shared-memory split, not the environment, so any launcher is right.
     """
     from mpi4py import MPI
 
@@ -65,10 +62,10 @@ def topology(comm: Any) -> Topology:
 
 
 def whoami() -> Topology:
-    """This process's topology: from MPI when mpi4py is installed, else from the launcher's environment.
+    """Collective over COMM_WORLD under MPI: this process's topology, else the launcher's environment's.
 
-    Under MPI this is collective over COMM_WORLD. When MPI finds one process but a launcher's variables say
-    more, the wrong `mpirun` started this program; that is raised as a LaunchError.
+    Raises:
+        LaunchError: the wrong `mpirun` started this program (`check_launcher`).
     """
     try:
         comm = world()
@@ -81,8 +78,7 @@ def whoami() -> Topology:
 
 
 def check_launcher() -> None:
-    """Refuse to run when the wrong `mpirun` started this process: MPI sees one process (a singleton) while
-    an MPI launcher's variables (Open MPI, PMIx, PMI) say it started more.
+    """Refuse to run when MPI sees one process while the launcher's variables say more (the wrong `mpirun`).
 
     Not a collective: under that fault every process is alone in its COMM_WORLD, and each raises alike.
 

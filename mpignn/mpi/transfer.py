@@ -1,7 +1,6 @@
-"""Files moved between hosts that share no disk: which ranks see rank 0's folder (`sees_rank0`), and planned
-file copies between ranks (`move_files`) in chunks over MPI, each checked against its sha256 and renamed into
-place once whole. Stdlib, numpy and mpi4py (through `comm`). Temporary names follow `mpignn.fileio.temp_name`'s
-pattern (`.NAME.incoming-PID@HOST`), so a later run's `remove_leftovers` recognises a killed receiver's file.
+"""Files moved over MPI between hosts that share no disk, each checked against its sha256 and renamed into place
+once whole. Temporary names follow `mpignn.fileio.temp_name`'s pattern, so `remove_leftovers` recognises a killed
+receiver's file. Stdlib, numpy and mpi4py (through `comm`).
 """
 from __future__ import annotations
 
@@ -45,9 +44,8 @@ class Move(NamedTuple):
 
 
 def sees_rank0(comm: Any, folder: str | os.PathLike) -> bool:
-    """Collective over `comm`: whether this rank sees the folder rank 0 sees at `folder` (a shared filesystem),
-    rather than a folder of its own host's (node-local disks) or none. Rank 0 must have created `folder`; it
-    leaves a probe file there for the others to look for, removed before this returns. True on rank 0."""
+    """Collective over `comm`: whether this rank sees rank 0's `folder` (a shared filesystem), by a probe file.
+    Rank 0 must have created `folder`."""
     token = secrets.token_hex(8) if comm.rank == 0 else None
     probe = None
     if comm.rank == 0:
@@ -66,11 +64,13 @@ def sees_rank0(comm: Any, folder: str | os.PathLike) -> bool:
 
 def move_files(comm: Any, moves: list[Move], read_root: str | os.PathLike | None,
                write_root: str | os.PathLike | None) -> str:
-    """Collective over `comm` (every rank passes the same `moves`): each move's sender reads
-    `read_root/rel` and sends it in chunks; its receiver writes it under a temporary name beside
-    `write_root/rel`, checks its sha256 and renames it into place. Moves run in the list's order on every
-    rank, so no two ranks wait on each other. A receiver keeps receiving after a failure (its senders never
-    block); returns '' or, on a receiver, what went wrong (the caller agrees on it with `check_all`)."""
+    """Collective over `comm` (the same `moves` everywhere, run in order, so no two ranks wait on each other):
+    copy each file in chunks.
+
+    Returns:
+        "" or, on a receiver, what went wrong (it keeps receiving, so its senders never block); agree on it
+        with `check_all`.
+    """
     problem = ""
     where = f"on {socket.gethostname()}"
     size = max((m.size for m in moves if comm.rank in (m.src, m.dst)), default=0)

@@ -1,10 +1,6 @@
-"""Bounded waits: which collective each thread is in and since when (`bounded`), and a watchdog thread that
-ends the job when one waits longer than the bound, naming the ranks that stopped answering or that are in
-another collective.
-
-MPI layer: stdlib and mpi4py only (imported lazily), never torch; of mpignn only `mpi.whereabouts`.
-`mpignn.mpi` marks its collective helpers here; `launch.bootstrap` starts the watchdog (`watch`) on several
-ranks.
+"""Bounded waits: `bounded` marks which collective each thread is in, and a watchdog thread ends the job when
+one waits past the bound, naming the ranks that stopped answering or are in another collective.
+Stdlib and mpi4py only (imported lazily), never torch; of mpignn only `mpi.whereabouts`.
 """
 from __future__ import annotations
 
@@ -26,8 +22,7 @@ _PING, _PONG, _ASK, _TELL = 7201, 7202, 7203, 7204
 
 
 class _Slot:
-    """One thread's state: the collective it is in ("" when none), since when (0.0 when none), and the
-    marked collectives it is in, outermost first (`path`)."""
+    """One thread's collective ("": none), since when (0.0: none), and its marks, outermost first (`path`)."""
 
     __slots__ = ("what", "since", "thread", "limit", "path", "ident")
 
@@ -53,8 +48,7 @@ def _slot() -> _Slot:
 
 
 class _Mark:
-    """Marks one collective on this thread while the block runs; nested marks restart the clock (each
-    collective is bounded on its own) and put the outer name back on exit."""
+    """Nested marks restart the clock (each collective is bounded on its own) and restore the outer on exit."""
 
     __slots__ = ("slot", "what", "limit", "outer", "outer_limit")
 
@@ -89,12 +83,11 @@ _UNWATCHED = _Unwatched()
 
 
 def bounded(what: str, limit: float = 0.0) -> Any:
-    """A context manager marking the block as the collective `what` on this thread (a few hundred ns; a no-op
-    unless a Watchdog runs). Not collective itself.
+    """Mark the block as the collective `what` on this thread (cheap; a no-op without a Watchdog). Not collective.
 
     Args:
-        limit: seconds this block may wait (0: the Watchdog's timeout), e.g. a phase that waits for rank 0 to
-            prepare a dataset for up to --prep-timeout. A collective marked inside it has its own bound.
+        limit: seconds this block may wait (0: the Watchdog's timeout), e.g. up to --prep-timeout for rank 0's
+            preparation. A collective marked inside it has its own bound.
     """
     if _active is None:
         return _UNWATCHED
@@ -102,13 +95,12 @@ def bounded(what: str, limit: float = 0.0) -> Any:
 
 
 def watching() -> "Watchdog | None":
-    """The running Watchdog of this process, if any."""
+    """Return the running Watchdog of this process, if any."""
     return _active
 
 
 def watch(comm: Any, timeout: float) -> "Watchdog":
-    """Collective over `comm`: the process's Watchdog over `comm` with this `timeout`, started (the one running
-    is kept when it is that one: a process that bootstraps again)."""
+    """Collective over `comm`: start (or keep, when it is the same) the process's Watchdog over `comm`."""
     dog = _active
     if dog is not None and dog.timeout == float(timeout) and dog.parent == comm:
         return dog
@@ -126,32 +118,24 @@ def _tick(timeout: float) -> float:
 
 
 class Watchdog:
-    """A daemon thread that wakes every `tick` seconds, answers other ranks' liveness pings, and, when a
-    thread of this rank has been in one collective for more than `timeout` seconds, pings every other rank
-    on its own communicator, waits `grace` seconds for the replies, prints which ranks did not answer (the
-    ones stopped, hung in the kernel or gone) and calls MPI Abort, which ends every rank of the job.
+    """A daemon thread that ends the job (MPI Abort) when a thread of this rank waits in one collective past
+    `timeout`, naming the ranks that do not answer its pings within `grace`.
 
-    A stopped process answers nothing (all its threads are stopped); a live rank busy computing answers from
-    this thread (torch and MPI release the GIL). Needs MPI_THREAD_MULTIPLE (mpi4py's default) to ping;
-    without it the job still ends at the bound, without the names.
-
-    Well before the bound (`early`: a quarter of it, at most 30 s) it asks every rank where its threads are
-    (`whereabouts`): ranks that have not entered the collective are named at once, and where each of them
-    waits in another collective (a `dist.barrier()` while rank 0 evaluates alone) the job ends then, since
-    neither collective can finish.
+    A stopped process answers nothing; a busy live rank answers from this thread (torch and MPI release the
+    GIL). Without MPI_THREAD_MULTIPLE it cannot ping, and ends the job without the names. At `early` (a quarter
+    of the bound, at most 30 s) it asks where every rank is: ranks outside the collective are named, and if
+    each waits in another collective (a `dist.barrier()` while rank 0 evaluates alone) the job ends then.
     """
 
     @staticmethod
     def reported_within(timeout: float) -> float:
-        """Seconds after a collective began by which a watchdog of this `timeout` (default grace and tick) has
-        named the silent ranks and ended the job, with a margin: torch's own collective timeout goes past it, so
-        the message that names a stopped rank comes first, not gloo's "Timed out waiting"."""
+        """Return when this watchdog has ended the job, with a margin: torch's timeout is set past it, so the
+        message naming a stopped rank comes first, not gloo's "Timed out waiting"."""
         return timeout + _tick(timeout) + _grace(timeout) + 5.0
 
     def __init__(self, comm: Any, timeout: float, *, grace: float | None = None, tick: float | None = None,
                  on_expiry: Callable[[str], None] | None = None) -> None:
-        """Collective over `comm`: every rank must call it, in the same order (duplicates `comm`, gathers
-        each rank's host and pid for the message).
+        """Collective over `comm`: every rank must call it, in the same order.
 
         Args:
             timeout: seconds one collective may last on any thread of this rank.
@@ -185,7 +169,7 @@ class Watchdog:
         self._thread = threading.Thread(target=self._run, name="mpignn-watchdog", daemon=True)
 
     def start(self) -> "Watchdog":
-        """Start watching (every collective marked with `bounded` in this process); returns self."""
+        """Start watching every collective marked with `bounded` in this process; return self."""
         global _active
         _active = self
         atexit.register(self.stop)  # before mpi4py finalises MPI: the thread must not call into it then
@@ -223,11 +207,9 @@ class Watchdog:
                 return
 
     def _lost_in_long_wait(self) -> tuple[str, str, float, float, list[int]] | None:
-        """A wait allowed longer than `timeout` (rank 0's preparation, a delivery) is allowed only while every
-        rank answers: past `timeout` in it, the other ranks are pinged every `timeout / 4` seconds, and one
-        silent for `timeout` seconds (a cut link, a dead host) ends the job at once, named, instead of at the
-        wait's own bound. A rank whose C code holds the GIL that long (one METIS call on a huge graph) reads as
-        silent: raise --collective-timeout there."""
+        """A wait allowed past `timeout` lasts only while every rank answers pings: one silent for `timeout`
+        (a cut link, a dead host) ends the job at once. C code holding the GIL that long (one METIS call on a
+        huge graph) reads as silent: raise --collective-timeout there."""
         if not self.can_ping or self.size == 1:
             return None
         now = time.monotonic()
@@ -260,7 +242,6 @@ class Watchdog:
             heard[src] = time.monotonic()
 
     def _late(self) -> tuple[str, str, float, float] | None:
-        """(collective, thread, seconds, its bound) of a collective past its bound, if any."""
         now = time.monotonic()
         with _slots_lock:
             slots = list(_slots)
@@ -273,7 +254,6 @@ class Watchdog:
         return None
 
     def _answer(self) -> None:
-        """Reply to every liveness ping and whereabouts question waiting for this rank."""
         from mpi4py import MPI
 
         status = MPI.Status()
@@ -291,9 +271,9 @@ class Watchdog:
         self._sends = [r for r in self._sends if not r.Test()]
 
     def _subset(self) -> str:
-        """At `early` seconds into a collective with the default bound, ask every rank where it is; once all
-        answered: name the ranks outside it (a warning), or end the job (returns the message) where each of
-        them waits in another collective. A rank that does not answer is left to the bound's liveness check."""
+        """Ask every rank where it is at `early`; return the job-ending message, if any (else warn once).
+
+        A rank that does not answer is left to the bound's liveness check."""
         from mpi4py import MPI
 
         now = time.monotonic()
@@ -338,8 +318,7 @@ class Watchdog:
         return problem
 
     def silent_ranks(self) -> list[int]:
-        """Ping every other rank and return those that do not answer within `grace` seconds (this thread's
-        side of the liveness check; the other ranks' watchdog threads answer)."""
+        """Ping every other rank; return those whose watchdog does not answer within `grace` seconds."""
         from mpi4py import MPI
 
         peers = [r for r in range(self.size) if r != self.rank]
@@ -380,7 +359,6 @@ class Watchdog:
         self._end(f"mpignn: error: {head}{tail}")
 
     def _end(self, message: str) -> None:
-        """Print `message` and end every rank of the job (`on_expiry` instead, in tests)."""
         self.expired = message
         if self.on_expiry is not None:
             self.on_expiry(message)

@@ -1,9 +1,6 @@
-"""Where each thread of this rank is: the collectives marked with `watchdog.bounded` it is in (outermost first),
-or the torch.distributed call it waits in, or the line it runs, and for how long. The watchdog asks every rank
-for this when one collective lasts long, so a collective entered by a subset of ranks (an evaluation on rank 0
-alone while the others wait in `dist.barrier()`) is named well before the collective timeout.
-
-MPI layer: the stdlib only, never torch, mpi4py or another mpignn module.
+"""Where each thread of this rank is (marked collectives, a torch.distributed call, or a line), so the watchdog
+can name a collective only some ranks entered well before the timeout. The stdlib only, never torch, mpi4py or
+another mpignn module.
 """
 from __future__ import annotations
 
@@ -27,16 +24,13 @@ def _module(frame: Any) -> str:
 
 
 def _site(frame: Any) -> str:
-    """file:line (and the line's code) of a frame: what a user finds in their script."""
     line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).split("  #")[0].strip()
     where = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
     return f"{where} (`{line[:80]}`)" if line else where
 
 
 def _torch_call(frame: Any) -> tuple[str, Any] | None:
-    """The torch.distributed function a thread waits in (its innermost frames are torch.distributed's: a thread
-    computing inside DDP's forward is not waiting), its decorators' wrappers skipped, and the frame that called
-    it."""
+    """Only innermost torch.distributed frames count: a thread computing inside DDP's forward is not waiting."""
     run: list[Any] = []
     while frame is not None and _module(frame).startswith(_COLLECTIVE_MODULES):
         run.append(frame)
@@ -48,14 +42,14 @@ def _torch_call(frame: Any) -> tuple[str, Any] | None:
 
 
 class Spots:
-    """Each thread's spot, sampled by the watchdog thread every tick (`sample`): the time a spot was first
-    seen is how long the thread has been there (a thread blocked in C keeps its innermost frame and line)."""
+    """Each thread's spot, sampled every tick: when a spot was first seen is how long the thread has been there
+    (a thread blocked in C keeps its innermost frame and line)."""
 
     def __init__(self) -> None:
         self._first: dict[int, tuple[Any, float]] = {}  # thread ident -> (spot key, first seen)
 
     def sample(self, slots: dict[int, Any]) -> list[tuple[int, Any, list[str], Any, tuple[str, Any] | None, float]]:
-        """(ident, frame, marked path, slot, torch call, since) of every other thread; keeps the first-seen times."""
+        """Return (ident, frame, marked path, slot, torch call, since) of every other thread."""
         now, me, first, out = time.monotonic(), threading.get_ident(), {}, []
         for ident, frame in sys._current_frames().items():
             if ident == me:
@@ -72,9 +66,7 @@ class Spots:
         return out
 
     def report(self, slots: dict[int, Any]) -> list[dict[str, Any]]:
-        """This rank's threads (the caller's and idle workers excluded) as JSON-ready dicts: thread, path
-        (marked collectives, outermost first), bounded (the innermost mark has the default bound), torch (the
-        torch.distributed call waited in, or ""), at (the line that called it, or runs) and seconds there."""
+        """Return this rank's busy threads as JSON-ready dicts (thread, path, bounded, torch, at, seconds)."""
         now, names, out = time.monotonic(), {t.ident: t.name for t in threading.enumerate()}, []
         for ident, frame, path, slot, call, since in self.sample(slots):
             idle = frame.f_code.co_filename.endswith(_IDLE_FILES) and not path and call is None
@@ -88,14 +80,12 @@ class Spots:
 
 
 def same_collective(path: list[str], threads: list[dict[str, Any]]) -> bool:
-    """Whether a rank whose threads are `threads` is in the collective `path` (one of its threads has entered
-    the same outermost marked collective): ranks inside one marked block may be a collective apart."""
+    """Compare outermost marks only: ranks inside one marked block may be a collective apart."""
     return bool(path) and any(t["path"] and t["path"][0] == path[0] for t in threads)
 
 
 def stuck_elsewhere(threads: list[dict[str, Any]], seconds: float) -> dict[str, Any] | None:
-    """A thread waiting in another collective (marked with the default bound, or a torch.distributed call)
-    for over `seconds`: with this rank waiting in its own, neither can finish."""
+    """Return a thread waiting in another collective over `seconds`: with this rank in its own, neither finishes."""
     for t in threads:
         if (t["torch"] or t["bounded"]) and t["seconds"] > seconds:
             return t
@@ -103,7 +93,6 @@ def stuck_elsewhere(threads: list[dict[str, Any]], seconds: float) -> dict[str, 
 
 
 def describe(rank: int, threads: list[dict[str, Any]]) -> str:
-    """Where a rank is, in words, for the watchdog's message."""
     parts = []
     for t in threads:
         if t["torch"]:
@@ -118,10 +107,10 @@ def describe(rank: int, threads: list[dict[str, Any]]) -> str:
 
 def verdict(rank: int, path: list[str], here: str, replies: dict[int, list[dict[str, Any]]], stuck: float,
             timeout: float) -> tuple[str, str]:
-    """(message, the ranks outside in words) for rank `rank` waiting in the collective `path` (`here`: its
-    thread, pid, host and wait) given every other rank's `Spots.report`: "" where all are in it, a warning where
-    some are not, an error where each of those has waited in another collective over `stuck` seconds (neither
-    can finish)."""
+    """Return (message, the ranks outside) for `rank` waiting in `path`, from every other rank's report.
+
+    "" where all are in it; a warning where some are not; an error where each of those waits in another
+    collective over `stuck` seconds (neither can finish)."""
     absent = {r: t for r, t in sorted(replies.items()) if not same_collective(path, t)}
     if not absent:
         return "", ""

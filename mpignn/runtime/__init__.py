@@ -1,18 +1,5 @@
 """The Python API for your own training loop: bootstrap, load this rank's part, build loaders, reduce metrics.
-
-`python -m mpignn.train` is built on these functions. Each one that talks to other ranks says so.
-
-    rt = bootstrap()                                   # MPI topology, threads, device, torch.distributed
-    graph = load_local_graph(rt, "synthetic")          # rank 0 prepares + partitions; each rank loads its part
-    loader = NeighborLoader(graph, [15, 10, 5], input_nodes="train", batch_size=1024, shuffle=True)
-    for epoch in range(3):
-        for batch in loader: ...                       # PyG Data on rt.device, seeds first, dataset ids
-    acc = accuracy(rt, pred, y)                        # over all ranks, weighted by items
-    out = inference(model, graph)                      # every own node, layer by layer, exactly
-    every = gather_nodes(rt, graph, out)               # on rank 0: every node's row, in the dataset's order
-
-`NeighborLoader(..., minibatch="cooperative")` (or "full") gives the training CLI's other batch modes;
-`LinkNeighborLoader(graph, [15, 10], neg_sampling="binary", batch_size=512)` batches seed edges as PyG's.
+`python -m mpignn.train` is built on it; each call that talks to other ranks says so. Usage: docs/api.md.
 
 Layer 13 (runtime): imports every layer below; never predict or bench.
 """

@@ -1,6 +1,4 @@
-"""`inference(model, graph)`: every node's output of a trained model, exact (whole neighbourhoods, layer by
-layer), each rank its own nodes: the public entry to `inference.layerwise`, which walks PyG's basic GNNs, a
-`.convs` module like PyG's examples' and mpignn's own models.
+"""`inference(model, graph)`: the public entry to exact layer-wise inference (`inference.layerwise`).
 """
 from __future__ import annotations
 
@@ -20,28 +18,21 @@ __all__ = ["inference"]
 def inference(model: torch.nn.Module, graph: LocalGraph, *, batch_size: int = 8192,
               act: str | Callable[[torch.Tensor], torch.Tensor] | None = None, device: Any = None,
               halo_mib: float = 256) -> torch.Tensor:
-    """Collective over `graph.runtime.comm`: every rank must call it, in the same order. Every node's output,
-    layer by layer over whole in-neighbourhoods, each rank its own nodes (the models it walks: docs/api.md).
-    Eval mode while it runs; the model's mode is restored after.
+    """Collective over `graph.runtime.comm`: every rank must call it, in the same order. Return every own
+    node's output, layer by layer over whole in-neighbourhoods (the models it walks: docs/api.md).
 
     Args:
-        model: the trained model, on any device (a DistributedDataParallel wrapper is fine).
-        graph: this rank's part (`load_local_graph`); its rows are the features, then any learnable rows.
-        batch_size: target nodes per block: a block holds them, all their in-neighbours' rows and one layer's
-            output (PyG's subgraph loader's `batch_size`).
-        act: the activation between the convs of a plain `.convs` module: a name PyG resolves ("relu",
-            "elu", ...) or a callable; default ReLU. The other models carry their own (give none).
-        device: where the layers run (default: the model's parameters', else the graph's runtime device).
-        halo_mib: other ranks' rows held at once; consecutive blocks' are fetched together up to this.
-
+        model: the trained model, on any device (DDP is fine); put in eval mode meanwhile.
+        graph: this rank's part (`load_local_graph`).
+        batch_size: target nodes per block (PyG's subgraph loader's `batch_size`).
+        act: the activation between a plain `.convs` module's convs (a PyG name or a callable; default ReLU).
+        device: where the layers run (default: the model's parameters', else the runtime's).
+        halo_mib: other ranks' rows held at once.
     Returns:
-        float tensor [number of this rank's own nodes, out_channels] on CPU: row i is node `graph.node_id[i]`
-        (the dataset's id). On a heterogeneous graph only the types the model outputs have rows (others zeros).
-
+        float tensor [own nodes, out_channels] on CPU; row i is node `graph.node_id[i]` (zeros for the types a
+        heterogeneous model does not output).
     Raises:
-        ConfigError: on every rank alike: a model or configuration inference cannot walk exactly (no `.convs`,
-            a conv it does not know, `jk` other than None/"last", norms over a batch's nodes, a user's model
-            on a heterogeneous graph, a width the graph does not give) or a bad argument.
+        ConfigError: on every rank alike: a model inference cannot walk exactly, or a bad argument.
     """
     rt = graph.runtime
     try:  # the same arguments on every rank: agreed without a collective

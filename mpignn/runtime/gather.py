@@ -1,5 +1,4 @@
-"""`gather_nodes`: per-node rows of every rank (predictions, embeddings) on rank 0, in the dataset's node order,
-for what runs in one process (sklearn, a file writer, a plot). One collective call.
+"""`gather_nodes`: every rank's per-node rows on rank 0, in the dataset's order, for one-process consumers.
 """
 from __future__ import annotations
 
@@ -17,21 +16,14 @@ __all__ = ["gather_nodes"]
 
 
 def gather_nodes(rt: Runtime, graph: LocalGraph, values: Any) -> Any:
-    """Collective over `rt.comm`: this rank's rows of its own nodes (row i is node `graph.node_id[i]`, as
-    `inference` returns them) joined on rank 0, row k being dataset node k.
+    """Collective over `rt.comm`: join each rank's own-node rows (as `inference` returns them) on rank 0.
 
     Args:
-        rt: the runtime `graph` was loaded on.
-        graph: this rank's part.
         values: a tensor or array of one row per own node, of one dtype and row shape on every rank.
-
     Returns:
-        On rank 0 every node's row (a tensor on the CPU where `values` is a tensor, else an array); None on the
-        other ranks.
-
+        On rank 0 row k is dataset node k (a CPU tensor where `values` is one, else an array); None elsewhere.
     Raises:
-        ConfigError: on every rank, where some rank's `values` has not one row per own node, or the ranks' row
-            shapes or dtypes differ.
+        ConfigError: on every rank: a wrong row count on some rank, or differing row shapes or dtypes.
     """
     tensor = isinstance(values, torch.Tensor)
     rows = values.detach().cpu().numpy() if tensor else np.asarray(values)

@@ -1,6 +1,5 @@
-"""This rank's graph for the Python API: this rank's part, from a partition folder (made once, or given) or
-from a graph rank 0 holds in memory, then its sampler, feature store and cache (`build_local_graph`,
-`load_local_graph`); learnable rows (`attach_embedding`).
+"""This rank's graph for the Python API: its part (from a partition folder, or rank 0's graph in memory), then
+its sampler, feature store, cache and learnable rows.
 """
 from __future__ import annotations
 
@@ -44,24 +43,20 @@ __all__ = ["load_local_graph", "build_local_graph", "attach_embedding", "build_g
 log = logging.getLogger("mpignn.train")
 
 _MEMORY_REFUSED = ("root", "partitions", "local_prep", "force", "splits")
-"""Keywords about files and folders, which mean nothing for a graph handed over in memory (its splits are
-its masks or id tensors)."""
+"""Keywords about files, meaningless for a graph in memory (its splits are its masks or id tensors)."""
 
 
 def load_local_graph(rt: Runtime, dataset: Any, root: str | None = None, task: Task | None = None,
                      **options: Any) -> LocalGraph:
-    """Collective over `rt.comm`: `build_local_graph` for `task` (default node classification) with
-    `GraphOptions(dataset=..., root=..., **options)`.
+    """Collective over `rt.comm`: `build_local_graph` with `GraphOptions(dataset=..., root=..., **options)`.
 
-    `dataset` is a dataset name (`data.KNOWN`; the same on every rank), or a PyG `Data` or `HeteroData` held
-    by rank 0, the other ranks passing None: rank 0 partitions it in memory and sends each rank its part over
-    MPI, writing no file (`partition.memory.scatter_graph`). The keywords: docs/api.md.
+    `dataset`: a name (the same on every rank), or a PyG graph on rank 0 and None elsewhere, partitioned in
+    memory and sent over MPI, no file written. The keywords: docs/api.md.
 
     Raises:
-        ConfigError: an unknown keyword or a value `GraphOptions` refuses, ranks that pass different kinds of
-            `dataset` (a name on one, a graph on another) or None on rank 0, a keyword about files with a
-            graph in memory (on every rank alike).
-        DatasetError: the in-memory graph fails a check (see `scatter_graph`), on every rank alike.
+        ConfigError: on every rank alike: a bad keyword or value, ranks passing different kinds of `dataset`,
+            or a keyword about files with a graph in memory.
+        DatasetError: the in-memory graph fails a check (`scatter_graph`), on every rank alike.
     """
     task = task or make_task()
     named = isinstance(dataset, str)
@@ -86,7 +81,6 @@ def load_local_graph(rt: Runtime, dataset: Any, root: str | None = None, task: T
 
 
 def _source_kind(dataset: Any) -> str:
-    """What a rank passed as `dataset`: "name", "None", "Data"/"HeteroData" (a PyG graph), else its type."""
     if isinstance(dataset, str):
         return "name"
     if dataset is None:
@@ -95,9 +89,8 @@ def _source_kind(dataset: Any) -> str:
 
 
 def _agree_on_source(comm: Any, dataset: Any) -> None:
-    """Collective over `comm`: rank 0 tells the others what it passed (a bcast of a small dict), and every
-    rank raises the same ConfigError unless each passed the same name, or rank 0 a graph and the others None
-    (or a graph, which is not read)."""
+    """Collective over `comm`: refuse on every rank unless all pass rank 0's name, or rank 0 a graph and the
+    others None (or a graph, not read)."""
     mine = _source_kind(dataset)
     ours = comm.bcast({"kind": mine, "name": dataset if mine == "name" else None}, root=0)
     graphs = ("Data", "HeteroData")
@@ -117,15 +110,11 @@ def _agree_on_source(comm: Any, dataset: Any) -> None:
 
 def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None, *, data: Any = None,
                       in_memory: bool = False) -> LocalGraph:
-    """Collective over `rt.comm`: this rank's part (`_part_source`: a partition folder, or rank 0's graph in
-    memory), then its sampler, feature store and cache as `opts` (a `GraphOptions`, or the `TrainConfig` that
-    extends it) says, for `task` (default node classification).
+    """Collective over `rt.comm`: load this rank's part and build its sampler, feature store and cache per `opts`.
 
-    Without `opts.partitions`, rank 0 (of each host with `local_prep`) prepares and partitions the dataset
-    once under `root/mpignn-parts/` (`auto_folder`); a host that does not see the folder receives it. With
-    `in_memory` (on every rank), the graph is `data`, rank 0's PyG graph (None on the others), partitioned in
-    memory; its `folder` is then None. Own feature rows are transformed after loading, so fetched and cached
-    rows arrive transformed.
+    Without `opts.partitions` the dataset is partitioned once under `root/mpignn-parts/`; a host that does not
+    see the folder receives it. With `in_memory`, `data` is rank 0's PyG graph. Own feature rows are
+    transformed on load, so fetched and cached rows arrive transformed.
 
     Raises:
         PartitionFormatError / DatasetError / ConfigError: on every rank alike.
@@ -179,8 +168,7 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
 
 
 def _hops(rt: Runtime, opts: GraphOptions, part: LocalPart, num_etypes: int) -> LocalHops:
-    """This rank's hop source: the numba kernels on the host, or with `--sample-on device` the torch-op kernels
-    on the compute device (the same draws). "auto" stays on the host until the device step is measured."""
+    """`--sample-on auto` stays on the host until the device step is measured."""
     if opts.sample_on == "device":
         from mpignn.sampling.device_hops import DeviceHops
 
@@ -190,10 +178,7 @@ def _hops(rt: Runtime, opts: GraphOptions, part: LocalPart, num_etypes: int) -> 
 
 def _part_source(rt: Runtime, opts: GraphOptions, part_id: int, data: Any, in_memory: bool,
                  extras: dict | None) -> tuple[LocalPart, dict | None, Path | None]:
-    """Collective over `rt.comm`, the one step where the sources differ: (this rank's part, its held-out
-    edges, the partition folder or None). From memory: rank 0's graph, partitioned and sent by rank 0. By
-    name: the partition folder made once (or given) and delivered (`ensure_partition`), the part loaded from
-    it (`load_part`). `extras`: what the task holds out (`Task.partition_extras`)."""
+    """Collective over `rt.comm`: (part, held-out edges, folder or None), the one step where sources differ."""
     links = opts.link_params(extras)
     num_parts = 1 if opts.replicated else rt.world_size
     if in_memory:
@@ -207,9 +192,8 @@ def _part_source(rt: Runtime, opts: GraphOptions, part_id: int, data: Any, in_me
 
 def _sources(rt: Runtime, opts: GraphOptions, part: LocalPart, local: LocalHops,
              alone: bool) -> tuple[Any, FeatureStore]:
-    """(what the sampler reads neighbours from, the feature store): this rank's part alone, or, across parts,
-    both on a communicator of their own (collective over `rt.comm`: `Dup`), so a loader thread can sample and
-    exchange while the training thread all-reduces gradients on `rt.comm`."""
+    """Collective over `rt.comm` (`Dup`) across parts: sampling and features get a communicator of their own,
+    so a loader thread can exchange while the training thread all-reduces on `rt.comm`."""
     parts = 1 if alone else part.meta.num_parts
     on_device = features_on_device(opts.feature_device, opts.exchange, rt.device, parts, part.x.nbytes,
                                    free_memory(rt.device), rt.choice.shared_by)
@@ -230,10 +214,8 @@ def _sources(rt: Runtime, opts: GraphOptions, part: LocalPart, local: LocalHops,
 
 def attach_embedding(rt: Runtime, graph: LocalGraph, dim: int, *, lr: float = TrainConfig.embed_lr,
                      seed: int = TrainConfig.seed) -> LocalGraph:
-    """Collective over `rt.comm`: `graph` with every node given `dim` learnable numbers, held by its owner
-    (this rank's rows: its part), on a communicator of their own; batches then carry them after the features
-    (`mpignn.training.epoch` pulls them and steps them). Returns a new LocalGraph; `graph` itself is left as it was.
-    Not for a replicated graph (no owners)."""
+    """Collective over `rt.comm`: return a new `graph` whose nodes carry `dim` learnable numbers after their
+    features, each held by its owner. Not for a replicated graph (no owners)."""
     if rt.world_size > 1:
         problem = refusal({"embed_dim": dim, "replicated": graph.replicated})
         if problem:
@@ -248,7 +230,6 @@ def attach_embedding(rt: Runtime, graph: LocalGraph, dim: int, *, lr: float = Tr
 
 
 def _device_table(x: np.ndarray, device: str) -> Any:
-    """The rank's feature rows as a tensor on `device` (a view of the array on CPU): `features_on_device`."""
     import torch
 
     if not x.flags.writeable:  # a memory-mapped part: torch wants writable memory to wrap
@@ -260,9 +241,8 @@ def _device_table(x: np.ndarray, device: str) -> Any:
 
 
 def build_graph_and_model(rt: Runtime, cfg: TrainConfig, task: Task) -> tuple[LocalGraph, torch.nn.Module]:
-    """Collective over `rt.comm`: `build_local_graph` (from `cfg`'s graph section), the learnable rows
-    `cfg.embed_dim` asks for, and the task's model for that graph on `rt.device`: what training and
-    `python -m mpignn.predict` both start from.
+    """Collective over `rt.comm`: build the graph, its learnable rows and the task's model, as training and
+    predict both start.
 
     Raises:
         ConfigError: a model the graph's kind cannot take, on every rank alike.
@@ -274,7 +254,7 @@ def build_graph_and_model(rt: Runtime, cfg: TrainConfig, task: Task) -> tuple[Lo
 
 
 def build_model(rt: Runtime, cfg: TrainConfig, task: Task, graph: LocalGraph) -> torch.nn.Module:
-    """The task's model for `graph` on `rt.device`: the same whatever --minibatch mode trains it.
+    """Build the task's model for `graph` on `rt.device`, the same whatever --minibatch mode trains it.
 
     Raises:
         ConfigError: a model the graph's kind cannot take, on every rank alike.

@@ -1,9 +1,6 @@
-"""`LinkNeighborLoader`: PyG's LinkNeighborLoader, shaped the same, over a distributed `LocalGraph`.
-
-Seeds are edges `edge_label_index` (dataset ids; every edge of the graph when None), each kept by the rank
-owning its target; batches carry `n_id`, `edge_label_index` in the batch's local ids, `edge_label` and `input_id`
-(the edges' positions) as PyG's do, on the edge type's store on a heterogeneous graph. Negatives are drawn per
-positive edge from its position, so any number of ranks draws the negatives one process draws.
+"""`LinkNeighborLoader`: PyG's LinkNeighborLoader, shaped the same, over a distributed `LocalGraph`. Each seed
+edge is kept by the rank owning its target; negatives are drawn from each positive's position, so any number of
+ranks draws the negatives one process draws. Full reference: docs/api.md.
 """
 from __future__ import annotations
 
@@ -36,20 +33,13 @@ class LinkNeighborLoader(SampledBatches):
 
     Args:
         graph: this rank's part (`load_local_graph`).
-        num_neighbors: neighbours per hop, outermost last; -1 takes all (a dict per edge type: NeighborLoader's).
-        edge_label_index: [2, E] seed edges (source, target) in the dataset's ids, the same on every rank or
-            each rank a chunk (joined in rank order); None: every edge of the graph, in the partition's order.
-            On a heterogeneous graph PyG's edge type (every edge of it) or `(edge type, [2, E])`, ids within
-            each end's type.
+        num_neighbors: as `NeighborLoader`'s.
+        edge_label_index: [2, E] seed edges in dataset ids (or PyG's edge-type forms); None: every edge.
         edge_label: [E] labels of the seed edges (None: ones where negatives are drawn).
-        neg_sampling: None, "binary" (random node pairs, label 0; given labels shift up by one where their
-            least is 0, as PyG's), "triplet" (random targets per source: `src_index`, `dst_pos_index`,
-            `dst_neg_index`), or {"mode": ..., "amount": ...} or PyG's `NegativeSampling`.
+        neg_sampling: None, "binary", "triplet", {"mode": ..., "amount": ...} or PyG's `NegativeSampling`.
         neg_sampling_ratio: PyG's older form of {"mode": "binary", "amount": ratio}.
-        batch_size: seed edges per batch on each process (`batch_scope="global"`: of all ranks together).
+        batch_size: seed edges per batch per process (`batch_scope="global"`: of all ranks together).
         shuffle, drop_last, seed, prefetch: as `NeighborLoader`'s.
-
-    Batches are PyG `Data` on the runtime's device; their fields are in docs/api.md.
     """
 
     def __init__(self, graph: LocalGraph, num_neighbors: Sequence[int], edge_label_index: Any = None,
@@ -87,8 +77,7 @@ class LinkNeighborLoader(SampledBatches):
 
 
 class EdgeSeeds:
-    """Seed edges (partition ids [3, E]: source, target, position) with their labels; each batch adds its
-    negatives, drawn by `negative_ids` from each positive's position and the pass's seed."""
+    """Seed edges (partition ids [3, E]: source, target, position) and labels; each batch adds its negatives."""
 
     def __init__(self, edges: np.ndarray, labels: np.ndarray | None, mode: str | None, amount: float,
                  ends: np.ndarray, directory: IdDirectory) -> None:
@@ -104,8 +93,7 @@ class EdgeSeeds:
 
     def draw(self, sampler: Any, items: np.ndarray, seed: int, variates: tuple[int, int] | None = None
              ) -> SampleOutput:
-        """Collective (the negatives' ids): the sample around both ends of seed edges `items` and their
-        negatives, with PyG's link fields."""
+        """Collective (the negatives' ids): sample around both ends of `items` and their negatives."""
         src, dst, pos = self.edges[:, items]
         num_pos = len(items)
         meta: dict[str, Any] = {"input_id": pos}
@@ -137,17 +125,15 @@ class EdgeSeeds:
 
 
 def negative_ids(pass_seed: int, positions: np.ndarray, k: np.ndarray, counts: Sequence[int]) -> np.ndarray:
-    """int64 [len(counts), len(positions)]: uniform ids in [0, counts[end]) of each end of negative `k` of each
-    seed edge at `positions`, a hash of (pass seed, position, k, end): the same draw on any number of ranks and
-    in any batch."""
+    """Return uniform negative ids per end, hashed from (pass seed, position, k, end): the same draw on any
+    number of ranks and in any batch."""
     keys = (positions.astype(np.int64) << 20) ^ k.astype(np.int64)
     return np.stack([kernels.hashed_ids(keys, kernels.mix_seed(pass_seed, end), int(n))
                      for end, n in enumerate(counts)])
 
 
 def _negative_owners(pos: np.ndarray, amount: float) -> tuple[np.ndarray, np.ndarray]:
-    """(which positive each negative belongs to, its number k among that positive's): a positive at position p
-    has floor((p + 1) a) - floor(p a) negatives, so the epoch's total does not depend on how edges are batched."""
+    """floor((p + 1) a) - floor(p a) negatives at position p, so the total does not depend on the batching."""
     counts = (np.floor((pos + 1) * amount) - np.floor(pos * amount)).astype(np.int64)
     owners = np.repeat(np.arange(len(pos)), counts)
     starts = np.repeat(np.cumsum(counts) - counts, counts)
@@ -155,7 +141,6 @@ def _negative_owners(pos: np.ndarray, amount: float) -> tuple[np.ndarray, np.nda
 
 
 def _negatives(neg_sampling: Any, ratio: float | None) -> tuple[str | None, float]:
-    """(mode, amount) of PyG's `neg_sampling` forms and its older `neg_sampling_ratio`."""
     if neg_sampling is None and ratio is not None:
         neg_sampling = {"mode": "binary", "amount": ratio}
     if neg_sampling is None:
@@ -188,8 +173,6 @@ def _array(value: Any) -> np.ndarray:
 
 
 def _edge_type(graph: LocalGraph, edge_label_index: Any) -> tuple[tuple[str, str, str] | None, Any]:
-    """(the seed edges' type, None on a homogeneous graph; their index or None for all): PyG's forms, an
-    edge type or `(edge type, index)` on a heterogeneous graph, the type also as (source type, target type)."""
     named, index = _named_type(edge_label_index)
     schema = graph.schema
     if schema is None:
@@ -215,8 +198,6 @@ def _edge_type(graph: LocalGraph, edge_label_index: Any) -> tuple[tuple[str, str
 
 
 def _named_type(value: Any) -> tuple[tuple[str, ...] | None, Any]:
-    """(the type PyG's form names, as 3 or 2 type names, or None; the index beside it, or None): `type`,
-    `(type, index)` or an index alone."""
     if _names(value):
         return tuple(value), None
     if isinstance(value, tuple) and len(value) == 2 and _names(value[0]):
@@ -229,7 +210,6 @@ def _names(value: Any) -> bool:
 
 
 def _end_types(graph: LocalGraph, edge_type: tuple[str, str, str] | None) -> np.ndarray:
-    """[[first dataset id, count] of the seed edges' source type, of their target type]."""
     schema, n = graph.schema, graph.part.meta.num_nodes
     if edge_type is None:
         return np.array([[0, n], [0, n]], dtype=np.int64)
@@ -238,7 +218,6 @@ def _end_types(graph: LocalGraph, edge_type: tuple[str, str, str] | None) -> np.
 
 
 def _own_edges(graph: LocalGraph, edge_type: tuple[str, str, str] | None) -> tuple[np.ndarray, np.ndarray]:
-    """(sources, targets) in partition ids of this rank's in-edges, of `edge_type` on a heterogeneous graph."""
     part = graph.part
     rows = np.arange(part.lo, part.hi, dtype=np.int64)
     if edge_type is None:
@@ -253,8 +232,7 @@ def _own_edges(graph: LocalGraph, edge_type: tuple[str, str, str] | None) -> tup
 
 def _seed_edges(graph: LocalGraph, directory: IdDirectory, edge_label_index: Any, edge_label: Any, shift: bool,
                 edge_type: tuple[str, str, str] | None, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """Collective: (this rank's seed edges [3, E] as partition ids source, target and position; their labels,
-    one up where `shift` and the least is 0: 0 then means a negative, as in PyG). `ends`: `_end_types`."""
+    """Collective: this rank's seed edges [3, E] and labels (shifted up where 0 would mean a negative, as PyG)."""
     rt, part = graph.runtime, graph.part
     talks = rt.world_size > 1 and not graph.replicated
     comm = rt.comm if rt.world_size > 1 else None

@@ -1,6 +1,5 @@
-"""What both PyG-shaped loaders share (`NeighborLoader`, `LinkNeighborLoader`): their argument checks, the
-pipeline they build (`loader.batches.BatchLoader`, the one `python -m mpignn.train` uses), the dataset's ids and
-labels of every batch node, and the per-step `loss_scale`.
+"""What both PyG-shaped loaders share: argument checks, the `BatchLoader` pipeline `python -m mpignn.train` uses
+too, every batch node's dataset id and label, and the per-step `loss_scale`.
 """
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ from mpignn.loader.prefetch import overlap, rows_on_device
 __all__ = ["IGNORED", "SampledBatches", "check_keywords", "check_options", "fanouts_of", "id_store", "joined_ids"]
 
 IGNORED = ("num_workers", "persistent_workers", "pin_memory")
-"""PyG DataLoader keywords accepted and ignored: a producer thread (`prefetch`) replaces workers, and batches
-for an accelerator are copied through pinned memory already."""
+"""PyG DataLoader keywords accepted and ignored: a producer thread replaces workers; pinned copies happen anyway."""
 
 
 def check_options(graph: LocalGraph, batch_size: Any, batch_scope: str, prefetch: str, name: str) -> None:
@@ -43,8 +41,8 @@ def check_options(graph: LocalGraph, batch_size: Any, batch_scope: str, prefetch
 
 
 class SampledBatches:
-    """Collective over the graph's communicator: iterate batches of `BatchLoader` with PyG's loader interface,
-    each carrying `loss_scale` (world size x this rank's items / all ranks' items in this step)."""
+    """Collective over the graph's communicator: PyG's loader interface over `BatchLoader`; each batch carries
+    `loss_scale` (world size x this rank's items / all ranks' items in the step)."""
 
     def _start(self, graph: LocalGraph, sampler: Any, seeds: Any, per_rank: int, *, shuffle: bool,
                drop_last: bool, seed: int, prefetch: str, talks: bool, full: bool = False, name: str = "",
@@ -79,8 +77,7 @@ class SampledBatches:
             yield batch
 
     def set_epoch(self, epoch: int, start_step: int = 0, end_step: int | None = None) -> None:
-        """Make the next pass epoch `epoch`'s (its shuffle and draws), from `start_step`: for resuming at an
-        exact place. Without it each pass is the previous one's epoch plus one."""
+        """Make the next pass epoch `epoch`'s, from `start_step` (an exact resume); by default passes count up."""
         self.loader.set_epoch(epoch, start_step, end_step)
 
     @property
@@ -138,9 +135,7 @@ def _edge_name(key: Any) -> str:
 
 
 def id_store(graph: LocalGraph) -> FeatureStore:
-    """The dataset's id and the label of any node, looked up like a feature row (two int64 columns, one where
-    labels are not one int a node; own rows locally, others from their owners on the features' communicator,
-    right after each batch's features): a batch's `y` holds every node's label, as PyG's does."""
+    """Look up any node's dataset id and label like a feature row, so a batch's `y` covers every node, as PyG's."""
     y = np.asarray(graph.part.y)
     columns = [graph.node_id, y] if y.ndim == 1 and y.dtype.kind in "iu" else [graph.node_id]
     table = np.ascontiguousarray(np.stack([np.asarray(c, dtype=np.int64) for c in columns], axis=1))
@@ -151,9 +146,8 @@ def id_store(graph: LocalGraph) -> FeatureStore:
 
 
 def joined_ids(comm: Any, array: np.ndarray) -> np.ndarray:
-    """Collective (unless `comm` is None): `array` where every rank passed the same one, else the ranks' arrays
-    joined in rank order along the last axis (PyG's per-rank chunk of a split): the input list of both loaders,
-    whose positions their batches' `input_id` give."""
+    """Collective over `comm` (unless None): return `array` if every rank passed the same, else all ranks' joined
+    in rank order (PyG's per-rank chunks): the list `input_id` indexes."""
     if comm is None:
         return array
     array = np.ascontiguousarray(array)

@@ -1,7 +1,5 @@
-"""Metrics over all ranks, weighted by items: `accuracy` and `mean`, one collective call each.
-
-Averaging per-rank averages weighs a rank with 10 seeds like one with 1,000; these sum the numerators and the
-counts over the ranks and divide once.
+"""Metrics over all ranks, weighted by items: `accuracy` and `mean`, one collective call each. They sum
+numerators and counts and divide once: averaging averages weighs a rank with 10 seeds like one with 1,000.
 """
 from __future__ import annotations
 
@@ -18,8 +16,7 @@ __all__ = ["accuracy", "mean"]
 
 
 def accuracy(rt: Runtime, pred: Any, target: Any) -> float:
-    """Collective over `rt.comm`: the share of items, over all ranks, where `pred` equals `target` (this rank's
-    class predictions and labels, tensors or arrays of one shape; NaN when no rank has any)."""
+    """Collective over `rt.comm`: return the share of items on all ranks where `pred` equals `target` (NaN: none)."""
     pred, target = _array(pred), _array(target)
     if pred.shape != target.shape:
         raise ConfigError(f"accuracy takes predictions and labels of one shape; got {pred.shape} and {target.shape}. "
@@ -28,8 +25,7 @@ def accuracy(rt: Runtime, pred: Any, target: Any) -> float:
 
 
 def mean(rt: Runtime, total: Any, count: Any) -> float:
-    """Collective over `rt.comm`: sum of `total` over the ranks divided by the sum of `count` (e.g. the loss
-    summed over this rank's items and their number; NaN when no rank has any)."""
+    """Collective over `rt.comm`: return the sum of `total` over ranks / the sum of `count` (NaN: none)."""
     total, count = float(_array(total).sum()), float(_array(count).sum())
     if count < 0:
         raise ConfigError(f"mean takes a count of items, not {count}. HINT: mean(rt, loss_sum, n)")

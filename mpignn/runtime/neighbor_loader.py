@@ -1,11 +1,6 @@
-"""`NeighborLoader`: PyG's NeighborLoader, shaped the same, over a distributed `LocalGraph`.
-
-A script written for `torch_geometric.loader.NeighborLoader` keeps its arguments and its loop: `num_neighbors`,
-`input_nodes` (a split name, a boolean mask or ids over the dataset's nodes, or None), `batch_size` per process,
-`shuffle`, `drop_last`; each pass reshuffles and redraws by itself; batches carry `n_id` and `input_id` in the
-dataset's ids. What differs: each rank's seeds are the input nodes it owns (its part), every rank yields the
-same number of batches (collective), and the pipeline underneath is `loader.batches.BatchLoader`, the one
-`python -m mpignn.train` uses.
+"""`NeighborLoader`: PyG's NeighborLoader, shaped the same, over a distributed `LocalGraph`. A PyG script keeps
+its arguments and loop; each rank's seeds are the input nodes it owns, and every rank yields the same number of
+batches. Full reference: docs/api.md.
 """
 from __future__ import annotations
 
@@ -27,36 +22,22 @@ __all__ = ["NeighborLoader"]
 
 
 class NeighborLoader(SampledBatches):
-    """Mini-batches sampled around input nodes, as PyG's `NeighborLoader` gives them.
+    """Mini-batches sampled around input nodes, as PyG's `NeighborLoader` gives them (fields: docs/api.md).
 
     Collective over the graph's communicator: constructing it agrees on the step count, and every rank must
     iterate it the same number of times (each batch fetches remote neighbours and features from their owners).
 
     Args:
         graph: this rank's part (`load_local_graph`).
-        num_neighbors: neighbours per hop, outermost last; -1 takes all. A heterogeneous graph also takes
-            {edge type "src__rel__dst": [per hop]} for the edge types that differ from `default` (-> all others).
-        input_nodes: the seeds over the dataset's nodes: "train", "val" or "test"; a boolean mask of
-            `num_nodes`; an id tensor or array; None for every node. Each rank takes those it owns. On a
-            heterogeneous graph, nodes of its labelled type, or PyG's `(type, nodes)` / a type's name for any
-            type. Batches' `input_id`: the seeds' positions in it, as PyG's.
-        batch_size: seeds per batch on each process (PyG's meaning). `batch_scope="global"`: the batch of
-            all ranks together, each rank taking its ceiling-division share.
-        shuffle: a new seed order each pass. Every rank yields the same number of batches (the rank with the
-            most seeds sets it): a rank with fewer seeds spreads them evenly over that many smaller batches;
-            with fewer seeds than batches, `shuffle` repeats some of them (training: every DDP step has data)
-            and no shuffle leaves the surplus batches empty (`batch_size` 0: each seed counts once).
+        num_neighbors: neighbours per hop (-1: all); on a heterogeneous graph also a dict per edge type.
+        input_nodes: a split name, a boolean mask, ids over the dataset's nodes, or None; each rank takes its own.
+        batch_size: seeds per batch per process; `batch_scope="global"`: of all ranks together.
+        shuffle: a new seed order each pass; with fewer seeds than batches it repeats some, so every DDP step
+            has data (no shuffle leaves the surplus batches empty).
         drop_last: full batches only; the rank with the fewest seeds sets how many.
-        seed: the shuffle's and the neighbour draws' seed; pass e uses `(seed, e)`.
+        seed: the shuffle's and the draws' seed; pass e uses `(seed, e)`.
         prefetch: "auto", "on" or "off": produce batch k+1 in a thread while batch k computes.
-        minibatch: "independent": each rank samples and computes its seeds' neighbourhoods; "cooperative": the
-            ranks sample one batch together and each sampled node is computed by its owner only (your model
-            then runs the batch's `halo` between layers: mpignn's models do, `docs/training.md`); "full": one
-            batch of all the input nodes and their whole neighbourhoods (`num_neighbors` -1 on every hop), made
-            once and kept for every pass. The training CLI's `--minibatch`, with its refusals.
-
-    Batches are PyG `Data` (`HeteroData` on a heterogeneous graph) on the runtime's device; their fields and
-    `loss_scale` are in docs/api.md.
+        minibatch: the CLI's `--minibatch` ("independent", "cooperative", "full"), with its refusals.
     """
 
     def __init__(self, graph: LocalGraph, num_neighbors: Sequence[int] | Mapping[str, Sequence[int]],
@@ -97,12 +78,7 @@ class NeighborLoader(SampledBatches):
 
 
 def _seeds(graph: LocalGraph, kind: int | None, input_nodes: Any) -> np.ndarray:
-    """Collective: [2, N]: the partition ids of this rank's own input nodes (all of the graph's on a replicated
-    graph) and their positions in the input list, PyG's `input_id`: in `input_nodes` as all ranks passed it (the
-    same on every rank, or their chunks joined in rank order), in a mask's nonzero ids, in a split's ids in the
-    dataset's order; None: the nodes' ids. On a heterogeneous graph seeds are nodes of the labelled (target)
-    type, or of the type `(type, nodes)` names (`kind`, the nodes as `seed_type` resolved them), and masks
-    and ids are over that type."""
+    """Collective: [2, N]: this rank's own input nodes (partition ids) and their `input_id` positions."""
     part, schema = graph.part, graph.schema
     own = np.arange(part.lo, part.hi, dtype=np.int64) if kind is None else _nodes_of(graph, kind)
     offset, num_nodes = 0, part.meta.num_nodes  # the dataset's ids within the seeds' type
@@ -127,8 +103,7 @@ def _seeds(graph: LocalGraph, kind: int | None, input_nodes: Any) -> np.ndarray:
         raise ConfigError(problem)
     if ids.dtype == np.bool_:
         ids = np.flatnonzero(ids)
-    # the union of every rank's ids: PyG's `split_idx[...].split(n // world_size)[rank]` gives each rank a chunk
-    # holding other ranks' nodes, and each rank trains the nodes it owns, so the chunks together are trained
+    # the union of every rank's ids: PyG's per-rank chunk holds other ranks' nodes, and each rank trains its own
     joined = joined_ids(comm, ids.astype(np.int64))
     _, first = np.unique(joined, return_index=True)
     first.sort()  # in the order given (the first rank's first), as PyG keeps it
@@ -139,7 +114,6 @@ def _seeds(graph: LocalGraph, kind: int | None, input_nodes: Any) -> np.ndarray:
 
 
 def _ids_problem(ids: np.ndarray, num_nodes: int) -> str:
-    """Why `input_nodes` given as a mask or ids cannot be read, or ""."""
     if ids.dtype == np.bool_:
         if ids.shape != (num_nodes,):
             return (f"input_nodes is a mask of shape {tuple(ids.shape)}, the graph has {num_nodes} nodes. "
@@ -158,8 +132,7 @@ def _ids_problem(ids: np.ndarray, num_nodes: int) -> str:
 
 
 def seed_type(graph: LocalGraph, input_nodes: Any) -> tuple[int | None, Any]:
-    """(the seeds' node type index, None on a homogeneous graph; the nodes): PyG's `(type, nodes)` and type
-    name of any type; masks, ids and None over the labelled type otherwise. Splits are of the labelled type."""
+    """Return (the seeds' node type index or None, the nodes) from PyG's forms; default: the labelled type."""
     schema = graph.schema
     named = isinstance(input_nodes, tuple) and len(input_nodes) == 2 and isinstance(input_nodes[0], str)
     if schema is None:
@@ -182,13 +155,12 @@ def seed_type(graph: LocalGraph, input_nodes: Any) -> tuple[int | None, Any]:
 
 
 def _nodes_of(graph: LocalGraph, kind: int) -> np.ndarray:
-    """Every own node of a heterogeneous graph's node type `kind`."""
     nodes = np.arange(graph.part.lo, graph.part.hi, dtype=np.int64)
     return nodes[graph.layout.node_types(nodes) == kind]
 
 
 def _label(input_nodes: Any) -> str:
-    """`input_nodes` in the watchdog's words: a split or type by name, ids as "ids" (each rank's may differ)."""
+    """`input_nodes` in the watchdog's words; ids as "ids" (each rank's may differ)."""
     if input_nodes is None or isinstance(input_nodes, str):
         return repr(input_nodes)
     if isinstance(input_nodes, tuple) and len(input_nodes) == 2 and isinstance(input_nodes[0], str):

@@ -1,8 +1,5 @@
-"""Every `auto` (and 0 meaning "choose") of a run's flags made concrete, once, from what the run counts: the
-device kind, the ranks, their threads, the graph's placement and cache, the counted mode. Never from a clock.
-
-The resolved config is what the config line prints, what checkpoints and the metrics file store, and what a
-second run given those values as flags repeats (docs/reproducibility.md). Imports torch-free layers only.
+"""Every `auto` (or 0: "choose") flag made concrete once, from counts, never a clock, so a second run given the
+resolved values as flags repeats this one (docs/reproducibility.md). Imports torch-free layers only.
 """
 from __future__ import annotations
 
@@ -30,8 +27,7 @@ CHOOSE: dict[str, Any] = {"device": "auto", "backend": "auto", "threads": 0, "ex
 
 def resolve_config(rt: Runtime, cfg: TrainConfig, graph: LocalGraph, minibatch: str) -> tuple[TrainConfig,
                                                                                                dict[str, Any]]:
-    """Collective over `rt.comm`: `cfg` with every field it left to the run made concrete, and those fields
-    alone ({name: value}, what checkpoints and the metrics file store as `resolved`).
+    """Collective over `rt.comm`: return `cfg` with its `CHOOSE` fields made concrete, and those alone.
 
     Args:
         minibatch: the mode `--minibatch auto` (or tune) chose, or the one given.
@@ -63,5 +59,5 @@ def resolve_config(rt: Runtime, cfg: TrainConfig, graph: LocalGraph, minibatch: 
 
 
 def pin_flags(resolved: dict[str, Any]) -> str:
-    """The flags that give a second run the values this one resolved."""
+    """Return the flags that give a second run the values this one resolved."""
     return " ".join(f"--{name.replace('_', '-')} {value}" for name, value in resolved.items())

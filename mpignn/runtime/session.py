@@ -1,7 +1,5 @@
-"""One training run of `python -m mpignn.train`, from a checked config to its exit code: bootstrap, agree on the
-configuration, build the graph, the model and the loaders, fit, tear down. Every collective on the way is bounded
-(the start-up by --collective-timeout, the data's preparation by --prep-timeout on top), so a rank that stops
-or dies ends the job with its name instead of a hang.
+"""One training run of `python -m mpignn.train`, from a checked config to its exit code. Every collective on the
+way is bounded (--collective-timeout, plus --prep-timeout for the data), so a dead rank is named, not a hang.
 """
 from __future__ import annotations
 
@@ -72,8 +70,7 @@ def train_run(cfg: TrainConfig, task: Task, stop: StopSignal | None = None) -> i
 
 def _minibatch(rt: Runtime, cfg: TrainConfig, graph: LocalGraph, model: torch.nn.Module, task: Task,
                loader: Callable[..., Any]) -> str:
-    """Collective over `rt.comm`: the mode that trains: the one given; for `auto` the checkpoint's where a resume
-    can continue it, else counted (`choose_minibatch`); for `tune` timed (`tune_minibatch`)."""
+    """Collective over `rt.comm`: return the mode that trains; `auto` and `tune` keep a resumed checkpoint's."""
     full_problem = ""
     if cfg.minibatch in ("auto", "tune", "full"):  # the whole neighbourhood in one step: where it can, and fits
         full_problem = full_fit_problem(rt, graph, model)  # collective

@@ -1,7 +1,5 @@
-"""Graph learning tasks as data: each is a `Task` (`tasks.base`) the one pipeline asks what differs.
-
-The registry is `mpignn.config.choices.TASKS` (name -> "module:Class"), so config checks `--task` without torch;
-`make_task` imports the one asked for.
+"""Graph learning tasks as data: each is a `Task` the one pipeline asks what differs. The registry is
+`config.choices.TASKS`, so config checks `--task` without torch; `make_task` imports the one asked for.
 
 Layer 11 (tasks): imports inference, models and the layers below; never training, runtime or anything above.
 """
@@ -20,7 +18,7 @@ __all__ = ["Task", "make_task", "task_class", "picker"]
 
 
 def task_class(name: str) -> type[Task]:
-    """The `Task` subclass registered as `name`.
+    """Return the `Task` subclass registered as `name`.
 
     Raises:
         ConfigError: an unknown name.
@@ -30,7 +28,7 @@ def task_class(name: str) -> type[Task]:
 
 
 def make_task(cfg: TrainConfig | None = None, name: str = "node") -> Task:
-    """The task of a `config.train_config.TrainConfig` (`cfg.task`, its flags), or the task `name` with its defaults."""
+    """Return the task of `cfg` (with its flags), or the task `name` with its defaults."""
     if cfg is None:
         return task_class(name)()
     return task_class(cfg.task).from_config(cfg)

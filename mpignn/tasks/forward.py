@@ -23,14 +23,13 @@ def empty_loss(model: torch.nn.Module) -> torch.Tensor:
 
 
 def count_equal(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Correct predictions; stays on the device (`MetricSums` reads it once per pass)."""
+    """Count correct predictions, on the device (`MetricSums` reads it once per pass)."""
     return (pred == labels).sum()
 
 
 def with_rows(batch: Any, embedding: Any, device: str, train: bool = True) -> None:
-    """Collective when `embedding` is given (every rank, every batch, empty ones too): append the batch
-    nodes' learnable rows to `batch.x` (they take gradients in training). On a heterogeneous batch only the
-    featureless types' rows are pulled, and they are those types' input."""
+    """Collective when `embedding` is given (every rank, every batch, empty ones too): append the batch nodes'
+    learnable rows to `batch.x` (a heterogeneous batch's featureless types: as their input)."""
     if embedding is None:
         return
     bare = getattr(batch, "featureless", None)
@@ -45,12 +44,8 @@ def with_rows(batch: Any, embedding: Any, device: str, train: bool = True) -> No
 
 
 class MetricSums:
-    """Per-step metric sums that cost no device->host transfer per step.
-
-    On the CPU a value is added to the Python float at once (reading a CPU tensor costs nothing, and the sums
-    stay exactly as before). On an accelerator a tensor is added into a running tensor on the device, read
-    once by `flush` at the end of the pass; plain floats (e.g. an ogb evaluator's count) are added at once.
-    """
+    """Per-step metric sums that cost no device->host transfer per step: on an accelerator tensors add up on
+    the device until `flush`; on the CPU (reading costs nothing) they are added at once."""
 
     def __init__(self, sums: dict[str, float], device: str) -> None:
         self.sums, self.on_host = sums, torch.device(device).type == "cpu"
@@ -64,7 +59,7 @@ class MetricSums:
         self.pending[key] = value if prev is None else prev + value
 
     def flush(self) -> dict[str, float]:
-        """Add the device sums into `sums` (one read per key per pass) and return `sums`."""
+        """Add the device sums into `sums` (one read per key) and return `sums`."""
         for key, value in self.pending.items():
             self.sums[key] += value.item()
         self.pending.clear()

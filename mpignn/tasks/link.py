@@ -1,6 +1,5 @@
-"""Link prediction: the partitioner holds out validation and test edges (`partition.links`); training seeds
-are each rank's remaining edges with fresh negatives per batch, the head a decoder over pairs of node
-embeddings, the loss binary cross-entropy, the scores AUC, MRR and Hits@K, exact across ranks (`metrics`)."""
+"""Link prediction: held-out validation and test edges, fresh training negatives per batch, a pair decoder,
+binary cross-entropy, and AUC, MRR and Hits@K exact across ranks (`link_metrics`)."""
 from __future__ import annotations
 
 from typing import Any, TYPE_CHECKING
@@ -30,12 +29,9 @@ __all__ = ["LinkTask", "LinkSeeds", "evaluate_links", "score_pairs"]
 class LinkSeeds:
     """Link prediction's seeds: positive pairs (global ids, [2, E]), each batch adding negatives.
 
-    Training draws fresh negatives per batch from the batch's seed: `uniform` pairs (both ends uniform over
-    all `num_nodes` nodes, as PyG's binary negative sampling) or `tail` (each positive's source with a uniform
-    target), `ratio` per positive. Evaluation passes fixed negatives instead: `fixed_neg` [2, E] (one per
-    positive, for AUC) and `tails` [E, K] (targets per positive, for MRR/Hits@K). A batch's
-    `edge_label_index` lists positives, then negatives, then each positive's K tails (`num_pos`, `num_tails`
-    say where each part starts); `edge_label` is 1 for positives, else 0.
+    Training draws `ratio` negatives per positive from the batch's seed (`uniform`: PyG's binary; `tail`: the
+    source kept); evaluation passes fixed ones: `fixed_neg` [2, E] (AUC) and `tails` [E, K] (MRR, Hits@K).
+    A batch's `edge_label_index` lists positives, negatives, then the tails (`num_pos`, `num_tails`).
     """
 
     def __init__(self, pos: np.ndarray, num_nodes: int, *, negatives: str = "uniform", ratio: int = 1,
@@ -48,7 +44,7 @@ class LinkSeeds:
         return self.pos.shape[1]
 
     def pairs(self, items: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, int, int]:
-        """(pairs [2, P], labels [P], positives, tails per positive) of the positives `items`."""
+        """Return (pairs [2, P], labels [P], positives, tails per positive) of the positives `items`."""
         pos = self.pos[:, items]
         if self.fixed_neg is not None:
             neg = self.fixed_neg[:, items]
@@ -71,8 +67,7 @@ class LinkSeeds:
         """Nothing per pass: negatives come from the batch's seed."""
 
     def draw(self, sampler: Any, items: np.ndarray, seed: int, variates: tuple[int, int] | None = None) -> Any:
-        """The sample around both ends of the pairs of positives `items`, with the pairs (`edge_label_index` in
-        the batch's local ids), their labels and counts; `variates` as `NeighborSampler.sample` takes them."""
+        """Sample around both ends of the pairs of `items`, with PyG's link fields."""
         pairs, labels, num_pos, num_tails = self.pairs(items, seed)
         out = sampler.sample_from_edges(pairs[0], pairs[1], seed, variates)
         out.edge_label, out.metadata = labels, {"num_pos": num_pos, "num_tails": num_tails}
@@ -108,8 +103,7 @@ class LinkTask(Task):
         return np.arange(part.lo, part.hi, dtype=np.int64)
 
     def local_data(self, part: Any, held_out: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
-        """The held-out pairs and this rank's training edges (`train_pos`: each undirected edge once, at the
-        part owning its smaller end)."""
+        """`train_pos`: each undirected edge once, at the part owning its smaller end."""
         return {**held_out, "train_pos": undirected_pairs(part.rowptr, part.col, part.lo)}
 
     def seeds(self, graph: LocalGraph, split: str, pick: Pick) -> LinkSeeds:
@@ -199,7 +193,7 @@ class LinkTask(Task):
 
 
 def score_pairs(model: torch.nn.Module, batch: Any) -> torch.Tensor:
-    """One logit per pair of the batch's `edge_label_index`, by a `LinkModel`."""
+    """Return one logit per pair of the batch's `edge_label_index`, by a `LinkModel`."""
     return model(batch.x, batch.edge_index, batch.num_sampled_nodes, batch.num_sampled_edges,
                  batch.edge_label_index, getattr(batch, "in_degree", None), getattr(batch, "mean_over", None),
                  getattr(batch, "edge_weight", None))
@@ -208,8 +202,7 @@ def score_pairs(model: torch.nn.Module, batch: Any) -> torch.Tensor:
 @torch.no_grad()
 def evaluate_links(model: torch.nn.Module, loader: Any, *, device: str, bf16: bool = False,
                    hits_k: int = 10, embedding: Any = None) -> LinkScores:
-    """This rank's scores of its held-out pairs (positives, fixed negatives, K tails each); reduce them with
-    `LinkScores.summary` (collective)."""
+    """Return this rank's scores of its held-out pairs; reduce them with `LinkScores.summary` (collective)."""
     model.eval()
     module = getattr(model, "module", model)
     scores = LinkScores(hits_k)

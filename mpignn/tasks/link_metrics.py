@@ -1,9 +1,6 @@
-"""Link prediction metrics, exact across ranks: AUC from all ranks' scores, MRR and Hits@K from summed ranks.
-
-An average of per-rank AUCs is not the AUC of the union, and gathering the scores would hold every score on
-every rank; so each rank counts, for its positives, the negatives of every rank below them (the Mann-Whitney
-U), with the sorted negatives passed round a ring in bounded chunks. MRR and Hits@K are means over
-positives, reduced as sums. numpy and mpi4py only.
+"""Link prediction metrics, exact across ranks. An average of per-rank AUCs is not the union's, and gathering
+every score would not fit: so the Mann-Whitney U over sorted negatives passed round a ring in bounded chunks.
+MRR and Hits@K reduce as sums. numpy and mpi4py only.
 """
 from __future__ import annotations
 
@@ -21,8 +18,7 @@ _AUC_TAG = 2511
 
 
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Area under the ROC curve: the chance that a random positive outscores a random negative (ties count
-    half), by the Mann-Whitney rank sum. NaN when either class is absent."""
+    """Return the ROC AUC by the Mann-Whitney rank sum (ties count half); NaN when a class is absent."""
     scores, labels = np.asarray(scores, dtype=np.float64), np.asarray(labels) > 0.5
     n_pos, n_neg = int(labels.sum()), int((~labels).sum())
     if not n_pos or not n_neg:
@@ -38,13 +34,8 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
 
 
 def global_auc(comm: Any, scores: np.ndarray, labels: np.ndarray, chunk: int = AUC_CHUNK) -> float:
-    """Collective over `comm`: every rank must call it, in the same order. The AUC of all ranks' (scores,
-    labels) together, exactly as `auc` of their concatenation, holding only this rank's scores and one chunk
-    of another rank's at a time.
-
-    U counts, over every positive, the negatives below it (a tie counts half). Each rank sorts its negatives
-    and sends them round a ring (step s: to rank + s, from rank - s) in messages of at most `chunk`; every
-    rank counts its positives' wins against each chunk by binary search, and the counts are summed.
+    """Collective over `comm`: every rank must call it, in the same order. Return `auc` of all ranks' scores
+    together, exactly, holding one chunk of another rank's at a time.
 
     Returns:
         U / (positives x negatives), NaN when either class is absent on every rank.
@@ -83,14 +74,13 @@ def global_auc(comm: Any, scores: np.ndarray, labels: np.ndarray, chunk: int = A
 
 
 def _twice_wins(pos: np.ndarray, sorted_neg: np.ndarray) -> int:
-    """2 x (negatives below each positive, ties counting half), summed: an integer, so sums stay exact."""
+    """Twice the wins (ties half), so sums stay exact integers."""
     below = int(np.searchsorted(sorted_neg, pos, side="left").sum())
     return below + int(np.searchsorted(sorted_neg, pos, side="right").sum())
 
 
 def positive_ranks(pos: np.ndarray, tails: np.ndarray) -> np.ndarray:
-    """Rank of each positive's score among its K negatives' (1 = best; a tie counts half, as OGB's
-    optimistic and pessimistic ranks averaged)."""
+    """Return each positive's rank among its K negatives (1 = best; ties half, as OGB's ranks averaged)."""
     pos = np.asarray(pos, dtype=np.float64)[:, None]
     tails = np.asarray(tails, dtype=np.float64)
     return 1.0 + (tails > pos).sum(1) + 0.5 * (tails == pos).sum(1)
@@ -106,7 +96,7 @@ class LinkScores:
         self.ranks: list[np.ndarray] = []
 
     def add(self, scores: np.ndarray, labels: np.ndarray, num_pos: int, num_tails: int) -> None:
-        """One batch: positives and their fixed negatives (AUC), then K tails per positive (MRR, Hits@K)."""
+        """Add one batch: positives and fixed negatives (AUC), then K tails per positive (MRR, Hits@K)."""
         paired = 2 * num_pos
         self.scores.append(scores[:paired])
         self.labels.append(labels[:paired])
@@ -114,7 +104,7 @@ class LinkScores:
             self.ranks.append(positive_ranks(scores[:num_pos], scores[paired:].reshape(num_pos, num_tails)))
 
     def summary(self, comm: Any) -> dict[str, float]:
-        """Collective over `comm`: {"auc", "mrr", "hits"} over every rank's pairs."""
+        """Collective over `comm`: return {"auc", "mrr", "hits"} over every rank's pairs."""
         from mpignn.mpi import allreduce_sum
 
         cat = lambda parts: np.concatenate(parts) if parts else np.empty(0)  # noqa: E731

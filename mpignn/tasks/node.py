@@ -94,8 +94,7 @@ class NodeTask(Task):
 def evaluate_nodes(model: torch.nn.Module, loader: Any, *, device: str, bf16: bool = False,
                    metric: Callable[[torch.Tensor, torch.Tensor], Any] | None = None,
                    embedding: Any = None) -> dict[str, float]:
-    """This rank's accuracy sums over the loader's seeds: correct (counted by `metric`, default equal labels)
-    and seeds. Collective only through `embedding` (its rows are pulled for every batch, empty ones too)."""
+    """Return this rank's sums {"correct", "seeds"}. Collective only through `embedding` (every batch pulls)."""
     model.eval()
     module = getattr(model, "module", model)  # no DDP in evaluation: there are no gradients to sync
     sums = {"correct": 0.0, "seeds": 0.0}
@@ -114,9 +113,8 @@ def evaluate_nodes(model: torch.nn.Module, loader: Any, *, device: str, bf16: bo
 
 
 def correct_counter(dataset: str) -> Callable[[Any, Any], float]:
-    """How many predictions are right, per batch: for `ogbn-*` datasets through ogb's `Evaluator(dataset)`
-    (its accuracy times the batch's size, rounded: exact, so sums over batches and ranks stay exact), else
-    equal labels. `pred` and `labels` are 1-D tensors of class ids."""
+    """Return a per-batch count of right predictions: ogb's `Evaluator` for `ogbn-*` (its accuracy times the
+    batch size, rounded, so sums stay exact), else equal labels."""
     if not dataset.startswith("ogbn-"):
         return lambda pred, labels: float((pred == labels).sum())
     from ogb.nodeproppred import Evaluator

@@ -1,6 +1,5 @@
-"""Training: one epoch (`epoch`), the epoch loop with evaluation, checkpoints and stopping (`fit`), DDP, the
-learning-rate schedule, the epoch record (`record`) and its report, TensorBoard scalars,
-`--minibatch auto` (counted) and `tune` (timed).
+"""Training: one epoch, the epoch loop with evaluation, checkpoints and stopping, DDP, the learning-rate schedule,
+the epoch record and its reports, and `--minibatch auto`/`tune`.
 
 Layer 12 (training): imports tasks and every layer below; never runtime, predict or bench.
 """

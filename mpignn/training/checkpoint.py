@@ -31,9 +31,8 @@ __all__ = ["load_checkpoint", "save_state", "resume_state", "check_compatible", 
 
 FORMAT = 2
 MODEL_KEYS = ("dataset", "task", "model", "hidden", "fanout", "embed_dim", "norm", "residual", "linear_head")
-"""Flags the saved weights' shapes depend on: a resume that changes one is refused (--fanout: its length is the
-number of layers; --dataset: the input width, the classes and a heterogeneous graph's types; --norm and
---residual, --linear-head: layers of their own)."""
+"""Flags the saved weights' shapes depend on (--fanout's length is the layers; --dataset the input width, classes
+and types): a resume that changes one is refused."""
 REPLAY_KEYS = ("seed", "batch_size", "batch_scope", "lr", "lr_scaling", "warmup_epochs", "weight_decay",
                "dropout", "precision", "replicated", "partition_method", "embed_lr", "minibatch")
 """Flags a bit-for-bit replay needs unchanged: a resume that changes one is allowed, with a warning."""
@@ -55,9 +54,8 @@ def rng_state(device: str = "cpu") -> dict[str, torch.Tensor]:
 
 
 def set_rng_state(state: dict[str, torch.Tensor], device: str = "cpu") -> None:
-    """Restore what `rng_state` returned (rows of a stacked tensor are fine: they are copied first)."""
-    # A row view of the stacked states starts at a storage offset, which torch.set_rng_state ignores (it
-    # crashed here, torch 2.13): clone gives the state its own storage.
+    """Restore what `rng_state` returned."""
+    # torch.set_rng_state ignores a row view's storage offset (it crashed, torch 2.13): clone first.
     torch.set_rng_state(state["cpu"].to(torch.uint8).clone())
     module = _device_rng(device)
     if module is not None and "device" in state:
@@ -72,7 +70,6 @@ def _state(epoch: int, step: int, model: torch.nn.Module, optimizer: torch.optim
 
 
 def _read(folder: Path, sha256: str | None = None) -> dict[str, Any]:
-    """The state in `folder/checkpoint.pt` (tensors only), its bytes checked against `sha256` when given."""
     path = folder / CHECKPOINT
     if not path.is_file():
         raise ConfigError(f"--resume expected {CHECKPOINT} in {folder}; found none. HINT: check --checkpoint-dir, "
@@ -112,13 +109,12 @@ def _apply(path: Path, state: dict[str, Any], model: torch.nn.Module, optimizer:
 def load_checkpoint(folder: str | os.PathLike, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer | None = None,
                     config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Restore model (and optimizer) state from `folder/checkpoint.pt` (a generation's folder, or best/);
-    returns {"epoch", "step" (where training continues), "rng", "extra", "replay_changes"}. With `config`, the
-    flags are checked first (`check_compatible`). Not collective.
+    """Restore model (and optimizer) from `folder/checkpoint.pt`, checking `config` first. Not collective.
 
+    Returns:
+        {"epoch", "step" (where training continues), "rng", "extra", "replay_changes"}.
     Raises:
-        ConfigError: no checkpoint in `folder`, one made with other model flags, or one that is corrupt or
-            made for another model.
+        ConfigError: no checkpoint, a corrupt one, or one of another model or model flags.
     """
     folder = Path(folder)
     return _apply(folder / CHECKPOINT, _read(folder), model, optimizer, config)
@@ -136,19 +132,18 @@ def _numbered(folder: Path) -> list[tuple[int, Path]]:
 
 
 def generations(folder: str | os.PathLike) -> list[Path]:
-    """The complete generations in `folder` (those with a manifest), oldest first. Not collective."""
+    """List the complete generations in `folder` (those with a manifest), oldest first. Not collective."""
     return [p for _, p in _numbered(Path(folder)) if (p / MANIFEST).is_file()]
 
 
 def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
-    """The folder whose checkpoint.pt a resume loads: the newest complete generation; None when there is none."""
+    """Return the newest complete generation (what a resume loads), or None."""
     found = generations(folder)
     return found[-1] if found else None
 
 
 def checkpoint_config(folder: str | os.PathLike) -> dict[str, Any] | None:
-    """The flags the checkpoint a resume from `folder` loads was saved with (`latest_checkpoint`); None where
-    there is none. Not collective.
+    """Return the flags `latest_checkpoint(folder)` was saved with, or None. Not collective.
 
     Raises:
         ConfigError: the checkpoint is corrupt (as a resume would).
@@ -162,12 +157,14 @@ ADDED_OFF = {"norm": "none", "residual": False, "linear_head": False}
 
 
 def check_compatible(saved: dict[str, Any], config: dict[str, Any], model_flags: Sequence[str] = ()) -> list[str]:
-    """Raise ConfigError when a MODEL_KEYS flag (or one of `model_flags`: the run's task's, `Task.model_flags`,
-    e.g. link prediction's --decoder, which a node classifier does not have) differs from the
-    checkpoint's config, naming each; return the REPLAY_KEYS flags that differ (the run continues, but does
-    not replay the uninterrupted one exactly), and --eval where exact scores now choose the best epoch and
-    sampled ones chose it before, or the reverse. A flag the checkpoint's config lacks (an older run) is not
-    compared, except those added with a value that keeps the older model (`ADDED_OFF`): that value."""
+    """Refuse a resume whose MODEL_KEYS or `model_flags` (`Task.model_flags`) differ from `saved`.
+
+    Returns:
+        The REPLAY_KEYS flags that differ (no exact replay), and --eval where exact and sampled scores swap.
+        A flag an older checkpoint lacks is not compared, unless `ADDED_OFF` gives its old value.
+    Raises:
+        ConfigError: naming each model flag that differs.
+    """
     saved = {**ADDED_OFF, **saved}
 
     def diff(keys: tuple[str, ...]) -> list[str]:
@@ -186,16 +183,13 @@ def check_compatible(saved: dict[str, Any], config: dict[str, Any], model_flags:
 def save_state(comm: Any, folder: str | os.PathLike, *, epoch: int, step: int, model: torch.nn.Module,
                optimizer: torch.optim.Optimizer, device: str, extra: dict[str, Any], rows: Any = None,
                keep: int = 2) -> Path:
-    """Collective over `comm`: commit one generation in `folder` (see the module docstring) and return its
-    folder, once it is complete for every rank (so no rank exits before it is written).
+    """Collective over `comm`: commit one generation in `folder` and return it once every rank's part is written.
 
-    Each rank writes its learnable `rows` (a NodeEmbedding, or None); rank 0 gathers the RNG states and
-    serializes the checkpoint, which the first rank of every host writes (so node-local folders get it),
-    then the manifest. The generations before the newest `keep` are removed only after that.
+    Each host's first rank writes the checkpoint (node-local folders get it too); generations before the
+    newest `keep` go only after the new one counts.
 
     Raises:
-        ConfigError: a write failed on some rank (a full disk, ...), raised on every rank alike; the new
-            generation is removed and the earlier ones stay as they were.
+        ConfigError: a write failed on some rank, on every rank alike; the new generation is removed.
     """
     topo = topology(comm)
     writer = topo.local_rank == 0
@@ -246,8 +240,7 @@ def save_state(comm: Any, folder: str | os.PathLike, *, epoch: int, step: int, m
 
 
 def _prune(folder: Path, newest: int, keep: int) -> None:
-    """Remove the complete generations before the newest `keep` and unfinished ones older than `newest`
-    (left by a killed save); each manifest goes first, so a half-removed folder never counts as complete."""
+    """Each manifest goes first, so a half-removed folder never counts as complete."""
     complete = [n for n, p in _numbered(folder) if (p / MANIFEST).is_file()]
     oldest_kept = complete[-keep] if len(complete) >= keep else 0
     for n, path in _numbered(folder):
@@ -297,16 +290,13 @@ def _describe_ranks(idents: list[tuple[str, int, int, str]]) -> str:
 def resume_state(comm: Any, folder: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  config: dict[str, Any], device: str, rows: Any = None,
                  model_flags: Sequence[str] = ()) -> dict[str, Any]:
-    """Collective over `comm`: every rank loads the newest complete checkpoint in `folder` (its own view:
-    node-local folders differ), the ranks agree that it is the same one (name, epoch, step and the hash of
-    its manifest), then each checks it against `config`, restores model, optimizer and `rows` (a
-    NodeEmbedding, or None), and its RNG states: its own with the same world size; on another world size,
-    fresh states seeded from (seed, epoch, step, rank), since the data order differs anyway.
+    """Collective over `comm`: restore the newest complete checkpoint in `folder`, the same one on every rank.
+
+    Each rank reads its own view (node-local folders differ). RNG states are restored on the same world
+    size; on another, fresh ones are seeded from (seed, epoch, step, rank): the data order differs anyway.
 
     Returns:
-        load_checkpoint's dict (with "replay_changes": flags that differ, see check_compatible), plus
-        "same_world" (whether the RNG states were restored) and "generation" (the folder name loaded).
-
+        load_checkpoint's dict, plus "same_world" (RNG states restored) and "generation" (the folder name).
     Raises:
         ConfigError: on every rank alike: no checkpoint, a corrupt one, other model flags, or ranks that
             found different checkpoints (a stale node-local folder).

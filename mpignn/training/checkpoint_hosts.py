@@ -1,12 +1,6 @@
-"""Checkpoints on hosts that share no disk: each host's first rank writes every generation's checkpoint.pt and
-manifest into its own --checkpoint-dir, each rank its learnable rows into its own host's (`save_state`). A
-later job may land on the same hosts in another order, on a subset of them, or beside new ones: before it
-resumes (or predicts), `bring_generation` finds the newest complete generation any of its hosts holds and
-copies to every host what its ranks load of it (checkpoint.pt, the rows of its ranks, the manifest last),
-over MPI, checked against the manifest's sha256 (`mpignn.mpi.transfer`). What no host of the job holds is
-refused on every rank, naming the hosts and the fix; it never becomes a fresh start.
-
-Stdlib and mpi4py (through `comm`); no torch.
+"""Checkpoints on hosts that share no disk: before a resume, copy over MPI to every host what its ranks load
+of the newest generation any host holds. What no host holds is refused, never a fresh start
+(docs/node-local.md). Stdlib and mpi4py (through `comm`); no torch.
 """
 from __future__ import annotations
 
@@ -33,8 +27,6 @@ def rows_name(rank: int) -> str:
 
 
 def _view(folder: Path, name: str | None) -> dict[str, Any]:
-    """This host's complete generations (`name` alone when given): {name: {"manifest": text, "files":
-    {file: bytes}}}."""
     held: dict[str, Any] = {}
     if not folder.is_dir():
         return held
@@ -55,7 +47,7 @@ def _newest(views: list[Any]) -> str | None:
 
 
 def _plan(views: list[Any], folder: Path, name: str) -> tuple[list[Move], str]:
-    """Rank 0: the moves that give every host what its ranks load of generation `name`, or a refusal."""
+    """Rank 0: the moves that give every host what its ranks load of `name`, or a refusal."""
     holders = [(r, v) for r, v in enumerate(views) if v is not None and name in v["held"]]
     manifests = {v["held"][name]["manifest"] for _, v in holders}
     if len(manifests) > 1:
@@ -96,10 +88,10 @@ def _field(view: dict[str, Any], name: str, key: str) -> Any:
 
 
 def bring_generation(comm: Any, folder: str | os.PathLike, name: str | None = None) -> str | None:
-    """Collective over `comm`: make generation `name` (default: the newest complete one any host of the job
-    holds; or "best", "gen-000007") complete on every host for the ranks it runs, copying what a host lacks
-    from one that holds it. Returns its name on every rank, None when no host holds one.
+    """Collective over `comm`: make generation `name` (default: the newest any host holds) complete on every host.
 
+    Returns:
+        Its name on every rank, None when no host holds one.
     Raises:
         ConfigError: on every rank alike: hosts hold different generations of that name, a file of it no
             host holds, or a copy that failed (a full disk, a corrupt file at the sender).

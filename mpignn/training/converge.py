@@ -1,6 +1,5 @@
-"""Training until it converges: without `--epochs`, how many epochs at most, how often to evaluate and when to
-stop. The numbers, and the runs they come from, are in docs/training.md ("Converging by default").
-Stdlib only.
+"""Without `--epochs`: how many epochs at most, how often to evaluate and when to stop. Stdlib only.
+The numbers' runs: docs/training.md ("Converging by default").
 """
 from __future__ import annotations
 
@@ -29,9 +28,7 @@ MIN_DELTA = 0.002
 
 @dataclass(frozen=True)
 class Schedule:
-    """What `fit` runs: `epochs` at most, evaluating `evals_per_epoch` times every `eval_every` epochs, stopping
-    after `patience` evaluations (0: never) without an improvement of `min_delta`; `budget`: the step budget
-    behind `epochs` (0: --epochs was given)."""
+    """What `fit` runs; `patience` 0: never stop early; `budget` 0: --epochs was given."""
 
     epochs: int
     eval_every: int
@@ -50,8 +47,7 @@ class Schedule:
 
 
 def schedule(cfg: TrainConfig, steps_per_epoch: int) -> Schedule:
-    """The schedule of a run of config `cfg` (its epochs, evals_per_epoch, patience) with epochs of
-    `steps_per_epoch` steps. Not collective: the step count is agreed."""
+    """Return the schedule of `cfg` with epochs of `steps_per_epoch` steps. Not collective: the count is agreed."""
     if cfg.epochs:
         return Schedule(cfg.epochs, cfg.eval_every, cfg.evals_per_epoch, cfg.patience, 0.0, 0)
     steps = max(1, steps_per_epoch)

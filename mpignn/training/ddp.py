@@ -17,12 +17,9 @@ __all__ = ["AllreduceTimer", "wrap_ddp", "optimize_for_device"]
 class AllreduceTimer:
     """DDP comm hook that all-reduces each gradient bucket and times it.
 
-    On CPU it uses MPI (mpi4py, in place on the bucket's memory; its latency against gloo's:
-    docs/launchers-and-devices.md), blocking: `seconds` is the host time of those calls. On a device it queues
-    torch.distributed's asynchronous all-reduce and hands DDP the future (`.then` divides by the world size on
-    the device), so buckets are reduced while backward still computes. Timing there is by device events, one
-    where backward's last gradients are done and one after the last all-reduce of a step; `seconds` (read at
-    the end of the epoch) sums their spans: the communication backward did not hide.
+    On CPU: MPI in place, blocking (why not gloo: docs/launchers-and-devices.md). On a device: torch's async
+    all-reduce, so buckets reduce while backward computes; `seconds` then sums device-event spans from the
+    last gradient to the last all-reduce: the communication backward did not hide.
     """
 
     def __init__(self, comm: Any, use_mpi: bool, device: str = "cpu") -> None:
@@ -57,7 +54,7 @@ class AllreduceTimer:
         return mpignn_timed_allreduce
 
     def _device_allreduce(self, bucket: Any) -> Any:
-        """Queue the bucket's all-reduce (torch's own timeout bounds it on NCCL/xccl/gloo); a future for DDP."""
+        """torch's own timeout bounds it on NCCL/xccl/gloo."""
         last = self.mod is not None and bucket.is_last()
         start = self.spans.event() if last else None
         size = self.comm.size
@@ -74,7 +71,7 @@ class AllreduceTimer:
 
 
 def wrap_ddp(model: torch.nn.Module, comm: Any, device: str) -> tuple[torch.nn.Module, AllreduceTimer | None]:
-    """DDP over the initialised process group (identity for one rank), with the timed all-reduce hook."""
+    """Wrap `model` in DDP with the timed all-reduce hook (identity for one rank)."""
     if comm.size == 1:
         return model, None
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -89,12 +86,10 @@ def wrap_ddp(model: torch.nn.Module, comm: Any, device: str) -> tuple[torch.nn.M
 
 def optimize_for_device(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: str,
                         bf16: bool) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    """On Intel XPU with intel-extension-for-pytorch installed, apply `ipex.optimize` to model and optimizer
-    (as Intel's examples do); elsewhere return them unchanged.
+    """Apply `ipex.optimize` on Intel XPU where IPEX is installed; elsewhere return both unchanged.
 
-    Always with dtype float32, `bf16` or not: `dtype=bfloat16` turns the weights themselves into bf16, so DDP
-    would all-reduce bf16 gradients and checkpoints would hold bf16 weights. bf16 compute comes from
-    autocast (`autocast`), which keeps fp32 weights; IPEX's bf16 dtype is for inference."""
+    Always float32, even with `bf16`: IPEX's bf16 dtype makes the weights bf16 (DDP and checkpoints too);
+    autocast gives bf16 compute over fp32 weights."""
     if torch.device(device).type != "xpu":
         return model, optimizer
     try:

@@ -1,5 +1,4 @@
-"""One training epoch and its reduced record, for any `tasks.Task` (its forward, loss and evaluation; DDP and
-its timed gradient all-reduce are in `ddp`).
+"""One training epoch and its reduced record, for any `tasks.Task`; DDP and its timed all-reduce are in `ddp`.
 
 Metrics come back as sums (loss x seeds, correct, seeds) so the caller reduces sums, never averages.
 """
@@ -20,7 +19,7 @@ from mpignn.mpi import allreduce_max, allreduce_sum
 from mpignn.tasks import Task
 from mpignn.training.record import epoch_record
 
-if TYPE_CHECKING:  # annotations only (postponed): the loop imports no launch or loader module at run time
+if TYPE_CHECKING:  # annotations only: bootstrap and the loader are not imported at run time
     from mpignn.launch.bootstrap import Runtime
     from mpignn.loader.local_graph import LocalGraph
 
@@ -28,7 +27,6 @@ __all__ = ["COUNTERS", "EpochParts", "train_epoch", "run_epoch"]
 
 
 def _progress(step: int, steps: int, loss: float) -> None:
-    """A one-line progress bar on rank 0 when stderr is a terminal (batch jobs get the epoch lines only)."""
     done = int(30 * step / max(1, steps))
     sys.stderr.write(f"\r  [{'#' * done}{'.' * (30 - done)}] {step}/{steps} loss {loss:.4f}")
     if step == steps:
@@ -40,24 +38,19 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
                 bf16: bool = False, timer: AllreduceTimer | None = None, progress: bool = False,
                 comm: Any = None, stop: Any = None, start_step: int = 0, end_step: int | None = None,
                 embedding: Any = None) -> dict[str, float]:
-    """Collective over `comm` (when given; every rank runs the same steps): train one epoch of `task` (its
-    forward, loss and correct count; `Task.items` are the labelled items the loss is averaged over).
+    """Collective over `comm` (when given; every rank runs the same steps): train one epoch of `task`.
 
-    Every step, the ranks sum (seeds in this step, stop requested) in one tiny MPI all-reduce. Each rank's loss
-    is the sum of its per-seed losses times world_size / (the step's seeds on all ranks): DDP averages gradients
-    over the ranks, so the update is the gradient of the mean loss over all the step's seeds, whatever each
-    rank's share. A rank without seeds still runs the forward through
-    DDP (on its empty batch) and joins the gradient all-reduce with zeros. When any rank's `stop.requested`
-    is set, every rank leaves at the same step, before training it, and `stopped_step` says which.
+    Each rank's loss is scaled by world_size / (the step's seeds on all ranks, one tiny all-reduce): DDP
+    averages over ranks, so the update is the mean over all seeds whatever each rank's share. A rank without
+    seeds still joins DDP with zeros. A stop requested on any rank ends every rank at the same step.
 
     Args:
-        start_step: skip the steps before it (resume in the middle of an epoch; mpignn's loader, told by
-            `set_epoch(epoch, start_step)`, does not even draw them).
+        start_step: skip the steps before it (a mid-epoch resume).
         end_step: leave before this step (None: at the loader's end), e.g. to evaluate inside the epoch.
         embedding: a NodeEmbedding whose rows follow the features (collective: pulled and stepped each step).
     Returns:
-        sums: loss_sum, correct, seeds (labelled items), units (`Task.units`, what throughput counts), nodes,
-            steps, compute_s, allreduce_s, and stopped_step (-1: not stopped).
+        sums: loss_sum, correct, seeds, units (`Task.units`), nodes, steps, compute_s, allreduce_s, and
+            stopped_step (-1: not stopped).
     """
     model.train()
     clock = StepClock(device)  # device events on an accelerator: no step waits to be timed
@@ -100,14 +93,14 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
         clock.stop()
         sums["seeds"] += n
         sums["steps"] += 1
-        sums["nodes"] += batch.num_nodes  # the nodes this step computed on (seeds and sampled neighbours)
+        sums["nodes"] += batch.num_nodes
         rows.add(batch)
         if progress:  # reading the loss waits for the device: only where the bar is shown (a tty)
             _progress(step + 1, len(loader), float(loss_sum.detach()) / max(n, 1))
     metric_sums.flush()
     sums.update(rows.sums())
-    # The per-step agreement is a collective too: where a rank waits for a slower one, it waits there. The
-    # gradient all-reduce runs inside the steps' spans: compute is what is left of them.
+    # The per-step agreement is where a rank waits for a slower one; the gradient all-reduce runs inside the
+    # steps' spans, so compute is what is left of them.
     gradients_s = timer.seconds - reduce_before if timer else 0.0
     sums["allreduce_s"] = gradients_s + agree_s
     sums["compute_s"] = clock.seconds - gradients_s
@@ -115,11 +108,8 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
 
 
 class RowCounts:
-    """Rows a rank's steps computed per layer (0: the input rows its batches read; layer j: the targets of
-    hops 0..L-j) and, on the steps where the union of all ranks' batches is known, those rows and the union's
-    share of this rank (summed over ranks, the union): what `redundancy` divides. A cooperative batch (`halo`)
-    is its rank's part of a union whose parts are disjoint; an independent one carries the union when the
-    loader counted it (`union_rows`, once a pass); one rank is its own union."""
+    """Count rows a rank's steps computed per layer, and the all-ranks union where known: what `redundancy`
+    divides (a cooperative batch's parts are disjoint; an independent one carries `union_rows` when counted)."""
 
     def __init__(self, world: int) -> None:
         self.world = world
@@ -130,7 +120,7 @@ class RowCounts:
         if not isinstance(sizes, list):  # heterogeneous batches count per type: not here
             return
         hops = len(sizes) - 1
-        rows = np.array([sum(sizes[:hops + 1 - j]) for j in range(hops + 1)], dtype=np.float64)  # host counts
+        rows = np.array([sum(sizes[:hops + 1 - j]) for j in range(hops + 1)], dtype=np.float64)
         self.rows = rows if self.rows is None else self.rows + rows
         union = getattr(batch, "union_rows", None)
         if getattr(batch, "halo", None) is not None or self.world == 1:
@@ -169,8 +159,7 @@ class EpochParts:
     stop: Any = None
 
     def counters(self) -> dict[str, float]:
-        """Every component's counters so far, summed by name (the rank's feature store, its sampling source,
-        the training sampler where it counts on its own, the learnable rows)."""
+        """Return every component's counters so far, summed by name."""
         graph, out = self.graph, dict.fromkeys(COUNTERS, 0.0)
         parts = (graph.features, graph.sampler.source, self.loaders["train"].sampler, graph.embedding)
         for part in {id(p): p for p in parts if p is not None}.values():
@@ -182,16 +171,11 @@ class EpochParts:
 def run_epoch(parts: EpochParts, epoch: int, *, evaluate_now: bool, start_step: int = 0,
               end_step: int | None = None, carry: dict[str, float] | None = None,
               test_if: float | None = None) -> dict[str, Any]:
-    """Collective over `rt.comm`: train one epoch (and evaluate val/test on every rank's share when
-    `evaluate_now`, as `task.evaluate` does), then reduce everything into one record (sums divided once;
-    times are the max over ranks; memory is the max over ranks; the task's score fields as it gives them).
+    """Collective over `rt.comm`: train one epoch (evaluating if `evaluate_now`) and reduce it into one record.
 
-    Resuming mid-epoch, `start_step` skips the steps done before the stop and `carry` holds their summed
-    loss_sum/correct/seeds/units (over all ranks; rank 0 adds them). When `stop` ends the epoch early (see
-    `train_epoch`), nothing is evaluated and the record has `stopped_step` and `partial` (those sums).
-    With `end_step` the pass trains steps [start_step, end_step) only (an evaluation inside the epoch); the
-    record's `epochs_done` says how far training got (epoch 1 step 50 of 100 -> 1.5). With `test_if`, the
-    test split is evaluated only when the validation score reaches it (else the record's test score is None)."""
+    Sums are divided once; times and memory are the max over ranks. `carry`: the summed `_CARRIED` of the steps
+    a stopped epoch did (rank 0 adds them). A stopped epoch is not evaluated. `end_step`: train
+    [start_step, end_step) only. `test_if`: evaluate test only once validation reaches it (else None)."""
     from mpignn.launch.allocator import peak_rss_mb, rss_mb
 
     rt, graph, loaders, model = parts.rt, parts.graph, parts.loaders, parts.model

@@ -41,8 +41,7 @@ log = logging.getLogger(__name__)
 
 
 def check_flags(cfg: TrainConfig, task: Any) -> None:
-    """Refuse what the epoch loop needs beyond the flags themselves (those are checked once, by `TrainConfig`):
-    an optional package, a task's exact evaluation. Not collective: the flags are the same everywhere."""
+    """Refuse what the loop needs beyond valid flags (an optional package, exact evaluation). Not collective."""
     if cfg.tensorboard:  # up front, before any data is loaded: the optional package is installed
         require()
     check_combinations({"minibatch": cfg.minibatch, "task": task.name, "cooperative_task": task.cooperative})
@@ -51,8 +50,7 @@ def check_flags(cfg: TrainConfig, task: Any) -> None:
 
 
 def _wants_resume(cfg: TrainConfig, comm: Any) -> bool:
-    """Collective over `comm`: --resume, or --requeue with a checkpoint on any host of the job. Either way the
-    newest generation is first copied to the hosts that lack it (node-local folders: `bring_generation`)."""
+    """Collective over `comm`: --resume, or --requeue with a checkpoint on any host (copied to those that lack it)."""
     if not (cfg.resume or cfg.requeue):
         return False
     with bounded("checkpoint survey"):
@@ -64,10 +62,10 @@ def _wants_resume(cfg: TrainConfig, comm: Any) -> bool:
 
 
 def resumed_minibatch(cfg: TrainConfig, comm: Any) -> str:
-    """Collective over `comm`: the mini-batch mode the checkpoint a resume would load trained with ("" where
-    there is no resume, or its checkpoint cannot say): `--minibatch auto` (or tune) continues it instead of choosing
-    again, so a resumed run replays the uninterrupted one. An unreadable checkpoint is left to the resume
-    itself, which names the problem."""
+    """Collective over `comm`: return the mini-batch mode the resumed checkpoint trained with, else "".
+
+    `--minibatch auto`/`tune` continue it rather than choose again, so a resume replays the uninterrupted run.
+    An unreadable checkpoint is left to the resume, which names the problem."""
     if not _wants_resume(cfg, comm):
         return ""
     mode = ""
@@ -83,13 +81,12 @@ def resumed_minibatch(cfg: TrainConfig, comm: Any) -> str:
 def fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any], model: torch.nn.Module,
         optimizer: torch.optim.Optimizer, stop: StopSignal | None = None,
         resolved: dict[str, Any] | None = None) -> int:
-    """Collective over `rt.comm`: train `graph.task` for epochs `cfg.epochs`, resuming when asked, the
-    checkpoint folder claimed (and locked) for the run's duration; returns the exit code:
-    0, or EXIT_STOPPED (75) when `stop` was requested on any rank (after the checkpoint, if any, is saved).
+    """Collective over `rt.comm`: train `graph.task`, resuming when asked, the checkpoint folder locked meanwhile.
 
-    `bootstrap` started the `Watchdog` that bounds every collective on several ranks.
-    `resolved`: what the run's `auto` flags resolved to (`runtime.resolve`), stored in every epoch record and
-    checkpoint.
+    Args:
+        resolved: what the `auto` flags resolved to (`runtime.resolve`), kept in records and checkpoints.
+    Returns:
+        0, or EXIT_STOPPED when `stop` was requested on any rank (after the checkpoint is saved).
     """
     resuming = _wants_resume(cfg, rt.comm)
     lock = claim_checkpoint_dir(rt.comm, cfg, resuming) if cfg.checkpoint_dir else None
@@ -102,17 +99,15 @@ def fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any
 
 
 class Trainer:
-    """The epochs of one run as named steps, in the order docs/architecture.md walks through them: `train` up to
-    the next evaluation, `evaluate`, `track` the best validation epoch, `report`, `checkpoint` after the epoch,
-    and `stopping` decides (a target reached, patience spent). The reported test score is the one at the best
-    validation epoch (the OGB protocol); each record carries best_epoch, best_val_acc and test_acc_at_best_val so
-    far. Every step that talks to other ranks is collective over `rt.comm`, in the same order on every rank."""
+    """Run the epochs of one run as named steps (walked through in docs/architecture.md).
+
+    The reported test score is the one at the best validation epoch (the OGB protocol). Every step that talks
+    to other ranks is collective over `rt.comm`, in the same order on every rank."""
 
     def __init__(self, cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any],
                  model: torch.nn.Module, optimizer: torch.optim.Optimizer, stop: StopSignal | None,
                  resolved: dict[str, Any], host_writer: bool = False) -> None:
-        """`host_writer`: this rank keeps best/ for its host's --checkpoint-dir (rank 0, and each host's first
-        rank where it is node-local)."""
+        """`host_writer`: this rank keeps best/ for its host's --checkpoint-dir."""
         self.cfg, self.rt, self.graph, self.loaders, self.stop, self.resolved = cfg, rt, graph, loaders, stop, resolved
         self.task, self.host_writer = graph.task, host_writer
         self.best = BestEpoch(metric=self.task.metric)
@@ -141,8 +136,7 @@ class Trainer:
                         ", ".join(info["replay_changes"]))
 
     def prepare(self) -> None:
-        """The device's model and optimizer, the learning-rate schedule (continued where a resume left it),
-        DDP, the schedule of epochs and evaluations, and the TensorBoard writer."""
+        """Set up the device's model and optimizer, the LR schedule, DDP, the evaluations and TensorBoard."""
         cfg, rt = self.cfg, self.rt
         self.bf16 = cfg.precision == "bf16"
         if self.bf16 and rt.rank == 0 and cpu_lacks_bf16_units(rt.device):
@@ -166,7 +160,7 @@ class Trainer:
         self.ends = eval_steps(steps, self.plan.evals_per_epoch)
 
     def run(self, resuming: bool) -> int:
-        """Every epoch to the end, a target or patience; returns the exit code (EXIT_STOPPED after a stop)."""
+        """Train to the end, a target or patience; return the exit code (EXIT_STOPPED after a stop)."""
         if resuming:
             self.resume()
         self.prepare()
@@ -206,8 +200,7 @@ class Trainer:
         return not last or epoch == plan.epochs - 1 or (epoch + 1) % plan.eval_every == 0
 
     def train(self, epoch: int, start: int, end: int, resumed: bool) -> dict[str, Any]:
-        """Train steps [start, end) of `epoch` (to its end where `end` is the last) and score them with
-        sampled evaluation where due and not --eval exact: the epoch record (`training.record`)."""
+        """Train steps [start, end) of `epoch`, sampled evaluation where due; return the epoch record."""
         cfg, last = self.cfg, end == self.ends[-1]
         final = last and epoch == self.plan.epochs - 1  # the run's last evaluation always scores the test split
         rec = run_epoch(self.parts, epoch, evaluate_now=self._due(epoch, end) and cfg.eval != "exact",
@@ -219,8 +212,7 @@ class Trainer:
         return rec
 
     def evaluate(self, rec: dict[str, Any], epoch: int, end: int) -> None:
-        """--eval exact: the scores of exact inference in place of sampled ones (collective); the step of an
-        evaluation inside the epoch."""
+        """Collective: with --eval exact, put exact inference's scores in place of the sampled ones."""
         if self._due(epoch, end) and self.cfg.eval == "exact":
             evaluated = time.perf_counter()
             rec.update(self.task.evaluate_exact(self.rt, self.graph, self.ddp))
@@ -229,8 +221,7 @@ class Trainer:
             rec["step"] = end
 
     def track(self, rec: dict[str, Any]) -> None:
-        """The best validation epoch so far, and the evaluations since validation last improved (by
-        --min-delta where the converge rule sets one); the same on every rank (the scores are reduced)."""
+        """Track the best validation epoch and the evaluations since it improved (same on every rank)."""
         self.improved = self.best.update(rec)
         self.val = rec.get(f"val_{self.best.metric}")
         self.test = rec.get(f"test_{self.best.metric}")
@@ -241,7 +232,7 @@ class Trainer:
         rec.update(self.best.fields())
 
     def report(self, rec: dict[str, Any], epoch: int, end: int) -> None:
-        """The epoch line, the metrics file and TensorBoard (rank 0 writes, the others agree it was written)."""
+        """Collective: write the epoch line, metrics file and TensorBoard (rank 0 writes, the others agree)."""
         tb, task = self.tb, self.task
 
         def write(rec: dict[str, Any] = rec, step: int = eval_index(epoch, self.ends, end)) -> None:
@@ -252,7 +243,7 @@ class Trainer:
         report_epoch(self.rt.comm, self.cfg, rec, write)
 
     def stopping(self) -> str:
-        """Why the run ends here ("target", "patience"), or "" to go on."""
+        """Return why the run ends here ("target", "patience"), or "" to go on."""
         cfg, val, test = self.cfg, self.val, self.test
         if (bool(cfg.target_val) and val is not None and val >= cfg.target_val) or \
                 (bool(cfg.target_test) and test is not None and test >= cfg.target_test):
@@ -274,8 +265,7 @@ class Trainer:
                  best.val_acc, best.epoch, rec["epoch"])
 
     def checkpoint(self, epoch: int, start: int, step: int | None = None, extra: dict[str, Any] | None = None) -> Path:
-        """Collective: one checkpoint generation at the end of `epoch` (or at step `start` inside it, where a
-        target stopped it), and a copy to best/ where its weights are the best validation's so far."""
+        """Collective: save a generation after `epoch` (or at step `start`), copied to best/ when it is best."""
         cfg, rt = self.cfg, self.rt
         done = step is None and start == self.ends[-1]
         extra = extra or {"config": cfg.to_dict(), "resolved": self.resolved, "best": self.best.to_dict(),
@@ -312,7 +302,6 @@ class Trainer:
 
 
 def eval_steps(steps: int, evals_per_epoch: int) -> list[int]:
-    """The steps after which an epoch of `steps` steps is evaluated `evals_per_epoch` times, evenly (the
-    last is always the epoch's end; never more evaluations than steps)."""
+    """Return the steps after which to evaluate, evenly spaced; the last is the epoch's end."""
     k = max(1, min(evals_per_epoch, steps))
     return sorted({-(-i * steps // k) for i in range(1, k + 1)}) if steps else [0]

@@ -1,6 +1,5 @@
-"""The training CLI's loaders: `make_loader` (a task's seeds of a split, independent, cooperative or full-graph
-batches), the cooperative sampler both it and `runtime.NeighborLoader` build, and the per-rank share of a
-global batch. Your own loop takes `runtime.NeighborLoader`, which has the same modes.
+"""The training CLI's loaders (`make_loader`), the cooperative sampler `runtime.NeighborLoader` builds too, and
+the per-rank share of a global batch. Your own loop takes `runtime.NeighborLoader`, which has the same modes.
 """
 from __future__ import annotations
 
@@ -31,23 +30,16 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
                 shuffle: bool | None = None, seed: int = TrainConfig.seed, prefetch: str = TrainConfig.prefetch,
                 max_steps: int = TrainConfig.max_steps, minibatch: str | None = None,
                 eval_batch_size: int = TrainConfig.eval_batch_size, **unknown: Any) -> BatchLoader:
-    """Collective over `rt.comm` (agrees on the step count): a loader over this rank's seeds of `split`
-    ("train", "val" or "test") as `graph.task` gives them (`Task.seeds`; link prediction's batches carry
-    `edge_label_index` and `edge_label`, as PyG's LinkNeighborLoader's do).
+    """Collective over `rt.comm` (agrees on the step count): build a loader over this rank's seeds of `split`.
 
     Args:
         batch_size: seeds (nodes, or positive pairs) per step; for "train" with `batch_scope="global"` the
-            global batch, of which this rank takes its ceiling-division share (`rank_batch_size`); per rank
-            otherwise.
-        eval_batch_size: items per evaluation step ("val", "test"; 0: `Task.eval_factor` times `batch_size`):
-            forward only, so larger than training's; held-out pairs each bring 1 + K negatives, so their steps
-            hold fewer positives (`Task.eval_batch_size`).
-        prefetch: auto, on or off: produce batch k+1 in a thread while batch k computes; see `overlap`.
+            global batch, of which this rank takes its share (`rank_batch_size`).
+        eval_batch_size: items per evaluation step (0: `Task.eval_factor` times `batch_size`).
+        prefetch: auto, on or off (`overlap`).
         max_steps: for "train", at most this many steps per epoch (0: all), each epoch from a fresh shuffle.
-        minibatch: for "train" on several parts, "cooperative" or "independent" (docs/training.md); evaluation
-            is independent and draws by neighbour sampling (`NeighborSampler.for_evaluation`). "full" (every
-            split): one step per pass over the split's seeds and their whole neighbourhoods, made once and
-            kept (`BatchLoader`'s `reuse`). None: independent (`--minibatch auto` is the caller's to resolve).
+        minibatch: "independent" (None), "cooperative" (train only) or "full" (one kept step per pass);
+            evaluation always samples neighbours. `auto` is the caller's to resolve.
     """
     task = graph.task or make_task()
     for key in unknown:  # the same call on every rank
@@ -65,9 +57,9 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
     train = split == "train"
     if not train:
         batch_size = task.eval_batch_size(seeds, eval_batch_size or task.eval_factor * batch_size)
-    sampler = graph.sampler if train else graph.sampler.for_evaluation()  # evaluation: neighbour sampling
+    sampler = graph.sampler if train else graph.sampler.for_evaluation()
     full = minibatch == "full"
-    if full:  # every neighbour of every hop
+    if full:
         fanouts = [-1] * len(fanouts if fanouts is not None else sampler.fanouts)
     if fanouts is not None and list(fanouts) != sampler.fanouts:
         sampler = sampler.with_fanouts(fanouts)
@@ -92,8 +84,7 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
 
 
 def cooperative_refusal(graph: LocalGraph, mode: str = "cooperative") -> str:
-    """Why cooperative (or full-graph: `mode`) batches cannot train `graph` (a one-line error with its hint,
-    `config.refusals`), or "" where they can. Not collective: every rank's graph is of the same kind."""
+    """Return why `mode` batches cannot train `graph` (one line with its hint), or "". Not collective."""
     task = graph.task or make_task()
     method = getattr(getattr(graph, "sampler", None), "method", "neighbor")
     return refusal({"minibatch": mode, "sampler": method, "replicated": graph.replicated,
@@ -103,9 +94,8 @@ def cooperative_refusal(graph: LocalGraph, mode: str = "cooperative") -> str:
 
 def cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any],
                          mode: str = "cooperative") -> CooperativeSampler:
-    """Collective over `rt.comm`: sampling on one communicator of its own (the loader thread's) and the layers'
-    rows on another (the training thread's), by the transport the features take; for `mode` ("cooperative", or
-    "full": every neighbour)."""
+    """Collective over `rt.comm`: build a cooperative sampler, sampling and the layers' rows each on their own
+    communicator (the loader thread's and the training thread's)."""
     problem = cooperative_refusal(graph, mode)
     if problem:
         raise mark_agreed(ConfigError(problem))
@@ -120,10 +110,8 @@ def cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any],
 
 
 def full_fit_problem(rt: Runtime, graph: LocalGraph, model: Any) -> str:
-    """Collective over `rt.comm`: why `--minibatch full` cannot train `graph` (`cooperative_refusal`), or where
-    some rank's step would not fit in its memory (`SampledGNN.activation_bytes` on all its own rows and the
-    rows it links to, what its layers hold at most, times the ranks sharing the memory): one line with its
-    hint, the same on every rank; "" where it can."""
+    """Collective over `rt.comm`: return why `--minibatch full` cannot train `graph` (a refusal, or a step that
+    would not fit some rank's memory), the same on every rank; "" where it can."""
     problem = cooperative_refusal(graph, "full")
     if problem:
         return problem
@@ -148,8 +136,7 @@ def full_fit_problem(rt: Runtime, graph: LocalGraph, model: Any) -> str:
 
 
 def rank_batch_size(batch_size: int, world_size: int, rank: int, scope: str = "global") -> int:
-    """This rank's training seeds per step: its ceiling-division share of a global `batch_size` (at least
-    one seed), or `batch_size` itself with scope "rank"."""
+    """Return this rank's share of a global `batch_size` (at least 1), or `batch_size` with scope "rank"."""
     if scope == "rank":
         return batch_size
     start, stop = chunk_bounds(batch_size, world_size, rank)

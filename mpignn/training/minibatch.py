@@ -1,6 +1,5 @@
-"""How training splits the work over ranks where the flags leave it open: `choose_minibatch` (`--minibatch
-auto`, decided from counts, never a clock) and `tune_minibatch` (`--minibatch tune`, timed on the run's first
-steps), as docs/training.md "Choosing the mode" describes.
+"""`--minibatch auto` (`choose_minibatch`: counts, never a clock) and `tune` (`tune_minibatch`: timed on the
+first steps); docs/training.md "Choosing the mode".
 """
 from __future__ import annotations
 
@@ -27,14 +26,12 @@ log = logging.getLogger(__name__)
 PROBE_STEPS = 2
 """Timed steps per pass, after one untimed step (JIT compilation, first-touch allocations)."""
 ROUNDS = 3
-"""Passes per mode, the modes taking turns: a neighbour's burst of load slows both, and each mode keeps its
-fastest pass (as timeit does)."""
+"""Passes per mode, taking turns: a burst of load slows both; each keeps its fastest pass (as timeit does)."""
 FULL_COVERAGE = 0.5
-"""Count a full-graph step where one mini-batch step's input rows (all ranks) reach this share of the graph's
-nodes (below it, building the whole graph's batch would cost more than it could save)."""
+"""Count a full-graph step only where a mini-batch step's input rows reach this share of the nodes (below, the
+whole graph's batch costs more than it could save)."""
 FULL_WORTH = 3.0
-"""Train full-graph where its step counts at most this many independent steps' multiply-adds (the runs behind
-it: docs/training.md, "Choosing the mode")."""
+"""Train full-graph where its step counts at most this many independent steps' multiply-adds."""
 MARGIN = 0.10
 """Cooperative must take at most (1 - MARGIN) of independent's time per step: within the noise, the mode with
 fewer moving parts wins."""
@@ -42,8 +39,7 @@ fewer moving parts wins."""
 
 @dataclass
 class Probe:
-    """One mode's measured steps: seconds per step on the slowest rank, rows computed over the rows of the
-    union of the ranks' batches (the largest over the layers), and the hidden rows' bytes per step."""
+    """One mode's measured steps (slowest rank's seconds, `redundancy`, halo bytes per step)."""
 
     step_s: float
     redundancy: float | None
@@ -65,17 +61,15 @@ class _Discard:
 
 @dataclass(frozen=True)
 class StepCount:
-    """One step's work, summed over the ranks: its input rows, and per layer (the first conv first) the rows it
-    computes (its targets) and the edges it aggregates."""
+    """One step's work over all ranks: input rows, and per layer (first conv first) targets and edges."""
 
     inputs: float
     targets: tuple[float, ...]
     edges: tuple[float, ...]
 
     def cost(self, in_width: int, hidden: int) -> float:
-        """Multiply-adds of a layer that averages `edges` input rows and applies two hidden-wide linear maps to
-        its targets (SAGE's), summed over the layers: the first reads `in_width` columns, the others `hidden`.
-        A model-independent yardstick: both sides of `choose_minibatch`'s ratio use it."""
+        """Return SAGE-like multiply-adds over the layers: a model-independent yardstick for both sides of
+        `choose_minibatch`'s ratio."""
         total = 0.0
         for layer, (targets, edges) in enumerate(zip(self.targets, self.edges)):
             width = in_width if layer == 0 else hidden
@@ -84,8 +78,7 @@ class StepCount:
 
 
 def count_step(rt: Runtime, loader: Any) -> StepCount:
-    """Collective over `rt.comm`: `loader`'s first step of epoch 0 (a kept full-graph batch: its one step),
-    drawn and counted, nothing computed."""
+    """Collective over `rt.comm`: draw and count `loader`'s first step of epoch 0, computing nothing."""
     if loader.minibatch != "full":  # a kept full batch has its one step
         loader.set_epoch(0, 0, 1)
     hops = len(loader.sampler.fanouts)
@@ -102,13 +95,12 @@ def count_step(rt: Runtime, loader: Any) -> StepCount:
 
 def choose_minibatch(rt: Runtime, make_loader: Callable[[str], Any], *, in_width: int, hidden: int,
                      num_nodes: int, full_refusal: str) -> tuple[str, str]:
-    """Collective over `rt.comm` (`--minibatch auto`): "full" or "independent" from counts alone, and why.
+    """Collective over `rt.comm` (`--minibatch auto`): return "full" or "independent" from counts alone, and why.
 
     Args:
         make_loader: `mode -> training loader` of that mode (collective); its epoch 0 is training's.
-        in_width, hidden: the input rows' columns and the hidden width (`StepCount.cost`).
-        num_nodes, full_refusal: the graph's nodes, and why full-graph training cannot train it ("" where it
-            can, `training.loaders.full_fit_problem`).
+        in_width, hidden: for `StepCount.cost`.
+        full_refusal: `training.loaders.full_fit_problem`'s answer ("" where full can train).
     """
     if full_refusal:
         return "independent", full_refusal.split(". HINT")[0]
@@ -126,7 +118,6 @@ def choose_minibatch(rt: Runtime, make_loader: Callable[[str], Any], *, in_width
 
 
 def _close(loader: Any) -> None:
-    """Free a cooperative sampler's communicators (a loader built only to count or time)."""
     if loader.sampler.cooperative:
         loader.sampler.close()
 
@@ -134,16 +125,14 @@ def _close(loader: Any) -> None:
 def tune_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[[str], Any], *, task: Any,
                    bf16: bool = False, refusal: str = "", num_nodes: int = 0,
                    full_refusal: str = "one") -> tuple[str, dict[str, Probe]]:
-    """Collective over `rt.comm` (`--minibatch tune`): "full", "cooperative" or "independent" by the clock, and
-    what each measured; rank 0 logs the flag that pins the choice.
+    """Collective over `rt.comm` (`--minibatch tune`): return the fastest mode and what each measured.
+
+    The probe leaves weights, RNG and buffers as they were. Rank 0 logs the flag that pins the choice.
 
     Args:
-        make_loader: `mode -> training loader` of that mode (collective), capped at 1 + PROBE_STEPS steps; its
-            epoch 0 is what training's epoch 0 draws.
-        refusal: why cooperative cannot train this run ("" where it can): then it is not timed.
-        num_nodes, full_refusal: the graph's nodes, and why full-graph training cannot train it ("" where it can,
-            `training.loaders.full_fit_problem`); where it can and the first step covers `FULL_COVERAGE` of the graph, a
-            full-graph step is timed too.
+        make_loader: `mode -> training loader` of that mode (collective); its epoch 0 is training's.
+        refusal: why cooperative cannot train this run ("": it can, and is timed).
+        full_refusal: as for `choose_minibatch`; full is timed only past `FULL_COVERAGE`.
     """
     coverage = count_step(rt, make_loader("independent")).inputs / max(1, num_nodes) if not full_refusal else 0.0
     refusal = refusal or ("one rank" if rt.world_size == 1 else "")
@@ -186,8 +175,6 @@ def tune_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[[s
 
 
 def _pick(probes: dict[str, Probe], full_when_short: bool) -> str:
-    """The mode the probes favour: full where its step costs at most FULL_WORTH independent steps, cooperative
-    where it is at least MARGIN faster than independent, else independent."""
     if not probes:
         return "full" if full_when_short else "independent"
     ind = probes["independent"].step_s
@@ -199,8 +186,6 @@ def _pick(probes: dict[str, Probe], full_when_short: bool) -> str:
 
 
 class _Repeat:
-    """A full-graph loader (one step an epoch) as `times` steps: its kept batch again and again."""
-
     def __init__(self, loader: Any, times: int) -> None:
         self.loader, self.times, self.start_step, self.sampler = loader, times, 0, loader.sampler
 
@@ -213,7 +198,7 @@ class _Repeat:
 
 
 class _Clock:
-    """A loader that notes when each step is done (its batch trained: the next one is asked for)."""
+    """Notes when each step is done: when the next batch is asked for."""
 
     def __init__(self, loader: Any) -> None:
         self.loader, self.start_step, self.done = loader, loader.start_step, []
@@ -229,7 +214,7 @@ class _Clock:
 
 
 def _measure(rt: Runtime, model: torch.nn.Module, loader: Any, task: Any, bf16: bool) -> Probe:
-    """Collective: `loader`'s first 1 + PROBE_STEPS steps of epoch 0, the first untimed."""
+    """Collective: time `loader`'s first 1 + PROBE_STEPS steps of epoch 0, the first untimed."""
     if loader.minibatch == "full":  # one timed full step: it is long, and its noise small
         loader = _Repeat(loader, 2)
     else:

@@ -1,6 +1,5 @@
-"""The optimizer: Adam, fused where torch has a fused kernel for the parameters' device, since the update is a
-fixed cost of every step on every rank that does not shrink as ranks are added (docs/training.md, "Full-graph
-training"). Where no fused kernel serves the device, the default update is used.
+"""The optimizer: Adam, fused where the device has the kernel: the update is a fixed cost per step that does not
+shrink with more ranks (docs/training.md, "Full-graph training").
 """
 from __future__ import annotations
 
@@ -25,9 +24,8 @@ def adam(params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float = 
 
 
 class Adam(torch.optim.Adam):
-    """torch's Adam that steps a column-major parameter (`models.sparse_input.column_major`) as its contiguous
-    transpose, with its gradient and moments: the update is elementwise, and the fused kernel copies a
-    non-contiguous tensor in and out (docs/training.md)."""
+    """torch's Adam, stepping a column-major parameter as its contiguous transpose: the update is elementwise,
+    and the fused kernel would copy a non-contiguous tensor in and out (docs/training.md)."""
 
     def step(self, closure=None):  # type: ignore[override]
         flipped = [p for group in self.param_groups for p in group["params"] if _column_major(p)]

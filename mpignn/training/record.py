@@ -1,10 +1,5 @@
-"""The epoch record: every field of the metrics JSONL (`--metrics-out`), the epoch line and TensorBoard, documented
-once (`SCHEMA`) and built here (`epoch_record`), with redundancy computed in one place (`redundancy`).
-
-A record is a plain dict (its JSON keys are what readers of metrics.jsonl know); `SCHEMA` says, for each key,
-its unit, what it means and which module fills it. Keys that depend on the task are patterns: `<split>_<metric>`
-(`Task.metric`: acc or auc), `<unit>_per_s` (`Task.unit`: seeds or edges), `test_hits@K`.
-Stdlib only.
+"""The epoch record (a plain dict: metrics JSONL, epoch line, TensorBoard): its fields documented once
+(`SCHEMA`, task-dependent keys as patterns) and built here (`epoch_record`). Stdlib only.
 """
 from __future__ import annotations
 
@@ -105,27 +100,24 @@ MEASURED = frozenset({"epoch_s", "eval_s", "sample_s", "exchange_s", "compute_s"
 
 
 def repeatable(rec: Mapping[str, Any]) -> dict[str, Any]:
-    """`rec` without `MEASURED` and the rates: what the same command, seed, ranks and threads repeat exactly,
-    however loaded the machine or slow the network (docs/reproducibility.md)."""
+    """Return `rec` without `MEASURED` and the rates: what the same command repeats (docs/reproducibility.md)."""
     return {k: v for k, v in rec.items() if k not in MEASURED and not k.endswith("_per_s")}
 
 
 def undocumented(rec: Mapping[str, Any]) -> list[str]:
-    """The keys of `rec` that `SCHEMA` does not document (by name or pattern)."""
+    """List the keys of `rec` that `SCHEMA` does not document (by name or pattern)."""
     return [k for k in rec if k not in SCHEMA and not any(re.fullmatch(p, k) for p, _ in _PATTERNS)]
 
 
 def _recent_share(total: Mapping[str, float]) -> float:
-    """The share of remote rows a recent batch brought: of a cooperative batch's input layer where it keeps them
-    (the training steps'), else of the rows the feature store was asked for."""
+    """Of a cooperative batch's input layer where it keeps them, else of the rows the feature store was asked for."""
     if total.get("input_rows"):
         return total["kept_rows"] / total["input_rows"]
     return total.get("recent_hits", 0) / total["remote_rows"] if total["remote_rows"] else 0.0
 
 
 def redundancy(counted: Sequence[float], union: Sequence[float]) -> float | None:
-    """Rows computed on all ranks / rows of the union of their batches, per layer, the largest (None where no
-    layer's union was counted). 1.0: each row computed once."""
+    """Return the largest per-layer rows computed on all ranks / rows of their union (1.0: each row once), or None."""
     shares = [c / u for c, u in zip(counted, union) if u]
     return max(shares) if shares else None
 
@@ -133,15 +125,11 @@ def redundancy(counted: Sequence[float], union: Sequence[float]) -> float | None
 def epoch_record(*, epoch: int, epochs_done: float, total: Mapping[str, float], slowest: Mapping[str, Any],
                  scores: Mapping[str, Any], unit: str, layers: int, world_size: int, graph_fields: Mapping[str, float],
                  minibatch: str, stopped_step: int | None = None, carried: Sequence[str] = ()) -> dict[str, Any]:
-    """The record of one epoch from its reduced numbers.
+    """Build the record of one epoch from its reduced numbers.
 
     Args:
-        total: sums over all ranks (loss_sum, correct, seeds, units, nodes, steps, rows_j, counted_rows_j,
-            union_rows_j, the byte counts, cache_hits, remote_rows, recent_hits: remote rows the previous
-            batch brought; a cooperative batch's input_rows, remote rows of its input layer, and kept_rows, those
-            a recent batch brought).
-        slowest: maxima over ranks (epoch_s, eval_s, sample_s, exchange_s, compute_s, allreduce_s, wait_s, the memory
-            readings, own_rows: the busiest rank's rows per step per layer).
+        total: sums over all ranks (the epoch's sums, row counts per layer, `epoch.COUNTERS`).
+        slowest: maxima over ranks (times, memory, own_rows: the busiest rank's rows per step per layer).
         scores: the task's evaluation fields. graph_fields: cache_rows, cache_mib, graph_mib of the LocalGraph.
         carried: with `stopped_step`, the sums kept as `partial` for a resumed run.
     """

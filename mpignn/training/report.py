@@ -12,7 +12,7 @@ __all__ = ["format_epoch", "append_jsonl", "FIELDS", "BEST_FIELDS", "BestEpoch",
 
 
 def format_epoch(rec: dict[str, Any], scores: str, unit: str = "seeds") -> str:
-    """The epoch line: `scores` as the task words them (`Task.describe`), throughput in `unit`s per second."""
+    """Return the epoch line; `scores` as `Task.describe` words them."""
     where = f"epoch {rec['epoch']:3d}" + (f" step {rec['step']}" if "step" in rec else "")
     evaluated = f" eval {rec['eval_s']:.2f}s" if rec.get("eval_s") else ""
     return (f"{where} | loss {rec['loss']:.4f} | {scores} | {rec['epoch_s']:.2f}s {rec[f'{unit}_per_s']:.0f} "
@@ -36,9 +36,8 @@ def append_jsonl(path: str, rec: dict[str, Any]) -> None:
 
 @dataclass
 class BestEpoch:
-    """The evaluated epoch with the highest validation score so far (the earliest one on ties), and its test
-    score: what the OGB protocol reports, instead of the last epoch's. The score is `metric`: "acc" (node
-    classification: val_acc, test_acc) or "auc" (link prediction: val_auc, test_auc)."""
+    """The evaluated epoch with the best validation `metric` (the earliest on ties) and its test score: what
+    the OGB protocol reports, not the last epoch's."""
 
     epoch: int = -1
     val_acc: float | None = None  # the best validation score (of `metric`, despite the name)
@@ -46,7 +45,7 @@ class BestEpoch:
     metric: str = "acc"
 
     def update(self, rec: dict[str, Any]) -> bool:
-        """Take `rec` if it was evaluated and beats the best validation score; returns whether it did."""
+        """Take `rec` if it was evaluated and beats the best validation score; return whether it did."""
         val = rec.get(f"val_{self.metric}")
         if val is None or (self.val_acc is not None and val <= self.val_acc):
             return False
@@ -54,7 +53,7 @@ class BestEpoch:
         return True
 
     def fields(self) -> dict[str, Any]:
-        """The record fields best_epoch, best_val_<metric>, test_<metric>_at_best_val."""
+        """Return the record fields best_epoch, best_val_<metric>, test_<metric>_at_best_val."""
         names = (BEST_FIELDS[0], f"best_val_{self.metric}", f"test_{self.metric}_at_best_val")
         return dict(zip(names, (self.epoch if self.val_acc is not None else None, self.val_acc, self.test_acc)))
 
@@ -69,8 +68,7 @@ class BestEpoch:
 
 def format_final(best: BestEpoch, last: dict[str, Any], world_size: int, name: str = "",
                  exact_eval: bool = False) -> str:
-    """The last line of a run: the test score at the best validation epoch (`name`: the score in words), of
-    sampled neighbourhoods (whole ones with --minibatch full, exact inference with --eval exact)."""
+    """Return the run's last line: the test score at the best validation epoch, and how it was evaluated."""
     name = name or {"acc": "accuracy", "auc": "AUC"}.get(best.metric, best.metric)
     scope = ("exact inference (whole neighbourhoods)" if exact_eval else
              "whole neighbourhoods" if last.get("minibatch") == "full" else "sampled neighbourhoods")

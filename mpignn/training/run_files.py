@@ -1,9 +1,6 @@
-"""The run's own files: its checkpoint folder belongs to one run (refused to a run that did not ask to continue
-it, locked while a job trains in it) and the outputs it writes (--checkpoint-dir, --metrics-out, --tensorboard,
-best/) are checked before training and written on every rank's behalf: a failed write is one agreed line on
-every rank, never one rank's traceback while the others wait.
-
-Imports the stdlib, torch (a model's size) and the layers below.
+"""The run's own files: its checkpoint folder (one run's, locked while it trains) and its outputs, checked
+before training and written on every rank's behalf, so a failed write is one agreed line on every rank, never
+one rank's traceback while the others wait. Imports the stdlib, torch (a model's size) and the layers below.
 """
 from __future__ import annotations
 
@@ -32,8 +29,7 @@ __all__ = ["LOCK", "FolderLock", "claim_checkpoint_dir", "check_outputs", "gener
            "report_epoch", "keep_best"]
 
 LOCK = ".mpignn-lock"
-"""The lock file in --checkpoint-dir: rank 0 of the job training there holds an flock on it (the kernel drops it
-when the process ends, so a dead job's leftover file holds nothing); it names the holder for the message."""
+"""The lock file in --checkpoint-dir: an flock, so a dead job's leftover file holds nothing; it names the holder."""
 
 
 class FolderLock:
@@ -43,7 +39,7 @@ class FolderLock:
         self.path, self.fd = folder / LOCK, -1
 
     def acquire(self) -> str:
-        """"" once held, else who holds it (its pid and host, as it wrote them)."""
+        """Return "" once held, else who holds it (pid and host)."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -68,7 +64,6 @@ class FolderLock:
 
 
 def _saved(folder: Path) -> str:
-    """What in `folder` is another run's checkpoint ("" when nothing is)."""
     gens = generations(folder)
     if gens:
         manifest = json.loads((gens[-1] / MANIFEST).read_text())
@@ -77,20 +72,19 @@ def _saved(folder: Path) -> str:
 
 
 def _start_over(folder: Path) -> None:
-    """--force-new: remove the earlier run's generations, best/ and single-file checkpoint."""
     for path in [*folder.glob("gen-*"), folder / "best"]:
         shutil.rmtree(path, ignore_errors=True)
     (folder / CHECKPOINT).unlink(missing_ok=True)
 
 
 def claim_checkpoint_dir(comm: Any, cfg: TrainConfig, resuming: bool) -> FolderLock | None:
-    """Collective over `comm`: make --checkpoint-dir this run's on every host that writes it: rank 0, and the
-    first rank of each host that does not see rank 0's folder (node-local disks) create it, lock it and look
-    in it; the ranks agree.
+    """Collective over `comm`: create and lock --checkpoint-dir on every host that writes it (node-local too).
 
-    Refused on every rank alike, in one line naming the host: a folder holding another run's checkpoint when the
-    run does not continue it (`resuming`; --force-new starts over there instead), and a folder another live job
-    trains in. Returns this rank's lock (None on ranks that hold none); hold it for the run.
+    Returns:
+        This rank's lock (None where it holds none); hold it for the run.
+    Raises:
+        ConfigError: on every rank alike: another run's checkpoint and neither `resuming` nor --force-new, or
+            another live job training there.
     """
     folder = Path(cfg.checkpoint_dir)
     lock, problem = None, ""
@@ -111,7 +105,6 @@ def claim_checkpoint_dir(comm: Any, cfg: TrainConfig, resuming: bool) -> FolderL
 
 
 def _claim(folder: Path, cfg: TrainConfig, resuming: bool) -> tuple[FolderLock | None, str]:
-    """(the lock, '' or why this host's `folder` cannot be the run's): create, lock, look for another run's."""
     lock, problem, host = None, "", socket.gethostname()
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -137,8 +130,7 @@ def _claim(folder: Path, cfg: TrainConfig, resuming: bool) -> tuple[FolderLock |
 
 
 def generation_bytes(model: torch.nn.Module, rows: Any = None) -> int:
-    """What one checkpoint generation takes, about: the weights and Adam's two moments, and this rank's
-    learnable rows with their optimizer state."""
+    """Estimate one generation's bytes: weights, Adam's two moments, this rank's learnable rows and state."""
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     held = 0 if rows is None else rows.weight.nbytes + sum(a.nbytes for a in rows.optimizer.state().values())
     return 3 * weights + held
@@ -156,9 +148,8 @@ def _writable_parent(path: str, flag: str) -> str:
 
 
 def check_outputs(comm: Any, cfg: TrainConfig, need_bytes: int) -> None:
-    """Collective over `comm`: refuse, before training and on every rank alike, outputs that cannot be written:
-    --metrics-out and --tensorboard in a folder rank 0 cannot create or write, and a --checkpoint-dir without
-    room for one generation (`need_bytes`, by estimate, with a margin) where each host's first rank writes."""
+    """Collective over `comm`: refuse up front outputs that cannot be written, or a --checkpoint-dir without room
+    for `need_bytes`."""
     problem = ""
     if comm.rank == 0:
         if cfg.metrics_out:
@@ -178,9 +169,8 @@ def check_outputs(comm: Any, cfg: TrainConfig, need_bytes: int) -> None:
 
 
 def on_behalf(comm: Any, write: Callable[[], None], what: str, hint: str, writer: bool | None = None) -> None:
-    """Collective over `comm`: rank 0 (or the ranks with `writer` set) runs `write` for the job; an OSError
-    there becomes one agreed line on every rank ("expected to write `what`; got ..."), so the others do not
-    wait for a rank that died."""
+    """Collective over `comm`: rank 0 (or the `writer` ranks) runs `write`; an OSError becomes one agreed
+    ConfigError on every rank, so none waits for a rank that died."""
     problem = ""
     if comm.rank == 0 if writer is None else writer:
         try:
@@ -191,8 +181,7 @@ def on_behalf(comm: Any, write: Callable[[], None], what: str, hint: str, writer
 
 
 def report_epoch(comm: Any, cfg: TrainConfig, rec: dict[str, Any], write: Callable[[], None]) -> None:
-    """Collective over `comm`: rank 0 reports `rec` (`write`: the epoch line, TensorBoard) and appends it to
-    --metrics-out, for every rank."""
+    """Collective over `comm`: rank 0 runs `write` and appends `rec` to --metrics-out."""
     def report() -> None:
         write()
         if cfg.metrics_out:
@@ -204,10 +193,9 @@ def report_epoch(comm: Any, cfg: TrainConfig, rec: dict[str, Any], write: Callab
 
 
 def keep_best(gen: Path, checkpoint_dir: str) -> Path:
-    """Copy generation `gen` to `checkpoint_dir`/best (the best validation's weights, which pruning of gen-*
-    never removes; `load_checkpoint(DIR/best, model)` reads it). Copied under a temporary name, then renamed
-    over the previous best/, so a crash leaves the old copy or the new one; a failed copy leaves no temporary
-    folder. Not collective: rank 0 calls it (through `on_behalf`)."""
+    """Copy generation `gen` to `checkpoint_dir`/best, which pruning never removes. Not collective.
+
+    Renamed into place, so a crash leaves the old copy or the new one."""
     folder = Path(checkpoint_dir)
     tmp, old, dest = folder / ".best-tmp", folder / ".best-old", folder / "best"
     for stale_dir in (tmp, old):

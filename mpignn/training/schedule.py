@@ -1,9 +1,5 @@
-"""Learning-rate scaling for a global batch that grows with the number of ranks, with a linear warm-up.
-
-Large-batch practice (Goyal et al., 2017: linear scaling with warm-up; the square-root rule of Krizhevsky,
-2014, for adaptive optimizers): when N ranks each take the per-rank batch, the global batch is N times
-larger and an epoch has N times fewer steps, so the step size grows with it, ramped up over the first steps.
-Imports torch only.
+"""Learning-rate scaling, with a linear warm-up, for a global batch that grows with the ranks (Goyal et al., 2017:
+linear; Krizhevsky, 2014: square root, for adaptive optimizers). Imports torch only.
 """
 from __future__ import annotations
 
@@ -15,16 +11,15 @@ __all__ = ["lr_factor", "WarmupScaledLR", "attach_lr_schedule"]
 
 
 def lr_factor(rule: str, global_batch: int, base_batch: int) -> float:
-    """The learning-rate multiplier of `rule` (none, linear, sqrt) for a global batch against the base."""
+    """Return the learning-rate multiplier of `rule` (none, linear, sqrt) for a global batch against the base."""
     ratio = global_batch / base_batch
     return {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[rule]
 
 
 class WarmupScaledLR:
-    """Sets every param group's lr to base_lr x factor, reached linearly over `warmup_steps` optimizer steps.
+    """Ramp every param group's lr linearly to base_lr x factor over `warmup_steps`.
 
-    Attached as an optimizer step hook, so training loops need no change; `start_step` continues the ramp
-    where a resumed run left it.
+    An optimizer step hook, so training loops need no change; `start_step` continues a resumed ramp.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, base_lr: float, factor: float, warmup_steps: int,

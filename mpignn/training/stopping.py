@@ -1,7 +1,5 @@
 """Stopping early on Slurm's warning signal or SIGTERM: a handler that only sets a flag, and the requeue request.
-
-The ranks agree on the flag at step boundaries (`mpignn.training.epoch.train_epoch`), so they all stop at the same
-step. Stdlib only: no torch, no MPI here.
+The ranks agree on the flag at step boundaries (`train_epoch`). Stdlib only: no torch, no MPI here.
 """
 from __future__ import annotations
 
@@ -17,18 +15,14 @@ EXIT_STOPPED = 75
 """Exit code of a run stopped by SIGUSR2 or SIGTERM (EX_TEMPFAIL: try again later, e.g. with --resume)."""
 
 STOP_SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
-"""Slurm's warning (`--signal=USR2@T`) and what `scancel` and a time limit without `--signal` send (about 30 s
-before SIGKILL): both stop the run at the next step, with a checkpoint where --checkpoint-dir is set."""
+"""Slurm's warning (`--signal=USR2@T`) and what `scancel` or a time limit sends (about 30 s before SIGKILL)."""
 
 
 class StopSignal:
-    """Remember which of `signums` (SIGUSR2 and SIGTERM by default) arrived; the handler does nothing else.
+    """Remember which of `signums` arrived; the handler does nothing else.
 
-    Slurm's `--signal=USR2@120` (without `B:`) signals the tasks of the job steps, and `scancel` sends SIGTERM to
-    them: under `srun` those are the ranks, so each usually sees it; one rank seeing it is enough, since the
-    ranks agree over MPI before stopping. Hydra's mpiexec (the mpich wheel's 5.0.2) does not forward SIGUSR2:
-    sent to mpiexec it kills the job before any rank sees it, sent to its proxy it fails mpiexec and the ranks
-    never see it. Under mpiexec, signal the ranks themselves.
+    One rank seeing it is enough: the ranks agree over MPI. Hydra's mpiexec does not forward SIGUSR2, so
+    under it signal the ranks themselves (docs/failures.md).
     """
 
     def __init__(self, signums: tuple[int, ...] = STOP_SIGNALS) -> None:
@@ -39,7 +33,7 @@ class StopSignal:
         self.requested, self.received = True, self.received or signum
 
     def install(self) -> "StopSignal":
-        """Install the handler (main thread only, as Python requires); returns self."""
+        """Install the handler (main thread only, as Python requires); return self."""
         for signum in self.signums:
             self._previous[signum] = signal.signal(signum, self._handle)
         return self
@@ -57,10 +51,7 @@ class StopSignal:
 
 
 def requeue(env: dict[str, str] | None = None) -> str:
-    """Ask Slurm to requeue this job (`scontrol requeue $SLURM_JOB_ID`); returns what happened, in words.
-
-    Not collective: rank 0 calls it. Outside Slurm, or when scontrol fails, it says so and changes nothing.
-    """
+    """Ask Slurm to requeue this job; return what happened, in words. Not collective: rank 0 calls it."""
     from mpignn.env import slurm_job_id
 
     env = dict(os.environ if env is None else env)

@@ -1,6 +1,5 @@
-"""TensorBoard scalars of the epoch records (`--tensorboard DIR`): rank 0 writes them with torch's
-`SummaryWriter`, flushed after each record (nothing left buffered at a crash). The optional `tensorboard`
-package, torch and the writer are imported inside functions: config checks the install without torch.
+"""TensorBoard scalars of the epoch records (`--tensorboard DIR`), flushed after each (nothing buffered at a
+crash). `tensorboard` and torch are imported inside functions: config checks the install without torch.
 """
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ HINT = "pip install mpignn[tensorboard]"
 
 
 def require() -> None:
-    """Import the optional `tensorboard` package (not collective: every rank checks its own install).
+    """Import the optional `tensorboard` package. Not collective: every rank checks its own install.
 
     Raises:
         ConfigError: one line naming the extra to install.
@@ -27,7 +26,6 @@ def require() -> None:
 
 
 def _group(name: str) -> str:
-    """The TensorBoard section of a record field, from its name (unit suffixes and score names)."""
     if name == "loss":
         return "loss"
     if name.endswith(("_acc", "_auc", "_mrr", "_at_best_val")) or "hits@" in name or name.startswith("best_"):
@@ -44,22 +42,18 @@ def _group(name: str) -> str:
 
 
 def scalar_tags(rec: dict[str, Any]) -> dict[str, float]:
-    """Every numeric field of an epoch record as {"<section>/<field>": value}; None (not evaluated), bools,
-    strings and nested values are left out."""
+    """Return a record's numeric fields as {"<section>/<field>": value} (no None, bools or nested values)."""
     return {f"{_group(k)}/{k}": float(v) for k, v in rec.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def eval_index(epoch: int, ends: list[int], end: int) -> int:
-    """The TensorBoard step of the evaluation after train step `end` of `epoch`: epochs done times the
-    evaluations per epoch (epoch + 1 with one per epoch), so each evaluation inside an epoch has its own step
-    and a resumed run continues the same numbering."""
+    """Return the TensorBoard step of the evaluation after step `end`: one per evaluation, stable on resume."""
     return epoch * len(ends) + ends.index(end) + 1
 
 
 class ScalarLog:
-    """Torch's `SummaryWriter` on `logdir` (created): `tensorboard --logdir DIR` and `EventAccumulator` read its
-    event file; a resumed run adds a file beside it."""
+    """Torch's `SummaryWriter` on `logdir`; a resumed run adds an event file beside the first."""
 
     def __init__(self, logdir: str) -> None:
         require()
@@ -68,7 +62,7 @@ class ScalarLog:
         self._writer = SummaryWriter(logdir)
 
     def write(self, rec: dict[str, Any], step: int) -> None:
-        """The record's scalars at `step`, on disk when this returns."""
+        """Write the record's scalars at `step`, on disk when this returns."""
         for tag, value in scalar_tags(rec).items():
             self._writer.add_scalar(tag, value, global_step=int(step))
         self._writer.flush()
