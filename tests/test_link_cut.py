@@ -88,7 +88,7 @@ def test_a_link_cut_during_an_epoch_ends_every_rank_and_the_checkpoint_resumes(t
     assert not _left(tmp_path, TIMEOUT + BOUND - after), "ranks of the cut job still run"
     gens = sorted((tmp_path / "disk1" / "ckpt").glob("gen-*/manifest.json"))
     assert gens, "no generation was kept"
-    epochs = json.loads((gens[-1]).read_text())["epoch"] + 2  # one or two epochs past the generation
+    epochs = json.loads(gens[-1].read_text())["epoch"] + 2  # one or two epochs past the generation
     rc, out, _ = _cut_when(tmp_path, r"^$^", [*flags[:-1], str(epochs), "--resume"], hosts=1, per_host=2)
     assert rc == 0 and f"({gens[-1].parent.name})" in out, out[-3000:]
 

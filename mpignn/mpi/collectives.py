@@ -22,7 +22,7 @@ __all__ = ["check_all", "check_same", "MAX_COUNT", "exchange_counts", "alltoallv
 def check_all(comm: Any, ok: bool, message: str, error: type[MpignnError] = MpignnError) -> None:
     """Collective over `comm`: raise the same `error` on every rank if `ok` is False on any rank.
 
-    So no rank is left waiting in the next collective; the lowest failing rank's message is used.
+    Every rank raises, so none is left waiting in the next collective; the lowest failing rank's message is used.
     """
     with bounded("check_all (allreduce)"):
         all_arrived(comm)
