@@ -12,6 +12,9 @@ __all__ = ["main", "cli"]
 
 def main(argv: Sequence[str] | None = None, *, keep_handler: bool = False) -> int:
     """Train; return the exit code. The previous SIGUSR2 handler is put back unless `keep_handler`."""
+    from mpignn.launch.allocator import prefer_huge_pages
+
+    prefer_huge_pages()  # before torch's first allocation
     from mpignn.training.stopping import StopSignal
 
     # First: Slurm's warning can come while the data is still loading.

@@ -5,6 +5,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pytest  # noqa: E402
 
+from mpignn.launch.allocator import prefer_huge_pages  # noqa: E402
+
+prefer_huge_pages()  # as `python -m mpignn.train` does, before torch's first allocation; the suite's jobs inherit it
+
 
 @pytest.fixture(scope="module")
 def rt():

@@ -112,6 +112,24 @@ def test_full_graph_steps_keep_big_blocks_in_the_heap():
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
+def test_torch_is_asked_for_huge_pages_only_where_glibc_maps_the_big_blocks(monkeypatch):
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled", encoding="ascii") as f:
+            offered = "[never]" not in f.read()
+    except OSError:
+        offered = False
+    monkeypatch.delenv("MPIGNN_MALLOC", raising=False)
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
+    assert allocator.prefer_huge_pages() is offered
+    assert os.environ.get("THP_MEM_ALLOC_ENABLE") == ("1" if offered else None)
+    assert ("torch's in huge pages" in allocator.policy()) is offered
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "0")  # the user's choice stands
+    assert allocator.prefer_huge_pages() is False and os.environ["THP_MEM_ALLOC_ENABLE"] == "0"
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE")
+    monkeypatch.setenv("MPIGNN_MALLOC", "heap")  # the heap keeps its pages: nothing to fault in again
+    assert allocator.prefer_huge_pages() is False and "THP_MEM_ALLOC_ENABLE" not in os.environ
+
+
 def test_an_unknown_or_removed_policy_is_refused_in_one_line(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="MPIGNN_MALLOC='heep' names no malloc policy. HINT: unset it"):
         allocator.tune_allocator({"MPIGNN_MALLOC": "heep"})
