@@ -4,8 +4,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -69,7 +67,7 @@ def _table(stdout):
 
 
 @pytest.fixture
-def bench_in_pool(monkeypatch, capsys):
+def bench_in_pool(monkeypatch, capsys, tmp_path_factory):
     """`python -m mpignn.bench[.MODULE] ARGV` in this process, each row's `mpignn.train` (and `mpignn.predict`)
     run in the tests' standing job of its ranks (no fresh ranks a row; the rows' core binding is left out);
     -> run(argv, module=mpignn.bench.__main__): (exit code, the printed output, the `launcher` each row was
@@ -84,11 +82,11 @@ def bench_in_pool(monkeypatch, capsys):
     def pooled(np_, args, timeout=3600, *, cores_per_rank=0, env=None, launcher=None):
         assert env is None
         launchers.append(launcher)
-        base = Path(tempfile.mkdtemp(prefix="mpignn-bench-row-"))
+        base = tmp_path_factory.mktemp("bench-row")
         return records(base, train_runs(np_, base, args, {"row": []}, timeout), "row")[0]
 
     def pooled_predict(ranks, threads, checkpoint, out, chunk, halo_mib=""):
-        base = Path(tempfile.mkdtemp(prefix="mpignn-bench-predict-"))
+        base = tmp_path_factory.mktemp("bench-predict")
         argv = ["mpignn.predict", *bench_predict.predict_args(threads, checkpoint, out, chunk, halo_mib)]
         codes, log = run_cli_many(ranks, {"row": argv}, base)["row"]
         return bench_predict.read_row(log, set(codes) == {0}, " ".join(argv))

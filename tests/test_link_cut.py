@@ -21,7 +21,7 @@ from _mpirun import WORKERS, clean_env
 from mpignn.mpi.watchdog import Watchdog
 
 DISK = str(WORKERS / "node_disk.sh")
-TIMEOUT = 10  # --collective-timeout of these runs
+TIMEOUT = 5  # --collective-timeout of these runs
 BOUND = Watchdog.reported_within(TIMEOUT) + 10  # the watchdog's bound, and the launcher's teardown
 
 
