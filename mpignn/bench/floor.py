@@ -33,10 +33,12 @@ def _prepare(dataset: str, root: str, parts: int, seed: int) -> Path:
 
 
 def _worker(args: argparse.Namespace) -> None:
+    from mpignn.launch.allocator import prefer_huge_pages, tune_allocator
+
+    prefer_huge_pages()  # before torch's first allocation, as `mpignn.train` does
     import torch
     from mpi4py import MPI
 
-    from mpignn.launch.allocator import tune_allocator
     from mpignn.exchange.alltoall import MpiAlltoall
     from mpignn.exchange.halo import ByteCounter, Halo
     from mpignn.models.sampled import SampledGNN
