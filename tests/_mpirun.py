@@ -67,12 +67,18 @@ class _Pool:
     """A standing n-rank job (mpi_workers/pool.py) that runs worker scripts and CLI runs one after another, so
     the tests' small jobs do not each pay the ranks' imports of torch and torch-geometric."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, hosts: int = 0):
+        """`hosts`: n ranks over that many emulated hosts (multihost-mpirun), whose process ids are their own: the
+        ranks end when the queue folder is gone, not with a parent they cannot see."""
         import tempfile
 
         self.n, self.queue, self.next = n, Path(tempfile.mkdtemp(prefix=f"mpignn-pool{n}-")), 0
-        cmd, env = mpi_cmd(n, [sys.executable, str(WORKERS / "pool.py"), str(self.queue), str(os.getpid())],
-                           24 * 3600)
+        argv = [sys.executable, str(WORKERS / "pool.py"), str(self.queue), str(0 if hosts else os.getpid())]
+        if hosts:
+            env = clean_env(PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
+            cmd = [str(MULTIHOST), "-H", str(hosts), "-p", str(n // hosts), "-t", str(24 * 3600), "--", *argv]
+        else:
+            cmd, env = mpi_cmd(n, argv, 24 * 3600)
         self.log = open(self.queue / "job.log", "w")
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -97,14 +103,19 @@ class _Pool:
         return None, f"{out}\n[the pooled job {state}]\n{(self.queue / 'job.log').read_text()[-4000:]}"
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        shutil.rmtree(self.queue, ignore_errors=True)  # idle ranks see it gone and end: the launcher cleans up
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # a hung job: TERM lets multihost-mpirun remove its hosts
+            try:
+                self.proc.wait(timeout=5)
+                break
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, sig)
+        self.proc.wait()
         self.log.close()
-        shutil.rmtree(self.queue, ignore_errors=True)
 
 
-_POOLS: dict[int, _Pool] = {}
+_POOLS: dict[tuple[int, int], _Pool] = {}  # (ranks, hosts: 0 for this host alone)
+MULTIHOST = SHARED / "tools" / "multihost-mpirun"
 FRESH = {"mpi_without_torch.py", "no_open_door.py", "device_identity.py", "device_collectives.py"}
 """Workers that check what a fresh process holds (modules imported, sockets, devices): never pooled."""
 POOLED_CLIS = {"mpignn.train", "mpignn.predict", "mpignn.partition"}
@@ -118,22 +129,24 @@ def _close_pools() -> None:
     _POOLS.clear()
 
 
-def run_python(n: int, argv: list[object], timeout: float = 60, cwd: str | Path | None = None,
+def run_python(n: int, argv: list[object], timeout: float = 60, cwd: str | Path | None = None, *, hosts: int = 0,
                **env: str) -> tuple[int, str]:
     """`mpiexec -n n python ARGV...` (a script and its arguments, or `-m` and a CLI); returns (exit code, output).
     Without extra environment it runs in the standing n-rank job (`_Pool`), unless the script is in FRESH;
     MPIGNN_TEST_POOL=0 starts a fresh job every time. The standing job is dropped (the next run starts another)
-    after a run that did not end 0 on every rank, short of a CLI's agreed refusal (1 on every rank)."""
+    after a run that did not end 0 on every rank, short of a CLI's agreed refusal (1 on every rank). `hosts`:
+    the n ranks spread over that many emulated hosts (multihost-mpirun), always in a standing job."""
     argv = [str(a) for a in argv]
     pooled = not env and os.environ.get("MPIGNN_TEST_POOL", "1") != "0" and (
         argv[1] in POOLED_CLIS if argv[0] == "-m" else Path(argv[0]).name not in FRESH)
-    if not pooled:
+    if not pooled and not hosts:
         return run_mpi_raw(n, [sys.executable, *argv], timeout, cwd, **env)
-    pool = _POOLS.get(n) or _POOLS.setdefault(n, _Pool(n))
+    key = (n, hosts)
+    pool = _POOLS.get(key) or _POOLS.setdefault(key, _Pool(n, hosts))
     codes, out = pool.run(argv, timeout, cwd)
     if codes is None or (set(codes) != {0} and not (argv[0] == "-m" and set(codes) == {1})):
         pool.close()
-        del _POOLS[n]
+        del _POOLS[key]
     return (-1 if codes is None else max(codes)), out
 
 

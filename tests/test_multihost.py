@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from _mpirun import SHARED, WORKERS, clean_env, ok_ranks, run_cmd
+from _mpirun import SHARED, WORKERS, clean_env, ok_ranks, run_cmd, run_python
 
 TOOL = SHARED / "tools" / "multihost-mpirun"
 pytestmark = [pytest.mark.mpi,
@@ -25,28 +25,36 @@ def _multihost(hosts, per_host, argv, timeout=180, tool=TOOL):
     return rc, out
 
 
+def _pooled(hosts, per_host, argv, timeout=180):
+    """`argv` (a worker script and its arguments, or `-m` and a CLI) in a standing job of `hosts` x `per_host`
+    ranks (tests/_mpirun.py::run_python): the tests' jobs of one layout import torch once."""
+    rc, out = run_python(hosts * per_host, argv, timeout, hosts=hosts)
+    if rc == -1 and "multihost-mpirun:" in out:
+        pytest.skip(f"multihost-mpirun could not set up hosts here: {out[-300:]}")
+    return rc, out
+
+
 def test_node_local_first_and_cross_host_exchange(tmp_path):
-    rc, out = _multihost(2, 2, [sys.executable, str(WORKERS / "multihost.py"), str(tmp_path), "2", "2"])
+    rc, out = _pooled(2, 2, [WORKERS / "multihost.py", tmp_path, "2", "2"])
     assert rc == 0 and len(ok_ranks(out)) == 4, out[-3000:]
 
 
 def test_distributed_sampling_across_hosts(tmp_path):
-    rc, out = _multihost(2, 1, [sys.executable, str(WORKERS / "dist_sampling.py"), str(tmp_path / "p"), "metis",
-                                "100"])
+    rc, out = _pooled(2, 1, [WORKERS / "dist_sampling.py", tmp_path / "p", "metis", "100"])
     assert rc == 0 and len(ok_ranks(out)) == 2, out[-3000:]
 
 
 def test_partition_delivered_to_hosts_without_it(tmp_path):
     """Each host has a folder of its own (node-local disks): rank 0's partition reaches the other host's leader
     for its ranks, checked by sha256; a corrupt file is refused on every rank and the old folder kept."""
-    rc, out = _multihost(2, 2, [sys.executable, str(WORKERS / "deliver.py"), str(tmp_path)])
+    rc, out = _pooled(2, 2, [WORKERS / "deliver.py", tmp_path])
     assert rc == 0 and len(ok_ranks(out)) == 4, out[-3000:]
 
 
 def test_delivery_refuses_a_folder_mpignn_did_not_write(tmp_path):
     """The other host holds a folder of the user's at the partition path: refused on every rank, its files
     kept; with force it is replaced, and a killed delivery's leftover (dead pid) on that host is removed."""
-    rc, out = _multihost(2, 1, [sys.executable, str(WORKERS / "deliver_refuse.py"), str(tmp_path)])
+    rc, out = _pooled(2, 1, [WORKERS / "deliver_refuse.py", tmp_path])
     assert rc == 0 and len(ok_ranks(out)) == 2, out[-3000:]
 
 
@@ -65,9 +73,9 @@ def test_training_with_a_partition_on_one_host_only(tmp_path):
 
 
 def test_training_across_hosts_with_node_local_prep(tmp_path):
-    rc, out = _multihost(2, 2, [sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--local-prep",
-                                "--dataset", "synthetic:num_nodes=4000,avg_degree=8,num_features=8", "--epochs", "1",
-                                "--hidden", "16", "--batch-size", "128", "--fanout", "5,5"])
+    rc, out = _pooled(2, 2, ["-m", "mpignn.train", "--root", tmp_path, "--local-prep", "--dataset",
+                             "synthetic:num_nodes=4000,avg_degree=8,num_features=8", "--epochs", "1", "--hidden", "16",
+                             "--batch-size", "128", "--fanout", "5,5"])
     assert rc == 0 and "final test accuracy" in out and "4 ranks on 2 hosts" in out, out[-3000:]
 
 
@@ -114,8 +122,7 @@ def test_two_hosts_of_one_rank_train_what_one_host_of_two_ranks_trains(tmp_path)
     cases = {name: ["mpignn.train", *argv, "--metrics-out", str(tmp_path / f"{name}-2x1.jsonl")]
              for name, argv in argvs.items()}
     (tmp_path / "cases.json").write_text(json.dumps(cases))
-    rc, out = _multihost(2, 1, [sys.executable, str(WORKERS / "cli_many.py"), str(tmp_path / "cases.json"),
-                                str(tmp_path)])  # both graphs in one job: the ranks import torch once
+    rc, out = _pooled(2, 1, [WORKERS / "cli_many.py", tmp_path / "cases.json", tmp_path])
     assert rc == 0 and len(ok_ranks(out)) == 2, out[-3000:]
     for name, argv in argvs.items():
         log = (tmp_path / f"{name}.rank0.log").read_text()

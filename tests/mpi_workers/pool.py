@@ -5,7 +5,7 @@ MODULE is one of `cli_many.MAINS`, run as its CLI runs it. Every rank waits for 
 not in an MPI call (MPICH spins in a blocking collective, and this job idles between tests on a 2-core machine),
 runs the script as `python SCRIPT ARGS` would (`__main__`, sys.argv), with its file descriptors 1 and 2 in
 QUEUE/K.rankR.log, and writes its exit code to QUEUE/K.rankR.rc. The job ends when the process that started it
-(pytest) is gone, or is killed (`tests/_mpirun.py::_Pool.close`).
+(pytest) or the queue folder is gone (`tests/_mpirun.py::_Pool.close`), or is killed.
 
 Why: a rank spends 5-7 s of CPU importing torch and torch-geometric, most of a small test job; the tests'
 jobs that need no fresh process share these ranks (`tests/_mpirun.py::run_mpi`)."""
@@ -49,7 +49,13 @@ def _script(argv: list[str]) -> int:
         sys.argv, sys.path[:] = saved[0], saved[1]
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, queue: Path) -> bool:
+    """Whether the tests still want this job: its queue folder is there, and the process that started it (0:
+    not visible from here, on an emulated host) runs."""
+    if not queue.is_dir():
+        return False
+    if pid == 0:
+        return True
     try:
         os.kill(pid, 0)
         return True
@@ -67,7 +73,7 @@ def main(queue: str, parent: str) -> int:
     for k in range(sys.maxsize):
         request = queue / f"{k}.json"
         while not request.exists():
-            if not _alive(parent_pid):
+            if not _alive(parent_pid, queue):
                 return 0
             time.sleep(0.02)
         spec = json.loads(request.read_text())
