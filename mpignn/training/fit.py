@@ -84,7 +84,7 @@ def fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any
     """Collective over `rt.comm`: train `graph.task`, resuming when asked, the checkpoint folder locked meanwhile.
 
     Args:
-        resolved: what the `auto` flags resolved to (`runtime.resolve`), kept in records and checkpoints.
+        resolved: what the `auto` flags resolved to (`runtime.session`), kept in records and checkpoints.
     Returns:
         0, or EXIT_STOPPED when `stop` was requested on any rank (after the checkpoint is saved).
     """
