@@ -12,7 +12,7 @@ import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.npyio import iter_chunks, npy_header
-from mpignn.data.splits import split_problem
+from mpignn.data.npz_checks import split_problem
 from mpignn.errors import DatasetError
 from mpignn.fileio import load_npy, save_npy, write_json
 
