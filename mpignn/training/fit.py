@@ -19,7 +19,7 @@ from mpignn.training.checkpoint_hosts import bring_generation
 from mpignn.launch.device import cpu_lacks_bf16_units
 from mpignn.training.ddp import optimize_for_device, wrap_ddp
 from mpignn.training.epoch import EpochParts, run_epoch
-from mpignn.training.report import BestEpoch, format_epoch, format_final
+from mpignn.training.record import BestEpoch, format_epoch, format_final
 from mpignn.training.run_files import (check_outputs, claim_checkpoint_dir, generation_bytes, keep_best, on_behalf,
                                        report_epoch)
 from mpignn.training.schedule import attach_lr_schedule, schedule
