@@ -1,5 +1,5 @@
 """The epoch loop of `python -m mpignn.train`: resume, train, evaluate, keep the best validation epoch, save
-checkpoints, and stop in agreement on SIGUSR2. Built on loop, checkpoint, report and stopping; imports torch.
+checkpoints, and stop in agreement on SIGUSR2. Built on epoch, checkpoint, record and stopping; imports torch.
 """
 from __future__ import annotations
 
