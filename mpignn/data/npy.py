@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
-from mpignn.data.npyio import iter_chunks, npy_header
+from mpignn.data.npyio import iter_chunks, read_npy_header
 from mpignn.data.npz_checks import SPLIT_KEYS, split_problem
 from mpignn.errors import DatasetError
 from mpignn.fileio import load_npy, save_npy, write_json
@@ -29,7 +29,8 @@ def _fail(folder: Path, problem: str, hint: str = _HINT) -> DatasetError:
 def _header(folder: Path, name: str, kind: str) -> tuple[tuple[int, ...], np.dtype]:
     path = folder / f"{name}.npy"
     try:
-        shape, dtype, fortran, _ = npy_header(path)
+        with open(path, "rb") as f:
+            shape, fortran, dtype = read_npy_header(f)
     except (ValueError, OSError, EOFError) as exc:
         raise _fail(folder, f"{name}.npy is not a readable .npy array ({exc})", "write it with np.save") from None
     want = "an int" if kind == "iu" else "a float32"
