@@ -62,13 +62,6 @@ def set_rng_state(state: dict[str, torch.Tensor], device: str = "cpu") -> None:
         module.set_rng_state(state["device"].to(torch.uint8).clone(), torch.device(device))
 
 
-def _state(epoch: int, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-           extra: dict[str, Any] | None, rng: dict[str, torch.Tensor] | None) -> dict[str, Any]:
-    return {"format": FORMAT, "epoch": int(epoch), "step": int(step),
-            "model": getattr(model, "module", model).state_dict(), "optimizer": optimizer.state_dict(),
-            "rng": rng or {}, "extra": extra or {}}
-
-
 def read_checkpoint(folder: Path, sha256: str | None = None, *, doing: str = "resume from",
                     hint: str = "the file is corrupt; delete its folder to resume from the generation before it",
                     ) -> dict[str, Any]:
@@ -218,7 +211,9 @@ def save_state(comm: Any, folder: str | os.PathLike, *, epoch: int, step: int, m
         nonlocal data
         rng = {k: torch.from_numpy(np.stack([states[k] for _, states in reports])) for k in reports[0][1]}
         buf = io.BytesIO()
-        torch.save(_state(epoch, step, model, optimizer, {**extra, "world_size": comm.size}, rng), buf)
+        torch.save({"format": FORMAT, "epoch": int(epoch), "step": int(step),
+                    "model": getattr(model, "module", model).state_dict(), "optimizer": optimizer.state_dict(),
+                    "rng": rng, "extra": {**extra, "world_size": comm.size}}, buf)
         data = buf.getvalue()
         files = {rows_name(r): sha for r, (sha, _) in enumerate(reports) if sha is not None}
         files[CHECKPOINT] = hashlib.sha256(data).hexdigest()
