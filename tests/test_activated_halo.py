@@ -1,12 +1,11 @@
-"""The fused activation + halo of cooperative batches (`mpignn.models.activated_halo`) equals ReLU + dropout
-followed by the plain halo's `torch.cat`: the same table and the same gradient, with and without dropout."""
+"""The fused activation + halo of cooperative batches (`mpignn.models.dropout.activated_halo`) equals ReLU +
+dropout followed by the plain halo's `torch.cat`: the same table and the same gradient, with and without dropout."""
 import numpy as np
 import pytest
 import torch
 
 from mpignn.exchange.halo import ByteCounter, Halo
-from mpignn.models.activated_halo import activated_halo
-from mpignn.models.dropout import relu_dropout
+from mpignn.models.dropout import activated_halo, relu_dropout
 from mpignn.sampling.cooperative import LayerPlan
 
 

@@ -1,7 +1,7 @@
 """Defaults chosen by measurement (docs/training.md "Defaults and why"): --task link's own defaults apply only
 where no flag or --config key sets them; --patience stops a run that plateaus and reports (and keeps, with
 --checkpoint-dir) the best validation epoch; without --epochs a run trains until validation stops improving,
-within a step budget, evaluating as often as its epochs' length asks (`training.converge`), and says why it
+within a step budget, evaluating as often as its epochs' length asks (`training.schedule`), and says why it
 stopped."""
 import json
 
@@ -47,7 +47,7 @@ def test_patience_is_checked():
     (5000, 1, 1, 25, 3),  # a huge graph: one epoch, evaluated every 200 steps inside it
 ])
 def test_without_epochs_the_schedule_follows_the_epochs_length(steps, epochs, every, evals, patience):
-    from mpignn.training import converge
+    from mpignn.training import schedule as converge
 
     plan = converge.schedule(TrainConfig(), steps)
     assert (plan.epochs, plan.eval_every, plan.evals_per_epoch, plan.patience) == (epochs, every, evals, patience)

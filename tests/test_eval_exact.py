@@ -120,7 +120,8 @@ def _link_scores_from_predictions(tmp_path, checkpoint_dir, root) -> dict[str, f
     the checkpoint, on 1 rank: the pairs read from the partition's links/ folder, in original ids."""
     import torch
 
-    from mpignn.tasks.link_metrics import auc, positive_ranks
+    from mpi_workers.rank_sum_auc import auc
+    from mpignn.tasks.link_metrics import positive_ranks
     from mpignn.predict import load
     from mpignn.predict.cli import main as predict
 

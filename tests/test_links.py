@@ -8,7 +8,8 @@ from mpignn.data.links import split_links, undirected_pairs
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.exchange import FeatureStore
 from mpignn.loader.batches import BatchLoader
-from mpignn.tasks.link_metrics import LinkScores, auc, positive_ranks
+from mpi_workers.rank_sum_auc import auc
+from mpignn.tasks.link_metrics import LinkScores, positive_ranks
 from mpignn.models import build_model
 from mpignn.models.link import LinkModel
 from mpignn.sampling import LocalHops, NeighborSampler

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mpignn.tasks.node import correct_counter
-from mpignn.training.report import BEST_FIELDS, BestEpoch, format_final
+from mpignn.training.record import BEST_FIELDS, BestEpoch, format_final
 
 
 def _rec(epoch, val, test):

@@ -96,7 +96,7 @@ def test_the_printed_values_repeat_the_run_and_checkpoints_store_them(tmp_path, 
     """Every `auto` resolves once: the config line shows values, not auto; records and the checkpoint store
     them; a second run given them as flags (the line the run prints) trains the same records."""
     from mpignn import train
-    from mpignn.runtime.resolve import CHOOSE
+    from mpignn.runtime.session import CHOOSE
     from mpignn.training.checkpoint import checkpoint_config, latest_checkpoint
 
     common = ["--dataset", TINY, "--root", str(tmp_path), "--epochs", "2", "--fanout", "3,3", "--hidden", "8",
@@ -156,7 +156,7 @@ def test_ranks_that_resolve_a_flag_differently_are_named(caplog):
     import numpy as np
 
     from mpignn.config.train_config import parse
-    from mpignn.runtime.resolve import resolve_config
+    from mpignn.runtime.session import resolve_config
 
     comm = SimpleNamespace(allgather=lambda mine: [mine, {**mine, "threads": 2}])  # rank 1's host: 2 cores
     rt = SimpleNamespace(comm=comm, rank=0, world_size=2, threads=1, device="cpu",

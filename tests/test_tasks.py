@@ -16,7 +16,7 @@ from mpignn.tasks import Task, make_task
 PACKAGE = Path(__file__).resolve().parent.parent / "mpignn"
 SMALL = "synthetic:num_nodes=600,avg_degree=6,num_features=8,num_classes=4"
 # the modules that run every task: they ask the Task and may not decide by its name
-SHARED_BY_TASKS = ("mpignn.tasks.base", "mpignn.tasks.forward")  # what every task shares, named by none
+SHARED_BY_TASKS = ("mpignn.tasks.base",)  # what every task shares, named by none
 PIPELINE = ["training", "runtime", "loader", "train.py", "config/graph_options.py", "partition", "inference",
             "bench/__main__.py", "models/__init__.py", "predict"]
 
@@ -63,10 +63,9 @@ PARITY = '''
 import torch
 import torch.nn.functional as F
 
-from mpignn.tasks.forward import with_rows
 from mpignn.models import build_model, forward_batch
 from mpignn.mpi import allreduce_sum
-from mpignn.tasks.base import Task
+from mpignn.tasks.base import Task, with_rows
 
 
 class ParityTask(Task):

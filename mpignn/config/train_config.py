@@ -41,7 +41,7 @@ REMOVED_FLAGS: dict[str, str] = {
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig(GraphOptions):
     """Every flag of `python -m mpignn.train`: the graph's section (`GraphOptions`) and the run's own. Frozen
-    once made; what a run resolves from `auto` is a separate record (`runtime.resolve`)."""
+    once made; what a run resolves from `auto` is a separate record (`runtime.session`)."""
 
     epochs: int = opt(0, accepts=lambda v: v >= 0, problem="must be >= 0",
                       hint="e.g. --epochs 20, or leave it out (0) to train until validation stops improving")

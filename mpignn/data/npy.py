@@ -11,15 +11,14 @@ from pathlib import Path
 import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
-from mpignn.data.npyio import iter_chunks, npy_header
-from mpignn.data.splits import split_problem
+from mpignn.data.npyio import iter_chunks, read_npy_header
+from mpignn.data.npz_checks import SPLIT_KEYS, split_problem
 from mpignn.errors import DatasetError
 from mpignn.fileio import load_npy, save_npy, write_json
 
 __all__ = ["load_npy_folder", "write_npy_folder", "EDGE_FORMS"]
 
 EDGE_FORMS = (("edge_index",), ("src", "dst"), ("rowptr", "col"))
-_SPLITS = ("train_idx", "val_idx", "test_idx")
 _HINT = "see 'Your own graph (npy folder)' in docs/datasets.md for the files, dtypes and shapes"
 
 
@@ -30,7 +29,8 @@ def _fail(folder: Path, problem: str, hint: str = _HINT) -> DatasetError:
 def _header(folder: Path, name: str, kind: str) -> tuple[tuple[int, ...], np.dtype]:
     path = folder / f"{name}.npy"
     try:
-        shape, dtype, fortran, _ = npy_header(path)
+        with open(path, "rb") as f:
+            shape, fortran, dtype = read_npy_header(f)
     except (ValueError, OSError, EOFError) as exc:
         raise _fail(folder, f"{name}.npy is not a readable .npy array ({exc})", "write it with np.save") from None
     want = "an int" if kind == "iu" else "a float32"
@@ -40,7 +40,7 @@ def _header(folder: Path, name: str, kind: str) -> tuple[tuple[int, ...], np.dty
     if dtype.kind not in kind or (kind == "f" and dtype != np.float32):
         target = "np.int64" if kind == "iu" else "np.float32"
         hint = f"np.save('{name}.npy', a.astype({target}))"
-        if dtype.kind == "b" and name in _SPLITS:
+        if dtype.kind == "b" and name in SPLIT_KEYS:
             hint = f"{name} holds node ids, not a mask: save np.flatnonzero(mask)"
         raise _fail(folder, f"{name}.npy must be {want} array; got {dtype} with shape {shape}", hint)
     if fortran:
@@ -126,7 +126,7 @@ def load_npy_folder(folder: str | os.PathLike) -> GraphData:
     folder = Path(folder)
     if not folder.is_dir():
         raise DatasetError(f"npy folder {folder} does not exist. HINT: pass --dataset npy:/full/path/to/folder")
-    missing = [f"{k}.npy" for k in ("x", "y", *_SPLITS) if not (folder / f"{k}.npy").is_file()]
+    missing = [f"{k}.npy" for k in ("x", "y", *SPLIT_KEYS) if not (folder / f"{k}.npy").is_file()]
     if missing:
         raise _fail(folder, f"missing {', '.join(missing)}")
     xs, _ = _header(folder, "x", "f")
@@ -137,7 +137,7 @@ def load_npy_folder(folder: str | os.PathLike) -> GraphData:
     if _header(folder, "y", "iu")[0] != (n,):
         raise _fail(folder, f"y.npy must be int [{n}] (one label per row of x); got shape "
                             f"{_header(folder, 'y', 'iu')[0]}", "save y.reshape(-1)")
-    for name in _SPLITS:
+    for name in SPLIT_KEYS:
         if len(_header(folder, name, "iu")[0]) != 1:
             raise _fail(folder, f"{name}.npy must be a 1-D int array of node ids", f"save {name}.reshape(-1)")
     meta = {}
@@ -160,7 +160,7 @@ def load_npy_folder(folder: str | os.PathLike) -> GraphData:
         raise _fail(folder, f"labels must lie in [-1, num_classes) with 2 <= num_classes <= {n}; got "
                             f"num_classes {num_classes}, y in [{y.min()}, {y.max()}]",
                     "labels are 0 .. C-1 (-1 = unlabelled); set num_classes in meta.json")
-    splits = {k: np.asarray(_load(folder, k), dtype=np.int64) for k in _SPLITS}
+    splits = {k: np.asarray(_load(folder, k), dtype=np.int64) for k in SPLIT_KEYS}
     _check_splits(folder, splits, y, n, num_classes)
     rowptr, col = _structure(folder, n)
     name = str(meta.get("name") or "npy-" + folder.name)

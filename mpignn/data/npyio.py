@@ -11,8 +11,7 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 
-__all__ = ["NpyWriter", "read_rows", "iter_chunks", "rows_per_chunk", "npy_header", "read_npy_header",
-           "release_pages"]
+__all__ = ["NpyWriter", "read_rows", "iter_chunks", "rows_per_chunk", "read_npy_header", "release_pages"]
 
 CHUNK_BYTES = 64 << 20
 """Bytes per chunk of the streaming passes: large enough for full-speed I/O, small beside any graph."""
@@ -34,17 +33,6 @@ def read_npy_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
     read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
     shape, fortran, dtype = read(f)
     return tuple(shape), fortran, dtype
-
-
-def npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype, bool, int]:
-    """(shape, dtype, fortran_order, data offset) from an .npy header, reading no array data.
-
-    Raises:
-        ValueError: as `read_npy_header`.
-    """
-    with open(path, "rb") as f:
-        shape, fortran, dtype = read_npy_header(f)
-        return shape, dtype, fortran, f.tell()
 
 
 class NpyWriter:

@@ -1,5 +1,6 @@
-"""Checks shared by `data.npz` and `data.npz_hetero`: headers, dtypes, named keys, splits, labels, the error.
-numpy and mpignn.errors / data.splits / data.npyio only; imports neither npz module (both import this one).
+"""Checks shared by `data.npz` and `data.npz_hetero`: headers, dtypes, named keys, splits, labels, the error;
+`split_problem` serves the npy, split-file and public readers too, so all say the same thing.
+numpy and mpignn.errors / data.npyio only; imports neither npz module (both import this one).
 """
 from __future__ import annotations
 
@@ -9,15 +10,18 @@ import zlib
 import numpy as np
 
 from mpignn.data.npyio import read_npy_header
-from mpignn.data.splits import split_problem
 from mpignn.errors import DatasetError
 
-__all__ = ["SPLIT_KEYS", "NPZ_HINT", "UNREADABLE", "npz_error", "read_headers", "check_dtype", "read_arrays",
+__all__ = ["SPLIT_KEYS", "PURPOSE", "split_problem", "NPZ_HINT", "UNREADABLE", "npz_error", "read_headers", "check_dtype", "read_arrays",
            "check_splits", "check_labels"]
 
 SPLIT_KEYS = ("train_idx", "val_idx", "test_idx")
 NPZ_HINT = "see 'Your own graph (npz)' in docs/datasets.md for the expected keys, dtypes and shapes"
 UNREADABLE = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, NotImplementedError)
+
+PURPOSE = {"train_idx": "nothing to train on", "val_idx": "nothing to select the model on",
+           "test_idx": "nothing to report the accuracy on"}
+PURPOSE.update(train=PURPOSE["train_idx"], valid=PURPOSE["val_idx"], test=PURPOSE["test_idx"])  # --splits' keys
 
 
 def npz_error(path: str, problem: str, hint: str = NPZ_HINT) -> DatasetError:
@@ -98,3 +102,28 @@ def check_labels(path: str, arrays: dict[str, np.ndarray], splits: dict[str, np.
                                   f"split nodes need labels in [0, {num_classes})",
                             "drop unlabelled nodes from the splits, or label them")
     return num_classes
+
+
+def split_problem(splits: dict[str, np.ndarray], n: int) -> tuple[str, str] | None:
+    """The first problem (what, hint) of the splits, or None when they are sound."""
+    owner = np.zeros(n, dtype=np.int8)
+    for i, (key, idx) in enumerate(splits.items(), start=1):
+        if idx.size == 0:
+            return (f"{key} is empty ({PURPOSE.get(key, 'no nodes')}); all three splits need nodes",
+                    "hold out some labelled nodes, e.g. split a random permutation 60/20/20")
+        if idx.min() < 0 or idx.max() >= n:
+            return (f"{key} has node ids outside [0, {n}): min {idx.min()}, max {idx.max()}",
+                    "node ids are row numbers of x, 0 .. N-1")
+        ordered = np.sort(idx)
+        repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+        if repeated.size:
+            return (f"{key} must list each node once; got {repeated.size} repeated id(s), e.g. {repeated[0]}",
+                    f"save np.unique({key})")
+        taken = owner[idx]
+        if taken.any():
+            other = list(splits)[int(taken[taken > 0][0]) - 1]
+            shared = idx[taken > 0]
+            return (f"{other} and {key} share {shared.size} node(s), e.g. {shared[0]}; a node may be in one split "
+                    "only", f"remove them from one split, e.g. np.setdiff1d({key}, {other})")
+        owner[idx] = i
+    return None

@@ -18,7 +18,7 @@ from mpignn.data.raw_benchmarks import (FLICKR_FILES, REDDIT_FILES, read_flickr,
                                         read_wikics)
 from mpignn.data.raw_public import (IMDB_FILES, PLANETOID_PARTS, read_heterophilous, read_imdb,
                                     read_planetoid)
-from mpignn.data.splits import split_problem
+from mpignn.data.npz_checks import split_problem
 from mpignn.errors import DatasetError
 
 __all__ = ["PLANETOID", "HETEROPHILOUS", "HETERO", "OGB", "BENCHMARKS", "NUM_SPLITS", "load_planetoid",

@@ -11,8 +11,7 @@ import numpy as np
 
 from mpignn.data.cache import fingerprint
 from mpignn.data.graph import GraphData
-from mpignn.data.npz_checks import UNREADABLE
-from mpignn.data.splits import split_problem
+from mpignn.data.npz_checks import UNREADABLE, split_problem
 from mpignn.errors import DatasetError
 
 __all__ = ["SPLIT_FILE_KEYS", "SPLITS_TAG", "read_split_file", "apply_splits", "splits_tag", "split_source",

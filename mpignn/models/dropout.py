@@ -2,21 +2,26 @@
 
 Why not `F.dropout`: its CPU `bernoulli_` mask is slow (docs/training.md, "Defaults and why"). CPU fp32/fp64
 takes one numba pass whose mask a seed fixes whatever the thread count, and keeps no mask (backward uses
-out > 0); other devices take torch ops. Imports torch, numpy and numba only.
+out > 0); other devices take torch ops. `activated_halo` fuses it with the next layer's halo for cooperative
+batches: own rows are written straight into a table whose tail receives the remote rows, sparing `Halo`'s
+`torch.cat` of every own row of every layer (its cost: docs/training.md, "Fewer copies"). Imports torch, numpy,
+numba and exchange.halo only.
 """
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import torch
 from numba import njit, prange
 
 from mpignn.compiled import ensure_numba_cache_dir
+from mpignn.exchange.halo import return_grads, send_own
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 
-__all__ = ["activate_into", "activation_grad", "keep_threshold", "relu_dropout"]
+__all__ = ["activate_into", "activation_grad", "keep_threshold", "relu_dropout", "activated_halo"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _LOW32 = np.uint64(0xFFFFFFFF)
@@ -132,3 +137,33 @@ def relu_dropout(x: torch.Tensor, p: float, training: bool, inplace: bool = Fals
     if not training or p == 0.0:
         return torch.relu_(x) if inplace else torch.relu(x)
     return _ReluDropout.apply(x, p, inplace)
+
+
+
+class _ActivatedHalo(torch.autograd.Function):
+    """pre-activation own rows [n_own, ...] -> the layer's table: activated own rows, then other ranks' rows."""
+
+    @staticmethod
+    def forward(ctx, x, p, training, plan, transport, counter):
+        n_own = len(x)
+        table = torch.empty((n_own + int(plan.recv_counts.sum()),) + tuple(x.shape[1:]), dtype=x.dtype,
+                            device=x.device)
+        ctx.scale = activate_into(x.contiguous(), table[:n_own], p, training)
+        got, ctx.send_idx = send_own(table[:n_own], plan, transport, counter)
+        table[n_own:] = got
+        ctx.save_for_backward(table)
+        ctx.plan, ctx.transport, ctx.counter = plan, transport, counter
+        return table
+
+    @staticmethod
+    def backward(ctx, grad):
+        (table,) = ctx.saved_tensors
+        grad_own = return_grads(grad, ctx.plan, ctx.transport, ctx.counter, ctx.send_idx)
+        grad_in = activation_grad(table[:ctx.plan.n_own], grad_own, ctx.scale, inplace=True)
+        return grad_in, None, None, None, None, None
+
+
+def activated_halo(halo: Any, layer: int, x: torch.Tensor, p: float, training: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """`halo(layer, relu_dropout(x, p, training))` without copying the activated rows into the table."""
+    table = _ActivatedHalo.apply(x, p, training, halo.plan(layer, len(x)), halo.transport, halo.counter)
+    return table, halo.sources(layer, x.device)

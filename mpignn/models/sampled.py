@@ -8,9 +8,8 @@ from typing import Any, Sequence
 
 import torch
 
-from mpignn.models.activated_halo import activated_halo
 from mpignn.models.aggregate import MeanAdjacency
-from mpignn.models.dropout import relu_dropout
+from mpignn.models.dropout import activated_halo, relu_dropout
 from mpignn.models.norm import make_norm, make_residual
 from mpignn.models.sparse_input import column_major, sage_sparse_input, sparse_projection
 

@@ -5,20 +5,17 @@ Layer 14 (predict): imports runtime and every layer below; never bench. `predict
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from mpignn.predict.output import load, read_manifest
 
 __all__ = ["load", "read_manifest", "restore_run", "infer", "predict_to"]
 
+_LAZY = {"restore_run": "mpignn.predict.restore", "infer": "mpignn.predict.run", "predict_to": "mpignn.predict.run"}
+
 
 def __getattr__(name: str) -> Any:
-    if name == "restore_run":
-        from mpignn.predict.restore import restore_run
-
-        return restore_run
-    if name in ("infer", "predict_to"):
-        from mpignn.predict import run
-
-        return getattr(run, name)
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'mpignn.predict' has no attribute {name!r}")

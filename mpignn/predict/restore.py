@@ -3,8 +3,6 @@
 """
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -12,7 +10,7 @@ from typing import Any
 
 import torch
 
-from mpignn.training.checkpoint import CHECKPOINT, MANIFEST, latest_checkpoint, resume_state
+from mpignn.training.checkpoint import CHECKPOINT, MANIFEST, latest_checkpoint, read_checkpoint, resume_state
 from mpignn.training.checkpoint_hosts import bring_generation
 from mpignn.training.optim import adam
 from mpignn.config.train_config import TrainConfig
@@ -62,19 +60,16 @@ def read_saved(folder: Path) -> dict[str, Any]:
     Raises:
         ConfigError: a corrupt checkpoint or one without a config.
     """
-    path = folder / CHECKPOINT
-    try:
-        data = path.read_bytes()
-        if (folder / MANIFEST).is_file():
-            expected = json.loads((folder / MANIFEST).read_text())["files"][CHECKPOINT]
-            if hashlib.sha256(data).hexdigest() != expected:
-                raise ValueError(f"its sha256 is not the one in {MANIFEST}")
-        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-        config = state["extra"]["config"]
-    except Exception as exc:  # unpickling refusals, truncation, checksums, missing keys: all "unusable"
-        raise ConfigError(f"cannot predict with {path}: {type(exc).__name__}: {str(exc)[:200]}. HINT: use another "
-                          "--generation, or a checkpoint written by python -m mpignn.train") from None
-    return {"config": config, "world_size": state["extra"].get("world_size"), "epoch": int(state.get("epoch", 0))}
+    hint = "use another --generation, or a checkpoint written by python -m mpignn.train"
+    try:  # a corrupt manifest, or a state without a config: as unusable as a corrupt file
+        manifest = folder / MANIFEST
+        expected = json.loads(manifest.read_text())["files"][CHECKPOINT] if manifest.is_file() else None
+        state = read_checkpoint(folder, expected, doing="predict with", hint=hint)
+        return {"config": state["extra"]["config"], "world_size": state["extra"].get("world_size"),
+                "epoch": int(state.get("epoch", 0))}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"cannot predict with {folder / CHECKPOINT}: {type(exc).__name__}: {str(exc)[:200]}. "
+                          f"HINT: {hint}") from None
 
 
 def _config(saved: dict[str, Any], overrides: dict[str, Any]) -> TrainConfig:

@@ -6,11 +6,9 @@ Layer 13 (runtime): imports every layer below; never predict or bench.
 from mpignn.launch.bootstrap import Runtime, bootstrap, reduce_sums, shutdown
 from mpignn.loader.local_graph import LocalGraph
 from mpignn.runtime.graph import attach_embedding, build_local_graph, load_local_graph
-from mpignn.runtime.exact_inference import inference
-from mpignn.runtime.gather import gather_nodes
-from mpignn.runtime.metrics import accuracy, mean
 from mpignn.runtime.link_neighbor_loader import LinkNeighborLoader
 from mpignn.runtime.neighbor_loader import NeighborLoader
+from mpignn.runtime.results import accuracy, gather_nodes, inference, mean
 
 __all__ = ["Runtime", "LocalGraph", "bootstrap", "load_local_graph", "build_local_graph", "attach_embedding",
            "NeighborLoader", "LinkNeighborLoader", "inference", "gather_nodes", "accuracy", "mean", "reduce_sums",

@@ -241,8 +241,8 @@ def _device_table(x: np.ndarray, device: str) -> Any:
 
 
 def build_graph_and_model(rt: Runtime, cfg: TrainConfig, task: Task) -> tuple[LocalGraph, torch.nn.Module]:
-    """Collective over `rt.comm`: build the graph, its learnable rows and the task's model, as training and
-    predict both start.
+    """Collective over `rt.comm`: build the graph, its learnable rows and the task's model on `rt.device` (the
+    same whatever --minibatch mode trains it), as training and predict both start.
 
     Raises:
         ConfigError: a model the graph's kind cannot take, on every rank alike.
@@ -250,16 +250,7 @@ def build_graph_and_model(rt: Runtime, cfg: TrainConfig, task: Task) -> tuple[Lo
     graph = build_local_graph(rt, cfg, task)
     if cfg.embed_dim:
         graph = attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)
-    return graph, build_model(rt, cfg, task, graph)
-
-
-def build_model(rt: Runtime, cfg: TrainConfig, task: Task, graph: LocalGraph) -> torch.nn.Module:
-    """Build the task's model for `graph` on `rt.device`, the same whatever --minibatch mode trains it.
-
-    Raises:
-        ConfigError: a model the graph's kind cannot take, on every rank alike.
-    """
     try:
-        return task.build_model(cfg.model, graph, cfg.hidden, cfg.num_layers, cfg.dropout).to(rt.device)
+        return graph, task.build_model(cfg.model, graph, cfg.hidden, cfg.num_layers, cfg.dropout).to(rt.device)
     except ConfigError as exc:  # the graph's kind decides, the same on every rank
         raise mark_agreed(exc) from None

@@ -7,14 +7,13 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
-import torch
 
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
 from mpignn.exchange.directory import IdDirectory
 from mpignn.loader.local_graph import LocalGraph
 from mpignn.mpi import alltoallv, check_all, chunk_bounds
 from mpignn.partition.format import owner_of
-from mpignn.runtime.loader_base import SampledBatches, check_keywords, check_options, fanouts_of, joined_ids
+from mpignn.runtime.loader_base import SampledBatches, as_array, check_keywords, check_options, fanouts_of, joined_ids
 from mpignn.sampling import kernels
 from mpignn.sampling.neighbor import SampleOutput
 from mpignn.training.loaders import rank_batch_size
@@ -168,10 +167,6 @@ def _negatives(neg_sampling: Any, ratio: float | None) -> tuple[str | None, floa
     return mode, float(amount)
 
 
-def _array(value: Any) -> np.ndarray:
-    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-
-
 def _edge_type(graph: LocalGraph, edge_label_index: Any) -> tuple[tuple[str, str, str] | None, Any]:
     named, index = _named_type(edge_label_index)
     schema = graph.schema
@@ -247,7 +242,7 @@ def _seed_edges(graph: LocalGraph, directory: IdDirectory, edge_label_index: Any
             lo, hi = chunk_bounds(edges.shape[1], rt.world_size, rt.rank)
             edges = edges[:, lo:hi]
         return edges, None
-    index, labels = _array(edge_label_index), None if edge_label is None else _array(edge_label)
+    index, labels = as_array(edge_label_index), None if edge_label is None else as_array(edge_label)
     problem = ""
     if index.ndim != 2 or index.shape[0] != 2 or not np.issubdtype(index.dtype, np.integer):
         problem = (f"edge_label_index must be a [2, E] integer tensor of dataset ids; got dtype {index.dtype} shape "

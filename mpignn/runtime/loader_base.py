@@ -7,6 +7,7 @@ import hashlib
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
+import torch
 
 from mpignn.config.choices import PREFETCH_MODES
 from mpignn.config.graph_options import parse_fanout
@@ -18,10 +19,16 @@ from mpignn.loader.batches import BatchLoader, cut_steps
 from mpignn.loader.local_graph import LocalGraph
 from mpignn.loader.prefetch import overlap, rows_on_device
 
-__all__ = ["IGNORED", "SampledBatches", "check_keywords", "check_options", "fanouts_of", "id_store", "joined_ids"]
+__all__ = ["IGNORED", "SampledBatches", "as_array", "check_keywords", "check_options", "fanouts_of", "id_store",
+           "joined_ids"]
 
 IGNORED = ("num_workers", "persistent_workers", "pin_memory")
 """PyG DataLoader keywords accepted and ignored: a producer thread replaces workers; pinned copies happen anyway."""
+
+
+def as_array(value: Any) -> np.ndarray:
+    """Return a tensor's values (detached, on the CPU) or anything array-like as a numpy array."""
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
 
 
 def check_options(graph: LocalGraph, batch_size: Any, batch_scope: str, prefetch: str, name: str) -> None:

@@ -7,14 +7,13 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import torch
 
 from mpignn.config.choices import MINIBATCH_MODES
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
 from mpignn.loader.batches import NodeSeeds
 from mpignn.loader.local_graph import SPLITS, LocalGraph
 from mpignn.mpi import check_all
-from mpignn.runtime.loader_base import SampledBatches, check_keywords, check_options, fanouts_of, joined_ids
+from mpignn.runtime.loader_base import SampledBatches, as_array, check_keywords, check_options, fanouts_of, joined_ids
 from mpignn.tasks import picker
 from mpignn.training.loaders import cooperative_refusal, cooperative_sampler, rank_batch_size
 
@@ -95,7 +94,7 @@ def _seeds(graph: LocalGraph, kind: int | None, input_nodes: Any) -> np.ndarray:
         ids = graph.node_id[seeds - part.lo]
         return np.stack([seeds, np.searchsorted(graph.split_ids(input_nodes), ids)])
     own_ids = graph.node_id[own - part.lo] - offset  # the dataset's ids of the candidates
-    ids = input_nodes.detach().cpu().numpy() if isinstance(input_nodes, torch.Tensor) else np.asarray(input_nodes)
+    ids = as_array(input_nodes)
     problem = _ids_problem(ids, num_nodes)
     if comm is not None:  # ranks may pass different ids (PyG's per-rank chunk): agree on any refusal first
         check_all(comm, not problem, problem, ConfigError)

@@ -1,8 +1,11 @@
 """One training run of `python -m mpignn.train`, from a checked config to its exit code. Every collective on the
 way is bounded (--collective-timeout, plus --prep-timeout for the data), so a dead rank is named, not a hang.
+Every `auto` (or 0: "choose") flag is made concrete once, from counts, never a clock, so a second run given the
+resolved values as flags repeats this one (docs/reproducibility.md).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from typing import Any, Callable
@@ -15,20 +18,26 @@ from mpignn.errors import ConfigError, mark_agreed
 from mpignn.launch.allocator import keep_big_blocks
 from mpignn.launch.bootstrap import Runtime, bootstrap, shutdown
 from mpignn.loader.local_graph import LocalGraph
+from mpignn.loader.prefetch import overlap, rows_on_device
 from mpignn.mpi import check_all, check_same
 from mpignn.mpi.watchdog import bounded
+from mpignn.partition.assign import DEFAULT_METHOD, default_method
 from mpignn.runtime.graph import build_graph_and_model
 from mpignn.training.loaders import cooperative_refusal, full_fit_problem, make_loader
-from mpignn.runtime.resolve import pin_flags, resolve_config
 from mpignn.tasks import Task
 from mpignn.training.fit import fit, resumed_minibatch
 from mpignn.training.minibatch import PROBE_STEPS, choose_minibatch, tune_minibatch
 from mpignn.training.optim import adam
 from mpignn.training.stopping import StopSignal
 
-__all__ = ["train_run"]
+__all__ = ["CHOOSE", "train_run", "resolve_config", "pin_flags"]
 
 log = logging.getLogger("mpignn.train")
+
+CHOOSE: dict[str, Any] = {"device": "auto", "backend": "auto", "threads": 0, "exchange": "auto", "prefetch": "auto",
+                          "precision": "auto", "minibatch": "auto", "sample_on": "auto", "feature_device": "auto",
+                          "cache_size": "auto", "partition_method": DEFAULT_METHOD, "eval_batch_size": 0}
+"""Each field that a run resolves, and the value that asks it to (the field's default)."""
 
 
 def train_run(cfg: TrainConfig, task: Task, stop: StopSignal | None = None) -> int:
@@ -98,3 +107,42 @@ def _minibatch(rt: Runtime, cfg: TrainConfig, graph: LocalGraph, model: torch.nn
     if rt.rank == 0:
         log.info("--minibatch auto: %s (%s)", mode, why)
     return mode
+
+
+
+def resolve_config(rt: Runtime, cfg: TrainConfig, graph: LocalGraph, minibatch: str) -> tuple[TrainConfig,
+                                                                                               dict[str, Any]]:
+    """Collective over `rt.comm`: return `cfg` with its `CHOOSE` fields made concrete, and those alone.
+
+    Args:
+        minibatch: the mode `--minibatch auto` (or tune) chose, or the one given.
+    """
+    features = graph.features
+    talks = rt.world_size > 1 and not graph.replicated
+    prefetch = cfg.prefetch
+    if prefetch == "auto":
+        prefetch = "on" if overlap(rt, talks, "auto", device_exchange=rows_on_device(features)) else "off"
+    concrete = {
+        "device": rt.choice.device_type, "backend": rt.choice.backend, "threads": rt.threads,
+        # `runtime.graph._sources`: a table on the device travels by torch.distributed, else by MPI
+        "exchange": "mpi" if features.on_host else "torch",
+        "prefetch": prefetch, "precision": "fp32", "minibatch": minibatch, "sample_on": "host",
+        "feature_device": "host" if features.on_host else "device", "cache_size": int(graph.cache_rows),
+        "partition_method": default_method(),
+        "eval_batch_size": graph.task.eval_factor * cfg.batch_size,
+    }
+    resolved = {name: concrete[name] for name, ask in CHOOSE.items() if getattr(cfg, name) == ask}
+    if minibatch != cfg.minibatch:
+        resolved["minibatch"] = minibatch
+    views = rt.comm.allgather(resolved) if rt.world_size > 1 else [resolved]
+    differ = sorted({k for view in views for k, v in view.items() if v != resolved.get(k)})
+    if differ and rt.rank == 0:  # e.g. hosts with other core counts: the config line shows rank 0's
+        log.warning("ranks resolved %s differently: %s", ", ".join(differ),
+                    "; ".join(f"rank {r}: " + ", ".join(f"{k}={view.get(k)}" for k in differ)
+                              for r, view in enumerate(views)))
+    return dataclasses.replace(cfg, **resolved), resolved
+
+
+def pin_flags(resolved: dict[str, Any]) -> str:
+    """Return the flags that give a second run the values this one resolved."""
+    return " ".join(f"--{name.replace('_', '-')} {value}" for name, value in resolved.items())

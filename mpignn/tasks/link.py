@@ -8,7 +8,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mpignn.tasks.forward import autocast, with_rows
 from mpignn.errors import ConfigError
 from mpignn.tasks.link_metrics import LinkScores
 from mpignn.mpi import allreduce_max
@@ -16,7 +15,7 @@ from mpignn.models import build_model
 from mpignn.models.link import LinkModel
 from mpignn.data.links import undirected_pairs
 from mpignn.inference.layerwise import exact_outputs
-from mpignn.tasks.base import Pick, Task, picker
+from mpignn.tasks.base import Pick, Task, autocast, picker, with_rows
 
 if TYPE_CHECKING:
     from mpignn.config.train_config import TrainConfig

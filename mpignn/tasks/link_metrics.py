@@ -10,31 +10,15 @@ import numpy as np
 
 from mpignn.mpi.watchdog import bounded
 
-__all__ = ["AUC_CHUNK", "auc", "global_auc", "positive_ranks", "LinkScores"]
+__all__ = ["AUC_CHUNK", "global_auc", "positive_ranks", "LinkScores"]
 
 AUC_CHUNK = 1 << 18
 """Negatives per message of `global_auc` (2 MiB): what a rank holds of another rank's scores at a time."""
 _AUC_TAG = 2511
 
 
-def auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Return the ROC AUC by the Mann-Whitney rank sum (ties count half); NaN when a class is absent."""
-    scores, labels = np.asarray(scores, dtype=np.float64), np.asarray(labels) > 0.5
-    n_pos, n_neg = int(labels.sum()), int((~labels).sum())
-    if not n_pos or not n_neg:
-        return float("nan")
-    order = np.argsort(scores, kind="stable")
-    sorted_scores = scores[order]
-    ranks = np.empty(len(scores), dtype=np.float64)
-    starts = np.flatnonzero(np.concatenate([[True], sorted_scores[1:] != sorted_scores[:-1]]))
-    ends = np.concatenate([starts[1:], [len(scores)]])
-    avg = (starts + ends + 1) / 2.0  # 1-based mean rank of each tie group
-    ranks[order] = np.repeat(avg, ends - starts)
-    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
-
-
 def global_auc(comm: Any, scores: np.ndarray, labels: np.ndarray, chunk: int = AUC_CHUNK) -> float:
-    """Collective over `comm`: every rank must call it, in the same order. Return `auc` of all ranks' scores
+    """Collective over `comm`: every rank must call it, in the same order. Return the ROC AUC of all ranks' scores
     together, exactly, holding one chunk of another rank's at a time.
 
     Returns:
@@ -70,7 +54,7 @@ def global_auc(comm: Any, scores: np.ndarray, labels: np.ndarray, chunk: int = A
     twice_u, n_pos, n_neg = (int(v) for v in total)
     if not n_pos or not n_neg:
         return float("nan")
-    return twice_u / (2 * n_pos * n_neg)  # exact integers, one rounding: the same float as `auc`'s rank sum
+    return twice_u / (2 * n_pos * n_neg)  # exact integers, one rounding: the same float as a rank sum
 
 
 def _twice_wins(pos: np.ndarray, sorted_neg: np.ndarray) -> int:

@@ -8,11 +8,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mpignn.tasks.forward import MetricSums, autocast, count_equal, with_rows
 from mpignn.models import build_model, forward_batch
 from mpignn.mpi import allreduce_sum
 from mpignn.inference.layerwise import exact_outputs
-from mpignn.tasks.base import Pick, Task
+from mpignn.tasks.base import MetricSums, Pick, Task, autocast, count_equal, with_rows
 
 if TYPE_CHECKING:
     from mpignn.config.train_config import TrainConfig

@@ -25,7 +25,7 @@ from mpignn.mpi import allreduce_max, check_all, topology
 from mpignn.mpi.commit import commit_folder, manifest_bytes
 from mpignn.training.checkpoint_hosts import CHECKPOINT, MANIFEST, rows_name
 
-__all__ = ["load_checkpoint", "save_state", "resume_state", "check_compatible", "rng_state",
+__all__ = ["load_checkpoint", "read_checkpoint", "save_state", "resume_state", "check_compatible", "rng_state",
            "set_rng_state", "generations", "latest_checkpoint", "CHECKPOINT", "MANIFEST", "MODEL_KEYS",
            "REPLAY_KEYS", "checkpoint_config"]
 
@@ -62,14 +62,16 @@ def set_rng_state(state: dict[str, torch.Tensor], device: str = "cpu") -> None:
         module.set_rng_state(state["device"].to(torch.uint8).clone(), torch.device(device))
 
 
-def _state(epoch: int, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-           extra: dict[str, Any] | None, rng: dict[str, torch.Tensor] | None) -> dict[str, Any]:
-    return {"format": FORMAT, "epoch": int(epoch), "step": int(step),
-            "model": getattr(model, "module", model).state_dict(), "optimizer": optimizer.state_dict(),
-            "rng": rng or {}, "extra": extra or {}}
+def read_checkpoint(folder: Path, sha256: str | None = None, *, doing: str = "resume from",
+                    hint: str = "the file is corrupt; delete its folder to resume from the generation before it",
+                    ) -> dict[str, Any]:
+    """Return the state saved in `folder/checkpoint.pt`, checked against `sha256` when given. Not collective.
 
-
-def _read(folder: Path, sha256: str | None = None) -> dict[str, Any]:
+    Args:
+        doing / hint: what the caller wanted, and its fix, for the error ("cannot {doing} PATH: ...").
+    Raises:
+        ConfigError: no checkpoint.pt, or an unusable one (unpickling refusal, truncation, another checksum).
+    """
     path = folder / CHECKPOINT
     if not path.is_file():
         raise ConfigError(f"--resume expected {CHECKPOINT} in {folder}; found none. HINT: check --checkpoint-dir, "
@@ -80,8 +82,7 @@ def _read(folder: Path, sha256: str | None = None) -> dict[str, Any]:
             raise ValueError(f"its sha256 is not the one in {MANIFEST}")
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # unpickling refusals, truncation and checksums all mean "unusable"
-        raise ConfigError(f"cannot resume from {path}: {type(exc).__name__}: {str(exc)[:200]}. HINT: the file "
-                          "is corrupt; delete its folder to resume from the generation before it") from None
+        raise ConfigError(f"cannot {doing} {path}: {type(exc).__name__}: {str(exc)[:200]}. HINT: {hint}") from None
 
 
 def _apply(path: Path, state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
@@ -117,7 +118,7 @@ def load_checkpoint(folder: str | os.PathLike, model: torch.nn.Module,
         ConfigError: no checkpoint, a corrupt one, or one of another model or model flags.
     """
     folder = Path(folder)
-    return _apply(folder / CHECKPOINT, _read(folder), model, optimizer, config)
+    return _apply(folder / CHECKPOINT, read_checkpoint(folder), model, optimizer, config)
 
 
 def _number(path: Path) -> int | None:
@@ -149,7 +150,7 @@ def checkpoint_config(folder: str | os.PathLike) -> dict[str, Any] | None:
         ConfigError: the checkpoint is corrupt (as a resume would).
     """
     where = latest_checkpoint(folder)
-    return None if where is None else dict(_read(where).get("extra", {}).get("config", {}))
+    return None if where is None else dict(read_checkpoint(where).get("extra", {}).get("config", {}))
 
 
 ADDED_OFF = {"norm": "none", "residual": False, "linear_head": False}
@@ -210,7 +211,9 @@ def save_state(comm: Any, folder: str | os.PathLike, *, epoch: int, step: int, m
         nonlocal data
         rng = {k: torch.from_numpy(np.stack([states[k] for _, states in reports])) for k in reports[0][1]}
         buf = io.BytesIO()
-        torch.save(_state(epoch, step, model, optimizer, {**extra, "world_size": comm.size}, rng), buf)
+        torch.save({"format": FORMAT, "epoch": int(epoch), "step": int(step),
+                    "model": getattr(model, "module", model).state_dict(), "optimizer": optimizer.state_dict(),
+                    "rng": rng, "extra": {**extra, "world_size": comm.size}}, buf)
         data = buf.getvalue()
         files = {rows_name(r): sha for r, (sha, _) in enumerate(reports) if sha is not None}
         files[CHECKPOINT] = hashlib.sha256(data).hexdigest()
@@ -316,7 +319,7 @@ def resume_state(comm: Any, folder: str | os.PathLike, model: torch.nn.Module, o
                               "saving job ran), or drop --resume to start fresh")
         raw = (where / MANIFEST).read_bytes()
         manifest, name, digest = json.loads(raw), where.name, hashlib.sha256(raw).hexdigest()
-        state = _read(where, manifest["files"][CHECKPOINT])
+        state = read_checkpoint(where, manifest["files"][CHECKPOINT])
         ident = (name, int(state["epoch"]), int(state.get("step", 0)), digest[:12])
     except MpignnError as exc:
         problem = str(exc)

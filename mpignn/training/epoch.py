@@ -12,7 +12,7 @@ from typing import Any, TYPE_CHECKING
 import numpy as np
 import torch
 
-from mpignn.tasks.forward import MetricSums, autocast, empty_loss, with_rows
+from mpignn.tasks.base import MetricSums, autocast, empty_loss, with_rows
 from mpignn.training.ddp import AllreduceTimer
 from mpignn.launch.device import StepClock
 from mpignn.mpi import allreduce_max, allreduce_sum

@@ -1,5 +1,5 @@
 """The epoch loop of `python -m mpignn.train`: resume, train, evaluate, keep the best validation epoch, save
-checkpoints, and stop in agreement on SIGUSR2. Built on loop, checkpoint, report and stopping; imports torch.
+checkpoints, and stop in agreement on SIGUSR2. Built on epoch, checkpoint, record and stopping; imports torch.
 """
 from __future__ import annotations
 
@@ -16,14 +16,13 @@ from mpignn.config.choices import MINIBATCH_MODES
 from mpignn.errors import MpignnError
 from mpignn.training.checkpoint import checkpoint_config, resume_state, save_state
 from mpignn.training.checkpoint_hosts import bring_generation
-from mpignn.training import converge
 from mpignn.launch.device import cpu_lacks_bf16_units
 from mpignn.training.ddp import optimize_for_device, wrap_ddp
 from mpignn.training.epoch import EpochParts, run_epoch
-from mpignn.training.report import BestEpoch, format_epoch, format_final
+from mpignn.training.record import BestEpoch, format_epoch, format_final
 from mpignn.training.run_files import (check_outputs, claim_checkpoint_dir, generation_bytes, keep_best, on_behalf,
                                        report_epoch)
-from mpignn.training.schedule import attach_lr_schedule
+from mpignn.training.schedule import attach_lr_schedule, schedule
 from mpignn.training.stopping import EXIT_STOPPED, StopSignal, requeue
 from mpignn.tasks import Task
 from mpignn.training.tensorboard import ScalarLog, eval_index, require
@@ -84,7 +83,7 @@ def fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any
     """Collective over `rt.comm`: train `graph.task`, resuming when asked, the checkpoint folder locked meanwhile.
 
     Args:
-        resolved: what the `auto` flags resolved to (`runtime.resolve`), kept in records and checkpoints.
+        resolved: what the `auto` flags resolved to (`runtime.session`), kept in records and checkpoints.
     Returns:
         0, or EXIT_STOPPED when `stop` was requested on any rank (after the checkpoint is saved).
     """
@@ -144,16 +143,13 @@ class Trainer:
                         "matrix products, many times slower than fp32. HINT: --precision fp32 (docs/failures.md)")
         self.model, self.optimizer = optimize_for_device(self.model, self.optimizer, rt.device, self.bf16)
         steps = len(self.loaders["train"])
-        schedule = attach_lr_schedule(self.optimizer, cfg.lr, cfg.lr_scaling, batch_size=cfg.batch_size,
-                                      batch_scope=cfg.batch_scope, world_size=rt.world_size, steps_per_epoch=steps,
-                                      warmup_epochs=cfg.warmup_epochs, first_epoch=self.first_epoch)
-        if schedule is not None and self.first_step:  # resumed mid-epoch: the warm-up continues at that step
-            schedule.step += self.first_step
-            for group in self.optimizer.param_groups:
-                group["lr"] = schedule.lr_at(schedule.step)
+        # resumed mid-epoch: the warm-up continues at that step
+        attach_lr_schedule(self.optimizer, cfg.lr, cfg.lr_scaling, batch_size=cfg.batch_size,
+                           batch_scope=cfg.batch_scope, world_size=rt.world_size, steps_per_epoch=steps,
+                           warmup_epochs=cfg.warmup_epochs, start_step=self.first_epoch * steps + self.first_step)
         self.ddp, timer = wrap_ddp(self.model, rt.comm, rt.device)
         self.parts = EpochParts(rt, self.ddp, self.optimizer, self.loaders, self.graph, self.bf16, timer, self.stop)
-        self.plan = converge.schedule(cfg, steps)
+        self.plan = schedule(cfg, steps)
         log.info("%d train steps per epoch, %s; training %s", steps, "bf16 autocast" if self.bf16 else "fp32",
                  self.plan.describe(steps))
         self.tb = ScalarLog(cfg.tensorboard) if cfg.tensorboard and rt.rank == 0 else None

@@ -20,7 +20,7 @@ from mpignn.mpi import check_all, topology
 from mpignn.mpi.commit import os_problem
 from mpignn.mpi.transfer import sees_rank0
 from mpignn.training.checkpoint import CHECKPOINT, MANIFEST, generations
-from mpignn.training.report import append_jsonl
+from mpignn.training.record import append_jsonl
 
 if TYPE_CHECKING:
     from mpignn.config.train_config import TrainConfig

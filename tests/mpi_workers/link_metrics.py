@@ -7,7 +7,8 @@ import tracemalloc
 
 import numpy as np
 
-from mpignn.tasks.link_metrics import LinkScores, auc, global_auc, positive_ranks
+from rank_sum_auc import auc
+from mpignn.tasks.link_metrics import LinkScores, global_auc, positive_ranks
 from mpignn.mpi import run_main, world
 
 
