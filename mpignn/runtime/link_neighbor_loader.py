@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
-from mpignn.exchange.directory import IdDirectory
+from mpignn.exchange.alltoall import IdDirectory
 from mpignn.loader.local_graph import LocalGraph
 from mpignn.mpi import alltoallv, check_all, chunk_bounds
 from mpignn.partition.format import owner_of
