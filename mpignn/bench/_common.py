@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mpignn.env import mpiexec_path
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -96,10 +98,8 @@ def run_train(np_: int, args: list[str], timeout: float = 3600, *, cores_per_ran
 
 
 def mpiexec() -> str:
-    """Return the launcher beside this interpreter (the mpich wheel's), else the one on PATH."""
-    import shutil
-
-    exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    """Return `env.mpiexec_path()`; raise RuntimeError naming the fix when there is none."""
+    exe = mpiexec_path()
     if exe is None:
         raise RuntimeError("no mpiexec found; pip install mpich (or load your site MPI)")
     return exe
