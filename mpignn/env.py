@@ -8,13 +8,15 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import shutil
 import socket
 import struct
+import sys
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
 __all__ = ["LaunchInfo", "detect", "export_torch_env", "thread_budget", "cpus_available", "mem_available_bytes",
-           "foreign_launcher_size", "listen_socket", "slurm_job_id", "host_address",
+           "foreign_launcher_size", "mpiexec_path", "listen_socket", "slurm_job_id", "host_address",
            "bound_onednn_cache", "Interface", "socket_ifname", "ipv4_interfaces", "pick_shared_address",
            "user_master_addr", "user_master_port", "visibility_mask", "ccl_env"]
 
@@ -106,6 +108,11 @@ def foreign_launcher_size(env: Mapping[str, str] | None = None) -> int:
         if size is not None and size > 1:
             return size
     return 1
+
+
+def mpiexec_path() -> str | None:
+    """Return the launcher beside this interpreter (the mpich wheel's), else the one on PATH, else None."""
+    return shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
 
 
 _TORCH_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",

@@ -8,10 +8,11 @@ import importlib
 import importlib.metadata
 import os
 import platform
-import shutil
 import subprocess
 import sys
 from typing import Any, Callable, Sequence
+
+from mpignn.env import mpiexec_path
 
 __all__ = ["main", "cli", "versions", "devices", "backends", "launcher", "report_env", "rank_line", "cores_text",
            "report_lines"]
@@ -78,10 +79,6 @@ def _mpi_library() -> str:
     return f"{lines[0] if lines else '?'} (MPI {major}.{minor})"
 
 
-def _mpiexec() -> str:
-    return shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec") or "none found"
-
-
 def versions() -> list[tuple[str, str]]:
     """Return (label, version) of mpignn, Python, the OS and every (optional) package mpignn uses."""
     rows = [("mpignn", _safe(_mpignn)),
@@ -89,7 +86,7 @@ def versions() -> list[tuple[str, str]]:
             ("os", _safe(lambda: f"{platform.platform()} ({platform.machine()})")),
             ("torch", _safe(_torch))]
     rows += [(label, _safe(lambda name=name: _dist_version(name))) for label, name in DISTRIBUTIONS]
-    rows += [("mpi library", _safe(_mpi_library)), ("mpiexec", _mpiexec())]
+    rows += [("mpi library", _safe(_mpi_library)), ("mpiexec", mpiexec_path() or "none found")]
     return rows
 
 

@@ -12,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from mpignn.env import mpiexec_path
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = Path(__file__).resolve().parent / "mpi_workers"
 SHARED = ROOT.parent / "shared"
 
 
 def mpiexec() -> str:
-    exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    exe = mpiexec_path()
     if exe is None:
         pytest.skip("no mpiexec; pip install -e .[test] (brings the mpich wheel)")
     return exe

@@ -170,7 +170,7 @@ def test_streamed_folder_matches_in_memory_graph_and_halo(graph, parts, tmp_path
 def test_parhip_file_reads_back_in_kaminpar(graph, tmp_path):
     kaminpar = pytest.importorskip("kaminpar", reason="pip install kaminpar")
     from mpignn.data.graph import symmetrized
-    from mpignn.partition.parhip import write_parhip
+    from mpignn.partition.assign import write_parhip
 
     rowptr, col = symmetrized(graph.rowptr, graph.col)
     write_parhip(tmp_path / "g.parhip", rowptr, col)

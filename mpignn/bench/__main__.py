@@ -13,7 +13,7 @@ import shlex
 import tempfile
 from statistics import fmean as mean
 
-from mpignn.bench._common import run_train, table
+from mpignn.bench._common import pyplot, run_train, table
 from mpignn.config.train_config import TrainConfig
 from mpignn.training.record import repeatable
 
@@ -247,13 +247,8 @@ _SPLITS = {"val": "validation", "test": "test"}
 
 
 def _plot_curves(curves: list[tuple[str, list[list[dict]]]], target: float, path: str, split: str = "val") -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(no plot: pip install matplotlib, or -e .[bench])")
+    plt = pyplot()
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(8, 5))
     for k, (name, runs) in enumerate(curves):
@@ -275,13 +270,8 @@ def _plot_curves(curves: list[tuple[str, list[list[dict]]]], target: float, path
 
 
 def _plot(rows: list[dict], path: str) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(no plot: pip install matplotlib, or -e .[bench])")
+    plt = pyplot()
+    if plt is None:
         return
     parts = ["sample_s", "exchange_s", "compute_s", "allreduce_s"]
     fig, ax = plt.subplots(figsize=(9, 0.6 * len(rows) + 1.5))

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mpignn.env import mpiexec_path
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -22,13 +24,41 @@ def pyg_python(explicit: str | None) -> str | None:
     return sys.executable if (WITH_PYG_LIB or WITH_TORCH_SPARSE) else None
 
 
-def run_reference(python: str, *args: str, timeout: float = 1800) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([python, "-m", "mpignn.bench._pyg_reference", *args], capture_output=True, text=True,
-                         env=env, timeout=timeout, cwd=str(ROOT))
+def run_json(cmd: list[str], *, env: dict[str, str] | None = None, pin=None, timeout: float = 3600,
+             cwd: str | None = None) -> dict:
+    """Run `cmd` (`pin`: its preexec function); return the JSON object on the last line of its stdout.
+
+    A failed run raises RuntimeError with the command and the tail of its output.
+    """
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=pin, timeout=timeout, cwd=cwd)
     if out.returncode != 0:
-        raise RuntimeError(f"PyG reference failed: {out.stderr[-2000:]}")
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{(out.stdout + out.stderr)[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_reference(python: str, *args: str, timeout: float = 1800, threads: int = 0,
+                  cwd: str | None = str(ROOT)) -> dict:
+    """Run `python -m mpignn.bench._pyg_reference ARGS` (`threads`: bound to that many cores); return its row."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    pin = None
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+        pin = binding(mpiexec(), 1, threads)[1]
+    return run_json([python, "-m", "mpignn.bench._pyg_reference", *args], env=env, pin=pin, timeout=timeout,
+                    cwd=cwd)
+
+
+def pyplot():
+    """Return matplotlib's pyplot on the Agg backend, or None (with a note saying what to install)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(no plot: pip install matplotlib, or -e .[bench])")
+        return None
+    return plt
 
 
 def table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
@@ -68,10 +98,8 @@ def run_train(np_: int, args: list[str], timeout: float = 3600, *, cores_per_ran
 
 
 def mpiexec() -> str:
-    """Return the launcher beside this interpreter (the mpich wheel's), else the one on PATH."""
-    import shutil
-
-    exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    """Return `env.mpiexec_path()`; raise RuntimeError naming the fix when there is none."""
+    exe = mpiexec_path()
     if exe is None:
         raise RuntimeError("no mpiexec found; pip install mpich (or load your site MPI)")
     return exe

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpignn.bench._common import binding, mpiexec, table
+from mpignn.bench._common import binding, mpiexec, run_json, table
 
 
 def _prepare(dataset: str, root: str, parts: int, seed: int) -> Path:
@@ -141,11 +140,7 @@ def _launch(folder: Path, ranks: int, threads: int, args: argparse.Namespace, co
     launcher, pin = binding(exe, ranks, threads)
     cmd = [exe, *launcher, "-n", str(ranks), sys.executable, "-m", "mpignn.bench.floor",
            *worker_args(folder, threads, args, cooperative, sampler)]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=pin, timeout=3600)
-    if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_json(cmd, env={**os.environ, "OMP_NUM_THREADS": str(threads)}, pin=pin)
 
 
 def _row(name: str, per_rank: list[dict]) -> dict:

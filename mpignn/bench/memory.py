@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from mpignn.bench._common import run_train, table
+from mpignn.bench._common import run_json, run_train, table
 
 DEFAULT = "synthetic:num_nodes=2000000,avg_degree=25,num_features=100,train=0.01,val=0.005,test=0.005"
 
@@ -30,13 +29,6 @@ def part_mib(folder: Path) -> float:
     return max(sum(f["bytes"] for f in part["files"].values()) for part in meta["parts"]) / 2**20
 
 
-def _json_run(cmd: list[str]) -> dict:
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mpignn.bench.memory", description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default=DEFAULT)
@@ -49,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root = args.root or tmp
-        size = _json_run([sys.executable, "-c", _LOAD, args.dataset, root])
+        size = run_json([sys.executable, "-c", _LOAD, args.dataset, root])
         csr_mib = (size["nodes"] + 1 + size["edges"]) * 8 / 2**20
         graph = f"{size['nodes']:,} nodes, {size['edges']:,} edges"
         rows.append({"stage": "load", "config": "1 process", "peak": size["peak"]})
@@ -57,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         folders = {}
         for ranks in (1, args.ranks):
             folders[ranks] = Path(tmp) / f"parts{ranks}"
-            rep = _json_run([sys.executable, "-m", "mpignn.partition", "--dataset", args.dataset, "--root", root,
+            rep = run_json([sys.executable, "-m", "mpignn.partition", "--dataset", args.dataset, "--root", root,
                              "--num-parts", str(ranks), "--out", str(folders[ranks]), "--method", args.method,
                              "--json"])
             rows.append({"stage": "partition", "config": f"{rep['method']}, {ranks} part{'s' * (ranks > 1)}",

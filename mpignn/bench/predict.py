@@ -5,7 +5,6 @@ Without --checkpoint the model trains one step only: inference costs the same wh
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpignn.bench._common import binding, mpiexec, pyg_python, run_train, table
+from mpignn.bench._common import binding, mpiexec, pyg_python, run_reference, run_train, table
 from mpignn.predict import load
 
 _LAYERS = re.compile(r"(\d+) layers over (\d+) blocks per rank in ([\d.]+)s, (\d+) row exchanges, ([\d.]+) MiB of rows "
@@ -128,16 +127,11 @@ def main(argv: list[str] | None = None) -> int:
 def _pyg_row(python: str, args: argparse.Namespace, checkpoint: Path, tmp: Path, threads: int) -> dict:
     from mpignn.training.checkpoint import latest_checkpoint
 
-    _, pin = binding(mpiexec(), 1, threads)
     out = tmp / "pyg-logits.npy"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": str(threads)}
-    cmd = [python, "-m", "mpignn.bench._pyg_reference", "infer", "--dataset", args.dataset, "--checkpoint",
-           str(latest_checkpoint(str(checkpoint)) / "checkpoint.pt"), "--hidden", str(args.hidden), "--layers",
-           str(args.layers), "--batch-size", str(args.pyg_batch_size), "--threads", str(threads), "--out", str(out)]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env, preexec_fn=pin)
-    if res.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{(res.stdout + res.stderr)[-3000:]}")
-    got = json.loads(res.stdout.strip().splitlines()[-1])
+    got = run_reference(python, "infer", "--dataset", args.dataset, "--checkpoint",
+                        str(latest_checkpoint(str(checkpoint)) / "checkpoint.pt"), "--hidden", str(args.hidden),
+                        "--layers", str(args.layers), "--batch-size", str(args.pyg_batch_size), "--threads",
+                        str(threads), "--out", str(out), timeout=3600, threads=threads, cwd=None)
     print(f"  done: {got['impl']}", flush=True)
     return {"config": f"{got['impl']}, 1 rank x {threads} thread{'s' if threads > 1 else ''}",
             "layers_s": got["layers_s"], "nodes_per_s": got["nodes_per_s"], "logits": np.load(out)}

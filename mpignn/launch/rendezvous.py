@@ -16,6 +16,7 @@ from typing import Any
 from mpignn import env as _env
 from mpignn.errors import LaunchError, mark_agreed
 from mpignn.mpi.startup import mpi_ifnames
+from mpignn.mpi.topology import gather_per_host
 
 __all__ = ["rendezvous_endpoint", "PROBE_SECONDS"]
 
@@ -39,12 +40,7 @@ def rendezvous_endpoint(comm: Any) -> tuple[str, str | None]:
     Raises:
         LaunchError: on every rank alike, when no such address exists; the message names the fix.
     """
-    from mpi4py import MPI
-
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
-    leader = local.rank == 0
-    local.Free()
-    reports = comm.gather(_env.ipv4_interfaces() if leader and comm.rank != 0 else None, root=0)
+    reports = gather_per_host(comm, None, lambda _: _env.ipv4_interfaces() if comm.rank != 0 else None)
     others = [r for r in reports[1:] if r is not None] if comm.rank == 0 else []
     plan: tuple[list[tuple[str, str]], list[tuple[str, int]], str] = ([], [], "")
     listeners: list[socket.socket] = []
@@ -68,7 +64,7 @@ def rendezvous_endpoint(comm: Any) -> tuple[str, str | None]:
     answer = (*candidates[0], "")
     if endpoints:
         with _Draining(listeners):
-            reached = comm.gather(_reached(endpoints) if leader and comm.rank != 0 else None, root=0)
+            reached = gather_per_host(comm, None, lambda _: _reached(endpoints) if comm.rank != 0 else None)
         if comm.rank == 0:
             answer = _first_reached(candidates, [r for r in reached if r is not None])
         address, network, problem = comm.bcast(answer, root=0)

@@ -128,8 +128,7 @@ def alltoallv(comm: Any, send: np.ndarray, counts: np.ndarray, recv_counts: np.n
     recv = np.empty((int(recv_counts.sum()),) + send.shape[1:], dtype=send.dtype)
     row = _row_type(send)
     try:
-        sdispl = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        rdispl = np.concatenate([[0], np.cumsum(recv_counts)[:-1]]).astype(np.int64)
+        sdispl, rdispl = segment_starts(counts), segment_starts(recv_counts)
         with bounded("alltoallv"):
             if not met:
                 all_arrived(comm)

@@ -11,15 +11,15 @@ from typing import Any, Mapping
 
 from mpignn import env as _env
 
-__all__ = ["start_mpi", "mpi_started", "passed_on", "interfaces_hint", "mpi_ifnames", "launcher_iface_env",
+__all__ = ["start_mpi", "Deadline", "mpi_started", "passed_on", "interfaces_hint", "mpi_ifnames", "launcher_iface_env",
            "launcher_host"]
 
 _passed: dict[str, str] = {}
 
 # The guard is a process of its own: mpi4py runs MPI_Init holding the GIL, and MPI exits from C on failure, so no
-# Python code runs here then. A byte on the pipe: started; EOF: ended inside MPI_Init; silence: hung, killed
-# `_GRACE` s after printing, so the other ranks' guards print first (the launcher ends all once one is gone). Its
-# own session keeps it alive while the launcher ends the job's process group.
+# Python code of this process runs then. A byte on the pipe: done; EOF: this process ended inside the block;
+# silence: overran, killed `grace` s after printing, so the other ranks' guards print first (the launcher ends
+# all once one is gone). Its own session keeps it alive while the launcher ends the job's process group.
 _GRACE = 3.0
 _GUARD = """
 import os, select, sys
@@ -28,11 +28,39 @@ parent, grace = int(sys.argv[4]), float(sys.argv[5])
 ready, _, _ = select.select([0], [], [], seconds if seconds > 0 else None)
 if ready and os.read(0, 1):
     sys.exit(0)
-sys.stderr.write((ended if ready else hung) + "\\n")
-sys.stderr.flush()
+if ended or not ready:
+    sys.stderr.write((ended if ready else hung) + "\\n")
+    sys.stderr.flush()
 if not ready and not select.select([0], [], [], grace)[0]:
     os.kill(parent, 9)
 """
+
+
+class Deadline:
+    """Kill this process (SIGKILL, `grace` s after printing `hung`; the launcher ends the job) when a block
+    overruns `seconds` (0: unbounded); `ended`: the line should the process end inside it. Not collective."""
+
+    def __init__(self, seconds: float, hung: str, ended: str = "", grace: float = 0.0) -> None:
+        self.args = [str(float(seconds)), ended, hung, str(os.getpid()), str(grace)]
+        self._guard: Any = None
+
+    def __enter__(self) -> "Deadline":
+        try:
+            self._guard = subprocess.Popen([sys.executable, "-I", "-S", "-c", _GUARD, *self.args],
+                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True)
+        except OSError:  # no interpreter to run it (an embedded Python): the block runs unguarded
+            pass
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._guard is None:
+            return
+        try:
+            self._guard.stdin.write(b"\x01")
+            self._guard.stdin.close()
+        except OSError:  # the guard is gone already
+            pass
+        self._guard.wait()
 
 
 def mpi_started() -> bool:
@@ -61,25 +89,8 @@ def start_mpi(seconds: float = 0.0) -> Any:
     hung = (f"{head} within {seconds:g}s (--collective-timeout); got no answer on {socket.gethostname()} "
             f"({tried}). HINT: either a rank did not start (look at every host's processes) or MPI cannot connect "
             f"the hosts: {fix}")
-    try:
-        guard = subprocess.Popen([sys.executable, "-I", "-S", "-c", _GUARD, str(seconds), ended, hung,
-                                  str(os.getpid()), str(_GRACE)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                 start_new_session=True)
-    except OSError:  # no interpreter to run it (an embedded Python): MPI starts unguarded
+    with Deadline(seconds, hung, ended, _GRACE):
         from mpi4py import MPI
-        return MPI
-    try:
-        from mpi4py import MPI
-    except BaseException:
-        guard.kill()
-        guard.wait()
-        raise
-    try:
-        guard.stdin.write(b"\x01")
-        guard.stdin.close()
-    except OSError:  # the guard is gone already
-        pass
-    guard.wait()
     return MPI
 
 

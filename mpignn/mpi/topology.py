@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from mpignn import env as _env
 from mpignn.errors import LaunchError, mark_agreed
 from mpignn.mpi.startup import start_mpi
 
-__all__ = ["Topology", "world", "library_version", "mpi_op", "topology", "whoami", "check_launcher"]
+__all__ = ["Topology", "world", "library_version", "mpi_op", "topology", "whoami", "check_launcher", "gather_per_host"]
 
 
 def world() -> Any:
@@ -59,6 +59,24 @@ def topology(comm: Any) -> Topology:
                         host=socket.gethostname())
     finally:
         local.Free()
+
+
+def gather_per_host(comm: Any, item: Any, describe: Callable[[list[Any]], Any]) -> list[Any] | None:
+    """Collective over `comm`: each host's leader (its lowest rank) gathers `item` from its host's ranks and
+    sends `describe(items)` to rank 0.
+
+    Returns:
+        On rank 0, one entry per rank of `comm`: a leader's description, None for the other ranks; None elsewhere.
+    """
+    from mpi4py import MPI
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    try:
+        items = local.gather(item, root=0)
+        mine = describe(items) if local.rank == 0 else None
+    finally:
+        local.Free()
+    return comm.gather(mine, root=0)
 
 
 def whoami() -> Topology:

@@ -5,6 +5,7 @@ Stdlib and mpi4py only (imported lazily), never torch; of mpignn only `mpi.where
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import signal
@@ -38,6 +39,11 @@ _slots_lock = threading.Lock()
 _active: "Watchdog | None" = None
 
 
+def _snapshot() -> list[_Slot]:
+    with _slots_lock:
+        return list(_slots)
+
+
 def _slot() -> _Slot:
     slot = getattr(_local, "slot", None)
     if slot is None:
@@ -69,17 +75,7 @@ class _Mark:
         slot.path = slot.path[:-1]
 
 
-class _Unwatched:
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-
-_UNWATCHED = _Unwatched()
+_UNWATCHED = contextlib.nullcontext()
 
 
 def bounded(what: str, limit: float = 0.0) -> Any:
@@ -213,8 +209,7 @@ class Watchdog:
         if not self.can_ping or self.size == 1:
             return None
         now = time.monotonic()
-        with _slots_lock:
-            slots = list(_slots)
+        slots = _snapshot()
         waits = [(slot.what, slot.thread, now - slot.since, slot.limit) for slot in slots
                  if slot.since and slot.limit > self.timeout and now - slot.since > self.timeout]
         if not waits:
@@ -224,27 +219,30 @@ class Watchdog:
             self._heard = {r: now for r in range(self.size) if r != self.rank}
             self._pinged = 0.0
         if now - self._pinged >= self.timeout / 4:
-            from mpi4py import MPI
-
-            self._sends += [self.comm.Isend([b"\x01", MPI.BYTE], dest=r, tag=_PING) for r in self._heard]
+            self._send(self._heard, _PING)
             self._pinged = now
-        self._collect_pongs(self._heard)
+        self._heard.update(dict.fromkeys(self._drain(_PONG), time.monotonic()))
         silent = [r for r, t in self._heard.items() if now - t > self.timeout]
         return (*waits[0], silent) if silent else None
 
-    def _collect_pongs(self, heard: dict[int, float]) -> None:
+    def _send(self, ranks: Any, tag: int, data: bytes = b"\x01") -> None:
         from mpi4py import MPI
 
-        status = MPI.Status()
-        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_PONG, status=status):
-            src = status.Get_source()
-            self.comm.Recv([bytearray(1), MPI.BYTE], source=src, tag=_PONG)
-            heard[src] = time.monotonic()
+        self._sends += [self.comm.Isend([data, MPI.BYTE], dest=r, tag=tag) for r in ranks]
+
+    def _drain(self, tag: int) -> list[int]:
+        """Receive every one-byte message with `tag` waiting; return their sources."""
+        from mpi4py import MPI
+
+        status, sources = MPI.Status(), []
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=tag, status=status):
+            sources.append(status.Get_source())
+            self.comm.Recv([bytearray(1), MPI.BYTE], source=sources[-1], tag=tag)
+        return sources
 
     def _late(self) -> tuple[str, str, float, float] | None:
         now = time.monotonic()
-        with _slots_lock:
-            slots = list(_slots)
+        slots = _snapshot()
         for slot in slots:
             since, limit = slot.since, slot.limit or self.timeout
             if since and now - since > limit:
@@ -254,20 +252,10 @@ class Watchdog:
         return None
 
     def _answer(self) -> None:
-        from mpi4py import MPI
-
-        status = MPI.Status()
-        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_PING, status=status):
-            src = status.Get_source()
-            self.comm.Recv([bytearray(1), MPI.BYTE], source=src, tag=_PING)
-            self._sends.append(self.comm.Isend([b"\x01", MPI.BYTE], dest=src, tag=_PONG))
-        asked = []
-        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_ASK, status=status):
-            asked.append(status.Get_source())
-            self.comm.Recv([bytearray(1), MPI.BYTE], source=asked[-1], tag=_ASK)
+        self._send(self._drain(_PING), _PONG)
+        asked = self._drain(_ASK)
         if asked:
-            reply = json.dumps(self.spots.report(self._threads)).encode()
-            self._sends += [self.comm.Isend([reply, MPI.BYTE], dest=src, tag=_TELL) for src in asked]
+            self._send(asked, _TELL, json.dumps(self.spots.report(self._threads)).encode())
         self._sends = [r for r in self._sends if not r.Test()]
 
     def _subset(self) -> str:
@@ -277,8 +265,7 @@ class Watchdog:
         from mpi4py import MPI
 
         now = time.monotonic()
-        with _slots_lock:
-            slots = list(_slots)
+        slots = _snapshot()
         asking = self._asking
         if asking is None:
             running = {slot.since for slot in slots}
@@ -290,8 +277,7 @@ class Watchdog:
                     self._asked[since] = now
                     self._asking = {"slot": slot, "since": since, "path": list(slot.path), "replies": {},
                                     "deadline": now + self.grace}
-                    self._sends += [self.comm.Isend([b"\x01", MPI.BYTE], dest=r, tag=_ASK)
-                                    for r in range(self.size) if r != self.rank]
+                    self._send([r for r in range(self.size) if r != self.rank], _ASK)
                     break
             return ""
         status = MPI.Status()
@@ -319,15 +305,13 @@ class Watchdog:
 
     def silent_ranks(self) -> list[int]:
         """Ping every other rank; return those whose watchdog does not answer within `grace` seconds."""
-        from mpi4py import MPI
-
         peers = [r for r in range(self.size) if r != self.rank]
-        self._sends += [self.comm.Isend([b"\x01", MPI.BYTE], dest=r, tag=_PING) for r in peers]
+        self._send(peers, _PING)
         deadline = time.monotonic() + self.grace
-        heard: dict[int, float] = {}
+        heard: set[int] = set()
         while len(heard) < len(peers) and time.monotonic() < deadline:
             self._answer()  # others may be asking at the same moment
-            self._collect_pongs(heard)
+            heard.update(self._drain(_PONG))
             time.sleep(0.02)
         return [r for r in peers if r not in heard]
 

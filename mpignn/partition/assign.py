@@ -13,12 +13,11 @@ import numpy as np
 from mpignn.config.choices import DEFAULT_METHOD, PARTITION_METHODS as METHODS  # auto: default_method()
 from mpignn.data.graph import GraphData, symmetrized
 from mpignn.data.links import LinkSplit, split_links
-from mpignn.data.npyio import release_pages
+from mpignn.data.npyio import read_rows, release_pages, rows_per_chunk
 from mpignn.errors import ConfigError
 from mpignn.mpi import chunk_bounds
-from mpignn.partition.parhip import write_parhip
 
-__all__ = ["assign_parts", "split_and_assign", "METHODS", "DEFAULT_METHOD", "default_method"]
+__all__ = ["assign_parts", "split_and_assign", "METHODS", "DEFAULT_METHOD", "default_method", "write_parhip"]
 
 
 def default_method() -> str:
@@ -74,6 +73,32 @@ def metis_parts(graph: GraphData, num_parts: int, seed: int) -> np.ndarray:
 
 KAMINPAR_IMBALANCE = 0.01
 """Largest part at most 1% above the average: KaMinPar fills whatever imbalance it is given (docs/benchmarks.md)."""
+
+
+def write_parhip(path: str | os.PathLike, rowptr: np.ndarray, col: np.ndarray) -> None:
+    """Write an undirected CSR (both directions present, no self loops) as a ParHIP binary graph file
+    (KaMinPar's and ParHIP's input), in chunks.
+
+        header   uint64 version, n, m (m counts both directions of each edge)
+        offsets  uint64 [n + 1]: byte offset in the file of each node's first neighbour
+        adjacency  uint32 [m] node ids (uint64 when n >= 2^31)
+
+    version's bits (lowest first): no edge weights, no node weights, 32-bit edge ids, 32-bit node ids, 32-bit
+    node weights, 32-bit edge weights.
+    """
+    n, m = len(rowptr) - 1, int(rowptr[-1])
+    small = n < 2**31
+    ids = np.uint32 if small else np.uint64
+    version = 1 | 2 | (8 if small else 0) | 16 | 32
+    header = np.array([version, n, m], dtype=np.uint64)
+    base = header.nbytes + (n + 1) * 8
+    step = rows_per_chunk(8)
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        for lo in range(0, n + 1, step):
+            f.write((base + np.asarray(rowptr[lo:lo + step], dtype=np.uint64) * np.dtype(ids).itemsize).tobytes())
+        for lo in range(0, m, step):
+            f.write(read_rows(col, lo, min(m, lo + step)).astype(ids).tobytes())
 
 
 def kaminpar_parts(graph: GraphData, num_parts: int, seed: int, workdir: str | os.PathLike | None = None,

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from mpignn.errors import PartitionFormatError
 from mpignn.fileio import remove_leftovers, replace_dir, sha256_file, temp_name
 from mpignn.mpi import check_all
+from mpignn.mpi.topology import gather_per_host
 from mpignn.mpi.transfer import Move, move_files
 from mpignn.partition.format import part_dir
 
@@ -53,15 +54,7 @@ def _part_complete(folder: Path, meta: dict, k: int) -> bool:
 
 def _survey(comm: Any, folder: Path, part_id: int, usable: Callable[[Path], bool] | None) -> list[Any]:
     """Collective over `comm`: on rank 0, each host leader's (parts its host's ranks load, its folder's view)."""
-    from mpi4py import MPI
-
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
-    try:
-        parts = local.gather(int(part_id), root=0)
-        mine = (sorted(set(parts)), _view(folder, usable)) if local.rank == 0 else None
-    finally:
-        local.Free()
-    return comm.gather(mine, root=0)
+    return gather_per_host(comm, int(part_id), lambda parts: (sorted(set(parts)), _view(folder, usable)))
 
 
 def _reference(views: list[Any]) -> str | None:

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
-from mpignn.exchange.directory import IdDirectory
+from mpignn.exchange.alltoall import IdDirectory
 from mpignn.loader.local_graph import LocalGraph
 from mpignn.mpi import alltoallv, check_all, chunk_bounds
 from mpignn.partition.format import owner_of

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from mpignn.mpi import allreduce_sum, alltoallv, collectives, segment_starts
-from mpignn.partition.format import owner_of
+from mpignn.partition.format import group_by_owner, owner_of
 from mpignn.sampling import kernels
 from mpignn.sampling.neighbor import Fanout, LocalHops, SampleOutput, draw_hop
 
@@ -134,9 +134,8 @@ class CooperativeSampler:
                 found = kernels.first_seen(nbrs)[0]
                 mine = (found >= lo) & (found < hi)
                 remote = found[~mine]
-                owner = owner_of(remote, self.part_offsets)
-                order = np.argsort(owner, kind="stable")
-                got = alltoallv(self.comm, remote[order], np.bincount(owner, minlength=self.comm.size))[0]
+                _, order, counts = group_by_owner(remote, self.part_offsets, self.comm.size)
+                got = alltoallv(self.comm, remote[order], counts)[0]
                 self.bytes_received += 8 * len(got)
                 if n + len(found) + len(got) > len(own):  # room for every candidate
                     own = np.concatenate([own[:n], np.empty(max(n, len(found) + len(got)), dtype=np.int64)])
@@ -159,9 +158,7 @@ class CooperativeSampler:
         """Collective: a function maxing each source's value over all ranks; ids go to owners once, then each
         call is two all-to-alls."""
         comm = self.comm
-        owner = owner_of(sources, self.part_offsets)
-        order = np.argsort(owner, kind="stable")
-        sent = np.bincount(owner, minlength=comm.size).astype(np.int64)
+        _, order, sent = group_by_owner(sources, self.part_offsets, comm.size)
         asked_from, pieces = collectives.exchange_counts(comm, sent)
         asked = alltoallv(comm, sources[order], sent, asked_from, pieces)[0]
         distinct, slot = np.unique(asked, return_inverse=True)
@@ -185,10 +182,9 @@ class CooperativeSampler:
         size, hops = self.comm.size, len(edges)
         lo, hi = self.lo, self.lo + self.n_own
         code, remote, first_pos = kernels.split_sources(src, lo, hi, mark)
-        owner = owner_of(remote, self.part_offsets)
-        order = np.argsort(owner, kind="stable")  # per owner, first appearance order: layers are prefixes
+        # per owner, first appearance order: layers are prefixes
+        owner, order, per_owner = group_by_owner(remote, self.part_offsets, size)
         within = np.empty(len(remote), dtype=np.int64)
-        per_owner = np.bincount(owner, minlength=size).astype(np.int64)
         within[order] = np.arange(len(remote), dtype=np.int64) - np.repeat(segment_starts(per_owner), per_owner)
         prefix = [int(sum(edges[:hops - j])) for j in range(hops)]  # layer j's edge count
         reads = [int(np.searchsorted(first_pos, e)) for e in prefix]  # layer j reads remote sources [0, reads[j])

@@ -13,6 +13,7 @@ from typing import Any
 
 from mpignn.errors import ConfigError
 from mpignn.mpi import check_all
+from mpignn.mpi.topology import gather_per_host
 from mpignn.mpi.transfer import Move, move_files
 
 __all__ = ["bring_generation", "CHECKPOINT", "MANIFEST", "rows_name"]
@@ -96,16 +97,9 @@ def bring_generation(comm: Any, folder: str | os.PathLike, name: str | None = No
         ConfigError: on every rank alike: hosts hold different generations of that name, a file of it no
             host holds, or a copy that failed (a full disk, a corrupt file at the sender).
     """
-    from mpi4py import MPI
-
     folder = Path(folder)
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
-    try:
-        ranks = local.gather(comm.rank, root=0)
-        mine = {"host": socket.gethostname(), "ranks": ranks, "held": _view(folder, name)} if local.rank == 0 else None
-    finally:
-        local.Free()
-    views = comm.gather(mine, root=0)
+    views = gather_per_host(comm, comm.rank,
+                            lambda ranks: {"host": socket.gethostname(), "ranks": ranks, "held": _view(folder, name)})
     plan: tuple[str | None, list[Move], str] = (None, [], "")
     if comm.rank == 0:
         chosen = (name if any(v is not None and name in v["held"] for v in views) else None) if name else \
