@@ -167,7 +167,6 @@ def epoch_record(*, epoch: int, epochs_done: float, total: Mapping[str, float], 
     return rec
 
 
-
 def format_epoch(rec: dict[str, Any], scores: str, unit: str = "seeds") -> str:
     """Return the epoch line; `scores` as `Task.describe` words them."""
     where = f"epoch {rec['epoch']:3d}" + (f" step {rec['step']}" if "step" in rec else "")
