@@ -10,6 +10,16 @@ from mpignn.launch.allocator import prefer_huge_pages  # noqa: E402
 prefer_huge_pages()  # as `python -m mpignn.train` does, before torch's first allocation; the suite's jobs inherit it
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _standing_jobs():
+    """End the standing MPI jobs (tests/_mpirun.py) with the session: xdist's workers may exit without running
+    atexit, and the ranks on emulated hosts cannot see that pytest is gone."""
+    yield
+    from _mpirun import _close_pools
+
+    _close_pools()
+
+
 @pytest.fixture(scope="module")
 def rt():
     """A one-process Runtime (MPICH singleton) for the Python API's in-process tests."""
