@@ -33,6 +33,14 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def multihost_env(**extra: str) -> dict[str, str]:
+    """`clean_env` with this interpreter's folder first on PATH: multihost-mpirun finds mpiexec and its proxy
+    there (the mpich wheel's)."""
+    env = clean_env(**extra)
+    env["PATH"] = f"{os.path.dirname(sys.executable)}:{env['PATH']}"
+    return env
+
+
 def run_cmd(cmd: list[str], timeout: float, env: dict[str, str] | None = None,
             cwd: str | Path | None = None) -> tuple[int, str]:
     """Run `cmd` in its own session; on timeout kill the whole group and fail with the output."""
@@ -77,7 +85,7 @@ class _Pool:
         self.n, self.queue, self.next = n, Path(tempfile.mkdtemp(prefix=f"mpignn-pool{n}-")), 0
         argv = [sys.executable, str(WORKERS / "pool.py"), str(self.queue), str(0 if hosts else os.getpid())]
         if hosts:
-            env = clean_env(PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
+            env = multihost_env()
             # bounded: should pytest die unseen, the hosts' ranks end with the tool's timeout
             cmd = [str(MULTIHOST), "-H", str(hosts), "-p", str(n // hosts), "-t", "3600", "--", *argv]
         else:

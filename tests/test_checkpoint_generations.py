@@ -12,7 +12,7 @@ import torch
 
 import mpignn.training.checkpoint as ckpt
 import mpignn.exchange.embedding as embedding
-from _mpirun import SHARED, WORKERS, clean_env, ok_ranks, run_cmd, run_mpi, run_mpi_raw
+from _mpirun import SHARED, WORKERS, multihost_env, ok_ranks, run_cmd, run_mpi, run_mpi_raw
 from mpignn.config.train_config import parse
 from mpignn.errors import ConfigError
 from mpignn.exchange.embedding import NodeEmbedding
@@ -122,8 +122,7 @@ def test_a_stale_node_local_checkpoint_is_refused_on_every_rank(tmp_path):
     def on_hosts(*actions):
         script = (f"mkdir -p {tmp_path}/$(hostname) && mount --bind {tmp_path}/$(hostname) {ck} && exec "
                   f"{sys.executable} {WORKERS / 'checkpoint_gen.py'} {ck} {' '.join(actions)}")
-        env = clean_env()
-        env["PATH"] = f"{os.path.dirname(sys.executable)}:{env['PATH']}"
+        env = multihost_env()
         rc, out = run_cmd([str(TOOL), "-H", "2", "-p", "1", "-t", "120", "--", "unshare", "--mount", "sh", "-c",
                            script], timeout=150, env=env)
         if rc == 2 and "multihost-mpirun:" in out:

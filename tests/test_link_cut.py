@@ -16,7 +16,7 @@ import pytest
 
 from test_multihost import TOOL, pytestmark  # noqa: F401  (the markers: mpi, the tool, root)
 
-from _mpirun import WORKERS, clean_env
+from _mpirun import WORKERS, multihost_env
 
 from mpignn.mpi.watchdog import Watchdog
 
@@ -35,8 +35,7 @@ def _cut_when(base: Path, pattern: str, argv: list[str], *, hosts: int = 2, per_
     """Run `argv` on node-local disks (base/diskN) and cut host 2's link (or `act` on the launcher's pid) when
     a line matches `pattern` (or `at` seconds after the launch: multihost-mpirun's own -x); returns (exit code,
     output, seconds from the cut to the end; -1 when the pattern never showed)."""
-    env = clean_env()
-    env["PATH"] = f"{os.path.dirname(sys.executable)}:{env['PATH']}"
+    env = multihost_env()
     cmd = [str(TOOL), "-H", str(hosts), "-p", str(per_host), "-t", str(limit), *(["-r", rate] if rate else []),
            *(["-x", f"2@{at:g}"] if at else []), "--",
            DISK, str(base), str(base / "m"), ",".join(str(i) for i in range(1, hosts + 1)), sys.executable, *argv]

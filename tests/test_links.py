@@ -83,7 +83,6 @@ def test_link_model_scores_pairs_and_learns(graph, model, decoder):
     assert np.mean(losses[-5:]) < np.mean(losses[:5])
 
 
-
 def test_link_batches_of_layer_neighbour_sampling_use_their_denominators(graph):
     """`--task link --sampler labor`: the encoder divides each target's sum by the batch's `mean_over`, as node
     classification does (without it the mean would divide by the count drawn: biased), and all-neighbour

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from _mpirun import SHARED, WORKERS, clean_env, ok_ranks, run_cmd, run_python
+from _mpirun import SHARED, WORKERS, multihost_env, ok_ranks, run_cmd, run_python
 
 TOOL = SHARED / "tools" / "multihost-mpirun"
 pytestmark = [pytest.mark.mpi,
@@ -16,8 +16,7 @@ pytestmark = [pytest.mark.mpi,
 
 
 def _multihost(hosts, per_host, argv, timeout=180, tool=TOOL):
-    env = clean_env()
-    env["PATH"] = f"{os.path.dirname(sys.executable)}:{env['PATH']}"
+    env = multihost_env()
     rc, out = run_cmd([str(tool), "-H", str(hosts), "-p", str(per_host), "-t", str(timeout), "--", *argv],
                       timeout=timeout + 30, env=env)
     if rc == 2 and "multihost-mpirun:" in out:

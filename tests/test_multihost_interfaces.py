@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from _mpirun import WORKERS, clean_env, ok_ranks, run_cmd
+from _mpirun import WORKERS, multihost_env, ok_ranks, run_cmd
 from test_multihost import TOOL, loopback_tool  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.mpi,
@@ -22,8 +22,7 @@ TRAIN = [sys.executable, "-m", "mpignn.train", "--dataset", "synthetic:num_nodes
 
 def _with_mgmt(argv, timeout=90, tool=TOOL, **env):
     """`multihost-mpirun -H 2 -p 1 -m -- ARGV` (ARGV may start with mpiexec options); (exit code, output, s)."""
-    full = clean_env(MPIGNN_LOG_RANKS="all", **env)
-    full["PATH"] = f"{os.path.dirname(sys.executable)}:{full['PATH']}"
+    full = multihost_env(MPIGNN_LOG_RANKS="all", **env)
     start = time.monotonic()
     rc, out = run_cmd([str(tool), "-H", "2", "-p", "1", "-m", "-t", str(timeout), "--", *argv],
                       timeout=timeout + 30, env=full)

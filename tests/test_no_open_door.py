@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from _mpirun import SHARED, WORKERS, clean_env, ok_ranks, run_cmd, run_mpi
+from _mpirun import SHARED, WORKERS, multihost_env, ok_ranks, run_cmd, run_mpi
 from mpignn import env
 
 TOOL = SHARED / "tools" / "multihost-mpirun"
@@ -53,8 +53,7 @@ def test_mpi_store_semantics_across_ranks(n):
 @pytest.mark.skipif(os.geteuid() != 0, reason="multihost-mpirun needs root (network namespaces)")
 @pytest.mark.parametrize("mode", ["mpi", "port"])
 def test_no_open_door_across_hosts(mode):
-    run_env = clean_env()
-    run_env["PATH"] = f"{os.path.dirname(sys.executable)}:{run_env['PATH']}"
+    run_env = multihost_env()
     rc, out = run_cmd([str(TOOL), "-H", "2", "-p", "2", "-t", "150", "--", sys.executable,
                        str(WORKERS / "no_open_door.py"), mode], timeout=180, env=run_env)
     if rc == 2 and "multihost-mpirun:" in out:

@@ -12,8 +12,8 @@ import numpy as np
 from mpignn.data.npyio import read_npy_header
 from mpignn.errors import DatasetError
 
-__all__ = ["SPLIT_KEYS", "PURPOSE", "split_problem", "NPZ_HINT", "UNREADABLE", "npz_error", "read_headers", "check_dtype", "read_arrays",
-           "check_splits", "check_labels"]
+__all__ = ["SPLIT_KEYS", "PURPOSE", "split_problem", "NPZ_HINT", "UNREADABLE", "npz_error", "read_headers",
+           "check_dtype", "read_arrays", "check_splits", "check_labels"]
 
 SPLIT_KEYS = ("train_idx", "val_idx", "test_idx")
 NPZ_HINT = "see 'Your own graph (npz)' in docs/datasets.md for the expected keys, dtypes and shapes"

@@ -9,8 +9,8 @@ import resource
 import sys
 from typing import Mapping
 
-__all__ = ["MMAP_THRESHOLD", "prefer_huge_pages", "tune_allocator", "keep_big_blocks", "preloaded", "policy", "preload_env",
-           "peak_rss_mb", "rss_mb"]
+__all__ = ["MMAP_THRESHOLD", "prefer_huge_pages", "tune_allocator", "keep_big_blocks", "preloaded", "policy",
+           "preload_env", "peak_rss_mb", "rss_mb"]
 
 # Blocks at least this large are mmap'd and unmapped on free; smaller ones stay in the heap. Why this size:
 # docs/failures.md, "Memory over long runs" (tests/test_allocator.py replays the pattern).

@@ -139,7 +139,6 @@ def relu_dropout(x: torch.Tensor, p: float, training: bool, inplace: bool = Fals
     return _ReluDropout.apply(x, p, inplace)
 
 
-
 class _ActivatedHalo(torch.autograd.Function):
     """pre-activation own rows [n_own, ...] -> the layer's table: activated own rows, then other ranks' rows."""
 

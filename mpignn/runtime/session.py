@@ -109,7 +109,6 @@ def _minibatch(rt: Runtime, cfg: TrainConfig, graph: LocalGraph, model: torch.nn
     return mode
 
 
-
 def resolve_config(rt: Runtime, cfg: TrainConfig, graph: LocalGraph, minibatch: str) -> tuple[TrainConfig,
                                                                                                dict[str, Any]]:
     """Collective over `rt.comm`: return `cfg` with its `CHOOSE` fields made concrete, and those alone.

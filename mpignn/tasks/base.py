@@ -167,7 +167,6 @@ class Task:
                           "prediction checkpoint")
 
 
-
 def autocast(device: str, bf16: bool) -> contextlib.AbstractContextManager:
     if not bf16:
         return contextlib.nullcontext()
