@@ -115,9 +115,11 @@ class _Pool:
 
     def close(self) -> None:
         shutil.rmtree(self.queue, ignore_errors=True)  # idle ranks see it gone and end: the launcher cleans up
-        for sig in (signal.SIGTERM, signal.SIGKILL):  # a hung job: TERM lets multihost-mpirun remove its hosts
+        # a hung job: TERM lets multihost-mpirun remove its hosts. Ranks still finalising MPI when it does stay
+        # stuck (their network is gone), and a loaded machine took over 5 s to end 4 ranks on 2 hosts: hence 30
+        for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
-                self.proc.wait(timeout=5)
+                self.proc.wait(timeout=30)
                 break
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, sig)
