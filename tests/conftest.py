@@ -11,7 +11,7 @@ from mpignn.launch.allocator import prefer_huge_pages  # noqa: E402
 prefer_huge_pages()  # as `python -m mpignn.train` does, before torch's first allocation; the suite's jobs inherit it
 # The suite runs 2-6 ranks a job, two jobs at once, on 2 cores: a rank waiting in MPI sleeps (usleep) after a run
 # of failed polls, MPICH's throttle for many ranks a node, instead of spinning on a core another rank needs
-# (README, "Tests": the suite's CPU with and without it).
+# (tests/README.md: the suite's time and CPU with and without it).
 os.environ.setdefault("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "1")
 os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
 
