@@ -1,4 +1,3 @@
-import os
 import sys
 from pathlib import Path
 
@@ -9,11 +8,6 @@ import pytest  # noqa: E402
 from mpignn.launch.allocator import prefer_huge_pages  # noqa: E402
 
 prefer_huge_pages()  # as `python -m mpignn.train` does, before torch's first allocation; the suite's jobs inherit it
-# The suite runs 2-6 ranks a job, two jobs at once, on 2 cores: a rank waiting in MPI sleeps (usleep) after a run
-# of failed polls, MPICH's throttle for many ranks a node, instead of spinning on a core another rank needs
-# (tests/README.md: the suite's time and CPU with and without it).
-os.environ.setdefault("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "1")
-os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
 
 
 @pytest.fixture(scope="session", autouse=True)
