@@ -47,26 +47,26 @@ def _records(path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("per_host", [1, 2])
-def test_hosts_without_a_shared_disk_train_resume_in_another_order_and_predict(tmp_path, per_host):
-    """--root, --checkpoint-dir, --metrics-out and predict's --out on node-local disks: the first job makes
-    each folder on every host that writes it; the requeued job (hosts in the other order) is delivered the part
-    and checkpoint files its ranks' hosts lack, resumes and replays the uninterrupted run; predict writes the
-    whole folder on rank 0's host; a subset that lacks a part of a given partition is refused, naming what each
-    host holds; new hosts are refused a --resume (never a fresh start)."""
+def test_hosts_without_a_shared_disk_train_resume_in_another_order_and_predict(tmp_path):
+    """--root, --checkpoint-dir, --metrics-out and predict's --out on node-local disks, 2 hosts x 2 ranks (a
+    host's local rank 0 writes for both; 2 hosts x 1 rank train in test_multihost and test_link_cut): the first
+    job makes each folder on every host that writes it; the requeued job (hosts in the other order) is delivered
+    the part, checkpoint and learnable-row files its ranks' hosts lack, resumes and replays the uninterrupted run;
+    predict writes the whole folder on rank 0's host; a subset that lacks a part of a given partition is refused,
+    naming what each host holds; new hosts are refused a --resume (never a fresh start)."""
     from test_reproducible import same_run
 
     from mpignn.predict.output import load
 
     m = tmp_path / "m"
+    per_host = 2
     ranks = 2 * per_host
     flags = [*GRAPH, "--root", f"{m}/root", "--checkpoint-dir", f"{m}/ckpt", "--metrics-out", f"{m}/out/m.jsonl",
              "--tensorboard", f"{m}/tb"]
-    flags += ["--embed-dim", "4"] if per_host == 2 else []  # learnable rows: one file per rank, on its host
-    reference = tmp_path / "reference"  # the uninterrupted run (per_host 1), on a shared folder: the same records
-    first = {"train": ["mpignn.train", *flags, "--epochs", "2"]}
-    if per_host == 1:
-        first["reference"] = ["mpignn.train", *[a.replace(str(m), str(reference)) for a in flags], "--epochs", "3"]
+    flags += ["--embed-dim", "4"]  # learnable rows: one file per rank, on its host
+    reference = tmp_path / "reference"  # the uninterrupted run, on a shared folder: the same records
+    first = {"train": ["mpignn.train", *flags, "--epochs", "2"],
+             "reference": ["mpignn.train", *[a.replace(str(m), str(reference)) for a in flags], "--epochs", "3"]}
     out = _jobs(tmp_path, "1,2", per_host, first)["train"]
     assert f"{ranks} ranks on 2 hosts" in out, out[-3000:]
     parts = sorted(_disk(tmp_path, 1).glob("root/mpignn-parts/*"))
@@ -81,13 +81,13 @@ def test_hosts_without_a_shared_disk_train_resume_in_another_order_and_predict(t
     assert (_disk(tmp_path, 1) / "out/m.jsonl").is_file() and not (_disk(tmp_path, 2) / "out").exists()
     assert list((_disk(tmp_path, 1) / "tb").glob("events.out.tfevents.*")) and not (_disk(tmp_path, 2) / "tb").exists()
 
-    if per_host == 1:  # a subset: the host holding part 1 alone cannot run a given partition, and says why
-        rc, out = _job(tmp_path, "2", 2, ["-m", "mpignn.train", *flags, "--partitions", str(folder), "--epochs",
+    # a subset: the host holding parts 2 and 3 alone cannot run a given partition, and says why
+    rc, out = _job(tmp_path, "2", ranks, ["-m", "mpignn.train", *flags, "--partitions", str(folder), "--epochs",
                                           "3", "--resume"], hosts=1)
-        assert rc != 0 and "expected the job's hosts to hold parts [0, 1]" in out and "host1: part-001" in out, \
-            out[-3000:]
-        assert sorted(p.name for p in (_disk(tmp_path, 2) / "root/mpignn-parts" / folder.name).glob("part-*")) == \
-            ["part-001"], "a refused job changed the partition"
+    assert rc != 0 and "expected the job's hosts to hold parts [0, 1, 2, 3]" in out, out[-3000:]
+    assert "host1: part-002, part-003" in out, out[-3000:]
+    assert sorted(p.name for p in (_disk(tmp_path, 2) / "root/mpignn-parts" / folder.name).glob("part-*")) == \
+        ["part-002", "part-003"], "a refused job changed the partition"
 
     # the requeued job lands on the hosts in the other order: rank 0 on the host that holds part 1 only; then
     # predict, in the same job
@@ -100,8 +100,7 @@ def test_hosts_without_a_shared_disk_train_resume_in_another_order_and_predict(t
     resumed = _records(_disk(tmp_path, 2) / "out/m.jsonl")  # rank 0's host now
     assert list((_disk(tmp_path, 2) / "tb").glob("events.out.tfevents.*"))
     assert [r["epoch"] for r in resumed] == [2], resumed
-    if per_host == 1:  # the requeued job replays the uninterrupted run
-        assert same_run(_records(reference / "out/m.jsonl")[2]) == same_run(resumed[0])
+    assert same_run(_records(reference / "out/m.jsonl")[2]) == same_run(resumed[0])  # replays the reference
 
     assert not (_disk(tmp_path, 1) / "pred").exists() and not list(_disk(tmp_path, 1).glob(".pred*"))
     pred = load(_disk(tmp_path, 2) / "pred")
