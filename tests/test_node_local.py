@@ -89,7 +89,7 @@ def test_hosts_without_a_shared_disk_train_resume_in_another_order_and_predict(t
     assert sorted(p.name for p in (_disk(tmp_path, 2) / "root/mpignn-parts" / folder.name).glob("part-*")) == \
         ["part-002", "part-003"], "a refused job changed the partition"
 
-    # the requeued job lands on the hosts in the other order: rank 0 on the host that holds part 1 only; then
+    # the requeued job lands on the hosts in the other order: rank 0 on the host that holds parts 2 and 3 only; then
     # predict, in the same job
     outs = _jobs(tmp_path, "2,1", per_host, {
         "requeued": ["mpignn.train", *flags, "--partitions", str(folder), "--epochs", "3", "--resume"],
