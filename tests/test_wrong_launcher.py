@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from _mpirun import clean_env, run_cmd
+from _mpirun import clean_env, run_cli_here, run_cmd
 from mpignn.errors import LaunchError
 
 # Launcher variables (rank 1 of 2) under which the MPICH that mpi4py uses starts as a singleton.
@@ -20,11 +20,17 @@ def _error_lines(out: str, prefix: str) -> list[str]:
     return [line for line in out.splitlines() if line.startswith(prefix)]
 
 
+def _foreign(monkeypatch, launcher: str) -> None:
+    """This process, as one that launcher started: the MPICH singleton the test process already is."""
+    for name, value in FOREIGN[launcher].items():
+        monkeypatch.setenv(name, value)
+
+
 @pytest.mark.parametrize("launcher", sorted(FOREIGN))
-def test_train_cli_refuses_the_wrong_mpirun(tmp_path, launcher):
-    rc, out = run_cmd([sys.executable, "-m", "mpignn.train", "--root", str(tmp_path), "--epochs", "1",
-                       "--dataset", "synthetic:num_nodes=300,avg_degree=4,num_features=4"],
-                      timeout=120, env=clean_env(**FOREIGN[launcher]), cwd=tmp_path)
+def test_train_cli_refuses_the_wrong_mpirun(tmp_path, monkeypatch, launcher):
+    _foreign(monkeypatch, launcher)
+    rc, out = run_cli_here("mpignn.train", ["--root", tmp_path, "--epochs", "1", "--dataset",
+                                            "synthetic:num_nodes=300,avg_degree=4,num_features=4"], tmp_path)
     assert rc == 1, out[-2000:]
     errors = _error_lines(out, "mpignn: error:")
     assert len(errors) == 1 and "got 1" in errors[0] and "HINT" in errors[0] and "mpirun" in errors[0], out[-2000:]
@@ -49,8 +55,7 @@ def test_bootstrap_and_whoami_refuse_the_wrong_mpirun(monkeypatch, launcher):
     from mpignn.mpi import whoami
     from mpignn.runtime import bootstrap
 
-    for name, value in FOREIGN[launcher].items():
-        monkeypatch.setenv(name, value)
+    _foreign(monkeypatch, launcher)
     with pytest.raises(LaunchError, match="the 2 processes the launcher started; got 1.*HINT"):
         bootstrap(logging_setup=False)
     with pytest.raises(LaunchError, match="the 2 processes the launcher started"):
@@ -65,10 +70,10 @@ def test_one_process_of_a_launcher_is_fine(monkeypatch):
     assert bootstrap(logging_setup=False).world_size == 1
 
 
-def test_partition_cli_refuses_to_run_as_several_copies(tmp_path):
-    rc, out = run_cmd([sys.executable, "-m", "mpignn.partition", "--dataset", "synthetic:num_nodes=300",
-                       "--num-parts", "2", "--out", str(tmp_path / "p")],
-                      timeout=120, env=clean_env(**FOREIGN["openmpi"]), cwd=tmp_path)
+def test_partition_cli_refuses_to_run_as_several_copies(tmp_path, monkeypatch):
+    _foreign(monkeypatch, "openmpi")
+    rc, out = run_cli_here("mpignn.partition", ["--dataset", "synthetic:num_nodes=300", "--num-parts", "2", "--out",
+                                                tmp_path / "p"], tmp_path)
     assert rc == 1, out[-2000:]
     errors = _error_lines(out, "mpignn.partition: error:")
     assert len(errors) == 1 and "one of 2" in errors[0] and "HINT" in errors[0], out[-2000:]
