@@ -94,24 +94,45 @@ class _Pool:
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
 
-    def run(self, argv: list[str], timeout: float, cwd: str | Path | None) -> tuple[list[int] | None, str]:
-        """(each rank's exit code, or None where the job ended or timed out first; the ranks' output)."""
+    def submit(self, argv: list[str], cwd: str | Path | None, env: dict[str, str] | None = None) -> int:
+        """Queue a run (`env`: variables set in the ranks for its duration); returns its number for `wait`."""
         import json
-        import time
 
         k, self.next = self.next, self.next + 1
         tmp = self.queue / f"{k}.tmp"
-        tmp.write_text(json.dumps({"argv": argv, "cwd": None if cwd is None else str(cwd)}))
+        tmp.write_text(json.dumps({"argv": argv, "cwd": None if cwd is None else str(cwd), "env": env or {}}))
         tmp.rename(self.queue / f"{k}.json")
+        return k
+
+    def output(self, k: int) -> str:
+        """What run `k`'s ranks printed so far."""
+        return "".join(p.read_text() for r in range(self.n) if (p := self.queue / f"{k}.rank{r}.log").exists())
+
+    def pids(self) -> list[int]:
+        """The ranks' process ids, in rank order (pool.py writes them before its first run)."""
+        import time
+
+        files = [self.queue / f"rank{r}.pid" for r in range(self.n)]
+        while not all(p.exists() for p in files) and self.proc.poll() is None:
+            time.sleep(0.02)
+        return [int(p.read_text()) for p in files]
+
+    def wait(self, k: int, timeout: float) -> tuple[list[int] | None, str]:
+        """(each rank's exit code of run `k`, or None where the job ended or timed out first; the ranks' output)."""
+        import time
+
         rcs = [self.queue / f"{k}.rank{r}.rc" for r in range(self.n)]
         deadline = time.monotonic() + timeout
         while not all(p.exists() for p in rcs) and self.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
-        out = "".join(p.read_text() for r in range(self.n) if (p := self.queue / f"{k}.rank{r}.log").exists())
+        out = self.output(k)
         if all(p.exists() for p in rcs):
             return [int(p.read_text()) for p in rcs], out
         state = "ended" if self.proc.poll() is not None else f"hung > {timeout}s"
         return None, f"{out}\n[the pooled job {state}]\n{(self.queue / 'job.log').read_text()[-4000:]}"
+
+    def run(self, argv: list[str], timeout: float, cwd: str | Path | None) -> tuple[list[int] | None, str]:
+        return self.wait(self.submit(argv, cwd), timeout)
 
     def close(self) -> None:
         shutil.rmtree(self.queue, ignore_errors=True)  # idle ranks see it gone and end: the launcher cleans up
@@ -147,20 +168,50 @@ def run_python(n: int, argv: list[object], timeout: float = 60, cwd: str | Path 
     """`mpiexec -n n python ARGV...` (a script and its arguments, or `-m` and a CLI); returns (exit code, output).
     Without extra environment it runs in the standing n-rank job (`_Pool`), unless the script is in FRESH;
     MPIGNN_TEST_POOL=0 starts a fresh job every time. The standing job is dropped (the next run starts another)
-    after a run that did not end 0 on every rank, short of a CLI's agreed refusal (1 on every rank). `hosts`:
+    after a run that did not end alike on every rank (`_keep_or_drop`). `hosts`:
     the n ranks spread over that many emulated hosts (multihost-mpirun), always in a standing job."""
     argv = [str(a) for a in argv]
     pooled = not env and os.environ.get("MPIGNN_TEST_POOL", "1") != "0" and (
         argv[1] in POOLED_CLIS if argv[0] == "-m" else Path(argv[0]).name not in FRESH)
     if not pooled and not hosts:
         return run_mpi_raw(n, [sys.executable, *argv], timeout, cwd, **env)
-    key = (n, hosts)
-    pool = _POOLS.get(key) or _POOLS.setdefault(key, _Pool(n, hosts))
+    pool = _pool(n, hosts)
     codes, out = pool.run(argv, timeout, cwd)
-    if codes is None or (set(codes) != {0} and not (argv[0] == "-m" and set(codes) == {1})):
-        pool.close()
-        del _POOLS[key]
+    _keep_or_drop(pool, argv, codes)
     return (-1 if codes is None else max(codes)), out
+
+
+def _pool(n: int, hosts: int = 0) -> _Pool:
+    key = (n, hosts)
+    return _POOLS.get(key) or _POOLS.setdefault(key, _Pool(n, hosts))
+
+
+def _keep_or_drop(pool: _Pool, argv: list[str], codes: list[int] | None) -> None:
+    """Drop the standing job after a run that did not end alike on every rank: 0, or for a CLI an agreed
+    refusal (1) or stop (75, SIGUSR2 or SIGTERM)."""
+    if codes is None or (set(codes) != {0} and not (argv[0] == "-m" and len(set(codes)) == 1 and codes[0] in (1, 75))):
+        pool.close()
+        del _POOLS[next(key for key, value in _POOLS.items() if value is pool)]
+
+
+class PooledRun:
+    """A CLI run in the standing n-rank job, watched while it runs: for tests that signal a rank mid-run (the
+    handlers are the run's own and put back after it, as `python -m mpignn.train` leaves them)."""
+
+    def __init__(self, n: int, argv: list[object], cwd: str | Path | None = None, **env: str):
+        self.argv = [str(a) for a in argv]
+        self.pool = _pool(n)
+        self.k = self.pool.submit(self.argv, cwd, env)
+        self.pids = self.pool.pids()
+
+    def output(self) -> str:
+        return self.pool.output(self.k)
+
+    def wait(self, timeout: float) -> tuple[int, str]:
+        """(exit code: the ranks' highest, -1 if the job ended or hung; output)."""
+        codes, out = self.pool.wait(self.k, timeout)
+        _keep_or_drop(self.pool, self.argv, codes)
+        return (-1 if codes is None else max(codes)), out
 
 
 def run_cli_here(module: str, args: list[object], cwd: str | Path | None = None) -> tuple[int, str]:

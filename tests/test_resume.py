@@ -5,15 +5,12 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
-import threading
 import time
 
 import pytest
 import torch
 
-from _mpirun import mpi_cmd, run_cli_many, run_python
+from _mpirun import PooledRun, run_cli_many, run_python
 from mpignn.training.checkpoint import latest_checkpoint
 
 pytestmark = pytest.mark.mpi
@@ -124,35 +121,24 @@ def test_auto_resumes_the_mode_its_checkpoint_trained(runs):
 
 
 def _start(n, root, *extra):
-    cmd, env = mpi_cmd(n, [sys.executable, "-m", "mpignn.train", "--root", str(root), *ARGS, *extra], 120)
-    env["MPIGNN_LOG_RANKS"] = "all"
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
-    return proc, lines
+    """A training run in the standing n-rank job, every rank logging, for a test to signal mid-run."""
+    return PooledRun(n, ["-m", "mpignn.train", "--root", root, *ARGS, *extra], MPIGNN_LOG_RANKS="all")
 
 
-def _signal_one_rank_once_training(proc, lines, delay=0.1, signum=signal.SIGUSR2):
+def _signal_one_rank_once_training(run, delay=0.1, signum=signal.SIGUSR2):
     deadline = time.monotonic() + 90
-    while not any("epoch   0 |" in l for l in lines):  # mid-way through epoch 1 after this line, mostly
-        assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)[-3000:]
+    while "epoch   0 |" not in run.output():  # mid-way through epoch 1 after this line, mostly
+        assert time.monotonic() < deadline, run.output()[-3000:]
         time.sleep(0.05)
     time.sleep(delay)
-    proxy = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
-    ranks = subprocess.run(["pgrep", "-P", proxy[0]], capture_output=True, text=True).stdout.split()
-    os.kill(int(ranks[-1]), signum)  # one rank sees it; the ranks agree at the next step
-    return [int(r) for r in ranks]
+    os.kill(run.pids[-1], signum)  # one rank sees it; the ranks agree at the next step
+    return run.pids
 
 
-def _wait(proc, lines, timeout=60):
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("run hung after SIGUSR2:\n" + "".join(lines)[-3000:])
-    time.sleep(0.2)
-    return proc.returncode, "".join(lines)
+def _wait(run, timeout=60):
+    rc, out = run.wait(timeout)
+    assert rc != -1, "run hung after the signal, or its job ended:\n" + out[-3000:]
+    return rc, out
 
 
 SIGNALS = [signal.SIGUSR2, signal.SIGTERM]  # Slurm's warning; scancel, a time limit
@@ -167,9 +153,9 @@ def stopped(tmp_path_factory):
     base = tmp_path_factory.mktemp("stopped")
     live = {}
     for signum in SIGNALS:
-        proc, lines = _start(2, base, *STOPPED, "--checkpoint-dir", str(base / f"ck-{signum.name}"))
-        _signal_one_rank_once_training(proc, lines, signum=signum)
-        rc, out = _wait(proc, lines)
+        run = _start(2, base, *STOPPED, "--checkpoint-dir", base / f"ck-{signum.name}")
+        _signal_one_rank_once_training(run, signum=signum)
+        rc, out = _wait(run)
         folder = base / f"ck-{signum.name}"
         saved = torch.load(latest_checkpoint(folder) / "checkpoint.pt", weights_only=True) if rc == 75 else {}
         live[signum.name] = rc, out, (saved.get("epoch"), saved.get("step"))  # before the resume saves more
@@ -199,16 +185,16 @@ def test_a_stop_signal_stops_every_rank_at_one_step_saves_and_resume_finishes(st
 
 
 def test_sigusr2_without_checkpoint_dir_stops_cleanly_and_says_nothing_was_saved(tmp_path):
-    proc, lines = _start(2, tmp_path, "--epochs", "50")
-    _signal_one_rank_once_training(proc, lines)
-    rc, out = _wait(proc, lines)
+    run = _start(2, tmp_path, "--epochs", "50")
+    _signal_one_rank_once_training(run)
+    rc, out = _wait(run)
     assert rc == 75 and "; nothing saved (no --checkpoint-dir)" in out and "Traceback" not in out, out[-3000:]
 
 
 def test_ctrl_c_ends_every_rank_with_one_line_and_no_traceback(tmp_path):
-    proc, lines = _start(2, tmp_path, "--epochs", "50")
-    for pid in _signal_one_rank_once_training(proc, lines, signum=signal.SIGINT)[:-1]:
+    run = _start(2, tmp_path, "--epochs", "50")
+    for pid in _signal_one_rank_once_training(run, signum=signal.SIGINT)[:-1]:
         os.kill(pid, signal.SIGINT)  # a terminal's Ctrl-C reaches every rank
-    rc, out = _wait(proc, lines)
+    rc, out = run.wait(60)
     assert rc != 0 and "interrupted (SIGINT); the work since the last checkpoint is lost. HINT:" in out, out[-3000:]
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]

@@ -1,11 +1,12 @@
 """A standing MPI job that runs worker scripts one after another: argv QUEUE PARENT_PID.
 
-Request K is QUEUE/K.json, {"argv": [SCRIPT, ARGS...] or ["-m", MODULE, ARGS...], "cwd": folder or null}; a
-MODULE is one of `cli_many.MAINS`, run as its CLI runs it. Every rank waits for it by polling the file system,
-not in an MPI call (MPICH spins in a blocking collective, and this job idles between tests on a 2-core machine),
-runs the script as `python SCRIPT ARGS` would (`__main__`, sys.argv), with its file descriptors 1 and 2 in
-QUEUE/K.rankR.log, and writes its exit code to QUEUE/K.rankR.rc. The job ends when the process that started it
-(pytest) or the queue folder is gone (`tests/_mpirun.py::_Pool.close`), or is killed.
+Request K is QUEUE/K.json, {"argv": [SCRIPT, ARGS...] or ["-m", MODULE, ARGS...], "cwd": folder or null, "env":
+{variables set for the run}}; a MODULE is one of `cli_many.MAINS`, run as its CLI runs it. Each rank writes its
+process id to QUEUE/rankR.pid first (for the tests that signal a rank). Every rank waits for a request by polling
+the file system, not in an MPI call (MPICH spins in a blocking collective, and this job idles between tests on a
+2-core machine), runs the script as `python SCRIPT ARGS` would (`__main__`, sys.argv), with its file descriptors 1
+and 2 in QUEUE/K.rankR.log, and writes its exit code to QUEUE/K.rankR.rc. The job ends when the process that started
+it (pytest) or the queue folder is gone (`tests/_mpirun.py::_Pool.close`), or is killed.
 
 Why: a rank spends 5-7 s of CPU importing torch and torch-geometric, most of a small test job; the tests'
 jobs that need no fresh process share these ranks (`tests/_mpirun.py::run_mpi`)."""
@@ -22,14 +23,20 @@ from cli_many import run_cli, run_to
 from mpignn.mpi import world
 
 
-def _run(argv: list[str], cwd: str | None) -> int:
-    here = os.getcwd()
+def _run(argv: list[str], cwd: str | None, env: dict[str, str]) -> int:
+    here, saved = os.getcwd(), {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
     if cwd:
         os.chdir(cwd)
     try:
         return run_cli(argv[1], argv[2:]) if argv[0] == "-m" else _script(argv)
     finally:
         os.chdir(here)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _script(argv: list[str]) -> int:
@@ -70,6 +77,8 @@ def main(queue: str, parent: str) -> int:
     import torch_geometric  # noqa: F401
 
     rank, queue, parent_pid = world().rank, Path(queue), int(parent)
+    (queue / f"rank{rank}.pid.tmp").write_text(str(os.getpid()))
+    (queue / f"rank{rank}.pid.tmp").rename(queue / f"rank{rank}.pid")
     for k in range(sys.maxsize):
         request = queue / f"{k}.json"
         while not request.exists():
@@ -77,7 +86,7 @@ def main(queue: str, parent: str) -> int:
                 return 0
             time.sleep(0.02)
         spec = json.loads(request.read_text())
-        code = run_to(queue / f"{k}.rank{rank}.log", lambda: _run(spec["argv"], spec["cwd"]))
+        code = run_to(queue / f"{k}.rank{rank}.log", lambda: _run(spec["argv"], spec["cwd"], spec.get("env", {})))
         tmp = queue / f"{k}.rank{rank}.tmp"  # the test reads the exit code whole or not at all
         tmp.write_text(str(code))
         tmp.rename(queue / f"{k}.rank{rank}.rc")
