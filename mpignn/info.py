@@ -216,7 +216,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cli() -> None:
-    sys.exit(main())
+    from mpignn.mpi.run import exit_process
+
+    exit_process(main())
 
 
 if __name__ == "__main__":

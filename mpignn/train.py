@@ -4,7 +4,6 @@ is set), 130 Ctrl-C.
 """
 from __future__ import annotations
 
-import sys
 from typing import Any, Sequence
 
 __all__ = ["main", "cli"]
@@ -55,10 +54,10 @@ def _train(argv: Sequence[str] | None, stop: Any) -> int:
 
 
 def cli() -> None:
-    from mpignn.mpi import run_main
+    from mpignn.mpi.run import exit_process, run_main
 
-    # The handler stays installed to the end, so a signal during teardown cannot kill a finished run.
-    sys.exit(run_main(main, keep_handler=True))
+    # The handler stays installed to the end, so a signal during the exit cannot kill a finished run.
+    exit_process(run_main(main, keep_handler=True))
 
 
 if __name__ == "__main__":

@@ -53,3 +53,27 @@ def test_public_names_are_re_exported_explicitly_without_torch():
 @pytest.mark.mpi
 def test_helpers_run_on_two_ranks_with_torch_unimportable(tmp_path):
     run_mpi("mpi_without_torch.py", 2, tmp_path, timeout=90)
+
+
+EXIT = """
+import atexit, sys, threading, time
+from mpignn.mpi.run import exit_process
+
+class Freed:
+    def __del__(self):
+        print("module teardown ran", flush=True)
+
+kept = Freed()
+atexit.register(print, "atexit ran", flush=True)
+threading.Thread(target=lambda: (time.sleep(0.3), print("thread joined", flush=True))).start()
+print("unflushed", end="")
+exit_process(3)
+"""
+
+
+def test_exit_process_keeps_the_exit_but_the_module_teardown():
+    """What `python -m mpignn.train` ends with (mpi.run.exit_process): the code, a live thread joined, the atexit
+    functions (mpi4py's MPI_Finalize among them) and unflushed output kept; the modules are not freed one by one."""
+    out = subprocess.run([sys.executable, "-c", EXIT], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 3, out.stderr
+    assert out.stdout.splitlines() == ["unflushedthread joined", "atexit ran"], out.stdout  # no teardown line

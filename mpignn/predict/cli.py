@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 import math
 from dataclasses import asdict, dataclass
 from typing import Sequence
@@ -100,9 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cli() -> None:
-    from mpignn.mpi import run_main
+    from mpignn.mpi.run import exit_process, run_main
 
-    sys.exit(run_main(main))
+    exit_process(run_main(main))
 
 
 if __name__ == "__main__":
