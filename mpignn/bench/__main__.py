@@ -289,4 +289,6 @@ def _plot(rows: list[dict], path: str) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mpignn.mpi.run import exit_process
+
+    exit_process(main())

@@ -69,4 +69,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mpignn.mpi.run import exit_process
+
+    exit_process(main())

@@ -138,4 +138,6 @@ def _pyg_row(python: str, args: argparse.Namespace, checkpoint: Path, tmp: Path,
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mpignn.mpi.run import exit_process
+
+    exit_process(main())

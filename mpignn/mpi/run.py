@@ -56,8 +56,8 @@ def run_main(main: Callable[..., int | None], *args: Any, **kwargs: Any) -> int:
         return _fail(exc, rank, host)
 
 
-def exit_process(code: int) -> NoReturn:
-    """End a CLI's process with `code` as the interpreter would, short of freeing every module one by one.
+def exit_process(code: int | None) -> NoReturn:
+    """End a CLI's process with `code` (None: 0) as the interpreter would, short of freeing every module.
 
     That teardown costs each rank 0.7-1 s of CPU once torch and torch-geometric are imported (and can hang in a
     library's destructor) after the run's files are already closed and renamed into place. The rest of an exit
@@ -71,7 +71,7 @@ def exit_process(code: int) -> NoReturn:
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)
+    os._exit(0 if code is None else code)
 
 
 def _fail(exc: BaseException, rank: int, host: str) -> int:
