@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from _mpirun import ROOT, run_mpi
+from _mpirun import ROOT, run_mpi, run_mpi_raw
 
 PACKAGE = ROOT / "mpignn" / "mpi"
 # `from mpignn.mpi import X` keeps working for each of these (rendezvous_endpoint moved to mpignn.launch.rendezvous).
@@ -77,3 +77,24 @@ def test_exit_process_keeps_the_exit_but_the_module_teardown():
     out = subprocess.run([sys.executable, "-c", EXIT], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 3, out.stderr
     assert out.stdout.splitlines() == ["unflushedthread joined", "atexit ran"], out.stdout  # no teardown line
+
+
+EARLY = """
+import time
+from mpi4py import MPI
+from mpignn.mpi.run import exit_process
+
+MPI.COMM_WORLD.Barrier()
+if MPI.COMM_WORLD.rank == 1:
+    time.sleep(1.0)  # still at work when rank 0 has gone
+    print("rank 1 finished", flush=True)
+exit_process(0)
+"""
+
+
+@pytest.mark.mpi
+def test_exit_process_finalizes_mpi_so_a_rank_that_ends_first_ends_no_other():
+    """mpi4py calls MPI_Finalize from C at exit, which os._exit skips: without it Hydra killed rank 1 here and
+    mpiexec still returned 0."""
+    rc, out = run_mpi_raw(2, [sys.executable, "-c", EARLY], timeout=60, cwd=ROOT)
+    assert rc == 0 and "rank 1 finished" in out, out[-2000:]

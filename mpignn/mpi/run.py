@@ -61,7 +61,8 @@ def exit_process(code: int | None) -> NoReturn:
 
     That teardown costs each rank 0.7-1 s of CPU once torch and torch-geometric are imported (and can hang in a
     library's destructor) after the run's files are already closed and renamed into place. The rest of an exit
-    stays: non-daemon threads are joined, the atexit functions run (mpi4py's MPI_Finalize, logging's flush)."""
+    stays: non-daemon threads are joined, the atexit functions run (logging's flush), then MPI_Finalize, which
+    mpi4py calls from C at exit: a rank that ends without it makes Hydra kill the ranks still running."""
     import atexit
     import threading
 
@@ -69,6 +70,8 @@ def exit_process(code: int | None) -> NoReturn:
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join()
     atexit._run_exitfuncs()
+    if _mpi_running():
+        sys.modules["mpi4py.MPI"].Finalize()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0 if code is None else code)

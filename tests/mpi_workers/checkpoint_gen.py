@@ -7,6 +7,8 @@ import sys
 import numpy as np
 import torch
 
+from cli_many import end
+
 import mpignn.training.checkpoint as ckpt
 import mpignn.exchange.embedding as embedding
 from mpignn.errors import ConfigError
@@ -54,4 +56,4 @@ def main(folder, *actions):
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main, *sys.argv[1:]))
+    end(run_main(main, *sys.argv[1:]))

@@ -9,6 +9,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+from cli_many import end
+
 from mpignn.launch.process_group import Choice, destroy_process_group, init_process_group
 from mpignn.errors import LaunchError
 from mpignn.mpi import run_main, whoami, world
@@ -40,4 +42,4 @@ def main(mode: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main, sys.argv[1]))
+    end(run_main(main, sys.argv[1]))

@@ -2,10 +2,11 @@
 get/wait block until it exists, add/compare_set/delete_key/check/num_keys, a missing key times out, and rank 0
 closing first still answers the ranks that are not done."""
 import datetime
-import sys
 import time
 
 import torch.distributed as dist
+
+from cli_many import end
 
 from mpignn.mpi import run_main, whoami, world
 from mpignn.launch.mpi_store import MPIStore
@@ -60,4 +61,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main))
+    end(run_main(main))

@@ -9,6 +9,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+from cli_many import end
+
 from mpignn.launch.process_group import Choice, destroy_process_group, init_process_group
 from mpignn.env import ipv4_interfaces
 from mpignn.errors import LaunchError
@@ -56,4 +58,4 @@ def main(mode: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main, sys.argv[1]))
+    end(run_main(main, sys.argv[1]))

@@ -76,6 +76,7 @@ def main(queue: str, parent: str) -> int:
     import torch  # noqa: F401  (paid once, while the first test prepares)
     import torch_geometric  # noqa: F401
 
+    os.environ["MPIGNN_TEST_POOL_RANK"] = "1"  # scripts end by SystemExit here (cli_many.end)
     rank, queue, parent_pid = world().rank, Path(queue), int(parent)
     (queue / f"rank{rank}.pid.tmp").write_text(str(os.getpid()))
     (queue / f"rank{rank}.pid.tmp").rename(queue / f"rank{rank}.pid")
