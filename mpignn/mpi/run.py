@@ -59,8 +59,8 @@ def run_main(main: Callable[..., int | None], *args: Any, **kwargs: Any) -> int:
 def exit_process(code: int | None) -> NoReturn:
     """End a CLI's process with `code` (None: 0) as the interpreter would, short of freeing every module.
 
-    That teardown costs each rank 0.7-1 s of CPU once torch and torch-geometric are imported (and can hang in a
-    library's destructor) after the run's files are already closed and renamed into place. The rest of an exit
+    Once torch and torch-geometric are imported that teardown is long (and can hang in a library's destructor),
+    and it comes after the run's files are closed and renamed into place. The rest of an exit
     stays: non-daemon threads are joined, the atexit functions run (logging's flush), then MPI_Finalize, which
     mpi4py calls from C at exit: a rank that ends without it makes Hydra kill the ranks still running."""
     import atexit

@@ -45,8 +45,8 @@ def run_to(log: Path, run: Callable[[], int]) -> int:
 
 
 def end(code: int | None) -> None:
-    """End a worker script as the CLIs end (`exit_process`: no freeing of every module, 0.7-1 CPU-s a rank); in
-    the tests' standing job (pool.py sets MPIGNN_TEST_POOL_RANK) by SystemExit, which the job catches."""
+    """End a worker script as the CLIs end (`exit_process`: no freeing of every module); in the tests' standing
+    job (pool.py sets MPIGNN_TEST_POOL_RANK) by SystemExit, which the job catches."""
     if os.environ.get("MPIGNN_TEST_POOL_RANK"):
         sys.exit(code)
     exit_process(code)

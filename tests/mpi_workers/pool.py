@@ -21,6 +21,7 @@ from pathlib import Path
 from cli_many import run_cli, run_to
 
 from mpignn.mpi import world
+from mpignn.mpi.run import exit_process
 
 
 def _run(argv: list[str], cwd: str | None, env: dict[str, str]) -> int:
@@ -95,4 +96,4 @@ def main(queue: str, parent: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    exit_process(main(*sys.argv[1:]))  # as the CLIs end: no freeing of every module when the tests are done
