@@ -10,6 +10,7 @@ it (pytest) or the queue folder is gone (`tests/_mpirun.py::_Pool.close`), or is
 
 Why: a rank spends 5-7 s of CPU importing torch and torch-geometric, most of a small test job; the tests'
 jobs that need no fresh process share these ranks (`tests/_mpirun.py::run_mpi`)."""
+import ctypes
 import json
 import os
 import runpy
@@ -20,8 +21,11 @@ from pathlib import Path
 
 from cli_many import run_cli, run_to
 
+from mpignn.launch.allocator import tune_allocator
 from mpignn.mpi import world
 from mpignn.mpi.run import exit_process
+
+_M_MMAP_MAX, _MMAP_MAX_DEFAULT = -4, 65536  # glibc's mallopt parameter and its default
 
 
 def _run(argv: list[str], cwd: str | None, env: dict[str, str]) -> int:
@@ -44,6 +48,9 @@ def _script(argv: list[str]) -> int:
     saved = sys.argv, list(sys.path)
     sys.argv = list(argv)
     sys.path.insert(0, str(Path(argv[0]).parent))  # as `python SCRIPT` puts the script's folder first
+    # One malloc policy for every script, whatever ran here before (a CLI run maps the big blocks): freed memory
+    # kept, as MPIGNN_MALLOC=heap, which also spares the examples' big per-step blocks their page faults
+    kept = tune_allocator({"MPIGNN_MALLOC": "heap"})
     try:
         runpy.run_path(argv[0], run_name="__main__")
         return 0
@@ -54,6 +61,8 @@ def _script(argv: list[str]) -> int:
         sys.stderr.flush()
         os._exit(1)
     finally:
+        if kept:  # blocks may be mapped again, as in a fresh process (the next CLI run sets its threshold)
+            ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_MAX, _MMAP_MAX_DEFAULT)
         sys.argv, sys.path[:] = saved[0], saved[1]
 
 
