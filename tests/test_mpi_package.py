@@ -98,3 +98,9 @@ def test_exit_process_finalizes_mpi_so_a_rank_that_ends_first_ends_no_other():
     mpiexec still returned 0."""
     rc, out = run_mpi_raw(2, [sys.executable, "-c", EARLY], timeout=60, cwd=ROOT)
     assert rc == 0 and "rank 1 finished" in out, out[-2000:]
+
+
+@pytest.mark.mpi
+def test_a_late_reply_vouches_for_no_rank_stopped_since(tmp_path):
+    """A pong left unread after a long wait, then rank 1 stopped: the watchdog names it, not 'every rank answers'."""
+    run_mpi("stale_pong.py", 2, timeout=90)

@@ -161,6 +161,7 @@ class Watchdog:
         self._sends: list[Any] = []
         self._heard: dict[int, float] = {}  # rank -> when it last answered, during a long wait
         self._pinged = 0.0
+        self._round, self._first_round = 0, 0  # pings are numbered; a pong echoes its ping's number
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mpignn-watchdog", daemon=True)
 
@@ -217,28 +218,40 @@ class Watchdog:
             return None
         if not self._heard:  # the check begins: every rank counts as heard now
             self._heard = {r: now for r in range(self.size) if r != self.rank}
-            self._pinged = 0.0
+            self._pinged, self._first_round = 0.0, self._round + 1
         if now - self._pinged >= self.timeout / 4:
-            self._send(self._heard, _PING)
+            self._ping(self._heard)
             self._pinged = now
-        self._heard.update(dict.fromkeys(self._drain(_PONG), time.monotonic()))
+        self._heard.update(dict.fromkeys(self._pongs(self._first_round), time.monotonic()))
         silent = [r for r, t in self._heard.items() if now - t > self.timeout]
         return (*waits[0], silent) if silent else None
 
-    def _send(self, ranks: Any, tag: int, data: bytes = b"\x01") -> None:
+    def _send(self, ranks: Any, tag: int, data: bytes) -> None:
         from mpi4py import MPI
 
         self._sends += [self.comm.Isend([data, MPI.BYTE], dest=r, tag=tag) for r in ranks]
 
-    def _drain(self, tag: int) -> list[int]:
-        """Receive every one-byte message with `tag` waiting; return their sources."""
+    def _ping(self, ranks: Any, tag: int = _PING) -> int:
+        """Send `tag` to `ranks` with the next round's number, which the reply echoes; return the number."""
+        self._round += 1
+        self._send(ranks, tag, self._round.to_bytes(8, "little"))
+        return self._round
+
+    def _pongs(self, first_round: int) -> list[int]:
+        """Receive every pong waiting; return the ranks that answered a ping of `first_round` or later. An
+        older pong, late from an earlier wait, would vouch for a rank stopped since."""
+        return [r for r, data in self._drain(_PONG) if int.from_bytes(data, "little") >= first_round]
+
+    def _drain(self, tag: int) -> list[tuple[int, bytes]]:
+        """Receive every message with `tag` waiting; return their sources and contents."""
         from mpi4py import MPI
 
-        status, sources = MPI.Status(), []
+        status, got = MPI.Status(), []
         while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=tag, status=status):
-            sources.append(status.Get_source())
-            self.comm.Recv([bytearray(1), MPI.BYTE], source=sources[-1], tag=tag)
-        return sources
+            source, buf = status.Get_source(), bytearray(status.Get_count(MPI.BYTE))
+            self.comm.Recv([buf, MPI.BYTE], source=source, tag=tag)
+            got.append((source, bytes(buf)))
+        return got
 
     def _late(self) -> tuple[str, str, float, float] | None:
         now = time.monotonic()
@@ -252,18 +265,20 @@ class Watchdog:
         return None
 
     def _answer(self) -> None:
-        self._send(self._drain(_PING), _PONG)
+        for source, data in self._drain(_PING):
+            self._send([source], _PONG, data)
         asked = self._drain(_ASK)
         if asked:
-            self._send(asked, _TELL, json.dumps(self.spots.report(self._threads)).encode())
+            report = self.spots.report(self._threads)
+            for source, data in asked:
+                tell = {"round": int.from_bytes(data, "little"), "spots": report}
+                self._send([source], _TELL, json.dumps(tell).encode())
         self._sends = [r for r in self._sends if not r.Test()]
 
     def _subset(self) -> str:
         """Ask every rank where it is at `early`; return the job-ending message, if any (else warn once).
 
         A rank that does not answer is left to the bound's liveness check."""
-        from mpi4py import MPI
-
         now = time.monotonic()
         slots = _snapshot()
         asking = self._asking
@@ -277,14 +292,13 @@ class Watchdog:
                     self._asked[since] = now
                     self._asking = {"slot": slot, "since": since, "path": list(slot.path), "replies": {},
                                     "deadline": now + self.grace}
-                    self._send([r for r in range(self.size) if r != self.rank], _ASK)
+                    self._asking["round"] = self._ping([r for r in range(self.size) if r != self.rank], _ASK)
                     break
             return ""
-        status = MPI.Status()
-        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_TELL, status=status):
-            buf = bytearray(status.Get_count(MPI.BYTE))
-            self.comm.Recv([buf, MPI.BYTE], source=status.Get_source(), tag=_TELL)
-            asking["replies"][status.Get_source()] = json.loads(buf.decode())
+        for source, data in self._drain(_TELL):
+            tell = json.loads(data.decode())
+            if tell["round"] == asking["round"]:  # not a late answer to an earlier question
+                asking["replies"][source] = tell["spots"]
         if len(asking["replies"]) < self.size - 1 and now < asking["deadline"]:
             return ""
         self._asking = None
@@ -306,12 +320,12 @@ class Watchdog:
     def silent_ranks(self) -> list[int]:
         """Ping every other rank; return those whose watchdog does not answer within `grace` seconds."""
         peers = [r for r in range(self.size) if r != self.rank]
-        self._send(peers, _PING)
+        this_round = self._ping(peers)
         deadline = time.monotonic() + self.grace
         heard: set[int] = set()
         while len(heard) < len(peers) and time.monotonic() < deadline:
             self._answer()  # others may be asking at the same moment
-            heard.update(self._drain(_PONG))
+            heard.update(self._pongs(this_round))
             time.sleep(0.02)
         return [r for r in peers if r not in heard]
 
