@@ -27,6 +27,12 @@ def test_root_first_ready_signal(n, tmp_path):
     run_mpi("root_first.py", n, "ok", tmp_path)
 
 
+def test_first_ranks_of_several_hosts_agree_however_long_each_prepared(tmp_path):
+    """With node-local disks each host's first rank prepares: the agreement after it waits for the slowest (a
+    cold compile) past --collective-timeout while every rank answers, up to --prep-timeout plus it."""
+    run_mpi("root_first.py", 2, "hosts", tmp_path)
+
+
 def test_root_failure_reaches_every_rank(tmp_path):
     rc, out = run_mpi_raw(3, [sys.executable, str(WORKERS / "root_first.py"), "fail", str(tmp_path)], timeout=60)
     assert rc != 0

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator
 
 from mpignn.errors import LaunchError, MpignnError, mark_agreed
 from mpignn.mpi.topology import mpi_op
-from mpignn.mpi.watchdog import bounded
+from mpignn.mpi.watchdog import bounded, watching
 
 __all__ = ["RootFailedError", "root_first", "run_once"]
 
@@ -45,9 +45,11 @@ def _wait_status(group: Any, timeout: float | None, what: str) -> tuple[bool, st
     return group.recv(source=0, tag=_READY_TAG)
 
 
-def _finish(comm: Any, ok: bool, message: str, own: BaseException | None = None) -> None:
-    """Per-host mode has several first ranks: every rank learns whether any failed."""
-    with bounded("the preparation's agreement (allreduce)"):  # a rank stopped meanwhile ends the job
+def _finish(comm: Any, ok: bool, message: str, own: BaseException | None = None, limit: float = 0.0) -> None:
+    """Per-host mode has several first ranks: every rank learns whether any failed. Their work takes each
+    host its own time (a cold compile on one, a cache read on another), so the agreement may wait `limit`
+    (--prep-timeout plus --collective-timeout) while every rank answers; a rank stopped meanwhile ends the job."""
+    with bounded("the preparation's agreement (allreduce)", limit=limit):
         if comm.allreduce(ok, op=mpi_op("LAND")):
             return
         messages = [m for m in comm.allgather(None if ok else message) if m]
@@ -75,6 +77,8 @@ def root_first(comm: Any, *, per_host: bool = False, timeout: float | None = Non
         True on the rank(s) that go first.
     """
     group = _group(comm, per_host)
+    dog = watching()  # several first ranks, each its own time: the bound of the work they agree on
+    limit = timeout + dog.timeout if per_host and timeout and dog is not None else 0.0
     try:
         if group.rank == 0:
             failure: BaseException | None = None
@@ -85,10 +89,10 @@ def root_first(comm: Any, *, per_host: bool = False, timeout: float | None = Non
             message = "" if failure is None else (
                 f"rank {comm.rank} on {socket.gethostname()} failed during {what}: {_describe(failure)}")
             _send_status(group, (failure is None, message))
-            _finish(comm, failure is None, message, failure)
+            _finish(comm, failure is None, message, failure, limit)
         else:
             ok, message = _wait_status(group, timeout, what)
-            _finish(comm, ok, message)
+            _finish(comm, ok, message, limit=limit)
             yield False
     finally:
         if per_host:
