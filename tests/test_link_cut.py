@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -29,26 +30,53 @@ def _cut_host_2(launcher: int) -> None:
     subprocess.run(["ip", "-n", f"mh{launcher}-hub", "link", "set", f"mh{launcher}b2", "down"], check=True)
 
 
+def _in_mpi_init(base: Path) -> bool:
+    """Whether a rank of the job under `base` runs MPI_Init: its guard (mpi.startup.Deadline) is a child."""
+    guards = subprocess.run(["pgrep", "-f", "expected MPI_Init to connect"], capture_output=True, text=True).stdout
+    for pid in guards.split():
+        try:
+            parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+            if str(base) in Path(f"/proc/{parent}/cmdline").read_text():
+                return True
+        except (OSError, IndexError):
+            continue
+    return False
+
+
 def _cut_when(base: Path, pattern: str, argv: list[str], *, hosts: int = 2, per_host: int = 1,
-              rate: str = "", at: float = 0, delay: float = 0.0, limit: int = 240,
+              rate: str = "", delay: float = 0.0, limit: int = 240, poll: Callable[[], bool] | None = None,
               act: Callable[[int], None] = _cut_host_2) -> tuple[int, str, float]:
     """Run `argv` on node-local disks (base/diskN) and cut host 2's link (or `act` on the launcher's pid) when
-    a line matches `pattern` (or `at` seconds after the launch: multihost-mpirun's own -x); returns (exit code,
-    output, seconds from the cut to the end; -1 when the pattern never showed)."""
+    a line matches `pattern` (or once `poll()` is true); returns (exit code, output, seconds from the cut to the
+    end; -1 when it never came)."""
     env = multihost_env()
     cmd = [str(TOOL), "-H", str(hosts), "-p", str(per_host), "-t", str(limit), *(["-r", rate] if rate else []),
-           *(["-x", f"2@{at:g}"] if at else []), "--",
-           DISK, str(base), str(base / "m"), ",".join(str(i) for i in range(1, hosts + 1)), sys.executable, *argv]
+           "--", DISK, str(base), str(base / "m"), ",".join(str(i) for i in range(1, hosts + 1)), sys.executable,
+           *argv]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)
-    lines, cut = [], time.monotonic() + at if at else 0.0
+    lines, cut, once = [], [], threading.Lock()
+
+    def cut_once() -> None:
+        with once:
+            if not cut:
+                time.sleep(delay)
+                act(p.pid)
+                cut.append(time.monotonic())
+
+    def watch() -> None:
+        while p.poll() is None and not cut:
+            if poll():
+                cut_once()
+            time.sleep(0.05)
+
+    if poll is not None:
+        threading.Thread(target=watch, daemon=True).start()
     deadline = time.monotonic() + limit + 30
     for line in p.stdout:
         lines.append(line)
         if not cut and re.search(pattern, line):
-            time.sleep(delay)
-            act(p.pid)
-            cut = time.monotonic()
+            cut_once()
         if time.monotonic() > deadline:
             os.killpg(p.pid, 9)
             pytest.fail("".join(lines)[-3000:])
@@ -56,7 +84,7 @@ def _cut_when(base: Path, pattern: str, argv: list[str], *, hosts: int = 2, per_
     out = "".join(lines)
     if rc == 2 and "multihost-mpirun:" in out:
         pytest.skip(f"multihost-mpirun could not set up hosts here: {out[-300:]}")
-    return rc, out, (time.monotonic() - cut if cut else -1.0)
+    return rc, out, (time.monotonic() - cut[0] if cut else -1.0)
 
 
 def _left(marker: Path, within: float = 3.0) -> list[str]:
@@ -94,20 +122,21 @@ def test_a_link_cut_during_an_epoch_ends_every_rank_and_the_checkpoint_resumes(t
 
 BIG = ["--dataset", "synthetic:num_nodes=300000,avg_degree=10,num_features=64", "--batch-size", "1024",
        "--epochs", "1", "--max-steps", "2"]
-PHASES = {  # where the cut lands: (the line that starts the phase, or seconds after launch; link rate)
-    "start-up": ("", 1.0, ""),  # python's imports, MPI_Init, the rendezvous
-    "preparation": (r"ranks on 2 hosts", 0, ""),  # rank 0 generates and partitions 600k nodes (seconds)
-    "delivery": (r"partitioned ", 0, "100mbit"),  # host 2's part (about 50 MB) at 100 Mbit/s: seconds
+PHASES = {  # where the cut lands: (the line that starts the phase, or "": once a rank runs MPI_Init; link rate)
+    "start-up": ("", ""),  # MPI_Init and the rendezvous (python's imports before it take a loaded machine long)
+    "preparation": (r"ranks on 2 hosts", ""),  # rank 0 generates and partitions 600k nodes (seconds)
+    "delivery": (r"partitioned ", "100mbit"),  # host 2's part (about 50 MB) at 100 Mbit/s: seconds
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("phase", PHASES)
 def test_a_link_cut_during_start_up_preparation_or_delivery_ends_every_rank(tmp_path, phase):
-    pattern, at, rate = PHASES[phase]
+    pattern, rate = PHASES[phase]
     m = tmp_path / "m"
     big = [a.replace("300000", "600000") for a in BIG] if phase == "preparation" else BIG
-    rc, out, after = _cut_when(tmp_path, pattern, [*TRAIN, *big, "--root", f"{m}/root"], rate=rate, at=at,
+    rc, out, after = _cut_when(tmp_path, pattern or r"^$^", [*TRAIN, *big, "--root", f"{m}/root"], rate=rate,
+                               poll=None if pattern else lambda: _in_mpi_init(tmp_path),
                                delay=2.0 if phase == "preparation" else 0.0)  # past the watchdog's set-up
     assert rc != 0 and 0 <= after < TIMEOUT + BOUND, (rc, after, out[-3000:])
     assert "final test accuracy" not in out, out[-3000:]

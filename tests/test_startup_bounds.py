@@ -70,10 +70,22 @@ def _ends_within(proc, lines, seconds, stopped):
     return proc.returncode, "".join(lines), time.monotonic() - start
 
 
+def _in_mpi_init(proc, rank_pid, deadline) -> None:
+    """Wait until the rank is inside MPI_Init: its guard (mpi.startup.Deadline, a child process) runs. Its
+    imports before that take seconds or tens of seconds, by how loaded the machine is."""
+    while time.monotonic() < deadline:
+        if subprocess.run(["pgrep", "-P", str(rank_pid), "-f", "select"], capture_output=True).returncode == 0:
+            return
+        assert proc.poll() is None, "the job ended before rank 0 reached MPI_Init"
+        time.sleep(0.05)
+    pytest.fail("rank 0 did not reach MPI_Init")
+
+
 def test_a_rank_stopped_before_mpi_init_returns_ends_the_job(tmp_path):
     proc, lines = _start(tmp_path)
     pid = _rank_pid(proc, 1, time.monotonic() + 30)
     os.kill(pid, signal.SIGSTOP)  # still importing: rank 0 waits for it in MPI_Init
+    _in_mpi_init(proc, _rank_pid(proc, 0, time.monotonic() + 30), time.monotonic() + 120)
     rc, out, took = _ends_within(proc, lines, 12 + 30, pid)
     assert rc != 0 and "expected MPI_Init to connect this rank to the others within 12s" in out, out[-3000:]
 
