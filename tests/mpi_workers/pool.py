@@ -24,6 +24,7 @@ from cli_many import run_cli, run_to
 from mpignn.launch.allocator import tune_allocator
 from mpignn.mpi import world
 from mpignn.mpi.run import exit_process
+from mpignn.mpi.watchdog import watching
 
 _M_MMAP_MAX, _MMAP_MAX_DEFAULT = -4, 65536  # glibc's mallopt parameter and its default
 
@@ -36,6 +37,9 @@ def _run(argv: list[str], cwd: str | None, env: dict[str, str]) -> int:
     try:
         return run_cli(argv[1], argv[2:]) if argv[0] == "-m" else _script(argv)
     finally:
+        dog = watching()
+        if dog is not None:  # each run starts without one on every rank, as in a fresh process: a rank that kept
+            dog.stop()  # one would skip the next `watch`'s collective Dup that the others enter
         os.chdir(here)
         for name, value in saved.items():
             if value is None:

@@ -6,7 +6,7 @@ import sys
 import time
 
 from mpignn.mpi import run_main, world
-from mpignn.mpi.watchdog import _ASK, _PONG, _TELL, Watchdog
+from mpignn.mpi.watchdog import _ASK, _PONG, _TELL, Watchdog, watching
 
 
 def _wait_for(dog: Watchdog, tag: int) -> None:
@@ -18,6 +18,8 @@ def _wait_for(dog: Watchdog, tag: int) -> None:
 
 def main() -> None:
     comm = world()
+    if watching() is not None:  # every rank alike: none running, none kept for the next script
+        watching().stop()
     dog = Watchdog(comm, 8.0, grace=1.0, tick=0.05)  # collective; only rank 1's thread runs (it answers)
     if comm.rank == 1:
         dog.start()
