@@ -148,7 +148,7 @@ STOPPED = ["--epochs", "3", "--batch-size", "16"]
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory):
     """For each of SIGNALS a 2-rank run stopped by it (its exit code, output and the (epoch, step) of the
-    checkpoint it saved); then one job resumes each and
+    checkpoint it saved, and what else it saved); then one job resumes each and
     trains the uninterrupted run (`run_cli_many`'s results); and their folder."""
     base = tmp_path_factory.mktemp("stopped")
     live = {}
@@ -158,7 +158,7 @@ def stopped(tmp_path_factory):
         rc, out = _wait(run)
         folder = base / f"ck-{signum.name}"
         saved = torch.load(latest_checkpoint(folder) / "checkpoint.pt", weights_only=True) if rc == 75 else {}
-        live[signum.name] = rc, out, (saved.get("epoch"), saved.get("step"))  # before the resume saves more
+        live[signum.name] = rc, out, (saved.get("epoch"), saved.get("step")), saved.get("extra", {})
     train = ["mpignn.train", "--root", base, *ARGS, *STOPPED, "--checkpoint-dir"]
     cases = {f"resume-{s.name}": [*train, base / f"ck-{s.name}", "--resume"] for s in SIGNALS}
     cases["full"] = [*train, base / "full"]
@@ -169,7 +169,7 @@ def stopped(tmp_path_factory):
 def test_a_stop_signal_stops_every_rank_at_one_step_saves_and_resume_finishes(stopped, signum):
     base, live, resumed = stopped
     ck, name = base / f"ck-{signum.name}", signum.name
-    rc, out, saved = live[name]
+    rc, out, saved, extra = live[name]
     assert rc == 75, out[-3000:]
     stops = [l.split("stopping at ")[1].strip() for l in out.splitlines() if "stopping at epoch" in l]
     assert len(stops) == 2 and stops[0] == stops[1], out[-3000:]  # each rank logs where it stopped
@@ -177,6 +177,10 @@ def test_a_stop_signal_stops_every_rank_at_one_step_saves_and_resume_finishes(st
     print(f"stopped at epoch {epoch} step {step}")  # mid-epoch (step > 0) in the runs here
     assert f"stopped by {name} at epoch {epoch} step {step}; checkpoint in {ck}; resume with --resume" in out
     assert saved == (epoch, step)
+    # what early stopping counts (evaluations since the best, the score it improved to) is saved too, so a resumed
+    # run stops where the uninterrupted one would: one evaluation per epoch here, epochs before `epoch` evaluated
+    best = extra["best"]
+    assert (extra.get("stale"), extra.get("ref")) == (epoch - 1 - best["epoch"], best["val_acc"]), extra
     codes, out = resumed[f"resume-{name}"]
     assert codes == [0, 0], out[-3000:]
     assert f"at epoch {epoch} step {step} (RNG states restored)" in out and "final test accuracy" in out

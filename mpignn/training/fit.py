@@ -260,12 +260,13 @@ class Trainer:
                  "epoch %d", best.metric, by, "--patience " if cfg.patience else "", self.plan.patience,
                  best.val_acc, best.epoch, rec["epoch"])
 
-    def checkpoint(self, epoch: int, start: int, step: int | None = None, extra: dict[str, Any] | None = None) -> Path:
-        """Collective: save a generation after `epoch` (or at step `start`), copied to best/ when it is best."""
+    def checkpoint(self, epoch: int, start: int, step: int | None = None, partial: Any = None) -> Path:
+        """Collective: save a generation after `epoch` (or, stopped, at `step` with the epoch's `partial` record),
+        copied to best/ when it is best. Stopped or not, it holds what `resume` needs to replay the run."""
         cfg, rt = self.cfg, self.rt
         done = step is None and start == self.ends[-1]
-        extra = extra or {"config": cfg.to_dict(), "resolved": self.resolved, "best": self.best.to_dict(),
-                          "stale": self.stale, "ref": self.ref}
+        extra = {"config": cfg.to_dict(), "resolved": self.resolved, "best": self.best.to_dict(),
+                 "stale": self.stale, "ref": self.ref, **({"partial": partial} if step is not None else {})}
         with bounded("checkpoint save (rank 0 writes, the others wait)"):
             gen = save_state(rt.comm, cfg.checkpoint_dir, epoch=epoch + 1 if done else epoch,
                              step=step if step is not None else (0 if done else start), model=self.model,
@@ -285,8 +286,7 @@ class Trainer:
         received = int(allreduce_max(rt.comm, [getattr(stop, "received", 0)])[0])  # the rank that saw it may not be 0
         name = signal.Signals(received).name if received else stop.name
         if cfg.checkpoint_dir:
-            self.checkpoint(epoch, step, step=step, extra={"config": cfg.to_dict(), "resolved": rec["resolved"],
-                                                           "best": self.best.to_dict(), "partial": rec["partial"]})
+            self.checkpoint(epoch, step, step=step, partial=rec["partial"])
             where = f"checkpoint in {cfg.checkpoint_dir}; resume with --resume"
         else:
             where = "nothing saved (no --checkpoint-dir)"
