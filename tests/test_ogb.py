@@ -201,6 +201,15 @@ def test_corrupt_raw_files_are_named(tmp_path):
         load_dataset("ogbn-arxiv", str(tmp_path))
 
 
+def test_truncated_binary_release_is_one_line_naming_the_file(tmp_path):
+    folder = make_papers(tmp_path, _graph(1))
+    data = folder / "raw" / "data.npz"
+    data.write_bytes(data.read_bytes()[:200])
+    with pytest.raises(DatasetError, match=r"raw/data.npz: expected an npz of plain arrays .*HINT") as exc:
+        load_dataset("ogbn-papers100M", str(tmp_path))
+    assert "\n" not in str(exc.value)
+
+
 def _text_gz(path, text):
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt") as f:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
+from mpignn.data.raw_public import npz_arrays
 from mpignn.errors import DatasetError
 
 __all__ = ["OGB", "OgbInfo", "ogb_info", "ogb_files", "load_ogb"]
@@ -150,12 +151,11 @@ def _csv(path: str, dtype: type | None) -> np.ndarray:
 def _read_raw(folder: str, info: OgbInfo) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
     """(num_nodes, edge_index [2, E], node_feat [N, F], labels [N]) from raw/."""
     raw = os.path.join(folder, "raw")
-    if info.binary:
-        with np.load(os.path.join(raw, "data.npz"), allow_pickle=False) as f:
-            n, num_edges = int(f["num_nodes_list"][0]), int(f["num_edges_list"][0])
-            edge_index, x = f["edge_index"][:, :num_edges], f["node_feat"][:n]
-        with np.load(os.path.join(raw, "node-label.npz"), allow_pickle=False) as f:
-            labels = f["node_label"]
+    if info.binary:  # npz_arrays: a truncated or pickled file is one line, not a zipfile traceback
+        f = npz_arrays(os.path.join(raw, "data.npz"), ("num_nodes_list", "num_edges_list", "edge_index", "node_feat"))
+        n, num_edges = int(f["num_nodes_list"][0]), int(f["num_edges_list"][0])
+        edge_index, x = f["edge_index"][:, :num_edges], f["node_feat"][:n]
+        labels = npz_arrays(os.path.join(raw, "node-label.npz"), ("node_label",))["node_label"]
     else:
         n = int(_csv(os.path.join(raw, "num-node-list.csv.gz"), np.int64)[0, 0])
         num_edges = int(_csv(os.path.join(raw, "num-edge-list.csv.gz"), np.int64)[0, 0])
