@@ -74,6 +74,9 @@ FAULTS = {  # name: (file, change, fault named in the message)
     "halo unsorted": ("halo_gid", lambda a: a[::-1].copy(), "sorted and unique"),
     "halo own id": ("halo_gid", lambda a: np.sort(np.append(a[1:], 1500)), "own id 1500"),
     "halo_deg zero": ("halo_deg", _set(2, 0), "edge counts in [1, "),
+    "col 0-d": ("col", lambda a: np.array(a[0]), "got ()"),
+    "halo_gid 0-d": ("halo_gid", lambda a: np.array(a[0]), "got ()"),
+    "rowptr 0-d": ("rowptr", lambda a: np.array(a[0]), "expected shape (1001,), got ()"),
 }
 
 

@@ -63,8 +63,6 @@ def read_split_file(path: str, num_nodes: int) -> dict[str, np.ndarray]:
                         raise
                     raise _error(path, f"expected {key} as int node ids; got a pickled object array, which mpignn "
                                        "never loads", f"save np.asarray({key}, dtype=np.int64)") from None
-    except DatasetError:
-        raise
     except UNREADABLE as exc:  # not an npz, a truncated or corrupt zip, a member cut short
         raise _error(path, f"expected a complete npz file; got {type(exc).__name__}: {str(exc)[:160]}",
                      f"write it again: {_SAVE}") from None

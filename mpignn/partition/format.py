@@ -177,8 +177,6 @@ def read_meta(folder: str | os.PathLike) -> PartitionMeta:
             raise PartitionFormatError(f"{path} has format {raw.get('format')}, this mpignn reads "
                                        f"{FORMAT_VERSION}. {hint}")
         return meta_from_json(raw)
-    except PartitionFormatError:
-        raise
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise PartitionFormatError(f"{path} is corrupt ({type(exc).__name__}: {exc}). {hint}") from None
 
@@ -285,8 +283,5 @@ def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = Tr
             arrays[name] = load_npy(path, mmap=mmap and name in MAPPED_FILES)
         except (ValueError, OSError, EOFError) as exc:
             raise PartitionFormatError(f"{path} cannot be read ({exc}). {hint}") from None
-    n_own = meta.part_offsets[part_id + 1] - meta.part_offsets[part_id]
-    if arrays["rowptr"].shape[:1] != (n_own + 1,) or arrays["x"].shape[:1] != (n_own,):  # 0-d arrays too
-        raise PartitionFormatError(f"{pdir} holds {arrays['x'].shape[:1]} nodes, META.json says {n_own}. {hint}")
     check_part(meta, part_id, arrays, pdir, folder, scanned)
     return LocalPart(meta=meta, part_id=part_id, **arrays)
