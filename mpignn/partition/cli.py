@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_for_partitioning(name: str, root: str, splits: str = "") -> "GraphData":
-    """The graph, features memory-mapped (a synthetic one generated once into an npy folder under `root`)."""
+    """The graph: a synthetic one generated once into an npy folder under `root` and memory-mapped from there
+    (never held whole), any other as `load_dataset` returns it."""
     from mpignn.data import dataset_key, load_dataset
     from mpignn.data.npy import load_npy_folder
     from mpignn.data.split_file import apply_splits
