@@ -43,10 +43,6 @@ def _safe(probe: Callable[[], str]) -> str:
         return f"error: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
 
 
-def _dist_version(name: str) -> str:
-    return importlib.metadata.version(name)
-
-
 def _mpignn() -> str:
     import mpignn
 
@@ -85,7 +81,7 @@ def versions() -> list[tuple[str, str]]:
             ("python", f"{platform.python_version()} ({platform.python_implementation()}) {sys.executable}"),
             ("os", _safe(lambda: f"{platform.platform()} ({platform.machine()})")),
             ("torch", _safe(_torch))]
-    rows += [(label, _safe(lambda name=name: _dist_version(name))) for label, name in DISTRIBUTIONS]
+    rows += [(label, _safe(lambda name=name: importlib.metadata.version(name))) for label, name in DISTRIBUTIONS]
     rows += [("mpi library", _safe(_mpi_library)), ("mpiexec", mpiexec_path() or "none found")]
     return rows
 

@@ -29,20 +29,16 @@ def _model_options(norm: str, residual: bool, linear_head: bool) -> str:
                                               ("--linear-head", linear_head)) if on)
 
 
-def _has_model_options(norm: str, residual: bool, linear_head: bool) -> bool:
-    return norm != "none" or bool(residual) or bool(linear_head)
-
-
 _OWNER_MODES = ("cooperative", "full")  # each row computed by its owner, its halo crossing layer by layer
 
 RULES: tuple[Rule, ...] = (
     Rule(("model", "norm", "residual", "linear_head"),  # R-GCN is HeteroGNN's: none of these layers
-         lambda model, *opts: model == "rgcn" and _has_model_options(*opts),
+         lambda model, *opts: model == "rgcn" and bool(_model_options(*opts)),
          lambda model, *opts: f"--model {model} has no norm, residual or head layers; got {_model_options(*opts)}. "
                               f"HINT: drop {_model_options(*opts)}, or --model sage, gcn or gat on a homogeneous "
                               "graph"),
     Rule(("hetero", "norm", "residual", "linear_head"),
-         lambda hetero, *opts: bool(hetero) and _has_model_options(*opts),
+         lambda hetero, *opts: bool(hetero) and bool(_model_options(*opts)),
          lambda hetero, *opts: f"{_model_options(*opts)} applies to the models of homogeneous graphs (sage, gcn, "
                                f"gat); this graph has node and edge types. HINT: drop {_model_options(*opts)}"),
     Rule(("minibatch", "replicated", "embed_dim"),

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from mpignn import env as _env
-from mpignn.errors import LaunchError
+from mpignn.errors import LaunchError, mark_agreed
 
 __all__ = ["MPIStore", "listening_tcp_store"]
 
@@ -253,8 +253,6 @@ def listening_tcp_store(comm: Any, address: str, port: str, world_size: int,
                        "choose a free port and an address of rank 0's host")
     problem = comm.bcast(problem, root=0)
     if problem:
-        from mpignn.errors import mark_agreed
-
         raise mark_agreed(LaunchError(problem))
     if sock is None:
         return torch.distributed.TCPStore(address, int(port), world_size, False, timeout)

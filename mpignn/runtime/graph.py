@@ -230,8 +230,6 @@ def attach_embedding(rt: Runtime, graph: LocalGraph, dim: int, *, lr: float = Tr
 
 
 def _device_table(x: np.ndarray, device: str) -> Any:
-    import torch
-
     if not x.flags.writeable:  # a memory-mapped part: torch wants writable memory to wrap
         x = np.array(x)
     table = torch.from_numpy(x)
