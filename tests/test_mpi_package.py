@@ -79,6 +79,28 @@ def test_exit_process_keeps_the_exit_but_the_module_teardown():
     assert out.stdout.splitlines() == ["unflushedthread joined", "atexit ran"], out.stdout  # no teardown line
 
 
+def test_ctrl_c_inside_a_compiled_kernel_is_an_interrupt_not_a_crash(capsys):
+    """A KeyboardInterrupt that lands in numba's dispatcher (loading a cached kernel, seen in a clean clone) comes
+    out as a SystemError caused by it: run_main still says one line and exits 130, no traceback, no root cause."""
+    from mpignn.mpi.run import EXIT_INTERRUPTED, run_main
+
+    def main():
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise SystemError("CPUDispatcher(<function sample_rows>) returned a result with an exception set") from exc
+
+    def crash():
+        raise SystemError("a real fault")
+
+    assert run_main(main) == EXIT_INTERRUPTED
+    err = capsys.readouterr().err
+    assert "interrupted (SIGINT)" in err and "Traceback" not in err and "SystemError" not in err, err
+    assert run_main(crash) == 1  # one rank here: no abort
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "root cause" in err and "interrupted" not in err, err
+
+
 EARLY = """
 import time
 from mpi4py import MPI

@@ -45,15 +45,28 @@ def run_main(main: Callable[..., int | None], *args: Any, **kwargs: Any) -> int:
         return 0 if code is None else int(code)
     except SystemExit:
         raise
-    except KeyboardInterrupt:  # Ctrl-C: one line per rank, no traceback
+    except BaseException as exc:
+        if not _interrupted(exc):
+            return _fail(exc, rank, host)
+        # Ctrl-C: one line per rank, no traceback
         print(f"mpignn: error: [rank {rank}] interrupted (SIGINT); the work since the last checkpoint is lost. "
               "HINT: SIGTERM or SIGUSR2 stop at the next step and save a checkpoint (--checkpoint-dir)",
               file=sys.stderr, flush=True)
         if _mpi_running() and _world_size() > 1:
             _abort(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
-    except BaseException as exc:
-        return _fail(exc, rank, host)
+
+
+def _interrupted(exc: BaseException | None) -> bool:
+    """Whether Ctrl-C caused `exc`: a KeyboardInterrupt, or an error raised by the code it crossed (a compiled
+    kernel's dispatcher turns it into a SystemError whose cause it is) or by cleanup while it was handled."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def exit_process(code: int | None) -> NoReturn:
@@ -99,7 +112,7 @@ def abort_on_uncaught() -> None:
         return
 
     def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
-        if issubclass(kind, KeyboardInterrupt):
+        if _interrupted(exc):
             previous(kind, exc, tb)
             if _mpi_running() and _world_size() > 1:
                 _abort(EXIT_INTERRUPTED)
