@@ -158,7 +158,8 @@ def stopped(tmp_path_factory):
         rc, out = _wait(run)
         folder = base / f"ck-{signum.name}"
         saved = torch.load(latest_checkpoint(folder) / "checkpoint.pt", weights_only=True) if rc == 75 else {}
-        live[signum.name] = rc, out, (saved.get("epoch"), saved.get("step")), saved.get("extra", {})
+        live[signum.name] = (rc, out, (saved.get("epoch"), saved.get("step")),  # before the resume saves more
+                             saved.get("extra", {}))
     train = ["mpignn.train", "--root", base, *ARGS, *STOPPED, "--checkpoint-dir"]
     cases = {f"resume-{s.name}": [*train, base / f"ck-{s.name}", "--resume"] for s in SIGNALS}
     cases["full"] = [*train, base / "full"]
