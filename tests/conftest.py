@@ -33,15 +33,15 @@ def pytest_addoption(parser):
                      help="print the CPU each test file used, its processes included (tests/_cpu_report.py)")
 
 
-# Seconds each of the longest files takes on the 2-core VM (its CPU from `--cpu-report`, or its wall time where
-# it mostly waits), measured 2026-12-05. Only the order uses them: longest first, so that the two processes of
+# Seconds each of the longest files takes on the 2-core VM (the larger of its CPU, from `--cpu-report`, and its
+# wall time), measured 2026-12-05. Only the order uses them: longest first, so that the two processes of
 # `-n 2 --dist loadfile` end together. xdist's own order (the most tests first) left these, most of which hold one
 # to five tests, to the end, where one process ran them while the other had nothing left.
-LONGEST = {"test_pyg_ports.py": 120, "test_many_ranks.py": 99, "test_link_cut.py": 93, "test_multihost.py": 92,
-           "test_node_local.py": 89, "test_allocator.py": 77, "test_multihost_interfaces.py": 65,
-           "test_faults.py": 55, "test_reproducible.py": 47, "test_jobs.py": 43, "test_wheel.py": 42,
-           "test_startup_bounds.py": 41, "test_norm_residual.py": 34, "test_bench_memory.py": 29,
-           "test_collective_timeout.py": 26, "test_no_open_door.py": 23, "test_slow_link.py": 21}
+LONGEST = {"test_pyg_ports.py": 150, "test_link_cut.py": 117, "test_many_ranks.py": 95, "test_multihost.py": 90,
+           "test_node_local.py": 69, "test_multihost_interfaces.py": 58, "test_allocator.py": 50,
+           "test_faults.py": 49, "test_reproducible.py": 47, "test_jobs.py": 46, "test_collective_timeout.py": 45,
+           "test_startup_bounds.py": 43, "test_no_open_door.py": 35, "test_wheel.py": 22, "test_norm_residual.py": 22,
+           "test_slow_link.py": 21, "test_bench_memory.py": 18}
 
 
 def pytest_collection_modifyitems(config, items):
