@@ -10,6 +10,7 @@ import numpy as np
 from numba import njit
 
 from mpignn.compiled import ensure_numba_cache_dir
+from mpignn.errors import DatasetError
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 
@@ -62,6 +63,8 @@ def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *, drop_sel
         symmetric: also add every edge reversed (an undirected graph from one direction of each edge).
     Returns:
         (rowptr int64 [num_nodes + 1], col int64 [E']).
+    Raises:
+        DatasetError: an edge names a node outside 0..num_nodes-1.
     """
     src = np.asarray(src)
     dst = np.asarray(dst)
@@ -70,9 +73,7 @@ def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *, drop_sel
     if dst.dtype.kind not in "iu":
         dst = dst.astype(np.int64)
     counts = np.zeros(num_nodes + 1, dtype=np.int64)
-    _count(dst, counts)
-    if symmetric:
-        _count(src, counts)
+    _refuse_outside(_count(dst, counts, True) + _count(src, counts, symmetric), num_nodes)
     rowptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(counts[:-1], out=rowptr[1:])
     del counts
@@ -84,10 +85,24 @@ def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *, drop_sel
     return rowptr, col
 
 
+def _refuse_outside(outside: int, num_nodes: int) -> None:
+    """The readers check their files' ids; the kernels that fill the CSR rely on it, so it is checked here too."""
+    if outside:
+        raise DatasetError(f"expected edges between nodes 0..{num_nodes - 1}, got {outside} edge end(s) outside. "
+                           "HINT: the dataset's edges name nodes it does not have: replace its files")
+
+
 @njit(cache=True)
-def _count(ids, counts):
+def _count(ids, counts, add):
+    """Each id's count into `counts` (when `add`); returns how many ids lie outside [0, len(counts) - 1)."""
+    n, outside = len(counts) - 1, 0
     for e in range(len(ids)):
-        counts[ids[e]] += 1
+        v = ids[e]
+        if v < 0 or v >= n:
+            outside += 1
+        elif add:
+            counts[v] += 1
+    return outside
 
 
 @njit(cache=True)
@@ -149,7 +164,7 @@ def symmetrized(rowptr: np.ndarray, col: np.ndarray) -> tuple[np.ndarray, np.nda
     n = len(rowptr) - 1
     counts = np.zeros(n + 1, dtype=np.int64)
     counts[:-1] = np.diff(rowptr)
-    _count(col, counts)
+    _refuse_outside(_count(col, counts, True), n)
     out_ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts[:-1], out=out_ptr[1:])
     del counts

@@ -11,7 +11,8 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 
-__all__ = ["NpyWriter", "read_rows", "iter_chunks", "rows_per_chunk", "read_npy_header", "release_pages"]
+__all__ = ["NpyWriter", "read_rows", "iter_chunks", "rows_per_chunk", "read_npy_header", "release_pages",
+           "physical_memory"]
 
 CHUNK_BYTES = 64 << 20
 """Bytes per chunk of the streaming passes: large enough for full-speed I/O, small beside any graph."""
@@ -106,3 +107,11 @@ def release_pages(array: np.ndarray) -> None:
     """Drop the pages a pass through a memory-mapped array left resident (the page cache keeps them)."""
     if _mapped_file(array) is not None and hasattr(mmap, "MADV_DONTNEED"):
         array.base.madvise(mmap.MADV_DONTNEED)
+
+
+def physical_memory() -> int:
+    """This host's memory in bytes (0 where not POSIX): the bound a declared array size is checked against."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: no guard
+        return 0

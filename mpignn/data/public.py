@@ -68,11 +68,33 @@ def _ensure_raw(name: str, raw_dir: str, files: Sequence[str], fetch: Callable[[
         raise _missing_error(name, raw_dir, missing, exc) from None
 
 
-def _graph(key: str, arrays: dict[str, np.ndarray], train: np.ndarray, val: np.ndarray,
-           test: np.ndarray) -> GraphData:
-    y = np.asarray(arrays["y"]).astype(np.int64)
-    rowptr, col = csr_from_edges(arrays["src"], arrays["dst"], len(y))
-    return GraphData(name=key, rowptr=rowptr, col=col, x=np.asarray(arrays["x"]).astype(np.float32), y=y,
+def _graph(key: str, where: str, arrays: dict[str, np.ndarray], train: np.ndarray, val: np.ndarray,
+           test: np.ndarray, **csr: bool) -> GraphData:
+    """The GraphData of a public dataset's arrays (`csr`: `csr_from_edges`'s options), once they are sound.
+
+    Raises:
+        DatasetError: naming `where`: x and y of other node counts, labels that are not whole numbers, x not
+            finite, splits that overlap, repeat or leave the graph, split nodes without a label, under 2 classes.
+    """
+    x, y = np.asarray(arrays["x"]), np.asarray(arrays["y"])
+    splits = {"train_idx": train, "val_idx": val, "test_idx": test}
+    if x.ndim != 2 or y.ndim != 1 or len(x) != len(y):
+        problem = f"x [N, F] and y [N] of one node count, not x {x.shape} and y {y.shape}"
+    elif y.dtype.kind not in "iuf" or (y.dtype.kind == "f" and not np.array_equal(y, np.round(y))):
+        problem = f"labels that are whole numbers, not {y.dtype}"
+    elif not np.isfinite(np.add.reduce(x, axis=None, dtype=np.float64)):
+        problem = "finite features, not NaN or infinite ones"
+    else:
+        y = y.astype(np.int64)
+        found = split_problem(splits, len(y))
+        unlabelled = next((k for k, ids in splits.items() if np.any(y[ids] < 0)), None)
+        problem = (found[0] if found else f"{unlabelled} holds nodes without a label" if unlabelled else
+                   f"at least 2 classes, not labels up to {y.max()}" if y.max() < 1 else None)
+    if problem:
+        raise DatasetError(f"{where}: expected {key.partition(':')[0]}'s arrays to be sound, got: {problem}. HINT: "
+                           "replace the raw files with the dataset's originals (or delete them to download again)")
+    rowptr, col = csr_from_edges(arrays["src"], arrays["dst"], len(y), **csr)
+    return GraphData(name=key, rowptr=rowptr, col=col, x=x.astype(np.float32, copy=False), y=y,
                      train_idx=train, val_idx=val, test_idx=test, num_classes=int(y.max()) + 1)
 
 
@@ -94,7 +116,7 @@ def load_planetoid(name: str, root: str) -> GraphData:
 
     _ensure_raw(name, raw_dir, files, fetch)
     arrays = read_planetoid(raw_dir, name)
-    return _graph(name, arrays, arrays["train_idx"], arrays["val_idx"], arrays["test_idx"])
+    return _graph(name, raw_dir, arrays, arrays["train_idx"], arrays["val_idx"], arrays["test_idx"])
 
 
 def split_key(name: str, options: str) -> str:
@@ -137,7 +159,7 @@ def load_heterophilous(key: str, root: str) -> GraphData:
         raise DatasetError(f"{raw_dir}/{folder}.npz: expected masks of shape ({NUM_SPLITS[name]}, {n}), got "
                            f"{[m.shape for m in masks]}. HINT: replace it with the dataset's original file")
     train, val, test = (np.flatnonzero(m[split]).astype(np.int64) for m in masks)
-    return _graph(key, arrays, train, val, test)
+    return _graph(key, f"{raw_dir}/{folder}.npz", arrays, train, val, test)
 
 
 def load_hetero_public(name: str, root: str) -> GraphData:
@@ -225,14 +247,4 @@ def load_benchmark(key: str, root: str) -> GraphData:
         arrays = (read_flickr if name == "Flickr" else read_reddit)(raw_dir)
         train, val, test = arrays["train_idx"], arrays["val_idx"], arrays["test_idx"]
         symmetric, no_loops = False, False
-    y = np.asarray(arrays["y"], dtype=np.int64)
-    splits = {"train_idx": train, "val_idx": val, "test_idx": test}
-    problem = split_problem(splits, len(y))
-    unlabelled = next((k for k, ids in splits.items() if np.any(y[ids] < 0)), None)
-    if problem or unlabelled:
-        what = problem[0] if problem else f"{unlabelled} holds nodes without a label"
-        raise DatasetError(f"{raw_dir}: expected {name}'s splits to be sound, got: {what}. HINT: replace the raw "
-                           "files with the dataset's originals, or give fixed splits with --splits FILE")
-    rowptr, col = csr_from_edges(arrays["src"], arrays["dst"], len(y), drop_self_loops=no_loops, symmetric=symmetric)
-    return GraphData(name=key, rowptr=rowptr, col=col, x=np.asarray(arrays["x"], dtype=np.float32), y=y,
-                     train_idx=train, val_idx=val, test_idx=test, num_classes=int(y.max()) + 1)
+    return _graph(key, raw_dir, arrays, train, val, test, drop_self_loops=no_loops, symmetric=symmetric)

@@ -68,7 +68,7 @@ def read_gnn_benchmark(path: str) -> dict[str, np.ndarray]:
     y = _labels(path, "labels", raw["labels"], n)
     if n and y.min() < 0:
         raise _bad(path, "labels >= 0", f"min {y.min()}")
-    x = dense_csr(raw["attr_data"], attr_col, attr_ptr, (rows, f))
+    x = dense_csr(path, raw["attr_data"], attr_col, attr_ptr, (rows, f))
     x[x > 0] = 1
     return {"x": x, "y": y, "src": np.repeat(np.arange(n, dtype=np.int64), np.diff(adj_ptr)), "dst": dst}
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from mpignn.data.npyio import physical_memory
 from mpignn.errors import DatasetError
 
 __all__ = ["PLANETOID_PARTS", "read_planetoid", "read_heterophilous", "read_imdb", "npz_arrays", "scipy_csr",
@@ -123,7 +124,7 @@ def _dense(path: str, obj: Any) -> np.ndarray:
         rows, cols = int(shape[0]), int(shape[1])
         if not csr_fits(*parts, (rows, cols)):
             raise _bad(path, f"an inconsistent {rows}x{cols} csr matrix")
-        return dense_csr(*parts, (rows, cols))
+        return dense_csr(path, *parts, (rows, cols))
     if _plain(obj) and obj.ndim == 2:
         return obj.astype(np.float32)
     raise _bad(path, f"a {type(obj).__name__} where a 2-d matrix belongs")
@@ -132,13 +133,24 @@ def _dense(path: str, obj: Any) -> np.ndarray:
 def csr_fits(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> bool:
     """Whether csr parts fit together and into `shape`, so `dense_csr` and row expansions index within it."""
     rows, cols = shape
-    return bool(indptr.ndim == 1 and len(indptr) == rows + 1 and indptr[0] == 0 and not np.any(np.diff(indptr) < 0)
+    return bool(rows >= 0 and cols >= 0 and indptr.dtype.kind in "iu" and indices.dtype.kind in "iu"
+                and indptr.ndim == 1 and len(indptr) == rows + 1 and indptr[0] == 0 and not np.any(np.diff(indptr) < 0)
                 and indptr[-1] == len(indices) and len(data) == len(indices)
                 and not (len(indices) and (indices.min() < 0 or indices.max() >= cols)))
 
 
-def dense_csr(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
-    """float32 [rows, cols] of checked csr parts; repeated entries summed, as scipy's `todense()` does."""
+def dense_csr(path: str, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray,
+              shape: tuple[int, int]) -> np.ndarray:
+    """float32 [rows, cols] of checked csr parts; repeated entries summed, as scipy's `todense()` does.
+
+    Raises:
+        DatasetError: the dense matrix would not fit in this host's memory (a damaged shape, most likely).
+    """
+    need, memory = 4 * int(shape[0]) * int(shape[1]), physical_memory()
+    if memory and need > memory:
+        raise DatasetError(f"{path}: expected a feature matrix that fits in memory, got shape {shape} "
+                           f"({need / 2**30:.1f} GiB dense, {memory / 2**30:.1f} GiB here). HINT: replace it with "
+                           "the dataset's original file, or delete it to download it again")
     out = np.zeros(shape, dtype=np.float32)
     np.add.at(out, (np.repeat(np.arange(shape[0]), np.diff(indptr)), indices), data.astype(np.float32))
     return out
@@ -195,6 +207,9 @@ def read_planetoid(raw_dir: str, name: str) -> dict[str, np.ndarray]:
     if name.lower() == "citeseer":
         # CiteSeer has isolated test-range ids that the files leave out: PyG adds them as zero rows.
         lo, span = int(test_index.min()), int(test_index.max() - test_index.min()) + 1
+        if lo < len(allx) or span > 2 * len(test_index):  # the ids follow allx's; a few are missing, not most
+            raise _bad(paths["test.index"], f"test ids {lo}..{lo + span - 1} for {len(test_index)} test rows after "
+                                            f"{len(allx)} others")
         tx_ext = np.zeros((span, tx.shape[1]), dtype=np.float32)
         tx_ext[sorted_test - lo] = tx
         ty_ext = np.zeros((span, ty.shape[1]), dtype=np.float32)
@@ -282,7 +297,8 @@ def read_imdb(raw_dir: str) -> dict[str, Any]:
         DatasetError: a pickled member or an inconsistent matrix.
     """
     p = lambda f: os.path.join(raw_dir, f)  # noqa: E731
-    x = {t: dense_csr(*scipy_csr(p(f"features_{i}.npz"))) for i, t in enumerate(IMDB_NODE_TYPES)}
+    x = {t: dense_csr(p(f"features_{i}.npz"), *scipy_csr(p(f"features_{i}.npz")))
+         for i, t in enumerate(IMDB_NODE_TYPES)}
     counts = {t: len(x[t]) for t in IMDB_NODE_TYPES}
     try:
         y = np.load(p("labels.npy"), allow_pickle=False).astype(np.int64)
