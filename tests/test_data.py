@@ -1,5 +1,6 @@
 """Tier 1: the dataset registry: synthetic, npz validation, Planetoid and Tolokers from ../shared, cache, offline
 errors (and one 1-rank training run on Tolokers)."""
+import json
 import shutil
 
 import numpy as np
@@ -51,6 +52,20 @@ def test_cora_loads_offline_and_is_cached(tmp_path):
     shutil.rmtree(tmp_path / "Cora")  # the second run needs only the cache
     again = load_dataset("cora", str(tmp_path))
     assert np.array_equal(again.col, g.col)
+
+
+@pytest.mark.parametrize("spoil", [lambda m: m.pop("name"), lambda m: m.update(num_classes="abc"),
+                                   lambda m: m.update(hetero={"junk": 1})], ids=["no name", "classes", "hetero"])
+def test_a_cache_meta_json_with_spoilt_fields_is_rebuilt(tmp_path, spoil):
+    shutil.copytree(SHARED / "datasets" / "Cora", tmp_path / "Cora")
+    g = load_dataset("Cora", str(tmp_path))
+    meta_path = cache_dir(str(tmp_path), "Cora") / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    spoil(meta)
+    meta_path.write_text(json.dumps(meta))
+    again = load_dataset("Cora", str(tmp_path))  # rebuilt from the raw files, as for any other mismatch
+    assert again.num_classes == 7 and np.array_equal(again.col, g.col)
+    assert json.loads(meta_path.read_text())["name"] == "Cora"
 
 
 def test_absent_dataset_offline_names_the_files(tmp_path):

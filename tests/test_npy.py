@@ -142,6 +142,10 @@ def test_npy_folder_meta_and_shared_splits(tmp_path):
     (folder / "meta.json").write_text("[1]")
     with pytest.raises(DatasetError, match="JSON object"):
         load_npy_folder(folder)
+    for bad, shown in (('"abc"', "'abc'"), ("null", "None"), ("2.7", "2.7"), ("true", "True")):
+        (folder / "meta.json").write_text(f'{{"num_classes": {bad}}}')  # not a traceback, nor a silent int(2.7)
+        with pytest.raises(DatasetError, match=f"num_classes must be a JSON integer; got {shown}"):
+            load_npy_folder(folder)
     (folder / "meta.json").unlink()
     np.save(folder / "test_idx.npy", g.train_idx[:3])
     with pytest.raises(DatasetError, match="train_idx and test_idx share 3 node"):

@@ -120,7 +120,11 @@ def load_cache(root: str, name: str, mmap: bool = False, source: str | None = No
     if problem:
         log.warning("dataset cache %s: %s; rebuilding it", folder, problem)
         return None
+    try:  # fields a hand-edited (or another tool's) meta.json may lack or spoil: rebuilt like any mismatch
+        schema = {"schema": HeteroSchema.from_json(meta["hetero"])} if meta.get("hetero") else {}
+        name, num_classes, extra = str(meta["name"]), int(meta["num_classes"]), dict(meta.get("meta", {}))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        log.warning("dataset cache %s: meta.json field %s; rebuilding it", folder, exc)
+        return None
     arrays = {k: load_npy(folder / f"{k}.npy", mmap=mmap) for k in names}
-    if meta.get("hetero"):
-        arrays["schema"] = HeteroSchema.from_json(meta["hetero"])
-    return GraphData(name=meta["name"], num_classes=int(meta["num_classes"]), meta=meta.get("meta", {}), **arrays)
+    return GraphData(name=name, num_classes=num_classes, meta=extra, **arrays, **schema)

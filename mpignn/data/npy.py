@@ -148,6 +148,9 @@ def load_npy_folder(folder: str | os.PathLike) -> GraphData:
             meta = None
         if not isinstance(meta, dict):
             raise _fail(folder, "meta.json must hold a JSON object", 'write e.g. {"num_classes": 8}')
+        if "num_classes" in meta and type(meta["num_classes"]) is not int:
+            raise _fail(folder, f"meta.json's num_classes must be a JSON integer; got {meta['num_classes']!r}",
+                        'write e.g. {"num_classes": 8}')
     x = _load(folder, "x")
     for lo, chunk in iter_chunks(x):
         bad = ~np.isfinite(chunk)
