@@ -9,6 +9,7 @@ import numpy as np
 
 from mpignn.data.graph import GraphData
 from mpignn.data.hetero import build_hetero, edge_type_name
+from mpignn.data.npyio import physical_memory
 from mpignn.data.npz_checks import SPLIT_KEYS, check_dtype, check_labels, check_splits, npz_error
 from mpignn.fileio import atomic_path
 
@@ -45,9 +46,14 @@ def hetero_from_headers(path: str, headers: dict[str, tuple[tuple[int, ...], np.
     missing = [k for k in SPLIT_KEYS if k not in headers]
     if missing:
         raise npz_error(path, f"missing key(s) {', '.join(missing)}", _HINT)
-    for key in (*counts_keys, *(k for k in headers if k.startswith(("edge_index__", "y__"))), *SPLIT_KEYS):
+    scalars = [*counts_keys, *(["num_classes"] if "num_classes" in headers else [])]
+    for key in (*scalars, *(k for k in headers if k.startswith(("edge_index__", "y__"))), *SPLIT_KEYS):
         shape, dtype = headers[key]
-        check_dtype(path, key, shape, dtype, "int", "[2, E]" if key.startswith("edge_index__") else "1-D")
+        form = "scalar" if key in scalars else "[2, E]" if key.startswith("edge_index__") else "1-D"
+        check_dtype(path, key, shape, dtype, "int", form)
+        if (form == "scalar" and shape not in ((), (1,))) or (form == "1-D" and len(shape) != 1):
+            raise npz_error(path, f"{key} must be an int {form} array; got shape {shape}",
+                            f"save {key}=np.int64(N)" if form == "scalar" else f"save {key}.reshape(-1)")
     for key in (k for k in headers if k.startswith("x__")):
         check_dtype(path, key, *headers[key], "float", "[N, F]")
     arrays = read([k for k in headers if k.startswith(("num_nodes__", "x__", "edge_index__", "y__"))
@@ -56,6 +62,10 @@ def hetero_from_headers(path: str, headers: dict[str, tuple[tuple[int, ...], np.
     for t, n in counts.items():
         if n < 1:
             raise npz_error(path, f"num_nodes__{t} must be >= 1; got {n}", _HINT)
+    memory = physical_memory()
+    if memory and 8 * sum(counts.values()) > memory:  # a label or an id per node at least
+        raise npz_error(path, f"the num_nodes__ counts add up to {sum(counts.values())} nodes, more than this "
+                              f"host's {memory / 2**30:.1f} GiB of memory holds", "check the counts you saved")
     x = {}
     for key in (k for k in arrays if k.startswith("x__")):
         t = _names(key, "x__", 1, path)[0]
