@@ -201,6 +201,26 @@ def test_corrupt_raw_files_are_named(tmp_path):
         load_dataset("ogbn-arxiv", str(tmp_path))
 
 
+@pytest.mark.parametrize("damage,needle", [
+    (lambda raw: (raw / "edge.csv.gz").write_bytes(b"not gzip"), r"edge\.csv\.gz is not a readable csv\.gz"),
+    (lambda raw: (raw / "node-feat.csv.gz").write_bytes(gzip.compress(b"")), r"node-feat\.csv\.gz is not a readable"),
+    (lambda raw: (raw / "num-node-list.csv.gz").write_bytes(gzip.compress(b"abc\n")), r"num-node-list\.csv\.gz is "
+                                                                                        "not a readable"),
+    (lambda raw: (raw / "edge.csv.gz").write_bytes((raw / "edge.csv.gz").read_bytes()[:100]), r"edge\.csv\.gz is not a "
+                                                                                        "readable"),
+    (lambda raw: _csv_gz(raw.parent / "split" / "time" / "test.csv.gz", [1, 2]), r"split/time: train_idx and "
+                                                                                   r"test_idx share"),
+])
+def test_damaged_csv_files_are_one_line_naming_the_file(tmp_path, damage, needle):
+    """Not gzip, empty, text where numbers belong, truncated, a test id in train: before, gzip's, zlib's or
+    pandas' traceback, or a test split sharing nodes with training."""
+    folder = make_arxiv(tmp_path, _graph())
+    damage(folder / "raw")
+    with pytest.raises(DatasetError, match=needle) as exc:
+        load_dataset("ogbn-arxiv", str(tmp_path))
+    assert "HINT" in str(exc.value) and "\n" not in str(exc.value)
+
+
 def test_truncated_binary_release_is_one_line_naming_the_file(tmp_path):
     folder = make_papers(tmp_path, _graph(1))
     data = folder / "raw" / "data.npz"

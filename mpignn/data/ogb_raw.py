@@ -10,10 +10,12 @@ import importlib.util
 import os
 import shutil
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
+from mpignn.data.npz_checks import split_problem
 from mpignn.data.raw_public import npz_arrays
 from mpignn.errors import DatasetError
 
@@ -88,9 +90,7 @@ def _download(info: OgbInfo, root: str) -> None:
 
 
 def _table(path: str) -> dict[str, list]:
-    import pandas as pd
-
-    frame = pd.read_csv(path, compression="gzip")
+    frame = _read_csv(path)
     return {str(k): frame[k].tolist() for k in frame.keys()}
 
 
@@ -140,12 +140,22 @@ def _read_hetero(folder: str, info: OgbInfo) -> GraphData:
 
 
 def _csv(path: str, dtype: type | None) -> np.ndarray:
+    return _read_csv(path, header=None, dtype=dtype).to_numpy()
+
+
+def _read_csv(path: str, **options: Any) -> Any:
+    """A gzipped csv as a pandas frame; a file that is not one (truncated, not gzip, empty, text where numbers
+    belong) is a DatasetError naming it."""
     try:
         import pandas as pd
     except ImportError:
         raise DatasetError("reading OGB's csv.gz files needs pandas; it is not installed. HINT: pip install ogb "
                            "(it brings pandas)") from None
-    return pd.read_csv(path, compression="gzip", header=None, dtype=dtype).to_numpy()
+    try:
+        return pd.read_csv(path, compression="gzip", **options)
+    except (OSError, EOFError, ValueError) as exc:  # gzip's, zlib's, and pandas' parse errors (ValueErrors)
+        raise _corrupt(os.path.dirname(path), f"{os.path.basename(path)} is not a readable csv.gz "
+                                              f"({type(exc).__name__}: {' '.join(str(exc)[:120].split())})") from None
 
 
 def _read_raw(folder: str, info: OgbInfo) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
@@ -205,12 +215,11 @@ def load_ogb(name: str, root: str) -> GraphData:
     y = labels.astype(np.int64)
     if y.max() >= info.num_classes or y.min() < -1:
         raise _corrupt(folder, f"labels must lie in [0, {info.num_classes}); got [{y.min()}, {y.max()}]")
-    split = {}
-    for key, part in (("train_idx", "train"), ("val_idx", "valid"), ("test_idx", "test")):
-        idx = _csv(os.path.join(folder, "split", info.split, f"{part}.csv.gz"), np.int64).reshape(-1)
-        if idx.size and (idx.min() < 0 or idx.max() >= n):
-            raise _corrupt(folder, f"split/{info.split}/{part}.csv.gz has node ids outside [0, {n})")
-        split[key] = idx
+    split = {key: _csv(os.path.join(folder, "split", info.split, f"{part}.csv.gz"), np.int64).reshape(-1)
+             for key, part in (("train_idx", "train"), ("val_idx", "valid"), ("test_idx", "test"))}
+    problem = split_problem(split, n)
+    if problem:
+        raise _corrupt(folder, f"split/{info.split}: {problem[0]}")
     src, dst = edge_index
     # OGB's citation graphs are directed; message passing wants both directions (as PyG's examples do).
     rowptr, col = csr_from_edges(np.concatenate([src, dst]), np.concatenate([dst, src]), n, drop_self_loops=True)
