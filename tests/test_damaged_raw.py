@@ -54,6 +54,26 @@ def test_damaged_tolokers_is_refused_in_one_line(tmp_path, damage):
     assert "tolokers.npz" in str(caught.value) and "HINT" in str(caught.value) and "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("damage,needle", [
+    ("labels", r"adjM\.npz: expected .* labels of shape \(4278, 1\)"),
+    ("negative", "holds nodes without a label"),
+    ("overlap", "train_idx and test_idx share"),
+])
+def test_damaged_imdb_is_refused_in_one_line(tmp_path, damage, needle):
+    """A 2-D label array was a numpy broadcast traceback; negative labels and a test movie in training loaded."""
+    if damage == "overlap":
+        _damaged(tmp_path, "IMDB", "train_val_test_idx.npz",
+                 lambda z: z.update(train_idx=np.concatenate([z["train_idx"], z["test_idx"][:3]])))
+    else:
+        shutil.copytree(DATASETS / "IMDB", tmp_path / "IMDB")
+        labels = tmp_path / "IMDB" / "raw" / "labels.npy"
+        y = np.load(labels)
+        np.save(labels, y.reshape(-1, 1) if damage == "labels" else y - 5)
+    with pytest.raises(DatasetError, match=needle) as caught:
+        load_dataset("IMDB", str(tmp_path))
+    assert "HINT" in str(caught.value) and "\n" not in str(caught.value)
+
+
 def test_a_feature_shape_beyond_memory_is_refused_before_allocating(tmp_path):
     _damaged(tmp_path, "Photo", "amazon_electronics_photo.npz",
              lambda z: z.update(attr_shape=np.array([z["attr_shape"][0], 10**10])))

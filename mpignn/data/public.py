@@ -86,16 +86,26 @@ def _graph(key: str, where: str, arrays: dict[str, np.ndarray], train: np.ndarra
         problem = "finite features, not NaN or infinite ones"
     else:
         y = y.astype(np.int64)
-        found = split_problem(splits, len(y))
-        unlabelled = next((k for k, ids in splits.items() if np.any(y[ids] < 0)), None)
-        problem = (found[0] if found else f"{unlabelled} holds nodes without a label" if unlabelled else
-                   f"at least 2 classes, not labels up to {y.max()}" if y.max() < 1 else None)
+        problem = _labels_problem(y, splits)
     if problem:
-        raise DatasetError(f"{where}: expected {key.partition(':')[0]}'s arrays to be sound, got: {problem}. HINT: "
-                           "replace the raw files with the dataset's originals (or delete them to download again)")
+        raise _unsound(key, where, problem)
     rowptr, col = csr_from_edges(arrays["src"], arrays["dst"], len(y), **csr)
     return GraphData(name=key, rowptr=rowptr, col=col, x=x.astype(np.float32, copy=False), y=y,
                      train_idx=train, val_idx=val, test_idx=test, num_classes=int(y.max()) + 1)
+
+
+def _labels_problem(y: np.ndarray, splits: dict[str, np.ndarray]) -> str | None:
+    """What is wrong with int labels `y` and the splits over them (overlaps, repeats, ids outside, unlabelled
+    split nodes, under 2 classes), or None."""
+    found = split_problem(splits, len(y))
+    unlabelled = None if found else next((k for k, ids in splits.items() if np.any(y[ids] < 0)), None)
+    return (found[0] if found else f"{unlabelled} holds nodes without a label" if unlabelled else
+            f"at least 2 classes, not labels up to {y.max()}" if y.max() < 1 else None)
+
+
+def _unsound(key: str, where: str, problem: str) -> DatasetError:
+    return DatasetError(f"{where}: expected {key.partition(':')[0]}'s arrays to be sound, got: {problem}. HINT: "
+                        "replace the raw files with the dataset's originals (or delete them to download again)")
 
 
 def load_planetoid(name: str, root: str) -> GraphData:
@@ -180,6 +190,9 @@ def load_hetero_public(name: str, root: str) -> GraphData:
 
     _ensure_raw(name, raw_dir, IMDB_FILES, fetch)
     raw = read_imdb(raw_dir)
+    problem = _labels_problem(raw["y"], {k: raw[k] for k in ("train_idx", "val_idx", "test_idx")})
+    if problem:
+        raise _unsound(name, raw_dir, problem)
     return build_hetero(name, raw["counts"], raw["edges"], raw["x"], "movie", raw["y"],
                         {k: raw[k] for k in ("train_idx", "val_idx", "test_idx")})
 

@@ -308,9 +308,10 @@ def read_imdb(raw_dir: str) -> dict[str, Any]:
     split = npz_arrays(p("train_val_test_idx.npz"), ("train_idx", "val_idx", "test_idx"))
     _, indices, indptr, shape = scipy_csr(p("adjM.npz"))
     total = sum(counts.values())
-    if shape != (total, total) or len(y) != counts["movie"]:
+    if shape != (total, total) or y.shape != (counts["movie"],):
         raise DatasetError(f"{p('adjM.npz')}: expected {total}x{total} for {counts} nodes and {counts['movie']} "
-                           f"labels, got {shape[0]}x{shape[1]} and {len(y)}. HINT: use the original files")
+                           f"labels, got {shape[0]}x{shape[1]} and labels of shape {y.shape}. HINT: use the "
+                           "original files")
     start = dict(zip(IMDB_NODE_TYPES, np.cumsum([0, *counts.values()])[:-1].tolist()))
     row_of = np.repeat(np.arange(total), np.diff(indptr))
     edges: dict[tuple[str, str, str], np.ndarray] = {}
