@@ -11,8 +11,10 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 
+from mpignn.errors import DatasetError
+
 __all__ = ["NpyWriter", "read_rows", "iter_chunks", "rows_per_chunk", "read_npy_header", "release_pages",
-           "physical_memory"]
+           "refuse_beyond_memory"]
 
 CHUNK_BYTES = 64 << 20
 """Bytes per chunk of the streaming passes: large enough for full-speed I/O, small beside any graph."""
@@ -109,9 +111,16 @@ def release_pages(array: np.ndarray) -> None:
         array.base.madvise(mmap.MADV_DONTNEED)
 
 
-def physical_memory() -> int:
-    """This host's memory in bytes (0 where not POSIX): the bound a declared array size is checked against."""
+def refuse_beyond_memory(path: str, nbytes: int, problem: str, hint: str) -> None:
+    """Refuse a declared size beyond this host's memory before anything is allocated (no guard where not POSIX).
+
+    Raises:
+        DatasetError: `{path}: {problem}. HINT: {hint}`, where `problem` may name `{need}` and `{memory}` (GiB).
+    """
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not POSIX: no guard
-        return 0
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return
+    if nbytes > memory:
+        problem = problem.format(need=f"{nbytes / 2**30:.1f}", memory=f"{memory / 2**30:.1f}")
+        raise DatasetError(f"{path}: {problem}. HINT: {hint}")

@@ -10,7 +10,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
-from mpignn.data.npyio import physical_memory
+from mpignn.data.npyio import refuse_beyond_memory
 from mpignn.data.npz_checks import (SPLIT_KEYS, UNREADABLE, check_dtype, check_labels, check_splits, npz_error,
                                     read_arrays, read_headers)
 from mpignn.data.npz_hetero import hetero_from_headers, is_hetero_npz, save_hetero_npz
@@ -57,11 +57,9 @@ def _check_headers(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype
                             "save num_classes=np.int64(C)")
     declared = sum(int(np.prod(headers[k][0], dtype=np.float64)) * headers[k][1].itemsize
                    for k in (*NPZ_KEYS, "num_classes") if k in headers)
-    memory = physical_memory()
-    if memory and declared > memory:
-        sizes = ", ".join(f"{k} {headers[k][0]}" for k in ("x", "edge_index"))
-        raise npz_error(path, f"the arrays need {declared / 2**30:.1f} GiB once read ({sizes}) but this host has "
-                              f"{memory / 2**30:.1f} GiB of memory", "check the shapes you saved")
+    sizes = ", ".join(f"{k} {headers[k][0]}" for k in ("x", "edge_index"))
+    refuse_beyond_memory(path, declared, f"the arrays need {{need}} GiB once read ({sizes}) but this host has "
+                                         "{memory} GiB of memory", "check the shapes you saved")
     return n
 
 

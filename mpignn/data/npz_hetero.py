@@ -9,7 +9,7 @@ import numpy as np
 
 from mpignn.data.graph import GraphData
 from mpignn.data.hetero import build_hetero, edge_type_name
-from mpignn.data.npyio import physical_memory
+from mpignn.data.npyio import refuse_beyond_memory
 from mpignn.data.npz_checks import SPLIT_KEYS, check_dtype, check_labels, check_splits, npz_error
 from mpignn.fileio import atomic_path
 
@@ -62,10 +62,9 @@ def hetero_from_headers(path: str, headers: dict[str, tuple[tuple[int, ...], np.
     for t, n in counts.items():
         if n < 1:
             raise npz_error(path, f"num_nodes__{t} must be >= 1; got {n}", _HINT)
-    memory = physical_memory()
-    if memory and 8 * sum(counts.values()) > memory:  # a label or an id per node at least
-        raise npz_error(path, f"the num_nodes__ counts add up to {sum(counts.values())} nodes, more than this "
-                              f"host's {memory / 2**30:.1f} GiB of memory holds", "check the counts you saved")
+    total = sum(counts.values())  # 8 bytes a node at least: a label or an id
+    refuse_beyond_memory(path, 8 * total, f"the num_nodes__ counts add up to {total} nodes, more than this "
+                                          "host's {memory} GiB of memory holds", "check the counts you saved")
     x = {}
     for key in (k for k in arrays if k.startswith("x__")):
         t = _names(key, "x__", 1, path)[0]

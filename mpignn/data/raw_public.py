@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from mpignn.data.npyio import physical_memory
+from mpignn.data.npyio import refuse_beyond_memory
 from mpignn.errors import DatasetError
 
 __all__ = ["PLANETOID_PARTS", "read_planetoid", "read_heterophilous", "read_imdb", "npz_arrays", "scipy_csr",
@@ -146,11 +146,9 @@ def dense_csr(path: str, data: np.ndarray, indices: np.ndarray, indptr: np.ndarr
     Raises:
         DatasetError: the dense matrix would not fit in this host's memory (a damaged shape, most likely).
     """
-    need, memory = 4 * int(shape[0]) * int(shape[1]), physical_memory()
-    if memory and need > memory:
-        raise DatasetError(f"{path}: expected a feature matrix that fits in memory, got shape {shape} "
-                           f"({need / 2**30:.1f} GiB dense, {memory / 2**30:.1f} GiB here). HINT: replace it with "
-                           "the dataset's original file, or delete it to download it again")
+    refuse_beyond_memory(path, 4 * int(shape[0]) * int(shape[1]), f"expected a feature matrix that fits in memory, "
+                         f"got shape {shape} ({{need}} GiB dense, {{memory}} GiB here)",
+                         "replace it with the dataset's original file, or delete it to download it again")
     out = np.zeros(shape, dtype=np.float32)
     np.add.at(out, (np.repeat(np.arange(shape[0]), np.diff(indptr)), indices), data.astype(np.float32))
     return out
