@@ -18,54 +18,21 @@ from mpignn.errors import LaunchError, mark_agreed
 __all__ = ["MPIStore", "listening_tcp_store"]
 
 _REQUEST, _REPLY = 0x6D70, 0x6D71  # tags on the store's own duplicate communicator
-_MISSING = object()
+_OPS = ("set", "get", "add", "compare_set", "wait", "check", "delete_key", "num_keys")
 
 
-class _Keys:
-    """Rank 0's table. `apply` answers at once, or returns `_MISSING` for a get/wait whose keys are not there yet."""
+def _waits_for(op: str, args: tuple) -> list[str]:
+    """The keys a get or wait needs before it can be answered."""
+    return list(args[:1] if op == "get" else args if op == "wait" else ())
 
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-        self.changed = threading.Condition()
-        self.version = 0
 
-    def apply(self, op: str, args: tuple) -> Any:
-        with self.changed:
-            data = self.data
-            if op in ("get", "wait"):
-                keys = args if op == "wait" else args[:1]
-                if not all(k in data for k in keys):
-                    return _MISSING
-                return data[args[0]] if op == "get" else None
-            if op == "check":
-                return all(k in data for k in args)
-            if op == "num_keys":
-                return len(data)
-            if op == "delete_key":
-                found = data.pop(args[0], None) is not None
-            elif op == "set":
-                data[args[0]] = args[1]
-            elif op == "add":
-                total = int(data.get(args[0], b"0")) + int(args[1])
-                data[args[0]] = str(total).encode()
-            elif op == "compare_set":
-                key, expected, desired = args
-                current = data.get(key)
-                if current is None:
-                    if expected:
-                        return expected  # TCPStore's answer for a missing key and a non-empty expectation
-                    data[key] = desired
-                elif current == expected:
-                    data[key] = desired
-            else:
-                raise ValueError(f"unknown store operation {op!r}")
-            self.version += 1
-            self.changed.notify_all()
-            if op == "delete_key":
-                return found
-            if op == "add":
-                return total
-            return data[args[0]] if op == "compare_set" else None
+def _apply(keys: Any, op: str, args: tuple) -> Any:
+    """Answer one request from rank 0's table, a HashStore (so TCPStore's semantics, compare_set's included)."""
+    if op not in _OPS:
+        raise ValueError(f"unknown store operation {op!r}")
+    if op in ("wait", "check"):
+        return keys.check(list(args)) if op == "check" else None
+    return getattr(keys, op)(*args)
 
 
 def _as_bytes(value: Any) -> bytes:
@@ -92,7 +59,9 @@ class MPIStore(torch.distributed.Store):
         self._stop = threading.Event()
         self._closed = False
         self._gone: set[int] = set()  # rank 0: the ranks that said goodbye
-        self._keys = _Keys() if self._comm.rank == 0 else None
+        self._keys = torch.distributed.HashStore() if self._comm.rank == 0 else None  # rank 0 holds the keys
+        if self._keys is not None:
+            self._keys.set_timeout(timeout)
         self._thread: threading.Thread | None = None
         if self._keys is not None and self._comm.size > 1:
             self._thread = threading.Thread(target=self._serve, name="mpignn-store", daemon=True)
@@ -150,20 +119,15 @@ class MPIStore(torch.distributed.Store):
     # -- plumbing ----------------------------------------------------------------------------------------------
     def _call(self, op: str, args: tuple, wait_s: float | None = None) -> Any:
         wait_s = self._wait_s if wait_s is None or wait_s <= 0 else wait_s
-        if self._keys is not None:
-            return self._local(op, args, wait_s)
-        with self._lock:
-            return self._remote(op, args, wait_s)
-
-    def _local(self, op: str, args: tuple, wait_s: float) -> Any:
-        deadline = time.monotonic() + wait_s
-        with self._keys.changed:
-            while (answer := self._keys.apply(op, args)) is _MISSING:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise self._timeout(op, args, wait_s)
-                self._keys.changed.wait(left)
-        return answer
+        if self._keys is None:
+            with self._lock:
+                return self._remote(op, args, wait_s)
+        if _waits_for(op, args):
+            try:
+                self._keys.wait(_waits_for(op, args), datetime.timedelta(seconds=wait_s))
+            except torch.distributed.DistStoreError:
+                raise self._timeout(op, args, wait_s) from None
+        return _apply(self._keys, op, args)
 
     def _remote(self, op: str, args: tuple, wait_s: float) -> Any:
         self._seq += 1
@@ -188,7 +152,6 @@ class MPIStore(torch.distributed.Store):
 
         status = MPI.Status()
         pending: list[tuple[int, int, str, tuple]] = []
-        seen = -1
         pause, last_busy, deadline = 0.0, time.monotonic(), None
         others = self._comm.size - 1
         while True:
@@ -205,20 +168,18 @@ class MPIStore(torch.distributed.Store):
                 else:
                     pending.append((source, seq, op, args))
                 busy = True
-            if pending and (busy or seen != self._keys.version):
-                seen = self._keys.version
-                waiting = []
-                for source, seq, op, args in pending:
-                    try:
-                        answer = self._keys.apply(op, args)
-                    except (ValueError, TypeError) as exc:  # a malformed request answers with the error
-                        answer = exc
-                    if answer is _MISSING:
+            waiting = []
+            for source, seq, op, args in pending:
+                try:
+                    if not self._keys.check(_waits_for(op, args)):
                         waiting.append((source, seq, op, args))
-                    else:
-                        self._comm.send((seq, answer), dest=source, tag=_REPLY)
-                        busy = True
-                pending = waiting
+                        continue
+                    answer = _apply(self._keys, op, args)
+                except Exception as exc:  # a malformed request answers with the error
+                    answer = exc
+                self._comm.send((seq, answer), dest=source, tag=_REPLY)
+                busy = True
+            pending = waiting
             if busy:
                 last_busy = time.monotonic()
             cap = 5e-3 if time.monotonic() - last_busy < 1.0 else 5e-2  # a lazy NCCL init may come much later
