@@ -63,9 +63,9 @@ def _plan(views: list[Any], folder: Path, name: str) -> tuple[list[Move], str]:
     for leader, view in enumerate(views):
         if view is None:
             continue
-        mine = view["held"].get(name, {}).get("files", {}) if name in view["held"] else {}
+        mine = view["held"].get(name, {}).get("files", {})
         need = [CHECKPOINT] + [rows_name(r) for r in view["ranks"] if rows_name(r) in files]
-        missing = [f for f in need if f not in mine or name not in view["held"]]
+        missing = [f for f in need if f not in mine]
         for f in missing:
             src = next((r for r, v in holders if f in v["held"][name]["files"]), None)
             if src is None:
@@ -89,14 +89,9 @@ def _field(view: dict[str, Any], name: str, key: str) -> Any:
 
 
 def bring_generation(comm: Any, folder: str | os.PathLike, name: str | None = None) -> str | None:
-    """Collective over `comm`: make generation `name` (default: the newest any host holds) complete on every host.
-
-    Returns:
-        Its name on every rank, None when no host holds one.
-    Raises:
-        ConfigError: on every rank alike: hosts hold different generations of that name, a file of it no
-            host holds, or a copy that failed (a full disk, a corrupt file at the sender).
-    """
+    """Collective over `comm`: make generation `name` (default: the newest any host holds) complete on every host;
+    return its name, or None when no host holds one. Hosts holding different generations of that name, a file
+    no host holds, or a failed copy are one ConfigError on every rank."""
     folder = Path(folder)
     views = gather_per_host(comm, comm.rank,
                             lambda ranks: {"host": socket.gethostname(), "ranks": ranks, "held": _view(folder, name)})

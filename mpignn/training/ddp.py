@@ -18,9 +18,8 @@ class AllreduceTimer:
     """DDP comm hook that all-reduces each gradient bucket and times it.
 
     On CPU: MPI in place, blocking (why not gloo: docs/launchers-and-devices.md). On a device: torch's async
-    all-reduce, so buckets reduce while backward computes; `seconds` then sums device-event spans from the
-    last gradient to the last all-reduce: the communication backward did not hide.
-    """
+    all-reduce; `seconds` then sums device-event spans from the last gradient to the last all-reduce: the
+    communication backward did not hide."""
 
     def __init__(self, comm: Any, use_mpi: bool, device: str = "cpu") -> None:
         self.comm, self.use_mpi, self.device = comm, use_mpi, torch.device(device)
@@ -86,10 +85,8 @@ def wrap_ddp(model: torch.nn.Module, comm: Any, device: str) -> tuple[torch.nn.M
 
 def optimize_for_device(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: str,
                         bf16: bool) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    """Apply `ipex.optimize` on Intel XPU where IPEX is installed; elsewhere return both unchanged.
-
-    Always float32, even with `bf16`: IPEX's bf16 dtype makes the weights bf16 (DDP and checkpoints too);
-    autocast gives bf16 compute over fp32 weights."""
+    """Apply `ipex.optimize` on Intel XPU where IPEX is installed; always float32, even with `bf16`: IPEX's bf16
+    makes the weights bf16 (DDP and checkpoints too), autocast gives bf16 compute over fp32 weights."""
     if torch.device(device).type != "xpu":
         return model, optimizer
     try:

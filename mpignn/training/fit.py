@@ -61,10 +61,8 @@ def _wants_resume(cfg: TrainConfig, comm: Any) -> bool:
 
 
 def resumed_minibatch(cfg: TrainConfig, comm: Any) -> str:
-    """Collective over `comm`: return the mini-batch mode the resumed checkpoint trained with, else "".
-
-    `--minibatch auto`/`tune` continue it rather than choose again, so a resume replays the uninterrupted run.
-    An unreadable checkpoint is left to the resume, which names the problem."""
+    """Collective over `comm`: return the mini-batch mode the resumed checkpoint trained with, else "", so
+    `--minibatch auto`/`tune` continue it (a resume replays the run); an unreadable one is left to the resume."""
     if not _wants_resume(cfg, comm):
         return ""
     mode = ""
@@ -80,13 +78,8 @@ def resumed_minibatch(cfg: TrainConfig, comm: Any) -> str:
 def fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any], model: torch.nn.Module,
         optimizer: torch.optim.Optimizer, stop: StopSignal | None = None,
         resolved: dict[str, Any] | None = None) -> int:
-    """Collective over `rt.comm`: train `graph.task`, resuming when asked, the checkpoint folder locked meanwhile.
-
-    Args:
-        resolved: what the `auto` flags resolved to (`runtime.session`), kept in records and checkpoints.
-    Returns:
-        0, or EXIT_STOPPED when `stop` was requested on any rank (after the checkpoint is saved).
-    """
+    """Collective over `rt.comm`: train `graph.task`, resuming when asked, the checkpoint folder locked meanwhile;
+    return 0, or EXIT_STOPPED after a stop on any rank. `resolved`: what the `auto` flags resolved to."""
     resuming = _wants_resume(cfg, rt.comm)
     lock = claim_checkpoint_dir(rt.comm, cfg, resuming) if cfg.checkpoint_dir else None
     try:
@@ -106,9 +99,8 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any],
                  model: torch.nn.Module, optimizer: torch.optim.Optimizer, stop: StopSignal | None,
                  resolved: dict[str, Any], host_writer: bool = False) -> None:
-        """`host_writer`: this rank keeps best/ for its host's --checkpoint-dir."""
         self.cfg, self.rt, self.graph, self.loaders, self.stop, self.resolved = cfg, rt, graph, loaders, stop, resolved
-        self.task, self.host_writer = graph.task, host_writer
+        self.task, self.host_writer = graph.task, host_writer  # host_writer: keeps best/ for its host's folder
         self.best = BestEpoch(metric=self.task.metric)
         self.first_epoch, self.first_step, self.carry = 0, 0, None
         self.stale, self.ref = 0, None  # evaluations since validation improved; the score it last improved by min_delta

@@ -85,11 +85,10 @@ SCHEMA: dict[str, Field] = {
 
 BEST_FIELDS = ("best_epoch", "best_val_acc", "test_acc_at_best_val")
 FIELDS = ("epoch", "epochs_done", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "eval_s", "seeds_per_s",
-          "sample_s",
-          "exchange_s", "compute_s", "allreduce_s", "wait_s", "nodes_per_step", "remote_feature_bytes",
+          "sample_s", "exchange_s", "compute_s", "allreduce_s", "wait_s", "nodes_per_step", "remote_feature_bytes",
           "remote_structure_bytes", "embedding_bytes", "cache_hit_rate", "recent_hit_rate", "graph_mib", "peak_rss_mb",
-          "load_peak_rss_mb", "train_peak_rss_mb", "rss_mb", "world_size", "redundancy",
-          "halo_step_bytes", *BEST_FIELDS)
+          "load_peak_rss_mb", "train_peak_rss_mb", "rss_mb", "world_size", "redundancy", "halo_step_bytes",
+          *BEST_FIELDS)
 """The numeric fields of every node-classification record (the epoch line and TensorBoard show them)."""
 
 _PATTERNS = [(re.escape(k).replace("<split>", "(val|test)").replace("<metric>", r"[a-z]+(?:@\d+)?")
@@ -127,14 +126,8 @@ def redundancy(counted: Sequence[float], union: Sequence[float]) -> float | None
 def epoch_record(*, epoch: int, epochs_done: float, total: Mapping[str, float], slowest: Mapping[str, Any],
                  scores: Mapping[str, Any], unit: str, layers: int, world_size: int, graph_fields: Mapping[str, float],
                  minibatch: str, stopped_step: int | None = None, carried: Sequence[str] = ()) -> dict[str, Any]:
-    """Build the record of one epoch from its reduced numbers.
-
-    Args:
-        total: sums over all ranks (the epoch's sums, row counts per layer, `epoch.COUNTERS`).
-        slowest: maxima over ranks (times, memory, own_rows: the busiest rank's rows per step per layer).
-        scores: the task's evaluation fields. graph_fields: cache_rows, cache_mib, graph_mib of the LocalGraph.
-        carried: with `stopped_step`, the sums kept as `partial` for a resumed run.
-    """
+    """Build the record of one epoch from `total` (sums over ranks: the epoch's, rows per layer, `epoch.COUNTERS`)
+    and `slowest` (maxima over ranks: times, memory, own_rows); `carried`: the sums a stopped epoch keeps."""
     frac = lambda a, b: (total[a] / total[b]) if total[b] else None  # noqa: E731
     steps_all = max(total["steps"] / world_size, 1)
     rec: dict[str, Any] = {

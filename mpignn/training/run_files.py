@@ -78,14 +78,9 @@ def _start_over(folder: Path) -> None:
 
 
 def claim_checkpoint_dir(comm: Any, cfg: TrainConfig, resuming: bool) -> FolderLock | None:
-    """Collective over `comm`: create and lock --checkpoint-dir on every host that writes it (node-local too).
-
-    Returns:
-        This rank's lock (None where it holds none); hold it for the run.
-    Raises:
-        ConfigError: on every rank alike: another run's checkpoint and neither `resuming` nor --force-new, or
-            another live job training there.
-    """
+    """Collective over `comm`: create and lock --checkpoint-dir on every host that writes it (node-local too);
+    return this rank's lock (None where it holds none) to hold for the run. Another run's checkpoint (without
+    `resuming` or --force-new) or another live job there is one ConfigError on every rank."""
     folder = Path(cfg.checkpoint_dir)
     lock, problem = None, ""
     if comm.rank == 0:
@@ -193,9 +188,8 @@ def report_epoch(comm: Any, cfg: TrainConfig, rec: dict[str, Any], write: Callab
 
 
 def keep_best(gen: Path, checkpoint_dir: str) -> Path:
-    """Copy generation `gen` to `checkpoint_dir`/best, which pruning never removes. Not collective.
-
-    Renamed into place, so a crash leaves the old copy or the new one."""
+    """Copy generation `gen` to `checkpoint_dir`/best, which pruning never removes, renamed into place so a crash
+    leaves the old copy or the new one. Not collective."""
     folder = Path(checkpoint_dir)
     tmp, old, dest = folder / ".best-tmp", folder / ".best-old", folder / "best"
     for stale_dir in (tmp, old):

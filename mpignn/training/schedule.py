@@ -71,10 +71,8 @@ def lr_factor(rule: str, global_batch: int, base_batch: int) -> float:
 
 
 class WarmupScaledLR:
-    """Ramp every param group's lr linearly to base_lr x factor over `warmup_steps`.
-
-    An optimizer step hook, so training loops need no change; `start_step` continues a resumed ramp.
-    """
+    """Ramp every param group's lr linearly to base_lr x factor over `warmup_steps`, as an optimizer step hook so
+    training loops need no change; `start_step` continues a resumed ramp."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, base_lr: float, factor: float, warmup_steps: int,
                  start_step: int = 0) -> None:

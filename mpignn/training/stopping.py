@@ -19,10 +19,8 @@ STOP_SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
 
 
 class StopSignal:
-    """Remember which of `signums` arrived; the handler does nothing else.
-
-    One rank seeing it is enough: the ranks agree over MPI. Hydra's mpiexec does not forward SIGUSR2, so
-    under it signal the ranks themselves (docs/failures.md).
+    """Remember which of `signums` arrived; the handler does nothing else. One rank seeing it is enough: the
+    ranks agree over MPI. Hydra's mpiexec does not forward SIGUSR2: signal the ranks themselves (docs/failures.md).
     """
 
     def __init__(self, signums: tuple[int, ...] = STOP_SIGNALS) -> None:

@@ -13,11 +13,7 @@ HINT = "pip install mpignn[tensorboard]"
 
 
 def require() -> None:
-    """Import the optional `tensorboard` package. Not collective: every rank checks its own install.
-
-    Raises:
-        ConfigError: one line naming the extra to install.
-    """
+    """Import the optional `tensorboard` package, else a ConfigError naming the extra. Not collective."""
     try:
         import tensorboard  # noqa: F401  (torch.utils.tensorboard needs it)
     except ImportError as exc:
