@@ -54,13 +54,14 @@ class GraphData:
 
 
 def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *, drop_self_loops: bool = False,
-                   symmetric: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                   symmetric: bool = False, where: str = "") -> tuple[np.ndarray, np.ndarray]:
     """CSR by target with duplicate edges removed and each row's sources sorted.
 
     Counting sort straight into the output, so the peak is the inputs (may be mapped) plus the returned `col`.
 
     Args:
         symmetric: also add every edge reversed (an undirected graph from one direction of each edge).
+        where: the file or folder the edges came from, named by the refusal.
     Returns:
         (rowptr int64 [num_nodes + 1], col int64 [E']).
     Raises:
@@ -73,7 +74,7 @@ def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *, drop_sel
     if dst.dtype.kind not in "iu":
         dst = dst.astype(np.int64)
     counts = np.zeros(num_nodes + 1, dtype=np.int64)
-    _refuse_outside(_count(dst, counts, True) + _count(src, counts, symmetric), num_nodes)
+    _refuse_outside(_count(dst, counts, True) + _count(src, counts, symmetric), num_nodes, (src, dst), where)
     rowptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(counts[:-1], out=rowptr[1:])
     del counts
@@ -85,11 +86,13 @@ def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *, drop_sel
     return rowptr, col
 
 
-def _refuse_outside(outside: int, num_nodes: int) -> None:
-    """The readers check their files' ids; the kernels that fill the CSR rely on it, so it is checked here too."""
+def _refuse_outside(outside: int, num_nodes: int, ids: tuple[np.ndarray, ...], where: str) -> None:
+    """The kernels that fill the CSR index by id, so every edge end is checked here, once for all readers."""
     if outside:
-        raise DatasetError(f"expected edges between nodes 0..{num_nodes - 1}, got {outside} edge end(s) outside. "
-                           "HINT: the dataset's edges name nodes it does not have: replace its files")
+        lo, hi = min(int(a.min()) for a in ids if a.size), max(int(a.max()) for a in ids if a.size)
+        raise DatasetError(f"{where + ': ' if where else ''}expected edges between nodes 0..{num_nodes - 1}, got "
+                           f"{outside} edge end(s) outside [0, {num_nodes}): min {lo}, max {hi}. HINT: node ids are "
+                           "row numbers of x, 0 .. N-1: the edges name nodes the graph does not have")
 
 
 @njit(cache=True)
@@ -164,7 +167,7 @@ def symmetrized(rowptr: np.ndarray, col: np.ndarray) -> tuple[np.ndarray, np.nda
     n = len(rowptr) - 1
     counts = np.zeros(n + 1, dtype=np.int64)
     counts[:-1] = np.diff(rowptr)
-    _refuse_outside(_count(col, counts, True), n)
+    _refuse_outside(_count(col, counts, True), n, (col,), "")
     out_ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts[:-1], out=out_ptr[1:])
     del counts

@@ -80,18 +80,12 @@ def _structure(folder: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
             raise _fail(folder, f"edge_index.npy must be an int [2, E] array; got shape {shape}",
                         "save edge_index.T (it is [E, 2])" if len(shape) == 2 and shape[1] == 2 else
                         "stack sources and targets: np.stack([src, dst])")
-        edges = _load(folder, "edge_index")
-        for row, name in ((edges[0], "edge_index[0]"), (edges[1], "edge_index[1]")):
-            _check_ids(folder, name, row, n)
-        return csr_from_edges(edges[0], edges[1], n)
+        return csr_from_edges(*_load(folder, "edge_index"), n, where=f"npy folder {folder}")
     if form == ("src", "dst"):
         if len(shapes["src"]) != 1 or shapes["src"] != shapes["dst"]:
             raise _fail(folder, f"src.npy and dst.npy must be 1-D int arrays of one length; got shapes "
                                 f"{shapes['src']} and {shapes['dst']}", "save one entry per edge in each")
-        src, dst = _load(folder, "src"), _load(folder, "dst")
-        _check_ids(folder, "src", src, n)
-        _check_ids(folder, "dst", dst, n)
-        return csr_from_edges(src, dst, n)
+        return csr_from_edges(_load(folder, "src"), _load(folder, "dst"), n, where=f"npy folder {folder}")
     if shapes["rowptr"] != (n + 1,) or len(shapes["col"]) != 1:
         raise _fail(folder, f"rowptr.npy must be int [{n + 1}] (N + 1, N = rows of x) and col.npy int [E]; got "
                             f"shapes {shapes['rowptr']} and {shapes['col']}", "rowptr has one entry per node plus one")

@@ -99,10 +99,6 @@ def _checked_graph(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype
         return hetero_from_headers(path, headers, read, name)
     n = _check_headers(path, headers)
     arrays = read([k for k in (*NPZ_KEYS, "num_classes") if k in headers])
-    edge_index = arrays["edge_index"]
-    if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= n):
-        raise npz_error(path, f"edge_index has node ids outside [0, {n}): min {edge_index.min()}, "
-                              f"max {edge_index.max()}", "node ids are row numbers of x, 0 .. N-1")
     with np.errstate(over="ignore"):  # an overflow becomes inf, reported next
         x = np.ascontiguousarray(arrays["x"], dtype=np.float32)
     bad = int(np.count_nonzero(~np.isfinite(x)))
@@ -112,7 +108,7 @@ def _checked_graph(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype
     splits = {k: arrays[k] for k in SPLIT_KEYS}
     check_splits(path, splits, n)
     num_classes = check_labels(path, arrays, splits, n)
-    rowptr, col = csr_from_edges(edge_index[0], edge_index[1], n)
+    rowptr, col = csr_from_edges(*arrays["edge_index"], n, where=path)
     return GraphData(name=name, rowptr=rowptr, col=col, x=x, y=arrays["y"].astype(np.int64),
                      num_classes=num_classes, **{k: v.astype(np.int64) for k, v in splits.items()})
 
