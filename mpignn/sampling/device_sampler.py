@@ -58,14 +58,11 @@ class DeviceSampler(NeighborSampler):
             return seeds.to(self.device, torch.int64)
         return torch.from_numpy(np.ascontiguousarray(seeds, dtype=np.int64)).to(self.device)
 
-    def _buffer(self, size: int, old: torch.Tensor | None, n_count: int) -> torch.Tensor:
-        out = torch.empty(size, dtype=torch.int64, device=self.device)
-        if old is not None:
-            out[:n_count] = old[:n_count]
-        return out
+    def _empty(self, size: int) -> torch.Tensor:
+        return torch.empty(size, dtype=torch.int64, device=self.device)
 
     def _targets(self, f_lo: int, f_hi: int, t: int, counts: torch.Tensor) -> torch.Tensor:
         return torch.repeat_interleave(torch.arange(f_lo, f_hi, dtype=torch.int64, device=self.device), counts)
 
     def _concat(self, parts: list[torch.Tensor]) -> torch.Tensor:
-        return torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64, device=self.device)
+        return torch.cat(parts) if parts else self._empty(0)

@@ -136,16 +136,9 @@ def importance_hop(source: HopSource, gids: np.ndarray, fanout: Fanout, seed: in
 
 def draw_hop(sampler: Any, gids: np.ndarray, fanout: Fanout, hop: int, seed: int,
              variates: tuple[int, int] | None, reduce: Any = None) -> tuple[Any, Any, Any, Any]:
-    """Hop `hop` of `gids` as `sampler.method` says, so every sampler draws a hop alike.
-
-    Args:
-        sampler: a sampler with `source`, `method`, `layer_dependency`, `iterations` and `num_nodes`.
-        hop: the hop's index (salts the seed).
-        seed: the batch's seed; "labor" draws from `variates` (a seed and a shift) where given.
-
-    Returns:
-        (counts, nbrs, mean_over, edge weight); mean_over is None for "neighbor", the weight None but for LABOR-i.
-    """
+    """(counts, nbrs, mean_over, edge weight) of hop `hop` (it salts `seed`) of `gids` as `sampler.method` says,
+    so every sampler draws a hop alike; "labor" draws from `variates` (a seed and a shift) where given. mean_over
+    is None for "neighbor", the weight None but for LABOR-i."""
     if sampler.method != "labor":
         counts, nbrs = sampler.source.sample(gids, fanout, kernels.mix_seed(seed, hop))
         return counts, nbrs, None, None
@@ -317,17 +310,20 @@ class NeighborSampler:
 
     def _buffer(self, size: int, old: np.ndarray | None, n_count: int) -> np.ndarray:
         """Room for `size` batch nodes, the first `n_count` copied from `old`."""
-        out = np.empty(size, dtype=np.int64)
+        out = self._empty(size)
         if old is not None:
             out[:n_count] = old[:n_count]
         return out
+
+    def _empty(self, size: int) -> np.ndarray:
+        return np.empty(size, dtype=np.int64)
 
     def _targets(self, f_lo: int, f_hi: int, t: int, counts: np.ndarray) -> np.ndarray:
         """Each drawn edge's target (batch-local ids f_lo..f_hi, each once per edge type), as `counts` says."""
         return np.repeat(np.arange(f_lo, f_hi, dtype=np.int64).repeat(t), counts)
 
     def _concat(self, parts: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        return np.concatenate(parts) if parts else self._empty(0)
 
     def sample_from_edges(self, src: np.ndarray, dst: np.ndarray, seed: int,
                           variates: tuple[int, int] | None = None) -> SampleOutput:

@@ -93,9 +93,8 @@ def labor_rows(rowptr: torch.Tensor, col: torch.Tensor, rows: torch.Tensor, fano
     denominators = torch.where(whole, deg, fanout)
     edge_of, within = _edges(deg)
     src = col[start[edge_of] + within]
-    draw = ((_shr(_stream(seed, src), 11) + shift) & _TOP).to(torch.float64) * _UNIT
     cut = fanout.to(torch.float64) / deg.clamp(min=1).to(torch.float64)
-    keep = whole[edge_of] | (draw < cut[edge_of])
+    keep = whole[edge_of] | (_variates(seed, src, shift) < cut[edge_of])
     counts = torch.zeros(n, dtype=torch.int64, device=rows.device).index_add_(0, edge_of, keep.to(torch.int64))
     return counts, src[keep], denominators
 
