@@ -285,3 +285,17 @@ def test_mag_heterogeneous_layout(tmp_path):
     shutil.rmtree(cache_dir(str(tmp_path), "ogbn-mag"))
     with pytest.raises(DatasetError, match="node-label.csv.gz missing"):
         load_dataset("ogbn-mag", str(tmp_path))
+
+
+@pytest.mark.parametrize("part,ids,needle", [
+    ("test", np.arange(15, 20), r"split/time/paper: train_idx and test_idx share 5 node\(s\)"),
+    ("valid", np.array([20, 21, 21]), r"split/time/paper: val_idx must list each node once"),
+    ("train", np.array([0, 40]), r"split/time/paper: train_idx has node ids outside \[0, 40\)"),
+])
+def test_mag_splits_are_checked_like_the_homogeneous_ones(tmp_path, part, ids, needle):
+    """A paper in two splits, or twice in one, was loaded as given (only the range was checked)."""
+    make_mag(tmp_path)
+    _csv_gz(tmp_path / "ogbn_mag" / "split" / "time" / "paper" / f"{part}.csv.gz", ids.reshape(-1, 1))
+    with pytest.raises(DatasetError, match=needle) as exc:
+        load_dataset("ogbn-mag", str(tmp_path))
+    assert "HINT" in str(exc.value) and "\n" not in str(exc.value)

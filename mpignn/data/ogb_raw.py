@@ -106,37 +106,44 @@ def _read_hetero(folder: str, info: OgbInfo) -> GraphData:
     if len(labelled) != 1 or labelled[0] not in counts:
         raise _corrupt(folder, f"expected one labelled node type; nodetype-has-label names {labelled}")
     target = labelled[0]
-
-    def need(*parts: str) -> str:
-        path = os.path.join(folder, *parts)
-        if not os.path.isfile(path):
-            raise DatasetError(f"{folder} is incomplete: {os.path.relpath(path, folder)} missing. HINT: copy it "
-                               f"from ogb's release zip ({info.url}), or remove the folder to download it again")
-        return path
-
     edges: dict[tuple[str, str, str], np.ndarray] = {}
     for h, r, t in triplets:
         if h not in counts or t not in counts:
             raise _corrupt(folder, f"relation {h}___{r}___{t} names a node type num-node-dict lacks")
-        ei = _csv(need("raw", "relations", f"{h}___{r}___{t}", "edge.csv.gz"), np.int64).T
+        ei = _csv(_need(folder, info, "raw", "relations", f"{h}___{r}___{t}", "edge.csv.gz"), np.int64).T
         if h == t:
             edges[(h, r, t)] = np.concatenate([ei, ei[::-1]], axis=1)
         else:
             edges[(h, r, t)], edges[(t, f"rev_{r}", h)] = ei, ei[::-1]
     x = {t: _csv(p, np.float32) for t in counts
          if os.path.isfile(p := os.path.join(raw, "node-feat", t, "node-feat.csv.gz"))}
-    y = _csv(need("raw", "node-label", target, "node-label.csv.gz"), np.int64).reshape(-1)
-    split = {key: _csv(need("split", info.split, target, f"{part}.csv.gz"), np.int64).reshape(-1)
-             for key, part in (("train_idx", "train"), ("val_idx", "valid"), ("test_idx", "test"))}
-    for key, idx in split.items():
-        if idx.size and (idx.min() < 0 or idx.max() >= counts[target]):
-            raise _corrupt(folder, f"the {key[:-4]} split has {target} ids outside [0, {counts[target]})")
+    y = _csv(_need(folder, info, "raw", "node-label", target, "node-label.csv.gz"), np.int64).reshape(-1)
+    split = _read_splits(folder, info, counts[target], target)
     if len(y) != counts[target] or (y.size and (y.min() < 0 or y.max() >= info.num_classes)):
         raise _corrupt(folder, f"expected {counts[target]} {target} labels in [0, {info.num_classes})")
     try:
         return build_hetero(info.name, counts, edges, x, target, y, split, info.num_classes)
     except DatasetError as exc:
         raise _corrupt(folder, str(exc).split(". HINT")[0]) from None
+
+
+def _need(folder: str, info: OgbInfo, *parts: str) -> str:
+    path = os.path.join(folder, *parts)
+    if not os.path.isfile(path):
+        raise DatasetError(f"{folder} is incomplete: {os.path.relpath(path, folder)} missing. HINT: copy it "
+                           f"from ogb's release zip ({info.url}), or remove the folder to download it again")
+    return path
+
+
+def _read_splits(folder: str, info: OgbInfo, n: int, *target: str) -> dict[str, np.ndarray]:
+    """train/val/test ids from split/<split>/[<target type>/], refused when out of range, repeated or shared."""
+    where = os.path.join("split", info.split, *target)
+    split = {key: _csv(_need(folder, info, where, f"{part}.csv.gz"), np.int64).reshape(-1)
+             for key, part in (("train_idx", "train"), ("val_idx", "valid"), ("test_idx", "test"))}
+    problem = split_problem(split, n)
+    if problem:
+        raise _corrupt(folder, f"{where}: {problem[0]}")
+    return split
 
 
 def _csv(path: str, dtype: type | None) -> np.ndarray:
@@ -215,11 +222,7 @@ def load_ogb(name: str, root: str) -> GraphData:
     y = labels.astype(np.int64)
     if y.max() >= info.num_classes or y.min() < -1:
         raise _corrupt(folder, f"labels must lie in [0, {info.num_classes}); got [{y.min()}, {y.max()}]")
-    split = {key: _csv(os.path.join(folder, "split", info.split, f"{part}.csv.gz"), np.int64).reshape(-1)
-             for key, part in (("train_idx", "train"), ("val_idx", "valid"), ("test_idx", "test"))}
-    problem = split_problem(split, n)
-    if problem:
-        raise _corrupt(folder, f"split/{info.split}: {problem[0]}")
+    split = _read_splits(folder, info, n)
     src, dst = edge_index
     # OGB's citation graphs are directed; message passing wants both directions (as PyG's examples do).
     rowptr, col = csr_from_edges(np.concatenate([src, dst]), np.concatenate([dst, src]), n, drop_self_loops=True)
