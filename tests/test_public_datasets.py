@@ -136,6 +136,21 @@ def test_wikics_json_loads_as_pyg_builds_it_with_each_fixed_split(tmp_path):
         assert np.array_equal(g.test_idx, np.flatnonzero(ref.test_mask.numpy()))
 
 
+@pytest.mark.parametrize("bad,needle", [
+    (2.5, r"data\.json: expected whole-number neighbour ids in links, got 1 fractional, e\.g\. 2\.5\. HINT"),
+    (N + 4, rf"WikiCS/raw: expected edges between nodes 0\.\.{N - 1}, got 1 edge end\(s\) outside.*HINT"),
+])
+def test_wikics_neighbour_ids_that_are_fractional_or_outside_are_refused(tmp_path, bad, needle):
+    """A fractional id was truncated to an int (a wrong edge, silently)."""
+    data = _wikics()
+    data["links"][0].append(bad)
+    (tmp_path / "WikiCS" / "raw").mkdir(parents=True)
+    (tmp_path / "WikiCS" / "raw" / "data.json").write_text(json.dumps(data))
+    with pytest.raises(DatasetError, match=needle) as err:
+        load_dataset("WikiCS", str(tmp_path))
+    _one_line(err.value)
+
+
 def _write_flickr(raw: Path) -> None:
     import scipy.sparse as sp
 

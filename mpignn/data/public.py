@@ -89,7 +89,7 @@ def _graph(key: str, where: str, arrays: dict[str, np.ndarray], train: np.ndarra
         problem = _labels_problem(y, splits)
     if problem:
         raise _unsound(key, where, problem)
-    rowptr, col = csr_from_edges(arrays["src"], arrays["dst"], len(y), **csr)
+    rowptr, col = csr_from_edges(arrays["src"], arrays["dst"], len(y), where=where, **csr)
     return GraphData(name=key, rowptr=rowptr, col=col, x=x.astype(np.float32, copy=False), y=y,
                      train_idx=train, val_idx=val, test_idx=test, num_classes=int(y.max()) + 1)
 

@@ -87,7 +87,7 @@ def read_wikics(path: str) -> dict[str, np.ndarray]:
     Returns:
         dict of x, y, src / dst (as listed), train_masks / val_masks bool [20, N] and test_mask bool [N].
     Raises:
-        DatasetError: truncated or invalid JSON, a missing key, ragged or mis-sized arrays, ids out of range.
+        DatasetError: truncated or invalid JSON, a missing key, ragged or mis-sized arrays, fractional ids.
     """
     data = _json(path)
     keys = ("features", "labels", "links", "train_masks", "val_masks", "test_mask")
@@ -99,7 +99,7 @@ def read_wikics(path: str) -> dict[str, np.ndarray]:
         y = np.asarray(data["labels"], dtype=np.int64)
         links = data["links"]
         lengths = np.fromiter((len(js) for js in links), dtype=np.int64, count=len(links))
-        dst = np.fromiter(chain.from_iterable(links), dtype=np.int64, count=int(lengths.sum()))
+        dst = np.fromiter(chain.from_iterable(links), dtype=np.float64, count=int(lengths.sum()))
         masks = {k: np.asarray(data[k], dtype=bool) for k in ("train_masks", "val_masks", "test_mask")}
     except (TypeError, ValueError) as exc:  # ragged lists, strings where numbers belong
         raise _bad(path, "numeric features, labels, masks and lists of neighbour ids",
@@ -110,10 +110,13 @@ def read_wikics(path: str) -> dict[str, np.ndarray]:
             or val.shape != train.shape or test.shape != (n,)):
         raise _bad(path, f"features [N, F], labels, links and test_mask of N = {n} nodes and train/val masks [K, N]",
                    f"features {x.shape}, {len(lengths)} link lists, masks {train.shape}, {val.shape}, {test.shape}")
-    if len(dst) and (dst.min() < 0 or dst.max() >= n) or (n and y.min() < 0):
-        raise _bad(path, f"neighbour ids in 0..{n - 1} and labels >= 0", "ids or labels outside them")
+    fractional = dst[dst != np.round(dst)]  # int64 would truncate them: a wrong graph, silently
+    if fractional.size:
+        raise _bad(path, "whole-number neighbour ids in links", f"{fractional.size} fractional, e.g. {fractional[0]}")
+    if n and y.min() < 0:
+        raise _bad(path, "labels >= 0", f"min {y.min()}")
     src = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    return {"x": x, "y": y, "src": src, "dst": dst, "train_masks": train, "val_masks": val, "test_mask": test}
+    return {"x": x, "y": y, "src": src, "dst": dst.astype(np.int64), "train_masks": train, "val_masks": val, "test_mask": test}
 
 
 def _ids(path: str, values: Any, what: str, n: int) -> np.ndarray:
@@ -167,7 +170,7 @@ def read_reddit(raw_dir: str) -> dict[str, np.ndarray]:
     Returns:
         dict of x, y, src / dst and train_idx / val_idx / test_idx.
     Raises:
-        DatasetError: a missing, truncated or pickled array, a matrix that is not coo of N x N, ids out of range.
+        DatasetError: a missing, truncated or pickled array, a matrix that is not coo of N x N.
     """
     data_path, graph_path = (os.path.join(raw_dir, f) for f in REDDIT_FILES)
     data = npz_arrays(data_path, ("feature", "label", "node_types"))
@@ -185,9 +188,6 @@ def read_reddit(raw_dir: str) -> dict[str, np.ndarray]:
     if fmt != "coo" or shape != (n, n) or len(row) != len(col):
         raise _bad(graph_path, f"a scipy coo matrix of {n}x{n} (save_npz)",
                    f"format '{fmt}' shape {shape}, {len(row)} rows and {len(col)} columns")
-    if len(row) and (min(row.min(), col.min()) < 0 or max(row.max(), col.max()) >= n):
-        raise _bad(graph_path, f"node ids in 0..{n - 1}", f"min {min(row.min(), col.min())}, max "
-                                                          f"{max(row.max(), col.max())}")
     return {"x": x.astype(np.float32), "y": y, "src": row, "dst": col,
             **{key: np.flatnonzero(kind == k).astype(np.int64)
                for k, key in enumerate(("train_idx", "val_idx", "test_idx"), start=1)}}
