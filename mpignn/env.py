@@ -18,7 +18,7 @@ from typing import Callable, Mapping
 __all__ = ["LaunchInfo", "detect", "export_torch_env", "thread_budget", "cpus_available", "mem_available_bytes",
            "foreign_launcher_size", "mpiexec_path", "listen_socket", "slurm_job_id", "host_address",
            "bound_onednn_cache", "Interface", "socket_ifname", "ipv4_interfaces", "pick_shared_address",
-           "user_master_addr", "user_master_port", "visibility_mask", "ccl_env"]
+           "visibility_mask", "ccl_env"]
 
 log = logging.getLogger(__name__)
 
@@ -233,10 +233,9 @@ def listen_socket(address: str, port: int = 0) -> socket.socket:
 def host_address() -> str:
     """An address of this host that peers can reach: the one its host name resolves to, else loopback."""
     try:
-        address = socket.gethostbyname(socket.gethostname())
+        return socket.gethostbyname(socket.gethostname())
     except OSError:
         return "127.0.0.1"
-    return address
 
 
 @dataclass(frozen=True)
@@ -275,18 +274,6 @@ def socket_ifname(env: Mapping[str, str] | None = None) -> tuple[str, str] | Non
         if names:
             return var, names[0]
     return None
-
-
-def user_master_addr(env: Mapping[str, str] | None = None) -> str | None:
-    """MASTER_ADDR as the user set it (it wins over the address mpignn would pick), else None."""
-    env = os.environ if env is None else env
-    return env.get("MASTER_ADDR") or None
-
-
-def user_master_port(env: Mapping[str, str] | None = None) -> str | None:
-    """MASTER_PORT as the user set it (the store then listens there, on MASTER_ADDR only), else None."""
-    env = os.environ if env is None else env
-    return env.get("MASTER_PORT") or None
 
 
 def ipv4_interfaces() -> list[Interface]:

@@ -15,7 +15,8 @@ from typing import Any, Sequence
 import torch
 
 from mpignn import env as _env
-from mpignn.errors import ConfigError, LaunchError
+from mpignn.config.refusals import check_combinations
+from mpignn.errors import LaunchError
 from mpignn.mpi import library_version
 from mpignn.launch.mpi_store import MPIStore, listening_tcp_store
 from mpignn.launch.rendezvous import rendezvous_endpoint
@@ -63,8 +64,7 @@ DeviceId = tuple[str, str]
 
 def _has_module(name: str) -> bool:
     try:
-        importlib.import_module(name)
-        return True
+        return importlib.import_module(name) is not None
     except Exception:  # a broken optional install counts as absent
         return False
 
@@ -164,10 +164,7 @@ def choose(device: str, backend: str, hw: Hardware, local_rank: int, local_size:
     if device == "xpu" and not hw.xpu_devices:
         raise LaunchError("--device xpu asked for, but torch sees no XPU. HINT: load the oneAPI environment and "
                           "install an XPU build of torch (pip install -e .[xpu]), or use --device cpu")
-    if device == "xpu" and backend in ("gloo", "mpi"):
-        raise ConfigError(f"expected --backend xccl, ccl or auto with --device xpu; got --backend {backend}, whose "
-                          "process group takes CPU (and CUDA) tensors only, so DDP's first broadcast would fail. "
-                          "HINT: --backend auto (xccl, else ccl), or --device cpu to train over gloo")
+    check_combinations({"device": device, "backend": backend})  # XPU with gloo or mpi, as TrainConfig refuses
     count = hw.cuda_devices if device == "cuda" else hw.xpu_devices
     same_chip, shared_by = _sharing(device, count, local_rank, local_size, peers)
     shared = device == "cuda" and same_chip > 1
@@ -257,19 +254,17 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
         dist.init_process_group(choice.backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout,
                                 **kwargs)
         return
-    if choice.backend != "mpi":
-        addr, ifname = rendezvous_endpoint(comm)  # across hosts never a loopback address
-        changed = _env.export_torch_env({"MASTER_ADDR": addr, "RANK": rank,
-                                         "WORLD_SIZE": world_size, "LOCAL_RANK": local_rank,
-                                         "LOCAL_WORLD_SIZE": local_size,
-                                         **({"GLOO_SOCKET_IFNAME": ifname} if ifname else {})})
-        for name, (old, new) in changed.items():
-            log.info("overriding %s=%s with %s", name, old, new)
     if choice.backend == "mpi":
         dist.init_process_group("mpi", timeout=timeout)
         return
+    addr, ifname = rendezvous_endpoint(comm)  # across hosts never a loopback address
+    changed = _env.export_torch_env({"MASTER_ADDR": addr, "RANK": rank, "WORLD_SIZE": world_size,
+                                     "LOCAL_RANK": local_rank, "LOCAL_WORLD_SIZE": local_size,
+                                     **({"GLOO_SOCKET_IFNAME": ifname} if ifname else {})})
+    for name, (old, new) in changed.items():
+        log.info("overriding %s=%s with %s", name, old, new)
     global _mpi_store
-    user_port = comm.bcast(_env.user_master_port(), root=0)  # rank 0's environment decides, for all
+    user_port = comm.bcast(os.environ.get("MASTER_PORT"), root=0)  # rank 0's environment decides, for all
     if user_port:
         store = listening_tcp_store(comm, addr, user_port, world_size, timeout)
     else:

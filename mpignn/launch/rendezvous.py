@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import logging
+import os
 import select
 import socket
 import threading
@@ -81,7 +82,7 @@ def rendezvous_endpoint(comm: Any) -> tuple[str, str | None]:
 
 def _candidates(others: list[list[_env.Interface]]) -> list[tuple[str, str]]:
     """Rank 0: the (address, subnet or "") pairs to meet on, best first."""
-    user = _env.user_master_addr()
+    user = os.environ.get("MASTER_ADDR")  # the user's wins over the address mpignn would pick
     if user:
         return [(user, "")]
     if not others:

@@ -52,8 +52,7 @@ def run_main(main: Callable[..., int | None], *args: Any, **kwargs: Any) -> int:
         print(f"mpignn: error: [rank {rank}] interrupted (SIGINT); the work since the last checkpoint is lost. "
               "HINT: SIGTERM or SIGUSR2 stop at the next step and save a checkpoint (--checkpoint-dir)",
               file=sys.stderr, flush=True)
-        if _mpi_running() and _world_size() > 1:
-            _abort(EXIT_INTERRUPTED)
+        _abort(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
 
 
@@ -91,16 +90,14 @@ def exit_process(code: int | None) -> NoReturn:
 
 
 def _fail(exc: BaseException, rank: int, host: str) -> int:
-    agreed = is_agreed(exc)
     if isinstance(exc, MpignnError):
         print(f"mpignn: error: [rank {rank}] {_one_line(exc)}", file=sys.stderr, flush=True)
     else:
         traceback.print_exception(type(exc), exc, exc.__traceback__)
         print(f"mpignn: root cause: rank {rank} on {host} (pid {os.getpid()}) raised "
               f"{type(exc).__name__}: {_one_line(exc)}", file=sys.stderr, flush=True)
-    if agreed or not _mpi_running() or _world_size() == 1:
-        return 1
-    _abort(1)
+    if not is_agreed(exc):
+        _abort(1)
     return 1
 
 
@@ -114,8 +111,7 @@ def abort_on_uncaught() -> None:
     def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
         if _interrupted(exc):
             previous(kind, exc, tb)
-            if _mpi_running() and _world_size() > 1:
-                _abort(EXIT_INTERRUPTED)
+            _abort(EXIT_INTERRUPTED)
             return
         _fail(exc.with_traceback(tb), _rank_for_messages(), socket.gethostname())  # aborts unless agreed
 
@@ -128,10 +124,6 @@ def _mpi_running() -> bool:
     return mod is not None and mod.Is_initialized() and not mod.Is_finalized()
 
 
-def _world_size() -> int:
-    return sys.modules["mpi4py.MPI"].COMM_WORLD.size
-
-
 def _rank_for_messages() -> int:
     if _mpi_running():
         return sys.modules["mpi4py.MPI"].COMM_WORLD.rank
@@ -139,11 +131,13 @@ def _rank_for_messages() -> int:
 
 
 def _abort(code: int) -> None:
+    """End every rank with `code` (MPI_Abort); a no-op alone, where returning ends the job."""
+    if not _mpi_running() or sys.modules["mpi4py.MPI"].COMM_WORLD.size == 1:
+        return
     sys.stdout.flush()
     sys.stderr.flush()
-    if _mpi_running() and _world_size() > 1:
-        # Abort makes the launcher kill every process at once; give it a moment to forward what this rank
-        # just printed, or the traceback and the root-cause line can be lost.
-        time.sleep(0.5)
-        sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(code)
+    # Abort makes the launcher kill every process at once; give it a moment to forward what this rank
+    # just printed, or the traceback and the root-cause line can be lost.
+    time.sleep(0.5)
+    sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(code)
     os._exit(code)

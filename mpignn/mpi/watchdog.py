@@ -81,10 +81,8 @@ _UNWATCHED = contextlib.nullcontext()
 def bounded(what: str, limit: float = 0.0) -> Any:
     """Mark the block as the collective `what` on this thread (cheap; a no-op without a Watchdog). Not collective.
 
-    Args:
-        limit: seconds this block may wait (0: the Watchdog's timeout), e.g. up to --prep-timeout for rank 0's
-            preparation. A collective marked inside it has its own bound.
-    """
+    `limit`: seconds it may wait (0: the Watchdog's timeout), e.g. --prep-timeout for rank 0's preparation; a
+    collective marked inside it has its own bound."""
     if _active is None:
         return _UNWATCHED
     return _Mark(_slot(), what, limit)
@@ -131,14 +129,9 @@ class Watchdog:
 
     def __init__(self, comm: Any, timeout: float, *, grace: float | None = None, tick: float | None = None,
                  on_expiry: Callable[[str], None] | None = None) -> None:
-        """Collective over `comm`: every rank must call it, in the same order.
-
-        Args:
-            timeout: seconds one collective may last on any thread of this rank.
-            grace: seconds to wait for the other ranks' replies once it expired (default: 3 to 10).
-            tick: seconds between checks (default: timeout / 20, between 0.05 and 1).
-            on_expiry: called with the message instead of printing it and aborting (tests).
-        """
+        """Collective over `comm`. `grace`: seconds to wait for the other ranks' replies once a bound expired
+        (default 3 to 10); `tick`: between checks; `on_expiry`: called with the message instead of printing it
+        and aborting (tests)."""
         from mpi4py import MPI
 
         if not timeout > 0:
@@ -151,7 +144,6 @@ class Watchdog:
         self.where = self.comm.allgather((socket.gethostname(), os.getpid()))
         self.can_ping = MPI.Query_thread() == MPI.THREAD_MULTIPLE
         self.on_expiry = on_expiry
-        self.expired = ""
         self.early = max(3 * self.tick, min(30.0, self.timeout / 4))
         self.spots, self._threads = Spots(), {}
         self._asking: dict[str, Any] | None = None  # the whereabouts asked of every rank, and their answers
@@ -183,12 +175,6 @@ class Watchdog:
             self._thread.join(timeout=self.tick + self.grace + 5)
         atexit.unregister(self.stop)
 
-    def __enter__(self) -> "Watchdog":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
     def _run(self) -> None:
         while not self._halt.wait(self.tick):
             problem = ""
@@ -210,8 +196,7 @@ class Watchdog:
         if not self.can_ping or self.size == 1:
             return None
         now = time.monotonic()
-        slots = _snapshot()
-        waits = [(slot.what, slot.thread, now - slot.since, slot.limit) for slot in slots
+        waits = [(slot.what, slot.thread, now - slot.since, slot.limit) for slot in _snapshot()
                  if slot.since and slot.limit > self.timeout and now - slot.since > self.timeout]
         if not waits:
             self._heard.clear()
@@ -243,7 +228,7 @@ class Watchdog:
         return [r for r, data in self._drain(_PONG) if int.from_bytes(data, "little") >= first_round]
 
     def _drain(self, tag: int) -> list[tuple[int, bytes]]:
-        """Receive every message with `tag` waiting; return their sources and contents."""
+        """Return (source, contents) of every message with `tag` waiting."""
         from mpi4py import MPI
 
         status, got = MPI.Status(), []
@@ -255,13 +240,11 @@ class Watchdog:
 
     def _late(self) -> tuple[str, str, float, float] | None:
         now = time.monotonic()
-        slots = _snapshot()
-        for slot in slots:
+        for slot in _snapshot():
             since, limit = slot.since, slot.limit or self.timeout
-            if since and now - since > limit:
-                what = slot.what
-                if slot.since == since:  # still the same collective (not one that just ended)
-                    return what, slot.thread, now - since, limit
+            what = slot.what
+            if since and now - since > limit and slot.since == since:  # `what` is that collective, not a next one
+                return what, slot.thread, now - since, limit
         return None
 
     def _answer(self) -> None:
@@ -357,7 +340,6 @@ class Watchdog:
         self._end(f"mpignn: error: {head}{tail}")
 
     def _end(self, message: str) -> None:
-        self.expired = message
         if self.on_expiry is not None:
             self.on_expiry(message)
             return
