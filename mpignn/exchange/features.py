@@ -113,14 +113,12 @@ class FeatureStore:
             y[own] = self.y[local[own]]
         remote_pos = np.flatnonzero(~own)
         remote = n_id[remote_pos]
-        slot = np.searchsorted(self.cache_gid, remote)
-        slot_ok = slot < len(self.cache_gid)
-        hit = np.zeros(len(remote), dtype=bool)
-        hit[slot_ok] = self.cache_gid[slot[slot_ok]] == remote[slot_ok]
-        _put(x, remote_pos[hit], _take(self.cache_x, slot[hit]))
+        hit = _fill(x, remote_pos, remote, self.cache_gid, self.cache_x)
         miss_pos = remote_pos[~hit]
         if self.keep_recent:  # rows the previous batch brought are not asked for again
-            miss_pos = miss_pos[~self._from_recent(x, miss_pos, n_id[miss_pos])]
+            found = _fill(x, miss_pos, n_id[miss_pos], self._recent_gid, self._recent_x)
+            self.recent_hits += int(found.sum())
+            miss_pos = miss_pos[~found]
         _put(x, miss_pos, self.fetch(n_id[miss_pos]))
         if self.keep_recent:
             order = np.argsort(remote)
@@ -141,15 +139,6 @@ class FeatureStore:
 
             self._labels = torch.from_numpy(np.asarray(self.y)).to(local.device)
         return _take(self.x, local, out=out), self._labels[local]
-
-    def _from_recent(self, x: Any, pos: np.ndarray, gids: np.ndarray) -> np.ndarray:
-        """Put the rows of `gids` that the previous batch brought at `pos` of `x`; which ones were there."""
-        slot = np.searchsorted(self._recent_gid, gids)
-        found = slot < len(self._recent_gid)
-        found[found] = self._recent_gid[slot[found]] == gids[found]
-        _put(x, pos[found], _take(self._recent_x, slot[found]))
-        self.recent_hits += int(found.sum())
-        return found
 
 
 def device_index(idx: np.ndarray, device: Any) -> Any:
@@ -172,6 +161,15 @@ def _take(table: Any, idx: np.ndarray, out: Any = None) -> Any:
 
     ids = idx if isinstance(idx, torch.Tensor) else device_index(idx, table.device)  # device ids: as they are
     return torch.index_select(table, 0, ids, out=out)
+
+
+def _fill(x: Any, pos: np.ndarray, gids: np.ndarray, held_gid: np.ndarray, held_rows: Any) -> np.ndarray:
+    """Put the rows of `gids` that `held_rows` holds (by sorted `held_gid`) at `pos` of `x`; which ones were there."""
+    slot = np.searchsorted(held_gid, gids)
+    found = slot < len(held_gid)
+    found[found] = held_gid[slot[found]] == gids[found]
+    _put(x, pos[found], _take(held_rows, slot[found]))
+    return found
 
 
 def _put(out: Any, pos: np.ndarray, rows: Any) -> None:

@@ -54,10 +54,7 @@ def to_device(block: Block, device: Any, inv_sqrt: Callable[[np.ndarray], np.nda
 
 def make_store(table: np.ndarray, part: Any, comm: Any, alltoall: Any) -> FeatureStore:
     """A FeatureStore over one layer's own rows (labels unused)."""
-    dummy = np.zeros(len(table), dtype=np.int8)
-    if comm is None or comm.size == 1:
-        return FeatureStore(table, dummy, part.lo)
-    return FeatureStore(table, dummy, part.lo, np.asarray(part.meta.part_offsets), comm, alltoall)
+    return FeatureStore(table, np.zeros(len(table), dtype=np.int8), part.lo, part.meta.part_offsets, comm, alltoall)
 
 
 def input_table(x: np.ndarray, rows: np.ndarray | None = None,

@@ -13,15 +13,11 @@ from mpignn.config.choices import NORMS  # there: config reads it without torch
 __all__ = ["NORMS", "RankBatchNorm", "all_reduce_sum", "make_norm", "make_residual"]
 
 
-def _group_size(group: Any) -> int:
-    dist = torch.distributed
-    return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
-
-
 def all_reduce_sum(x: torch.Tensor, group: Any = None) -> torch.Tensor:
     """Collective over `group` (default: torch.distributed's) with several ranks: every rank must call it, in
     the same order. The differentiable sum of `x` over the ranks; `x` itself on one rank."""
-    if _group_size(group) == 1:
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
         return x
     from torch.distributed.nn.functional import all_reduce  # its gradient is the sum of every rank's gradient
 
