@@ -242,6 +242,9 @@ def _bad_file(tmp_path: Path, case: str) -> Path:
         return path
     if case == "missing file":
         return tmp_path / "nowhere.npz"
+    if case == "garbage":
+        path.write_bytes(b"garbage, neither zip nor npy")
+        return path
     if case == "npy, not npz":
         np.save(tmp_path / "splits.npy", GOOD["train"])
         return tmp_path / "splits.npy"
@@ -271,6 +274,7 @@ def _bad_file(tmp_path: Path, case: str) -> Path:
     ("pickled", r"got a pickled object array, which mpignn never loads"),
     ("empty", r"test is empty \(nothing to report the accuracy on\)"),
     ("truncated", r"expected a complete npz file; got BadZipFile"),
+    ("garbage", r"expected a complete npz file; got BadZipFile: not a valid npz file"),  # was numpy's "pickled"
     ("missing file", r"got no such file.*HINT: pass the path of an existing split file"),
     ("npy, not npz", r"got a single \.npy array"),
 ])
@@ -438,3 +442,15 @@ def test_the_training_cli_fails_on_a_bad_split_file_in_one_line(tmp_path):
     errors = [line for line in out.splitlines() if "error" in line and "--splits" in line]
     assert errors and "train and valid share 1 node(s), e.g. 29" in errors[0] and "HINT:" in errors[0], out[-3000:]
     assert not list(tmp_path.glob("mpignn-parts/*/META.json"))  # nothing half-written taken for a partition
+
+
+def test_garbage_bytes_in_a_raw_npz_say_it_is_not_a_valid_npz(tmp_path):
+    """numpy takes bytes that are neither zip nor npy for a pickle: its 'pickled data' text misled."""
+    path = tmp_path / "Photo" / "raw" / "amazon_electronics_photo.npz"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"garbage, neither zip nor npy")
+    with pytest.raises(DatasetError, match=r"amazon_electronics_photo\.npz: expected an npz of plain arrays .*got "
+                                           r"BadZipFile: not a valid npz file") as err:
+        load_dataset("Amazon-Photo", str(tmp_path))
+    text = _one_line(err.value)
+    assert "pickle" not in text and "HINT: replace it with the dataset's original file" in text

@@ -13,7 +13,7 @@ from mpignn.data.npyio import read_npy_header
 from mpignn.errors import DatasetError
 
 __all__ = ["SPLIT_KEYS", "PURPOSE", "split_problem", "NPZ_HINT", "UNREADABLE", "npz_error", "read_headers",
-           "check_dtype", "read_arrays", "check_splits", "check_labels"]
+           "open_npz", "check_dtype", "read_arrays", "check_splits", "check_labels"]
 
 SPLIT_KEYS = ("train_idx", "val_idx", "test_idx")
 NPZ_HINT = "see 'Your own graph (npz)' in docs/datasets.md for the expected keys, dtypes and shapes"
@@ -44,6 +44,15 @@ def read_headers(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
                                     "write the file with np.savez / np.savez_compressed") from None
             found[key] = (shape, dtype)
     return found
+
+
+def open_npz(path: str) -> np.lib.npyio.NpzFile | np.ndarray:
+    """np.load(path, allow_pickle=False); bytes that are neither zip nor npy raise BadZipFile, not numpy's
+    ValueError about pickled data, which misleads (the file holds garbage, not a pickle)."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError:
+        raise zipfile.BadZipFile("not a valid npz file (neither a zip archive nor an npy array)") from None
 
 
 def check_dtype(path: str, key: str, shape: tuple[int, ...], dtype: np.dtype, want: str, form: str) -> None:

@@ -116,7 +116,8 @@ def read_wikics(path: str) -> dict[str, np.ndarray]:
     if n and y.min() < 0:
         raise _bad(path, "labels >= 0", f"min {y.min()}")
     src = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    return {"x": x, "y": y, "src": src, "dst": dst.astype(np.int64), "train_masks": train, "val_masks": val, "test_mask": test}
+    return {"x": x, "y": y, "src": src, "dst": dst.astype(np.int64), "train_masks": train, "val_masks": val,
+            "test_mask": test}
 
 
 def _ids(path: str, values: Any, what: str, n: int) -> np.ndarray:

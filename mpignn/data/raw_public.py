@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from mpignn.data.npyio import refuse_beyond_memory
+from mpignn.data.npz_checks import open_npz
 from mpignn.errors import DatasetError
 
 __all__ = ["PLANETOID_PARTS", "read_planetoid", "read_heterophilous", "read_imdb", "npz_arrays", "scipy_csr",
@@ -236,7 +237,7 @@ def npz_arrays(path: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
         DatasetError: the file is missing, truncated or not a zip, lacks a key, or a named key is pickled.
     """
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with open_npz(path) as z:
             missing = [k for k in keys if k not in z.files]
             if missing:
                 raise ValueError(f"no {', '.join(missing)} in {', '.join(z.files)}")

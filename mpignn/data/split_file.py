@@ -11,7 +11,7 @@ import numpy as np
 
 from mpignn.data.cache import fingerprint
 from mpignn.data.graph import GraphData
-from mpignn.data.npz_checks import UNREADABLE, split_problem
+from mpignn.data.npz_checks import UNREADABLE, open_npz, split_problem
 from mpignn.errors import DatasetError
 
 __all__ = ["SPLIT_FILE_KEYS", "SPLITS_TAG", "read_split_file", "apply_splits", "splits_tag", "split_source",
@@ -46,7 +46,7 @@ def read_split_file(path: str, num_nodes: int) -> dict[str, np.ndarray]:
     check_readable(path)
     arrays = {}
     try:
-        z = np.load(path, allow_pickle=False)
+        z = open_npz(path)
         if not isinstance(z, np.lib.npyio.NpzFile):
             raise _error(path, "expected an npz (np.savez) of train, valid and test; got a single .npy array")
         with z:
