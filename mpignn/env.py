@@ -83,11 +83,7 @@ _DETECTORS: list[Callable[[Mapping[str, str]], LaunchInfo | None]] = [
 
 
 def detect(env: Mapping[str, str] | None = None) -> LaunchInfo:
-    """Describe this process from its launcher's variables; a single process when none is set.
-
-    Returns:
-        The first detector's answer, in the order documented at `_DETECTORS`.
-    """
+    """Describe this process from its launcher's variables (the first of `_DETECTORS` set); else one process."""
     env = os.environ if env is None else env
     for detector in _DETECTORS:
         info = detector(env)
@@ -97,9 +93,8 @@ def detect(env: Mapping[str, str] | None = None) -> LaunchInfo:
 
 
 def foreign_launcher_size(env: Mapping[str, str] | None = None) -> int:
-    """Return the world size an MPI launcher or torchrun announced, 1 if none.
-
-    More than MPI's size 1 means the wrong launcher started us (each rank a singleton)."""
+    """Return the world size an MPI launcher or torchrun announced, 1 if none (more than MPI's 1: the wrong
+    launcher started us, each rank a singleton)."""
     env = os.environ if env is None else env
     names = ("OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE") + (("WORLD_SIZE",) if env.get("TORCHELASTIC_RUN_ID")
                                                                   else ())
@@ -123,11 +118,7 @@ _USER_WINS = ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME")
 def export_torch_env(values: Mapping[str, object], *, overwrite: bool = False,
                      env: dict[str, str] | None = None) -> dict[str, tuple[str, str]]:
     """Write torch.distributed's rendezvous variables; the user's MASTER_ADDR, MASTER_PORT and
-    GLOO_SOCKET_IFNAME win unless `overwrite`.
-
-    Returns:
-        {name: (old, new)} for each variable that was set before and now differs (the caller logs them).
-    """
+    GLOO_SOCKET_IFNAME win unless `overwrite`. Returns {name: (old, new)} of those changed, for the caller's log."""
     env = os.environ if env is None else env  # type: ignore[assignment]
     changed: dict[str, tuple[str, str]] = {}
     for name in _TORCH_VARS:
@@ -152,14 +143,10 @@ def cpus_available() -> int:
 
 
 def thread_budget(local_size: int, cpus: int | None = None, host_cpus: int | None = None) -> tuple[int, bool]:
-    """Return threads per rank so the ranks of one host share its cores without oversubscription.
+    """Return (threads per rank, oversubscribed: more ranks than cores) so a host's ranks share its cores.
 
     A mask (`cpus`) narrower than the host (`host_cpus`) means the launcher bound this rank: the mask is
-    then the rank's whole share.
-
-    Returns:
-        (threads, oversubscribed): at least 1 thread; oversubscribed when there are more ranks than cores.
-    """
+    then the rank's whole share."""
     cpus = cpus_available() if cpus is None else cpus
     host_cpus = (os.cpu_count() or cpus) if host_cpus is None else host_cpus
     local_size = max(1, local_size)
@@ -197,11 +184,9 @@ def mem_available_bytes(proc: str = "/proc", cgroup_root: str = "/sys/fs/cgroup"
 
 
 def bound_onednn_cache(capacity: int = 16) -> None:
-    """Keep oneDNN's primitive cache small (unless ONEDNN_PRIMITIVE_CACHE_CAPACITY is set).
-
-    Each batch's row counts differ, so every bf16 matmul builds a primitive and the default cache keeps 1024
-    (docs/failures.md, the bf16 row). oneDNN reads the variable once: call this before any compute.
-    """
+    """Keep oneDNN's primitive cache small (unless ONEDNN_PRIMITIVE_CACHE_CAPACITY is set): each batch's row
+    counts differ, so every bf16 matmul builds a primitive and the default cache keeps 1024 (docs/failures.md,
+    the bf16 row). oneDNN reads the variable once: call this before any compute."""
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(capacity))
 
 
@@ -211,14 +196,10 @@ def slurm_job_id(env: Mapping[str, str] | None = None) -> str:
 
 
 def listen_socket(address: str, port: int = 0) -> socket.socket:
-    """Return a TCP socket bound to exactly `address` (never all interfaces) and listening (port 0: any).
+    """Return a TCP socket listening on exactly `address` (never all interfaces; port 0: any), or raise OSError.
 
     The caller hands the open socket on (TCPStore's `master_listen_fd`): a port closed and bound again could
-    be taken in between.
-
-    Raises:
-        OSError: the address is not this host's, or the port is taken.
-    """
+    be taken in between."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -260,10 +241,8 @@ _IFNAME_VARS = ("MPIGNN_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAM
 
 
 def socket_ifname(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
-    """Return (variable, interface) from the first of `_IFNAME_VARS` that names one, else None.
-
-    NCCL's syntax: a comma list, `=eth0` means exactly eth0, a leading `^` excludes (so names nothing).
-    """
+    """Return (variable, interface) from the first of `_IFNAME_VARS` that names one, else None. NCCL's syntax:
+    a comma list, `=eth0` means exactly eth0, a leading `^` excludes (so names nothing)."""
     env = os.environ if env is None else env
     for var in _IFNAME_VARS:
         value = env.get(var, "").strip()
@@ -316,27 +295,17 @@ _MASK_VARS = {"cuda": "CUDA_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 
 
 def visibility_mask(kind: str, env: Mapping[str, str] | None = None) -> list[str]:
-    """Return the entries of CUDA_VISIBLE_DEVICES ("cuda") or ZE_AFFINITY_MASK ("xpu"), [] when unset.
-
-    Two processes whose masks name their device 0 differently see different devices."""
-    env = os.environ if env is None else env
-    value = env.get(_MASK_VARS.get(kind, ""), "").strip()
-    return [v.strip() for v in value.split(",") if v.strip()] if value else []
+    """Return the entries of CUDA_VISIBLE_DEVICES ("cuda") or ZE_AFFINITY_MASK ("xpu"), [] when unset: two
+    processes whose masks name their device 0 differently see different devices."""
+    value = (os.environ if env is None else env).get(_MASK_VARS.get(kind, ""), "")
+    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 def ccl_env(local_rank: int, local_size: int, mpi_library: str,
             env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Return the oneCCL variables to set under an MPI launcher, less those the user set.
-
-    Why each (hydra ignores CCL_LOCAL_RANK; MPI transport only on an MPICH-ABI libmpi): see
-    docs/launchers-and-devices.md.
-
-    Args:
-        local_rank, local_size: this rank's place on its host (`mpi.topology`).
-        mpi_library: `mpi.library_version()`; env: read, never changed.
-    Returns:
-        {variable: value} for the caller to write.
-    """
+    """Return the oneCCL variables to set under an MPI launcher (for the caller to write), less those the user
+    set. Why each (hydra ignores CCL_LOCAL_RANK; MPI transport only on an MPICH-ABI libmpi): see
+    docs/launchers-and-devices.md. `mpi_library`: `mpi.library_version()`."""
     env = os.environ if env is None else env
     lib = mpi_library.lower()
     mpich_abi = "mpich" in lib or "intel(r) mpi" in lib or "intel mpi" in lib

@@ -83,10 +83,8 @@ def _xpu_count() -> int:
 
 
 def detect_hardware() -> Hardware:
-    """Probe torch (and the optional Intel packages) for devices and backends.
-
-    Before torch 2.4 `torch.xpu` appears only once IPEX is imported, so without an XPU IPEX is tried.
-    """
+    """Probe torch (and the optional Intel packages) for devices and backends. Before torch 2.4 `torch.xpu`
+    appears only once IPEX is imported, so without an XPU IPEX is tried."""
     dist = torch.distributed
     cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
     xpu = _xpu_count()
@@ -142,16 +140,12 @@ def visible_devices(device: str, hw: Hardware) -> tuple[DeviceId, ...]:
 
 def choose(device: str, backend: str, hw: Hardware, local_rank: int, local_size: int = 1,
            peers: Sequence[Sequence[DeviceId]] | None = None) -> Choice:
-    """Pick the device and backend: CUDA -> nccl, Intel XPU -> xccl (else ccl), CPU -> gloo.
+    """Pick the device and backend: CUDA -> nccl, Intel XPU -> xccl (else ccl), CPU -> gloo; raise LaunchError
+    where the one asked for is not here, ConfigError for XPU with gloo or mpi (neither takes XPU tensors).
 
     Each node-local rank takes device `local_rank % count`. Sharing is decided by identities (`peers[r]`: what
     node-local rank r sees), not counts. NCCL refuses ranks sharing a GPU, MIG slices included, so `auto` takes
-    gloo there (docs/launchers-and-devices.md); for memory a MIG slice is its own device (`Choice.shared_by`).
-
-    Raises:
-        LaunchError: the requested device or backend is not available here.
-        ConfigError: XPU with gloo or mpi (neither process group takes XPU tensors).
-    """
+    gloo there (docs/launchers-and-devices.md); for memory a MIG slice is its own device (`Choice.shared_by`)."""
     if device not in DEVICES:
         raise LaunchError(f"--device must be one of {', '.join(DEVICES)}; got '{device}'. HINT: use --device auto")
     if backend not in BACKENDS:
@@ -277,10 +271,8 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
 
 
 def device_id_accepted(choice: Choice, torch_version: str) -> bool:
-    """Whether to bind the default group to the rank's device (`init_process_group(device_id=...)`).
-
-    xccl only from torch 2.7 (pytorch/pytorch#143735); gloo and ccl never (two ranks may share a GPU over gloo).
-    """
+    """Whether to bind the default group to the rank's device (`init_process_group(device_id=...)`): xccl only
+    from torch 2.7 (pytorch/pytorch#143735); gloo and ccl never (two ranks may share a GPU over gloo)."""
     major_minor = tuple(int(p) for p in re.findall(r"\d+", torch_version)[:2])
     if choice.device_type == "cuda":
         return choice.backend == "nccl"

@@ -11,8 +11,7 @@ from typing import Any, Mapping
 
 from mpignn import env as _env
 
-__all__ = ["start_mpi", "Deadline", "mpi_started", "passed_on", "interfaces_hint", "mpi_ifnames", "launcher_iface_env",
-           "launcher_host"]
+__all__ = ["start_mpi", "Deadline", "passed_on", "interfaces_hint", "mpi_ifnames", "launcher_iface_env"]
 
 _passed: dict[str, str] = {}
 
@@ -63,20 +62,12 @@ class Deadline:
         self._guard.wait()
 
 
-def mpi_started() -> bool:
-    """Whether this process has imported mpi4py.MPI (so ran MPI_Init, or is running it)."""
-    return "mpi4py.MPI" in sys.modules
-
-
 def start_mpi(seconds: float = 0.0) -> Any:
-    """Import mpi4py.MPI (MPI_Init, which waits for every rank), guarded; return the module.
+    """Import mpi4py.MPI (MPI_Init, which waits for every rank), guarded; return the module. A rank still inside
+    MPI_Init after `seconds` (0: unbounded) prints its line and is killed.
 
-    First `mpiexec -iface` goes on to MPICH's ch4 transports, which do not read it (`launcher_iface_env`).
-
-    Args:
-        seconds: a rank still inside MPI_Init after that long prints its line and is killed; 0: unbounded.
-    """
-    if mpi_started():
+    First `mpiexec -iface` goes on to MPICH's ch4 transports, which do not read it (`launcher_iface_env`)."""
+    if "mpi4py.MPI" in sys.modules:  # MPI_Init ran, or is running
         return sys.modules["mpi4py.MPI"]
     passed = launcher_iface_env()
     os.environ.update(passed)  # set only where unset: what the user gave UCX or libfabric wins
@@ -116,7 +107,8 @@ def interfaces_hint() -> tuple[str, str]:
 
 
 def _suggested(mine: list[_env.Interface]) -> tuple[str, str]:
-    for name, what in ((launcher_host(), "the address mpiexec started this host by"),
+    hydra = os.environ.get("PMI_HOSTNAME", "").strip()  # the name the launcher started this host by
+    for name, what in ((hydra, "the address mpiexec started this host by"),
                        (socket.gethostname(), "what the host name resolves to")):
         try:
             address = socket.gethostbyname(name) if name else ""
@@ -142,8 +134,7 @@ def mpi_ifnames(env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
 
 def launcher_iface_env(env: Mapping[str, str] | None = None,
                        rdma_root: str = "/sys/class/infiniband") -> dict[str, str]:
-    """Return the variables that pass `mpiexec -iface IF` on to ch4, less those set. Only reads.
-
+    """Return the variables that pass `mpiexec -iface IF` on to ch4, less those set (only reads).
     UCX_NET_DEVICES gets this host's RDMA ports too, so only UCX's TCP is narrowed."""
     env = os.environ if env is None else env
     iface = env.get("MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE", "").strip()
@@ -157,8 +148,3 @@ def launcher_iface_env(env: Mapping[str, str] | None = None,
             continue
     wanted = {"UCX_NET_DEVICES": ",".join([iface, *ports]), "FI_TCP_IFACE": iface}
     return {k: v for k, v in wanted.items() if k not in env}
-
-
-def launcher_host(env: Mapping[str, str] | None = None) -> str:
-    """Return the name the launcher started this host by (Hydra's PMI_HOSTNAME), or ""."""
-    return (os.environ if env is None else env).get("PMI_HOSTNAME", "").strip()
