@@ -5,7 +5,7 @@ takes one numba pass whose mask a seed fixes whatever the thread count, and keep
 out > 0); other devices take torch ops. `activated_halo` fuses it with the next layer's halo for cooperative
 batches: own rows are written straight into a table whose tail receives the remote rows, sparing `Halo`'s
 `torch.cat` of every own row of every layer (its cost: docs/training.md, "Fewer copies"). Imports torch, numpy,
-numba and exchange.halo only.
+numba, exchange.halo and sampling.kernels only.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from numba import njit, prange
 
 from mpignn.compiled import ensure_numba_cache_dir
 from mpignn.exchange.halo import return_grads, send_own
+from mpignn.sampling.kernels import splitmix
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 
@@ -39,15 +40,6 @@ def keep_threshold(p: float) -> int:
     return min(2**32, round((1.0 - p) * 2**32))
 
 
-@njit(inline="always")
-def _mix(k, seed):
-    """Draw k of SplitMix64's stream started at `seed` (Steele et al. 2014): 64 uniform bits."""
-    z = seed + (k + np.uint64(1)) * _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
 # Parallel even where numba runs one thread (not `compiled.serial_or_parallel`): compiled serially, these kernels
 # made the default epoch's compute slower (docs/training.md, "The quick start's first run").
 @njit(cache=True, parallel=True, nogil=True)
@@ -60,7 +52,8 @@ def _forward_kernel(src, dst, seed, threshold, scale):
     for c in prange((n + _CHUNK - 1) // _CHUNK):
         for i in range(c * _CHUNK, min(n, (c + 1) * _CHUNK)):
             v = src[i]
-            dst[i] = v * scale if v > zero and (_mix(np.uint64(i), seed) & _LOW32) < threshold else zero
+            # draw i of SplitMix64's stream started at `seed` (Steele et al. 2014): 64 uniform bits
+            dst[i] = v * scale if v > zero and (splitmix(seed + np.uint64(i) * _GOLDEN) & _LOW32) < threshold else zero
 
 
 @njit(cache=True, parallel=True, nogil=True)
