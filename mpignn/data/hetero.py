@@ -109,10 +109,11 @@ def build_hetero(name: str, counts: Mapping[str, int], edges: Mapping[EdgeType, 
     if target not in counts:
         raise DatasetError(f"{name}: target node type '{target}' is not one of {', '.join(node_types)}. HINT: "
                            "name the classified type in target_type")
-    offsets = np.zeros(len(node_types) + 1, dtype=np.int64)
-    np.cumsum([int(counts[t]) for t in node_types], out=offsets[1:])
-    base = {t: offsets[i] for i, t in enumerate(node_types)}
     edge_types = tuple(tuple(e) for e in edges)
+    dims = tuple(int(np.asarray(x[t]).shape[1]) if t in x else 0 for t in node_types)
+    schema = HeteroSchema(node_types, tuple(int(counts[t]) for t in node_types), edge_types, dims, target)
+    offsets = schema.offsets
+    base = {t: offsets[i] for i, t in enumerate(node_types)}
     src_all, dst_all = [], []
     for k, (et, ei) in enumerate(edges.items()):
         s, _, d = et
@@ -131,7 +132,6 @@ def build_hetero(name: str, counts: Mapping[str, int], edges: Mapping[EdgeType, 
                                     np.concatenate(dst_all) if dst_all else np.empty(0, np.int64), n * te)
     rowptr = np.ascontiguousarray(typed_ptr[::te])
     edge_type = np.repeat(np.tile(np.arange(te, dtype=np.int8), n), np.diff(typed_ptr))
-    dims = tuple(int(np.asarray(x[t]).shape[1]) if t in x else 0 for t in node_types)
     table = np.zeros((n, max(dims, default=0)), dtype=np.float32)
     for i, t in enumerate(node_types):
         if t in x:
@@ -139,7 +139,6 @@ def build_hetero(name: str, counts: Mapping[str, int], edges: Mapping[EdgeType, 
     labels = np.full(n, -1, dtype=np.int64)
     lo = int(base[target])
     labels[lo:lo + int(counts[target])] = np.asarray(y, dtype=np.int64)
-    schema = HeteroSchema(node_types, tuple(int(counts[t]) for t in node_types), edge_types, dims, target)
     return GraphData(name=name, rowptr=rowptr, col=col, x=table, y=labels,
                      train_idx=np.asarray(splits["train_idx"], dtype=np.int64) + lo,
                      val_idx=np.asarray(splits["val_idx"], dtype=np.int64) + lo,

@@ -92,7 +92,7 @@ def split_links(graph: GraphData, val: float = 0.05, test: float = 0.1, seed: in
         .reshape(n_val, num_tails),
         test_neg_tails=_non_edges(rng, n_test * num_tails, n, keys, np.repeat(test_pos[0], num_tails))[1]
         .reshape(n_test, num_tails))
-    rowptr, col = csr_from_edges(np.concatenate([train[0], train[1]]), np.concatenate([train[1], train[0]]), n)
+    rowptr, col = csr_from_edges(train[0], train[1], n, symmetric=True)
     kept = GraphData(name=graph.name, rowptr=rowptr, col=col, x=graph.x, y=graph.y, train_idx=graph.train_idx,
                      val_idx=graph.val_idx, test_idx=graph.test_idx, num_classes=graph.num_classes,
                      meta={**graph.meta, "link_split": {"val": val, "test": test, "seed": seed,

@@ -223,8 +223,7 @@ def load_ogb(name: str, root: str) -> GraphData:
     if y.max() >= info.num_classes or y.min() < -1:
         raise _corrupt(folder, f"labels must lie in [0, {info.num_classes}); got [{y.min()}, {y.max()}]")
     split = _read_splits(folder, info, n)
-    src, dst = edge_index
     # OGB's citation graphs are directed; message passing wants both directions (as PyG's examples do).
-    rowptr, col = csr_from_edges(np.concatenate([src, dst]), np.concatenate([dst, src]), n, drop_self_loops=True)
+    rowptr, col = csr_from_edges(*edge_index, n, drop_self_loops=True, symmetric=True)
     return GraphData(name=name, rowptr=rowptr, col=col, x=np.ascontiguousarray(x, dtype=np.float32), y=y,
                      num_classes=info.num_classes, **split)

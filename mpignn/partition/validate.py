@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -19,24 +19,13 @@ __all__ = ["CHUNK", "DTYPES", "SCANNED", "check_meta", "check_part", "check_link
 CHUNK = 1 << 20  # elements per pass over a big array (8 MiB of int64); tests lower it to exercise the chunks
 
 # The exact dtype (native byte order) of every part file; anything else is refused, not converted.
-DTYPES = {"rowptr": np.dtype(np.int64), "col": np.dtype(np.int64), "x": np.dtype(np.float32),
-          "y": np.dtype(np.int64), "train_idx": np.dtype(np.int64), "val_idx": np.dtype(np.int64),
-          "test_idx": np.dtype(np.int64), "orig_id": np.dtype(np.int64), "halo_gid": np.dtype(np.int64),
-          "halo_deg": np.dtype(np.int64), "type_rowptr": np.dtype(np.int64)}
-
-
-def _hint(folder: str | os.PathLike) -> str:
-    return f"HINT: re-create the folder with python -m mpignn.partition --out {folder} --force"
+DTYPES = {**dict.fromkeys(("rowptr", "col", "y", "train_idx", "val_idx", "test_idx", "orig_id", "halo_gid",
+                            "halo_deg", "type_rowptr"), np.dtype(np.int64)), "x": np.dtype(np.float32)}
 
 
 def _fail(where: Any, expected: str, got: str, folder: str | os.PathLike) -> PartitionFormatError:
-    return PartitionFormatError(f"{where}: expected {expected}, got {got}. {_hint(folder)}")
-
-
-def _chunks(a: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-    flat = a.reshape(-1)
-    for lo in range(0, len(flat), CHUNK):
-        yield lo, flat[lo:lo + CHUNK]
+    return PartitionFormatError(f"{where}: expected {expected}, got {got}. HINT: re-create the folder with python -m "
+                                f"mpignn.partition --out {folder} --force")
 
 
 def _first_outside(a: np.ndarray, lo: int, hi: int) -> tuple[int, int] | None:
@@ -44,8 +33,9 @@ def _first_outside(a: np.ndarray, lo: int, hi: int) -> tuple[int, int] | None:
 
     (v - lo) read unsigned is below hi - lo exactly when v is in range, so one unsigned max per chunk finds
     both sides without a mask the array's size."""
-    width = np.uint64(hi - lo)
-    for start, chunk in _chunks(a):
+    width, flat = np.uint64(hi - lo), a.reshape(-1)
+    for start in range(0, len(flat), CHUNK):
+        chunk = flat[start:start + CHUNK]
         shifted = (chunk if lo == 0 else chunk - np.int64(lo)).view(np.uint64)
         if len(chunk) and shifted.max() >= width:
             i = int(np.flatnonzero(shifted >= width)[0])
