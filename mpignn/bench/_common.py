@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from mpignn.env import mpiexec_path
@@ -81,20 +82,23 @@ def run_train(np_: int, args: list[str], timeout: float = 3600, *, cores_per_ran
     for the run (None: unset). `launcher`: starts the ranks instead (binds nothing); then the metrics file's
     temporary folder must be one rank 0's host sees.
     """
-    import tempfile
-
-    exe = mpiexec()
-    launcher_args, pin = binding(exe, np_, 0 if launcher else cores_per_rank)
-    start = launcher or [exe, *launcher_args, "-n", str(np_)]
+    start, pin = ([*launcher, sys.executable, "-m"], None) if launcher else mpi_command(np_, cores_per_rank)
     with tempfile.TemporaryDirectory() as tmp:
         metrics = Path(tmp) / "metrics.jsonl"
-        cmd = [*start, sys.executable, "-m", "mpignn.train", *args, "--metrics-out", str(metrics)]
         merged = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
         merged = {k: v for k, v in merged.items() if v is not None}
+        cmd = [*start, "mpignn.train", *args, "--metrics-out", str(metrics)]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=merged, preexec_fn=pin)
         if out.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
         return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
+def mpi_command(ranks: int, cores: int) -> tuple[list[str], object]:
+    """Return (`mpiexec [binding] -n ranks python -m`, preexec function): each rank confined to `cores` cores."""
+    exe = mpiexec()
+    launcher_args, pin = binding(exe, ranks, cores)
+    return [exe, *launcher_args, "-n", str(ranks), sys.executable, "-m"], pin
 
 
 def mpiexec() -> str:

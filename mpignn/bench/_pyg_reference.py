@@ -129,12 +129,12 @@ def main() -> None:
     a = parser.parse_args()
     fanout = parse_fanout(a.fanout)
     if a.mode == "infer":
-        print(json.dumps(infer(a.dataset, a.checkpoint, a.hidden, a.layers, a.batch_size, a.threads, a.out)),
-              flush=True)
+        row = infer(a.dataset, a.checkpoint, a.hidden, a.layers, a.batch_size, a.threads, a.out)
     elif a.mode == "sample":
-        print(json.dumps(sample(a.dataset, fanout, a.batch_size, a.batches, a.threads)), flush=True)
+        row = sample(a.dataset, fanout, a.batch_size, a.batches, a.threads)
     else:
-        print(json.dumps(epoch(a.dataset, fanout, a.batch_size, a.hidden, a.threads, a.trim, a.device)), flush=True)
+        row = epoch(a.dataset, fanout, a.batch_size, a.hidden, a.threads, a.trim, a.device)
+    print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpignn.bench._common import binding, mpiexec, run_json, table
+from mpignn.bench._common import mpi_command, run_json, table
 
 
 def _prepare(dataset: str, root: str, parts: int, seed: int) -> Path:
@@ -136,11 +136,9 @@ def worker_args(folder: Path, threads: int, args: argparse.Namespace, cooperativ
 
 def _launch(folder: Path, ranks: int, threads: int, args: argparse.Namespace, cooperative: bool = False,
             sampler: str = "neighbor") -> list[dict]:
-    exe = mpiexec()
-    launcher, pin = binding(exe, ranks, threads)
-    cmd = [exe, *launcher, "-n", str(ranks), sys.executable, "-m", "mpignn.bench.floor",
-           *worker_args(folder, threads, args, cooperative, sampler)]
-    return run_json(cmd, env={**os.environ, "OMP_NUM_THREADS": str(threads)}, pin=pin)
+    start, pin = mpi_command(ranks, threads)
+    return run_json([*start, "mpignn.bench.floor", *worker_args(folder, threads, args, cooperative, sampler)],
+                    env={**os.environ, "OMP_NUM_THREADS": str(threads)}, pin=pin)
 
 
 def _row(name: str, per_rank: list[dict]) -> dict:

@@ -34,16 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.skip != "imdb":
         rows = []
         for n in (1, args.ranks):
-            accs = []
+            accs, config = [], f"{n} rank{'s' * (n > 1)}"
             for seed in seeds:
                 recs = run_train(n, ["--dataset", "IMDB", "--root", args.root, "--model", args.model,
                                      "--seed", str(seed), *shlex.split(args.imdb_args)])
                 best = _best(recs)
                 accs.append(best["test_acc"])
-                rows.append({"config": f"{n} rank{'s' if n > 1 else ''}", "seed": str(seed),
-                             "test": best["test_acc"], "val": best["val_acc"], "epoch": best["epoch"],
-                             "epoch_s": recs[-1]["epoch_s"]})
-            rows.append({"config": f"{n} rank{'s' if n > 1 else ''}", "seed": "mean", "test": sum(accs) / len(accs)})
+                rows.append({"config": config, "seed": str(seed), "test": best["test_acc"], "val": best["val_acc"],
+                             "epoch": best["epoch"], "epoch_s": recs[-1]["epoch_s"]})
+            rows.append({"config": config, "seed": "mean", "test": sum(accs) / len(accs)})
         print(f"IMDB, --model {args.model} {args.imdb_args}")
         print(table(rows, [("config", "config", "s"), ("seed", "seed", "s"), ("test", "test acc", ".4f"),
                            ("val", "best val", ".4f"), ("epoch", "at epoch", "d"), ("epoch_s", "last epoch s", ".2f")]))
@@ -60,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                     recs = run_train(n, ["--dataset", f"npz:{path}", "--root", tmp, "--model", args.model,
                                          "--embed-dim", str(dim), *shlex.split(args.synthetic_args)])
                     best = _best(recs)
-                    rows.append({"config": f"{n} rank{'s' if n > 1 else ''}", "embed": dim, "test": best["test_acc"],
+                    rows.append({"config": f"{n} rank{'s' * (n > 1)}", "embed": dim, "test": best["test_acc"],
                                  "mib": recs[-1]["embedding_bytes"] / 2**20})
         print(f"\nuser-item (signal only in the featureless users), --model {args.model} {args.synthetic_args}")
         print(table(rows, [("config", "config", "s"), ("embed", "--embed-dim", "d"), ("test", "test acc", ".4f"),

@@ -8,13 +8,12 @@ import argparse
 import os
 import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from mpignn.bench._common import binding, mpiexec, pyg_python, run_reference, run_train, table
+from mpignn.bench._common import mpi_command, pyg_python, run_reference, run_train, table
 from mpignn.predict import load
 
 _LAYERS = re.compile(r"(\d+) layers over (\d+) blocks per rank in ([\d.]+)s, (\d+) row exchanges, ([\d.]+) MiB of rows "
@@ -39,10 +38,8 @@ def read_row(log: str, ok: bool, what: str) -> dict:
 
 def predict(ranks: int, threads: int, checkpoint: Path, out: Path, chunk: int, halo_mib: str = "") -> dict:
     """Run `mpiexec -n ranks python -m mpignn.predict`, each rank bound to `threads` cores; return its row."""
-    exe = mpiexec()
-    launcher_args, pin = binding(exe, ranks, threads)
-    cmd = [exe, *launcher_args, "-n", str(ranks), sys.executable, "-m", "mpignn.predict",
-           *predict_args(threads, checkpoint, out, chunk, halo_mib)]
+    start, pin = mpi_command(ranks, threads)
+    cmd = [*start, "mpignn.predict", *predict_args(threads, checkpoint, out, chunk, halo_mib)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env, preexec_fn=pin)
     return read_row(res.stdout + res.stderr, res.returncode == 0, " ".join(cmd))
