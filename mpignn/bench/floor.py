@@ -42,7 +42,8 @@ def _worker(args: argparse.Namespace) -> None:
     from mpignn.exchange.halo import ByteCounter, Halo
     from mpignn.models.sampled import SampledGNN
     from mpignn.partition.format import load_partition, read_meta
-    from mpignn.sampling.cooperative import CooperativeSampler
+    from mpignn.mpi import allreduce_sum
+    from mpignn.sampling.cooperative import CooperativeSampler, union_rows
     from mpignn.training.optim import adam
     from mpignn.training.record import redundancy
     from mpignn.sampling.neighbor import LocalHops, NeighborSampler
@@ -72,7 +73,7 @@ def _worker(args: argparse.Namespace) -> None:
     share = -(-args.batch_size // comm.size)  # each rank's ceiling-division share of the global batch
     rng = np.random.default_rng(comm.rank)
     times, rows, inputs = np.zeros(3), 0, 0
-    per_layer = [[0, 0] for _ in range(len(fanout) + 1)]  # (rows over all ranks, distinct nodes) per layer
+    per_layer = np.zeros((2, len(fanout) + 1))  # (rows over all ranks, distinct nodes among them) per layer
     warmup = 3
     for step in range(warmup + args.steps):
         if step == warmup:
@@ -104,26 +105,15 @@ def _worker(args: argparse.Namespace) -> None:
         times += [t1 - t0, t2 - t1, time.perf_counter() - t2]
         rows += sum(out.num_sampled_nodes[:-1])
         inputs += sum(out.num_sampled_nodes)
-        if step >= warmup:  # untimed: every layer's rows of all ranks against their distinct nodes
-            _count(comm, out, per_layer)
-            comm.Barrier()  # rank 0 counts alone: the others would time its counting in their next collective
+        if step >= warmup:  # untimed, collective: every layer's rows of all ranks against their distinct nodes
+            sizes = out.num_sampled_nodes
+            per_layer += [allreduce_sum(comm, [sum(sizes[:len(sizes) - j]) for j in range(len(sizes))]),
+                          union_rows(comm, meta.part_offsets, out.n_id, sizes)]
     per_rank = comm.gather({"times": times.tolist(), "rows": rows / args.steps, "inputs": inputs / args.steps,
                             "halo": getattr(sampler, "halo_bytes", 0) / args.steps,
-                            "redundancy": redundancy(*zip(*per_layer)) if comm.rank == 0 else None}, root=0)
+                            "redundancy": redundancy(*per_layer)}, root=0)
     if comm.rank == 0:
         print(json.dumps(per_rank), flush=True)
-
-
-def _count(comm, out, per_layer: list[list[int]]) -> None:
-    """Collective: add each layer's rows of all ranks and their distinct nodes (on rank 0) to `per_layer`."""
-    hops = len(out.num_sampled_nodes) - 1
-    layers = [out.n_id[:sum(out.num_sampled_nodes[:hops + 1 - j])] for j in range(hops + 1)]
-    gathered = comm.gather(layers, root=0)
-    if comm.rank == 0:
-        for j in range(hops + 1):
-            ids = [ranks[j] for ranks in gathered]
-            per_layer[j][0] += sum(len(a) for a in ids)
-            per_layer[j][1] += len(np.unique(np.concatenate(ids)))
 
 
 def worker_args(folder: Path, threads: int, args: argparse.Namespace, cooperative: bool = False,
