@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from mpignn.data.raw_public import csr_fits, dense_csr, npz_arrays, scipy_csr
+from mpignn.data.raw_public import checked_csr, dense_csr, npz_arrays, scipy_csr
 from mpignn.errors import DatasetError
 
 __all__ = ["GNN_BENCHMARK_KEYS", "FLICKR_FILES", "REDDIT_FILES", "read_gnn_benchmark", "read_wikics", "read_flickr",
@@ -20,6 +20,7 @@ GNN_BENCHMARK_KEYS = ("adj_data", "adj_indices", "adj_indptr", "adj_shape", "att
                       "attr_indptr", "attr_shape", "labels")
 """What PyG's `read_npz` reads of an Amazon/Coauthor file; the other keys (`class_names`, pickled in
 ms_academic_cs.npz) are never read."""
+_CSR_PARTS = ("data", "indices", "indptr", "shape")
 FLICKR_FILES = ("adj_full.npz", "feats.npy", "class_map.json", "role.json")
 REDDIT_FILES = ("reddit_data.npz", "reddit_graph.npz")
 
@@ -28,20 +29,6 @@ def _bad(path: str, expected: str, got: str) -> DatasetError:
     got = " ".join(got.split())[:200]
     return DatasetError(f"{path}: expected {expected}, got {got}. HINT: replace it with the dataset's original file, "
                         "or delete it to download it again")
-
-
-def _csr_rows(path: str, name: str, raw: dict[str, np.ndarray]) -> tuple[int, int, np.ndarray, np.ndarray]:
-    """(rows, cols, int64 indptr, int64 indices) of the csr parts `<name>_*` of a gnn-benchmark npz."""
-    shape, indptr, indices = raw[f"{name}_shape"], raw[f"{name}_indptr"], raw[f"{name}_indices"]
-    if shape.shape != (2,) or shape.dtype.kind not in "iu" or indptr.ndim != 1 or indices.ndim != 1:
-        raise _bad(path, f"csr parts {name}_shape (2 ints), {name}_indptr and {name}_indices (1-D)",
-                   f"shapes {shape.shape}, {indptr.shape}, {indices.shape}")
-    rows, cols = int(shape[0]), int(shape[1])
-    indptr, indices = indptr.astype(np.int64), indices.astype(np.int64)
-    if not csr_fits(raw[f"{name}_data"], indices, indptr, (rows, cols)):
-        raise _bad(path, f"consistent csr parts {name}_* of a {rows}x{cols} matrix",
-                   f"{len(indptr)} row pointers and {len(indices)} entries")
-    return rows, cols, indptr, indices
 
 
 def _labels(path: str, key: str, y: np.ndarray, n: int) -> np.ndarray:
@@ -59,10 +46,10 @@ def read_gnn_benchmark(path: str) -> dict[str, np.ndarray]:
         DatasetError: a missing, truncated or pickled array, or csr parts that do not fit together.
     """
     raw = npz_arrays(path, GNN_BENCHMARK_KEYS)
-    n, n_cols, adj_ptr, dst = _csr_rows(path, "adj", raw)
+    _, dst, adj_ptr, (n, n_cols) = checked_csr(path, *(raw[f"adj_{k}"] for k in _CSR_PARTS))
     if n != n_cols:
         raise _bad(path, "a square adjacency (adj_shape)", f"{n}x{n_cols}")
-    rows, f, attr_ptr, attr_col = _csr_rows(path, "attr", raw)
+    _, attr_col, attr_ptr, (rows, f) = checked_csr(path, *(raw[f"attr_{k}"] for k in _CSR_PARTS))
     if rows != n or raw["attr_data"].dtype.kind not in "biuf":
         raise _bad(path, f"one feature row per node ({n}) of numbers", f"{rows} rows of {raw['attr_data'].dtype}")
     y = _labels(path, "labels", raw["labels"], n)

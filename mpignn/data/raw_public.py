@@ -18,7 +18,7 @@ from mpignn.data.npz_checks import open_npz
 from mpignn.errors import DatasetError
 
 __all__ = ["PLANETOID_PARTS", "read_planetoid", "read_heterophilous", "read_imdb", "npz_arrays", "scipy_csr",
-           "csr_fits", "dense_csr", "IMDB_FILES", "IMDB_NODE_TYPES"]
+           "checked_csr", "dense_csr", "IMDB_FILES", "IMDB_NODE_TYPES"]
 
 PLANETOID_PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 IMDB_FILES = ("adjM.npz", "features_0.npz", "features_1.npz", "features_2.npz", "labels.npy",
@@ -122,22 +122,35 @@ def _dense(path: str, obj: Any) -> np.ndarray:
         parts = [state.get(k) for k in ("data", "indices", "indptr")]
         if not (isinstance(shape, tuple) and len(shape) == 2 and all(_plain(p) for p in parts)):
             raise _bad(path, "a csr matrix without data/indices/indptr/shape")
-        rows, cols = int(shape[0]), int(shape[1])
-        if not csr_fits(*parts, (rows, cols)):
-            raise _bad(path, f"an inconsistent {rows}x{cols} csr matrix")
-        return dense_csr(path, *parts, (rows, cols))
+        return dense_csr(path, *checked_csr(path, *parts, shape))
     if _plain(obj) and obj.ndim == 2:
         return obj.astype(np.float32)
     raise _bad(path, f"a {type(obj).__name__} where a 2-d matrix belongs")
 
 
-def csr_fits(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> bool:
-    """Whether csr parts fit together and into `shape`, so `dense_csr` and row expansions index within it."""
-    rows, cols = shape
-    return bool(rows >= 0 and cols >= 0 and indptr.dtype.kind in "iu" and indices.dtype.kind in "iu"
-                and indptr.ndim == 1 and len(indptr) == rows + 1 and indptr[0] == 0 and not np.any(np.diff(indptr) < 0)
-                and indptr[-1] == len(indices) and len(data) == len(indices)
-                and not (len(indices) and (indices.min() < 0 or indices.max() >= cols)))
+def checked_csr(path: str, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray,
+                shape: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
+    """(data, int64 indices, int64 indptr, (rows, cols)) of csr parts that fit together and into `shape`, so
+    `dense_csr` and row expansions index within them.
+
+    Raises:
+        DatasetError: parts that are not int arrays of one csr matrix's sizes, falling pointers, ids past `cols`.
+    """
+    shape = np.asarray(shape)
+    if not (shape.shape == (2,) and shape.dtype.kind in "iu" and indptr.ndim == indices.ndim == 1
+            and indptr.dtype.kind in "iu" and indices.dtype.kind in "iu"):
+        raise DatasetError(f"{path}: expected csr parts (int indices and indptr, a shape of 2 ints), got shapes "
+                           f"{indices.shape} {indptr.shape} {shape.shape}. HINT: replace it with the dataset's original "
+                           "file, or delete it to download it again")
+    rows, cols = int(shape[0]), int(shape[1])
+    indptr, indices = indptr.astype(np.int64), indices.astype(np.int64)
+    if not (rows >= 0 and cols >= 0 and len(indptr) == rows + 1 and indptr[0] == 0
+            and not np.any(np.diff(indptr) < 0) and indptr[-1] == len(indices) and len(data) == len(indices)
+            and not (len(indices) and (indices.min() < 0 or indices.max() >= cols))):
+        raise DatasetError(f"{path}: expected a consistent {rows}x{cols} csr matrix, got {len(indptr)} row pointers "
+                           f"and {len(indices)} entries. HINT: replace it with the dataset's original file, or "
+                           "delete it to download it again")
+    return data, indices, indptr, (rows, cols)
 
 
 def dense_csr(path: str, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray,
@@ -275,15 +288,10 @@ def scipy_csr(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int,
     raw = npz_arrays(path, ("data", "indices", "indptr", "format", "shape"))
     fmt = raw["format"].item()
     fmt = fmt.decode("ascii", "replace") if isinstance(fmt, bytes) else str(fmt)
-    if raw["shape"].shape != (2,):
-        raise DatasetError(f"{path}: expected a scipy sparse matrix's shape (2 ints), got {raw['shape'].shape}. "
-                           "HINT: replace it with the dataset's original file")
-    rows, cols = (int(v) for v in raw["shape"])
-    indptr, indices = raw["indptr"].astype(np.int64), raw["indices"].astype(np.int64)
-    if fmt != "csr" or not csr_fits(raw["data"], indices, indptr, (rows, cols)):
-        raise DatasetError(f"{path}: expected a consistent scipy csr matrix, got format '{fmt}' shape "
-                           f"{rows}x{cols}. HINT: replace it with the dataset's original file")
-    return raw["data"], indices, indptr, (rows, cols)
+    if fmt != "csr":
+        raise DatasetError(f"{path}: expected a scipy csr matrix, got format '{fmt}'. HINT: replace it with the "
+                           "dataset's original file")
+    return checked_csr(path, raw["data"], raw["indices"], raw["indptr"], raw["shape"])
 
 
 def read_imdb(raw_dir: str) -> dict[str, Any]:
