@@ -140,8 +140,8 @@ def checked_csr(path: str, data: np.ndarray, indices: np.ndarray, indptr: np.nda
     if not (shape.shape == (2,) and shape.dtype.kind in "iu" and indptr.ndim == indices.ndim == 1
             and indptr.dtype.kind in "iu" and indices.dtype.kind in "iu"):
         raise DatasetError(f"{path}: expected csr parts (int indices and indptr, a shape of 2 ints), got shapes "
-                           f"{indices.shape} {indptr.shape} {shape.shape}. HINT: replace it with the dataset's original "
-                           "file, or delete it to download it again")
+                           f"{indices.shape} {indptr.shape} {shape.shape}. HINT: replace it with the dataset's "
+                           "original file, or delete it to download it again")
     rows, cols = int(shape[0]), int(shape[1])
     indptr, indices = indptr.astype(np.int64), indices.astype(np.int64)
     if not (rows >= 0 and cols >= 0 and len(indptr) == rows + 1 and indptr[0] == 0

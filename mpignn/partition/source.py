@@ -92,8 +92,8 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int,
         return folder
     # rank 0's view, since other hosts may not see the files; other splits get a partition of their own
     source = comm.bcast(dataset_source(opts.dataset, opts.root, opts.splits) if comm.rank == 0 else None, root=0)
-    folder = auto_folder(opts.root, _content_key(key) + ("-links" if link_params else ""), opts.partition_method, num_parts,
-                         opts.seed, source)
+    folder = auto_folder(opts.root, _content_key(key) + ("-links" if link_params else ""), opts.partition_method,
+                         num_parts, opts.seed, source)
     usable = None if link_params is None else (lambda f: has_link_split(f, link_params))  # noqa: E731
     # another host's copy is delivered, never made again; with --local-prep each host holds its own
     held = None if opts.local_prep else held_by_hosts(comm, folder, part_id, usable)
@@ -103,8 +103,9 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int,
                           (folder / "META.json").is_file() and (usable is None or usable(folder))):
             try:
                 graph = load_dataset(opts.dataset, opts.root, splits=opts.splits)
-                rep = partition_graph(graph, num_parts, folder, method=opts.partition_method, seed=opts.seed, dataset=key,
-                                      force=True, links=link_params, source=source)  # --partitions checks it
+                # source: what --partitions checks the folder against later
+                rep = partition_graph(graph, num_parts, folder, method=opts.partition_method, seed=opts.seed,
+                                      dataset=key, force=True, links=link_params, source=source)
             except OSError as exc:  # a read-only --root, a full disk: one line, not a traceback
                 if exc.errno not in _UNWRITABLE:
                     raise
