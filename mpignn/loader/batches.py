@@ -81,19 +81,12 @@ class LoaderTimes:
 class BatchLoader:
     """Iterate over mini-batches sampled around `seeds`; each pass is a new epoch unless `set_epoch` names one.
 
-    Args:
-        seeds: global ids this rank uses, or a task's seed source (`__len__`, `new_pass`, `draw`).
-        comm: agrees the step count (collective, in the constructor); required when anything talks to others.
-        prefetch: build the next batch in a thread; talking samplers need a communicator of their own and
-            MPI_THREAD_MULTIPLE (`prefetch.overlap` decides).
-        wrap: repeat seeds so every DDP step has data (training); without it surplus steps are empty.
-        max_steps: at most this many steps per epoch (0: all), the same cap on every rank.
-        layout: a `loader.hetero.HeteroLayout`: batches are then PyG `HeteroData`.
-        reuse: full-graph batches, made on the first pass and kept (every draw is the same).
-        dataset_ids: a `FeatureStore` of each node's dataset id (and label): batches carry `n_id` in those ids
-            and `part_n_id` in the partition's (collective like the features).
-        name: the loader in the watchdog's messages.
-        seed_type: heterogeneous graphs: the seeds' node type, or the seed edges' type tuple.
+    `seeds`: global ids, or a task's seed source (`__len__`, `new_pass`, `draw`). `comm` agrees the step count
+    (collective, here). `prefetch`: build the next batch in a thread (`prefetch.overlap` decides when that is
+    safe). `wrap`: repeat seeds so every DDP step has data (training); else surplus steps are empty. `layout`
+    (a `HeteroLayout`) makes batches `HeteroData`. `reuse`: full-graph batches, made once and kept.
+    `dataset_ids`: a `FeatureStore` of each node's dataset id (and label): batches carry `n_id` in those ids
+    and `part_n_id` in the partition's. `seed_type`: the seeds' node type, or the seed edges' type tuple.
     """
 
     def __init__(self, sampler: NeighborSampler, features: FeatureStore, seeds: np.ndarray, batch_size: int, *,
@@ -167,7 +160,8 @@ class BatchLoader:
             variates = (kernels.mix_seed(kernels.mix_seed(epoch_seed, stream + window), dependency), shift)
         out = self.source.draw(self.sampler, seeds, kernels.mix_seed(epoch_seed, stream + step), variates)
         extras: dict[str, Any] = {**out.metadata, **{k: v for k, v in (("edge_label_index", out.edge_label_index),
-                                                                        ("edge_label", out.edge_label)) if v is not None}}
+                                                                        ("edge_label", out.edge_label))
+                                                     if v is not None}}
         if cooperative:
             extras["halo"] = Halo(out.halo, self.sampler.rows, ByteCounter(self.sampler), static_input=self.reuse,
                                   keeper=self.sampler if self.sampler.keep_inputs else None)
@@ -272,20 +266,14 @@ class BatchLoader:
         batches = self._batches()[:self.end_step]
         self.times = LoaderTimes(self.device)
         first = min(self.start_step, len(batches))
-        if self.reuse:
+        if self.reuse or not self.prefetch or len(batches) - first < 2:
             for step, seeds in enumerate(batches[first:], start=first):
                 t0 = time.perf_counter()
-                if step not in self._kept:
+                if self.reuse and step not in self._kept:
                     self._kept[step] = self._make(step, seeds)
+                data = self._kept[step] if self.reuse else self._make(step, seeds)
                 self.times.wait_s += time.perf_counter() - t0
-                yield self._kept[step]
-            return
-        if not self.prefetch or len(batches) - first < 2:
-            for step, seeds in enumerate(batches[first:], start=first):
-                t0 = time.perf_counter()
-                data = self._make(step, seeds)
-                self.times.wait_s += time.perf_counter() - t0
-                yield self.uploader.adopt(data)
+                yield data if self.reuse else self.uploader.adopt(data)
             return
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mpignn-loader") as pool:
             pending = pool.submit(self._make, first, batches[first])

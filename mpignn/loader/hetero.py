@@ -55,20 +55,18 @@ class HeteroLayout:
         local, order, per_type = self._local(ntype)
         data = HeteroData()
         bounds = np.concatenate([[0], np.cumsum(per_type)])
-        pin = torch.device(device).type != "cpu"
         for k, name in enumerate(schema.node_types):
             idx = order[bounds[k]:bounds[k + 1]]
             store = data[name]
             dim = schema.feature_dims[k]
-            pick = torch.from_numpy(idx)
-            store.x = _rows(x, idx, dim, device) if dim else _ones(len(idx), device)
+            store.x = _rows(x, idx, dim, device) if dim else pinned_empty((len(idx), 1), torch.float32, device).fill_(1)
             store.n_id = torch.from_numpy(n_id[idx])
             if dataset_ids is not None:
                 store.part_n_id = store.n_id
                 store.n_id = torch.from_numpy(dataset_ids[idx] - schema.offsets[k])
             store.num_sampled_nodes = np.bincount(node_hop[idx], minlength=hops + 1).tolist()
             if k == self.target:
-                store.y = y[pick]
+                store.y = y[torch.from_numpy(idx)]
             if k == seeds:
                 store.batch_size = batch_size
                 if dataset_ids is not None:
@@ -76,11 +74,8 @@ class HeteroLayout:
         for e, (src, rel, dst) in enumerate(schema.edge_types):
             m = np.flatnonzero(edge_type == e)
             store = data[src, rel, dst]
-            if pin:
-                store.edge_index = pinned_empty((2, len(m)), torch.int64, device)
-                store.edge_index[0].numpy()[:], store.edge_index[1].numpy()[:] = local[row[m]], local[col[m]]
-            else:
-                store.edge_index = torch.from_numpy(np.stack([local[row[m]], local[col[m]]]))
+            store.edge_index = pinned_empty((2, len(m)), torch.int64, device)  # plain memory on a CPU
+            store.edge_index[0].numpy()[:], store.edge_index[1].numpy()[:] = local[row[m]], local[col[m]]
             store.num_sampled_edges = np.bincount(edge_hop[m], minlength=hops).tolist()
         # What the training loop reads of any batch: the seeds' count and labels, every node's global id.
         data.batch_size = batch_size
@@ -97,14 +92,5 @@ def _rows(x: torch.Tensor, idx: np.ndarray, dim: int, device: str | torch.device
     """x[idx, :dim] in x's dtype: on x's device, in a pinned buffer for an accelerator, else plain."""
     if x.device.type != "cpu":
         return torch.index_select(x[:, :dim], 0, device_index(idx, x.device))
-    pick = torch.from_numpy(idx)
-    if torch.device(device).type == "cpu":
-        return x[pick, :dim]
     out = pinned_empty((len(idx), dim), x.dtype, device)
-    return torch.index_select(x[:, :dim], 0, pick, out=out)
-
-
-def _ones(n: int, device: str | torch.device) -> torch.Tensor:
-    if torch.device(device).type == "cpu":
-        return torch.ones(n, 1)
-    return pinned_empty((n, 1), torch.float32, device).fill_(1.0)
+    return torch.index_select(x[:, :dim], 0, torch.from_numpy(idx), out=out)

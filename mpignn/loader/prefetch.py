@@ -1,7 +1,5 @@
-"""The prefetch policy (`--prefetch`): whether a loader produces batch k+1 in a thread while batch k computes.
-
-Decides from the device, the thread budget, MPI's thread level and how the feature rows travel; refuses
-`on` where a thread would be unsafe. Imports mpi4py (inside `overlap`) and errors; never torch.
+"""The prefetch policy (`--prefetch`): whether a loader produces batch k+1 in a thread while batch k computes,
+from the device, the thread budget, MPI's thread level and how rows travel. Imports mpi4py (inside `overlap`).
 """
 from __future__ import annotations
 
@@ -22,16 +20,12 @@ OVERLAP_MIN_THREADS = 4
 
 
 def overlap(rt: Runtime, talks: bool, mode: str = "auto", device_exchange: bool = False) -> bool:
-    """Whether a loader produces the next batch in a background thread.
+    """Whether a loader produces the next batch in a background thread; `on` where that is unsafe is refused.
 
     One part: always unless off. Several parts need MPI_THREAD_MULTIPLE, and `auto` takes the thread only
     where compute leaves a core free (a GPU/XPU, or OVERLAP_MIN_THREADS threads). Never with `device_exchange`
     (`--exchange torch` on a GPU/XPU): NCCL does not order two communicators in flight from two threads (it
-    can hang).
-
-    Raises:
-        ConfigError: a bad `mode`; or `on` across parts without MPI_THREAD_MULTIPLE or with `device_exchange`.
-    """
+    can hang)."""
     try:
         check_choice("prefetch", mode, PREFETCH_MODES)
     except ConfigError as exc:  # the same mode on every rank
