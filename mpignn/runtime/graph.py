@@ -51,12 +51,7 @@ def load_local_graph(rt: Runtime, dataset: Any, root: str | None = None, task: T
     """Collective over `rt.comm`: `build_local_graph` with `GraphOptions(dataset=..., root=..., **options)`.
 
     `dataset`: a name (the same on every rank), or a PyG graph on rank 0 and None elsewhere, partitioned in
-    memory and sent over MPI, no file written. The keywords: docs/api.md.
-
-    Raises:
-        ConfigError: on every rank alike: a bad keyword or value, ranks passing different kinds of `dataset`,
-            or a keyword about files with a graph in memory.
-        DatasetError: the in-memory graph fails a check (`scatter_graph`), on every rank alike.
+    memory and sent over MPI, no file written. The keywords: docs/api.md. Errors are raised on every rank alike.
     """
     task = task or make_task()
     named = isinstance(dataset, str)
@@ -80,18 +75,11 @@ def load_local_graph(rt: Runtime, dataset: Any, root: str | None = None, task: T
     return build_local_graph(rt, opts, task, data=None if named else dataset, in_memory=not named)
 
 
-def _source_kind(dataset: Any) -> str:
-    if isinstance(dataset, str):
-        return "name"
-    if dataset is None:
-        return "None"
-    return pyg_kind(dataset) or type(dataset).__name__
-
-
 def _agree_on_source(comm: Any, dataset: Any) -> None:
     """Collective over `comm`: refuse on every rank unless all pass rank 0's name, or rank 0 a graph and the
     others None (or a graph, not read)."""
-    mine = _source_kind(dataset)
+    mine = "name" if isinstance(dataset, str) else "None" if dataset is None else \
+        pyg_kind(dataset) or type(dataset).__name__
     ours = comm.bcast({"kind": mine, "name": dataset if mine == "name" else None}, root=0)
     graphs = ("Data", "HeteroData")
     hint = ("HINT: pass a dataset name on every rank, or the graph (a torch_geometric Data or HeteroData) on rank 0 "
@@ -114,10 +102,7 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
 
     Without `opts.partitions` the dataset is partitioned once under `root/mpignn-parts/`; a host that does not
     see the folder receives it. With `in_memory`, `data` is rank 0's PyG graph. Own feature rows are
-    transformed on load, so fetched and cached rows arrive transformed.
-
-    Raises:
-        PartitionFormatError / DatasetError / ConfigError: on every rank alike.
+    transformed on load, so fetched and cached rows arrive transformed. Errors are raised on every rank alike.
     """
     task = task or make_task()
     try:
@@ -144,7 +129,13 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
         check_combinations({"sampler": opts.sampler, "hetero": schema is not None})
     except MpignnError as exc:
         raise mark_agreed(exc) from None
-    local = _hops(rt, opts, part, schema.num_etypes if schema else 1)
+    num_etypes = schema.num_etypes if schema else 1
+    if opts.sample_on == "device":  # `--sample-on auto` stays on the host until the device step is measured
+        from mpignn.sampling.device_hops import DeviceHops
+
+        local = DeviceHops(part.rowptr, part.col, part.lo, part.type_rowptr, num_etypes, device=rt.device)
+    else:
+        local = LocalHops(part.rowptr, part.col, part.lo, part.type_rowptr, num_etypes)
     alone = opts.replicated or rt.world_size == 1
     source, features = _sources(rt, opts, part, local, alone)
     kind = DeviceSampler if resident(source, meta.num_nodes) else NeighborSampler
@@ -165,15 +156,6 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
                       task_data=task.local_data(part, held_out),
                       layout=HeteroLayout(schema, *meta.type_blocks()) if schema is not None else None,
                       runtime=rt)
-
-
-def _hops(rt: Runtime, opts: GraphOptions, part: LocalPart, num_etypes: int) -> LocalHops:
-    """`--sample-on auto` stays on the host until the device step is measured."""
-    if opts.sample_on == "device":
-        from mpignn.sampling.device_hops import DeviceHops
-
-        return DeviceHops(part.rowptr, part.col, part.lo, part.type_rowptr, num_etypes, device=rt.device)
-    return LocalHops(part.rowptr, part.col, part.lo, part.type_rowptr, num_etypes)
 
 
 def _part_source(rt: Runtime, opts: GraphOptions, part_id: int, data: Any, in_memory: bool,
@@ -240,11 +222,7 @@ def _device_table(x: np.ndarray, device: str) -> Any:
 
 def build_graph_and_model(rt: Runtime, cfg: TrainConfig, task: Task) -> tuple[LocalGraph, torch.nn.Module]:
     """Collective over `rt.comm`: build the graph, its learnable rows and the task's model on `rt.device` (the
-    same whatever --minibatch mode trains it), as training and predict both start.
-
-    Raises:
-        ConfigError: a model the graph's kind cannot take, on every rank alike.
-    """
+    same whatever --minibatch mode trains it), as training and predict both start."""
     graph = build_local_graph(rt, cfg, task)
     if cfg.embed_dim:
         graph = attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)

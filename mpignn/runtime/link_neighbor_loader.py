@@ -13,7 +13,7 @@ from mpignn.exchange.alltoall import IdDirectory
 from mpignn.loader.local_graph import LocalGraph
 from mpignn.mpi import alltoallv, check_all, chunk_bounds
 from mpignn.partition.format import owner_of
-from mpignn.runtime.loader_base import SampledBatches, as_array, check_keywords, check_options, fanouts_of, joined_ids
+from mpignn.runtime.loader_base import SampledBatches, as_array, check_options, fanouts_of, joined_ids
 from mpignn.sampling import kernels
 from mpignn.sampling.neighbor import SampleOutput
 from mpignn.training.loaders import rank_batch_size
@@ -26,19 +26,10 @@ UNSUPPORTED = {"edge_label_time": None, "time_attr": None, "weight_attr": None, 
 
 
 class LinkNeighborLoader(SampledBatches):
-    """Mini-batches sampled around both ends of seed edges, as PyG's `LinkNeighborLoader` gives them.
-
-    Collective over the graph's communicator: constructing it and every batch (features, the negatives' ids).
-
-    Args:
-        graph: this rank's part (`load_local_graph`).
-        num_neighbors: as `NeighborLoader`'s.
-        edge_label_index: [2, E] seed edges in dataset ids (or PyG's edge-type forms); None: every edge.
-        edge_label: [E] labels of the seed edges (None: ones where negatives are drawn).
-        neg_sampling: None, "binary", "triplet", {"mode": ..., "amount": ...} or PyG's `NegativeSampling`.
-        neg_sampling_ratio: PyG's older form of {"mode": "binary", "amount": ratio}.
-        batch_size: seed edges per batch per process (`batch_scope="global"`: of all ranks together).
-        shuffle, drop_last, seed, prefetch: as `NeighborLoader`'s.
+    """Mini-batches sampled around both ends of seed edges, as PyG's `LinkNeighborLoader` gives them
+    (arguments, fields: docs/api.md). Collective over the graph's communicator: constructing it and every batch
+    (features, the negatives' ids). `edge_label_index`: [2, E] seed edges in dataset ids (or PyG's edge-type
+    forms), None for every edge; `batch_size`: seed edges per batch per process; the rest as `NeighborLoader`'s.
     """
 
     def __init__(self, graph: LocalGraph, num_neighbors: Sequence[int], edge_label_index: Any = None,
@@ -50,8 +41,7 @@ class LinkNeighborLoader(SampledBatches):
                 if kwargs.pop(key, default) != default:
                     raise ConfigError(f"LinkNeighborLoader takes {key} at PyG's default ({default!r}) only. "
                                       f"HINT: drop {key}=...")
-            check_keywords(kwargs, "LinkNeighborLoader")
-            check_options(graph, batch_size, batch_scope, prefetch, "LinkNeighborLoader")
+            check_options(kwargs, graph, batch_size, batch_scope, prefetch, "LinkNeighborLoader")
             rt = graph.runtime
             edge_type, edge_label_index = _edge_type(graph, edge_label_index)
             mode, amount = _negatives(neg_sampling, neg_sampling_ratio)
@@ -69,9 +59,8 @@ class LinkNeighborLoader(SampledBatches):
         except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
             raise mark_agreed(exc) from None
         source = EdgeSeeds(edges, labels, mode, amount, ends, directory)
-        self.graph, self.num_neighbors = graph, num_neighbors
         per_rank = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
-        self._start(graph, graph.sampler.with_fanouts(fanouts), source, per_rank, shuffle=shuffle,
+        self._start(graph, num_neighbors, graph.sampler.with_fanouts(fanouts), source, per_rank, shuffle=shuffle,
                     drop_last=drop_last, seed=seed, prefetch=prefetch, talks=talks, seed_type=edge_type)
 
 
@@ -193,15 +182,12 @@ def _edge_type(graph: LocalGraph, edge_label_index: Any) -> tuple[tuple[str, str
 
 
 def _named_type(value: Any) -> tuple[tuple[str, ...] | None, Any]:
-    if _names(value):
+    names = lambda v: isinstance(v, tuple) and len(v) in (2, 3) and all(isinstance(t, str) for t in v)  # noqa: E731
+    if names(value):
         return tuple(value), None
-    if isinstance(value, tuple) and len(value) == 2 and _names(value[0]):
+    if isinstance(value, tuple) and len(value) == 2 and names(value[0]):
         return tuple(value[0]), value[1]
     return None, value
-
-
-def _names(value: Any) -> bool:
-    return isinstance(value, tuple) and len(value) in (2, 3) and all(isinstance(t, str) for t in value)
 
 
 def _end_types(graph: LocalGraph, edge_type: tuple[str, str, str] | None) -> np.ndarray:
@@ -228,17 +214,16 @@ def _own_edges(graph: LocalGraph, edge_type: tuple[str, str, str] | None) -> tup
 def _seed_edges(graph: LocalGraph, directory: IdDirectory, edge_label_index: Any, edge_label: Any, shift: bool,
                 edge_type: tuple[str, str, str] | None, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """Collective: this rank's seed edges [3, E] and labels (shifted up where 0 would mean a negative, as PyG)."""
-    rt, part = graph.runtime, graph.part
+    rt = graph.runtime
     talks = rt.world_size > 1 and not graph.replicated
     comm = rt.comm if rt.world_size > 1 else None
     if edge_label_index is None:  # every edge: each rank its own targets' in-edges
         if edge_label is not None:
             raise ConfigError("edge_label needs the edge_label_index it labels. HINT: pass both, or neither")
         src, dst = _own_edges(graph, edge_type)
-        counts = comm.allgather(len(src)) if talks else [len(src)]
-        start = int(sum(counts[:rt.rank])) if talks else 0
+        start = int(sum(comm.allgather(len(src))[:rt.rank])) if talks else 0
         edges = np.stack([src, dst, start + np.arange(len(src), dtype=np.int64)])
-        if graph.replicated and rt.world_size > 1:
+        if graph.replicated:
             lo, hi = chunk_bounds(edges.shape[1], rt.world_size, rt.rank)
             edges = edges[:, lo:hi]
         return edges, None
@@ -263,16 +248,12 @@ def _seed_edges(graph: LocalGraph, directory: IdDirectory, edge_label_index: Any
     labels = None if labels is None else joined_ids(comm, labels)
     if shift and labels is not None and labels.size and labels.min() == 0:
         labels = labels + 1
-    n = index.shape[1]
-    if not talks:  # one process, or a replicated graph: each rank its share of the positions
-        lo, hi = chunk_bounds(n, rt.world_size, rt.rank) if rt.world_size > 1 else (0, n)
-        ends = directory.lookup(index[:, lo:hi].reshape(-1))
-        pos = np.arange(lo, hi, dtype=np.int64)
-        return np.stack([*ends.reshape(2, -1), pos]), None if labels is None else labels[pos]
-    lo, hi = chunk_bounds(n, rt.world_size, rt.rank)  # each rank looks up a share, then sends it to its owners
+    lo, hi = chunk_bounds(index.shape[1], rt.world_size, rt.rank)  # each rank looks up a share of the positions
     ends = directory.lookup(index[:, lo:hi].reshape(-1)).reshape(2, -1)
     rows = np.stack([ends[0], ends[1], np.arange(lo, hi, dtype=np.int64)], axis=1)
-    owner = owner_of(rows[:, 1], graph.features.part_offsets)
+    if not talks:  # one process, or a replicated graph: the share is this rank's
+        return np.ascontiguousarray(rows.T), None if labels is None else labels[lo:hi]
+    owner = owner_of(rows[:, 1], graph.features.part_offsets)  # the share goes to its targets' owners
     order = np.argsort(owner, kind="stable")
     got, _ = alltoallv(rt.comm, rows[order], np.bincount(owner, minlength=rt.world_size))
     got = got[np.argsort(got[:, 2], kind="stable")]  # in the order given, as PyG keeps it without shuffle

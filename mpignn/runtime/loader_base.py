@@ -19,8 +19,7 @@ from mpignn.loader.batches import BatchLoader, cut_steps
 from mpignn.loader.local_graph import LocalGraph
 from mpignn.loader.prefetch import overlap, rows_on_device
 
-__all__ = ["IGNORED", "SampledBatches", "as_array", "check_keywords", "check_options", "fanouts_of", "id_store",
-           "joined_ids"]
+__all__ = ["IGNORED", "SampledBatches", "as_array", "check_options", "fanouts_of", "id_store", "joined_ids"]
 
 IGNORED = ("num_workers", "persistent_workers", "pin_memory")
 """PyG DataLoader keywords accepted and ignored: a producer thread replaces workers; pinned copies happen anyway."""
@@ -31,8 +30,17 @@ def as_array(value: Any) -> np.ndarray:
     return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
 
 
-def check_options(graph: LocalGraph, batch_size: Any, batch_scope: str, prefetch: str, name: str) -> None:
-    """Refuse a graph without its runtime and out-of-range loader options, in one line each."""
+def check_options(kwargs: dict[str, Any], graph: LocalGraph, batch_size: Any, batch_scope: str, prefetch: str,
+                  name: str) -> None:
+    """Refuse keywords the loader `name` does not take (PyG's worker keywords are accepted and ignored), a graph
+    without its runtime and out-of-range loader options, in one line each."""
+    for key in kwargs:
+        if key == "fanouts":
+            raise ConfigError(f"{name} takes num_neighbors (as PyG's), not fanouts. "
+                              f"HINT: {name}(graph, num_neighbors=[15, 10], ...)")
+        if key not in IGNORED:
+            raise ConfigError(f"{name} got an unknown keyword {key!r}. HINT: see docs/api.md "
+                              "(PyG DataLoader keywords mpignn accepts and ignores: " + ", ".join(IGNORED) + ")")
     if not isinstance(graph, LocalGraph) or graph.runtime is None:
         raise ConfigError(f"{name} needs a graph from mpignn.runtime.load_local_graph (it knows the ranks); got "
                           f"{type(graph).__name__}. HINT: graph = load_local_graph(rt, data) (a PyG Data or "
@@ -51,10 +59,10 @@ class SampledBatches:
     """Collective over the graph's communicator: PyG's loader interface over `BatchLoader`; each batch carries
     `loss_scale` (world size x this rank's items / all ranks' items in the step)."""
 
-    def _start(self, graph: LocalGraph, sampler: Any, seeds: Any, per_rank: int, *, shuffle: bool,
-               drop_last: bool, seed: int, prefetch: str, talks: bool, full: bool = False, name: str = "",
-               seed_type: Any = None) -> None:
-        rt = graph.runtime
+    def _start(self, graph: LocalGraph, num_neighbors: Any, sampler: Any, seeds: Any, per_rank: int, *,
+               shuffle: bool, drop_last: bool, seed: int, prefetch: str, talks: bool, full: bool = False,
+               name: str = "", seed_type: Any = None) -> None:
+        rt, self.graph, self.num_neighbors = graph.runtime, graph, num_neighbors
         self.loader = BatchLoader(
             sampler, graph.features, seeds, per_rank, shuffle=shuffle, drop_last=drop_last, seed=seed,
             comm=rt.comm, device=rt.device,
@@ -92,23 +100,13 @@ class SampledBatches:
         return self.loader.epoch
 
 
-def check_keywords(kwargs: dict[str, Any], name: str) -> None:
-    """Refuse keywords the loader `name` does not take (PyG's worker keywords are accepted and ignored)."""
-    for key in kwargs:
-        if key == "fanouts":
-            raise ConfigError(f"{name} takes num_neighbors (as PyG's), not fanouts. "
-                              f"HINT: {name}(graph, num_neighbors=[15, 10], ...)")
-        if key not in IGNORED:
-            raise ConfigError(f"{name} got an unknown keyword {key!r}. HINT: see docs/api.md "
-                              "(PyG DataLoader keywords mpignn accepts and ignores: " + ", ".join(IGNORED) + ")")
-
-
 def fanouts_of(graph: LocalGraph, num_neighbors: Any) -> list[Any]:
     """num_neighbors -> the sampler's fanouts (per hop; per edge type too on a heterogeneous graph)."""
     if isinstance(num_neighbors, Mapping):
         if graph.schema is None:
             raise ConfigError("num_neighbors per edge type needs a heterogeneous graph. HINT: num_neighbors=[15, 10]")
-        per_type = {_edge_name(k): _hops(v) for k, v in num_neighbors.items() if k != "default"}
+        per_type = {"__".join(k) if isinstance(k, tuple) else str(k): _hops(v) for k, v in num_neighbors.items()
+                    if k != "default"}
         default = _hops(num_neighbors["default"]) if "default" in num_neighbors else None
         hops = {len(v) for v in per_type.values()} | ({len(default)} if default is not None else set())
         if len(hops) != 1:  # PyG's NumNeighbors refuses this too ("Number of hops must be the same")
@@ -135,10 +133,6 @@ def _hops(values: Any) -> list[int]:
         raise ConfigError(f"num_neighbors must list a positive int (or -1 for all) per hop, one hop at least; "
                           f"got {values!r}. HINT: num_neighbors=[15, 10] (batches of seeds alone, PyG's [], are "
                           "not taken)") from None
-
-
-def _edge_name(key: Any) -> str:
-    return "__".join(key) if isinstance(key, tuple) else str(key)
 
 
 def id_store(graph: LocalGraph) -> FeatureStore:

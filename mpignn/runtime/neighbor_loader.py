@@ -13,7 +13,7 @@ from mpignn.errors import ConfigError, MpignnError, mark_agreed
 from mpignn.loader.batches import NodeSeeds
 from mpignn.loader.local_graph import SPLITS, LocalGraph
 from mpignn.mpi import check_all
-from mpignn.runtime.loader_base import SampledBatches, as_array, check_keywords, check_options, fanouts_of, joined_ids
+from mpignn.runtime.loader_base import SampledBatches, as_array, check_options, fanouts_of, joined_ids
 from mpignn.tasks import picker
 from mpignn.training.loaders import cooperative_refusal, cooperative_sampler, rank_batch_size
 
@@ -21,22 +21,14 @@ __all__ = ["NeighborLoader"]
 
 
 class NeighborLoader(SampledBatches):
-    """Mini-batches sampled around input nodes, as PyG's `NeighborLoader` gives them (fields: docs/api.md).
+    """Mini-batches sampled around input nodes, as PyG's `NeighborLoader` gives them (arguments, fields:
+    docs/api.md). Collective over the graph's communicator: constructing it agrees on the step count, and every
+    rank must iterate it the same number of times (each batch fetches remote neighbours and features).
 
-    Collective over the graph's communicator: constructing it agrees on the step count, and every rank must
-    iterate it the same number of times (each batch fetches remote neighbours and features from their owners).
-
-    Args:
-        graph: this rank's part (`load_local_graph`).
-        num_neighbors: neighbours per hop (-1: all); on a heterogeneous graph also a dict per edge type.
-        input_nodes: a split name, a boolean mask, ids over the dataset's nodes, or None; each rank takes its own.
-        batch_size: seeds per batch per process; `batch_scope="global"`: of all ranks together.
-        shuffle: a new seed order each pass; with fewer seeds than batches it repeats some, so every DDP step
-            has data (no shuffle leaves the surplus batches empty).
-        drop_last: full batches only; the rank with the fewest seeds sets how many.
-        seed: the shuffle's and the draws' seed; pass e uses `(seed, e)`.
-        prefetch: "auto", "on" or "off": produce batch k+1 in a thread while batch k computes.
-        minibatch: the CLI's `--minibatch` ("independent", "cooperative", "full"), with its refusals.
+    `input_nodes`: a split name, a boolean mask, dataset ids or None; each rank takes its own. `batch_size`:
+    seeds per batch per process (`batch_scope="global"`: of all ranks). With fewer seeds than batches `shuffle`
+    repeats some, so every DDP step has data; `drop_last`: the rank with the fewest seeds sets how many batches.
+    Pass e draws from `(seed, e)`. `minibatch`: the CLI's `--minibatch`, with its refusals.
     """
 
     def __init__(self, graph: LocalGraph, num_neighbors: Sequence[int] | Mapping[str, Sequence[int]],
@@ -44,8 +36,7 @@ class NeighborLoader(SampledBatches):
                  batch_scope: str = "rank", seed: int = 0, prefetch: str = "auto", minibatch: str = "independent",
                  **kwargs: Any) -> None:
         try:
-            check_keywords(kwargs, "NeighborLoader")
-            check_options(graph, batch_size, batch_scope, prefetch, "NeighborLoader")
+            check_options(kwargs, graph, batch_size, batch_scope, prefetch, "NeighborLoader")
             rt = graph.runtime
             if minibatch not in MINIBATCH_MODES:
                 raise ConfigError(f"minibatch must be one of {', '.join(MINIBATCH_MODES)}; got {minibatch!r}. "
@@ -58,7 +49,6 @@ class NeighborLoader(SampledBatches):
             seeds, positions = picker(graph.replicated, rt.world_size, rt.rank)(_seeds(graph, kind, nodes), 1)
         except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
             raise mark_agreed(exc) from None
-        self.graph, self.num_neighbors = graph, num_neighbors
         full = minibatch == "full"
         sampler = graph.sampler.with_fanouts([-1] * len(fanouts) if full else fanouts)
         talks = rt.world_size > 1 and not graph.replicated
@@ -66,8 +56,8 @@ class NeighborLoader(SampledBatches):
             sampler = cooperative_sampler(rt, graph, sampler.fanouts, minibatch)
         per_rank = max(1, len(seeds)) if full else rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
         shuffle, drop_last = shuffle and not full, drop_last and not full  # full: one batch, the same each pass
-        self._start(graph, sampler, NodeSeeds(seeds, positions), per_rank, shuffle=shuffle, drop_last=drop_last,
-                    seed=seed, prefetch=prefetch, talks=talks, full=full, seed_type=kind,
+        self._start(graph, num_neighbors, sampler, NodeSeeds(seeds, positions), per_rank, shuffle=shuffle,
+                    drop_last=drop_last, seed=seed, prefetch=prefetch, talks=talks, full=full, seed_type=kind,
                     name=f"NeighborLoader(input_nodes={_label(input_nodes)})")
 
     @property
@@ -79,9 +69,10 @@ class NeighborLoader(SampledBatches):
 def _seeds(graph: LocalGraph, kind: int | None, input_nodes: Any) -> np.ndarray:
     """Collective: [2, N]: this rank's own input nodes (partition ids) and their `input_id` positions."""
     part, schema = graph.part, graph.schema
-    own = np.arange(part.lo, part.hi, dtype=np.int64) if kind is None else _nodes_of(graph, kind)
+    own = np.arange(part.lo, part.hi, dtype=np.int64)
     offset, num_nodes = 0, part.meta.num_nodes  # the dataset's ids within the seeds' type
     if kind is not None:
+        own = own[graph.layout.node_types(own) == kind]
         offset, num_nodes = schema.offsets[kind], schema.node_counts[kind]
     comm = graph.runtime.comm if graph.runtime is not None and graph.runtime.world_size > 1 else None
     if input_nodes is None:
@@ -151,11 +142,6 @@ def seed_type(graph: LocalGraph, input_nodes: Any) -> tuple[int | None, Any]:
                           f"labelled type {schema.target!r}. HINT: ({schema.target!r}, {input_nodes[1]!r}), or "
                           f"({input_nodes[0]!r}, ids)")
     return schema.type_index(input_nodes[0]), input_nodes[1]
-
-
-def _nodes_of(graph: LocalGraph, kind: int) -> np.ndarray:
-    nodes = np.arange(graph.part.lo, graph.part.hi, dtype=np.int64)
-    return nodes[graph.layout.node_types(nodes) == kind]
 
 
 def _label(input_nodes: Any) -> str:
