@@ -47,11 +47,7 @@ def write_predictions(comm: Any, out: str | os.PathLike, part_id: int, num_parts
                       arrays: dict[str, Any], *, pair_scores: np.ndarray | None = None,
                       info: dict[str, Any] | None = None, node_types: dict[str, int] | None = None) -> Path:
     """Collective over `comm`: write this rank's rows (`arrays`, per type with `node_types`) and pair scores;
-    OUT appears, replacing an older one, only once every rank's files are on disk.
-
-    Raises:
-        ConfigError: a write failed on some rank, on every rank alike; an existing OUT is left as it was.
-    """
+    OUT appears, replacing an older one, only once every rank's files are on disk (a failed write leaves it)."""
     out = Path(out)
     hint = f"HINT: free space there or choose another --out; nothing was written to {out}"
     tmp, problem = None, ""
@@ -134,11 +130,7 @@ def write_predictions(comm: Any, out: str | os.PathLike, part_id: int, num_parts
 
 
 def read_manifest(out: str | os.PathLike) -> dict[str, Any]:
-    """OUT's manifest.
-
-    Raises:
-        ConfigError: OUT is not a complete predictions folder.
-    """
+    """OUT's manifest (ConfigError where OUT is not a complete predictions folder)."""
     path = Path(out) / MANIFEST
     if not path.is_file():
         raise ConfigError(f"expected a predictions folder with {MANIFEST} at {out}; found none. HINT: write one "
@@ -152,9 +144,7 @@ def read_manifest(out: str | os.PathLike) -> dict[str, Any]:
 
 def load(out: str | os.PathLike, mmap: bool = True) -> dict[str, Any]:
     """The predictions in OUT as {field: array} (per node type on a heterogeneous graph), row i for original
-    id i, and `pair_score` where pairs were scored. Not collective.
-
-    One part already in id order is returned memory-mapped (with `mmap`); otherwise fields are assembled.
+    id i, and `pair_score` where pairs were scored; one part already in id order is memory-mapped. Not collective.
     """
     out = Path(out)
     manifest = read_manifest(out)

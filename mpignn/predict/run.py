@@ -13,7 +13,7 @@ import torch
 from mpignn.errors import ConfigError, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
 from mpignn.fileio import load_npy
-from mpignn.mpi import allreduce_max, check_all, chunk_bounds
+from mpignn.mpi import allreduce_max, check_all, chunk_bounds, steps_per_epoch
 from mpignn.inference.blocks import type_runs
 from mpignn.inference.layerwise import LayerStack, make_store, own_inputs, run_layers
 from mpignn.predict.output import write_predictions
@@ -29,12 +29,7 @@ log = logging.getLogger(__name__)
 def infer(rt: Runtime, run: Restored, *, emb_layer: int = -1, chunk: int = 8192,
           halo_mib: float = 256) -> dict[str, np.ndarray] | dict[str, dict[str, np.ndarray]]:
     """Collective over `rt.comm`: this rank's own nodes' fields ("node_id", the task's, "emb" of `emb_layer`,
-    "logits"), per node type on a heterogeneous graph. `chunk` and `halo_mib`: as `layerwise.run_layers`.
-
-    Raises:
-        ConfigError: on every rank alike: an --emb-layer outside 0..layers, or a model exact inference does
-            not know.
-    """
+    "logits"), per node type on a heterogeneous graph. `chunk` and `halo_mib`: as `layerwise.run_layers`."""
     part, task = run.graph.part, run.task
     try:
         stack = LayerStack(task.encoder(run.model))
@@ -69,11 +64,7 @@ def infer(rt: Runtime, run: Restored, *, emb_layer: int = -1, chunk: int = 8192,
 
 
 def read_pairs(path: str, num_nodes: int) -> np.ndarray:
-    """int64 [P, 2] node pairs (original ids) from an npy of shape [P, 2] or [2, P]. Not collective.
-
-    Raises:
-        ConfigError: not an integer array of that shape, or ids outside the graph.
-    """
+    """int64 [P, 2] node pairs (original ids) from an npy of shape [P, 2] or [2, P]. Not collective."""
     try:
         pairs = load_npy(path, mmap=True)
     except (OSError, ValueError) as exc:
@@ -102,8 +93,7 @@ def _score_pairs(rt: Runtime, run: Restored, out_rows: np.ndarray, pairs: np.nda
     comm = rt.comm if rt.world_size > 1 else None
     transport = make_alltoall(run.cfg.exchange, rt.comm, rt.device) if comm is not None else None
     store = make_store(out_rows, run.graph.part, comm, transport)
-    steps = -(-len(mine) // chunk)
-    steps = int(allreduce_max(rt.comm, [steps])[0]) if comm is not None else steps
+    steps = steps_per_epoch(comm, len(mine), chunk) if comm is not None else -(-len(mine) // chunk)
     scores = np.empty(len(mine), dtype=np.float32)
     for step in range(steps):
         piece = mine[step * chunk:(step + 1) * chunk]
@@ -119,11 +109,7 @@ def _score_pairs(rt: Runtime, run: Restored, out_rows: np.ndarray, pairs: np.nda
 
 def predict_to(rt: Runtime, run: Restored, out: str, *, emb_layer: int = -1, logits: bool = False,
                chunk: int = 8192, pairs: str = "", halo_mib: float = 256) -> Path:
-    """Collective over `rt.comm`: `infer`, score `pairs` (an npy path; "" for none), write the folder `out`.
-
-    Raises:
-        ConfigError: on every rank alike (see `infer`, `read_pairs`, `Task.score_pairs`, `write_predictions`).
-    """
+    """Collective over `rt.comm`: `infer`, score `pairs` (an npy path; "" for none), write the folder `out`."""
     t0 = time.perf_counter()
     meta = run.graph.part.meta
     pair_ids, problem = None, ""

@@ -39,25 +39,15 @@ def picker(replicated: bool, world_size: int, rank: int) -> Pick:
 
 
 class Task:
-    """What a task decides, in the order the pipeline asks (data, model and loss, evaluation, prediction).
+    """What a task decides, in the order the pipeline asks (data, model and loss, evaluation, prediction)."""
 
-    Attributes:
-        name: the `--task` value.
-        metric: the validation score `fit` keeps the best of (record field `val_<metric>`).
-        metric_name: that score in words, for the run's last line.
-        model_flags: fields besides `checkpoint.MODEL_KEYS` the weights' shapes depend on (resume refuses).
-        unit: what the throughput counts (record field `<unit>_per_s`).
-        cooperative: whether cooperative mini-batches can train it (`config.refusals` asks).
-        norm, residual, linear_head: the model's options, set by `from_config`.
-    """
-
-    name = ""
-    metric = "acc"
-    metric_name = "accuracy"
-    unit = "seeds"
-    cooperative = False
-    model_flags: tuple[str, ...] = ()
-    norm = "none"
+    name = ""  # the --task value
+    metric = "acc"  # the validation score `fit` keeps the best of (record field `val_<metric>`)
+    metric_name = "accuracy"  # that score in words, for the run's last line
+    unit = "seeds"  # what the throughput counts (record field `<unit>_per_s`)
+    cooperative = False  # whether cooperative mini-batches can train it (`config.refusals` asks)
+    model_flags: tuple[str, ...] = ()  # fields besides `checkpoint.MODEL_KEYS` the weights' shapes depend on
+    norm = "none"  # norm, residual, linear_head: the model's options, set by `from_config`
     residual = False
     linear_head = False
 
@@ -135,11 +125,8 @@ class Task:
         raise NotImplementedError
 
     def evaluate_exact(self, rt: Runtime, graph: LocalGraph, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
-        """Collective over `rt.comm`: return exact inference's val/test scores (`--eval exact`) as record fields.
-
-        Raises:
-            ConfigError: the task has no exact evaluation.
-        """
+        """Collective over `rt.comm`: return exact inference's val/test scores (`--eval exact`) as record fields;
+        ConfigError where the task has none."""
         raise ConfigError(f"--eval exact expects a task with exact evaluation; --task {self.name} has none "
                           "yet. HINT: --eval sampled, and python -m mpignn.predict for its embeddings")
 
@@ -157,11 +144,8 @@ class Task:
         return {}
 
     def score_pairs(self, model: torch.nn.Module, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """Return one score per pair from the encoder's rows of its two ends (`a`, `b`: [P, D]).
-
-        Raises:
-            ConfigError: the task has no pair decoder.
-        """
+        """Return one score per pair from the encoder's rows of its two ends (`a`, `b`: [P, D]); ConfigError where
+        the task has no pair decoder."""
         raise ConfigError(f"--pairs expects a checkpoint of a task that scores node pairs (--task link); this one "
                           f"was trained with --task {self.name}. HINT: drop --pairs, or predict with a link "
                           "prediction checkpoint")

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from mpignn.errors import ConfigError
 from mpignn.tasks.link_metrics import LinkScores
-from mpignn.mpi import allreduce_max
+from mpignn.mpi import steps_per_epoch
 from mpignn.models import build_model
 from mpignn.models.link import LinkModel
 from mpignn.data.links import undirected_pairs
@@ -159,8 +159,7 @@ class LinkTask(Task):
         for split in ("val", "test"):
             seeds = self.seeds(graph, split, pick)
             per = self.eval_batch_size(seeds, self.eval_factor * chunk)  # positives, each with 1 + K negatives
-            steps = -(-len(seeds) // per)
-            steps = int(allreduce_max(comm, [steps])[0]) if comm is not None else steps
+            steps = steps_per_epoch(comm, len(seeds), per) if comm is not None else -(-len(seeds) // per)
             sums = LinkScores(self.hits_k)
             for step in range(steps):
                 items = np.arange(step * per, min((step + 1) * per, len(seeds)))
