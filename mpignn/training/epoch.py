@@ -200,12 +200,12 @@ def run_epoch(parts: EpochParts, epoch: int, *, evaluate_now: bool, start_step: 
              **{name: after[name] - before[name] for name in COUNTERS}}
     keys = sorted(local)
     total = dict(zip(keys, allreduce_sum(rt.comm, [local[k] for k in keys]).tolist()))
-    per_step = lambda v: v / max(sums["steps"], 1)  # noqa: E731
     maxima = {"epoch_s": train_s, "eval_s": eval_s, "sample_s": times.sample_s, "exchange_s": times.exchange_s,
               "compute_s": sums["compute_s"], "allreduce_s": sums["allreduce_s"], "peak_rss_mb": peak_rss_mb(),
               "load_peak_rss_mb": graph.load_peak_rss_mb, "wait_s": times.wait_s, "train_peak_rss_mb": train_peak,
               "rss_mb": rss_mb() or 0.0}
-    reduced = allreduce_max(rt.comm, [*maxima.values(), *(per_step(counts[f"rows_{j}"]) for j in layers)]).tolist()
+    own_rows = [counts[f"rows_{j}"] / max(sums["steps"], 1) for j in layers]  # per step
+    reduced = allreduce_max(rt.comm, [*maxima.values(), *own_rows]).tolist()
     slowest = {**dict(zip(maxima, reduced)), "own_rows": reduced[len(maxima):]}
     return epoch_record(
         epoch=epoch, epochs_done=epoch + min(end_step or steps, steps) / max(steps, 1), total=total,

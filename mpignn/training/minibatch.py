@@ -96,12 +96,7 @@ def count_step(rt: Runtime, loader: Any) -> StepCount:
 def choose_minibatch(rt: Runtime, make_loader: Callable[[str], Any], *, in_width: int, hidden: int,
                      num_nodes: int, full_refusal: str) -> tuple[str, str]:
     """Collective over `rt.comm` (`--minibatch auto`): return "full" or "independent" from counts alone, and why.
-
-    Args:
-        make_loader: `mode -> training loader` of that mode (collective); its epoch 0 is training's.
-        in_width, hidden: for `StepCount.cost`.
-        full_refusal: `training.loaders.full_fit_problem`'s answer ("" where full can train).
-    """
+    `make_loader`: mode -> training loader (collective); `full_refusal`: `full_fit_problem`'s answer."""
     if full_refusal:
         return "independent", full_refusal.split(". HINT")[0]
     step = count_step(rt, make_loader("independent"))
@@ -125,15 +120,9 @@ def _close(loader: Any) -> None:
 def tune_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[[str], Any], *, task: Any,
                    bf16: bool = False, refusal: str = "", num_nodes: int = 0,
                    full_refusal: str = "one") -> tuple[str, dict[str, Probe]]:
-    """Collective over `rt.comm` (`--minibatch tune`): return the fastest mode and what each measured.
-
-    The probe leaves weights, RNG and buffers as they were. Rank 0 logs the flag that pins the choice.
-
-    Args:
-        make_loader: `mode -> training loader` of that mode (collective); its epoch 0 is training's.
-        refusal: why cooperative cannot train this run ("": it can, and is timed).
-        full_refusal: as for `choose_minibatch`; full is timed only past `FULL_COVERAGE`.
-    """
+    """Collective over `rt.comm` (`--minibatch tune`): return the fastest mode and what each measured; the probe
+    leaves weights, RNG and buffers as they were. `refusal`: why cooperative cannot train ("": it is timed);
+    `make_loader`, `full_refusal`: as `choose_minibatch`'s (full is timed only past `FULL_COVERAGE`)."""
     coverage = count_step(rt, make_loader("independent")).inputs / max(1, num_nodes) if not full_refusal else 0.0
     refusal = refusal or ("one rank" if rt.world_size == 1 else "")
     modes = ["independent", *(["cooperative"] if not refusal else []),
@@ -185,42 +174,30 @@ def _pick(probes: dict[str, Probe], full_when_short: bool) -> str:
     return "independent"
 
 
-class _Repeat:
-    def __init__(self, loader: Any, times: int) -> None:
-        self.loader, self.times, self.start_step, self.sampler = loader, times, 0, loader.sampler
-
-    def __len__(self) -> int:
-        return self.times
-
-    def __iter__(self) -> Any:
-        for _ in range(self.times):
-            yield from self.loader
-
-
 class _Clock:
-    """Notes when each step is done: when the next batch is asked for."""
+    """Notes when each step of `passes` passes over `loader` is done: when the next batch is asked for."""
 
-    def __init__(self, loader: Any) -> None:
-        self.loader, self.start_step, self.done = loader, loader.start_step, []
+    def __init__(self, loader: Any, passes: int = 1) -> None:
+        self.loader, self.passes, self.start_step, self.done = loader, passes, loader.start_step, []
         self.sampler = loader.sampler
 
     def __len__(self) -> int:
-        return len(self.loader)
+        return len(self.loader) * self.passes
 
     def __iter__(self) -> Any:
-        for batch in self.loader:
-            yield batch
-            self.done.append(time.perf_counter())
+        for _ in range(self.passes):
+            for batch in self.loader:
+                yield batch
+                self.done.append(time.perf_counter())
 
 
 def _measure(rt: Runtime, model: torch.nn.Module, loader: Any, task: Any, bf16: bool) -> Probe:
     """Collective: time `loader`'s first 1 + PROBE_STEPS steps of epoch 0, the first untimed."""
-    if loader.minibatch == "full":  # one timed full step: it is long, and its noise small
-        loader = _Repeat(loader, 2)
-    else:
+    full = loader.minibatch == "full"  # one timed full step: it is long, and its noise small
+    if not full:
         loader.set_epoch(0, 0, 1 + PROBE_STEPS)
     halo0 = loader.sampler.counters().get("halo_bytes", 0)
-    clock = _Clock(loader)
+    clock = _Clock(loader, 2 if full else 1)
     sums = train_epoch(model, clock, _Discard(model), task=task, device=rt.device, bf16=bf16, comm=rt.comm)
     seconds = clock.done[-1] - clock.done[0]
     steps = max(sums["steps"], 1.0)
