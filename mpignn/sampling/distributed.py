@@ -57,15 +57,9 @@ class DistributedHops:
         send_counts[rank] = 0  # own targets are sampled here, not sent
         # Out: [seed, (labor: shift,) ids...] to each owner. Back: [counts..., (labor: denominators...,) nbrs...].
         asks = send_counts > 0
-        out_counts = np.where(asks, send_counts + len(header), 0)
-        out = np.empty(int(out_counts.sum()), dtype=np.int64)
-        is_id = np.ones(len(out), dtype=bool)
-        starts = segment_starts(out_counts)[asks]
-        for i, value in enumerate(header):
-            out[starts + i] = value
-            is_id[starts + i] = False
-        out[is_id] = gids[remote_pos]
-        asked, asked_counts = alltoallv(comm, out, out_counts)
+        out = np.insert(gids[remote_pos], np.repeat(segment_starts(send_counts)[asks], len(header)),
+                        np.tile(header, int(asks.sum())))
+        asked, asked_counts = alltoallv(comm, out, np.where(asks, send_counts + len(header), 0))
         answers, answer_counts = [], np.zeros(size, dtype=np.int64)
         for src, start in zip(range(size), segment_starts(asked_counts)):
             if asked_counts[src]:
@@ -82,8 +76,7 @@ class DistributedHops:
             head = 2 * asked_here if labor else asked_here  # labor: a denominator per id after the counts
             back_means.append(back[start + asked_here:start + head])
             back_nbrs.append(back[start + head:start + back_from[dest]])
-        back_c = np.concatenate(back_counts) if back_counts else _EMPTY
-        back_n = np.concatenate(back_nbrs) if back_nbrs else _EMPTY
+        back_c, back_n = np.concatenate(back_counts), np.concatenate(back_nbrs)  # a part per rank: never empty
         own = draw(gids[own_pos], fanout, *header)
         own_counts, own_nbrs = own[0], own[1]
         counts = np.empty((len(gids), t), dtype=np.int64)
@@ -98,7 +91,7 @@ class DistributedHops:
             return counts.reshape(-1), nbrs, None
         mean_over = np.empty(len(gids), dtype=np.int64)  # homogeneous: one per target
         mean_over[own_pos] = own[2]
-        mean_over[remote_pos] = np.concatenate(back_means) if back_means else _EMPTY
+        mean_over[remote_pos] = np.concatenate(back_means)
         return counts.reshape(-1), nbrs, mean_over
 
 
