@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mpignn.mpi import alltoallv
+from mpignn.mpi import alltoallv, segment_starts
 from mpignn.partition.format import group_by_owner
 from mpignn.sampling.neighbor import LocalHops
 
@@ -54,29 +54,17 @@ def _hop(comm: Any, local: LocalHops, offsets: np.ndarray, ids: np.ndarray, mass
     """Collective: the visits one hop further; remote frontier nodes are spread by their owners."""
     owner, order, counts = group_by_owner(ids, offsets, comm.size)
     own = owner == comm.rank
-    out_ids, out_mass = [], []
     nbrs, weight = _spread_sum(local, ids[own], mass[own], fanout, own_range)
-    out_ids.append(nbrs)
-    out_mass.append(weight)
     remote = order[~own[order]]
     counts[comm.rank] = 0
     asked, asked_counts = alltoallv(comm, ids[remote], counts)
     asked_mass, _ = alltoallv(comm, mass[remote], counts)
-    answer_ids, answer_mass = [], []
-    answer_counts = np.zeros(comm.size, dtype=np.int64)
-    start = 0
-    for src in range(comm.size):
-        stop = start + int(asked_counts[src])
-        a_ids, a_mass = _spread_sum(local, asked[start:stop], asked_mass[start:stop], fanout, own_range)
-        answer_ids.append(a_ids)
-        answer_mass.append(a_mass)
-        answer_counts[src] = len(a_ids)
-        start = stop
-    got_ids, _ = alltoallv(comm, np.concatenate(answer_ids), answer_counts)
-    got_mass, _ = alltoallv(comm, np.concatenate(answer_mass), answer_counts)
-    out_ids.append(got_ids)
-    out_mass.append(got_mass)
-    return _sum_by_id(np.concatenate(out_ids), np.concatenate(out_mass), own_range)
+    answers = [_spread_sum(local, asked[a:a + n], asked_mass[a:a + n], fanout, own_range)
+               for a, n in zip(segment_starts(asked_counts), asked_counts)]
+    answer_counts = np.array([len(a_ids) for a_ids, _ in answers], dtype=np.int64)
+    got_ids, _ = alltoallv(comm, np.concatenate([a_ids for a_ids, _ in answers]), answer_counts)
+    got_mass, _ = alltoallv(comm, np.concatenate([a_mass for _, a_mass in answers]), answer_counts)
+    return _sum_by_id(np.concatenate([nbrs, got_ids]), np.concatenate([weight, got_mass]), own_range)
 
 
 def _spread_sum(local: LocalHops, gids: np.ndarray, mass: np.ndarray, fanout: int,
