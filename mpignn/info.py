@@ -10,7 +10,7 @@ import os
 import platform
 import subprocess
 import sys
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from mpignn.env import mpiexec_path
 
@@ -169,15 +169,6 @@ def rank_line(rank: int, world_size: int, host: str, local_rank: int, local_size
             f"device={_pick(local_rank, local_size)} cores={cores_text()}")
 
 
-def _world() -> tuple[Any, str]:
-    try:
-        from mpignn.mpi import world
-
-        return world(), ""
-    except Exception as exc:
-        return None, f"{type(exc).__name__}: {exc}"
-
-
 def report_lines(rank_lines: Sequence[str], mpi_problem: str = "") -> list[str]:
     """Return the whole report, rank 0's view, one "key: value" per line."""
     rows = versions() + devices() + [("backends", backends()), ("launcher", launcher())]
@@ -197,7 +188,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     import socket
 
     argparse.ArgumentParser(prog="python -m mpignn.info", description=__doc__.splitlines()[0]).parse_args(argv)
-    comm, problem = _world()
+    try:
+        from mpignn.mpi import world
+
+        comm, problem = world(), ""
+    except Exception as exc:
+        comm, problem = None, f"{type(exc).__name__}: {exc}"
     if comm is None:
         print("\n".join(report_lines([rank_line(0, 1, socket.gethostname(), 0, 1)], problem)), flush=True)
         return 0

@@ -36,13 +36,8 @@ _TYPES: dict[str, tuple[Callable[[Any], bool], str, Callable[[str, str, Any], st
 
 def check_types(values: Mapping[str, Any], annotations: Mapping[str, Any],
                 defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Check each of `values` against its field's annotation; bools only for bool (a TOML "false" is a string).
-
-    Returns:
-        {name: value} of the values to replace: the ints given for float fields, as floats.
-    Raises:
-        ConfigError: naming the key and its flag, the expected type and the value (with its type), and a HINT.
-    """
+    """Check each of `values` against its field's annotation (bools only for bool: a TOML "false" is a string);
+    return the ints given for float fields, as floats, to replace. Raises ConfigError with a HINT."""
     widened: dict[str, Any] = {}
     for name, value in values.items():
         note = annotations.get(name)
@@ -94,11 +89,7 @@ def check_config(config: Any, normalise: Callable[[], None] | None = None) -> No
 
 
 def check_values(config: Any) -> None:
-    """Check each field of `config` against its `opt`, then the RANGES rows.
-
-    Raises:
-        ConfigError: the first value refused, as one line naming its flag, with its HINT.
-    """
+    """Check each field of `config` against its `opt`, then the RANGES rows; ConfigError for the first refused."""
     for f in dataclasses.fields(config):
         value, flag = getattr(config, f.name), "--" + f.name.replace("_", "-")
         if "accepts" in f.metadata:
@@ -138,11 +129,7 @@ def estimate_step_bytes(hidden: int, layers: int, seeds: int, *, model: str = "s
 
 
 def check_memory(estimate: int, available: int | None, what: str, hint: str = "") -> None:
-    """Refuse when `estimate` bytes exceed `available` (None: unknown, nothing refused).
-
-    Raises:
-        ConfigError: the estimate, what it covers (`what`), the bytes available and a HINT.
-    """
+    """Raise ConfigError when `estimate` bytes (of `what`) exceed `available` (None: unknown, nothing refused)."""
     if available is None or estimate <= available:
         return
     hint = hint or "a smaller --hidden or --batch-size, fewer layers (--fanout), or fewer ranks per host"

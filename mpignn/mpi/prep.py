@@ -26,12 +26,6 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-def _send_status(group: Any, status: tuple[bool, str]) -> None:
-    reqs = [group.isend(status, dest=r, tag=_READY_TAG) for r in range(1, group.size)]
-    for req in reqs:
-        req.wait()
-
-
 def _wait_status(group: Any, timeout: float | None, what: str) -> tuple[bool, str]:
     """Poll for rank 0's status instead of blocking, so a stuck rank 0 becomes a clear error."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -67,15 +61,12 @@ def _group(comm: Any, per_host: bool) -> Any:
 @contextlib.contextmanager
 def root_first(comm: Any, *, per_host: bool = False, timeout: float | None = None,
                what: str = "its preparation") -> Iterator[bool]:
-    """Collective over `comm`: rank 0 runs the block first, the others wait for its ready signal, then run it.
+    """Collective over `comm`: rank 0 runs the block first (yielding True), the others wait for its ready signal,
+    then run it.
 
     So rank 0 does the one-time work (a download) and the rest only load. `per_host`: each host's rank 0 goes
     first (node-local disks). A first rank's failure raises RootFailedError on every rank. `timeout` bounds
-    the wait for a stuck first rank.
-
-    Yields:
-        True on the rank(s) that go first.
-    """
+    the wait for a stuck first rank."""
     group = _group(comm, per_host)
     dog = watching()  # several first ranks, each its own time: the bound of the work they agree on
     limit = timeout + dog.timeout if per_host and timeout and dog is not None else 0.0
@@ -88,7 +79,8 @@ def root_first(comm: Any, *, per_host: bool = False, timeout: float | None = Non
                 failure = exc
             message = "" if failure is None else (
                 f"rank {comm.rank} on {socket.gethostname()} failed during {what}: {_describe(failure)}")
-            _send_status(group, (failure is None, message))
+            for req in [group.isend((failure is None, message), dest=r, tag=_READY_TAG) for r in range(1, group.size)]:
+                req.wait()
             _finish(comm, failure is None, message, failure, limit)
         else:
             ok, message = _wait_status(group, timeout, what)

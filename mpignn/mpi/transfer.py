@@ -1,11 +1,12 @@
 """Files moved over MPI between hosts that share no disk, each checked against its sha256 and renamed into place
-once whole. Temporary names are `mpignn.fileio.temp_name`'s, so `remove_leftovers` recognises a killed receiver's
-file. Stdlib, numpy, mpi4py (through `comm`) and `mpignn.fileio`.
+once whole. Temporary names follow `mpignn.fileio.temp_name`'s pattern, so `remove_leftovers` recognises a killed
+receiver's file. Stdlib, numpy and mpi4py (through `comm`).
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import socket
 from pathlib import Path
@@ -13,12 +14,24 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from mpignn.fileio import fsync_dir, fsync_file, temp_name
 
 __all__ = ["Move", "move_files", "sees_rank0", "CHUNK_BYTES"]
 
 CHUNK_BYTES = 1 << 26  # per message; tests lower it to exercise many chunks
 _TAG = 7201
+
+
+def _incoming(path: Path) -> Path:
+    host = re.sub(r"[^A-Za-z0-9-]", "_", socket.gethostname()) or "_"
+    return path.with_name(f".{path.name}.incoming-{os.getpid()}@{host}")
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class Move(NamedTuple):
@@ -96,7 +109,7 @@ def _receive(comm: Any, path: Path, move: Move, buf: np.ndarray, skip: bool) -> 
     from mpi4py import MPI
 
     out, check, problem = None, hashlib.sha256(), ""
-    tmp = temp_name(path, "incoming")
+    tmp = _incoming(path)
     if not skip:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -122,9 +135,9 @@ def _receive(comm: Any, path: Path, move: Move, buf: np.ndarray, skip: bool) -> 
         if check.hexdigest() != move.sha256:
             problem = f"{move.rel} arrived from rank {move.src} with a wrong sha256 (corrupt at the sender)"
         else:
-            fsync_file(tmp)
+            _fsync(tmp)
             os.replace(tmp, path)
-            fsync_dir(path.parent)
+            _fsync(path.parent)
     except OSError as exc:
         problem = f"cannot write {path}: {type(exc).__name__}: {exc}"
     finally:
