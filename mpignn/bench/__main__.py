@@ -98,16 +98,15 @@ def main(argv: list[str] | None = None) -> int:
                 for rule in ("sqrt", "linear")}}
     configs = []
     for name in args.configs.split(","):
-        found = re.search(r"\+labor(\d*)$", name)  # +labor: LABOR-0; +laborI: I importance iterations
-        base, labor = (name[:found.start()], found.group(1) or "0") if found else (name, "")
-        base, _, dtype = base.rpartition("+") if base.endswith(("+fp16", "+bf16")) else (base, "", "")
+        # +labor: LABOR-0; +laborI: I importance iterations
+        base, dtype, labor = re.fullmatch(r"(.*?)(?:\+(fp16|bf16))?(?:\+labor(\d*))?", name).groups()
         if base not in known:
             parser.error(f"--configs: unknown '{name}'; choose from {', '.join(known)} (each may end in +fp16 or "
                          "+bf16, then +labor or +laborI, I the --labor-iterations)")
         label, ranks, extra, bind = known[base]
         if dtype:
             label, extra = f"{label}, {dtype} features", [*extra, "--feature-dtype", dtype]
-        if labor == "0":
+        if labor in ("", "0"):
             label, extra = f"{label}, labor", [*extra, "--sampler", "labor"]
         elif labor:
             label, extra = f"{label}, labor-{labor}", [*extra, "--sampler", "labor", "--labor-iterations", labor]
@@ -153,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             for rate in rates or [""]:
                 runs = [train(ranks, extra, bind, args.max_epochs if timing else args.epochs, evals, seed, rate)
                         for seed in (seeds if timing else seeds[:1])]
-                kept = [repeatable(rec) for rec in runs[0]]  # `per_s`, the role name of the rate, goes too
-                kept = [{k: v for k, v in rec.items() if k != "per_s"} for rec in kept]
+                # `per_s`, the role name of the rate, goes too
+                kept = [{k: v for k, v in repeatable(rec).items() if k != "per_s"} for rec in runs[0]]
                 first = first or kept
                 label = f"{name} @ {rate}" if rate else name
                 rows.append({"config": name, "link": rate, "same": "yes" if kept == first else "NO", **runs[0][-1]})
