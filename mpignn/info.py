@@ -12,7 +12,7 @@ import subprocess
 import sys
 from typing import Callable, Sequence
 
-from mpignn.env import mpiexec_path
+from mpignn.env import detect, mpiexec_path
 
 __all__ = ["main", "cli", "versions", "devices", "backends", "launcher", "report_env", "rank_line", "cores_text",
            "report_lines"]
@@ -120,15 +120,10 @@ def backends() -> str:
 
 
 def launcher() -> str:
-    """Return the launcher mpignn detects from the environment (`mpignn.env.detect`)."""
-    def probe() -> str:
-        from mpignn import env
-
-        info = env.detect()
-        return (f"{info.launcher} (rank {info.rank} of {info.world_size}, local {info.local_rank} of "
-                f"{info.local_size}, host {info.host_rank} of {info.num_hosts})")
-
-    return _safe(probe)
+    """Return the launcher mpignn detects from the environment (`mpignn.env.detect`, which only reads)."""
+    info = detect()
+    return (f"{info.launcher} (rank {info.rank} of {info.world_size}, local {info.local_rank} of "
+            f"{info.local_size}, host {info.host_rank} of {info.num_hosts})")
 
 
 def report_env(environ: dict[str, str] | None = None) -> list[tuple[str, str]]:

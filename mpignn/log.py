@@ -13,16 +13,6 @@ import sys
 __all__ = ["setup_logging"]
 
 
-class _RankFilter(logging.Filter):
-    def __init__(self, rank: int, world_size: int, host: str) -> None:
-        super().__init__()
-        self.tag = f"r{rank}/{world_size} {host}"
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.rank_tag = self.tag
-        return True
-
-
 def _ranks_shown(spec: str | None, world_size: int) -> set[int]:
     if not spec:
         return {0}
@@ -40,8 +30,8 @@ def setup_logging(rank: int, world_size: int, host: str | None = None) -> None:
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
     handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(_RankFilter(rank, world_size, host or socket.gethostname()))
-    handler.setFormatter(logging.Formatter("%(asctime)s [%(rank_tag)s] %(levelname)s %(name)s: %(message)s",
+    tag = f"r{rank}/{world_size} {host or socket.gethostname()}".replace("%", "%%")  # a fixed part of the format
+    handler.setFormatter(logging.Formatter(f"%(asctime)s [{tag}] %(levelname)s %(name)s: %(message)s",
                                            datefmt="%H:%M:%S"))
     logger.addHandler(handler)
     logger.setLevel(level if rank in shown else logging.WARNING)

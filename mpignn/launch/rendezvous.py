@@ -4,6 +4,7 @@ import this module).
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import ipaddress
 import logging
@@ -12,7 +13,7 @@ import select
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from mpignn import env as _env
 from mpignn.errors import LaunchError, mark_agreed
@@ -61,7 +62,7 @@ def rendezvous_endpoint(comm: Any) -> tuple[str, str | None]:
         raise mark_agreed(LaunchError(problem))
     answer = (*candidates[0], "")
     if endpoints:
-        with _Draining(listeners):
+        with _draining(listeners):
             reached = gather_per_host(comm, None, lambda _: _reached(endpoints) if comm.rank != 0 else None)
         if comm.rank == 0:
             answer = _first_reached(candidates, [r for r in reached if r is not None])
@@ -142,32 +143,27 @@ def _first_reached(candidates: list[tuple[str, str]], reached: list[list[bool]])
                     f"each: {counts}). {_HINT}")
 
 
-class _Draining:
-    """Accepts and drops the probes' connections, so thousands of hosts do not overflow a listen backlog."""
+@contextlib.contextmanager
+def _draining(listeners: list[socket.socket]) -> Iterator[None]:
+    """Accept and drop the probes' connections, so thousands of hosts do not overflow a listen backlog."""
+    stop = threading.Event()
 
-    def __init__(self, listeners: list[socket.socket]) -> None:
-        self.listeners, self.stop = listeners, threading.Event()
-        self.thread = threading.Thread(target=self._run, name="mpignn-probe", daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            ready, _, _ = select.select(self.listeners, [], [], 0.05)
-            for sock in ready:
-                try:
+    def drain() -> None:
+        while not stop.is_set():
+            for sock in select.select(listeners, [], [], 0.05)[0]:
+                with contextlib.suppress(OSError):
                     sock.accept()[0].close()
-                except OSError:
-                    pass
 
-    def __enter__(self) -> "_Draining":
-        if self.listeners:
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop.set()
-        if self.listeners:
-            self.thread.join()
-        for sock in self.listeners:
+    thread = threading.Thread(target=drain, name="mpignn-probe", daemon=True)
+    if listeners:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if listeners:
+            thread.join()
+        for sock in listeners:
             sock.close()
 
 
