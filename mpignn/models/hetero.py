@@ -60,9 +60,7 @@ class HeteroGNN(torch.nn.Module):
         for layer in range(self.num_layers):
             keep = hops - layer  # hops still needed as targets after this layer
             n_dst = {t: int(sum(c[:keep])) for t, c in nodes.items()}
-            out: dict[str, torch.Tensor] = {}
-            for t, root in self.roots[layer].items():
-                out[t] = root(x[t][:n_dst[t]])
+            out: dict[str, torch.Tensor] = {t: root(x[t][:n_dst[t]]) for t, root in self.roots[layer].items()}
             for et in self.edge_types:
                 src, _, dst = et
                 if _key(et) not in self.convs[layer] or src not in x:  # not needed, or no input (no in-edges)

@@ -30,7 +30,7 @@ class SampledGNN(torch.nn.Module):
         self.kind, self.dropout, self.num_layers = kind, dropout, num_layers
         self.norm, self.residual, self.heads = norm, residual, heads
         self.convs = torch.nn.ModuleList()
-        widths = []  # (input, output) features of each layer
+        self.widths: list[tuple[int, int]] = []  # (input, output) features of each layer
         for layer in range(num_layers):
             last = layer == num_layers - 1 and not linear_head  # the conv whose rows are the outputs
             c_in = in_channels if layer == 0 else hidden
@@ -45,15 +45,14 @@ class SampledGNN(torch.nn.Module):
                 self.convs.append(GCNConv(c_in, c_out))
             else:
                 raise ValueError(f"unknown kind {kind}")
-            widths.append((c_in, c_out))
-        self.widths = widths
+            self.widths.append((c_in, c_out))
         # --norm: after each hidden layer (its residual added), before the ReLU; the last conv's rows, where they
         # are the task's (logits, embeddings), stay as the conv and its residual give them
         self.norms = None if norm == "none" else torch.nn.ModuleList(
-            make_norm(norm, c_out) for _, c_out in (widths if linear_head else widths[:-1]))
+            make_norm(norm, c_out) for _, c_out in (self.widths if linear_head else self.widths[:-1]))
         # --residual: every layer, the input itself where the widths agree, else a projection
-        self.residuals = torch.nn.ModuleList(make_residual(*w) for w in widths) if residual else None
-        self.head = torch.nn.Linear(widths[-1][1], out_channels) if linear_head else None
+        self.residuals = torch.nn.ModuleList(make_residual(*w) for w in self.widths) if residual else None
+        self.head = torch.nn.Linear(self.widths[-1][1], out_channels) if linear_head else None
         if kind == "sage":  # the layer that may read sparse input rows (`sparse_input`)
             column_major(self.convs[0].lin_l)
             column_major(self.convs[0].lin_r)
@@ -96,24 +95,22 @@ class SampledGNN(torch.nn.Module):
         fused = halo is not None and self.kind != "gcn"
         for layer, conv in enumerate(self.convs):
             keep = hops - layer  # hops still needed as targets after this layer: 0..keep-1
-            n_dst = int(sum(num_sampled_nodes[:keep]))
+            n_dst, n_src = int(sum(num_sampled_nodes[:keep])), int(sum(num_sampled_nodes[:keep + 1]))
             n_edges = int(sum(num_sampled_edges[:keep]))
             hidden = layer < self.num_layers - 1 or self.head is not None
             src, dst = edge_index[0, :n_edges], edge_index[1, :n_edges]
             weights = None if edge_weight is None else edge_weight[:n_edges]
             root = x  # the layer's input rows, targets first: its residual reads them (before GCN's scaling)
-            sparse = self._sparse_rows(x, layer, whole, halo, int(sum(num_sampled_nodes[:keep + 1])), n_dst)
+            sparse = self._sparse_rows(x, layer, whole, halo, n_src, n_dst)
             if self.kind == "gcn":  # each source row scaled by its deg^-1/2 before it may cross to other ranks
-                x, inv_sqrt, weight = _gcn_scaled(x, num_sampled_nodes, keep, src, dst,
-                                                  whole.degree if whole is not None else None, mean_over,
-                                                  weights)
+                x, inv_sqrt, weight = _gcn_scaled(x, n_src, n_dst, src, dst,
+                                                  whole.degree if whole is not None else None, mean_over, weights)
             if fused and layer > 0:  # the previous layer left x before its activation
                 x, src = activated_halo(halo, layer, x, self.dropout, self.training)
                 root = x
             elif halo is not None and sparse is not None:  # the products cross, in `sage_sparse_input`
                 src = halo.sources(layer, x.device)
             elif halo is not None:
-                n_src = int(sum(num_sampled_nodes[:keep + 1]))
                 # a slice of all rows would still cost its backward a zero-filled copy of the gradient; the input
                 # may come with room for the remote rows (`Halo.table_rows`)
                 x, src = halo(layer, x if len(x) == n_src or layer == 0 else x[:n_src],
@@ -213,14 +210,13 @@ def _residual(branch: torch.nn.Module, root: torch.Tensor, n_dst: int, sparse: A
     return sparse_projection(branch.weight, sparse)
 
 
-def _gcn_scaled(x: torch.Tensor, num_sampled_nodes: Sequence[int], keep: int, src: torch.Tensor,
-                dst: torch.Tensor, degree: torch.Tensor | None = None, mean_over: torch.Tensor | None = None,
+def _gcn_scaled(x: torch.Tensor, n_src: int, n_dst: int, src: torch.Tensor, dst: torch.Tensor,
+                degree: torch.Tensor | None = None, mean_over: torch.Tensor | None = None,
                 edge_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(source rows times deg^-1/2, deg^-1/2 per source, each edge's weight, 0 for a sampled self-loop), with
     the degrees PyG's gcn_norm gives the trimmed layer (1 for the outermost hop). Own sources keep their row
     index in every layer, so `src == dst` finds the loops before any exchange. `mean_over` counts min(d, k)
     in-edges, so the layer's expected output is neighbour sampling's (`tests/test_labor.py`)."""
-    n_src, n_dst = int(sum(num_sampled_nodes[:keep + 1])), int(sum(num_sampled_nodes[:keep]))
     weight = (src != dst).to(torch.float32)
     if degree is not None:
         deg = degree[:n_src].to(device=x.device, dtype=torch.float32) + 1
