@@ -220,11 +220,9 @@ def apply_threads(threads: int) -> None:
 
 def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, local_size: int,
                        choice: Choice, timeout_s: float = 600.0) -> None:
-    """Collective over `comm`: initialise torch.distributed with no hand-set MASTER_ADDR/MASTER_PORT.
-
-    The address comes from `rendezvous_endpoint` (never loopback across hosts) and the store goes over MPI, so
-    no TCP port is opened; a hand-set MASTER_PORT on rank 0 gets a TCPStore on exactly that address.
-    """
+    """Collective over `comm`: initialise torch.distributed with no hand-set MASTER_ADDR/MASTER_PORT. The address comes
+    from `rendezvous_endpoint` (never loopback across hosts) and the store goes over MPI, so no TCP port is opened; a
+    hand-set MASTER_PORT on rank 0 gets a TCPStore on exactly that address."""
     dist = torch.distributed
     if dist.is_initialized():
         return
@@ -239,9 +237,7 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
         # library in the same process is asking for symbol clashes
         importlib.import_module("oneccl_bindings_for_pytorch")
     timeout = datetime.timedelta(seconds=timeout_s)
-    kwargs: dict[str, Any] = {}
-    if device_id_accepted(choice, torch.__version__):
-        kwargs["device_id"] = torch.device(choice.device)
+    kwargs = {"device_id": torch.device(choice.device)} if device_id_accepted(choice, torch.__version__) else {}
     if world_size == 1 and choice.backend != "mpi":
         # no peer to meet: a store in this process, and no MASTER_ADDR/RANK/... left in the environment that a
         # program's child processes (an mpirun it starts) would inherit
