@@ -101,13 +101,9 @@ class LayerStack:
         """The width of the rows the first conv takes (None: a heterogeneous model, or not known)."""
         if self.plans is not None:
             return None
-        conv = self.encoder.convs[0]
-        width = getattr(conv, "in_channels", None)
-        width = width[0] if isinstance(width, (tuple, list)) else width
-        if isinstance(width, int):
-            return width
-        for module in conv.modules():  # GINConv: its MLP's first linear layer
+        for module in self.encoder.convs[0].modules():  # the conv itself, else (GINConv) its MLP's first layer
             width = getattr(module, "in_features", getattr(module, "in_channels", None))
+            width = width[0] if isinstance(width, (tuple, list)) else width
             if isinstance(width, int):
                 return width
         return None

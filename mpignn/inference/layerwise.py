@@ -54,7 +54,8 @@ def to_device(block: Block, device: Any, inv_sqrt: Callable[[np.ndarray], np.nda
 
 def make_store(table: np.ndarray, part: Any, comm: Any, alltoall: Any) -> FeatureStore:
     """A FeatureStore over one layer's own rows (labels unused)."""
-    return FeatureStore(table, np.zeros(len(table), dtype=np.int8), part.lo, part.meta.part_offsets, comm, alltoall)
+    offsets = part.meta.part_offsets if comm is not None and comm.size > 1 else None  # one part: no owners
+    return FeatureStore(table, np.zeros(len(table), dtype=np.int8), part.lo, offsets, comm, alltoall)
 
 
 def input_table(x: np.ndarray, rows: np.ndarray | None = None,
