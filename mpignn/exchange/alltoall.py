@@ -63,8 +63,7 @@ class TorchAlltoall(MpiAlltoall):
         """Collective: tensor rows in, tensor rows out on `device` (numpy in, numpy out)."""
         torch = self.torch
         as_numpy = isinstance(send, np.ndarray)
-        send_t = torch.from_numpy(np.ascontiguousarray(send)) if as_numpy else send.contiguous()
-        send_t = send_t.to(self.device)
+        send_t = (torch.from_numpy(np.ascontiguousarray(send)) if as_numpy else send.contiguous()).to(self.device)
         recv_t = torch.empty((int(np.sum(recv_counts)),) + tuple(send_t.shape[1:]), dtype=send_t.dtype,
                              device=self.device)
         torch.distributed.all_to_all_single(recv_t, send_t, output_split_sizes=[int(c) for c in recv_counts],
