@@ -99,10 +99,7 @@ class FeatureStore:
         if self.comm is None:
             if not own.all():
                 raise ValueError("node ids outside this rank's part and no communicator to fetch them")
-            if out is None:
-                return _take(self.x, n_id - self.lo), self.y[n_id - self.lo]
-            _take(self.x, n_id - self.lo, out=out)
-            return out, self.y[n_id - self.lo]
+            return _take(self.x, n_id - self.lo, out=out), self.y[n_id - self.lo]
         x = self._empty_rows(len(n_id)) if out is None else out
         # One pass over all rows puts own rows in place (remote positions overwritten below): taking them apart
         # and scattering copied them twice through a temporary (its cost: docs/benchmarks.md).

@@ -66,7 +66,7 @@ def input_table(x: np.ndarray, rows: np.ndarray | None = None,
         x = (np.asarray(x).astype(np.uint32) << 16).view(np.float32)
     if bare is None:
         if rows is None:
-            return x if x.dtype == np.float32 else np.asarray(x, dtype=np.float32)
+            return np.asarray(x, dtype=np.float32)  # no copy where x is float32 already
         return np.concatenate([np.asarray(x, dtype=np.float32), np.asarray(rows, dtype=np.float32)], axis=1)
     width = rows.shape[1] if rows is not None else 1
     table = np.zeros((len(x), max(x.shape[1], width)), dtype=np.float32)
