@@ -72,53 +72,48 @@ def bootstrap(device: str = TrainConfig.device, backend: str = TrainConfig.backe
                   f"(bootstrap) to finish within {left:g}s; got no answer from every rank. HINT: a rank did not "
                   f"start or stopped: look at every host's processes; raise --collective-timeout where start-up "
                   f"is that slow"):
-        return _bootstrap(device, backend, threads, logging_setup, comm, tune_process, collective_timeout)
-
-
-def _bootstrap(device: str, backend: str, threads: int, logging_setup: bool, comm: Any, tune_process: bool,
-               collective_timeout: float) -> Runtime:
-    check_launcher()
-    comm = world() if comm is None else comm
-    topo = topology(comm)
-    if logging_setup:
-        setup_logging(topo.rank, topo.world_size, topo.host)
-    if passed_on() and topo.local_rank == 0:
-        log.info("mpiexec -iface passed on to MPI's transports on %s: %s", topo.host,
-                 " ".join(f"{k}={v}" for k, v in sorted(passed_on().items())))
-    budget, oversubscribed = thread_budget(topo.local_size)
-    if oversubscribed and topo.local_rank == 0:
-        log.warning("%d ranks share %d cores on %s: oversubscribed, expect slow steps. HINT: fewer ranks per "
-                    "host (mpirun -ppn) or more cores per task", topo.local_size, os.cpu_count(), topo.host)
-    threads = threads or budget
-    dist.apply_threads(threads)
-    if tune_process:
-        tune_allocator()
-        bound_onednn_cache()
-        log_malloc(comm, topo.rank, topo.host)
-    error, kind = "", LaunchError
-    choice = dist.Choice("cpu", "gloo")
-    hw = dist.detect_hardware()
-    # which devices each rank sees, by identity (one allgather at start-up): ranks that each see one GPU
-    # (srun --gpus-per-task=1, a per-rank CUDA_VISIBLE_DEVICES) do not share it
-    seen = comm.allgather((topo.host_rank, dist.visible_devices(device, hw) if device in dist.DEVICES else ()))
-    peers = [ids for host, ids in seen if host == topo.host_rank]  # in local-rank order (topology's split key)
-    try:
-        choice = dist.choose(device, backend, hw, topo.local_rank, topo.local_size, peers)
-    except MpignnError as exc:
-        error, kind = str(exc), type(exc)
-    check_all(comm, not error, error, kind)
-    # on one rank too, so DistributedDataParallel(model) in a script runs unchanged under `mpirun -np 1`
-    dist.init_process_group(comm, topo.rank, topo.world_size, topo.local_rank, topo.local_size, choice,
-                            timeout_s=Watchdog.reported_within(collective_timeout))
-    # after torch's own hook (which buffers what it prints): a script's uncaught exception on one rank ends
-    # the job with the rank and cause named, instead of leaving the others waiting in their next collective
-    abort_on_uncaught()
-    alias_script()
-    if topo.world_size > 1:  # every mpignn collective bounded; one a subset of ranks entered is named early
-        watch(comm, collective_timeout)
-    log.info("%d ranks on %d hosts, %d threads each, device %s, backend %s", topo.world_size, topo.num_hosts,
-             threads, choice.device, choice.backend)
-    return Runtime(comm=comm, topo=topo, choice=choice, threads=threads)
+        check_launcher()
+        comm = world() if comm is None else comm
+        topo = topology(comm)
+        if logging_setup:
+            setup_logging(topo.rank, topo.world_size, topo.host)
+        if passed_on() and topo.local_rank == 0:
+            log.info("mpiexec -iface passed on to MPI's transports on %s: %s", topo.host,
+                     " ".join(f"{k}={v}" for k, v in sorted(passed_on().items())))
+        budget, oversubscribed = thread_budget(topo.local_size)
+        if oversubscribed and topo.local_rank == 0:
+            log.warning("%d ranks share %d cores on %s: oversubscribed, expect slow steps. HINT: fewer ranks per "
+                        "host (mpirun -ppn) or more cores per task", topo.local_size, os.cpu_count(), topo.host)
+        threads = threads or budget
+        dist.apply_threads(threads)
+        if tune_process:
+            tune_allocator()
+            bound_onednn_cache()
+            log_malloc(comm, topo.rank, topo.host)
+        error, kind = "", LaunchError
+        choice = dist.Choice("cpu", "gloo")
+        hw = dist.detect_hardware()
+        # which devices each rank sees, by identity (one allgather at start-up): ranks that each see one GPU
+        # (srun --gpus-per-task=1, a per-rank CUDA_VISIBLE_DEVICES) do not share it
+        seen = comm.allgather((topo.host_rank, dist.visible_devices(device, hw) if device in dist.DEVICES else ()))
+        peers = [ids for host, ids in seen if host == topo.host_rank]  # in local-rank order (topology's split key)
+        try:
+            choice = dist.choose(device, backend, hw, topo.local_rank, topo.local_size, peers)
+        except MpignnError as exc:
+            error, kind = str(exc), type(exc)
+        check_all(comm, not error, error, kind)
+        # on one rank too, so DistributedDataParallel(model) in a script runs unchanged under `mpirun -np 1`
+        dist.init_process_group(comm, topo.rank, topo.world_size, topo.local_rank, topo.local_size, choice,
+                                timeout_s=Watchdog.reported_within(collective_timeout))
+        # after torch's own hook (which buffers what it prints): a script's uncaught exception on one rank ends
+        # the job with the rank and cause named, instead of leaving the others waiting in their next collective
+        abort_on_uncaught()
+        alias_script()
+        if topo.world_size > 1:  # every mpignn collective bounded; one a subset of ranks entered is named early
+            watch(comm, collective_timeout)
+        log.info("%d ranks on %d hosts, %d threads each, device %s, backend %s", topo.world_size, topo.num_hosts,
+                 threads, choice.device, choice.backend)
+        return Runtime(comm=comm, topo=topo, choice=choice, threads=threads)
 
 
 def alias_script() -> None:

@@ -177,8 +177,7 @@ class Watchdog:
         while not self._halt.wait(self.tick):
             problem = ""
             if self.can_ping and self.size > 1:
-                with _slots_lock:
-                    self._threads = {slot.ident: slot for slot in _slots}
+                self._threads = {slot.ident: slot for slot in _snapshot()}
                 self.spots.sample(self._threads)  # how long each thread has been where it is
                 self._answer()
                 problem = self._subset()
