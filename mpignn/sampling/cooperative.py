@@ -124,10 +124,8 @@ class CooperativeSampler:
             for hop, fanout in enumerate(self.fanouts):
                 counts, nbrs, mean_over, weight = draw_hop(self, own[f_lo:f_hi], fanout, hop, seed, variates,
                                                            self._max_over_ranks)
-                if labor:
-                    means.append(mean_over)
-                if weight is not None:
-                    weights.append(weight)
+                means.append(mean_over)  # None but for "labor"
+                weights.append(weight)  # None but for LABOR-i
                 degrees.append(counts)
                 targets.append(np.repeat(np.arange(f_lo, f_hi, dtype=np.int64), counts))
                 sources.append(nbrs)
@@ -152,7 +150,7 @@ class CooperativeSampler:
                             num_sampled_nodes=depth_counts, num_sampled_edges=[len(e) for e in sources],
                             in_degree=np.concatenate(degrees) if degrees else _EMPTY, halo=plans,
                             mean_over=(np.concatenate(means) if means else _EMPTY) if labor else None,
-                            edge_weight=np.concatenate(weights) if weights else None)
+                            edge_weight=np.concatenate(weights) if labor and self.iterations and weights else None)
 
     def _max_over_ranks(self, sources: np.ndarray) -> Any:
         """Collective: a function maxing each source's value over all ranks; ids go to owners once, then each

@@ -280,10 +280,8 @@ class NeighborSampler:
         try:
             for hop, fanout in enumerate(self.fanouts):
                 counts, nbrs, mean_over, weight = draw_hop(self, n_id[f_lo:f_hi], fanout, hop, seed, variates)
-                if labor:
-                    means.append(mean_over)
-                if weight is not None:
-                    weights.append(weight)
+                means.append(mean_over)  # None but for "labor"
+                weights.append(weight)  # None but for LABOR-i
                 if n_count + len(nbrs) > len(n_id):
                     n_id = self._buffer(max(2 * len(n_id), n_count + len(nbrs)), n_id, n_count)
                 src, n_count = self._map(nbrs, n_id, n_count)
@@ -298,11 +296,11 @@ class NeighborSampler:
         finally:
             self._clear(n_id, n_count)
         cat = self._concat
-        return SampleOutput(n_id=self._buffer(n_count, n_id, n_count), row=cat(rows), col=cat(cols), batch_size=len(seeds),
-                            num_sampled_nodes=num_nodes, num_sampled_edges=num_edges,
+        return SampleOutput(n_id=self._buffer(n_count, n_id, n_count), row=cat(rows), col=cat(cols),
+                            batch_size=len(seeds), num_sampled_nodes=num_nodes, num_sampled_edges=num_edges,
                             edge_type=cat(types) if t > 1 else None, in_degree=cat(degrees),
                             mean_over=cat(means) if labor else None,
-                            edge_weight=cat(weights) if weights else None)
+                            edge_weight=cat(weights) if labor and self.iterations and weights else None)
 
     # The batch's arrays: numpy here; `sampling.device_sampler.DeviceSampler` keeps them on its device.
     def _seeds(self, seeds: np.ndarray) -> np.ndarray:
