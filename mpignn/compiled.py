@@ -12,7 +12,7 @@ import stat
 import sys
 import tempfile
 import types
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 __all__ = ["ensure_numba_cache_dir", "serial_or_parallel"]
 
@@ -49,13 +49,6 @@ def _writable_folder(path: str) -> bool:
     return True
 
 
-def _numba_user_dir(env: Mapping[str, str]) -> str:
-    """numba's user-wide cache folder, the one it tries after __pycache__."""
-    if sys.platform == "darwin":
-        return os.path.expanduser("~/Library/Caches/numba")
-    return os.path.join(env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "numba")
-
-
 def _private_folder(path: str) -> bool:
     """A writable folder of this user's own: not a link, nor one another user planted in a shared /tmp."""
     try:
@@ -83,7 +76,10 @@ def ensure_numba_cache_dir(package_dir: str, env: dict[str, str] | None = None, 
     env = os.environ if env is None else env  # type: ignore[assignment]
     given = env.get("NUMBA_CACHE_DIR", "")
     tried = [given] if given else []
-    tried += [os.path.join(package_dir, "__pycache__"), user_dir or _numba_user_dir(env)]
+    if user_dir is None:  # numba's user-wide cache folder, the one it tries after __pycache__
+        user_dir = (os.path.expanduser("~/Library/Caches/numba") if sys.platform == "darwin" else
+                    os.path.join(env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "numba"))
+    tried += [os.path.join(package_dir, "__pycache__"), user_dir]
     if any(_writable_folder(path) for path in tried):
         return None
     fallback = os.path.join(temp_dir or tempfile.gettempdir(), f"mpignn-numba-{_uid()}")

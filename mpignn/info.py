@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import itertools
 import os
 import platform
 import subprocess
@@ -138,13 +139,8 @@ def cores_text(cores: set[int] | None = None) -> str:
         if not hasattr(os, "sched_getaffinity"):
             return "unknown (no sched_getaffinity here)"
         cores = os.sched_getaffinity(0)
-    spans: list[list[int]] = []
-    for c in sorted(cores):
-        if spans and c == spans[-1][1] + 1:
-            spans[-1][1] = c
-        else:
-            spans.append([c, c])
-    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans) or "none"
+    runs = [[c for _, c in run] for _, run in itertools.groupby(enumerate(sorted(cores)), lambda ic: ic[1] - ic[0])]
+    return ",".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs) or "none"
 
 
 def _pick(local_rank: int, local_size: int) -> str:

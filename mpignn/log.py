@@ -13,18 +13,11 @@ import sys
 __all__ = ["setup_logging"]
 
 
-def _ranks_shown(spec: str | None, world_size: int) -> set[int]:
-    if not spec:
-        return {0}
-    if spec.strip().lower() == "all":
-        return set(range(world_size))
-    return {int(r) for r in spec.split(",") if r.strip()}
-
-
 def setup_logging(rank: int, world_size: int, host: str | None = None) -> None:
     """Send the `mpignn` loggers to stderr with a `[rank/size host]` tag; rank 0 (or MPIGNN_LOG_RANKS) at
     INFO (or MPIGNN_LOG_LEVEL), the other ranks at WARNING."""
-    shown = _ranks_shown(os.environ.get("MPIGNN_LOG_RANKS"), world_size)
+    spec = os.environ.get("MPIGNN_LOG_RANKS", "").strip().lower() or "0"
+    shown = set(range(world_size)) if spec == "all" else {int(r) for r in spec.split(",") if r.strip()}
     level = os.environ.get("MPIGNN_LOG_LEVEL", "INFO").upper()
     logger = logging.getLogger("mpignn")
     for handler in list(logger.handlers):

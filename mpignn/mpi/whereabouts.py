@@ -79,19 +79,6 @@ class Spots:
         return out
 
 
-def same_collective(path: list[str], threads: list[dict[str, Any]]) -> bool:
-    """Compare outermost marks only: ranks inside one marked block may be a collective apart."""
-    return bool(path) and any(t["path"] and t["path"][0] == path[0] for t in threads)
-
-
-def stuck_elsewhere(threads: list[dict[str, Any]], seconds: float) -> dict[str, Any] | None:
-    """Return a thread waiting in another collective over `seconds`: with this rank in its own, neither finishes."""
-    for t in threads:
-        if (t["torch"] or t["bounded"]) and t["seconds"] > seconds:
-            return t
-    return None
-
-
 def describe(rank: int, threads: list[dict[str, Any]]) -> str:
     parts = []
     for t in threads:
@@ -110,7 +97,9 @@ def verdict(rank: int, path: list[str], here: str, replies: dict[int, list[dict[
     """Return (message, the ranks outside) for `rank` waiting in `path`, from every other rank's report. "" where all
     are in it; a warning where some are not; an error where each of those waits in another collective over `stuck`
     seconds (neither can finish)."""
-    absent = {r: t for r, t in sorted(replies.items()) if not same_collective(path, t)}
+    # outermost marks only: ranks inside one marked block may be a collective apart
+    absent = {r: threads for r, threads in sorted(replies.items())
+              if not (path and any(t["path"] and t["path"][0] == path[0] for t in threads))}
     if not absent:
         return "", ""
     outside = "; ".join(describe(r, t) for r, t in absent.items())
@@ -118,7 +107,7 @@ def verdict(rank: int, path: list[str], here: str, replies: dict[int, list[dict[
             f"{', '.join(str(r) for r in absent)} did not: {outside}")
     hint = ("HINT: loaders, inference, metrics and DDP's steps are collective: run them on every rank (each its "
             "share, then accuracy(rt, ...)), not under `if rank == 0` (docs/from-pyg.md, 'evaluation')")
-    if all(stuck_elsewhere(t, stuck) for t in absent.values()):
+    if all(any((t["torch"] or t["bounded"]) and t["seconds"] > stuck for t in threads) for threads in absent.values()):
         return f"mpignn: error: {head}. Neither collective can finish: ending the job. {hint}", outside
     return (f"mpignn: warning: {head}. The job ends at --collective-timeout {timeout:g}s unless "
             f"{'they enter' if len(absent) > 1 else 'it enters'}. {hint}", outside)
