@@ -13,14 +13,15 @@ import torch
 from mpignn.config.graph_options import parse_fanout
 
 
-def _graph(spec: str):
+def _graph(spec: str, rows: bool = True):
+    """(mpignn's graph, PyG's Data of it; `rows`: with features and labels)."""
     from torch_geometric.data import Data
 
     from mpignn.data import load_dataset
 
     g = load_dataset(spec)
     data = Data(edge_index=torch.from_numpy(g.edge_index()), num_nodes=g.num_nodes,
-                x=torch.from_numpy(g.x), y=torch.from_numpy(g.y))
+                **({"x": torch.from_numpy(g.x), "y": torch.from_numpy(g.y)} if rows else {}))
     return g, data
 
 
@@ -32,12 +33,10 @@ def _backend() -> str:
 
 def sample(spec: str, fanout: list[int], batch_size: int, batches: int, threads: int) -> dict:
     """Time index sampling, as `bench.sampler` times mpignn's: no features or labels, so no rows gathered."""
-    from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
 
     torch.set_num_threads(threads)
-    g, _ = _graph(spec)
-    data = Data(edge_index=torch.from_numpy(g.edge_index()), num_nodes=g.num_nodes)
+    g, data = _graph(spec, rows=False)
     loader = NeighborLoader(data, num_neighbors=fanout, batch_size=batch_size, shuffle=True,
                             input_nodes=torch.from_numpy(g.train_idx))
     it = iter(loader)
