@@ -19,12 +19,9 @@ __all__ = ["main", "cli", "versions", "devices", "backends", "launcher", "report
            "report_lines"]
 
 MISSING = "not installed"
-# (label, distribution name): the distribution's metadata is read, its module is not imported
-DISTRIBUTIONS = (("torch-geometric", "torch-geometric"), ("mpi4py", "mpi4py"), ("mpich wheel", "mpich"),
-                 ("numba", "numba"), ("numpy", "numpy"), ("pymetis", "pymetis"), ("kaminpar", "kaminpar"),
-                 ("ogb", "ogb"), ("tensorboard", "tensorboard"),
-                 ("intel-extension-for-pytorch", "intel-extension-for-pytorch"),
-                 ("oneccl-bindings-for-pytorch", "oneccl-bindings-for-pytorch"))
+# Each distribution's metadata is read, its module is not imported ("mpich" is shown as the mpich wheel)
+DISTRIBUTIONS = ("torch-geometric", "mpi4py", "mpich", "numba", "numpy", "pymetis", "kaminpar", "ogb", "tensorboard",
+                 "intel-extension-for-pytorch", "oneccl-bindings-for-pytorch")
 # Shown, never acted on: the variables that shape threads, devices, the network and the launcher. Prefixes,
 # not everything, so that tokens and paths of unrelated tools stay out of a pasted report.
 ENV_PREFIXES = ("MPIGNN_", "OMP_", "MKL_", "KMP_", "NUMBA_", "CUDA_VISIBLE", "CUDA_DEVICE", "NCCL_", "GLOO_",
@@ -82,7 +79,8 @@ def versions() -> list[tuple[str, str]]:
             ("python", f"{platform.python_version()} ({platform.python_implementation()}) {sys.executable}"),
             ("os", _safe(lambda: f"{platform.platform()} ({platform.machine()})")),
             ("torch", _safe(_torch))]
-    rows += [(label, _safe(lambda name=name: importlib.metadata.version(name))) for label, name in DISTRIBUTIONS]
+    rows += [("mpich wheel" if name == "mpich" else name, _safe(lambda name=name: importlib.metadata.version(name)))
+             for name in DISTRIBUTIONS]
     rows += [("mpi library", _safe(_mpi_library)), ("mpiexec", mpiexec_path() or "none found")]
     return rows
 

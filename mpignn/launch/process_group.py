@@ -117,10 +117,8 @@ def _identity(kind: str, index: int, props: Any, mask: list[str]) -> DeviceId:
     instance = str(uuid) if uuid not in (None, "") else named
     bus = getattr(props, "pci_bus_id", None)
     if bus is None:
-        physical = instance
-    else:
-        physical = f"{getattr(props, 'pci_domain_id', 0):04x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}"
-    return physical, instance
+        return instance, instance
+    return f"{getattr(props, 'pci_domain_id', 0):04x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}", instance
 
 
 def visible_devices(device: str, hw: Hardware) -> tuple[DeviceId, ...]:

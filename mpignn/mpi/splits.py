@@ -44,11 +44,8 @@ def pad_to_steps(indices: np.ndarray, steps: int, batch_size: int, drop_last: bo
     n = len(indices)
     if drop_last:
         return [indices[i * batch_size:(i + 1) * batch_size] for i in range(steps)]
-    if n == 0:
-        return [indices[:0] for _ in range(steps)]
-    if n >= steps:
+    if n >= steps or n == 0:
         if -(-n // steps) > batch_size:
             raise ValueError(f"{n} items do not fit {steps} batches of {batch_size}; use steps_per_epoch()")
-        bounds = [chunk_bounds(n, steps, i) for i in range(steps)]
-        return [indices[a:b] for a, b in bounds]
+        return np.array_split(indices, steps)  # the first n % steps one longer, as chunk_bounds
     return [indices[i % n:i % n + 1] for i in range(steps)]
