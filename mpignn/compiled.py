@@ -68,11 +68,10 @@ def _uid() -> int:
 
 def ensure_numba_cache_dir(package_dir: str, env: dict[str, str] | None = None, *, temp_dir: str | None = None,
                            user_dir: str | None = None) -> str | None:
-    """Give numba's on-disk cache a writable folder; every module with `@njit(cache=True)` calls it first.
-
-    Where none of numba's folders (`package_dir`/__pycache__ among them) is writable (a read-only install) numba
-    refuses to define the function, so NUMBA_CACHE_DIR is set to a private temporary folder, which is returned
-    (None: nothing changed). Raises LaunchError, naming NUMBA_CACHE_DIR, where no folder at all is writable."""
+    """Give numba's on-disk cache a writable folder; every module with `@njit(cache=True)` calls it first. Where none of
+    numba's folders (`package_dir`/__pycache__ among them) is writable (a read-only install) numba refuses to define the
+    function, so NUMBA_CACHE_DIR is set to a private temporary folder, which is returned (None: nothing changed). Raises
+    LaunchError, naming NUMBA_CACHE_DIR, where no folder at all is writable."""
     env = os.environ if env is None else env  # type: ignore[assignment]
     given = env.get("NUMBA_CACHE_DIR", "")
     tried = [given] if given else []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import platform
 import time
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -67,20 +67,19 @@ def pinned_empty(shape: Sequence[int], dtype: torch.dtype, device: str | torch.d
     return torch.empty(tuple(shape), dtype=dtype, pin_memory=accelerator(device) is not None)
 
 
-def _widen(data: Any) -> Any:
+def _features(data: Any) -> Iterator[tuple[Any, torch.Tensor]]:
+    """(store, x) of each node store of a Data or HeteroData that has features."""
     for store in getattr(data, "node_stores", ()):
         x = store.get("x") if hasattr(store, "get") else None
-        if x is not None and x.dtype in (torch.float16, torch.bfloat16):
+        if isinstance(x, torch.Tensor):
+            yield store, x
+
+
+def _widen(data: Any) -> Any:
+    for store, x in _features(data):
+        if x.dtype in (torch.float16, torch.bfloat16):
             store.x = x.float()
     return data
-
-
-def _on_device(data: Any) -> bool:
-    for store in getattr(data, "node_stores", ()):
-        x = store.get("x") if hasattr(store, "get") else None
-        if isinstance(x, torch.Tensor) and x.device.type != "cpu":
-            return True
-    return False
 
 
 class EventSpans:
@@ -144,7 +143,7 @@ class Uploader:
             return _widen(data)
         current = self.mod.current_stream(self.device)
         with self.mod.stream(self.stream):
-            if _on_device(data):
+            if any(x.device.type != "cpu" for _, x in _features(data)):
                 self.stream.wait_stream(current)
             data = _widen(data.to(self.device, non_blocking=True))
         self.stream.synchronize()

@@ -40,11 +40,10 @@ def _as_bytes(value: Any) -> bytes:
 
 
 class MPIStore(torch.distributed.Store):
-    """Collective over `comm` to create: a key-value store for `init_process_group(store=...)` over MPI.
-
-    Rank 0 holds the keys; a daemon thread there polls for requests, sleeping so it costs no core. Nothing
-    listens on a socket, so no neighbour can read, set or delete a key. Needs MPI_THREAD_MULTIPLE. A get or
-    wait past `timeout` raises `torch.distributed.DistStoreError`."""
+    """Collective over `comm` to create: a key-value store for `init_process_group(store=...)` over MPI. Rank 0 holds
+    the keys; a daemon thread there polls for requests, sleeping so it costs no core. Nothing listens on a socket, so no
+    neighbour can read, set or delete a key. Needs MPI_THREAD_MULTIPLE. A get or wait past `timeout` raises
+    `torch.distributed.DistStoreError`."""
 
     def __init__(self, comm: Any, timeout: datetime.timedelta) -> None:
         super().__init__()

@@ -144,11 +144,9 @@ def choose(device: str, backend: str, hw: Hardware, local_rank: int, local_size:
     Each node-local rank takes device `local_rank % count`. Sharing is decided by identities (`peers[r]`: what
     node-local rank r sees), not counts. NCCL refuses ranks sharing a GPU, MIG slices included, so `auto` takes
     gloo there (docs/launchers-and-devices.md); for memory a MIG slice is its own device (`Choice.shared_by`)."""
-    if device not in DEVICES:
-        raise LaunchError(f"--device must be one of {', '.join(DEVICES)}; got '{device}'. HINT: use --device auto")
-    if backend not in BACKENDS:
-        raise LaunchError(f"--backend must be one of {', '.join(BACKENDS)}; got '{backend}'. "
-                          "HINT: use --backend auto")
+    for flag, value, allowed in (("device", device, DEVICES), ("backend", backend, BACKENDS)):
+        if value not in allowed:
+            raise LaunchError(f"--{flag} must be one of {', '.join(allowed)}; got '{value}'. HINT: use --{flag} auto")
     device = _resolve(device, hw)
     if device == "cuda" and not hw.cuda_devices:
         raise LaunchError("--device cuda asked for, but torch sees no CUDA device. HINT: check "
