@@ -1,5 +1,7 @@
 """After init_process_group no socket it opened listens on all interfaces; the host's other addresses refuse
-their ports. MODE: mpi (store over MPI) | port (MASTER_PORT by hand) | badport (rank 0's port taken: all fail)."""
+their ports. MODES, comma-separated, run in turn in one job, each from the job's own environment and counting only
+the listeners it opened: mpi (store over MPI) | port (MASTER_PORT by hand) | badport (rank 0's port taken: all
+fail)."""
 import errno
 import ipaddress
 import os
@@ -31,7 +33,17 @@ def listeners() -> set[tuple[str, int]]:
     return found
 
 
-def main(mode: str) -> None:
+def main(modes: str) -> None:
+    for mode in modes.split(","):
+        saved = dict(os.environ)
+        try:
+            _open(mode)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+def _open(mode: str) -> None:
     topo = whoami()
     inherited = listeners()  # Hydra's proxy leaks its own 0.0.0.0 listener into each rank: not ours
     blocker = socket.create_server(("", 0)) if mode == "badport" else None
@@ -42,7 +54,8 @@ def main(mode: str) -> None:
                            Choice("cpu", "gloo"), timeout_s=60)
     except LaunchError as exc:
         assert mode == "badport" and "MASTER_PORT" in str(exc) and "HINT" in str(exc), exc
-        return print(f"MPIGNN-OK rank={topo.rank} refused", flush=True)
+        blocker.close()
+        return print(f"MPIGNN-OK rank={topo.rank} mode={mode} refused", flush=True)
     opened = listeners() - inherited  # the store's and gloo's
     assert not [a for a, _ in opened if ipaddress.ip_address(a).is_unspecified], f"all interfaces: {opened}"
     store = {(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))} if "MASTER_PORT" in os.environ else set()
@@ -54,7 +67,7 @@ def main(mode: str) -> None:
     dist.all_reduce(t := torch.ones(1))  # the group still works
     assert t.item() == topo.world_size, t
     destroy_process_group()
-    print(f"MPIGNN-OK rank={topo.rank} listeners={sorted(opened)} probed={len(probes)}x{len(mine)}", flush=True)
+    print(f"MPIGNN-OK rank={topo.rank} mode={mode} listeners={sorted(opened)} probed={len(probes)}x{len(mine)}", flush=True)
 
 
 if __name__ == "__main__":
