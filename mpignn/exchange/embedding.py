@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from mpignn.exchange.alltoall import MpiAlltoall
 from mpignn.fileio import write_durable
-from mpignn.mpi import alltoallv, exchange_counts
+from mpignn.mpi import alltoallv
 from mpignn.partition.format import group_by_owner
 
 __all__ = ["NodeEmbedding", "SparseAdagrad", "SparseAdam", "init_rows"]
@@ -129,8 +130,7 @@ class NodeEmbedding:
         if self.comm is not None:
             remote_pos = np.flatnonzero(~own)
             _, order, counts = group_by_owner(n_id[remote_pos], self.part_offsets, self.comm.size)
-            asked_counts, pieces = exchange_counts(self.comm, counts)
-            asked, _ = alltoallv(self.comm, n_id[remote_pos][order], counts, asked_counts, pieces)
+            asked, asked_counts, pieces = MpiAlltoall(self.comm)(n_id[remote_pos][order], counts)
             got, _ = alltoallv(self.comm, self.weight[asked - self.lo], asked_counts, counts, pieces)
             rows[remote_pos[order]] = got
             self.bytes_received += got.nbytes

@@ -78,15 +78,14 @@ class DistributedHops:
             back_nbrs.append(back[start + head:start + back_from[dest]])
         back_c, back_n = np.concatenate(back_counts), np.concatenate(back_nbrs)  # a part per rank: never empty
         own = draw(gids[own_pos], fanout, *header)
-        own_counts, own_nbrs = own[0], own[1]
         counts = np.empty((len(gids), t), dtype=np.int64)
-        counts[own_pos] = own_counts.reshape(-1, t)
-        counts[remote_pos] = back_c.reshape(-1, t)
+        counts[own_pos], counts[remote_pos] = own[0].reshape(-1, t), back_c.reshape(-1, t)
+        per_target = counts.sum(1)
         offsets = np.zeros(len(gids) + 1, dtype=np.int64)
-        np.cumsum(counts.sum(1), out=offsets[1:])
+        np.cumsum(per_target, out=offsets[1:])
         nbrs = np.empty(offsets[-1], dtype=np.int64)
-        _place(nbrs, offsets, own_pos, own_counts.reshape(-1, t).sum(1), own_nbrs)
-        _place(nbrs, offsets, remote_pos, back_c.reshape(-1, t).sum(1), back_n)
+        _place(nbrs, offsets, own_pos, per_target[own_pos], own[1])
+        _place(nbrs, offsets, remote_pos, per_target[remote_pos], back_n)
         if not labor:
             return counts.reshape(-1), nbrs, None
         mean_over = np.empty(len(gids), dtype=np.int64)  # homogeneous: one per target
