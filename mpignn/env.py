@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-__all__ = ["LaunchInfo", "detect", "export_torch_env", "thread_budget", "cpus_available", "mem_available_bytes",
+__all__ = ["LaunchInfo", "detect", "export_torch_env", "thread_budget", "mem_available_bytes",
            "foreign_launcher_size", "mpiexec_path", "listen_socket", "slurm_job_id", "host_address",
            "bound_onednn_cache", "Interface", "socket_ifname", "ipv4_interfaces", "pick_shared_address",
            "visibility_mask", "ccl_env"]
@@ -134,19 +134,15 @@ def export_torch_env(values: Mapping[str, object], *, overwrite: bool = False,
     return changed
 
 
-def cpus_available() -> int:
-    """Cores this process may run on (its affinity mask, which Slurm and mpirun bindings narrow)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1
-
-
 def thread_budget(local_size: int, cpus: int | None = None, host_cpus: int | None = None) -> tuple[int, bool]:
     """Return (threads per rank, oversubscribed: more ranks than cores) so a host's ranks share its cores. A mask
     (`cpus`) narrower than the host (`host_cpus`) means the launcher bound this rank: the mask is then the rank's whole
     share."""
-    cpus = cpus_available() if cpus is None else cpus
+    if cpus is None:
+        try:
+            cpus = len(os.sched_getaffinity(0))  # the mask, which Slurm and mpirun bindings narrow
+        except AttributeError:  # macOS
+            cpus = os.cpu_count() or 1
     host_cpus = (os.cpu_count() or cpus) if host_cpus is None else host_cpus
     local_size = max(1, local_size)
     if cpus < host_cpus:

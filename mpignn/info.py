@@ -15,8 +15,7 @@ from typing import Callable, Sequence
 
 from mpignn.env import detect, mpiexec_path
 
-__all__ = ["main", "cli", "versions", "devices", "backends", "launcher", "report_env", "rank_line", "cores_text",
-           "report_lines"]
+__all__ = ["main", "cli", "versions", "devices", "backends", "launcher", "rank_line", "cores_text", "report_lines"]
 
 MISSING = "not installed"
 # Each distribution's metadata is read, its module is not imported ("mpich" is shown as the mpich wheel)
@@ -125,12 +124,6 @@ def launcher() -> str:
             f"{info.local_size}, host {info.host_rank} of {info.num_hosts})")
 
 
-def report_env(environ: dict[str, str] | None = None) -> list[tuple[str, str]]:
-    """Return the relevant environment variables (ENV_PREFIXES), sorted."""
-    environ = dict(os.environ) if environ is None else environ
-    return sorted((k, v) for k, v in environ.items() if k.startswith(ENV_PREFIXES))
-
-
 def cores_text(cores: set[int] | None = None) -> str:
     """Return the cores this process may run on, as ranges: "0-3,8"."""
     if cores is None:
@@ -163,7 +156,8 @@ def report_lines(rank_lines: Sequence[str], mpi_problem: str = "") -> list[str]:
     rows = versions() + devices() + [("backends", backends()), ("launcher", launcher())]
     if mpi_problem:
         rows.append(("mpi", f"unavailable ({mpi_problem}); single process"))
-    rows += [("env", f"{k}={v}") for k, v in report_env()] or [("env", "(none of the relevant variables set)")]
+    rows += ([("env", f"{k}={v}") for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)]
+             or [("env", "(none of the relevant variables set)")])
     width = max(len(k) for k, _ in rows)
     lines = ["mpignn info: paste everything below into a bug report"]
     lines += [f"{k + ':':<{width + 1}} {v}" for k, v in rows]

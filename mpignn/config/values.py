@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Mapping
 from mpignn.config.choices import check_choice
 from mpignn.errors import ConfigError
 
-__all__ = ["RANGES", "opt", "check_config", "check_types", "check_values", "estimate_step_bytes", "check_memory"]
+__all__ = ["RANGES", "opt", "check_config", "check_types", "estimate_step_bytes", "check_memory"]
 
 
 def _is_int(value: Any) -> bool:
@@ -78,19 +78,15 @@ RANGES: tuple[tuple[tuple[str, ...], Callable[..., bool], str], ...] = (
 
 
 def check_config(config: Any, normalise: Callable[[], None] | None = None) -> None:
-    """Run a frozen dataclass's checks: `check_types` (widening ints), `normalise()`, then `check_values`."""
+    """Run a frozen dataclass's checks: `check_types` (widening ints), `normalise()`, then each field against its
+    `opt` and the RANGES rows; ConfigError for the first value refused."""
     specs = dataclasses.fields(config)
     for name, value in check_types({f.name: getattr(config, f.name) for f in specs}, {f.name: f.type for f in specs},
                                    {f.name: f.default for f in specs}).items():
         object.__setattr__(config, name, value)
     if normalise is not None:
         normalise()
-    check_values(config)
-
-
-def check_values(config: Any) -> None:
-    """Check each field of `config` against its `opt`, then the RANGES rows; ConfigError for the first refused."""
-    for f in dataclasses.fields(config):
+    for f in specs:
         value, flag = getattr(config, f.name), "--" + f.name.replace("_", "-")
         if "accepts" in f.metadata:
             accepts, problem, hint = f.metadata["accepts"]
