@@ -13,7 +13,7 @@ import shlex
 import tempfile
 from statistics import fmean as mean
 
-from mpignn.bench._common import pyplot, run_train, table
+from mpignn.bench._common import run_train, save_plot, table
 from mpignn.config.train_config import TrainConfig
 from mpignn.training.record import repeatable
 
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                        ("peak_rss_mb", "peak MiB", ".0f"),
                        ("test", "test score", ".4f")]))
     if args.plot:
-        _plot(rows, args.plot)
+        save_plot(args.plot, (9, 0.6 * len(rows) + 1.5), lambda ax: _plot(ax, rows))
     return 0
 
 
@@ -238,18 +238,14 @@ def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[lis
         columns.append(("per_seed", "train s per seed", "s"))
     print(table(rows, columns))
     if args.plot:
-        _plot_curves(curves, target, args.plot, args.target_split)
+        save_plot(args.plot, (8, 5), lambda ax: _plot_curves(ax, curves, target, args.target_split))
     return 0
 
 
 _SPLITS = {"val": "validation", "test": "test"}
 
 
-def _plot_curves(curves: list[tuple[str, list[list[dict]]]], target: float, path: str, split: str = "val") -> None:
-    plt = pyplot()
-    if plt is None:
-        return
-    fig, ax = plt.subplots(figsize=(8, 5))
+def _plot_curves(ax, curves: list[tuple[str, list[list[dict]]]], target: float, split: str = "val") -> None:
     for k, (name, runs) in enumerate(curves):
         for i, recs in enumerate(runs):  # one colour per configuration, one line per seed
             t, xs, ys = 0.0, [], []
@@ -262,18 +258,10 @@ def _plot_curves(curves: list[tuple[str, list[list[dict]]]], target: float, path
     ax.axhline(target, color="grey", linestyle="--", linewidth=1)
     ax.set_xlabel("training seconds (slowest rank, evaluation excluded)")
     ax.set_ylabel(f"{_SPLITS[split]} accuracy")
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    print(f"plot saved to {path}")
 
 
-def _plot(rows: list[dict], path: str) -> None:
-    plt = pyplot()
-    if plt is None:
-        return
+def _plot(ax, rows: list[dict]) -> None:
     parts = ["sample_s", "exchange_s", "compute_s", "allreduce_s"]
-    fig, ax = plt.subplots(figsize=(9, 0.6 * len(rows) + 1.5))
     left = [0.0] * len(rows)
     for part in parts:
         values = [r[part] for r in rows]
@@ -281,10 +269,6 @@ def _plot(rows: list[dict], path: str) -> None:
         left = [a + b for a, b in zip(left, values)]
     ax.invert_yaxis()
     ax.set_xlabel("seconds per epoch (slowest rank)")
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    print(f"plot saved to {path}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from mpignn.env import mpiexec_path
 
@@ -49,8 +50,8 @@ def run_reference(python: str, *args: str, timeout: float = 1800, threads: int =
                     cwd=cwd)
 
 
-def pyplot():
-    """Return matplotlib's pyplot on the Agg backend, or None (with a note saying what to install)."""
+def save_plot(path: str, figsize: tuple[float, float], draw: Any) -> None:
+    """Save `draw(ax)` as the PNG `path` (legend lower right); without matplotlib, a note saying what to install."""
     try:
         import matplotlib
 
@@ -58,8 +59,13 @@ def pyplot():
         import matplotlib.pyplot as plt
     except ImportError:
         print("(no plot: pip install matplotlib, or -e .[bench])")
-        return None
-    return plt
+        return
+    fig, ax = plt.subplots(figsize=figsize)
+    draw(ax)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"plot saved to {path}")
 
 
 def table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
