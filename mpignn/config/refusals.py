@@ -17,7 +17,10 @@ class Rule:
 
     names: tuple[str, ...]
     refuses: Callable[..., bool]
-    message: Callable[..., str]
+    text: str | Callable[..., str]  # formatted with the values by name, or called with them
+
+    def message(self, *values: Any) -> str:
+        return self.text(*values) if callable(self.text) else self.text.format(**dict(zip(self.names, values)))
 
 
 def _owner_flags(replicated: bool, embed_dim: int) -> str:
@@ -46,72 +49,53 @@ RULES: tuple[Rule, ...] = (
          lambda mode, replicated, embed_dim: f"--minibatch {mode} computes each row on its owner; "
                                              f"{_owner_flags(replicated, embed_dim)} cannot. HINT: --minibatch "
                                              "independent"),
-    Rule(("minibatch", "task", "cooperative_task"),
-         lambda mode, task, able: mode in _OWNER_MODES and not able,
-         lambda mode, task, able: f"--minibatch {mode} trains node classification; --task {task} batches "
-                                  "are not node seeds. HINT: --minibatch independent"),
-    Rule(("minibatch", "hetero"),
-         lambda mode, hetero: mode in _OWNER_MODES and bool(hetero),
-         lambda mode, hetero: f"--minibatch {mode} samples homogeneous graphs; this one has node and edge "
-                              "types. HINT: --minibatch independent"),
-    Rule(("sampler", "hetero"),
-         lambda sampler, hetero: sampler == "labor" and bool(hetero),
-         lambda sampler, hetero: "--sampler labor samples homogeneous graphs; this one has node and edge types. "
-                                 "HINT: --sampler neighbor"),
-    Rule(("batch_dependency", "sampler"),
-         lambda k, sampler: k > 1 and sampler != "labor",
-         lambda k, sampler: f"--batch-dependency {k} makes batches share layer-neighbour variates; --sampler "
-                            f"{sampler} draws none. HINT: --sampler labor, or drop --batch-dependency"),
-    Rule(("layer_dependency", "sampler"),
-         lambda same, sampler: bool(same) and sampler != "labor",
-         lambda same, sampler: f"--layer-dependency shares layer-neighbour variates between hops; --sampler "
-                               f"{sampler} draws none. HINT: --sampler labor, or drop --layer-dependency"),
-    Rule(("labor_iterations", "sampler"),
-         lambda iterations, sampler: iterations > 0 and sampler != "labor",
-         lambda iterations, sampler: f"--labor-iterations {iterations} weights layer-neighbour sampling; --sampler "
-                                     f"{sampler} draws no variates. HINT: --sampler labor, or drop --labor-iterations"),
-    Rule(("labor_iterations", "model"),
-         lambda iterations, model: iterations > 0 and model == "gat",
-         lambda iterations, model: f"--labor-iterations {iterations} weights each sampled edge, and --model {model}'s "
-                                   "attention takes no edge weights. HINT: --model sage or gcn, or drop "
-                                   "--labor-iterations (LABOR-0 needs no weights)"),
+    Rule(("minibatch", "task", "cooperative_task"), lambda mode, task, able: mode in _OWNER_MODES and not able,
+         "--minibatch {minibatch} trains node classification; --task {task} batches are not node seeds. "
+         "HINT: --minibatch independent"),
+    Rule(("minibatch", "hetero"), lambda mode, hetero: mode in _OWNER_MODES and bool(hetero),
+         "--minibatch {minibatch} samples homogeneous graphs; this one has node and edge types. "
+         "HINT: --minibatch independent"),
+    Rule(("sampler", "hetero"), lambda sampler, hetero: sampler == "labor" and bool(hetero),
+         "--sampler labor samples homogeneous graphs; this one has node and edge types. HINT: --sampler neighbor"),
+    Rule(("batch_dependency", "sampler"), lambda k, sampler: k > 1 and sampler != "labor",
+         "--batch-dependency {batch_dependency} makes batches share layer-neighbour variates; --sampler {sampler} "
+         "draws none. HINT: --sampler labor, or drop --batch-dependency"),
+    Rule(("layer_dependency", "sampler"), lambda same, sampler: bool(same) and sampler != "labor",
+         "--layer-dependency shares layer-neighbour variates between hops; --sampler {sampler} draws none. "
+         "HINT: --sampler labor, or drop --layer-dependency"),
+    Rule(("labor_iterations", "sampler"), lambda iterations, sampler: iterations > 0 and sampler != "labor",
+         "--labor-iterations {labor_iterations} weights layer-neighbour sampling; --sampler {sampler} draws no "
+         "variates. HINT: --sampler labor, or drop --labor-iterations"),
+    Rule(("labor_iterations", "model"), lambda iterations, model: iterations > 0 and model == "gat",
+         "--labor-iterations {labor_iterations} weights each sampled edge, and --model {model}'s attention takes no "
+         "edge weights. HINT: --model sage or gcn, or drop --labor-iterations (LABOR-0 needs no weights)"),
     Rule(("feature_device", "exchange"),  # --exchange torch moves rows device to device
          lambda where, exchange: where == "host" and exchange == "torch",
-         lambda where, exchange: "--feature-device host keeps the feature rows on the host; --exchange torch moves "
-                                 "them device to device. HINT: --exchange auto"),
-    Rule(("embed_dim", "replicated"),
-         lambda embed_dim, replicated: bool(embed_dim and replicated),
-         lambda embed_dim, replicated: "--embed-dim keeps each node's row on its owner, and --replicated has no "
-                                       "owners. HINT: drop --replicated (partitioned training) or --embed-dim"),
-    Rule(("splits", "task"),
-         lambda splits, task: bool(splits) and task == "link",
-         lambda splits, task: f"--splits sets which nodes are classified in training, validation and test; --task "
-                              f"{task} holds out edges instead. HINT: drop --splits (--link-val and --link-test "
-                              "set the held-out edges)"),
-    Rule(("partitions", "replicated"),
-         lambda partitions, replicated: bool(partitions and replicated),
-         lambda partitions, replicated: "--partitions and --replicated exclude each other. HINT: drop one"),
-    Rule(("evals_per_epoch", "eval_every"),
-         lambda per_epoch, every: per_epoch > 1 and every != 1,
-         lambda per_epoch, every: f"--evals-per-epoch {per_epoch} evaluates inside every epoch, so it needs "
-                                  f"--eval-every 1; got --eval-every {every}. HINT: drop one of them"),
-    Rule(("resume", "checkpoint_dir"),
-         lambda resume, folder: bool(resume and not folder),
-         lambda resume, folder: "--resume needs --checkpoint-dir. HINT: pass the folder of the earlier run"),
-    Rule(("resume", "force_new"),
-         lambda resume, force_new: bool(resume and force_new),
-         lambda resume, force_new: "--resume continues the run in --checkpoint-dir and --force-new starts over "
-                                   "there; got both. HINT: drop one"),
-    Rule(("requeue", "checkpoint_dir"),
-         lambda requeue, folder: bool(requeue and not folder),
-         lambda requeue, folder: "--requeue expects --checkpoint-dir (the requeued job resumes from it); got none. "
-                                 "HINT: add --checkpoint-dir DIR"),
+         "--feature-device host keeps the feature rows on the host; --exchange torch moves them device to device. "
+         "HINT: --exchange auto"),
+    Rule(("embed_dim", "replicated"), lambda embed_dim, replicated: bool(embed_dim and replicated),
+         "--embed-dim keeps each node's row on its owner, and --replicated has no owners. HINT: drop --replicated "
+         "(partitioned training) or --embed-dim"),
+    Rule(("splits", "task"), lambda splits, task: bool(splits) and task == "link",
+         "--splits sets which nodes are classified in training, validation and test; --task {task} holds out edges "
+         "instead. HINT: drop --splits (--link-val and --link-test set the held-out edges)"),
+    Rule(("partitions", "replicated"), lambda partitions, replicated: bool(partitions and replicated),
+         "--partitions and --replicated exclude each other. HINT: drop one"),
+    Rule(("evals_per_epoch", "eval_every"), lambda per_epoch, every: per_epoch > 1 and every != 1,
+         "--evals-per-epoch {evals_per_epoch} evaluates inside every epoch, so it needs --eval-every 1; got "
+         "--eval-every {eval_every}. HINT: drop one of them"),
+    Rule(("resume", "checkpoint_dir"), lambda resume, folder: bool(resume and not folder),
+         "--resume needs --checkpoint-dir. HINT: pass the folder of the earlier run"),
+    Rule(("resume", "force_new"), lambda resume, force_new: bool(resume and force_new),
+         "--resume continues the run in --checkpoint-dir and --force-new starts over there; got both. HINT: drop one"),
+    Rule(("requeue", "checkpoint_dir"), lambda requeue, folder: bool(requeue and not folder),
+         "--requeue expects --checkpoint-dir (the requeued job resumes from it); got none. "
+         "HINT: add --checkpoint-dir DIR"),
     Rule(("device", "backend"),  # their process groups take no XPU tensors
          lambda device, backend: device == "xpu" and backend in ("gloo", "mpi"),
-         lambda device, backend: f"expected --backend xccl, ccl or auto with --device xpu; got --backend {backend}, "
-                                 "which takes CPU (and CUDA) tensors only. HINT: --backend auto, or --device cpu"),
+         "expected --backend xccl, ccl or auto with --device xpu; got --backend {backend}, which takes CPU (and "
+         "CUDA) tensors only. HINT: --backend auto, or --device cpu"),
 )
-
 
 def refusal(values: Mapping[str, Any]) -> str:
     """Return the first refused combination among `values` as a one-line error with its HINT, or ""."""
