@@ -80,11 +80,9 @@ class GraphOptions:
     kaminpar; faster on graphs of millions of nodes), random, or auto (kaminpar if installed)."""
     replicated: bool = False
     """Keep the whole graph on every rank and split the training nodes (small graphs)."""
-    seed: int = opt(0, accepts=lambda v: 0 <= v < 2 ** 63, problem="must be an int in [0, 2**63)",
-                    hint="e.g. --seed 0")
+    seed: int = opt(0, accepts=lambda v: 0 <= v < 2 ** 63, problem="must be an int in [0, 2**63)")
     """Random seed: initial weights, batch order and sampling, dropout, held-out links, automatic partition."""
-    prep_timeout: float = opt(3600.0, accepts=lambda v: 0 < v < math.inf, problem="must be positive seconds",
-                              hint="e.g. --prep-timeout 3600")
+    prep_timeout: float = opt(3600.0, accepts=lambda v: 0 < v < math.inf, problem="must be positive seconds")
     """Seconds the other ranks wait for rank 0 to prepare the dataset before giving up."""
     fanout: str | Sequence[int] = "15,10,5"
     """Neighbours sampled per layer, outermost last; -1 takes all (leading -1: write --fanout=-1,-1, or
@@ -95,8 +93,7 @@ class GraphOptions:
     sampler: str = opt("neighbor", choices=SAMPLERS)
     """neighbor: each target draws its own --fanout neighbours; labor: layer-neighbour sampling, targets sharing a
     neighbour agree on it, so fewer rows a step (docs/training.md)."""
-    batch_dependency: int = opt(1, accepts=lambda v: v >= 1, problem="must be a positive int",
-                                hint="e.g. --batch-dependency 1")
+    batch_dependency: int = opt(1, accepts=lambda v: v >= 1, problem="must be a positive int")
     """--sampler labor: K consecutive training steps share their variates, each rotating them by 1/K, so their
     sampled sets overlap and rows the last batch brought are not fetched again (docs/training.md)."""
     layer_dependency: bool = False

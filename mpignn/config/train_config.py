@@ -47,7 +47,7 @@ class TrainConfig(GraphOptions):
                       hint="e.g. --epochs 20, or leave it out (0) to train until validation stops improving")
     """Passes over the training nodes; 0: until validation stops improving, within a step budget
     (docs/training.md)."""
-    batch_size: int = opt(1024, accepts=lambda v: v >= 1, problem="must be a positive int", hint="e.g. --batch-size 1024")
+    batch_size: int = opt(1024, accepts=lambda v: v >= 1, problem="must be a positive int")
     """Training seeds per optimizer step: over all ranks with --batch-scope global (split among them, so any
     rank count takes the same steps), per rank with --batch-scope rank."""
     eval_batch_size: int = opt(0, accepts=lambda v: v >= 0, problem="must be >= 0",
@@ -64,12 +64,11 @@ class TrainConfig(GraphOptions):
     """none, linear or sqrt: multiply --lr by (global batch / --batch-size), or its square root, when the
     global batch grows (only with --batch-scope rank on several ranks), reached by a linear warm-up."""
     warmup_epochs: float = opt(1.0, accepts=lambda v: math.isfinite(v) and v >= 0,
-                               problem="must be a finite number >= 0", hint="e.g. --warmup-epochs 1")
+                               problem="must be a finite number >= 0")
     """Epochs over which a scaled learning rate ramps up from --lr (with --lr-scaling linear or sqrt)."""
-    hidden: int = opt(256, accepts=lambda v: v >= 1, problem="must be a positive int", hint="e.g. --hidden 256")
+    hidden: int = opt(256, accepts=lambda v: v >= 1, problem="must be a positive int")
     """Width of each hidden layer."""
-    lr: float = opt(0.003, accepts=lambda v: math.isfinite(v) and v > 0, problem="must be a finite positive number",
-                   hint="e.g. --lr 0.003")
+    lr: float = opt(0.003, accepts=lambda v: math.isfinite(v) and v > 0, problem="must be a finite positive number")
     """Learning rate of Adam (multiplied as --lr-scaling says, where it applies)."""
     dropout: float = opt(0.7, accepts=lambda v: 0 <= v < 1, problem="must be a probability in [0, 1)",
                         hint="e.g. --dropout 0.5, or 0 for none")
@@ -123,7 +122,7 @@ class TrainConfig(GraphOptions):
     and update their rows by sparse Adagrad (mpignn.exchange.embedding). 0: none."""
     embed_lr: float = 0.1
     """Learning rate of the embeddings' sparse Adagrad."""
-    eval_every: int = opt(1, accepts=lambda v: v >= 1, problem="must be a positive int", hint="e.g. --eval-every 1")
+    eval_every: int = opt(1, accepts=lambda v: v >= 1, problem="must be a positive int")
     """Evaluate val/test every N epochs (and always after the last)."""
     minibatch: str = opt("auto", choices=MINIBATCHES)
     """independent, cooperative (each row once, by its owner) or full (the whole graph a step); auto: full
@@ -131,7 +130,7 @@ class TrainConfig(GraphOptions):
     eval: str = opt("sampled", choices=EVALS)
     """sampled: val/test scores on sampled neighbourhoods (--fanout); exact: those of exact inference (whole
     neighbourhoods, as python -m mpignn.predict) in their place (docs/predict.md)."""
-    evals_per_epoch: int = opt(1, accepts=lambda v: v >= 1, problem="must be a positive int", hint="e.g. --evals-per-epoch 1")
+    evals_per_epoch: int = opt(1, accepts=lambda v: v >= 1, problem="must be a positive int")
     """Evaluate val/test K times per epoch, after each K-th of its steps (time to accuracy then resolves to
     a fraction of an epoch); more than 1 needs --eval-every 1."""
     patience: int = opt(0, accepts=lambda v: v >= 0, problem="expected evaluations >= 0",
@@ -167,8 +166,7 @@ class TrainConfig(GraphOptions):
     requeue: bool = False
     """On SIGUSR2 (Slurm's --signal=USR2@T), after the checkpoint, run `scontrol requeue $SLURM_JOB_ID`; the
     requeued job then resumes from --checkpoint-dir (needed) by itself."""
-    collective_timeout: float = opt(300.0, accepts=lambda v: 0 < v < math.inf, problem="must be positive seconds",
-                                    hint="e.g. --collective-timeout 300")
+    collective_timeout: float = opt(300.0, accepts=lambda v: 0 < v < math.inf, problem="must be positive seconds")
     """Seconds any collective of training may wait; past it the job ends, naming the ranks that stopped
     answering, instead of hanging until the wall-clock limit. Also torch.distributed's timeout."""
 

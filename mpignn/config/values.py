@@ -57,7 +57,8 @@ def check_types(values: Mapping[str, Any], annotations: Mapping[str, Any],
 
 def opt(default: Any, *, choices: Iterable[str] = (), accepts: Callable[[Any], bool] | None = None,
         problem: str = "", hint: str = "") -> Any:
-    """Return a config field whose allowed values (`choices`, or `accepts`) sit beside it for `check_values`."""
+    """Return a config field whose allowed values (`choices`, or `accepts`) sit beside it for `check_config`; the
+    refusal's HINT is `hint`, else "e.g. --flag DEFAULT"."""
     meta: dict[str, Any] = {"choices": choices} if choices else {}  # read when checked: registries grow
     if accepts is not None:
         meta["accepts"] = (accepts, problem, hint)
@@ -91,7 +92,7 @@ def check_config(config: Any, normalise: Callable[[], None] | None = None) -> No
         if "accepts" in f.metadata:
             accepts, problem, hint = f.metadata["accepts"]
             if not accepts(value):
-                raise ConfigError(f"{flag} {problem}; got {value}. HINT: {hint}")
+                raise ConfigError(f"{flag} {problem}; got {value}. HINT: {hint or f'e.g. {flag} {f.default:g}'}")
         if "choices" in f.metadata:
             check_choice(f.name, value, tuple(f.metadata["choices"]))
     for names, accepts, message in RANGES:
