@@ -1,6 +1,5 @@
 """Every refused combination of flags, written once, so the CLI and the Python API refuse alike, in the same
-words. A caller skips the rules needing values it does not know (the API knows no `--resume`). Stdlib only.
-"""
+words. A caller skips the rules needing values it does not know (the API knows no `--resume`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

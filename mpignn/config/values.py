@@ -1,7 +1,5 @@
 """Each config value's type, range or choices (beside the field: `opt`), and a lower bound of one step's memory,
-so a wrong TOML type or an impossible number fails in one line before anything loads. Stdlib only: imports
-nothing but mpignn.errors and config.choices.
-"""
+so a wrong TOML type or an impossible number fails in one line before anything loads."""
 from __future__ import annotations
 
 import dataclasses

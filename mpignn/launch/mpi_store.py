@@ -1,7 +1,5 @@
 """A torch.distributed Store whose keys travel over MPI, so the rendezvous opens no TCP port at all; and the
-TCPStore for a hand-set MASTER_PORT. Imports torch, mpignn.env and mpignn.errors (mpi4py only inside
-functions); never torch-geometric.
-"""
+TCPStore for a hand-set MASTER_PORT."""
 from __future__ import annotations
 
 import atexit

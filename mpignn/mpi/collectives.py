@@ -1,7 +1,4 @@
-"""Checked collectives on numpy buffers; each first waits in `all_arrived`, which sleeps instead of spinning.
-Imports numpy, mpi4py (lazily), `mpignn.errors`, `mpignn.mpi.watchdog` and `mpignn.mpi.topology`; never torch,
-nor any other part of mpignn.
-"""
+"""Checked collectives on numpy buffers; each first waits in `all_arrived`, which sleeps instead of spinning."""
 from __future__ import annotations
 
 import hashlib

@@ -1,7 +1,5 @@
 """Committing a folder that several ranks write as one unit (checkpoint generations, predictions): a write that
-failed anywhere is the same one-line problem on every rank, and the half-written folder is removed.
-Stdlib and mpi4py only (through `comm`).
-"""
+failed anywhere is the same one-line problem on every rank, and the half-written folder is removed."""
 from __future__ import annotations
 
 import json

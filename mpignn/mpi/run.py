@@ -1,7 +1,5 @@
 """Running a program on every rank: a clean, job-wide exit on any failure (`run_main`, `abort_on_uncaught`).
-Imports the stdlib, mpi4py (lazily, only when MPI is running), `mpignn.env`, `mpignn.errors` and
-`mpignn.mpi.topology`; never torch, nor any other part of mpignn.
-"""
+mpi4py is used only when MPI is running."""
 from __future__ import annotations
 
 import os

@@ -1,6 +1,4 @@
-"""Where a rank sits, and the wrong-launcher check. Imports the stdlib, mpi4py (lazily, through
-`mpignn.mpi.startup`), `mpignn.env` and `mpignn.errors`; never torch, nor any other part of mpignn.
-"""
+"""Where a rank sits, and the wrong-launcher check. MPI starts on first use, through `mpignn.mpi.startup`."""
 from __future__ import annotations
 
 import socket
