@@ -90,8 +90,7 @@ def devices() -> list[tuple[str, str]]:
         import torch
     except Exception:
         return [("devices", f"unknown (torch {MISSING})")]
-    rows: list[tuple[str, str]] = []
-    counts = []
+    rows, counts = [], []
     for kind in ("cuda", "xpu"):
         mod = getattr(torch, kind, None)
         count = _safe(lambda mod=mod: str(mod.device_count() if mod is not None and mod.is_available() else 0))

@@ -137,6 +137,7 @@ class Watchdog:
         self.tick = float(tick) if tick is not None else _tick(self.timeout)
         self.parent, self.comm = comm, comm.Dup()
         self.rank, self.size = self.comm.rank, self.comm.size
+        self.peers = [r for r in range(self.size) if r != self.rank]
         self.where = self.comm.allgather((socket.gethostname(), os.getpid()))
         self.can_ping = MPI.Query_thread() == MPI.THREAD_MULTIPLE
         self.on_expiry = on_expiry
@@ -197,7 +198,7 @@ class Watchdog:
             self._heard.clear()
             return None
         if not self._heard:  # the check begins: every rank counts as heard now
-            self._heard = {r: now for r in range(self.size) if r != self.rank}
+            self._heard = dict.fromkeys(self.peers, now)
             self._pinged, self._first_round = 0.0, self._round + 1
         if now - self._pinged >= self.timeout / 4:
             self._ping(self._heard)
@@ -269,7 +270,7 @@ class Watchdog:
                     self._asked[since] = now
                     self._asking = {"slot": slot, "since": since, "path": list(slot.path), "replies": {},
                                     "deadline": now + self.grace}
-                    self._asking["round"] = self._ping([r for r in range(self.size) if r != self.rank], _ASK)
+                    self._asking["round"] = self._ping(self.peers, _ASK)
                     break
             return ""
         for source, data in self._drain(_TELL):
@@ -296,15 +297,14 @@ class Watchdog:
 
     def silent_ranks(self) -> list[int]:
         """Ping every other rank; return those whose watchdog does not answer within `grace` seconds."""
-        peers = [r for r in range(self.size) if r != self.rank]
-        this_round = self._ping(peers)
+        this_round = self._ping(self.peers)
         deadline = time.monotonic() + self.grace
         heard: set[int] = set()
-        while len(heard) < len(peers) and time.monotonic() < deadline:
+        while len(heard) < len(self.peers) and time.monotonic() < deadline:
             self._answer()  # others may be asking at the same moment
             heard.update(self._pongs(this_round))
             time.sleep(0.02)
-        return [r for r in peers if r not in heard]
+        return [r for r in self.peers if r not in heard]
 
     def _expire(self, what: str, thread: str, waited: float, limit: float, silent: list[int] | None = None) -> None:
         host, pid = self.where[self.rank]
