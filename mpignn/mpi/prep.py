@@ -19,10 +19,6 @@ class RootFailedError(MpignnError):
     """Rank 0 (of the job or of a host) failed while preparing; raised on every rank."""
 
 
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
 def _wait_status(group: Any, timeout: float | None, what: str) -> tuple[bool, str]:
     """Poll for rank 0's status instead of blocking, so a stuck rank 0 becomes a clear error."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -73,7 +69,8 @@ def root_first(comm: Any, *, per_host: bool = False, timeout: float | None = Non
             except BaseException as exc:
                 failure = exc
             message = "" if failure is None else (
-                f"rank {comm.rank} on {socket.gethostname()} failed during {what}: {_describe(failure)}")
+                f"rank {comm.rank} on {socket.gethostname()} failed during {what}: {type(failure).__name__}"
+                + (f": {failure}" if str(failure) else ""))
             for req in [group.isend((failure is None, message), dest=r, tag=_READY_TAG) for r in range(1, group.size)]:
                 req.wait()
             _finish(comm, failure is None, message, failure, limit)
