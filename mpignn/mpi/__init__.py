@@ -1,7 +1,8 @@
 """MPI helpers any HPC program can use, one module per job. mpi4py is imported lazily: importing does not
 initialise MPI.
 
-Layer 2 (mpi): stdlib, numpy and mpi4py; never torch or any mpignn layer above the leaves."""
+Layer 2 (mpi): stdlib, numpy and mpi4py; never torch or any mpignn layer above the leaves.
+"""
 from __future__ import annotations
 
 from mpignn import env as _env
