@@ -2,7 +2,8 @@
 
 Parallel compilation dominated a fresh clone's first run, and most ranks get one core, hence
 `serial_or_parallel`; not every kernel is as fast serially (dropout's are not): measure first (figures:
-docs/training.md, "The quick start's first run"). Stdlib only at import (numba is imported where used)."""
+docs/training.md, "The quick start's first run"). Stdlib only at import (numba is imported where used).
+"""
 from __future__ import annotations
 
 import logging

@@ -1,7 +1,8 @@
 """Launcher detection from environment variables, and the torch rendezvous variables. Stdlib only.
 
 `detect()` only reads; `export_torch_env()` writes. Under MPI the communicator is the truth
-(`mpignn.mpi.topology`): this is the fallback without mpi4py, and where launcher variable names are translated."""
+(`mpignn.mpi.topology`): this is the fallback without mpi4py, and where launcher variable names are translated.
+"""
 from __future__ import annotations
 
 import ipaddress

@@ -1,7 +1,8 @@
 """The exception hierarchy. Stdlib only.
 
 An error marked *agreed* is raised on every rank at the same point (after a checked collective), so the ranks
-can exit one by one with the message instead of aborting the job."""
+can exit one by one with the message instead of aborting the job.
+"""
 from __future__ import annotations
 
 __all__ = ["MpignnError", "ConfigError", "LaunchError", "PartitionFormatError", "DatasetError", "mark_agreed",

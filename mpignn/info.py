@@ -1,6 +1,7 @@
 """`python -m mpignn.info`: the versions and environment to paste into a bug report; under `mpirun -np N`
 also one line per rank. Nothing here may stop the report: torch and the optional packages are imported inside
-functions, each probe guarded."""
+functions, each probe guarded.
+"""
 from __future__ import annotations
 
 import importlib

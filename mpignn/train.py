@@ -1,6 +1,7 @@
 """`mpirun -np N python -m mpignn.train`. Flags are checked before torch is imported, so a typo fails in a second.
 Exit codes: 0 done, 1 error, 2 usage, 75 stopped by SIGUSR2 or SIGTERM (with a checkpoint where --checkpoint-dir
-is set), 130 Ctrl-C."""
+is set), 130 Ctrl-C.
+"""
 from __future__ import annotations
 
 from typing import Any, Sequence
