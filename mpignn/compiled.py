@@ -20,8 +20,9 @@ log = logging.getLogger(__name__)
 
 
 def serial_or_parallel(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Compile `func` (its loops `prange`) serially, called where numba runs one thread, and in parallel. The parallel
-    twin gets its own name: numba's on-disk cache keys files by name."""
+    """Compile `func` (its loops `prange`) serially, called where numba runs one thread, and in parallel.
+
+    The parallel twin gets its own name: numba's on-disk cache keys files by name."""
     import numba
 
     twin = types.FunctionType(func.__code__, func.__globals__, func.__name__ + "_parallel", func.__defaults__,

@@ -135,9 +135,10 @@ def export_torch_env(values: Mapping[str, object], *, overwrite: bool = False,
 
 
 def thread_budget(local_size: int, cpus: int | None = None, host_cpus: int | None = None) -> tuple[int, bool]:
-    """Return (threads per rank, oversubscribed: more ranks than cores) so a host's ranks share its cores. A mask
-    (`cpus`) narrower than the host (`host_cpus`) means the launcher bound this rank: the mask is then the rank's whole
-    share."""
+    """Return (threads per rank, oversubscribed: more ranks than cores) so a host's ranks share its cores.
+
+    A mask (`cpus`) narrower than the host (`host_cpus`) means the launcher bound this rank: the mask is
+    then the rank's whole share."""
     if cpus is None:
         try:
             cpus = len(os.sched_getaffinity(0))  # the mask, which Slurm and mpirun bindings narrow
@@ -191,9 +192,10 @@ def slurm_job_id(env: Mapping[str, str] | None = None) -> str:
 
 
 def listen_socket(address: str, port: int = 0) -> socket.socket:
-    """Return a TCP socket listening on exactly `address` (never all interfaces; port 0: any), or raise OSError. The
-    caller hands the open socket on (TCPStore's `master_listen_fd`): a port closed and bound again could be taken in
-    between."""
+    """Return a TCP socket listening on exactly `address` (never all interfaces; port 0: any), or raise OSError.
+
+    The caller hands the open socket on (TCPStore's `master_listen_fd`): a port closed and bound again could
+    be taken in between."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:

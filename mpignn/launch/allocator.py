@@ -87,9 +87,10 @@ _LIBC = None  # glibc, where `tune_allocator` mapped the big blocks
 
 
 def keep_big_blocks() -> bool:
-    """Keep big blocks in the heap from now on; return whether that changed anything. For steps that allocate the same
-    blocks every time (full-graph training), the holes fit the next step's blocks exactly: a flat heap without the page
-    faults of fresh mappings."""
+    """Keep big blocks in the heap from now on; return whether that changed anything.
+
+    For steps that allocate the same blocks every time (full-graph training), the holes fit the next step's
+    blocks exactly: a flat heap without the page faults of fresh mappings."""
     return _LIBC is not None and bool(_LIBC.mallopt(_M_MMAP_MAX, 0))
 
 

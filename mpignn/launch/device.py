@@ -42,9 +42,10 @@ def cpu_lacks_bf16_units(device: str | torch.device) -> bool:
 
 def features_on_device(choice: str, exchange: str, device: str | torch.device, parts: int, table_bytes: int,
                        free_bytes: int | None, shared_by: int = 1) -> bool:
-    """Whether a rank's feature table lives on its compute device (`--feature-device`). auto: only one part on an
-    accelerator, within `FEATURE_DEVICE_SHARE`; several parts stay on the host, as their MPI exchange reads host
-    buffers."""
+    """Whether a rank's feature table lives on its compute device (`--feature-device`).
+
+    auto: only one part on an accelerator, within `FEATURE_DEVICE_SHARE`; several parts stay on the host,
+    as their MPI exchange reads host buffers."""
     if exchange == "torch" or choice == "device":
         return True
     if choice == "host" or parts > 1 or free_bytes is None or torch.device(device).type == "cpu":
@@ -53,8 +54,10 @@ def features_on_device(choice: str, exchange: str, device: str | torch.device, p
 
 
 def synchronize(device: str | torch.device) -> None:
-    """Wait for the calling thread's current stream, so a host clock read after it measures the work itself. Only this
-    stream: a device-wide sync would also wait for the loader's side-stream copies and book them in this stage."""
+    """Wait for the calling thread's current stream, so a host clock read after it measures the work itself.
+
+    Only this stream: a device-wide sync would also wait for the loader's side-stream copies and book them
+    in this stage."""
     mod = accelerator(device)
     if mod is not None:
         dev = torch.device(device)
@@ -126,8 +129,10 @@ class StepClock(EventSpans):
 
 
 class Uploader:
-    """Copies batches to the device on a side stream, so the copy of batch k+1 overlaps batch k's compute. `upload` may
-    run in the producer thread and waits for its own copy only; `adopt` runs in the compute thread."""
+    """Copies batches to the device on a side stream, so the copy of batch k+1 overlaps batch k's compute.
+
+    `upload` may run in the producer thread and waits for its own copy only; `adopt` runs in the compute thread.
+    """
 
     def __init__(self, device: str | torch.device) -> None:
         self.device = torch.device(device)
@@ -135,9 +140,10 @@ class Uploader:
         self.stream = self.mod.Stream(device=self.device) if self.mod is not None else None
 
     def upload(self, data: Any, resident: bool = False) -> Any:
-        """Return `data` on the device, half-precision features widened there (the copy moves half the bytes). Features
-        already on the device were written by the caller's stream: the side stream waits for it. `resident`: everything
-        is on the device already; only widen."""
+        """Return `data` on the device, half-precision features widened there (the copy moves half the bytes).
+
+        Features already on the device were written by the caller's stream: the side stream waits for it.
+        `resident`: everything is on the device already; only widen."""
         if self.mod is None or resident:
             return _widen(data)
         current = self.mod.current_stream(self.device)

@@ -94,8 +94,9 @@ class MPIStore(torch.distributed.Store):
     getNumKeys = num_keys  # noqa: N815
 
     def close(self) -> None:
-        """Say goodbye (also at exit; idempotent): rank 0 serves until every rank has, or the timeout. So a rank that
-        leaves first (an error right after `init_process_group`) strands none still waiting."""
+        """Say goodbye (also at exit; idempotent): rank 0 serves until every rank has, or the timeout.
+
+        So a rank that leaves first (an error right after `init_process_group`) strands none still waiting."""
         if self._closed:
             return
         self._closed = True

@@ -215,9 +215,11 @@ def apply_threads(threads: int) -> None:
 
 def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, local_size: int,
                        choice: Choice, timeout_s: float = 600.0) -> None:
-    """Collective over `comm`: initialise torch.distributed with no hand-set MASTER_ADDR/MASTER_PORT. The address comes
-    from `rendezvous_endpoint` (never loopback across hosts) and the store goes over MPI, so no TCP port is opened; a
-    hand-set MASTER_PORT on rank 0 gets a TCPStore on exactly that address."""
+    """Collective over `comm`: initialise torch.distributed with no hand-set MASTER_ADDR/MASTER_PORT.
+
+    The address comes from `rendezvous_endpoint` (never loopback across hosts) and the store goes over MPI, so
+    no TCP port is opened; a hand-set MASTER_PORT on rank 0 gets a TCPStore on exactly that address.
+    """
     dist = torch.distributed
     if dist.is_initialized():
         return

@@ -17,8 +17,10 @@ __all__ = ["check_all", "check_same", "MAX_COUNT", "exchange_counts", "alltoallv
 
 
 def check_all(comm: Any, ok: bool, message: str, error: type[MpignnError] = MpignnError) -> None:
-    """Collective over `comm`: raise the same `error` on every rank if `ok` is False on any rank. Every rank raises, so
-    none is left waiting in the next collective; the lowest failing rank's message is used."""
+    """Collective over `comm`: raise the same `error` on every rank if `ok` is False on any rank.
+
+    Every rank raises, so none is left waiting in the next collective; the lowest failing rank's message is used.
+    """
     with bounded("check_all (allreduce)"):
         all_arrived(comm)
         if comm.allreduce(bool(ok), op=mpi_op("LAND")):
@@ -31,8 +33,10 @@ def check_all(comm: Any, ok: bool, message: str, error: type[MpignnError] = Mpig
 
 def check_same(comm: Any, values: Mapping[str, Any], what: str, hint: str, error: type[MpignnError] = MpignnError) -> None:
     """Collective over `comm`: raise the same `error` on every rank unless all hold the same JSON-able `values`.
-    Compared by digest (one small allgather); the error names the first differing key. For what must agree before
-    anything depends on it: a resolved configuration, a version."""
+
+    Compared by digest (one small allgather); the error names the first differing key. For what must agree
+    before anything depends on it: a resolved configuration, a version.
+    """
     text = json.dumps(values, sort_keys=True, default=str)
     with bounded(f"check_same {what} (allgather)"):
         all_arrived(comm)
@@ -52,9 +56,11 @@ _SPIN_S, _FIRST_PAUSE_S, _LONGEST_PAUSE_S = 2e-4, 5e-5, 5e-4
 
 
 def all_arrived(comm: Any) -> None:
-    """Collective over `comm`: return once every rank has called it, polling a nonblocking barrier with sleeps. MPICH's
-    blocking collectives spin at full CPU while they wait, taking the core of processes with work; the blocking call
-    after this runs with every rank present, at full speed. Costs one barrier."""
+    """Collective over `comm`: return once every rank has called it, polling a nonblocking barrier with sleeps.
+
+    MPICH's blocking collectives spin at full CPU while they wait, taking the core of processes with work; the
+    blocking call after this runs with every rank present, at full speed. Costs one barrier.
+    """
     if comm.size == 1:
         return
     request = comm.Ibarrier()
@@ -74,9 +80,11 @@ _ALLTOALLV_TAG = 7102
 
 
 def exchange_counts(comm: Any, counts: np.ndarray) -> tuple[np.ndarray, bool]:
-    """Collective over `comm`, one Alltoall: return (rows received from each rank, whether the exchange must go in
-    pieces, the same on every rank). The flag rides with the counts (a rank sending over MAX_COUNT // size rows), so one
-    collective, not two."""
+    """Collective over `comm`, one Alltoall: return (rows received from each rank, whether the exchange must go
+    in pieces, the same on every rank).
+
+    The flag rides with the counts (a rank sending over MAX_COUNT // size rows), so one collective, not two.
+    """
     counts = np.asarray(counts, dtype=np.int64)
     mine = np.empty((comm.size, 2), dtype=np.int64)
     mine[:, 0] = counts

@@ -32,9 +32,11 @@ def _one_line(exc: BaseException) -> str:
 
 
 def run_main(main: Callable[..., int | None], *args: Any, **kwargs: Any) -> int:
-    """Run `main` and turn any failure into a clean, job-wide exit; return its exit code. An agreed MpignnError prints
-    one line per rank and exits 1; Ctrl-C exits EXIT_INTERRUPTED; any other exception prints its traceback and root
-    cause and calls `COMM_WORLD.Abort(1)`, so no rank stays blocked."""
+    """Run `main` and turn any failure into a clean, job-wide exit; return its exit code.
+
+    An agreed MpignnError prints one line per rank and exits 1; Ctrl-C exits EXIT_INTERRUPTED; any other
+    exception prints its traceback and root cause and calls `COMM_WORLD.Abort(1)`, so no rank stays blocked.
+    """
     rank, host = _rank_for_messages(), socket.gethostname()
     try:
         code = main(*args, **kwargs)

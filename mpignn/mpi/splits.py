@@ -37,8 +37,10 @@ def steps_per_epoch(comm: Any, num_local: int, batch_size: int, drop_last: bool 
 
 
 def pad_to_steps(indices: np.ndarray, steps: int, batch_size: int, drop_last: bool = False) -> list[np.ndarray]:
-    """Cut `indices` into exactly `steps` batches of at most `batch_size` items, evenly. With fewer items than steps
-    they wrap around, so no batch is empty (unless there are none at all)."""
+    """Cut `indices` into exactly `steps` batches of at most `batch_size` items, evenly.
+
+    With fewer items than steps they wrap around, so no batch is empty (unless there are none at all).
+    """
     n = len(indices)
     if drop_last:
         return [indices[i * batch_size:(i + 1) * batch_size] for i in range(steps)]

@@ -78,8 +78,9 @@ _UNWATCHED = contextlib.nullcontext()
 
 def bounded(what: str, limit: float = 0.0) -> Any:
     """Mark the block as the collective `what` on this thread (cheap; a no-op without a Watchdog). Not collective.
-    `limit`: seconds it may wait (0: the Watchdog's timeout), e.g. --prep-timeout for rank 0's preparation; a collective
-    marked inside it has its own bound."""
+
+    `limit`: seconds it may wait (0: the Watchdog's timeout), e.g. --prep-timeout for rank 0's preparation; a
+    collective marked inside it has its own bound."""
     if _active is None:
         return _UNWATCHED
     return _Mark(_slot(), what, limit)
@@ -109,13 +110,14 @@ def _tick(timeout: float) -> float:
 
 
 class Watchdog:
-    """A daemon thread that ends the job (MPI Abort) when a thread of this rank waits in one collective past `timeout`,
-    naming the ranks that do not answer its pings within `grace`.
+    """A daemon thread that ends the job (MPI Abort) when a thread of this rank waits in one collective past
+    `timeout`, naming the ranks that do not answer its pings within `grace`.
 
-    A stopped process answers nothing; a busy live rank answers from this thread (torch and MPI release the GIL).
-    Without MPI_THREAD_MULTIPLE it cannot ping, and ends the job without the names. At `early` (a quarter of the bound,
-    at most 30 s) it asks where every rank is: ranks outside the collective are named, and if each waits in another
-    collective (a `dist.barrier()` while rank 0 evaluates alone) the job ends then."""
+    A stopped process answers nothing; a busy live rank answers from this thread (torch and MPI release the
+    GIL). Without MPI_THREAD_MULTIPLE it cannot ping, and ends the job without the names. At `early` (a quarter
+    of the bound, at most 30 s) it asks where every rank is: ranks outside the collective are named, and if
+    each waits in another collective (a `dist.barrier()` while rank 0 evaluates alone) the job ends then.
+    """
 
     @staticmethod
     def reported_within(timeout: float) -> float:
@@ -255,8 +257,9 @@ class Watchdog:
         self._sends = [r for r in self._sends if not r.Test()]
 
     def _subset(self) -> str:
-        """Ask every rank where it is at `early`; return the job-ending message, if any (else warn once). A rank that
-        does not answer is left to the bound's liveness check."""
+        """Ask every rank where it is at `early`; return the job-ending message, if any (else warn once).
+
+        A rank that does not answer is left to the bound's liveness check."""
         now = time.monotonic()
         slots = _snapshot()
         asking = self._asking

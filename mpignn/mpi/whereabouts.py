@@ -92,9 +92,10 @@ def describe(rank: int, threads: list[dict[str, Any]]) -> str:
 
 def verdict(rank: int, path: list[str], here: str, replies: dict[int, list[dict[str, Any]]], stuck: float,
             timeout: float) -> tuple[str, str]:
-    """Return (message, the ranks outside) for `rank` waiting in `path`, from every other rank's report. "" where all
-    are in it; a warning where some are not; an error where each of those waits in another collective over `stuck`
-    seconds (neither can finish)."""
+    """Return (message, the ranks outside) for `rank` waiting in `path`, from every other rank's report.
+
+    "" where all are in it; a warning where some are not; an error where each of those waits in another
+    collective over `stuck` seconds (neither can finish)."""
     # outermost marks only: ranks inside one marked block may be a collective apart
     absent = {r: threads for r, threads in sorted(replies.items())
               if not (path and any(t["path"] and t["path"][0] == path[0] for t in threads))}
