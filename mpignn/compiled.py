@@ -69,10 +69,19 @@ def _uid() -> int:
 
 def ensure_numba_cache_dir(package_dir: str, env: dict[str, str] | None = None, *, temp_dir: str | None = None,
                            user_dir: str | None = None) -> str | None:
-    """Give numba's on-disk cache a writable folder; every module with `@njit(cache=True)` calls it first. Where none of
-    numba's folders (`package_dir`/__pycache__ among them) is writable (a read-only install) numba refuses to define the
-    function, so NUMBA_CACHE_DIR is set to a private temporary folder, which is returned (None: nothing changed). Raises
-    LaunchError, naming NUMBA_CACHE_DIR, where no folder at all is writable."""
+    """Give numba's on-disk cache a writable folder; every module with `@njit(cache=True)` calls it first.
+
+    Where none of numba's folders is writable (a read-only install) numba refuses to define the function, so
+    NUMBA_CACHE_DIR is then set to a private temporary folder.
+
+    Args:
+        package_dir: the folder of the module whose functions numba caches (its __pycache__ is tried).
+        env: read and written (default `os.environ`); temp_dir, user_dir: overrides for tests.
+    Returns:
+        The folder NUMBA_CACHE_DIR now names, or None where nothing was changed.
+    Raises:
+        LaunchError: no folder at all is writable, with how to set NUMBA_CACHE_DIR.
+    """
     env = os.environ if env is None else env  # type: ignore[assignment]
     given = env.get("NUMBA_CACHE_DIR", "")
     tried = [given] if given else []

@@ -83,7 +83,11 @@ _DETECTORS: list[Callable[[Mapping[str, str]], LaunchInfo | None]] = [
 
 
 def detect(env: Mapping[str, str] | None = None) -> LaunchInfo:
-    """Describe this process from its launcher's variables (the first of `_DETECTORS` set); else one process."""
+    """Describe this process from its launcher's variables; a single process when none is set.
+
+    Returns:
+        The first detector's answer, in the order documented at `_DETECTORS`.
+    """
     env = os.environ if env is None else env
     for detector in _DETECTORS:
         info = detector(env)
@@ -118,7 +122,11 @@ _USER_WINS = ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME")
 def export_torch_env(values: Mapping[str, object], *, overwrite: bool = False,
                      env: dict[str, str] | None = None) -> dict[str, tuple[str, str]]:
     """Write torch.distributed's rendezvous variables; the user's MASTER_ADDR, MASTER_PORT and
-    GLOO_SOCKET_IFNAME win unless `overwrite`. Returns {name: (old, new)} of those changed, for the caller's log."""
+    GLOO_SOCKET_IFNAME win unless `overwrite`.
+
+    Returns:
+        {name: (old, new)} for each variable that was set before and now differs (the caller logs them).
+    """
     env = os.environ if env is None else env  # type: ignore[assignment]
     changed: dict[str, tuple[str, str]] = {}
     for name in _TORCH_VARS:
@@ -135,10 +143,14 @@ def export_torch_env(values: Mapping[str, object], *, overwrite: bool = False,
 
 
 def thread_budget(local_size: int, cpus: int | None = None, host_cpus: int | None = None) -> tuple[int, bool]:
-    """Return (threads per rank, oversubscribed: more ranks than cores) so a host's ranks share its cores.
+    """Return threads per rank so the ranks of one host share its cores without oversubscription.
 
     A mask (`cpus`) narrower than the host (`host_cpus`) means the launcher bound this rank: the mask is
-    then the rank's whole share."""
+    then the rank's whole share.
+
+    Returns:
+        (threads, oversubscribed): at least 1 thread; oversubscribed when there are more ranks than cores.
+    """
     if cpus is None:
         try:
             cpus = len(os.sched_getaffinity(0))  # the mask, which Slurm and mpirun bindings narrow
@@ -192,10 +204,14 @@ def slurm_job_id(env: Mapping[str, str] | None = None) -> str:
 
 
 def listen_socket(address: str, port: int = 0) -> socket.socket:
-    """Return a TCP socket listening on exactly `address` (never all interfaces; port 0: any), or raise OSError.
+    """Return a TCP socket bound to exactly `address` (never all interfaces) and listening (port 0: any).
 
     The caller hands the open socket on (TCPStore's `master_listen_fd`): a port closed and bound again could
-    be taken in between."""
+    be taken in between.
+
+    Raises:
+        OSError: the address is not this host's, or the port is taken.
+    """
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -299,9 +315,17 @@ def visibility_mask(kind: str, env: Mapping[str, str] | None = None) -> list[str
 
 def ccl_env(local_rank: int, local_size: int, mpi_library: str,
             env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Return the oneCCL variables to set under an MPI launcher (for the caller to write), less those the user
-    set. Why each (hydra ignores CCL_LOCAL_RANK; MPI transport only on an MPICH-ABI libmpi): see
-    docs/launchers-and-devices.md. `mpi_library`: `mpi.library_version()`."""
+    """Return the oneCCL variables to set under an MPI launcher, less those the user set.
+
+    Why each (hydra ignores CCL_LOCAL_RANK; MPI transport only on an MPICH-ABI libmpi): see
+    docs/launchers-and-devices.md.
+
+    Args:
+        local_rank, local_size: this rank's place on its host (`mpi.topology`).
+        mpi_library: `mpi.library_version()`; env: read, never changed.
+    Returns:
+        {variable: value} for the caller to write.
+    """
     env = os.environ if env is None else env
     lib = mpi_library.lower()
     mpich_abi = "mpich" in lib or "intel(r) mpi" in lib or "intel mpi" in lib

@@ -37,7 +37,11 @@ FEATURE_DEVICES = ("auto", "host", "device")  # launch.device.features_on_device
 
 
 def check_choice(name: str, value: Any, allowed: Sequence[str]) -> str:
-    """Return `value` when it is one of `allowed`, else raise ConfigError naming the flag `--name`."""
+    """Return `value` when it is one of `allowed`.
+
+    Raises:
+        ConfigError: naming the flag `--name` (underscores as dashes), the value and the first choice.
+    """
     if value not in allowed:
         flag = "--" + name.replace("_", "-")
         raise ConfigError(f"{flag} must be one of {', '.join(allowed)}; got {value!r}. HINT: {flag} {allowed[0]}")
@@ -45,7 +49,11 @@ def check_choice(name: str, value: Any, allowed: Sequence[str]) -> str:
 
 
 def parse_cache_size(value: int | str) -> int | str:
-    """Return 'auto', or a count of rows (int or digits) as an int >= 0; ConfigError for anything else."""
+    """Return 'auto', or a count of rows (int or digits) as an int >= 0.
+
+    Raises:
+        ConfigError: anything else.
+    """
     if value == "auto":
         return value
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:

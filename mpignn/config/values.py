@@ -34,8 +34,13 @@ _TYPES: dict[str, tuple[Callable[[Any], bool], str, Callable[[str, str, Any], st
 
 def check_types(values: Mapping[str, Any], annotations: Mapping[str, Any],
                 defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Check each of `values` against its field's annotation (bools only for bool: a TOML "false" is a string);
-    return the ints given for float fields, as floats, to replace. Raises ConfigError with a HINT."""
+    """Check each of `values` against its field's annotation; bools only for bool (a TOML "false" is a string).
+
+    Returns:
+        {name: value} of the values to replace: the ints given for float fields, as floats.
+    Raises:
+        ConfigError: naming the key and its flag, the expected type and the value (with its type), and a HINT.
+    """
     widened: dict[str, Any] = {}
     for name, value in values.items():
         note = annotations.get(name)
@@ -124,7 +129,11 @@ def estimate_step_bytes(hidden: int, layers: int, seeds: int, *, model: str = "s
 
 
 def check_memory(estimate: int, available: int | None, what: str, hint: str = "") -> None:
-    """Raise ConfigError when `estimate` bytes (of `what`) exceed `available` (None: unknown, nothing refused)."""
+    """Refuse when `estimate` bytes exceed `available` (None: unknown, nothing refused).
+
+    Raises:
+        ConfigError: the estimate, what it covers (`what`), the bytes available and a HINT.
+    """
     if available is None or estimate <= available:
         return
     hint = hint or "a smaller --hidden or --batch-size, fewer layers (--fanout), or fewer ranks per host"

@@ -57,10 +57,15 @@ def bootstrap(device: str = TrainConfig.device, backend: str = TrainConfig.backe
               collective_timeout: float = TrainConfig.collective_timeout) -> Runtime:
     """Collective over COMM_WORLD (or `comm`): topology, logging, thread budget, device, torch.distributed.
 
-    `tune_process`: also tune malloc and oneDNN's cache as `python -m mpignn.train` does (off by default: it
-    changes the whole process; before any torch compute). `collective_timeout`: seconds a collective, and the
-    start-up, may wait (torch's is a little longer, so the watchdog names a stopped rank first). Raises
-    LaunchError on every rank alike for a missing device or backend, or the wrong `mpirun`."""
+    Args:
+        tune_process: also tune malloc and oneDNN's cache as `python -m mpignn.train` does; off by default, as
+            it changes the whole process. Turn it on before any torch compute runs.
+        collective_timeout: seconds a collective, and the start-up, may wait (torch's timeout is a little
+            longer, so the watchdog names a stopped rank first).
+    Raises:
+        LaunchError: on every rank alike, when the device or backend is not there, or when the wrong `mpirun`
+            started the job (MPI sees one process while the launcher started several).
+    """
     # Bounded, so a rank that never starts (or stops) ends the job instead of leaving the others waiting.
     # MPI_Init's own guard names the interfaces, the usual reason MPI cannot connect the hosts.
     began = time.monotonic()

@@ -38,10 +38,15 @@ def _as_bytes(value: Any) -> bytes:
 
 
 class MPIStore(torch.distributed.Store):
-    """Collective over `comm` to create: a key-value store for `init_process_group(store=...)` over MPI. Rank 0 holds
-    the keys; a daemon thread there polls for requests, sleeping so it costs no core. Nothing listens on a socket, so no
-    neighbour can read, set or delete a key. Needs MPI_THREAD_MULTIPLE. A get or wait past `timeout` raises
-    `torch.distributed.DistStoreError`."""
+    """Collective over `comm` to create: a key-value store for `init_process_group(store=...)` over MPI.
+
+    Rank 0 holds the keys; a daemon thread there polls for requests, sleeping so it costs no core. Nothing
+    listens on a socket, so no neighbour can read, set or delete a key. Needs MPI_THREAD_MULTIPLE.
+
+    Args:
+        comm: the ranks that will form the process group (rank 0 owns the keys).
+        timeout: how long a get or wait waits before raising `torch.distributed.DistStoreError`.
+    """
 
     def __init__(self, comm: Any, timeout: datetime.timedelta) -> None:
         super().__init__()
@@ -188,9 +193,13 @@ class MPIStore(torch.distributed.Store):
 
 def listening_tcp_store(comm: Any, address: str, port: str, world_size: int,
                         timeout: datetime.timedelta) -> torch.distributed.TCPStore:
-    """Collective over `comm`: return a TCPStore on exactly `address:port` (a hand-set MASTER_ADDR/MASTER_PORT);
-    LaunchError on every rank where rank 0 cannot listen there. Rank 0 hands its listening socket to the store,
-    so no other process can take the port in between."""
+    """Collective over `comm`: return a TCPStore on exactly `address:port` (a hand-set MASTER_ADDR/MASTER_PORT).
+
+    Rank 0 hands its listening socket to the store, so no other process can take the port in between.
+
+    Raises:
+        LaunchError: on every rank alike, when rank 0 cannot listen there.
+    """
     sock, problem = None, ""
     if comm.rank == 0:
         try:

@@ -137,12 +137,16 @@ def visible_devices(device: str, hw: Hardware) -> tuple[DeviceId, ...]:
 
 def choose(device: str, backend: str, hw: Hardware, local_rank: int, local_size: int = 1,
            peers: Sequence[Sequence[DeviceId]] | None = None) -> Choice:
-    """Pick the device and backend: CUDA -> nccl, Intel XPU -> xccl (else ccl), CPU -> gloo; raise LaunchError
-    where the one asked for is not here, ConfigError for XPU with gloo or mpi (neither takes XPU tensors).
+    """Pick the device and backend: CUDA -> nccl, Intel XPU -> xccl (else ccl), CPU -> gloo.
 
     Each node-local rank takes device `local_rank % count`. Sharing is decided by identities (`peers[r]`: what
     node-local rank r sees), not counts. NCCL refuses ranks sharing a GPU, MIG slices included, so `auto` takes
-    gloo there (docs/launchers-and-devices.md); for memory a MIG slice is its own device (`Choice.shared_by`)."""
+    gloo there (docs/launchers-and-devices.md); for memory a MIG slice is its own device (`Choice.shared_by`).
+
+    Raises:
+        LaunchError: the requested device or backend is not available here.
+        ConfigError: XPU with gloo or mpi (neither process group takes XPU tensors).
+    """
     for flag, value, allowed in (("device", device, DEVICES), ("backend", backend, BACKENDS)):
         if value not in allowed:
             raise LaunchError(f"--{flag} must be one of {', '.join(allowed)}; got '{value}'. HINT: use --{flag} auto")

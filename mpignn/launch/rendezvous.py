@@ -30,13 +30,16 @@ _HINT = ("HINT: set MPIGNN_SOCKET_IFNAME to the interface the hosts reach each o
 
 
 def rendezvous_endpoint(comm: Any) -> tuple[str, str | None]:
-    """Collective over `comm`: return rank 0's address the other hosts reach (MASTER_ADDR) and this rank's
-    interface on its subnet (GLOO_SOCKET_IFNAME; None on one host); LaunchError on every rank, naming the fix,
-    where there is none.
+    """Collective over `comm`: every rank must call it, in the same order. Return rank 0's address the other
+    hosts reach (MASTER_ADDR) and this rank's interface on its subnet (GLOO_SOCKET_IFNAME; None on one host).
 
     Across hosts never loopback (host names mapped to 127.0.1.1 are common): a named interface, else a subnet
     every host shares; where several do (a management network), the first every host connects to within
-    PROBE_SECONDS, MPI's interfaces first (docs/launchers-and-devices.md)."""
+    PROBE_SECONDS, MPI's interfaces first (docs/launchers-and-devices.md).
+
+    Raises:
+        LaunchError: on every rank alike, when no such address exists; the message names the fix.
+    """
     reports = gather_per_host(comm, None, lambda _: _env.ipv4_interfaces() if comm.rank != 0 else None)
     others = [r for r in reports[1:] if r is not None] if comm.rank == 0 else []
     plan: tuple[list[tuple[str, str]], list[tuple[str, int]], str] = ([], [], "")

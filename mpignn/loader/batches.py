@@ -81,12 +81,19 @@ class LoaderTimes:
 class BatchLoader:
     """Iterate over mini-batches sampled around `seeds`; each pass is a new epoch unless `set_epoch` names one.
 
-    `seeds`: global ids, or a task's seed source (`__len__`, `new_pass`, `draw`). `comm` agrees the step count
-    (collective, here). `prefetch`: build the next batch in a thread (`prefetch.overlap` decides when that is
-    safe). `wrap`: repeat seeds so every DDP step has data (training); else surplus steps are empty. `layout`
-    (a `HeteroLayout`) makes batches `HeteroData`. `reuse`: full-graph batches, made once and kept.
-    `dataset_ids`: a `FeatureStore` of each node's dataset id (and label): batches carry `n_id` in those ids
-    and `part_n_id` in the partition's. `seed_type`: the seeds' node type, or the seed edges' type tuple.
+    Args:
+        seeds: global ids this rank uses, or a task's seed source (`__len__`, `new_pass`, `draw`).
+        comm: agrees the step count (collective, in the constructor); required when anything talks to others.
+        prefetch: build the next batch in a thread; talking samplers need a communicator of their own and
+            MPI_THREAD_MULTIPLE (`prefetch.overlap` decides).
+        wrap: repeat seeds so every DDP step has data (training); without it surplus steps are empty.
+        max_steps: at most this many steps per epoch (0: all), the same cap on every rank.
+        layout: a `loader.hetero.HeteroLayout`: batches are then PyG `HeteroData`.
+        reuse: full-graph batches, made on the first pass and kept (every draw is the same).
+        dataset_ids: a `FeatureStore` of each node's dataset id (and label): batches carry `n_id` in those ids
+            and `part_n_id` in the partition's (collective like the features).
+        name: the loader in the watchdog's messages.
+        seed_type: heterogeneous graphs: the seeds' node type, or the seed edges' type tuple.
     """
 
     def __init__(self, sampler: NeighborSampler, features: FeatureStore, seeds: np.ndarray, batch_size: int, *,

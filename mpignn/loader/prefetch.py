@@ -20,12 +20,16 @@ OVERLAP_MIN_THREADS = 4
 
 
 def overlap(rt: Runtime, talks: bool, mode: str = "auto", device_exchange: bool = False) -> bool:
-    """Whether a loader produces the next batch in a background thread; `on` where that is unsafe is refused.
+    """Whether a loader produces the next batch in a background thread.
 
     One part: always unless off. Several parts need MPI_THREAD_MULTIPLE, and `auto` takes the thread only
     where compute leaves a core free (a GPU/XPU, or OVERLAP_MIN_THREADS threads). Never with `device_exchange`
     (`--exchange torch` on a GPU/XPU): NCCL does not order two communicators in flight from two threads (it
-    can hang)."""
+    can hang).
+
+    Raises:
+        ConfigError: a bad `mode`; or `on` across parts without MPI_THREAD_MULTIPLE or with `device_exchange`.
+    """
     try:
         check_choice("prefetch", mode, PREFETCH_MODES)
     except ConfigError as exc:  # the same mode on every rank

@@ -105,12 +105,17 @@ def segment_starts(counts: np.ndarray) -> np.ndarray:
 
 def alltoallv(comm: Any, send: np.ndarray, counts: np.ndarray, recv_counts: np.ndarray | None = None,
               pieces: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Collective over `comm` (also with nothing to send): send `counts[r]` rows of `send` (ordered by
-    destination) to each rank r; return (the rows received, by source rank; the rows from each rank). Past
-    `MAX_COUNT` rows, point-to-point pieces, with no extra copies.
+    """Collective over `comm`: send `counts[r]` rows of `send` to each rank r; every rank must call it, also
+    with nothing to send. Past `MAX_COUNT` rows, point-to-point pieces, with no extra copies.
 
-    `recv_counts`, `pieces`: when every rank knows what it receives (a reply to an exchange with the same counts,
-    reversed: pass that one's `exchange_counts`), no counts travel: one collective, not two."""
+    Args:
+        send: array of rows (1-D, or N-D with fixed trailing dimensions), ordered by destination rank.
+        counts: rows for each destination, length `comm.size`.
+        recv_counts, pieces: when every rank knows what it receives (a reply to an exchange with the same
+            counts, reversed: pass that one's `exchange_counts`), no counts travel: one collective, not two.
+    Returns:
+        (received rows grouped by source rank, rows received from each rank).
+    """
     send = np.ascontiguousarray(send)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     met = recv_counts is None or pieces is None  # the ranks meet in exchange_counts just before

@@ -24,10 +24,14 @@ def commit_folder(comm: Any, write_own: Callable[[], Any], prepare: Callable[[li
                   finish: Callable[[Any], None], *, writer: bool, cleanup: Callable[[], None]) -> str:
     """Collective over `comm`: commit one folder; return "" once complete, else the first problem on every rank.
 
-    `write_own()` writes this rank's files and returns what rank 0 needs of them (sizes, hashes); rank 0's
-    `prepare(returns)` makes what completes the folder (the manifest), broadcast; `finish(that)` completes it on
-    the `writer` ranks (rank 0, or each host's first where node-local), which also clean up. Only OSError counts
-    as a problem; anything else propagates (and `run_main` aborts the job)."""
+    Only OSError counts as a problem; anything else propagates (and `run_main` aborts the job).
+
+    Args:
+        write_own: write this rank's files; return what rank 0 needs of them (sizes, hashes).
+        prepare: rank 0, from every rank's return: what completes the folder (the manifest), broadcast.
+        finish: `writer` ranks: complete the folder from `prepare`'s value (the manifest last).
+        writer: this rank finishes (and cleans up): rank 0, or each host's first where node-local.
+    """
     report, problem = None, ""
     try:
         report = write_own()

@@ -54,10 +54,15 @@ def _group(comm: Any, per_host: bool) -> Any:
 @contextlib.contextmanager
 def root_first(comm: Any, *, per_host: bool = False, timeout: float | None = None,
                what: str = "its preparation") -> Iterator[bool]:
-    """Collective over `comm`: rank 0 runs the block first (yielding True), the others wait for its ready signal, then
-    run it. So rank 0 does the one-time work (a download) and the rest only load. `per_host`: each host's rank 0 goes
-    first (node-local disks). A first rank's failure raises RootFailedError on every rank. `timeout` bounds the wait for
-    a stuck first rank."""
+    """Collective over `comm`: rank 0 runs the block first, the others wait for its ready signal, then run it.
+
+    So rank 0 does the one-time work (a download) and the rest only load. `per_host`: each host's rank 0 goes
+    first (node-local disks). A first rank's failure raises RootFailedError on every rank. `timeout` bounds
+    the wait for a stuck first rank.
+
+    Yields:
+        True on the rank(s) that go first.
+    """
     group = _group(comm, per_host)
     dog = watching()  # several first ranks, each its own time: the bound of the work they agree on
     limit = timeout + dog.timeout if per_host and timeout and dog is not None else 0.0

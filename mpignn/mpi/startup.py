@@ -62,10 +62,13 @@ class Deadline:
 
 
 def start_mpi(seconds: float = 0.0) -> Any:
-    """Import mpi4py.MPI (MPI_Init, which waits for every rank), guarded; return the module. A rank still inside
-    MPI_Init after `seconds` (0: unbounded) prints its line and is killed.
+    """Import mpi4py.MPI (MPI_Init, which waits for every rank), guarded; return the module.
 
-    First `mpiexec -iface` goes on to MPICH's ch4 transports, which do not read it (`launcher_iface_env`)."""
+    First `mpiexec -iface` goes on to MPICH's ch4 transports, which do not read it (`launcher_iface_env`).
+
+    Args:
+        seconds: a rank still inside MPI_Init after that long prints its line and is killed; 0: unbounded.
+    """
     if "mpi4py.MPI" in sys.modules:  # MPI_Init ran, or is running
         return sys.modules["mpi4py.MPI"]
     passed = launcher_iface_env()

@@ -59,7 +59,11 @@ def topology(comm: Any) -> Topology:
 
 def gather_per_host(comm: Any, item: Any, describe: Callable[[list[Any]], Any]) -> list[Any] | None:
     """Collective over `comm`: each host's leader (its lowest rank) gathers `item` from its host's ranks and
-    sends `describe(items)` to rank 0; return there one entry per rank (a leader's description, else None)."""
+    sends `describe(items)` to rank 0.
+
+    Returns:
+        On rank 0, one entry per rank of `comm`: a leader's description, None for the other ranks; None elsewhere.
+    """
     from mpi4py import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
@@ -73,7 +77,10 @@ def gather_per_host(comm: Any, item: Any, describe: Callable[[list[Any]], Any]) 
 
 def whoami() -> Topology:
     """Collective over COMM_WORLD under MPI: this process's topology, else the launcher's environment's.
-    Raises LaunchError where the wrong `mpirun` started this program (`check_launcher`)."""
+
+    Raises:
+        LaunchError: the wrong `mpirun` started this program (`check_launcher`).
+    """
     try:
         comm = world()
     except ImportError:
@@ -85,8 +92,13 @@ def whoami() -> Topology:
 
 
 def check_launcher() -> None:
-    """Raise LaunchError, naming the fix, when MPI sees one process while the launcher's variables say more
-    (the wrong `mpirun`). Not a collective: under that fault every process is alone in its COMM_WORLD."""
+    """Refuse to run when MPI sees one process while the launcher's variables say more (the wrong `mpirun`).
+
+    Not a collective: under that fault every process is alone in its COMM_WORLD, and each raises alike.
+
+    Raises:
+        LaunchError: the wrong launcher; the message names the fix.
+    """
     expected = _env.foreign_launcher_size()
     if expected > 1 and world().size == 1:
         launch = _env.detect()

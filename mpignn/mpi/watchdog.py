@@ -79,8 +79,10 @@ _UNWATCHED = contextlib.nullcontext()
 def bounded(what: str, limit: float = 0.0) -> Any:
     """Mark the block as the collective `what` on this thread (cheap; a no-op without a Watchdog). Not collective.
 
-    `limit`: seconds it may wait (0: the Watchdog's timeout), e.g. --prep-timeout for rank 0's preparation; a
-    collective marked inside it has its own bound."""
+    Args:
+        limit: seconds this block may wait (0: the Watchdog's timeout), e.g. up to --prep-timeout for rank 0's
+            preparation. A collective marked inside it has its own bound.
+    """
     if _active is None:
         return _UNWATCHED
     return _Mark(_slot(), what, limit)
@@ -127,9 +129,14 @@ class Watchdog:
 
     def __init__(self, comm: Any, timeout: float, *, grace: float | None = None, tick: float | None = None,
                  on_expiry: Callable[[str], None] | None = None) -> None:
-        """Collective over `comm`. `grace`: seconds to wait for the other ranks' replies once a bound expired
-        (default 3 to 10); `tick`: between checks; `on_expiry`: called with the message instead of printing it
-        and aborting (tests)."""
+        """Collective over `comm`: every rank must call it, in the same order.
+
+        Args:
+            timeout: seconds one collective may last on any thread of this rank.
+            grace: seconds to wait for the other ranks' replies once it expired (default: 3 to 10).
+            tick: seconds between checks (default: timeout / 20, between 0.05 and 1).
+            on_expiry: called with the message instead of printing it and aborting (tests).
+        """
         from mpi4py import MPI
 
         if not timeout > 0:

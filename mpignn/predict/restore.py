@@ -39,7 +39,11 @@ class Restored:
 
 
 def find_checkpoint(checkpoint_dir: str, generation: str = "latest") -> Path:
-    """The folder holding the checkpoint.pt to predict with: `latest`, `best` or a gen-NNNNNN name. Not collective."""
+    """The folder holding the checkpoint.pt to predict with: `latest`, `best` or a gen-NNNNNN name. Not collective.
+
+    Raises:
+        ConfigError: no such checkpoint.
+    """
     base = Path(checkpoint_dir)
     where = latest_checkpoint(base) if generation == "latest" else base / generation
     if where is None or not (where / CHECKPOINT).is_file():
@@ -51,7 +55,11 @@ def find_checkpoint(checkpoint_dir: str, generation: str = "latest") -> Path:
 
 
 def read_saved(folder: Path) -> dict[str, Any]:
-    """{"config", "world_size", "epoch"} of `folder`'s checkpoint, checked against its manifest. Not collective."""
+    """{"config", "world_size", "epoch"} of `folder`'s checkpoint, checked against its manifest. Not collective.
+
+    Raises:
+        ConfigError: a corrupt checkpoint or one without a config.
+    """
     hint = "use another --generation, or a checkpoint written by python -m mpignn.train"
     try:  # a corrupt manifest, or a state without a config: as unusable as a corrupt file
         manifest = folder / MANIFEST
@@ -80,8 +88,11 @@ def _config(saved: dict[str, Any], overrides: dict[str, Any]) -> TrainConfig:
 def restore_run(rt: Runtime, checkpoint_dir: str, generation: str = "latest",
                 overrides: dict[str, Any] | None = None) -> Restored:
     """Collective over `rt.comm`: find the checkpoint, rebuild its run on this job's ranks, load the weights.
-    Errors (no or a corrupt checkpoint, a partition that does not match it, learnable rows saved by another
-    number of ranks) are raised on every rank alike."""
+
+    Raises:
+        ConfigError / PartitionFormatError / DatasetError: on every rank alike: no or a corrupt checkpoint, a
+            partition that does not match it, learnable rows saved by another number of ranks.
+    """
     problem, saved, folder = "", {}, None
     # node-local folders: the generation reaches the hosts that lack it; what none holds, find_checkpoint says
     bring_generation(rt.comm, checkpoint_dir, None if generation == "latest" else generation)

@@ -29,7 +29,12 @@ log = logging.getLogger(__name__)
 def infer(rt: Runtime, run: Restored, *, emb_layer: int = -1, chunk: int = 8192,
           halo_mib: float = 256) -> dict[str, np.ndarray] | dict[str, dict[str, np.ndarray]]:
     """Collective over `rt.comm`: this rank's own nodes' fields ("node_id", the task's, "emb" of `emb_layer`,
-    "logits"), per node type on a heterogeneous graph. `chunk` and `halo_mib`: as `layerwise.run_layers`."""
+    "logits"), per node type on a heterogeneous graph. `chunk` and `halo_mib`: as `layerwise.run_layers`.
+
+    Raises:
+        ConfigError: on every rank alike: an --emb-layer outside 0..layers, or a model exact inference does
+            not know.
+    """
     part, task = run.graph.part, run.task
     try:
         stack = LayerStack(task.encoder(run.model))
@@ -64,7 +69,11 @@ def infer(rt: Runtime, run: Restored, *, emb_layer: int = -1, chunk: int = 8192,
 
 
 def read_pairs(path: str, num_nodes: int) -> np.ndarray:
-    """int64 [P, 2] node pairs (original ids) from an npy of shape [P, 2] or [2, P]. Not collective."""
+    """int64 [P, 2] node pairs (original ids) from an npy of shape [P, 2] or [2, P]. Not collective.
+
+    Raises:
+        ConfigError: not an integer array of that shape, or ids outside the graph.
+    """
     try:
         pairs = load_npy(path, mmap=True)
     except (OSError, ValueError) as exc:
@@ -109,7 +118,11 @@ def _score_pairs(rt: Runtime, run: Restored, out_rows: np.ndarray, pairs: np.nda
 
 def predict_to(rt: Runtime, run: Restored, out: str, *, emb_layer: int = -1, logits: bool = False,
                chunk: int = 8192, pairs: str = "", halo_mib: float = 256) -> Path:
-    """Collective over `rt.comm`: `infer`, score `pairs` (an npy path; "" for none), write the folder `out`."""
+    """Collective over `rt.comm`: `infer`, score `pairs` (an npy path; "" for none), write the folder `out`.
+
+    Raises:
+        ConfigError: on every rank alike (see `infer`, `read_pairs`, `Task.score_pairs`, `write_predictions`).
+    """
     t0 = time.perf_counter()
     meta = run.graph.part.meta
     pair_ids, problem = None, ""

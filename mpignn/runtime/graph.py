@@ -51,7 +51,12 @@ def load_local_graph(rt: Runtime, dataset: Any, root: str | None = None, task: T
     """Collective over `rt.comm`: `build_local_graph` with `GraphOptions(dataset=..., root=..., **options)`.
 
     `dataset`: a name (the same on every rank), or a PyG graph on rank 0 and None elsewhere, partitioned in
-    memory and sent over MPI, no file written. The keywords: docs/api.md. Errors are raised on every rank alike.
+    memory and sent over MPI, no file written. The keywords: docs/api.md.
+
+    Raises:
+        ConfigError: on every rank alike: a bad keyword or value, ranks passing different kinds of `dataset`,
+            or a keyword about files with a graph in memory.
+        DatasetError: the in-memory graph fails a check (`scatter_graph`), on every rank alike.
     """
     task = task or make_task()
     named = isinstance(dataset, str)
@@ -102,7 +107,10 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
 
     Without `opts.partitions` the dataset is partitioned once under `root/mpignn-parts/`; a host that does not
     see the folder receives it. With `in_memory`, `data` is rank 0's PyG graph. Own feature rows are
-    transformed on load, so fetched and cached rows arrive transformed. Errors are raised on every rank alike.
+    transformed on load, so fetched and cached rows arrive transformed.
+
+    Raises:
+        PartitionFormatError / DatasetError / ConfigError: on every rank alike.
     """
     task = task or make_task()
     try:
@@ -222,7 +230,11 @@ def _device_table(x: np.ndarray, device: str) -> Any:
 
 def build_graph_and_model(rt: Runtime, cfg: TrainConfig, task: Task) -> tuple[LocalGraph, torch.nn.Module]:
     """Collective over `rt.comm`: build the graph, its learnable rows and the task's model on `rt.device` (the
-    same whatever --minibatch mode trains it), as training and predict both start."""
+    same whatever --minibatch mode trains it), as training and predict both start.
+
+    Raises:
+        ConfigError: a model the graph's kind cannot take, on every rank alike.
+    """
     graph = build_local_graph(rt, cfg, task)
     if cfg.embed_dim:
         graph = attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)

@@ -26,10 +26,19 @@ UNSUPPORTED = {"edge_label_time": None, "time_attr": None, "weight_attr": None, 
 
 
 class LinkNeighborLoader(SampledBatches):
-    """Mini-batches sampled around both ends of seed edges, as PyG's `LinkNeighborLoader` gives them
-    (arguments, fields: docs/api.md). Collective over the graph's communicator: constructing it and every batch
-    (features, the negatives' ids). `edge_label_index`: [2, E] seed edges in dataset ids (or PyG's edge-type
-    forms), None for every edge; `batch_size`: seed edges per batch per process; the rest as `NeighborLoader`'s.
+    """Mini-batches sampled around both ends of seed edges, as PyG's `LinkNeighborLoader` gives them.
+
+    Collective over the graph's communicator: constructing it and every batch (features, the negatives' ids).
+
+    Args:
+        graph: this rank's part (`load_local_graph`).
+        num_neighbors: as `NeighborLoader`'s.
+        edge_label_index: [2, E] seed edges in dataset ids (or PyG's edge-type forms); None: every edge.
+        edge_label: [E] labels of the seed edges (None: ones where negatives are drawn).
+        neg_sampling: None, "binary", "triplet", {"mode": ..., "amount": ...} or PyG's `NegativeSampling`.
+        neg_sampling_ratio: PyG's older form of {"mode": "binary", "amount": ratio}.
+        batch_size: seed edges per batch per process (`batch_scope="global"`: of all ranks together).
+        shuffle, drop_last, seed, prefetch: as `NeighborLoader`'s.
     """
 
     def __init__(self, graph: LocalGraph, num_neighbors: Sequence[int], edge_label_index: Any = None,

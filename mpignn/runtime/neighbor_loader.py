@@ -21,14 +21,22 @@ __all__ = ["NeighborLoader"]
 
 
 class NeighborLoader(SampledBatches):
-    """Mini-batches sampled around input nodes, as PyG's `NeighborLoader` gives them (arguments, fields:
-    docs/api.md). Collective over the graph's communicator: constructing it agrees on the step count, and every
-    rank must iterate it the same number of times (each batch fetches remote neighbours and features).
+    """Mini-batches sampled around input nodes, as PyG's `NeighborLoader` gives them (fields: docs/api.md).
 
-    `input_nodes`: a split name, a boolean mask, dataset ids or None; each rank takes its own. `batch_size`:
-    seeds per batch per process (`batch_scope="global"`: of all ranks). With fewer seeds than batches `shuffle`
-    repeats some, so every DDP step has data; `drop_last`: the rank with the fewest seeds sets how many batches.
-    Pass e draws from `(seed, e)`. `minibatch`: the CLI's `--minibatch`, with its refusals.
+    Collective over the graph's communicator: constructing it agrees on the step count, and every rank must
+    iterate it the same number of times (each batch fetches remote neighbours and features from their owners).
+
+    Args:
+        graph: this rank's part (`load_local_graph`).
+        num_neighbors: neighbours per hop (-1: all); on a heterogeneous graph also a dict per edge type.
+        input_nodes: a split name, a boolean mask, ids over the dataset's nodes, or None; each rank takes its own.
+        batch_size: seeds per batch per process; `batch_scope="global"`: of all ranks together.
+        shuffle: a new seed order each pass; with fewer seeds than batches it repeats some, so every DDP step
+            has data (no shuffle leaves the surplus batches empty).
+        drop_last: full batches only; the rank with the fewest seeds sets how many.
+        seed: the shuffle's and the draws' seed; pass e uses `(seed, e)`.
+        prefetch: "auto", "on" or "off": produce batch k+1 in a thread while batch k computes.
+        minibatch: the CLI's `--minibatch` ("independent", "cooperative", "full"), with its refusals.
     """
 
     def __init__(self, graph: LocalGraph, num_neighbors: Sequence[int] | Mapping[str, Sequence[int]],

@@ -24,13 +24,22 @@ __all__ = ["inference", "gather_nodes", "accuracy", "mean"]
 def inference(model: torch.nn.Module, graph: LocalGraph, *, batch_size: int = 8192,
               act: str | Callable[[torch.Tensor], torch.Tensor] | None = None, device: Any = None,
               halo_mib: float = 256) -> torch.Tensor:
-    """Collective over `graph.runtime.comm`: return every own node's output as a float CPU tensor (row i: node
-    `graph.node_id[i]`; zeros for types a heterogeneous model does not output), layer by layer over whole
-    in-neighbourhoods (the models it walks: docs/api.md). The model (DDP is fine) is in eval mode meanwhile.
+    """Collective over `graph.runtime.comm`: every rank must call it, in the same order. Return every own
+    node's output, layer by layer over whole in-neighbourhoods (the models it walks: docs/api.md).
 
-    `batch_size`: target nodes per block (PyG's subgraph loader's); `act`: the activation between a plain
-    `.convs` module's convs (default ReLU); `device`: where layers run (default: the model's); `halo_mib`:
-    other ranks' rows held at once."""
+    Args:
+        model: the trained model, on any device (DDP is fine); put in eval mode meanwhile.
+        graph: this rank's part (`load_local_graph`).
+        batch_size: target nodes per block (PyG's subgraph loader's `batch_size`).
+        act: the activation between a plain `.convs` module's convs (a PyG name or a callable; default ReLU).
+        device: where the layers run (default: the model's parameters', else the runtime's).
+        halo_mib: other ranks' rows held at once.
+    Returns:
+        float tensor [own nodes, out_channels] on CPU; row i is node `graph.node_id[i]` (zeros for the types a
+        heterogeneous model does not output).
+    Raises:
+        ConfigError: on every rank alike: a model inference cannot walk exactly, or a bad argument.
+    """
     rt = graph.runtime
     try:  # the same arguments on every rank: agreed without a collective
         if rt is None:
@@ -59,8 +68,15 @@ def inference(model: torch.nn.Module, graph: LocalGraph, *, batch_size: int = 81
 
 
 def gather_nodes(rt: Runtime, graph: LocalGraph, values: Any) -> Any:
-    """Collective over `rt.comm`: join each rank's own-node rows (as `inference` returns them; one dtype and row
-    shape on every rank) on rank 0, where row k is dataset node k (a tensor where `values` is one); else None."""
+    """Collective over `rt.comm`: join each rank's own-node rows (as `inference` returns them) on rank 0.
+
+    Args:
+        values: a tensor or array of one row per own node, of one dtype and row shape on every rank.
+    Returns:
+        On rank 0 row k is dataset node k (a CPU tensor where `values` is one, else an array); None elsewhere.
+    Raises:
+        ConfigError: on every rank: a wrong row count on some rank, or differing row shapes or dtypes.
+    """
     tensor = isinstance(values, torch.Tensor)
     rows = as_array(values)
     ids = np.asarray(graph.node_id, dtype=np.int64)

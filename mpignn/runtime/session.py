@@ -111,8 +111,11 @@ def _minibatch(rt: Runtime, cfg: TrainConfig, graph: LocalGraph, model: torch.nn
 
 def resolve_config(rt: Runtime, cfg: TrainConfig, graph: LocalGraph, minibatch: str) -> tuple[TrainConfig,
                                                                                                dict[str, Any]]:
-    """Collective over `rt.comm`: return `cfg` with its `CHOOSE` fields made concrete (`minibatch`: the mode
-    chosen or given), and those alone."""
+    """Collective over `rt.comm`: return `cfg` with its `CHOOSE` fields made concrete, and those alone.
+
+    Args:
+        minibatch: the mode `--minibatch auto` (or tune) chose, or the one given.
+    """
     features = graph.features
     talks = rt.world_size > 1 and not graph.replicated
     prefetch = cfg.prefetch

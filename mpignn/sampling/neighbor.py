@@ -136,9 +136,16 @@ def importance_hop(source: HopSource, gids: np.ndarray, fanout: Fanout, seed: in
 
 def draw_hop(sampler: Any, gids: np.ndarray, fanout: Fanout, hop: int, seed: int,
              variates: tuple[int, int] | None, reduce: Any = None) -> tuple[Any, Any, Any, Any]:
-    """(counts, nbrs, mean_over, edge weight) of hop `hop` (it salts `seed`) of `gids` as `sampler.method` says,
-    so every sampler draws a hop alike; "labor" draws from `variates` (a seed and a shift) where given. mean_over
-    is None for "neighbor", the weight None but for LABOR-i."""
+    """Hop `hop` of `gids` as `sampler.method` says, so every sampler draws a hop alike.
+
+    Args:
+        sampler: a sampler with `source`, `method`, `layer_dependency`, `iterations` and `num_nodes`.
+        hop: the hop's index (salts the seed).
+        seed: the batch's seed; "labor" draws from `variates` (a seed and a shift) where given.
+
+    Returns:
+        (counts, nbrs, mean_over, edge weight); mean_over is None for "neighbor", the weight None but for LABOR-i.
+    """
     if sampler.method != "labor":
         counts, nbrs = sampler.source.sample(gids, fanout, kernels.mix_seed(seed, hop))
         return counts, nbrs, None, None

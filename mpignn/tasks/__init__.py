@@ -18,7 +18,11 @@ __all__ = ["Task", "make_task", "task_class", "picker"]
 
 
 def task_class(name: str) -> type[Task]:
-    """Return the `Task` subclass registered as `name` (ConfigError for an unknown one)."""
+    """Return the `Task` subclass registered as `name`.
+
+    Raises:
+        ConfigError: an unknown name.
+    """
     module, _, cls = TASKS[check_choice("task", name, tuple(TASKS))].partition(":")
     return getattr(importlib.import_module(module), cls)
 

@@ -125,8 +125,11 @@ class Task:
         raise NotImplementedError
 
     def evaluate_exact(self, rt: Runtime, graph: LocalGraph, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
-        """Collective over `rt.comm`: return exact inference's val/test scores (`--eval exact`) as record fields;
-        ConfigError where the task has none."""
+        """Collective over `rt.comm`: return exact inference's val/test scores (`--eval exact`) as record fields.
+
+        Raises:
+            ConfigError: the task has no exact evaluation.
+        """
         raise ConfigError(f"--eval exact expects a task with exact evaluation; --task {self.name} has none "
                           "yet. HINT: --eval sampled, and python -m mpignn.predict for its embeddings")
 
@@ -144,8 +147,11 @@ class Task:
         return {}
 
     def score_pairs(self, model: torch.nn.Module, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """Return one score per pair from the encoder's rows of its two ends (`a`, `b`: [P, D]); ConfigError where
-        the task has no pair decoder."""
+        """Return one score per pair from the encoder's rows of its two ends (`a`, `b`: [P, D]).
+
+        Raises:
+            ConfigError: the task has no pair decoder.
+        """
         raise ConfigError(f"--pairs expects a checkpoint of a task that scores node pairs (--task link); this one "
                           f"was trained with --task {self.name}. HINT: drop --pairs, or predict with a link "
                           "prediction checkpoint")

@@ -18,8 +18,12 @@ _AUC_TAG = 2511
 
 
 def global_auc(comm: Any, scores: np.ndarray, labels: np.ndarray, chunk: int = AUC_CHUNK) -> float:
-    """Collective over `comm`: return the ROC AUC of all ranks' scores together, exactly (U / (positives x
-    negatives); NaN when a class is absent on every rank), holding one chunk of another rank's at a time."""
+    """Collective over `comm`: every rank must call it, in the same order. Return the ROC AUC of all ranks' scores
+    together, exactly, holding one chunk of another rank's at a time.
+
+    Returns:
+        U / (positives x negatives), NaN when either class is absent on every rank.
+    """
     from mpi4py import MPI
 
     scores = np.asarray(scores, dtype=np.float64)

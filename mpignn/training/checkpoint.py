@@ -67,7 +67,11 @@ def read_checkpoint(folder: Path, sha256: str | None = None, *, doing: str = "re
                     ) -> dict[str, Any]:
     """Return the state saved in `folder/checkpoint.pt`, checked against `sha256` when given. Not collective.
 
-    `doing` and `hint` word the ConfigError ("cannot {doing} PATH: ...") for a missing or unusable file."""
+    Args:
+        doing / hint: what the caller wanted, and its fix, for the error ("cannot {doing} PATH: ...").
+    Raises:
+        ConfigError: no checkpoint.pt, or an unusable one (unpickling refusal, truncation, another checksum).
+    """
     path = folder / CHECKPOINT
     if not path.is_file():
         raise ConfigError(f"--resume expected {CHECKPOINT} in {folder}; found none. HINT: check --checkpoint-dir, "
@@ -108,7 +112,11 @@ def load_checkpoint(folder: str | os.PathLike, model: torch.nn.Module,
                     config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Restore model (and optimizer) from `folder/checkpoint.pt`, checking `config` first. Not collective.
 
-    Returns {"epoch", "step" (where training continues), "rng", "extra", "replay_changes"}."""
+    Returns:
+        {"epoch", "step" (where training continues), "rng", "extra", "replay_changes"}.
+    Raises:
+        ConfigError: no checkpoint, a corrupt one, or one of another model or model flags.
+    """
     folder = Path(folder)
     return _apply(folder / CHECKPOINT, read_checkpoint(folder), model, optimizer, config)
 
@@ -132,7 +140,11 @@ def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
 
 
 def checkpoint_config(folder: str | os.PathLike) -> dict[str, Any] | None:
-    """Return the flags `latest_checkpoint(folder)` was saved with, or None; a corrupt one raises. Not collective."""
+    """Return the flags `latest_checkpoint(folder)` was saved with, or None. Not collective.
+
+    Raises:
+        ConfigError: the checkpoint is corrupt (as a resume would).
+    """
     where = latest_checkpoint(folder)
     return None if where is None else dict(read_checkpoint(where).get("extra", {}).get("config", {}))
 
@@ -142,9 +154,14 @@ ADDED_OFF = {"norm": "none", "residual": False, "linear_head": False}
 
 
 def check_compatible(saved: dict[str, Any], config: dict[str, Any], model_flags: Sequence[str] = ()) -> list[str]:
-    """Refuse a resume whose MODEL_KEYS or `model_flags` (`Task.model_flags`) differ from `saved`; return the
-    REPLAY_KEYS that differ (no exact replay), and --eval where exact and sampled scores swap. A flag an older
-    checkpoint lacks is not compared, unless `ADDED_OFF` gives its old value."""
+    """Refuse a resume whose MODEL_KEYS or `model_flags` (`Task.model_flags`) differ from `saved`.
+
+    Returns:
+        The REPLAY_KEYS flags that differ (no exact replay), and --eval where exact and sampled scores swap.
+        A flag an older checkpoint lacks is not compared, unless `ADDED_OFF` gives its old value.
+    Raises:
+        ConfigError: naming each model flag that differs.
+    """
     saved = {**ADDED_OFF, **saved}
 
     def diff(keys: tuple[str, ...]) -> list[str]:
@@ -166,7 +183,11 @@ def save_state(comm: Any, folder: str | os.PathLike, *, epoch: int, step: int, m
     """Collective over `comm`: commit one generation in `folder` and return it once every rank's part is written.
 
     Each host's first rank writes the checkpoint (node-local folders get it too); generations before the
-    newest `keep` go only after the new one counts. A failed write is one ConfigError on every rank."""
+    newest `keep` go only after the new one counts.
+
+    Raises:
+        ConfigError: a write failed on some rank, on every rank alike; the new generation is removed.
+    """
     topo = topology(comm)
     writer = topo.local_rank == 0
     folder = Path(folder)
@@ -268,12 +289,17 @@ def _describe_ranks(idents: list[tuple[str, int, int, str]]) -> str:
 def resume_state(comm: Any, folder: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  config: dict[str, Any], device: str, rows: Any = None,
                  model_flags: Sequence[str] = ()) -> dict[str, Any]:
-    """Collective over `comm`: restore the newest complete checkpoint in `folder`, the same one on every rank;
-    return load_checkpoint's dict plus "same_world" (RNG states restored) and "generation" (the folder name).
+    """Collective over `comm`: restore the newest complete checkpoint in `folder`, the same one on every rank.
 
-    Each rank reads its own view (node-local folders differ), and ranks that found different checkpoints are
-    refused. RNG states are restored on the same world size; on another, fresh ones are seeded from
-    (seed, epoch, step, rank): the data order differs anyway."""
+    Each rank reads its own view (node-local folders differ). RNG states are restored on the same world
+    size; on another, fresh ones are seeded from (seed, epoch, step, rank): the data order differs anyway.
+
+    Returns:
+        load_checkpoint's dict, plus "same_world" (RNG states restored) and "generation" (the folder name).
+    Raises:
+        ConfigError: on every rank alike: no checkpoint, a corrupt one, other model flags, or ranks that
+            found different checkpoints (a stale node-local folder).
+    """
     problem, state, ident, manifest = "", {}, None, {}
     where = latest_checkpoint(folder)
     if where is None and (Path(folder) / MANIFEST).is_file():  # a generation's own folder, or best/ (predict)

@@ -89,9 +89,14 @@ def _field(view: dict[str, Any], name: str, key: str) -> Any:
 
 
 def bring_generation(comm: Any, folder: str | os.PathLike, name: str | None = None) -> str | None:
-    """Collective over `comm`: make generation `name` (default: the newest any host holds) complete on every host;
-    return its name, or None when no host holds one. Hosts holding different generations of that name, a file
-    no host holds, or a failed copy are one ConfigError on every rank."""
+    """Collective over `comm`: make generation `name` (default: the newest any host holds) complete on every host.
+
+    Returns:
+        Its name on every rank, None when no host holds one.
+    Raises:
+        ConfigError: on every rank alike: hosts hold different generations of that name, a file of it no
+            host holds, or a copy that failed (a full disk, a corrupt file at the sender).
+    """
     folder = Path(folder)
     views = gather_per_host(comm, comm.rank,
                             lambda ranks: {"host": socket.gethostname(), "ranks": ranks, "held": _view(folder, name)})

@@ -41,9 +41,16 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
 
     Each rank's loss is scaled by world_size / (the step's seeds on all ranks, one tiny all-reduce): DDP
     averages over ranks, so the update is the mean over all seeds whatever each rank's share. A rank without
-    seeds still joins DDP with zeros. A stop requested on any rank ends every rank at the same step. Trains
-    steps [start_step, end_step); `embedding`'s rows follow the features. Returns the sums (stopped_step -1:
-    not stopped)."""
+    seeds still joins DDP with zeros. A stop requested on any rank ends every rank at the same step.
+
+    Args:
+        start_step: skip the steps before it (a mid-epoch resume).
+        end_step: leave before this step (None: at the loader's end), e.g. to evaluate inside the epoch.
+        embedding: a NodeEmbedding whose rows follow the features (collective: pulled and stepped each step).
+    Returns:
+        sums: loss_sum, correct, seeds, units (`Task.units`), nodes, steps, compute_s, allreduce_s, and
+            stopped_step (-1: not stopped).
+    """
     model.train()
     clock = StepClock(device)  # device events on an accelerator: no step waits to be timed
     rows = RowCounts(comm.size if comm is not None else 1)

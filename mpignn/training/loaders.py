@@ -32,9 +32,15 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
                 eval_batch_size: int = TrainConfig.eval_batch_size, **unknown: Any) -> BatchLoader:
     """Collective over `rt.comm` (agrees on the step count): build a loader over this rank's seeds of `split`.
 
-    `batch_size` is the global batch of "train" with `batch_scope="global"` (`rank_batch_size` takes this
-    rank's share); `eval_batch_size` 0 means `Task.eval_factor` times it. `minibatch`: "independent" (None),
-    "cooperative" (train only) or "full" (one kept step per pass); `auto` is the caller's to resolve."""
+    Args:
+        batch_size: seeds (nodes, or positive pairs) per step; for "train" with `batch_scope="global"` the
+            global batch, of which this rank takes its share (`rank_batch_size`).
+        eval_batch_size: items per evaluation step (0: `Task.eval_factor` times `batch_size`).
+        prefetch: auto, on or off (`overlap`).
+        max_steps: for "train", at most this many steps per epoch (0: all), each epoch from a fresh shuffle.
+        minibatch: "independent" (None), "cooperative" (train only) or "full" (one kept step per pass);
+            evaluation always samples neighbours. `auto` is the caller's to resolve.
+    """
     task = graph.task or make_task()
     for key in unknown:  # the same call on every rank
         hint = ("make_loader takes fanouts; num_neighbors is runtime.NeighborLoader's (PyG's name)"

@@ -96,7 +96,12 @@ def count_step(rt: Runtime, loader: Any) -> StepCount:
 def choose_minibatch(rt: Runtime, make_loader: Callable[[str], Any], *, in_width: int, hidden: int,
                      num_nodes: int, full_refusal: str) -> tuple[str, str]:
     """Collective over `rt.comm` (`--minibatch auto`): return "full" or "independent" from counts alone, and why.
-    `make_loader`: mode -> training loader (collective); `full_refusal`: `full_fit_problem`'s answer."""
+
+    Args:
+        make_loader: `mode -> training loader` of that mode (collective); its epoch 0 is training's.
+        in_width, hidden: for `StepCount.cost`.
+        full_refusal: `training.loaders.full_fit_problem`'s answer ("" where full can train).
+    """
     if full_refusal:
         return "independent", full_refusal.split(". HINT")[0]
     step = count_step(rt, make_loader("independent"))
@@ -120,9 +125,15 @@ def _close(loader: Any) -> None:
 def tune_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[[str], Any], *, task: Any,
                    bf16: bool = False, refusal: str = "", num_nodes: int = 0,
                    full_refusal: str = "one") -> tuple[str, dict[str, Probe]]:
-    """Collective over `rt.comm` (`--minibatch tune`): return the fastest mode and what each measured; the probe
-    leaves weights, RNG and buffers as they were. `refusal`: why cooperative cannot train ("": it is timed);
-    `make_loader`, `full_refusal`: as `choose_minibatch`'s (full is timed only past `FULL_COVERAGE`)."""
+    """Collective over `rt.comm` (`--minibatch tune`): return the fastest mode and what each measured.
+
+    The probe leaves weights, RNG and buffers as they were. Rank 0 logs the flag that pins the choice.
+
+    Args:
+        make_loader: `mode -> training loader` of that mode (collective); its epoch 0 is training's.
+        refusal: why cooperative cannot train this run ("": it can, and is timed).
+        full_refusal: as for `choose_minibatch`; full is timed only past `FULL_COVERAGE`.
+    """
     coverage = count_step(rt, make_loader("independent")).inputs / max(1, num_nodes) if not full_refusal else 0.0
     refusal = refusal or ("one rank" if rt.world_size == 1 else "")
     modes = ["independent", *(["cooperative"] if not refusal else []),

@@ -78,9 +78,14 @@ def _start_over(folder: Path) -> None:
 
 
 def claim_checkpoint_dir(comm: Any, cfg: TrainConfig, resuming: bool) -> FolderLock | None:
-    """Collective over `comm`: create and lock --checkpoint-dir on every host that writes it (node-local too);
-    return this rank's lock (None where it holds none) to hold for the run. Another run's checkpoint (without
-    `resuming` or --force-new) or another live job there is one ConfigError on every rank."""
+    """Collective over `comm`: create and lock --checkpoint-dir on every host that writes it (node-local too).
+
+    Returns:
+        This rank's lock (None where it holds none); hold it for the run.
+    Raises:
+        ConfigError: on every rank alike: another run's checkpoint and neither `resuming` nor --force-new, or
+            another live job training there.
+    """
     folder = Path(cfg.checkpoint_dir)
     lock, problem = None, ""
     if comm.rank == 0:

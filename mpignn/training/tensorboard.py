@@ -13,7 +13,11 @@ HINT = "pip install mpignn[tensorboard]"
 
 
 def require() -> None:
-    """Import the optional `tensorboard` package, else a ConfigError naming the extra. Not collective."""
+    """Import the optional `tensorboard` package. Not collective: every rank checks its own install.
+
+    Raises:
+        ConfigError: one line naming the extra to install.
+    """
     try:
         import tensorboard  # noqa: F401  (torch.utils.tensorboard needs it)
     except ImportError as exc:
