@@ -1,5 +1,6 @@
 """The allowed values of every choice flag, defined once, and the one check of a choice and of --cache-size.
-The owners import their tuple from here: config must import without torch."""
+The owners import their tuple from here: config must import without torch. Stdlib only, and mpignn.errors.
+"""
 from __future__ import annotations
 
 from typing import Any, Sequence

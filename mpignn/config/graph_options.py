@@ -1,5 +1,7 @@
 """`GraphOptions`: the graph's section of the training config (`TrainConfig` extends it) and the keywords of
-`runtime.load_local_graph`, so the CLI and the API default and refuse alike. Frozen: made, checked, then only read."""
+`runtime.load_local_graph`, so the CLI and the API default and refuse alike. Frozen: made, checked, then only
+read. Stdlib only.
+"""
 from __future__ import annotations
 
 import math

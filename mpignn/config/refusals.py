@@ -1,5 +1,6 @@
 """Every refused combination of flags, written once, so the CLI and the Python API refuse alike, in the same
-words. A caller skips the rules needing values it does not know (the API knows no `--resume`)."""
+words. A caller skips the rules needing values it does not know (the API knows no `--resume`). Stdlib only.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass

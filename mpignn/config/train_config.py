@@ -1,5 +1,6 @@
-"""Training configuration: one frozen dataclass, its parser, and the memory check. Every default lives in the
-dataclass; precedence is defaults < `--config file.toml` < flags."""
+"""Training configuration: one frozen dataclass, its parser, and the memory check. Stdlib only.
+Every default lives in the dataclass; precedence is defaults < `--config file.toml` < flags.
+"""
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,7 @@
 """Each config value's type, range or choices (beside the field: `opt`), and a lower bound of one step's memory,
-so a wrong TOML type or an impossible number fails in one line before anything loads."""
+so a wrong TOML type or an impossible number fails in one line before anything loads. Stdlib only: imports
+nothing but mpignn.errors and config.choices.
+"""
 from __future__ import annotations
 
 import dataclasses

@@ -1,6 +1,7 @@
 """The process's memory: which malloc serves it, glibc's tuned for a flat peak over many epochs, and the resident
 memory readings (docs/failures.md, "Memory over long runs"). A faster allocator is the job script's `LD_PRELOAD`.
-Stdlib only (ctypes), never torch."""
+Stdlib only (ctypes); of mpignn it imports `errors` alone, and nothing of torch.
+"""
 from __future__ import annotations
 
 import os

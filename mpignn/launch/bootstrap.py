@@ -1,5 +1,6 @@
 """Starting a rank: `bootstrap` returns the `Runtime` every layer above takes; `reduce_sums` and `shutdown` close
-the loop a user writes."""
+the loop a user writes. Imports torch (through `process_group`), never torch-geometric or the data layers.
+"""
 from __future__ import annotations
 
 import logging

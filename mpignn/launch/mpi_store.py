@@ -1,5 +1,7 @@
 """A torch.distributed Store whose keys travel over MPI, so the rendezvous opens no TCP port at all; and the
-TCPStore for a hand-set MASTER_PORT."""
+TCPStore for a hand-set MASTER_PORT. Imports torch, mpignn.env and mpignn.errors (mpi4py only inside
+functions); never torch-geometric.
+"""
 from __future__ import annotations
 
 import atexit

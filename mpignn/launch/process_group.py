@@ -1,5 +1,6 @@
 """torch.distributed set-up: device and backend choice, MPI-driven rendezvous, thread budget. `choose` is a pure
-function of a `Hardware` description, so tests fake the hardware."""
+function of a `Hardware` description, so tests fake the hardware. Imports torch, never torch-geometric.
+"""
 from __future__ import annotations
 
 import datetime

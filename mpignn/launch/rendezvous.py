@@ -1,5 +1,7 @@
-"""Where the ranks meet for torch.distributed: rank 0's address every host reaches, agreed over MPI. Never torch
-(nor does `mpignn.mpi` import this module)."""
+"""Where the ranks meet for torch.distributed: rank 0's address every host reaches, agreed over MPI.
+Imports the stdlib, mpi4py (lazily), `mpignn.env` and `mpignn.errors`; never torch (nor does `mpignn.mpi`
+import this module).
+"""
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,7 @@
-"""Checked collectives on numpy buffers; each first waits in `all_arrived`, which sleeps instead of spinning."""
+"""Checked collectives on numpy buffers; each first waits in `all_arrived`, which sleeps instead of spinning.
+Imports numpy, mpi4py (lazily), `mpignn.errors`, `mpignn.mpi.watchdog` and `mpignn.mpi.topology`; never torch,
+nor any other part of mpignn.
+"""
 from __future__ import annotations
 
 import hashlib

@@ -1,5 +1,7 @@
 """Committing a folder that several ranks write as one unit (checkpoint generations, predictions): a write that
-failed anywhere is the same one-line problem on every rank, and the half-written folder is removed."""
+failed anywhere is the same one-line problem on every rank, and the half-written folder is removed.
+Stdlib and mpi4py only (through `comm`).
+"""
 from __future__ import annotations
 
 import json

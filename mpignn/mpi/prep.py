@@ -1,4 +1,7 @@
-"""Rank-0-first preparation: a first rank's failure reaches every rank; nobody hangs."""
+"""Rank-0-first preparation: a first rank's failure reaches every rank; nobody hangs. Imports the stdlib,
+mpi4py (lazily), `mpignn.errors`, `mpignn.mpi.topology` and `mpignn.mpi.watchdog`; never torch, nor any other
+part of mpignn.
+"""
 from __future__ import annotations
 
 import contextlib

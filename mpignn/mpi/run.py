@@ -1,5 +1,7 @@
 """Running a program on every rank: a clean, job-wide exit on any failure (`run_main`, `abort_on_uncaught`).
-mpi4py is used only when MPI is running."""
+Imports the stdlib, mpi4py (lazily, only when MPI is running), `mpignn.env`, `mpignn.errors` and
+`mpignn.mpi.topology`; never torch, nor any other part of mpignn.
+"""
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """Starting MPI: a rank that MPI_Init ends or holds past a bound says so in one line naming this host's
-interfaces and how to choose one. mpi4py.MPI is imported (MPI_Init) here only."""
+interfaces and how to choose one. The stdlib, mpi4py (imported here: MPI_Init) and `mpignn.env`; never torch.
+"""
 from __future__ import annotations
 
 import os

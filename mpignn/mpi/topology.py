@@ -1,4 +1,6 @@
-"""Where a rank sits, and the wrong-launcher check. MPI starts on first use, through `mpignn.mpi.startup`."""
+"""Where a rank sits, and the wrong-launcher check. Imports the stdlib, mpi4py (lazily, through
+`mpignn.mpi.startup`), `mpignn.env` and `mpignn.errors`; never torch, nor any other part of mpignn.
+"""
 from __future__ import annotations
 
 import socket

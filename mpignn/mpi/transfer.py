@@ -1,6 +1,7 @@
 """Files moved over MPI between hosts that share no disk, each checked against its sha256 and renamed into place
-once whole. Temporary names follow `mpignn.fileio.temp_name`'s pattern (which mpignn.mpi may not import), so
-`remove_leftovers` recognises a killed receiver's file."""
+once whole. Temporary names follow `mpignn.fileio.temp_name`'s pattern, so `remove_leftovers` recognises a killed
+receiver's file. Stdlib, numpy and mpi4py (through `comm`).
+"""
 from __future__ import annotations
 
 import hashlib

@@ -1,5 +1,7 @@
 """Bounded waits: `bounded` marks which collective each thread is in, and a watchdog thread ends the job when
-one waits past the bound, naming the ranks that stopped answering or are in another collective."""
+one waits past the bound, naming the ranks that stopped answering or are in another collective.
+Stdlib and mpi4py only (imported lazily), never torch; of mpignn only `mpi.whereabouts`.
+"""
 from __future__ import annotations
 
 import atexit
