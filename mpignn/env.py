@@ -253,8 +253,10 @@ _IFNAME_VARS = ("MPIGNN_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAM
 
 
 def socket_ifname(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
-    """Return (variable, interface) from the first of `_IFNAME_VARS` that names one, else None. NCCL's syntax:
-    a comma list, `=eth0` means exactly eth0, a leading `^` excludes (so names nothing)."""
+    """Return (variable, interface) from the first of `_IFNAME_VARS` that names one, else None.
+
+    NCCL's syntax: a comma list, `=eth0` means exactly eth0, a leading `^` excludes (so names nothing).
+    """
     env = os.environ if env is None else env
     for var in _IFNAME_VARS:
         value = env.get(var, "").strip()

@@ -83,8 +83,10 @@ def _xpu_count() -> int:
 
 
 def detect_hardware() -> Hardware:
-    """Probe torch (and the optional Intel packages) for devices and backends. Before torch 2.4 `torch.xpu`
-    appears only once IPEX is imported, so without an XPU IPEX is tried."""
+    """Probe torch (and the optional Intel packages) for devices and backends.
+
+    Before torch 2.4 `torch.xpu` appears only once IPEX is imported, so without an XPU IPEX is tried.
+    """
     dist = torch.distributed
     cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
     xpu = _xpu_count()

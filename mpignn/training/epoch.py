@@ -1,4 +1,5 @@
 """One training epoch and its reduced record, for any `tasks.Task`; DDP and its timed all-reduce are in `ddp`.
+
 Metrics come back as sums (loss x seeds, correct, seeds) so the caller reduces sums, never averages.
 """
 from __future__ import annotations
