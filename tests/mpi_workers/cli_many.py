@@ -44,6 +44,17 @@ def run_to(log: Path, run: Callable[[], int]) -> int:
         os.close(saved[1])
 
 
+def in_turn(modes: str, run: Callable[[str], None]) -> None:
+    """`run(mode)` for each of the comma-separated `modes`, each from the job's own environment."""
+    for mode in modes.split(","):
+        saved = dict(os.environ)
+        try:
+            run(mode)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
 def end(code: int | None) -> None:
     """End a worker script as the CLIs end (`exit_process`: no freeing of every module); in the tests' standing
     job (pool.py sets MPIGNN_TEST_POOL_RANK) by SystemExit, which the job catches."""

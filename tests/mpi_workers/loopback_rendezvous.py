@@ -11,21 +11,11 @@ import time
 import torch
 import torch.distributed as dist
 
-from cli_many import end
+from cli_many import end, in_turn
 
 from mpignn.launch.process_group import Choice, destroy_process_group, init_process_group
 from mpignn.errors import LaunchError
 from mpignn.mpi import run_main, whoami, world
-
-
-def main(modes: str) -> None:
-    for mode in modes.split(","):
-        saved = dict(os.environ)
-        try:
-            _meet(mode)
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
 
 
 def _meet(mode: str) -> None:
@@ -56,4 +46,4 @@ def _meet(mode: str) -> None:
 
 
 if __name__ == "__main__":
-    end(run_main(main, sys.argv[1]))
+    end(run_main(in_turn, sys.argv[1], _meet))

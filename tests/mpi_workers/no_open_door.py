@@ -11,7 +11,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from cli_many import end
+from cli_many import end, in_turn
 
 from mpignn.launch.process_group import Choice, destroy_process_group, init_process_group
 from mpignn.env import ipv4_interfaces
@@ -31,16 +31,6 @@ def listeners() -> set[tuple[str, int]]:
                 packed = b"".join(bytes.fromhex(raw[i:i + 8])[::-1] for i in range(0, len(raw), 8))
                 found.add((str(ipaddress.ip_address(packed)), int(port, 16)))
     return found
-
-
-def main(modes: str) -> None:
-    for mode in modes.split(","):
-        saved = dict(os.environ)
-        try:
-            _open(mode)
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
 
 
 def _open(mode: str) -> None:
@@ -71,4 +61,4 @@ def _open(mode: str) -> None:
 
 
 if __name__ == "__main__":
-    end(run_main(main, sys.argv[1]))
+    end(run_main(in_turn, sys.argv[1], _open))
