@@ -122,9 +122,10 @@ class MPIStore(torch.distributed.Store):
         if self._keys is None:
             with self._lock:
                 return self._remote(op, args, wait_s)
-        if _waits_for(op, args):
+        needed = _waits_for(op, args)
+        if needed:
             try:
-                self._keys.wait(_waits_for(op, args), datetime.timedelta(seconds=wait_s))
+                self._keys.wait(needed, datetime.timedelta(seconds=wait_s))
             except torch.distributed.DistStoreError:
                 raise self._timeout(op, args, wait_s) from None
         return _apply(self._keys, op, args)
