@@ -36,8 +36,6 @@ def partition_graph(graph: GraphData, num_parts: int, out: str | os.PathLike, *,
     from mpignn.fileio import remove_leftovers, temp_name
     from mpignn.partition.links import save_link_split
 
-    if method == DEFAULT_METHOD:
-        method = default_method()
     final = Path(out).absolute()
     final.parent.mkdir(parents=True, exist_ok=True)
     remove_leftovers(final)  # what killed runs of this host left beside `out` (a partitioner killed for memory)
@@ -45,7 +43,7 @@ def partition_graph(graph: GraphData, num_parts: int, out: str | os.PathLike, *,
     workdir = temp_name(final, "parhip")
     start = time.perf_counter()
     try:
-        graph, parts, held_out = split_and_assign(graph, num_parts, method, seed, links, workdir, threads)
+        graph, parts, held_out, method = split_and_assign(graph, num_parts, method, seed, links, workdir, threads)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     assign_s = time.perf_counter() - start

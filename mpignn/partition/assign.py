@@ -155,14 +155,17 @@ def assign_parts(graph: GraphData, num_parts: int, method: str, seed: int,
 
 def split_and_assign(graph: GraphData, num_parts: int, method: str, seed: int, links: dict | None = None,
                      workdir: str | os.PathLike | None = None,
-                     threads: int = 1) -> tuple[GraphData, np.ndarray, LinkSplit | None]:
-    """(the graph without the edges `links` holds out, each node's part, the held-out edges or None).
+                     threads: int = 1) -> tuple[GraphData, np.ndarray, LinkSplit | None, str]:
+    """(the graph without the edges `links` holds out, each node's part, the held-out edges or None, the
+    method that ran: `auto` resolved, as META.json records it).
 
     Raises:
         ConfigError: as `assign_parts`.
         DatasetError: `links` leaves no edge to hold out or to train on.
     """
+    if method == DEFAULT_METHOD:
+        method = default_method()
     held_out = None
     if links is not None:
         graph, held_out = split_links(graph, links["val"], links["test"], links["seed"], links["num_tails"])
-    return graph, assign_parts(graph, num_parts, method, seed, workdir=workdir, threads=threads), held_out
+    return graph, assign_parts(graph, num_parts, method, seed, workdir=workdir, threads=threads), held_out, method

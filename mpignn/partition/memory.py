@@ -9,12 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from mpignn.config.choices import DEFAULT_METHOD
 from mpignn.data.pyg import MEMORY_NAME, graph_from_pyg
 from mpignn.errors import ConfigError, DatasetError, PartitionFormatError, mark_agreed
 from mpignn.mpi import check_all, root_first
 from mpignn.mpi.watchdog import bounded
-from mpignn.partition.assign import default_method, split_and_assign
+from mpignn.partition.assign import split_and_assign
 from mpignn.partition.format import HETERO_FILES, PART_FILES, LocalPart, meta_from_json
 from mpignn.partition.links import in_partition_ids, link_share
 from mpignn.partition.write import parts_in_memory
@@ -79,9 +78,7 @@ def _cut(data: Any, num_parts: int, method: str, seed: int,
          links: dict | None) -> tuple[dict, list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:
     """Rank 0: (META.json's content, each part's arrays, each part's held-out edges keyed `links/NAME`)."""
     graph = graph_from_pyg(data)
-    if method == DEFAULT_METHOD:
-        method = default_method()
-    graph, parts, held_out = split_and_assign(graph, num_parts, method, seed, links)
+    graph, parts, held_out, method = split_and_assign(graph, num_parts, method, seed, links)
     node_map, meta, arrays = parts_in_memory(graph, parts, num_parts=num_parts, method=method, seed=seed,
                                              dataset=MEMORY_NAME)
     shares: list[dict[str, np.ndarray]] = [{} for _ in range(num_parts)]
@@ -138,9 +135,7 @@ def recv_arrays(comm: Any, source: int) -> tuple[dict[str, np.ndarray], str]:
             if flat is not None:
                 comm.Recv([flat[lo:lo + n], MPI.BYTE], source=source, tag=_TAG)
             else:  # drain what the sender sends anyway
-                if scratch is None:
-                    scratch = np.empty(min(CHUNK_BYTES, size), dtype=np.uint8)
-                if len(scratch) < n:
+                if scratch is None or len(scratch) < n:
                     scratch = np.empty(n, dtype=np.uint8)
                 comm.Recv([scratch[:n], MPI.BYTE], source=source, tag=_TAG)
     return out, problem
