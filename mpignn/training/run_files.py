@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from mpignn.errors import ConfigError
+from mpignn.fileio import atomic_dir, remove_leftovers
 from mpignn.mpi import check_all, topology
 from mpignn.mpi.commit import os_problem
 from mpignn.mpi.transfer import sees_rank0
@@ -195,21 +196,9 @@ def report_epoch(comm: Any, cfg: TrainConfig, rec: dict[str, Any], write: Callab
 def keep_best(gen: Path, checkpoint_dir: str) -> Path:
     """Copy generation `gen` to `checkpoint_dir`/best, which pruning never removes, renamed into place so a crash
     leaves the old copy or the new one. Not collective."""
-    folder = Path(checkpoint_dir)
-    tmp, old, dest = folder / ".best-tmp", folder / ".best-old", folder / "best"
-    for stale_dir in (tmp, old):
-        shutil.rmtree(stale_dir, ignore_errors=True)
-    try:
+    dest = Path(checkpoint_dir) / "best"
+    remove_leftovers(dest)  # a killed run's half copy
+    with atomic_dir(dest) as tmp:
+        tmp.rmdir()  # copytree makes it
         shutil.copytree(gen, tmp)
-        if dest.exists():
-            os.replace(dest, old)
-        try:
-            os.replace(tmp, dest)
-        except OSError:
-            if old.exists() and not dest.exists():  # the previous best/ back in place
-                os.replace(old, dest)
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(old, ignore_errors=True)
     return dest
