@@ -12,8 +12,7 @@ from mpignn.data.cache import fingerprint, load_cache, save_cache
 from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.npy import load_npy_folder
 from mpignn.data.npz import load_npz, save_npz
-from mpignn.data.public import (BENCHMARKS, HETERO, HETEROPHILOUS, NUM_SPLITS, OGB, PLANETOID, load_benchmark,
-                                load_hetero_public, load_heterophilous, load_ogb, load_planetoid, split_key)
+from mpignn.data.public import NUM_SPLITS, OGB, PUBLIC, load_public, split_key
 from mpignn.data.split_file import apply_splits, splits_tag
 from mpignn.data.synthetic import SyntheticSpec, make_synthetic, parse_synthetic
 from mpignn.errors import DatasetError
@@ -21,7 +20,7 @@ from mpignn.errors import DatasetError
 __all__ = ["GraphData", "csr_from_edges", "load_dataset", "dataset_key", "dataset_source", "source_present",
            "make_synthetic", "SyntheticSpec", "save_npz", "KNOWN", "check_known"]
 
-_NAMED = (*PLANETOID, *HETEROPHILOUS, *HETERO, *BENCHMARKS, *OGB)
+_NAMED = (*PUBLIC, *OGB)
 KNOWN = ("synthetic", "npz:PATH", "npy:FOLDER", *(f"{n}[:split=K]" if n in NUM_SPLITS else n for n in _NAMED))
 
 
@@ -76,11 +75,7 @@ def source_present(name: str, root: str = "data") -> bool:
 def public_folder(key: str, root: str) -> str:
     """The folder a public dataset's files live in under `root` (its raw files, ogb's split/ too)."""
     base = key.partition(":")[0]
-    if base in BENCHMARKS:
-        return os.path.join(root, BENCHMARKS[base][0])
-    if base in HETEROPHILOUS:
-        return os.path.join(root, base.lower().replace("-", "_"))
-    return os.path.join(root, base.replace("-", "_") if base in OGB else base)
+    return os.path.join(root, PUBLIC[base].folder if base in PUBLIC else base.replace("-", "_"))  # ogb's folder
 
 
 def raw_fingerprint(key: str, root: str) -> str:
@@ -131,16 +126,7 @@ def _load(name: str, root: str, mmap: bool) -> GraphData:
     cached = load_cache(root, key, mmap=mmap, source=raw_fingerprint(key, root) if present else None)
     if cached is not None:
         return cached
-    if key in PLANETOID:
-        graph = load_planetoid(key, root)
-    elif key.partition(":")[0] in HETEROPHILOUS:
-        graph = load_heterophilous(key, root)
-    elif key in HETERO:
-        graph = load_hetero_public(key, root)
-    elif key.partition(":")[0] in BENCHMARKS:
-        graph = load_benchmark(key, root)
-    else:
-        graph = load_ogb(key, root)
+    graph = load_public(key, root)
     save_cache(root, graph, source=raw_fingerprint(key, root))  # after a download: the files as they are now
     return graph
 

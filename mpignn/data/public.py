@@ -1,6 +1,7 @@
-"""Public datasets parsed from their raw files by mpignn itself (`raw_public`, `raw_benchmarks`, `ogb_raw`).
+"""Public datasets parsed from their raw files by mpignn itself (`raw_public`, `raw_benchmarks`, `ogb_raw`),
+behind one table (`PUBLIC`): each dataset's folder, raw files, download and reader.
 
-torch-geometric is imported inside the download helpers only, for its URLs: its `process()` never runs and its
+torch-geometric is imported inside the download helper only, for its URLs: its `process()` never runs and its
 `processed/` folder is never read, so nothing on disk can run code when a dataset loads.
 """
 from __future__ import annotations
@@ -9,6 +10,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,28 +20,13 @@ from mpignn.data.raw_benchmarks import (FLICKR_FILES, REDDIT_FILES, read_flickr,
                                         read_wikics)
 from mpignn.data.raw_public import (IMDB_FILES, PLANETOID_PARTS, read_heterophilous, read_imdb,
                                     read_planetoid)
-from mpignn.data.npz_checks import split_problem
+from mpignn.data.npz_checks import SPLIT_KEYS, split_problem
 from mpignn.errors import DatasetError
 
-__all__ = ["PLANETOID", "HETEROPHILOUS", "HETERO", "OGB", "BENCHMARKS", "NUM_SPLITS", "load_planetoid",
-           "load_heterophilous", "split_key", "load_ogb", "load_hetero_public", "load_benchmark", "class_split"]
+__all__ = ["PUBLIC", "OGB", "NUM_SPLITS", "split_key", "load_public", "class_split"]
 
-PLANETOID = ("Cora", "CiteSeer", "PubMed")
-HETEROPHILOUS = ("Tolokers",)
-HETERO = ("IMDB",)  # heterogeneous; the target type is the one PyG labels
-BENCHMARKS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "Amazon-Computers": ("Computers", ("amazon_electronics_computers.npz",)),
-    "Amazon-Photo": ("Photo", ("amazon_electronics_photo.npz",)),
-    "Coauthor-CS": ("CS", ("ms_academic_cs.npz",)),
-    "Coauthor-Physics": ("Physics", ("ms_academic_phy.npz",)),
-    "WikiCS": ("WikiCS", ("data.json",)),
-    "Flickr": ("Flickr", FLICKR_FILES),
-    "Reddit": ("Reddit", REDDIT_FILES),
-}
-"""Name -> (folder under ROOT, the raw files in its raw/); the folders are those of PyG's dataset classes."""
 NUM_SPLITS = {"Tolokers": 10, "WikiCS": 20}
 """Datasets that ship several fixed splits, taken as `NAME:split=K` (default 0)."""
-_GNN_BENCHMARK = ("Amazon-Computers", "Amazon-Photo", "Coauthor-CS", "Coauthor-Physics")
 
 
 def _missing_error(name: str, folder: str, files: list[str], cause: BaseException) -> DatasetError:
@@ -68,16 +55,16 @@ def _ensure_raw(name: str, raw_dir: str, files: Sequence[str], fetch: Callable[[
         raise _missing_error(name, raw_dir, missing, exc) from None
 
 
-def _graph(key: str, where: str, arrays: dict[str, np.ndarray], train: np.ndarray, val: np.ndarray,
-           test: np.ndarray, **csr: bool) -> GraphData:
-    """The GraphData of a public dataset's arrays (`csr`: `csr_from_edges`'s options), once they are sound.
+def _graph(key: str, where: str, arrays: dict[str, np.ndarray], **csr: bool) -> GraphData:
+    """The GraphData of a public dataset's arrays (with its splits; `csr`: `csr_from_edges`'s options), once
+    they are sound.
 
     Raises:
         DatasetError: naming `where`: x and y of other node counts, labels that are not whole numbers, x not
             finite, splits that overlap, repeat or leave the graph, split nodes without a label, under 2 classes.
     """
     x, y = np.asarray(arrays["x"]), np.asarray(arrays["y"])
-    splits = {"train_idx": train, "val_idx": val, "test_idx": test}
+    splits = {k: arrays[k] for k in SPLIT_KEYS}
     if x.ndim != 2 or y.ndim != 1 or len(x) != len(y):
         problem = f"x [N, F] and y [N] of one node count, not x {x.shape} and y {y.shape}"
     elif y.dtype.kind not in "iuf" or (y.dtype.kind == "f" and not np.array_equal(y, np.round(y))):
@@ -91,7 +78,7 @@ def _graph(key: str, where: str, arrays: dict[str, np.ndarray], train: np.ndarra
         raise _unsound(key, where, problem)
     rowptr, col = csr_from_edges(arrays["src"], arrays["dst"], len(y), where=where, **csr)
     return GraphData(name=key, rowptr=rowptr, col=col, x=x.astype(np.float32, copy=False), y=y,
-                     train_idx=train, val_idx=val, test_idx=test, num_classes=int(y.max()) + 1)
+                     num_classes=int(y.max()) + 1, **splits)
 
 
 def _labels_problem(y: np.ndarray, splits: dict[str, np.ndarray]) -> str | None:
@@ -108,25 +95,105 @@ def _unsound(key: str, where: str, problem: str) -> DatasetError:
                         "replace the raw files with the dataset's originals (or delete them to download again)")
 
 
-def load_planetoid(name: str, root: str) -> GraphData:
-    """Load Cora / CiteSeer / PubMed with the public split from `root/<name>/raw` (downloaded if absent).
+def _mask_splits(masks: Sequence[np.ndarray], split: int) -> dict[str, np.ndarray]:
+    """train/val/test ids of fixed split `split`: row `split` of a [K, N] mask, a [N] mask as it is."""
+    return {k: np.flatnonzero(m[split] if m.ndim == 2 else m).astype(np.int64) for k, m in zip(SPLIT_KEYS, masks)}
 
-    Raises:
-        DatasetError: raw files missing and not downloadable, or not what Planetoid ships.
-    """
-    raw_dir = os.path.join(root, name, "raw")
-    files = [f"ind.{name.lower()}.{s}" for s in PLANETOID_PARTS]
 
-    def fetch(tmp: str) -> None:
-        from torch_geometric.data import download_url
-        from torch_geometric.datasets import Planetoid
+def _planetoid(key: str, raw_dir: str, path: str, split: int) -> GraphData:
+    return _graph(key, raw_dir, read_planetoid(raw_dir, key))
 
-        for f in files:
-            download_url(f"{Planetoid.url}/{f}", tmp, log=False)
 
-    _ensure_raw(name, raw_dir, files, fetch)
-    arrays = read_planetoid(raw_dir, name)
-    return _graph(name, raw_dir, arrays, arrays["train_idx"], arrays["val_idx"], arrays["test_idx"])
+def _heterophilous(key: str, raw_dir: str, path: str, split: int) -> GraphData:
+    name = key.partition(":")[0]
+    arrays = read_heterophilous(path)
+    n = len(arrays["y"])
+    masks = [arrays[f"{part}_masks"] for part in ("train", "val", "test")]
+    if any(m.shape != (NUM_SPLITS[name], n) for m in masks):
+        raise DatasetError(f"{path}: expected masks of shape ({NUM_SPLITS[name]}, {n}), got "
+                           f"{[m.shape for m in masks]}. HINT: replace it with the dataset's original file")
+    return _graph(key, path, {**arrays, **_mask_splits(masks, split)})
+
+
+def _imdb(key: str, raw_dir: str, path: str, split: int) -> GraphData:
+    """Movies, directors, actors; movie genre, as PyG's `IMDB.process` builds them."""
+    from mpignn.data.hetero import build_hetero
+
+    raw = read_imdb(raw_dir)
+    splits = {k: raw[k] for k in SPLIT_KEYS}
+    problem = _labels_problem(raw["y"], splits)
+    if problem:
+        raise _unsound(key, raw_dir, problem)
+    return build_hetero(key, raw["counts"], raw["edges"], raw["x"], "movie", raw["y"], splits)
+
+
+def _gnn_benchmark(key: str, raw_dir: str, path: str, split: int) -> GraphData:
+    arrays = read_gnn_benchmark(path)
+    return _graph(key, raw_dir, {**arrays, **dict(zip(SPLIT_KEYS, class_split(arrays["y"])))},
+                  drop_self_loops=True, symmetric=True)
+
+
+def _wikics(key: str, raw_dir: str, path: str, split: int) -> GraphData:
+    arrays = read_wikics(path)
+    if len(arrays["train_masks"]) != NUM_SPLITS["WikiCS"]:
+        raise DatasetError(f"{path}: expected {NUM_SPLITS['WikiCS']} train and val masks, got "
+                           f"{len(arrays['train_masks'])}. HINT: replace it with the dataset's original file")
+    masks = [arrays[k] for k in ("train_masks", "val_masks", "test_mask")]
+    return _graph(key, raw_dir, {**arrays, **_mask_splits(masks, split)}, symmetric=True)  # keeps self loops
+
+
+def _as_stored(key: str, raw_dir: str, path: str, split: int) -> GraphData:
+    """Flickr and Reddit: edges and splits as the files hold them."""
+    read = read_flickr if key == "Flickr" else read_reddit
+    return _graph(key, raw_dir, read(raw_dir))
+
+
+@dataclass(frozen=True)
+class PublicDataset:
+    """Where a public dataset's raw files live, where they come from, and what builds its graph."""
+
+    folder: str
+    """Folder under ROOT (its raw files in `raw/`): the one of PyG's dataset class."""
+    files: tuple[str, ...]
+    source: str
+    """The torch_geometric.datasets class whose URL (or Google Drive ids) the files come from."""
+    how: str
+    """"files": each file from `<url>/<file>`; "zip": the files unpacked from `<url>`; "google": by the
+    class's `<file stem>_id`s."""
+    build: Callable[[str, str, str, int], GraphData]
+    """(key, raw dir, path of the first raw file, fixed split K) -> the graph."""
+
+    def fetch(self, tmp: str) -> None:
+        """Download the raw files into `tmp`."""
+        from torch_geometric import datasets
+        from torch_geometric.data import download_google_url, download_url, extract_zip
+
+        cls = getattr(datasets, self.source)
+        if self.how == "zip":
+            extract_zip(download_url(cls.url, tmp, log=False), tmp, log=False)
+            return
+        for file in self.files:
+            if self.how == "google":
+                download_google_url(getattr(cls, f"{file.partition('.')[0]}_id"), tmp, file, log=False)
+            else:
+                download_url(f"{cls.url.rstrip('/')}/{file}", tmp, log=False)
+
+
+PUBLIC: dict[str, PublicDataset] = {
+    **{name: PublicDataset(name, tuple(f"ind.{name.lower()}.{p}" for p in PLANETOID_PARTS), "Planetoid", "files",
+                           _planetoid) for name in ("Cora", "CiteSeer", "PubMed")},
+    "Tolokers": PublicDataset("tolokers", ("tolokers.npz",), "HeterophilousGraphDataset", "files", _heterophilous),
+    "IMDB": PublicDataset("IMDB", IMDB_FILES, "IMDB", "zip", _imdb),  # heterogeneous: the target is PyG's labelled type
+    "Amazon-Computers": PublicDataset("Computers", ("amazon_electronics_computers.npz",), "Amazon", "files",
+                                      _gnn_benchmark),
+    "Amazon-Photo": PublicDataset("Photo", ("amazon_electronics_photo.npz",), "Amazon", "files", _gnn_benchmark),
+    "Coauthor-CS": PublicDataset("CS", ("ms_academic_cs.npz",), "Coauthor", "files", _gnn_benchmark),
+    "Coauthor-Physics": PublicDataset("Physics", ("ms_academic_phy.npz",), "Coauthor", "files", _gnn_benchmark),
+    "WikiCS": PublicDataset("WikiCS", ("data.json",), "WikiCS", "files", _wikics),
+    "Flickr": PublicDataset("Flickr", FLICKR_FILES, "Flickr", "google", _as_stored),
+    "Reddit": PublicDataset("Reddit", REDDIT_FILES, "Reddit", "zip", _as_stored),  # DGL's zip holds both files
+}
+"""Name -> the dataset's entry, in the order `--dataset`'s list names them (the OGB graphs follow)."""
 
 
 def split_key(name: str, options: str) -> str:
@@ -144,57 +211,20 @@ def split_key(name: str, options: str) -> str:
     return name if split == 0 else f"{name}:split={split}"
 
 
-def load_heterophilous(key: str, root: str) -> GraphData:
-    """Load Tolokers with fixed split K of `key` (`Tolokers[:split=K]`), downloaded if absent.
+def load_public(key: str, root: str) -> GraphData:
+    """Load the public dataset of canonical `key` (`NAME[:split=K]`) as PyG builds it, downloaded if absent.
 
     Raises:
-        DatasetError: the npz missing and not downloadable, or not plain arrays of the expected shapes.
+        DatasetError: raw files missing and not downloadable, truncated or not what the dataset ships.
     """
     name, _, options = key.partition(":")
+    if name in OGB:
+        return load_ogb(name, root)
+    entry = PUBLIC[name]
+    raw_dir = os.path.join(root, entry.folder, "raw")
+    _ensure_raw(name, raw_dir, entry.files, entry.fetch)
     split = int(options.partition("=")[2]) if options else 0
-    folder = name.lower().replace("-", "_")
-    raw_dir = os.path.join(root, folder, "raw")
-
-    def fetch(tmp: str) -> None:
-        from torch_geometric.data import download_url
-        from torch_geometric.datasets import HeterophilousGraphDataset
-
-        download_url(f"{HeterophilousGraphDataset.url}/{folder}.npz", tmp, log=False)
-
-    _ensure_raw(name, raw_dir, [f"{folder}.npz"], fetch)
-    arrays = read_heterophilous(os.path.join(raw_dir, f"{folder}.npz"))
-    n = len(arrays["y"])
-    masks = [arrays[f"{part}_masks"] for part in ("train", "val", "test")]
-    if any(m.shape != (NUM_SPLITS[name], n) for m in masks):
-        raise DatasetError(f"{raw_dir}/{folder}.npz: expected masks of shape ({NUM_SPLITS[name]}, {n}), got "
-                           f"{[m.shape for m in masks]}. HINT: replace it with the dataset's original file")
-    train, val, test = (np.flatnonzero(m[split]).astype(np.int64) for m in masks)
-    return _graph(key, f"{raw_dir}/{folder}.npz", arrays, train, val, test)
-
-
-def load_hetero_public(name: str, root: str) -> GraphData:
-    """Load IMDB (movies, directors, actors; movie genre) as PyG's `IMDB.process` does, downloaded if absent.
-
-    Raises:
-        DatasetError: raw files missing and not downloadable, or not plain arrays.
-    """
-    from mpignn.data.hetero import build_hetero
-
-    raw_dir = os.path.join(root, name, "raw")
-
-    def fetch(tmp: str) -> None:
-        from torch_geometric.data import download_url, extract_zip
-        from torch_geometric.datasets import IMDB
-
-        extract_zip(download_url(IMDB.url, tmp, log=False), tmp, log=False)
-
-    _ensure_raw(name, raw_dir, IMDB_FILES, fetch)
-    raw = read_imdb(raw_dir)
-    problem = _labels_problem(raw["y"], {k: raw[k] for k in ("train_idx", "val_idx", "test_idx")})
-    if problem:
-        raise _unsound(name, raw_dir, problem)
-    return build_hetero(name, raw["counts"], raw["edges"], raw["x"], "movie", raw["y"],
-                        {k: raw[k] for k in ("train_idx", "val_idx", "test_idx")})
+    return entry.build(key, raw_dir, os.path.join(raw_dir, entry.files[0]), split)
 
 
 def class_split(y: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -209,55 +239,3 @@ def class_split(y: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray, n
             part.append(chunk)
     return tuple(np.sort(np.concatenate(p)).astype(np.int64) if p else np.empty(0, np.int64)  # type: ignore
                  for p in parts)
-
-
-def _benchmark_fetch(name: str, files: tuple[str, ...]) -> Callable[[str], None]:
-    def fetch(tmp: str) -> None:
-        from torch_geometric.data import download_google_url, download_url, extract_zip
-        from torch_geometric import datasets
-
-        if name in _GNN_BENCHMARK:
-            url = (datasets.Amazon if name.startswith("Amazon") else datasets.Coauthor).url
-            download_url(url + files[0], tmp, log=False)
-        elif name == "WikiCS":
-            download_url(f"{datasets.WikiCS.url}/{files[0]}", tmp, log=False)
-        elif name == "Flickr":
-            ids = (datasets.Flickr.adj_full_id, datasets.Flickr.feats_id, datasets.Flickr.class_map_id,
-                   datasets.Flickr.role_id)
-            for file_id, file in zip(ids, files):
-                download_google_url(file_id, tmp, file, log=False)
-        else:  # Reddit: DGL's zip holds both files
-            extract_zip(download_url(datasets.Reddit.url, tmp, log=False), tmp, log=False)
-
-    return fetch
-
-
-def load_benchmark(key: str, root: str) -> GraphData:
-    """Load a BENCHMARKS dataset (`WikiCS[:split=K]`) as PyG builds it, downloaded if absent.
-
-    Raises:
-        DatasetError: raw files missing and not downloadable, truncated or not what the dataset ships.
-    """
-    name, _, options = key.partition(":")
-    folder, files = BENCHMARKS[name]
-    raw_dir = os.path.join(root, folder, "raw")
-    _ensure_raw(name, raw_dir, files, _benchmark_fetch(name, files))
-    path = os.path.join(raw_dir, files[0])
-    if name in _GNN_BENCHMARK:
-        arrays = read_gnn_benchmark(path)
-        train, val, test = class_split(arrays["y"])
-        symmetric, no_loops = True, True
-    elif name == "WikiCS":
-        arrays = read_wikics(path)
-        split = int(options.partition("=")[2]) if options else 0
-        if len(arrays["train_masks"]) != NUM_SPLITS[name]:
-            raise DatasetError(f"{path}: expected {NUM_SPLITS[name]} train and val masks, got "
-                               f"{len(arrays['train_masks'])}. HINT: replace it with the dataset's original file")
-        train, val, test = (np.flatnonzero(m).astype(np.int64) for m in
-                            (arrays["train_masks"][split], arrays["val_masks"][split], arrays["test_mask"]))
-        symmetric, no_loops = True, False  # to_undirected keeps self loops
-    else:
-        arrays = (read_flickr if name == "Flickr" else read_reddit)(raw_dir)
-        train, val, test = arrays["train_idx"], arrays["val_idx"], arrays["test_idx"]
-        symmetric, no_loops = False, False
-    return _graph(key, raw_dir, arrays, train, val, test, drop_self_loops=no_loops, symmetric=symmetric)
