@@ -175,7 +175,7 @@ class Trainer:
             if self.cfg.checkpoint_dir:  # after the epoch, or where the target was reached inside it
                 self.checkpoint(epoch, start)
             if reason:
-                self.say_why(reason)
+                log.info("%s", reason)
                 break
         else:
             if self.plan.budget and self.rec is not None:
@@ -236,26 +236,19 @@ class Trainer:
         report_epoch(self.rt.comm, self.cfg, rec, write)
 
     def stopping(self) -> str:
-        """Return why the run ends here ("target", "patience"), or "" to go on."""
-        cfg, val, test = self.cfg, self.val, self.test
-        if (bool(cfg.target_val) and val is not None and val >= cfg.target_val) or \
-                (bool(cfg.target_test) and test is not None and test >= cfg.target_test):
-            return "target"
-        return "patience" if self.plan.patience and self.stale >= self.plan.patience else ""
-
-    def say_why(self, reason: str) -> None:
-        cfg, best, rec = self.cfg, self.best, self.rec
-        if reason == "target":
-            hit_val = bool(cfg.target_val) and self.val is not None and self.val >= cfg.target_val
-            split, score, flag, target = (("validation", self.val, "--target-val", cfg.target_val) if hit_val
-                                          else ("test", self.test, "--target-test", cfg.target_test))
-            log.info("%s %s %.4f reached %s %.4f after %.2f epochs: stopping", split, best.metric, score, flag,
-                     target, rec["epochs_done"])
-            return
-        by = f" by {self.plan.min_delta:g}" if self.plan.min_delta else ""
-        log.info("validation %s has not improved%s for %s%d evaluations (best %.4f at epoch %d): stopping after "
-                 "epoch %d", best.metric, by, "--patience " if cfg.patience else "", self.plan.patience,
-                 best.val_acc, best.epoch, rec["epoch"])
+        """Return why the run ends here (a target, patience), as the log says it, or "" to go on."""
+        cfg, best, plan = self.cfg, self.best, self.plan
+        for split, score, flag, target in (("validation", self.val, "--target-val", cfg.target_val),
+                                           ("test", self.test, "--target-test", cfg.target_test)):
+            if target and score is not None and score >= target:
+                return (f"{split} {best.metric} {score:.4f} reached {flag} {target:.4f} after "
+                        f"{self.rec['epochs_done']:.2f} epochs: stopping")
+        if not (plan.patience and self.stale >= plan.patience):
+            return ""
+        by = f" by {plan.min_delta:g}" if plan.min_delta else ""
+        return (f"validation {best.metric} has not improved{by} for {'--patience ' if cfg.patience else ''}"
+                f"{plan.patience} evaluations (best {best.val_acc:.4f} at epoch {best.epoch}): stopping after "
+                f"epoch {self.rec['epoch']}")
 
     def checkpoint(self, epoch: int, start: int, step: int | None = None, partial: Any = None) -> Path:
         """Collective: save a generation after `epoch` (or, stopped, at `step` with the epoch's `partial` record),
