@@ -25,20 +25,17 @@ def require() -> None:
                           f"HINT: {HINT}, or drop --tensorboard") from None
 
 
+_GROUPS = (("score", ("_acc", "_auc", "_mrr", "_at_best_val")), ("throughput", ("_per_s",)), ("time", ("_s",)),
+           ("bytes", ("_bytes",)), ("memory", ("_mb", "_mib")))
+"""Sections by the field's ending, the first that matches ("loss", the hits@K and best_ fields aside)."""
+
+
 def _group(name: str) -> str:
     if name == "loss":
         return "loss"
-    if name.endswith(("_acc", "_auc", "_mrr", "_at_best_val")) or "hits@" in name or name.startswith("best_"):
+    if "hits@" in name or name.startswith("best_"):
         return "score"
-    if name.endswith("_per_s"):
-        return "throughput"
-    if name.endswith("_s"):
-        return "time"
-    if name.endswith("_bytes"):
-        return "bytes"
-    if name.endswith(("_mb", "_mib")):
-        return "memory"
-    return "run"
+    return next((group for group, endings in _GROUPS if name.endswith(endings)), "run")
 
 
 def scalar_tags(rec: dict[str, Any]) -> dict[str, float]:
