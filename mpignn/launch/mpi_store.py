@@ -1,6 +1,6 @@
 """A torch.distributed Store whose keys travel over MPI, so the rendezvous opens no TCP port at all; and the
-TCPStore for a hand-set MASTER_PORT. Imports torch, mpignn.env and mpignn.errors (mpi4py only inside
-functions); never torch-geometric.
+TCPStore for a hand-set MASTER_PORT. Imports torch, mpignn.env, mpignn.errors and mpignn.mpi.collectives
+(mpi4py only inside functions); never torch-geometric.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 
 from mpignn import env as _env
 from mpignn.errors import LaunchError, mark_agreed
+from mpignn.mpi.collectives import sleep_until
 
 __all__ = ["MPIStore", "listening_tcp_store"]
 
@@ -134,19 +135,15 @@ class MPIStore(torch.distributed.Store):
         self._seq += 1
         self._comm.send((self._seq, op, args), dest=0, tag=_REQUEST)
         deadline = time.monotonic() + wait_s
-        pause = 0.0
         while True:
-            if self._comm.iprobe(source=0, tag=_REPLY):
-                seq, answer = self._comm.recv(source=0, tag=_REPLY)
-                if seq != self._seq:  # a late answer to a request that already timed out
-                    continue
-                if isinstance(answer, Exception):
-                    raise answer
-                return answer
-            if time.monotonic() > deadline:
+            if not sleep_until(lambda: self._comm.iprobe(source=0, tag=_REPLY), deadline - time.monotonic(), 5e-3):
                 raise self._timeout(op, args, wait_s)
-            time.sleep(pause)
-            pause = min(pause * 2 or 1e-5, 5e-3)
+            seq, answer = self._comm.recv(source=0, tag=_REPLY)
+            if seq != self._seq:  # a late answer to a request that already timed out
+                continue
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
 
     def _serve(self) -> None:
         from mpi4py import MPI

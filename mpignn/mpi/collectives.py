@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from mpignn.mpi.topology import mpi_op
 from mpignn.mpi.watchdog import bounded
 
 __all__ = ["check_all", "check_same", "MAX_COUNT", "exchange_counts", "alltoallv", "allreduce_sum", "allreduce_max",
-           "all_arrived"]
+           "all_arrived", "sleep_until"]
 
 
 def check_all(comm: Any, ok: bool, message: str, error: type[MpignnError] = MpignnError) -> None:
@@ -58,23 +58,34 @@ def check_same(comm: Any, values: Mapping[str, Any], what: str, hint: str, error
 _SPIN_S, _FIRST_PAUSE_S, _LONGEST_PAUSE_S = 2e-4, 5e-5, 5e-4
 
 
-def all_arrived(comm: Any) -> None:
-    """Collective over `comm`: return once every rank has called it, polling a nonblocking barrier with sleeps.
+def sleep_until(ready: Callable[[], Any], seconds: float | None = None, longest: float = _LONGEST_PAUSE_S) -> bool:
+    """Poll `ready()` until it is true, sleeping between tries; return False if `seconds` pass first. Not
+    collective.
 
-    MPICH's blocking collectives spin at full CPU while they wait, taking the core of processes with work; the
-    blocking call after this runs with every rank present, at full speed. Costs one barrier.
+    MPICH's blocking calls spin at full CPU while they wait, taking the core of processes with work. A peer a
+    moment away costs no sleep: the first tries go without one, then the pause doubles up to `longest`.
+
+    Args:
+        seconds: how long to wait at most (None: no bound).
     """
-    if comm.size == 1:
-        return
-    request = comm.Ibarrier()
-    start = time.perf_counter()
-    while time.perf_counter() - start < _SPIN_S:  # a peer a moment away: no sleep
-        if request.Test():
-            return
+    start = time.monotonic()
     pause = _FIRST_PAUSE_S
-    while not request.Test():
-        time.sleep(pause)
-        pause = min(2 * pause, _LONGEST_PAUSE_S)
+    while not ready():
+        waited = time.monotonic() - start
+        if seconds is not None and waited > seconds:
+            return False
+        if waited > _SPIN_S:
+            time.sleep(pause)
+            pause = min(2 * pause, longest)
+    return True
+
+
+def all_arrived(comm: Any) -> None:
+    """Collective over `comm`: return once every rank has called it, polling a nonblocking barrier with sleeps
+    (`sleep_until`); the blocking call after this runs with every rank present, at full speed. Costs one barrier.
+    """
+    if comm.size > 1:
+        sleep_until(comm.Ibarrier().Test)
 
 
 # The most rows (one datatype each) one MPI call moves: counts and displacements are C ints. Tests lower it.

@@ -1,15 +1,15 @@
 """Rank-0-first preparation: a first rank's failure reaches every rank; nobody hangs. Imports the stdlib,
-mpi4py (lazily), `mpignn.errors`, `mpignn.mpi.topology` and `mpignn.mpi.watchdog`; never torch, nor any other
-part of mpignn.
+mpi4py (lazily), `mpignn.errors` and `mpignn.mpi`'s collectives, topology and watchdog; never torch, nor any
+other part of mpignn.
 """
 from __future__ import annotations
 
 import contextlib
 import socket
-import time
 from typing import Any, Callable, Iterator
 
 from mpignn.errors import LaunchError, MpignnError, mark_agreed
+from mpignn.mpi.collectives import sleep_until
 from mpignn.mpi.topology import mpi_op
 from mpignn.mpi.watchdog import bounded, watching
 
@@ -24,14 +24,9 @@ class RootFailedError(MpignnError):
 
 def _wait_status(group: Any, timeout: float | None, what: str) -> tuple[bool, str]:
     """Poll for rank 0's status instead of blocking, so a stuck rank 0 becomes a clear error."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    pause = 0.001
-    while not group.Iprobe(source=0, tag=_READY_TAG):
-        if deadline is not None and time.monotonic() > deadline:
-            raise LaunchError(f"waited {timeout:.0f}s for rank 0 to finish {what}; got no ready signal. "
-                              "HINT: look at rank 0's log, or raise the timeout for slow downloads.")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
+    if not sleep_until(lambda: group.Iprobe(source=0, tag=_READY_TAG), timeout, longest=0.05):
+        raise LaunchError(f"waited {timeout:.0f}s for rank 0 to finish {what}; got no ready signal. "
+                          "HINT: look at rank 0's log, or raise the timeout for slow downloads.")
     return group.recv(source=0, tag=_READY_TAG)
 
 

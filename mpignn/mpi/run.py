@@ -5,6 +5,7 @@ Imports the stdlib, mpi4py (lazily, only when MPI is running), `mpignn.env`, `mp
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import time
@@ -15,7 +16,7 @@ from mpignn import env as _env
 from mpignn.errors import MpignnError, is_agreed
 from mpignn.mpi.topology import world
 
-__all__ = ["run_main", "exit_process", "print0", "abort_on_uncaught", "EXIT_INTERRUPTED"]
+__all__ = ["run_main", "exit_process", "print0", "abort_on_uncaught", "abort_job", "EXIT_INTERRUPTED"]
 
 EXIT_INTERRUPTED = 130
 """Exit code after Ctrl-C (128 + SIGINT, as a shell reports it)."""
@@ -52,7 +53,7 @@ def run_main(main: Callable[..., int | None], *args: Any, **kwargs: Any) -> int:
         print(f"mpignn: error: [rank {rank}] interrupted (SIGINT); the work since the last checkpoint is lost. "
               "HINT: SIGTERM or SIGUSR2 stop at the next step and save a checkpoint (--checkpoint-dir)",
               file=sys.stderr, flush=True)
-        _abort(EXIT_INTERRUPTED)
+        abort_job(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
 
 
@@ -97,7 +98,7 @@ def _fail(exc: BaseException, rank: int, host: str) -> int:
         print(f"mpignn: root cause: rank {rank} on {host} (pid {os.getpid()}) raised "
               f"{type(exc).__name__}: {_one_line(exc)}", file=sys.stderr, flush=True)
     if not is_agreed(exc):
-        _abort(1)
+        abort_job(1)
     return 1
 
 
@@ -111,7 +112,7 @@ def abort_on_uncaught() -> None:
     def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
         if _interrupted(exc):
             previous(kind, exc, tb)
-            _abort(EXIT_INTERRUPTED)
+            abort_job(EXIT_INTERRUPTED)
             return
         _fail(exc.with_traceback(tb), _rank_for_messages(), socket.gethostname())  # aborts unless agreed
 
@@ -130,14 +131,20 @@ def _rank_for_messages() -> int:
     return _env.detect().rank
 
 
-def _abort(code: int) -> None:
-    """End every rank with `code` (MPI_Abort); a no-op alone, where returning ends the job."""
-    if not _mpi_running() or sys.modules["mpi4py.MPI"].COMM_WORLD.size == 1:
+def abort_job(code: int, *, alone: bool = False) -> None:
+    """End every rank with `code` (MPI_Abort); a no-op without MPI, and on one rank unless `alone` (returning
+    ends the job there). Not collective: one rank ends them all."""
+    if not _mpi_running() or (sys.modules["mpi4py.MPI"].COMM_WORLD.size == 1 and not alone):
         return
     sys.stdout.flush()
     sys.stderr.flush()
     # Abort makes the launcher kill every process at once; give it a moment to forward what this rank
     # just printed, or the traceback and the root-cause line can be lost.
     time.sleep(0.5)
-    sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(code)
-    os._exit(code)
+    # Abort goes through the launcher; where the link to it is cut it may never return, or return without
+    # ending this process: the kernel ends it (SIGALRM's default action) if Abort has not within 10 s
+    signal.alarm(10)
+    try:
+        sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(code)
+    finally:
+        os._exit(code)

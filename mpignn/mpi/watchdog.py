@@ -1,6 +1,6 @@
 """Bounded waits: `bounded` marks which collective each thread is in, and a watchdog thread ends the job when
 one waits past the bound, naming the ranks that stopped answering or are in another collective.
-Stdlib and mpi4py only (imported lazily), never torch; of mpignn only `mpi.whereabouts`.
+Stdlib and mpi4py only (imported lazily), never torch; of mpignn only `mpi.whereabouts` and `mpi.run` (its abort).
 """
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import atexit
 import contextlib
 import json
 import os
-import signal
 import socket
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from mpignn.mpi.run import abort_job
 from mpignn.mpi.whereabouts import Spots, verdict
 
 __all__ = ["Watchdog", "bounded", "watch", "watching"]
@@ -53,25 +53,18 @@ def _slot() -> _Slot:
     return slot
 
 
-class _Mark:
+@contextlib.contextmanager
+def _marked(slot: _Slot, what: str, limit: float) -> Iterator[None]:
     """Nested marks restart the clock (each collective is bounded on its own) and restore the outer on exit."""
-
-    __slots__ = ("slot", "what", "limit", "outer", "outer_limit")
-
-    def __init__(self, slot: _Slot, what: str, limit: float) -> None:
-        self.slot, self.what, self.limit, self.outer, self.outer_limit = slot, what, limit, "", 0.0
-
-    def __enter__(self) -> None:
-        slot = self.slot
-        self.outer, self.outer_limit = slot.what, slot.limit
-        slot.since = time.monotonic()
-        slot.what, slot.limit = self.what, self.limit
-        slot.path += (self.what,)
-
-    def __exit__(self, *exc: Any) -> None:
-        slot = self.slot
-        slot.what, slot.limit = self.outer, self.outer_limit
-        slot.since = time.monotonic() if self.outer else 0.0
+    outer, outer_limit = slot.what, slot.limit
+    slot.since = time.monotonic()
+    slot.what, slot.limit = what, limit
+    slot.path += (what,)
+    try:
+        yield
+    finally:
+        slot.what, slot.limit = outer, outer_limit
+        slot.since = time.monotonic() if outer else 0.0
         slot.path = slot.path[:-1]
 
 
@@ -87,7 +80,7 @@ def bounded(what: str, limit: float = 0.0) -> Any:
     """
     if _active is None:
         return _UNWATCHED
-    return _Mark(_slot(), what, limit)
+    return _marked(_slot(), what, limit)
 
 
 def watching() -> "Watchdog | None":
@@ -350,14 +343,4 @@ class Watchdog:
             self.on_expiry(message)
             return
         print(message, file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        time.sleep(0.5)  # let the launcher forward the message before Abort ends every process
-        from mpi4py import MPI
-
-        # Abort goes through the launcher; where the link to it is cut it may never return, or return without
-        # ending this process: the kernel ends it (SIGALRM's default action) if Abort has not within 10 s
-        signal.alarm(10)
-        try:
-            MPI.COMM_WORLD.Abort(1)
-        finally:
-            os._exit(1)
+        abort_job(1, alone=True)
