@@ -11,25 +11,20 @@ import os
 import re
 import shlex
 import tempfile
+from itertools import accumulate
 from statistics import fmean as mean
 
-from mpignn.bench._common import run_train, save_plot, table
+from mpignn.bench._common import TEMP_ROOT, bench_parser, run_train, save_plot, table
 from mpignn.config.train_config import TrainConfig
 from mpignn.training.record import repeatable
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mpignn.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="synthetic")
-    parser.add_argument("--root", default="", help="dataset root (default: a temporary folder)")
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=2, help="the last epoch is reported")
-    parser.add_argument("--fanout", default="15,10,5")
-    parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--cache-size", default=TrainConfig.cache_size,
-                        help="cache rows of the +cache rows: auto (the training default) or a row count")
-    parser.add_argument("--precision", default="fp32")
+    parser = bench_parser("mpignn.bench", __doc__, dataset="synthetic", root=TEMP_ROOT, ranks=2,
+                          epochs=(2, "the last epoch is reported"), fanout="15,10,5", batch_size=1024, hidden=256,
+                          cache_size=(TrainConfig.cache_size,
+                                      "cache rows of the +cache rows: auto (the training default) or a row count"),
+                          precision="fp32", lr=0.003)
     parser.add_argument("--configs", default="1x1,1xall,metis+cache,metis,random+cache,random,replicated",
                         help="which of: 1x1, 1xall, metis+cache, metis, random+cache, random, replicated, "
                              "metis+cache+prefetch (batches produced in a loader thread: --prefetch on), "
@@ -52,7 +47,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0",
                         help="with --target-acc: train each configuration once per seed (comma-separated); the "
                              "auto target and the times are means over the seeds")
-    parser.add_argument("--lr", type=float, default=0.003)
     parser.add_argument("--task", default="node", help="the --task of mpignn.train; the table shows its "
                                                                   "throughput (seeds/s, edges/s) and its score")
     parser.add_argument("--max-steps", type=int, default=0,
@@ -187,11 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _scored(recs: list[dict], split: str) -> list[tuple[float, dict]]:
+    """(training seconds by its end, record) of each record with a `split` score."""
+    return [(t, rec) for t, rec in zip(accumulate(r["epoch_s"] for r in recs), recs) if rec[split] is not None]
+
+
 def _reach(recs: list[dict], target: float, split: str = "val") -> dict | None:
-    elapsed = 0.0
-    for rec in recs:
-        elapsed += rec["epoch_s"]
-        if rec[split] is not None and rec[split] >= target:
+    for elapsed, rec in _scored(recs, split):
+        if rec[split] >= target:
             return {"seconds": elapsed, "epochs": rec["epochs_done"], "val": rec["val"],
                     "test": rec["test"]}
     return None
@@ -248,13 +245,9 @@ _SPLITS = {"val": "validation", "test": "test"}
 def _plot_curves(ax, curves: list[tuple[str, list[list[dict]]]], target: float, split: str = "val") -> None:
     for k, (name, runs) in enumerate(curves):
         for i, recs in enumerate(runs):  # one colour per configuration, one line per seed
-            t, xs, ys = 0.0, [], []
-            for rec in recs:
-                t += rec["epoch_s"]
-                if rec[split] is not None:
-                    xs.append(t)
-                    ys.append(rec[split])
-            ax.plot(xs, ys, marker="o", color=f"C{k}", label=name if i == 0 else None)
+            points = _scored(recs, split)
+            ax.plot([t for t, _ in points], [rec[split] for _, rec in points], marker="o", color=f"C{k}",
+                    label=name if i == 0 else None)
     ax.axhline(target, color="grey", linestyle="--", linewidth=1)
     ax.set_xlabel("training seconds (slowest rank, evaluation excluded)")
     ax.set_ylabel(f"{_SPLITS[split]} accuracy")

@@ -1,6 +1,8 @@
-"""Shared pieces of the benchmarks: locating a PyG reference interpreter and running it."""
+"""Shared pieces of the benchmarks: their parsers, locating a PyG reference interpreter and running it, running
+ranks, printing tables."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -12,6 +14,22 @@ from typing import Any
 from mpignn.env import mpiexec_path
 
 ROOT = Path(__file__).resolve().parents[2]
+TEMP_ROOT = ("", "dataset root (default: a temporary folder)")  # a `bench_parser` flag: --root=TEMP_ROOT
+
+
+def bench_parser(module: str, doc: str, **flags: Any) -> argparse.ArgumentParser:
+    """Return the parser of `python -m MODULE` with a `--flag-name` per keyword, typed as its default.
+
+    Args:
+        module: the bench's module, e.g. mpignn.bench.floor.
+        doc: its docstring, whose first line describes it.
+        flags: each flag's default (its name with _ for -), or (default, help text).
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
+    for name, value in flags.items():
+        default, text = value if isinstance(value, tuple) else (value, None)
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default, help=text)
+    return parser
 
 
 def pyg_python(explicit: str | None) -> str | None:

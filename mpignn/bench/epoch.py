@@ -4,10 +4,9 @@ mpignn's rows build batches on the host and on the device.
 """
 from __future__ import annotations
 
-import argparse
 import tempfile
 
-from mpignn.bench._common import pyg_python, run_reference, run_train, table
+from mpignn.bench._common import bench_parser, pyg_python, run_reference, run_train, table
 from mpignn.launch.device import cpu_lacks_bf16_units
 
 
@@ -21,16 +20,14 @@ def precisions(choice: str, device: str) -> tuple[list[str], str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mpignn.bench.epoch", description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="synthetic:num_nodes=200000,avg_degree=20,num_features=100")
-    parser.add_argument("--fanout", default="15,10,5")
-    parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--precisions", default="auto",
-                        help="comma-separated; auto: fp32,bf16 (fp32 alone on a CPU without bf16 units)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or xpu: where both sides train")
-    parser.add_argument("--sample-on", default="host,device", help="where mpignn builds its batches (hops and features): host, device")
+    parser = bench_parser("mpignn.bench.epoch", __doc__,
+                          dataset="synthetic:num_nodes=200000,avg_degree=20,num_features=100", fanout="15,10,5",
+                          batch_size=1024, hidden=256, threads=2,
+                          precisions=("auto", "comma-separated; auto: fp32,bf16 (fp32 alone on a CPU without bf16 "
+                                              "units)"),
+                          device=("cpu", "cpu, cuda or xpu: where both sides train"),
+                          sample_on=("host,device", "where mpignn builds its batches (hops and features): host, "
+                                                    "device"))
     parser.add_argument("--pyg-python", help="interpreter with torch-geometric + pyg-lib or torch-sparse")
     args = parser.parse_args(argv)
     common = ["--minibatch", "independent", "--dataset", args.dataset,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpignn.bench._common import mpi_command, run_json, table
+from mpignn.bench._common import TEMP_ROOT, bench_parser, mpi_command, run_json, table
 
 
 def _prepare(dataset: str, root: str, parts: int, seed: int) -> Path:
@@ -142,16 +142,10 @@ def _row(name: str, per_rank: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mpignn.bench.floor", description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="synthetic")
-    parser.add_argument("--root", default="", help="dataset root (default: a temporary folder)")
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=20, help="timed steps (after 3 warm-up steps)")
-    parser.add_argument("--fanout", default="15,10,5")
-    parser.add_argument("--batch-size", type=int, default=1024, help="global batch")
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--lr", type=float, default=0.003)
-    parser.add_argument("--seed", type=int, default=0, help="the partition's seed (as mpignn.train --seed)")
+    parser = bench_parser("mpignn.bench.floor", __doc__, dataset="synthetic", root=TEMP_ROOT, ranks=2,
+                          steps=(20, "timed steps (after 3 warm-up steps)"), fanout="15,10,5",
+                          batch_size=(1024, "global batch"), hidden=256, lr=0.003,
+                          seed=(0, "the partition's seed (as mpignn.train --seed)"))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)

@@ -6,13 +6,12 @@ batch); evaluation is not timed.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
 from statistics import median
 
-from mpignn.bench._common import run_train, table
+from mpignn.bench._common import TEMP_ROOT, bench_parser, run_train, table
 
 
 def pyg_full_batch(dataset: str, root: str, splits: str, layers: int, hidden: int, dropout: float, lr: float,
@@ -50,16 +49,10 @@ def pyg_full_batch(dataset: str, root: str, splits: str, layers: int, hidden: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mpignn.bench.fullgraph", description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="Coauthor-CS")
-    parser.add_argument("--root", default="", help="dataset root (default: a temporary folder)")
-    parser.add_argument("--splits", default="", help="--splits file of mpignn.train (fixed train/valid/test ids)")
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--dropout", type=float, default=0.5)
-    parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--epochs", type=int, default=6, help="epochs per configuration; the first is not timed")
+    parser = bench_parser("mpignn.bench.fullgraph", __doc__, dataset="Coauthor-CS", root=TEMP_ROOT,
+                          splits=("", "--splits file of mpignn.train (fixed train/valid/test ids)"), ranks=2,
+                          layers=2, hidden=256, dropout=0.5, lr=0.01,
+                          epochs=(6, "epochs per configuration; the first is not timed"))
     parser.add_argument("--no-pyg", action="store_true", help="skip PyG's full-batch row")
     parser.add_argument("--rounds", type=int, default=1,
                         help="run the mpignn rows this many times, one after another in turn; each row's median "

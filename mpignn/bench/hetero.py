@@ -5,12 +5,11 @@ only in the featureless users): test accuracy with and without `--embed-dim`, an
 """
 from __future__ import annotations
 
-import argparse
 import shlex
 import tempfile
 from pathlib import Path
 
-from mpignn.bench._common import run_train, table
+from mpignn.bench._common import bench_parser, run_train, table
 
 
 def _best(records: list[dict]) -> dict:
@@ -19,12 +18,8 @@ def _best(records: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mpignn.bench.hetero", description=__doc__.splitlines()[0])
-    parser.add_argument("--root", default="data", help="dataset root holding IMDB/raw")
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--model", default="sage", help="sage or rgcn")
-    parser.add_argument("--imdb-args", default="--fanout 10,5 --batch-size 128")
+    parser = bench_parser("mpignn.bench.hetero", __doc__, root=("data", "dataset root holding IMDB/raw"), ranks=2,
+                          seeds="0,1,2", model=("sage", "sage or rgcn"), imdb_args="--fanout 10,5 --batch-size 128")
     parser.add_argument("--synthetic-args", default="--epochs 4 --fanout 10,5 --batch-size 256 --hidden 64 "
                                                     "--lr 0.01")
     parser.add_argument("--embed-dim", type=int, default=32)

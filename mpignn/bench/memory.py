@@ -4,13 +4,12 @@ are ru_maxrss; `graph MiB` is what a rank holds that depends on the graph, besid
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
 from pathlib import Path
 
-from mpignn.bench._common import run_json, run_train, table
+from mpignn.bench._common import TEMP_ROOT, bench_parser, run_json, run_train, table
 
 DEFAULT = "synthetic:num_nodes=2000000,avg_degree=25,num_features=100,train=0.01,val=0.005,test=0.005"
 
@@ -30,11 +29,8 @@ def part_mib(folder: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mpignn.bench.memory", description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default=DEFAULT)
-    parser.add_argument("--ranks", type=int, default=2)
+    parser = bench_parser("mpignn.bench.memory", __doc__, dataset=DEFAULT, ranks=2, root=TEMP_ROOT)
     parser.add_argument("--method", default="auto", choices=["auto", "metis", "kaminpar", "random"])
-    parser.add_argument("--root", default="", help="dataset root (default: a temporary folder)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON lines after the table")
     parser.add_argument("extra", nargs="*", help="more mpignn.train flags (after --)")
     args = parser.parse_args(argv)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpignn.bench._common import mpi_command, pyg_python, run_reference, run_train, table
+from mpignn.bench._common import bench_parser, mpi_command, pyg_python, run_reference, run_train, table
 from mpignn.predict import load
 
 _LAYERS = re.compile(r"(\d+) layers over (\d+) blocks per rank in ([\d.]+)s, (\d+) row exchanges, ([\d.]+) MiB of rows "
@@ -46,11 +46,9 @@ def predict(ranks: int, threads: int, checkpoint: Path, out: Path, chunk: int, h
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mpignn.bench.predict", description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="synthetic:num_nodes=200000,avg_degree=20,num_features=100")
-    parser.add_argument("--model", default="sage")
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=3)
+    parser = bench_parser("mpignn.bench.predict", __doc__,
+                          dataset="synthetic:num_nodes=200000,avg_degree=20,num_features=100", model="sage",
+                          hidden=256, layers=3)
     parser.add_argument("--configs", default="1x2,1x1,2x1",
                         help="RANKSxTHREADS[@MIB], comma-separated (@MIB: that --halo-mib, e.g. 2x1@0 fetches "
                              "each block's halo rows on its own)")

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from mpignn.bench._common import pyg_python, run_reference, table
+from mpignn.bench._common import bench_parser, pyg_python, run_reference, table
 from mpignn.config.graph_options import parse_fanout
 from mpignn.data.graph import GraphData
 
@@ -67,13 +67,9 @@ def labor_rows(graph: GraphData, args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mpignn.bench.sampler", description=__doc__.splitlines()[0])
-    parser.add_argument("--graphs", default="200000:20,2000000:25", help="NODES:AVG_DEGREE,... (synthetic)")
-    parser.add_argument("--features", type=int, default=100)
-    parser.add_argument("--fanout", default="15,10,5")
-    parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--batches", type=int, default=20)
-    parser.add_argument("--threads", default="1,2")
+    parser = bench_parser("mpignn.bench.sampler", __doc__,
+                          graphs=("200000:20,2000000:25", "NODES:AVG_DEGREE,... (synthetic)"), features=100,
+                          fanout="15,10,5", batch_size=1024, batches=20, threads="1,2")
     parser.add_argument("--pyg-python", help="interpreter with torch-geometric + pyg-lib or torch-sparse")
     parser.add_argument("--labor", help="LABOR-i variants to count against neighbour sampling, comma-separated")
     parser.add_argument("--dataset", default="synthetic", help="--labor: a dataset name (default: the embedded graph)")

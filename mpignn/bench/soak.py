@@ -9,7 +9,7 @@ import tempfile
 
 import numpy as np
 
-from mpignn.bench._common import run_train, table
+from mpignn.bench._common import bench_parser, run_train, table
 
 
 def slope(values: list[float]) -> float:
@@ -64,11 +64,7 @@ def soak(args: argparse.Namespace, policy: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mpignn.bench.soak", description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="synthetic")
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--precision", default="auto")
+    parser = bench_parser("mpignn.bench.soak", __doc__, dataset="synthetic", ranks=2, epochs=30, precision="auto")
     parser.add_argument("--malloc", default="",
                         help="comma list of MPIGNN_MALLOC policies (default, heap, system) or preloaded allocators "
                              "(jemalloc, tcmalloc, mimalloc) to run in turn")
