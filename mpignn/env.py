@@ -13,12 +13,12 @@ import socket
 import struct
 import sys
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 __all__ = ["LaunchInfo", "detect", "export_torch_env", "thread_budget", "mem_available_bytes",
            "foreign_launcher_size", "mpiexec_path", "listen_socket", "slurm_job_id", "host_address",
-           "bound_onednn_cache", "Interface", "socket_ifname", "ipv4_interfaces", "pick_shared_address",
-           "visibility_mask", "ccl_env"]
+           "bound_onednn_cache", "Interface", "named_interfaces", "socket_ifname", "ipv4_interfaces",
+           "pick_shared_address", "visibility_mask", "ccl_env"]
 
 log = logging.getLogger(__name__)
 
@@ -247,26 +247,30 @@ class Interface:
     def is_loopback(self) -> bool:
         return ipaddress.ip_address(self.address).is_loopback
 
+    def __str__(self) -> str:
+        return f"{self.name} {self.address}/{self.prefixlen}"
+
 
 # Read in this order; the first one set names the interface for torch.distributed's rendezvous across hosts.
 _IFNAME_VARS = ("MPIGNN_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 
-def socket_ifname(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
-    """Return (variable, interface) from the first of `_IFNAME_VARS` that names one, else None.
+def named_interfaces(variables: Sequence[str], env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """Return (variable, interface) for each interface `variables` name, in their order.
 
-    NCCL's syntax: a comma list, `=eth0` means exactly eth0, a leading `^` excludes (so names nothing).
+    NCCL's syntax: a comma list, `=eth0` means exactly eth0, a leading `^` excludes (so names nothing); `all`
+    and UCX's RDMA ports (`mlx5_0:1`) name no interface either.
     """
     env = os.environ if env is None else env
-    for var in _IFNAME_VARS:
-        value = env.get(var, "").strip()
-        if not value or value.startswith("^"):
-            continue
-        names = [n.strip().lstrip("=") for n in value.split(",")]
-        names = [n for n in names if n]
-        if names:
-            return var, names[0]
-    return None
+    names = [(var, n.strip().lstrip("=")) for var in variables if not env.get(var, "").strip().startswith("^")
+             for n in env.get(var, "").split(",")]
+    return [(var, n) for var, n in names if n and n != "all" and ":" not in n]
+
+
+def socket_ifname(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """Return (variable, interface) from the first of `_IFNAME_VARS` that names one (`named_interfaces`), else
+    None."""
+    return next(iter(named_interfaces(_IFNAME_VARS, env)), None)
 
 
 def ipv4_interfaces() -> list[Interface]:

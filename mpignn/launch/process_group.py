@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 DEVICES = ("auto", "cpu", "cuda", "xpu")
 BACKENDS = ("auto", "gloo", "mpi", "nccl", "xccl", "ccl")
+_PREFERRED = {"cuda": ("nccl", "gloo"), "xpu": ("xccl", "ccl"), "cpu": ("gloo",)}  # what `auto` takes, best first
 _mpi_store: MPIStore | None = None  # the default group's store; destroy_process_group stops its thread
 
 
@@ -164,14 +165,18 @@ def choose(device: str, backend: str, hw: Hardware, local_rank: int, local_size:
     count = hw.cuda_devices if device == "cuda" else hw.xpu_devices
     same_chip, shared_by = _sharing(device, count, local_rank, local_size, peers)
     shared = device == "cuda" and same_chip > 1
+    available = {"gloo": True, "mpi": hw.has_mpi_backend, "nccl": hw.has_nccl, "xccl": hw.has_xccl,
+                 "ccl": hw.has_ccl}
     if backend == "auto":
-        backend = "gloo" if shared else _default_backend(device, hw)
+        backend = "gloo" if shared else next((b for b in _PREFERRED[device] if available[b]), "")
+    if not backend:  # an XPU, neither of its backends here
+        raise LaunchError("no collective backend for XPU: torch has no 'xccl' and oneccl-bindings-for-pytorch "
+                          "is not installed. HINT: pip install -e .[xpu] (IPEX + oneCCL bindings), or use "
+                          "a torch >= 2.8 XPU build")
     if backend == "nccl" and shared:
         raise LaunchError(f"--backend nccl needs one GPU per rank, but {same_chip} ranks on this host use one GPU "
                           "(the same device, or MIG slices of one GPU). HINT: one rank per GPU (srun "
                           "--gpus-per-task=1, or fewer ranks per host), or use --backend gloo (or auto)")
-    available = {"gloo": True, "mpi": hw.has_mpi_backend, "nccl": hw.has_nccl, "xccl": hw.has_xccl,
-                 "ccl": hw.has_ccl}
     if not available[backend]:
         raise LaunchError(f"--backend {backend} is not available in this torch build; "
                           f"available: {', '.join(b for b, ok in available.items() if ok)}. "
@@ -195,20 +200,6 @@ def _sharing(device: str, count: int, local_rank: int, local_size: int,
     return sum(t[0] == mine[0] for t in taken), sum(t[1] == mine[1] for t in taken)
 
 
-def _default_backend(device: str, hw: Hardware) -> str:
-    if device == "cuda":
-        return "nccl" if hw.has_nccl else "gloo"
-    if device == "xpu":
-        if hw.has_xccl:
-            return "xccl"
-        if hw.has_ccl:
-            return "ccl"
-        raise LaunchError("no collective backend for XPU: torch has no 'xccl' and oneccl-bindings-for-pytorch "
-                          "is not installed. HINT: pip install -e .[xpu] (IPEX + oneCCL bindings), or use "
-                          "a torch >= 2.8 XPU build")
-    return "gloo"
-
-
 def apply_threads(threads: int) -> None:
     """Give torch (and numba, when loaded) `threads` threads."""
     torch.set_num_threads(threads)
@@ -230,10 +221,8 @@ def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, l
     dist = torch.distributed
     if dist.is_initialized():
         return
-    if choice.device_type == "cuda":
-        torch.cuda.set_device(torch.device(choice.device))
-    elif choice.device_type == "xpu":
-        torch.xpu.set_device(torch.device(choice.device))
+    if choice.device_type != "cpu":
+        getattr(torch, choice.device_type).set_device(torch.device(choice.device))
     if choice.backend in ("ccl", "xccl"):
         os.environ.update(_env.ccl_env(local_rank, local_size, library_version()))
     if choice.backend == "ccl":

@@ -171,4 +171,4 @@ def _draining(listeners: list[socket.socket]) -> Iterator[None]:
 
 
 def _describe_ifaces(ifaces: list[_env.Interface]) -> str:
-    return ", ".join(f"{i.name} {i.address}/{i.prefixlen}" for i in ifaces) or "none"
+    return ", ".join(map(str, ifaces)) or "none"

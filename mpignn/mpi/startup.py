@@ -96,7 +96,7 @@ def passed_on() -> dict[str, str]:
 def interfaces_hint() -> tuple[str, str]:
     """Return the start-up messages' found and HINT parts: the interfaces MPI may take, how to name one."""
     mine = [i for i in _env.ipv4_interfaces() if not i.is_loopback]
-    listed = ", ".join(f"{i.name} {i.address}/{i.prefixlen}" for i in mine) or "none with an IPv4 address"
+    listed = ", ".join(map(str, mine)) or "none with an IPv4 address"
     named = mpi_ifnames()
     if named:
         tried = f"MPI was told {', '.join(f'{var}={name}' for var, name in named)}; this host has {listed}"
@@ -130,9 +130,7 @@ _MPI_IFNAME_VARS = ("UCX_NET_DEVICES", "FI_TCP_IFACE", "MPIR_CVAR_NEMESIS_TCP_NE
 
 def mpi_ifnames(env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
     """Return (variable, interface) for each interface `_MPI_IFNAME_VARS` name for MPI, in that order."""
-    env = os.environ if env is None else env
-    names = [(var, n.strip()) for var in _MPI_IFNAME_VARS for n in env.get(var, "").split(",")]
-    return [(var, n) for var, n in names if n and n != "all" and ":" not in n]
+    return _env.named_interfaces(_MPI_IFNAME_VARS, env)
 
 
 def launcher_iface_env(env: Mapping[str, str] | None = None,
