@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from numba import njit
@@ -75,15 +75,21 @@ def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *, drop_sel
         dst = dst.astype(np.int64)
     counts = np.zeros(num_nodes + 1, dtype=np.int64)
     _refuse_outside(_count(dst, counts, True) + _count(src, counts, symmetric), num_nodes, (src, dst), where)
-    rowptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(counts[:-1], out=rowptr[1:])
-    del counts
-    col = np.empty(int(rowptr[-1]), dtype=np.int64)
-    _fill(src, dst, rowptr, col, symmetric)
-    kept = _sort_dedup(rowptr, col, drop_self_loops)
+    return _sorted_csr(counts, lambda rowptr, col: _fill(src, dst, rowptr, col, symmetric), drop_self_loops)
+
+
+def _sorted_csr(counts: np.ndarray, fill: Callable[[np.ndarray, np.ndarray], None],
+                drop_self_loops: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(rowptr, col) of rows of `counts[v]` entries (then one spare slot), placed by `fill(rowptr, col)`, each row
+    sorted and its repeats (and self loops) dropped. `counts` becomes rowptr in place: no second node array."""
+    np.cumsum(counts[:-1], out=counts[1:])  # numpy buffers the overlapping input
+    counts[0] = 0
+    col = np.empty(int(counts[-1]), dtype=np.int64)
+    fill(counts, col)
+    kept = _sort_dedup(counts, col, drop_self_loops)
     if kept < len(col):
         col.resize(kept, refcheck=False)  # shrinks in place: no second copy of the edges
-    return rowptr, col
+    return counts, col
 
 
 def _refuse_outside(outside: int, num_nodes: int, ids: tuple[np.ndarray, ...], where: str) -> None:
@@ -168,15 +174,7 @@ def symmetrized(rowptr: np.ndarray, col: np.ndarray) -> tuple[np.ndarray, np.nda
     counts = np.zeros(n + 1, dtype=np.int64)
     counts[:-1] = np.diff(rowptr)
     _refuse_outside(_count(col, counts, True), n, (col,), "")
-    out_ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts[:-1], out=out_ptr[1:])
-    del counts
-    out = np.empty(int(out_ptr[-1]), dtype=np.int64)
-    _fill_csr(rowptr, col, out_ptr, out)
-    kept = _sort_dedup(out_ptr, out, True)
-    if kept < len(out):
-        out.resize(kept, refcheck=False)
-    return out_ptr, out
+    return _sorted_csr(counts, lambda out_ptr, out: _fill_csr(rowptr, col, out_ptr, out), True)
 
 
 @njit(cache=True)
