@@ -10,8 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from mpignn.data.raw_public import checked_csr, dense_csr, npz_arrays, scipy_csr
-from mpignn.errors import DatasetError
+from mpignn.data.raw_public import checked_csr, dense_csr, npz_arrays, raw_error, scipy_csr
 
 __all__ = ["GNN_BENCHMARK_KEYS", "FLICKR_FILES", "REDDIT_FILES", "read_gnn_benchmark", "read_wikics", "read_flickr",
            "read_reddit"]
@@ -25,15 +24,9 @@ FLICKR_FILES = ("adj_full.npz", "feats.npy", "class_map.json", "role.json")
 REDDIT_FILES = ("reddit_data.npz", "reddit_graph.npz")
 
 
-def _bad(path: str, expected: str, got: str) -> DatasetError:
-    got = " ".join(got.split())[:200]
-    return DatasetError(f"{path}: expected {expected}, got {got}. HINT: replace it with the dataset's original file, "
-                        "or delete it to download it again")
-
-
 def _labels(path: str, key: str, y: np.ndarray, n: int) -> np.ndarray:
     if y.shape != (n,) or y.dtype.kind not in "iuf" or (y.dtype.kind == "f" and not np.all(y == np.round(y))):
-        raise _bad(path, f"{key}: one whole-number value per node, shape ({n},)", f"{y.dtype} with shape {y.shape}")
+        raise raw_error(path, f"{key}: one whole-number value per node, shape ({n},)", f"{y.dtype} with shape {y.shape}")
     return y.astype(np.int64)
 
 
@@ -48,13 +41,13 @@ def read_gnn_benchmark(path: str) -> dict[str, np.ndarray]:
     raw = npz_arrays(path, GNN_BENCHMARK_KEYS)
     _, dst, adj_ptr, (n, n_cols) = checked_csr(path, *(raw[f"adj_{k}"] for k in _CSR_PARTS))
     if n != n_cols:
-        raise _bad(path, "a square adjacency (adj_shape)", f"{n}x{n_cols}")
+        raise raw_error(path, "a square adjacency (adj_shape)", f"{n}x{n_cols}")
     _, attr_col, attr_ptr, (rows, f) = checked_csr(path, *(raw[f"attr_{k}"] for k in _CSR_PARTS))
     if rows != n or raw["attr_data"].dtype.kind not in "biuf":
-        raise _bad(path, f"one feature row per node ({n}) of numbers", f"{rows} rows of {raw['attr_data'].dtype}")
+        raise raw_error(path, f"one feature row per node ({n}) of numbers", f"{rows} rows of {raw['attr_data'].dtype}")
     y = _labels(path, "labels", raw["labels"], n)
     if n and y.min() < 0:
-        raise _bad(path, "labels >= 0", f"min {y.min()}")
+        raise raw_error(path, "labels >= 0", f"min {y.min()}")
     x = dense_csr(path, raw["attr_data"], attr_col, attr_ptr, (rows, f))
     x[x > 0] = 1
     return {"x": x, "y": y, "src": np.repeat(np.arange(n, dtype=np.int64), np.diff(adj_ptr)), "dst": dst}
@@ -65,7 +58,7 @@ def _json(path: str) -> Any:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: truncated or not JSON
-        raise _bad(path, "a complete JSON file", f"{type(exc).__name__}: {exc}") from None
+        raise raw_error(path, "a complete JSON file", f"{type(exc).__name__}: {exc}") from None
 
 
 def read_wikics(path: str) -> dict[str, np.ndarray]:
@@ -80,7 +73,7 @@ def read_wikics(path: str) -> dict[str, np.ndarray]:
     keys = ("features", "labels", "links", "train_masks", "val_masks", "test_mask")
     missing = [k for k in keys if not isinstance(data, dict) or k not in data]
     if missing:
-        raise _bad(path, f"a JSON object with {', '.join(keys)}", f"no {', '.join(missing)}")
+        raise raw_error(path, f"a JSON object with {', '.join(keys)}", f"no {', '.join(missing)}")
     try:
         x = np.asarray(data["features"], dtype=np.float32)
         y = np.asarray(data["labels"], dtype=np.int64)
@@ -89,19 +82,19 @@ def read_wikics(path: str) -> dict[str, np.ndarray]:
         dst = np.fromiter(chain.from_iterable(links), dtype=np.float64, count=int(lengths.sum()))
         masks = {k: np.asarray(data[k], dtype=bool) for k in ("train_masks", "val_masks", "test_mask")}
     except (TypeError, ValueError) as exc:  # ragged lists, strings where numbers belong
-        raise _bad(path, "numeric features, labels, masks and lists of neighbour ids",
+        raise raw_error(path, "numeric features, labels, masks and lists of neighbour ids",
                    f"{type(exc).__name__}: {exc}") from None
     n = len(y)
     train, val, test = masks["train_masks"], masks["val_masks"], masks["test_mask"]
     if (x.ndim != 2 or len(x) != n or len(lengths) != n or train.ndim != 2 or train.shape[1] != n
             or val.shape != train.shape or test.shape != (n,)):
-        raise _bad(path, f"features [N, F], labels, links and test_mask of N = {n} nodes and train/val masks [K, N]",
+        raise raw_error(path, f"features [N, F], labels, links and test_mask of N = {n} nodes and train/val masks [K, N]",
                    f"features {x.shape}, {len(lengths)} link lists, masks {train.shape}, {val.shape}, {test.shape}")
     fractional = dst[dst != np.round(dst)]  # int64 would truncate them: a wrong graph, silently
     if fractional.size:
-        raise _bad(path, "whole-number neighbour ids in links", f"{fractional.size} fractional, e.g. {fractional[0]}")
+        raise raw_error(path, "whole-number neighbour ids in links", f"{fractional.size} fractional, e.g. {fractional[0]}")
     if n and y.min() < 0:
-        raise _bad(path, "labels >= 0", f"min {y.min()}")
+        raise raw_error(path, "labels >= 0", f"min {y.min()}")
     src = np.repeat(np.arange(n, dtype=np.int64), lengths)
     return {"x": x, "y": y, "src": src, "dst": dst.astype(np.int64), "train_masks": train, "val_masks": val,
             "test_mask": test}
@@ -111,9 +104,9 @@ def _ids(path: str, values: Any, what: str, n: int) -> np.ndarray:
     try:
         ids = np.asarray(values, dtype=np.int64).reshape(-1)
     except (TypeError, ValueError) as exc:
-        raise _bad(path, f"{what}: a list of node ids", f"{type(exc).__name__}: {exc}") from None
+        raise raw_error(path, f"{what}: a list of node ids", f"{type(exc).__name__}: {exc}") from None
     if ids.size and (ids.min() < 0 or ids.max() >= n):
-        raise _bad(path, f"{what}: node ids in 0..{n - 1}", f"min {ids.min()}, max {ids.max()}")
+        raise raw_error(path, f"{what}: node ids in 0..{n - 1}", f"min {ids.min()}, max {ids.max()}")
     return ids
 
 
@@ -128,23 +121,23 @@ def read_flickr(raw_dir: str) -> dict[str, np.ndarray]:
     p = lambda f: os.path.join(raw_dir, f)  # noqa: E731
     _, indices, indptr, (n, cols) = scipy_csr(p("adj_full.npz"))
     if n != cols:
-        raise _bad(p("adj_full.npz"), "a square adjacency", f"{n}x{cols}")
+        raise raw_error(p("adj_full.npz"), "a square adjacency", f"{n}x{cols}")
     try:
         x = np.load(p("feats.npy"), allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:  # truncated, pickled (object dtype) or not an npy file
-        raise _bad(p("feats.npy"), "a plain float npy array", f"{type(exc).__name__}: {exc}") from None
+        raise raw_error(p("feats.npy"), "a plain float npy array", f"{type(exc).__name__}: {exc}") from None
     if x.ndim != 2 or len(x) != n or x.dtype.kind not in "biuf":
-        raise _bad(p("feats.npy"), f"numbers of shape ({n}, F)", f"{x.dtype} with shape {x.shape}")
+        raise raw_error(p("feats.npy"), f"numbers of shape ({n}, F)", f"{x.dtype} with shape {x.shape}")
     class_map, role = _json(p("class_map.json")), _json(p("role.json"))
     if not isinstance(class_map, dict) or not all(k.isdigit() and isinstance(v, int) and v >= 0
                                                   for k, v in class_map.items()):
-        raise _bad(p("class_map.json"), "an object of node id -> one class id >= 0 (Flickr is single-label)",
+        raise raw_error(p("class_map.json"), "an object of node id -> one class id >= 0 (Flickr is single-label)",
                    "other keys or values (a multi-label class map lists classes per node)")
     y = np.full(n, -1, dtype=np.int64)
     y[_ids(p("class_map.json"), [int(k) for k in class_map], "its keys", n)] = np.fromiter(
         class_map.values(), dtype=np.int64, count=len(class_map))
     if not isinstance(role, dict) or any(k not in role for k in ("tr", "va", "te")):
-        raise _bad(p("role.json"), "an object with tr, va and te lists", f"{type(role).__name__} "
+        raise raw_error(p("role.json"), "an object with tr, va and te lists", f"{type(role).__name__} "
                    f"{sorted(role) if isinstance(role, dict) else ''}")
     splits = {key: np.unique(_ids(p("role.json"), role[part], part, n))
               for key, part in (("train_idx", "tr"), ("val_idx", "va"), ("test_idx", "te"))}
@@ -166,7 +159,7 @@ def read_reddit(raw_dir: str) -> dict[str, np.ndarray]:
     x = data["feature"]
     n = len(x)
     if x.ndim != 2 or x.dtype.kind not in "biuf":
-        raise _bad(data_path, "feature: numbers [N, F]", f"{x.dtype} with shape {x.shape}")
+        raise raw_error(data_path, "feature: numbers [N, F]", f"{x.dtype} with shape {x.shape}")
     y = _labels(data_path, "label", data["label"], n)
     kind = _labels(data_path, "node_types", data["node_types"], n)
     fmt = graph["format"].item()
@@ -174,7 +167,7 @@ def read_reddit(raw_dir: str) -> dict[str, np.ndarray]:
     shape = tuple(int(v) for v in graph["shape"].reshape(-1))
     row, col = graph["row"].reshape(-1).astype(np.int64), graph["col"].reshape(-1).astype(np.int64)
     if fmt != "coo" or shape != (n, n) or len(row) != len(col):
-        raise _bad(graph_path, f"a scipy coo matrix of {n}x{n} (save_npz)",
+        raise raw_error(graph_path, f"a scipy coo matrix of {n}x{n} (save_npz)",
                    f"format '{fmt}' shape {shape}, {len(row)} rows and {len(col)} columns")
     return {"x": x.astype(np.float32), "y": y, "src": row, "dst": col,
             **{key: np.flatnonzero(kind == k).astype(np.int64)

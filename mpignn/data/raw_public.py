@@ -18,7 +18,7 @@ from mpignn.data.npz_checks import open_npz
 from mpignn.errors import DatasetError
 
 __all__ = ["PLANETOID_PARTS", "read_planetoid", "read_heterophilous", "read_imdb", "npz_arrays", "scipy_csr",
-           "checked_csr", "dense_csr", "IMDB_FILES", "IMDB_NODE_TYPES"]
+           "checked_csr", "dense_csr", "raw_error", "IMDB_FILES", "IMDB_NODE_TYPES"]
 
 PLANETOID_PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 IMDB_FILES = ("adjM.npz", "features_0.npz", "features_1.npz", "features_2.npz", "labels.npy",
@@ -94,6 +94,13 @@ class _RestrictedUnpickler(pickle.Unpickler):
                                          "list") from None
 
 
+def raw_error(path: str, expected: str, got: str) -> DatasetError:
+    """The refusal of a raw file that is not what its dataset ships (`got` on one line, cut to 200 characters)."""
+    got = " ".join(got.split())[:200]
+    return DatasetError(f"{path}: expected {expected}, got {got}. HINT: replace it with the dataset's original file, "
+                        "or delete it to download it again")
+
+
 def _bad(path: str, what: str) -> DatasetError:
     return DatasetError(f"{path}: expected a Planetoid raw file (numpy arrays, a scipy csr matrix or a dict of "
                         f"neighbour lists), got {what}. HINT: replace it with the original file from "
@@ -139,17 +146,15 @@ def checked_csr(path: str, data: np.ndarray, indices: np.ndarray, indptr: np.nda
     shape = np.asarray(shape)
     if not (shape.shape == (2,) and shape.dtype.kind in "iu" and indptr.ndim == indices.ndim == 1
             and indptr.dtype.kind in "iu" and indices.dtype.kind in "iu"):
-        raise DatasetError(f"{path}: expected csr parts (int indices and indptr, a shape of 2 ints), got shapes "
-                           f"{indices.shape} {indptr.shape} {shape.shape}. HINT: replace it with the dataset's "
-                           "original file, or delete it to download it again")
+        raise raw_error(path, "csr parts (int indices and indptr, a shape of 2 ints)",
+                        f"shapes {indices.shape} {indptr.shape} {shape.shape}")
     rows, cols = int(shape[0]), int(shape[1])
     indptr, indices = indptr.astype(np.int64), indices.astype(np.int64)
     if not (rows >= 0 and cols >= 0 and len(indptr) == rows + 1 and indptr[0] == 0
             and not np.any(np.diff(indptr) < 0) and indptr[-1] == len(indices) and len(data) == len(indices)
             and not (len(indices) and (indices.min() < 0 or indices.max() >= cols))):
-        raise DatasetError(f"{path}: expected a consistent {rows}x{cols} csr matrix, got {len(indptr)} row pointers "
-                           f"and {len(indices)} entries. HINT: replace it with the dataset's original file, or "
-                           "delete it to download it again")
+        raise raw_error(path, f"a consistent {rows}x{cols} csr matrix",
+                        f"{len(indptr)} row pointers and {len(indices)} entries")
     return data, indices, indptr, (rows, cols)
 
 
@@ -208,8 +213,7 @@ def read_planetoid(raw_dir: str, name: str) -> dict[str, np.ndarray]:
     """
     paths = {p: os.path.join(raw_dir, f"ind.{name.lower()}.{p}") for p in PLANETOID_PARTS}
     loaded = {p: _unpickle(paths[p]) for p in ("x", "tx", "allx", "y", "ty", "ally", "graph")}
-    tx, allx = _dense(paths["tx"], loaded["tx"]), _dense(paths["allx"], loaded["allx"])
-    y, ty, ally = (_dense(paths[p], loaded[p]) for p in ("y", "ty", "ally"))
+    tx, allx, y, ty, ally = (_dense(paths[p], loaded[p]) for p in ("tx", "allx", "y", "ty", "ally"))
     test_index = _test_index(paths["test.index"])
     if not len(test_index) or len(test_index) != len(tx) or len(ty) != len(tx) or len(ally) != len(allx) \
             or tx.shape[1] != allx.shape[1] or ty.shape[1] != ally.shape[1]:
@@ -222,11 +226,9 @@ def read_planetoid(raw_dir: str, name: str) -> dict[str, np.ndarray]:
         if lo < len(allx) or span > 2 * len(test_index):  # the ids follow allx's; a few are missing, not most
             raise _bad(paths["test.index"], f"test ids {lo}..{lo + span - 1} for {len(test_index)} test rows after "
                                             f"{len(allx)} others")
-        tx_ext = np.zeros((span, tx.shape[1]), dtype=np.float32)
-        tx_ext[sorted_test - lo] = tx
-        ty_ext = np.zeros((span, ty.shape[1]), dtype=np.float32)
-        ty_ext[sorted_test - lo] = ty
-        tx, ty = tx_ext, ty_ext
+        widened = [np.zeros((span, m.shape[1]), dtype=np.float32) for m in (tx, ty)]
+        widened[0][sorted_test - lo], widened[1][sorted_test - lo] = tx, ty
+        tx, ty = widened
     x = np.concatenate([allx, tx])
     labels = np.concatenate([ally, ty])
     if test_index.min() < 0 or test_index.max() >= len(x):
@@ -256,9 +258,8 @@ def npz_arrays(path: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
                 raise ValueError(f"no {', '.join(missing)} in {', '.join(z.files)}")
             return {k: z[k] for k in keys}
     except Exception as exc:  # a pickled member, a bad zip or a missing key: all the file's fault
-        raise DatasetError(f"{path}: expected an npz of plain arrays {', '.join(keys)}, got "
-                           f"{type(exc).__name__}: {' '.join(str(exc)[:160].split())}. HINT: replace it with the "
-                           "dataset's original file, or delete it to download it again") from None
+        raise raw_error(path, f"an npz of plain arrays {', '.join(keys)}",
+                        f"{type(exc).__name__}: {str(exc)[:160]}") from None
 
 
 def read_heterophilous(path: str) -> dict[str, np.ndarray]:
