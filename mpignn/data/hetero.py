@@ -140,8 +140,6 @@ def build_hetero(name: str, counts: Mapping[str, int], edges: Mapping[EdgeType, 
     lo = int(base[target])
     labels[lo:lo + int(counts[target])] = np.asarray(y, dtype=np.int64)
     return GraphData(name=name, rowptr=rowptr, col=col, x=table, y=labels,
-                     train_idx=np.asarray(splits["train_idx"], dtype=np.int64) + lo,
-                     val_idx=np.asarray(splits["val_idx"], dtype=np.int64) + lo,
-                     test_idx=np.asarray(splits["test_idx"], dtype=np.int64) + lo,
                      num_classes=int(num_classes if num_classes is not None else labels.max() + 1),
-                     edge_type=edge_type, schema=schema)
+                     edge_type=edge_type, schema=schema,
+                     **{k: np.asarray(splits[k], dtype=np.int64) + lo for k in ("train_idx", "val_idx", "test_idx")})
