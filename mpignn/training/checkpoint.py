@@ -87,19 +87,16 @@ def read_checkpoint(folder: Path, sha256: str | None = None, *, doing: str = "re
 
 def _apply(path: Path, state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
            config: dict[str, Any] | None, model_flags: Sequence[str] = ()) -> dict[str, Any]:
-    changes: list[str] = []
     if state.get("format") != FORMAT:  # the first format stored the finished epoch, and no step
         raise ConfigError(f"cannot resume from {path}: it is of checkpoint format {state.get('format', 1)}; this "
                           f"mpignn reads format {FORMAT}. HINT: another --checkpoint-dir to start fresh, or resume "
                           "with the mpignn release that wrote it")
+    changes = [] if config is None else check_compatible(state.get("extra", {}).get("config", {}), config,
+                                                          model_flags)
     try:
-        if config is not None:
-            changes = check_compatible(state.get("extra", {}).get("config", {}), config, model_flags)
         getattr(model, "module", model).load_state_dict(state["model"])
         if optimizer is not None:
             optimizer.load_state_dict(state["optimizer"])
-    except ConfigError:
-        raise
     except Exception as exc:  # shape mismatches: another model
         raise ConfigError(f"cannot resume from {path}: {type(exc).__name__}: {str(exc)[:200]}. HINT: the file "
                           "is from another model/flags; use the original flags or another --checkpoint-dir") from None
@@ -301,27 +298,27 @@ def resume_state(comm: Any, folder: str | os.PathLike, model: torch.nn.Module, o
             found different checkpoints (a stale node-local folder).
     """
     problem, state, ident, manifest = "", {}, None, {}
-    where = latest_checkpoint(folder)
-    if where is None and (Path(folder) / MANIFEST).is_file():  # a generation's own folder, or best/ (predict)
-        where = Path(folder)
-    try:
-        if where is None and (Path(folder) / CHECKPOINT).is_file():
-            raise ConfigError(f"--resume found only {Path(folder) / CHECKPOINT}, a single-file checkpoint of the "
-                              "format before generations, which this mpignn no longer reads. HINT: another "
-                              "--checkpoint-dir to start fresh, or resume with the mpignn release that wrote it")
-        if where is None:
-            raise ConfigError(f"--resume expected a checkpoint in {folder} (gen-*/{MANIFEST}); found none on any "
-                              "host of this job. HINT: check --checkpoint-dir (a node-local one: run where the "
-                              "saving job ran), or drop --resume to start fresh")
-        raw = (where / MANIFEST).read_bytes()
-        manifest, name, digest = json.loads(raw), where.name, hashlib.sha256(raw).hexdigest()
-        state = read_checkpoint(where, manifest["files"][CHECKPOINT])
-        ident = (name, int(state["epoch"]), int(state.get("step", 0)), digest[:12])
-    except MpignnError as exc:
-        problem = str(exc)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        problem = (f"cannot resume from {where}/{MANIFEST}: {type(exc).__name__}: {str(exc)[:200]}. HINT: the "
-                   f"manifest is corrupt; delete {where} to resume from the checkpoint before it")
+    base = Path(folder)  # below: a generation's own folder, or best/ (predict)
+    where = latest_checkpoint(base) or (base if (base / MANIFEST).is_file() else None)
+    if where is None and (base / CHECKPOINT).is_file():
+        problem = (f"--resume found only {base / CHECKPOINT}, a single-file checkpoint of the format before "
+                   "generations, which this mpignn no longer reads. HINT: another --checkpoint-dir to start fresh, "
+                   "or resume with the mpignn release that wrote it")
+    elif where is None:
+        problem = (f"--resume expected a checkpoint in {folder} (gen-*/{MANIFEST}); found none on any host of this "
+                   "job. HINT: check --checkpoint-dir (a node-local one: run where the saving job ran), or drop "
+                   "--resume to start fresh")
+    else:
+        try:
+            raw = (where / MANIFEST).read_bytes()
+            manifest = json.loads(raw)
+            state = read_checkpoint(where, manifest["files"][CHECKPOINT])
+            ident = (where.name, int(state["epoch"]), int(state.get("step", 0)), hashlib.sha256(raw).hexdigest()[:12])
+        except MpignnError as exc:
+            problem = str(exc)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            problem = (f"cannot resume from {where}/{MANIFEST}: {type(exc).__name__}: {str(exc)[:200]}. HINT: the "
+                       f"manifest is corrupt; delete {where} to resume from the checkpoint before it")
     check_all(comm, not problem, problem, ConfigError)
     idents = comm.allgather(ident)
     if len(set(idents)) > 1:
