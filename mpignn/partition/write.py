@@ -171,7 +171,8 @@ def cut_parts(graph: GraphData, parts: np.ndarray, sink: Any, *, num_parts: int,
         node_type = np.repeat(np.arange(len(schema.node_counts)), schema.node_counts)
     y = np.asarray(graph.y)
     split_sets = {k: node_map[np.asarray(getattr(graph, k))] for k in ("train_idx", "val_idx", "test_idx")}
-    writers, x_writers, type_counts = [], [], []
+    writers, x_writers = [], []
+    by_type: list[dict] = [{} for _ in range(num_parts)]  # heterogeneous: META.json's per-type counts of each part
     for p in range(num_parts):
         sink.begin(p)
         own_old = order[offsets[p]:offsets[p + 1]]
@@ -183,7 +184,7 @@ def cut_parts(graph: GraphData, parts: np.ndarray, sink: Any, *, num_parts: int,
             typed = np.zeros(len(own_old) * te + 1, dtype=np.int64)
             np.cumsum(typed_deg[own_old].reshape(-1), out=typed[1:])
             sink.put(p, "type_rowptr", typed)
-            type_counts.append(np.bincount(node_type[own_old], minlength=len(schema.node_counts)).tolist())
+            by_type[p]["type_counts"] = np.bincount(node_type[own_old], minlength=len(schema.node_counts)).tolist()
         sink.put(p, "y", y[own_old])
         sink.put(p, "orig_id", own_old)
         for k, v in split_sets.items():
@@ -198,7 +199,7 @@ def cut_parts(graph: GraphData, parts: np.ndarray, sink: Any, *, num_parts: int,
     finally:
         for w in writers + x_writers:
             w.close()
-    edge_cut, summaries, type_cut = 0, [], []
+    edge_cut, summaries = 0, []
     counter = np.zeros(graph.num_nodes, dtype=np.int64)
     for p in range(num_parts):
         lo, hi = int(offsets[p]), int(offsets[p + 1])
@@ -208,7 +209,7 @@ def cut_parts(graph: GraphData, parts: np.ndarray, sink: Any, *, num_parts: int,
             runs = np.diff(np.asarray(sink.get(p, "type_rowptr")))
             etype = np.repeat(np.tile(np.arange(te, dtype=np.int8), hi - lo), runs)
             remote = (col < lo) | (col >= hi)
-            type_cut.append(np.bincount(etype[remote], minlength=te).tolist())
+            by_type[p]["cut_by_edge_type"] = np.bincount(etype[remote], minlength=te).tolist()
             del runs, etype, remote
         del col
         halo_gid = np.flatnonzero(counter)
@@ -220,10 +221,7 @@ def cut_parts(graph: GraphData, parts: np.ndarray, sink: Any, *, num_parts: int,
         names = PART_FILES + (HETERO_FILES if schema is not None else ())
         summaries.append({"nodes": hi - lo, "edges": writers[p].shape[0], "train": counts["train_idx"],
                           "val": counts["val_idx"], "test": counts["test_idx"], "halo": len(halo_gid),
-                          "cut_edges": cut, **sink.describe(p, names)})
-        if schema is not None:
-            summaries[-1]["type_counts"] = type_counts[p]
-            summaries[-1]["cut_by_edge_type"] = type_cut[p]
+                          "cut_edges": cut, **sink.describe(p, names), **by_type[p]})
     meta = {
         "format": FORMAT_VERSION, "dataset": dataset, "method": method, "seed": seed, "num_parts": num_parts,
         "num_nodes": graph.num_nodes, "num_edges": graph.num_edges, "num_features": graph.num_features,
