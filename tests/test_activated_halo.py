@@ -16,7 +16,7 @@ class _Loopback:
 
     def rows(self, raw, send_counts, recv_counts, pieces=None):
         assert list(send_counts) == list(recv_counts)
-        return raw.copy()
+        return raw.clone()
 
 
 @pytest.mark.parametrize("p, training", [(0.0, True), (0.5, True), (0.5, False)])

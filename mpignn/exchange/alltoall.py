@@ -41,8 +41,8 @@ def staged(rows: Any, move: Any) -> Any:
     import torch
 
     bits = rows.dtype == torch.bfloat16
-    host = np.ascontiguousarray((rows.view(torch.int16) if bits else rows).cpu().numpy())
-    got = torch.from_numpy(np.ascontiguousarray(move(host))).to(rows.device)
+    host = np.ascontiguousarray((rows.view(torch.int16) if bits else rows).detach().cpu().numpy())
+    got = torch.from_numpy(np.ascontiguousarray(move(host))).to(rows.device, non_blocking=True)
     return got.view(torch.bfloat16) if bits else got
 
 

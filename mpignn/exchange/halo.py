@@ -6,35 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
-from mpignn.exchange.alltoall import TorchAlltoall
 from mpignn.exchange.features import device_index
 from mpignn.sampling.cooperative import KeptInputs, LayerPlan
 
-__all__ = ["ByteCounter", "Halo", "move_rows", "return_grads", "send_own"]
-
-
-def move_rows(transport: Any, rows: torch.Tensor, plan: LayerPlan, back: bool = False) -> torch.Tensor:
-    """Collective: `rows` grouped by destination -> rows from each source; `back`: gradients to the owners."""
-    send_counts, recv_counts = (plan.recv_counts, plan.send_counts) if back else (plan.send_counts, plan.recv_counts)
-    if isinstance(transport, TorchAlltoall):
-        return transport.rows(rows, send_counts, recv_counts)
-    width = rows.shape[1:]
-    host = rows.detach().to("cpu").contiguous().reshape(len(rows), int(np.prod(width)))
-    raw = host.view(torch.uint8).numpy()  # bytes per row: MPI moves any dtype, bf16 included
-    got = transport.rows(raw, send_counts, recv_counts, plan.pieces)  # agreed by the sampler: one collective
-    if not len(got):
-        return rows.new_empty((0,) + tuple(width))
-    out = torch.from_numpy(got).view(rows.dtype).reshape((len(got),) + tuple(width))
-    return out.to(rows.device, non_blocking=True)
+__all__ = ["ByteCounter", "Halo", "return_grads", "send_own"]
 
 
 def send_own(own: torch.Tensor, plan: LayerPlan, transport: Any, counter: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Collective, forward: (the rows other ranks send this one, which own rows went out: for `return_grads`)."""
     send_idx = torch.from_numpy(plan.send_idx).to(own.device)
-    got = move_rows(transport, own[send_idx], plan)
+    got = transport.rows(own[send_idx], plan.send_counts, plan.recv_counts, plan.pieces)  # pieces: agreed already
     counter.add(got)
     return got, send_idx
 
@@ -43,7 +26,7 @@ def return_grads(grad: torch.Tensor, plan: LayerPlan, transport: Any, counter: A
                  send_idx: torch.Tensor) -> torch.Tensor:
     """Collective, backward: the table's gradient -> its own rows', the returned gradients of sent rows added
     in place (the table's gradient is this node's alone, so no copy)."""
-    back = move_rows(transport, grad[plan.n_own:].contiguous(), plan, back=True)
+    back = transport.rows(grad[plan.n_own:], plan.recv_counts, plan.send_counts, plan.pieces)
     counter.add(back)
     grad_own = grad[:plan.n_own] if grad.is_contiguous() else grad[:plan.n_own].contiguous()
     return grad_own.index_add_(0, send_idx, back.to(grad.dtype))
