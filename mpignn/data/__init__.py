@@ -34,10 +34,6 @@ def _public_key(name: str) -> str | None:
     return None if known is None or sep else known
 
 
-def _canonical(name: str) -> str:
-    return _public_key(name) or name
-
-
 def dataset_key(name: str) -> str:
     """A stable, file-system safe id of the dataset (used to match partitions to datasets)."""
     if name.startswith("synthetic"):
@@ -45,7 +41,7 @@ def dataset_key(name: str) -> str:
         defaults = SyntheticSpec()
         changed = [f"{k}={v}" for k, v in spec.__dict__.items() if getattr(defaults, k) != v]
         return "synthetic" + (":" + ",".join(changed) if changed else "")
-    return _canonical(name)
+    return _public_key(name) or name
 
 
 def dataset_source(name: str, root: str = "data", splits: str = "") -> str:
@@ -120,7 +116,7 @@ def _load(name: str, root: str, mmap: bool) -> GraphData:
         return load_npz(name[4:])
     if name.startswith("npy:"):
         return load_npy_folder(name[4:])
-    key = _canonical(name)
+    key = dataset_key(name)
     # Without its folder (raw files removed after caching) the cache is all there is: it is used as it is.
     present = os.path.isdir(public_folder(key, root))
     cached = load_cache(root, key, mmap=mmap, source=raw_fingerprint(key, root) if present else None)

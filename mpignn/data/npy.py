@@ -12,7 +12,7 @@ import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.npyio import iter_chunks, read_npy_header
-from mpignn.data.npz_checks import SPLIT_KEYS, split_problem
+from mpignn.data.npz_checks import SPLIT_KEYS, check_splits
 from mpignn.errors import DatasetError
 from mpignn.fileio import load_npy, save_npy, write_json
 
@@ -100,9 +100,7 @@ def _structure(folder: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _check_splits(folder: Path, splits: dict[str, np.ndarray], y: np.ndarray, n: int, num_classes: int) -> None:
-    problem = split_problem(splits, n)
-    if problem:
-        raise _fail(folder, *problem)
+    check_splits(folder, splits, n, _fail)
     for name, idx in splits.items():
         labels = y[idx]
         if labels.min() < 0 or labels.max() >= num_classes:

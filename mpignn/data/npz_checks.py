@@ -1,11 +1,12 @@
 """Checks shared by `data.npz` and `data.npz_hetero`: headers, dtypes, named keys, splits, labels, the error;
-`split_problem` serves the npy, split-file and public readers too, so all say the same thing.
+`split_problem` and `check_splits` serve the npy, split-file, OGB and public readers too, so all say the same thing.
 numpy and mpignn.errors / data.npyio only; imports neither npz module (both import this one).
 """
 from __future__ import annotations
 
 import zipfile
 import zlib
+from typing import Any, Callable
 
 import numpy as np
 
@@ -84,10 +85,12 @@ def read_arrays(path: str, keys: list[str]) -> dict[str, np.ndarray]:
     return arrays
 
 
-def check_splits(path: str, splits: dict[str, np.ndarray], n: int) -> None:
+def check_splits(path: Any, splits: dict[str, np.ndarray], n: int,
+                 error: Callable[[Any, str, str], DatasetError] = npz_error) -> None:
+    """Raise `error(path, what, hint)` of the splits' first problem (`split_problem`), as every reader words it."""
     problem = split_problem(splits, n)
     if problem:
-        raise npz_error(path, *problem)
+        raise error(path, *problem)
 
 
 def check_labels(path: str, arrays: dict[str, np.ndarray], splits: dict[str, np.ndarray], n: int) -> int:

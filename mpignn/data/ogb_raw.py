@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
-from mpignn.data.npz_checks import split_problem
+from mpignn.data.npz_checks import check_splits
 from mpignn.data.raw_public import npz_arrays
 from mpignn.errors import DatasetError
 
@@ -140,9 +140,7 @@ def _read_splits(folder: str, info: OgbInfo, n: int, *target: str) -> dict[str, 
     where = os.path.join("split", info.split, *target)
     split = {key: _csv(_need(folder, info, where, f"{part}.csv.gz"), np.int64).reshape(-1)
              for key, part in (("train_idx", "train"), ("val_idx", "valid"), ("test_idx", "test"))}
-    problem = split_problem(split, n)
-    if problem:
-        raise _corrupt(folder, f"{where}: {problem[0]}")
+    check_splits(folder, split, n, lambda folder, what, hint: _corrupt(folder, f"{where}: {what}"))
     return split
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from mpignn.data.cache import fingerprint
 from mpignn.data.graph import GraphData
-from mpignn.data.npz_checks import UNREADABLE, open_npz, split_problem
+from mpignn.data.npz_checks import UNREADABLE, check_splits, open_npz
 from mpignn.errors import DatasetError
 
 __all__ = ["SPLIT_FILE_KEYS", "SPLITS_TAG", "read_split_file", "apply_splits", "splits_tag", "split_source",
@@ -77,9 +77,7 @@ def read_split_file(path: str, num_nodes: int) -> dict[str, np.ndarray]:
             raise _error(path, f"expected {key} as a 1-D array of node ids; got shape {ids.shape}",
                          f"save {key}.reshape(-1)")
     ids = {key: arrays[key].astype(np.int64) for key in SPLIT_FILE_KEYS}
-    problem = split_problem(ids, num_nodes)
-    if problem:
-        raise _error(path, *problem)
+    check_splits(path, ids, num_nodes, _error)
     return {"train_idx": ids["train"], "val_idx": ids["valid"], "test_idx": ids["test"]}
 
 
