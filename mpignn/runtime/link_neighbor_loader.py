@@ -8,15 +8,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mpignn.errors import ConfigError, MpignnError, mark_agreed
+from mpignn.errors import ConfigError
 from mpignn.exchange.alltoall import IdDirectory
 from mpignn.loader.local_graph import LocalGraph
 from mpignn.mpi import alltoallv, check_all, chunk_bounds
 from mpignn.partition.format import owner_of
-from mpignn.runtime.loader_base import SampledBatches, as_array, check_options, fanouts_of, joined_ids
+from mpignn.runtime.loader_base import SampledBatches, as_array, joined_ids
 from mpignn.sampling import kernels
 from mpignn.sampling.neighbor import SampleOutput
-from mpignn.training.loaders import rank_batch_size
 
 __all__ = ["LinkNeighborLoader", "EdgeSeeds", "negative_ids"]
 
@@ -41,36 +40,32 @@ class LinkNeighborLoader(SampledBatches):
         shuffle, drop_last, seed, prefetch: as `NeighborLoader`'s.
     """
 
+    unsupported = UNSUPPORTED
+
     def __init__(self, graph: LocalGraph, num_neighbors: Sequence[int], edge_label_index: Any = None,
                  edge_label: Any = None, neg_sampling: Any = None, neg_sampling_ratio: float | None = None,
                  batch_size: int = 1, shuffle: bool = False, drop_last: bool = False, *, batch_scope: str = "rank",
                  seed: int = 0, prefetch: str = "auto", **kwargs: Any) -> None:
-        try:
-            for key, default in UNSUPPORTED.items():
-                if kwargs.pop(key, default) != default:
-                    raise ConfigError(f"LinkNeighborLoader takes {key} at PyG's default ({default!r}) only. "
-                                      f"HINT: drop {key}=...")
-            check_options(kwargs, graph, batch_size, batch_scope, prefetch, "LinkNeighborLoader")
-            rt = graph.runtime
-            edge_type, edge_label_index = _edge_type(graph, edge_label_index)
-            mode, amount = _negatives(neg_sampling, neg_sampling_ratio)
-            if mode == "triplet" and edge_label is not None:
-                raise ConfigError("edge_label must be None with triplet negatives (PyG refuses it too). HINT: "
-                                  "tell positives from negatives by the batch's src_index, dst_pos_index and "
-                                  "dst_neg_index")
-            fanouts = fanouts_of(graph, num_neighbors)
-            talks = rt.world_size > 1 and not graph.replicated
-            directory = IdDirectory(rt.comm if talks else None, graph.node_id, graph.part.lo,
-                                    graph.part.meta.num_nodes)  # the seeds' and every batch's negatives' ids
-            ends = _end_types(graph, edge_type)
-            edges, labels = _seed_edges(graph, directory, edge_label_index, edge_label, mode == "binary", edge_type,
-                                        ends)
-        except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
-            raise mark_agreed(exc) from None
-        source = EdgeSeeds(edges, labels, mode, amount, ends, directory)
-        per_rank = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
-        self._start(graph, num_neighbors, graph.sampler.with_fanouts(fanouts), source, per_rank, shuffle=shuffle,
-                    drop_last=drop_last, seed=seed, prefetch=prefetch, talks=talks, seed_type=edge_type)
+        super().__init__(graph, num_neighbors, batch_size, shuffle, drop_last, batch_scope=batch_scope, seed=seed,
+                         prefetch=prefetch, options=kwargs, edge_label_index=edge_label_index, edge_label=edge_label,
+                         neg_sampling=neg_sampling, neg_sampling_ratio=neg_sampling_ratio)
+
+    def _source(self, graph: LocalGraph, edge_label_index: Any = None, edge_label: Any = None,
+                neg_sampling: Any = None, neg_sampling_ratio: float | None = None
+                ) -> tuple[EdgeSeeds, tuple[str, str, str] | None, str]:
+        rt = graph.runtime
+        edge_type, edge_label_index = _edge_type(graph, edge_label_index)
+        mode, amount = _negatives(neg_sampling, neg_sampling_ratio)
+        if mode == "triplet" and edge_label is not None:
+            raise ConfigError("edge_label must be None with triplet negatives (PyG refuses it too). HINT: "
+                              "tell positives from negatives by the batch's src_index, dst_pos_index and "
+                              "dst_neg_index")
+        talks = rt.world_size > 1 and not graph.replicated
+        directory = IdDirectory(rt.comm if talks else None, graph.node_id, graph.part.lo,
+                                graph.part.meta.num_nodes)  # the seeds' and every batch's negatives' ids
+        ends = _end_types(graph, edge_type)
+        edges, labels = _seed_edges(graph, directory, edge_label_index, edge_label, mode == "binary", edge_type, ends)
+        return EdgeSeeds(edges, labels, mode, amount, ends, directory), edge_type, type(self).__name__
 
 
 class EdgeSeeds:
@@ -93,31 +88,28 @@ class EdgeSeeds:
         """Collective (the negatives' ids): sample around both ends of `items` and their negatives."""
         src, dst, pos = self.edges[:, items]
         num_pos = len(items)
-        meta: dict[str, Any] = {"input_id": pos}
-        if self.mode is None:
-            out = sampler.sample_from_edges(src, dst, seed, variates)
-            if self.labels is not None:
-                out.edge_label = self.labels[items]
-            out.metadata = meta
-            return out
-        owners, k = _negative_owners(pos, self.amount)
-        types = self.ends[1:] if self.mode == "triplet" else self.ends  # triplet: targets only
-        ends = negative_ids(self.pass_seed, pos[owners], k, types[:, 1]) + types[:, :1]
-        ends = self.directory.lookup(ends.reshape(-1)).reshape(ends.shape)
-        if self.mode == "triplet":
-            out = sampler.sample_from_edges(np.concatenate([src, src[owners]]), np.concatenate([dst, ends[0]]),
-                                            seed, variates)
-            local = out.edge_label_index
-            per = int(self.amount)
-            meta.update(src_index=local[0, :num_pos], dst_pos_index=local[1, :num_pos],
-                        dst_neg_index=local[1, num_pos:].reshape(num_pos, per) if per > 1 else local[1, num_pos:])
-            out.edge_label_index, out.metadata = None, meta
-            return out
-        out = sampler.sample_from_edges(np.concatenate([src, ends[0]]), np.concatenate([dst, ends[1]]), seed,
-                                        variates)
-        pos_labels = self.labels[items] if self.labels is not None else np.ones(num_pos, dtype=np.float32)
-        out.edge_label = np.concatenate([pos_labels, np.zeros(len(owners), dtype=pos_labels.dtype)])
-        out.metadata = meta
+        label = self.labels[items] if self.labels is not None else None
+        if self.mode is not None:
+            owners, k = _negative_owners(pos, self.amount)
+            types = self.ends[1:] if self.mode == "triplet" else self.ends  # triplet: targets only
+            ends = negative_ids(self.pass_seed, pos[owners], k, types[:, 1]) + types[:, :1]
+            ends = self.directory.lookup(ends.reshape(-1)).reshape(ends.shape)
+            # triplet: each positive's source with its negative targets; binary: random pairs, labelled 0
+            negative = (src[owners], ends[0]) if self.mode == "triplet" else (ends[0], ends[1])
+            src, dst = np.concatenate([src, negative[0]]), np.concatenate([dst, negative[1]])
+        if self.mode == "binary":
+            label = label if label is not None else np.ones(num_pos, dtype=np.float32)
+            label = np.concatenate([label, np.zeros(len(src) - num_pos, dtype=label.dtype)])
+        out = sampler.sample_from_edges(src, dst, seed, variates)
+        out.metadata = {"input_id": pos}
+        if self.mode == "triplet":  # PyG's triplet fields in place of edge_label_index
+            local, per = out.edge_label_index, int(self.amount)
+            out.metadata.update(src_index=local[0, :num_pos], dst_pos_index=local[1, :num_pos],
+                                dst_neg_index=local[1, num_pos:].reshape(num_pos, per) if per > 1 else
+                                local[1, num_pos:])
+            out.edge_label_index = None
+        if label is not None:
+            out.edge_label = label
         return out
 
 
@@ -225,12 +217,11 @@ def _seed_edges(graph: LocalGraph, directory: IdDirectory, edge_label_index: Any
     """Collective: this rank's seed edges [3, E] and labels (shifted up where 0 would mean a negative, as PyG)."""
     rt = graph.runtime
     talks = rt.world_size > 1 and not graph.replicated
-    comm = rt.comm if rt.world_size > 1 else None
     if edge_label_index is None:  # every edge: each rank its own targets' in-edges
         if edge_label is not None:
             raise ConfigError("edge_label needs the edge_label_index it labels. HINT: pass both, or neither")
         src, dst = _own_edges(graph, edge_type)
-        start = int(sum(comm.allgather(len(src))[:rt.rank])) if talks else 0
+        start = int(sum(rt.comm.allgather(len(src))[:rt.rank])) if talks else 0
         edges = np.stack([src, dst, start + np.arange(len(src), dtype=np.int64)])
         if graph.replicated:
             lo, hi = chunk_bounds(edges.shape[1], rt.world_size, rt.rank)
@@ -249,12 +240,9 @@ def _seed_edges(graph: LocalGraph, directory: IdDirectory, edge_label_index: Any
     elif labels is not None and labels.shape[:1] != index.shape[1:]:
         problem = (f"edge_label must hold one label per seed edge ({index.shape[1]}); got shape "
                    f"{tuple(labels.shape)}. HINT: edge_label of shape [E]")
-    if comm is not None:
-        check_all(comm, not problem, problem, ConfigError)
-    elif problem:
-        raise ConfigError(problem)
-    index = joined_ids(comm, index.astype(np.int64)) + ends[:, :1]  # each end's type's first id
-    labels = None if labels is None else joined_ids(comm, labels)
+    check_all(rt.comm, not problem, problem, ConfigError)
+    index = joined_ids(rt.comm, index.astype(np.int64)) + ends[:, :1]  # each end's type's first id
+    labels = None if labels is None else joined_ids(rt.comm, labels)
     if shift and labels is not None and labels.size and labels.min() == 0:
         labels = labels + 1
     lo, hi = chunk_bounds(index.shape[1], rt.world_size, rt.rank)  # each rank looks up a share of the positions

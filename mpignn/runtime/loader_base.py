@@ -12,12 +12,12 @@ import torch
 from mpignn.config.choices import PREFETCH_MODES
 from mpignn.config.graph_options import parse_fanout
 from mpignn.data.hetero import edge_type_name, hop_fanouts
-from mpignn.errors import ConfigError
+from mpignn.errors import ConfigError, MpignnError, mark_agreed
 from mpignn.exchange.alltoall import MpiAlltoall
 from mpignn.exchange.features import FeatureStore
-from mpignn.loader.batches import BatchLoader, cut_steps
+from mpignn.loader.batches import cut_steps
 from mpignn.loader.local_graph import LocalGraph
-from mpignn.loader.prefetch import overlap, rows_on_device
+from mpignn.training.loaders import build_loader, cooperative_refusal
 
 __all__ = ["IGNORED", "SampledBatches", "as_array", "check_options", "fanouts_of", "id_store", "joined_ids"]
 
@@ -31,14 +31,18 @@ def as_array(value: Any) -> np.ndarray:
 
 
 def check_options(kwargs: dict[str, Any], graph: LocalGraph, batch_size: Any, batch_scope: str, prefetch: str,
-                  name: str) -> None:
-    """Refuse keywords the loader `name` does not take (PyG's worker keywords are accepted and ignored), a graph
-    without its runtime and out-of-range loader options, in one line each."""
-    for key in kwargs:
+                  name: str, unsupported: Mapping[str, Any] = {}) -> None:
+    """Refuse keywords the loader `name` does not take (PyG's worker keywords are accepted and ignored, those of
+    `unsupported` at their defaults there), a graph without its runtime and out-of-range loader options, in one
+    line each."""
+    for key, value in kwargs.items():
         if key == "fanouts":
             raise ConfigError(f"{name} takes num_neighbors (as PyG's), not fanouts. "
                               f"HINT: {name}(graph, num_neighbors=[15, 10], ...)")
-        if key not in IGNORED:
+        if key in unsupported and value != unsupported[key]:
+            raise ConfigError(f"{name} takes {key} at PyG's default ({unsupported[key]!r}) only. "
+                              f"HINT: drop {key}=...")
+        if key not in IGNORED and key not in unsupported:
             raise ConfigError(f"{name} got an unknown keyword {key!r}. HINT: see docs/api.md "
                               "(PyG DataLoader keywords mpignn accepts and ignores: " + ", ".join(IGNORED) + ")")
     if not isinstance(graph, LocalGraph) or graph.runtime is None:
@@ -56,22 +60,36 @@ def check_options(kwargs: dict[str, Any], graph: LocalGraph, batch_size: Any, ba
 
 
 class SampledBatches:
-    """Collective over the graph's communicator: PyG's loader interface over `BatchLoader`; each batch carries
-    `loss_scale` (world size x this rank's items / all ranks' items in the step)."""
+    """Collective over the graph's communicator: PyG's loader interface over `BatchLoader`, built as the training
+    CLI builds its own (`build_loader`); each batch carries `loss_scale` (world size x this rank's items / all
+    ranks' items in the step). A subclass says where its seeds come from: `_source(graph, **inputs)`, collective,
+    returns (this rank's seed source for `BatchLoader`, the seeds' type, the loader in the watchdog's words)."""
 
-    def _start(self, graph: LocalGraph, num_neighbors: Any, sampler: Any, seeds: Any, per_rank: int, *,
-               shuffle: bool, drop_last: bool, seed: int, prefetch: str, talks: bool, full: bool = False,
-               name: str = "", seed_type: Any = None) -> None:
+    unsupported: Mapping[str, Any] = {}
+    """PyG keywords the loader takes at their defaults only."""
+
+    def __init__(self, graph: LocalGraph, num_neighbors: Any, batch_size: int, shuffle: bool, drop_last: bool, *,
+                 batch_scope: str, seed: int, prefetch: str, minibatch: str = "independent",
+                 options: dict[str, Any], **inputs: Any) -> None:
+        """`options`: the caller's other keywords; `inputs`: what `_source` takes."""
+        name = type(self).__name__
+        try:
+            check_options(options, graph, batch_size, batch_scope, prefetch, name, self.unsupported)
+            problem = cooperative_refusal(graph, minibatch) if minibatch != "independent" else ""
+            if problem:
+                raise ConfigError(problem)
+            fanouts = fanouts_of(graph, num_neighbors)
+            source, seed_type, label = self._source(graph, **inputs)
+        except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
+            raise mark_agreed(exc) from None
         rt, self.graph, self.num_neighbors = graph.runtime, graph, num_neighbors
-        self.loader = BatchLoader(
-            sampler, graph.features, seeds, per_rank, shuffle=shuffle, drop_last=drop_last, seed=seed,
-            comm=rt.comm, device=rt.device,
-            prefetch=not full and overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)),
-            wrap=shuffle, layout=graph.layout, dataset_ids=id_store(graph), reuse=full,
-            name=name or type(self).__name__, seed_type=seed_type)
-        count = len(self.loader.source)
-        sizes = np.array([[len(b) for b in cut_steps(np.arange(n), len(self.loader), size, drop_last, shuffle)]
-                          for n, size in rt.comm.allgather((count, per_rank))], dtype=np.float64)
+        self.loader = loader = build_loader(rt, graph, graph.sampler.with_fanouts(fanouts), source, batch_size, batch_scope,
+                                            minibatch, prefetch=prefetch, shuffle=shuffle, drop_last=drop_last,
+                                            wrap=shuffle, seed=seed, dataset_ids=id_store(graph), name=label,
+                                            seed_type=seed_type)
+        sizes = np.array([[len(b) for b in cut_steps(np.arange(n), len(loader), size, loader.drop_last, loader.wrap)]
+                          for n, size in rt.comm.allgather((len(loader.source), loader.batch_size))],
+                         dtype=np.float64)
         total = sizes.sum(axis=0)
         self.loss_scales = np.divide(rt.world_size * sizes[rt.rank], total, out=np.zeros_like(total),
                                      where=total > 0)
@@ -147,10 +165,8 @@ def id_store(graph: LocalGraph) -> FeatureStore:
 
 
 def joined_ids(comm: Any, array: np.ndarray) -> np.ndarray:
-    """Collective over `comm` (unless None): return `array` if every rank passed the same, else all ranks' joined
-    in rank order (PyG's per-rank chunks): the list `input_id` indexes."""
-    if comm is None:
-        return array
+    """Collective over `comm`: return `array` if every rank passed the same, else all ranks' joined in rank order
+    (PyG's per-rank chunks): the list `input_id` indexes."""
     array = np.ascontiguousarray(array)
     digest = hashlib.sha256(f"{array.shape}{array.dtype}".encode() + array.tobytes()).hexdigest()
     if len(set(comm.allgather(digest))) == 1:  # the whole list on every rank: nothing more travels

@@ -8,14 +8,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from mpignn.config.choices import MINIBATCH_MODES
-from mpignn.errors import ConfigError, MpignnError, mark_agreed
+from mpignn.errors import ConfigError
 from mpignn.loader.batches import NodeSeeds
 from mpignn.loader.local_graph import SPLITS, LocalGraph
 from mpignn.mpi import check_all
-from mpignn.runtime.loader_base import SampledBatches, as_array, check_options, fanouts_of, joined_ids
+from mpignn.runtime.loader_base import SampledBatches, as_array, joined_ids
 from mpignn.tasks import picker
-from mpignn.training.loaders import cooperative_refusal, cooperative_sampler, rank_batch_size
 
 __all__ = ["NeighborLoader"]
 
@@ -43,30 +41,14 @@ class NeighborLoader(SampledBatches):
                  input_nodes: Any = None, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False, *,
                  batch_scope: str = "rank", seed: int = 0, prefetch: str = "auto", minibatch: str = "independent",
                  **kwargs: Any) -> None:
-        try:
-            check_options(kwargs, graph, batch_size, batch_scope, prefetch, "NeighborLoader")
-            rt = graph.runtime
-            if minibatch not in MINIBATCH_MODES:
-                raise ConfigError(f"minibatch must be one of {', '.join(MINIBATCH_MODES)}; got {minibatch!r}. "
-                                  "HINT: minibatch='independent'")
-            problem = cooperative_refusal(graph, minibatch) if minibatch != "independent" else ""
-            if problem:
-                raise ConfigError(problem)
-            fanouts = fanouts_of(graph, num_neighbors)
-            kind, nodes = seed_type(graph, input_nodes)
-            seeds, positions = picker(graph.replicated, rt.world_size, rt.rank)(_seeds(graph, kind, nodes), 1)
-        except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
-            raise mark_agreed(exc) from None
-        full = minibatch == "full"
-        sampler = graph.sampler.with_fanouts([-1] * len(fanouts) if full else fanouts)
-        talks = rt.world_size > 1 and not graph.replicated
-        if talks and minibatch != "independent":
-            sampler = cooperative_sampler(rt, graph, sampler.fanouts, minibatch)
-        per_rank = max(1, len(seeds)) if full else rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
-        shuffle, drop_last = shuffle and not full, drop_last and not full  # full: one batch, the same each pass
-        self._start(graph, num_neighbors, sampler, NodeSeeds(seeds, positions), per_rank, shuffle=shuffle,
-                    drop_last=drop_last, seed=seed, prefetch=prefetch, talks=talks, full=full, seed_type=kind,
-                    name=f"NeighborLoader(input_nodes={_label(input_nodes)})")
+        super().__init__(graph, num_neighbors, batch_size, shuffle, drop_last, batch_scope=batch_scope, seed=seed,
+                         prefetch=prefetch, minibatch=minibatch, options=kwargs, input_nodes=input_nodes)
+
+    def _source(self, graph: LocalGraph, input_nodes: Any = None) -> tuple[NodeSeeds, int | None, str]:
+        rt = graph.runtime
+        kind, nodes = seed_type(graph, input_nodes)
+        seeds, positions = picker(graph.replicated, rt.world_size, rt.rank)(_seeds(graph, kind, nodes), 1)
+        return NodeSeeds(seeds, positions), kind, f"NeighborLoader(input_nodes={_label(input_nodes)})"
 
     @property
     def dataset(self) -> np.ndarray:
@@ -82,7 +64,7 @@ def _seeds(graph: LocalGraph, kind: int | None, input_nodes: Any) -> np.ndarray:
     if kind is not None:
         own = own[graph.layout.node_types(own) == kind]
         offset, num_nodes = schema.offsets[kind], schema.node_counts[kind]
-    comm = graph.runtime.comm if graph.runtime is not None and graph.runtime.world_size > 1 else None
+    comm = graph.runtime.comm
     if input_nodes is None:
         return np.stack([own, graph.node_id[own - part.lo] - offset])
     if isinstance(input_nodes, str):
@@ -95,10 +77,7 @@ def _seeds(graph: LocalGraph, kind: int | None, input_nodes: Any) -> np.ndarray:
     own_ids = graph.node_id[own - part.lo] - offset  # the dataset's ids of the candidates
     ids = as_array(input_nodes)
     problem = _ids_problem(ids, num_nodes)
-    if comm is not None:  # ranks may pass different ids (PyG's per-rank chunk): agree on any refusal first
-        check_all(comm, not problem, problem, ConfigError)
-    elif problem:
-        raise ConfigError(problem)
+    check_all(comm, not problem, problem, ConfigError)  # ranks may pass different ids (PyG's per-rank chunk)
     if ids.dtype == np.bool_:
         ids = np.flatnonzero(ids)
     # the union of every rank's ids: PyG's per-rank chunk holds other ranks' nodes, and each rank trains its own

@@ -22,7 +22,7 @@ from mpignn.mpi import check_all, chunk_bounds
 from mpignn.sampling.cooperative import CooperativeSampler
 from mpignn.tasks import make_task, picker
 
-__all__ = ["make_loader", "cooperative_refusal", "cooperative_sampler", "rank_batch_size", "full_fit_problem"]
+__all__ = ["make_loader", "build_loader", "cooperative_refusal", "cooperative_sampler", "rank_batch_size", "full_fit_problem"]
 
 
 def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[int] | None = None, *,
@@ -50,37 +50,50 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
     if split not in SPLITS:
         raise mark_agreed(ConfigError(f"split must be one of {', '.join(SPLITS)}; got {split!r}. HINT: 'train'"))
     minibatch = minibatch or "independent"
+    seeds = task.seeds(graph, split, picker(graph.replicated, rt.world_size, rt.rank))
+    train = split == "train"
+    if not train:  # evaluation: this rank's batches, larger, sampled independently unless full
+        batch_size = task.eval_batch_size(seeds, eval_batch_size or task.eval_factor * batch_size)
+        batch_scope, minibatch = "rank", "full" if minibatch == "full" else "independent"
+    sampler = graph.sampler if train else graph.sampler.for_evaluation()
+    if fanouts is not None and list(fanouts) != sampler.fanouts:
+        sampler = sampler.with_fanouts(fanouts)
+    return build_loader(rt, graph, sampler, seeds, batch_size, batch_scope, minibatch, prefetch=prefetch,
+                        shuffle=train if shuffle is None else shuffle, seed=seed, wrap=train,
+                        max_steps=max_steps if train else 0, name=f"the {split} loader")
+
+
+def build_loader(rt: Runtime, graph: LocalGraph, sampler: Any, seeds: Any, batch_size: int, batch_scope: str,
+                 minibatch: str, *, prefetch: str, **options: Any) -> BatchLoader:
+    """Collective over `rt.comm` (agrees on the step count): the `BatchLoader` of `minibatch` batches of `seeds`,
+    as `make_loader` and the runtime's loaders build it.
+
+    Args:
+        batch_size: seeds per step (this rank's share with `batch_scope="global"`); "full" takes them all at once.
+        minibatch: "independent", "cooperative" or "full" (every neighbour: one step, made once and kept).
+        options: `BatchLoader`'s keywords (shuffle, drop_last, wrap, seed, max_steps, name, ...).
+    Raises:
+        ConfigError: on every rank alike: an unknown `minibatch`, or a graph "full" batches cannot train.
+    """
     if minibatch not in MINIBATCH_MODES:  # the same argument on every rank ("auto" is the caller's to resolve)
         raise mark_agreed(ConfigError(f"minibatch must be one of {', '.join(MINIBATCH_MODES)}; got {minibatch!r}. "
                                       "HINT: minibatch='independent'"))
-    seeds = task.seeds(graph, split, picker(graph.replicated, rt.world_size, rt.rank))
-    train = split == "train"
-    if not train:
-        batch_size = task.eval_batch_size(seeds, eval_batch_size or task.eval_factor * batch_size)
-    sampler = graph.sampler if train else graph.sampler.for_evaluation()
-    full = minibatch == "full"
-    if full:
-        fanouts = [-1] * len(fanouts if fanouts is not None else sampler.fanouts)
-    if fanouts is not None and list(fanouts) != sampler.fanouts:
-        sampler = sampler.with_fanouts(fanouts)
     talks = rt.world_size > 1 and not graph.replicated
-    if full:
+    if minibatch == "full":
         problem = cooperative_refusal(graph, "full")
         if problem:
             raise mark_agreed(ConfigError(problem))
-        if talks:
-            sampler = cooperative_sampler(rt, graph, sampler.fanouts, "full")
-        return BatchLoader(sampler, graph.features, seeds, max(1, len(seeds)), shuffle=False, seed=seed,
-                           comm=rt.comm, device=rt.device, wrap=False, layout=graph.layout, reuse=True,
-                           name=f"the {split} loader")
-    if train:
+        whole = [-1] * len(sampler.fanouts)
+        sampler = sampler.with_fanouts(whole) if sampler.fanouts != whole else sampler
+        options.update(shuffle=False, drop_last=False, wrap=False, max_steps=0, reuse=True)
+        batch_size, prefetching = max(1, len(seeds)), False
+    else:
         batch_size = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
-        if minibatch == "cooperative" and talks:
-            sampler = cooperative_sampler(rt, graph, sampler.fanouts)
-    return BatchLoader(sampler, graph.features, seeds, batch_size, shuffle=train if shuffle is None else shuffle,
-                       seed=seed, comm=rt.comm, device=rt.device,
-                       prefetch=overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features)),
-                       wrap=train, max_steps=max_steps if train else 0, layout=graph.layout, name=f"the {split} loader")
+        prefetching = overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features))
+    if talks and minibatch != "independent":
+        sampler = cooperative_sampler(rt, graph, sampler.fanouts, minibatch)
+    return BatchLoader(sampler, graph.features, seeds, batch_size, comm=rt.comm, device=rt.device,
+                       prefetch=prefetching, layout=graph.layout, **options)
 
 
 def cooperative_refusal(graph: LocalGraph, mode: str = "cooperative") -> str:
