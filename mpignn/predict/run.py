@@ -58,12 +58,10 @@ def infer(rt: Runtime, run: Restored, *, emb_layer: int = -1, chunk: int = 8192,
         first = int(schema.offsets[k]) if schema is not None else 0  # the type's first id in the graph's
         group = {"node_id": np.asarray(part.orig_id[a:b], dtype=np.int64) - first}
         if k in stack.rows_at(stack.num_layers):
-            out = torch.from_numpy(logits[a:b])
-            group.update({name: v.cpu().numpy() for name, v in task.predict_fields(out).items()})
+            fields = task.predict_fields(torch.from_numpy(logits[a:b]))
+            group.update({name: v.cpu().numpy() for name, v in fields.items()}, logits=logits[a:b])
         if k in stack.rows_at(emb_layer):
             group["emb"] = emb[a:b] if emb_layer or schema is None else emb[a:b, :widths[stack.node_types[k]]]
-        if k in stack.rows_at(stack.num_layers):
-            group["logits"] = logits[a:b]
         groups[stack.node_types[k]] = group
     return groups if schema is not None else groups[stack.node_types[0]]
 
