@@ -41,10 +41,8 @@ def main(argv: list[str] | None = None) -> int:
                 recs = run_train(1, [*common, "--root", root, "--epochs", "2", "--eval-every", "2",
                                      "--precision", precision, "--sample-on", where,
                                      "--feature-device", where])
-                last = recs[-1]
                 rows.append({"impl": f"mpignn ({precision}, {args.device}, batches on the {where})",
-                             "epoch_s": last["epoch_s"], "seeds_per_s": last["seeds_per_s"],
-                             "test_acc": last["test_acc"], "sample_s": last["sample_s"]})
+                             **{k: recs[-1][k] for k in ("epoch_s", "seeds_per_s", "test_acc", "sample_s")}})
     ref = pyg_python(args.pyg_python)
     if ref:
         # PyG's per-hop trimming needs num_sampled_nodes, which only its pyg-lib sampler provides.

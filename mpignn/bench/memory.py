@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from mpignn.bench._common import TEMP_ROOT, bench_parser, run_json, run_train, table
+from mpignn.partition.format import read_meta
 
 DEFAULT = "synthetic:num_nodes=2000000,avg_degree=25,num_features=100,train=0.01,val=0.005,test=0.005"
 
@@ -24,8 +25,7 @@ print(json.dumps({"nodes": g.num_nodes, "edges": g.num_edges, "x_mib": g.x.nbyte
 
 def part_mib(folder: Path) -> float:
     """Return the largest part's array MiB (what one rank loads), from META.json."""
-    meta = json.loads((folder / "META.json").read_text())
-    return max(sum(f["bytes"] for f in part["files"].values()) for part in meta["parts"]) / 2**20
+    return max(sum(f["bytes"] for f in part["files"].values()) for part in read_meta(folder).parts) / 2**20
 
 
 def main(argv: list[str] | None = None) -> int:

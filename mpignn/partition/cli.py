@@ -93,22 +93,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mpignn.env import foreign_launcher_size
 
     copies = foreign_launcher_size()
-    if copies > 1:  # N copies would each partition the whole graph into the same --out folder at once
-        print(f"mpignn.partition: error: expected to run as one process; got one of {copies} started by a "
-              "launcher. HINT: run it without mpirun/mpiexec/srun/torchrun: python -m mpignn.partition ...",
-              file=sys.stderr)
-        return 1
-    from mpignn.data import dataset_key, dataset_source
-    from mpignn.partition import format_report, partition_graph
-
-    if Path(args.out).exists() and not args.force:  # before loading: a synthetic graph would be generated first
-        print(f"mpignn.partition: error: partition folder {args.out} already exists. HINT: pass --force to replace "
-              "it, or pick another --out", file=sys.stderr)
-        return 1
     try:
-        # what the task holds out, with the same checks and parameters as mpignn.train --task T
+        if copies > 1:  # N copies would each partition the whole graph into the same --out folder at once
+            raise ConfigError(f"expected to run as one process; got one of {copies} started by a launcher. HINT: "
+                              "run it without mpirun/mpiexec/srun/torchrun: python -m mpignn.partition ...")
+        if Path(args.out).exists() and not args.force:  # before loading: a synthetic graph would be generated first
+            raise ConfigError(f"partition folder {args.out} already exists. HINT: pass --force to replace it, or "
+                              "pick another --out")
+        from mpignn.data import dataset_key, dataset_source
+        from mpignn.partition import format_report, partition_graph
         from mpignn.tasks import make_task
 
+        # what the task holds out, with the same checks and parameters as mpignn.train --task T
         extras = make_task(TrainConfig(task=args.task, link_val=args.link_val, link_test=args.link_test,
                                        link_tails=args.link_tails)).partition_extras()
         links = None if extras is None else {**extras, "seed": args.seed}

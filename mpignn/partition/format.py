@@ -28,7 +28,7 @@ kernels index with.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -149,11 +149,9 @@ def meta_from_json(raw: dict) -> PartitionMeta:
     Raises:
         KeyError, ValueError, TypeError: a missing or malformed field (`read_meta` names the file).
     """
-    return PartitionMeta(dataset=raw["dataset"], method=raw["method"], seed=int(raw["seed"]),
-                         num_parts=int(raw["num_parts"]), num_nodes=int(raw["num_nodes"]),
-                         num_edges=int(raw["num_edges"]), num_features=int(raw["num_features"]),
-                         num_classes=int(raw["num_classes"]), part_offsets=tuple(raw["part_offsets"]),
-                         edge_cut=int(raw["edge_cut"]), parts=tuple(raw["parts"]), hetero=raw.get("hetero"),
+    counts = {f.name: int(raw[f.name]) for f in fields(PartitionMeta) if f.type == "int"}
+    return PartitionMeta(**counts, dataset=raw["dataset"], method=raw["method"],
+                         part_offsets=tuple(raw["part_offsets"]), parts=tuple(raw["parts"]), hetero=raw.get("hetero"),
                          source=None if raw.get("source") is None else str(raw["source"]))
 
 
