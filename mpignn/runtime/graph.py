@@ -58,7 +58,6 @@ def load_local_graph(rt: Runtime, dataset: Any, root: str | None = None, task: T
             or a keyword about files with a graph in memory.
         DatasetError: the in-memory graph fails a check (`scatter_graph`), on every rank alike.
     """
-    task = task or make_task()
     named = isinstance(dataset, str)
     try:
         where = {"dataset": dataset, "root": TrainConfig.root if root is None else root} if named else {}

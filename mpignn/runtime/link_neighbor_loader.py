@@ -201,15 +201,13 @@ def _end_types(graph: LocalGraph, edge_type: tuple[str, str, str] | None) -> np.
 
 def _own_edges(graph: LocalGraph, edge_type: tuple[str, str, str] | None) -> tuple[np.ndarray, np.ndarray]:
     part = graph.part
-    rows = np.arange(part.lo, part.hi, dtype=np.int64)
-    if edge_type is None:
-        return np.asarray(part.col, dtype=np.int64), np.repeat(rows, np.diff(part.rowptr))
-    types, e = graph.schema.num_etypes, [tuple(t) for t in graph.schema.edge_types].index(edge_type)
-    starts = np.asarray(part.type_rowptr[e:-1:types], dtype=np.int64)
-    stops = np.asarray(part.type_rowptr[e + 1::types], dtype=np.int64)
-    lens = stops - starts
-    picked = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()), dtype=np.int64)
-    return np.asarray(part.col, dtype=np.int64)[picked], np.repeat(rows, lens)
+    col = np.asarray(part.col, dtype=np.int64)
+    dst = np.repeat(np.arange(part.lo, part.hi, dtype=np.int64), np.diff(part.rowptr))
+    if edge_type is not None:  # runs of type_rowptr cycle through the edge types, row by row
+        types, e = graph.schema.num_etypes, [tuple(t) for t in graph.schema.edge_types].index(edge_type)
+        keep = np.repeat(np.arange(len(part.type_rowptr) - 1) % types == e, np.diff(part.type_rowptr))
+        col, dst = col[keep], dst[keep]
+    return col, dst
 
 
 def _seed_edges(graph: LocalGraph, directory: IdDirectory, edge_label_index: Any, edge_label: Any, shift: bool,
