@@ -13,7 +13,7 @@ from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.npyio import refuse_beyond_memory
 from mpignn.data.npz_checks import (SPLIT_KEYS, UNREADABLE, check_dtype, check_labels, check_splits, npz_error,
                                     read_arrays, read_headers)
-from mpignn.data.npz_hetero import hetero_from_headers, is_hetero_npz, save_hetero_npz
+from mpignn.data.npz_hetero import hetero_from_headers, hetero_npz_arrays, is_hetero_npz
 from mpignn.errors import DatasetError
 from mpignn.fileio import atomic_path
 
@@ -115,8 +115,8 @@ def _checked_graph(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype
 
 def save_npz(path: str, graph: GraphData) -> None:
     """Write `graph` atomically in the npz format (a heterogeneous one in `data.npz_hetero`'s)."""
-    if graph.schema is not None:
-        return save_hetero_npz(path, graph)
+    arrays = hetero_npz_arrays(graph) if graph.schema is not None else dict(
+        edge_index=graph.edge_index(), x=graph.x, y=graph.y, **{k: getattr(graph, k) for k in SPLIT_KEYS},
+        num_classes=np.int64(graph.num_classes))
     with atomic_path(path, ".npz") as tmp:
-        np.savez(tmp, edge_index=graph.edge_index(), x=graph.x, y=graph.y, train_idx=graph.train_idx,
-                 val_idx=graph.val_idx, test_idx=graph.test_idx, num_classes=np.int64(graph.num_classes))
+        np.savez(tmp, **arrays)

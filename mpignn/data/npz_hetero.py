@@ -11,9 +11,8 @@ from mpignn.data.graph import GraphData
 from mpignn.data.hetero import build_hetero, edge_type_name
 from mpignn.data.npyio import refuse_beyond_memory
 from mpignn.data.npz_checks import SPLIT_KEYS, check_dtype, check_labels, check_splits, npz_error
-from mpignn.fileio import atomic_path
 
-__all__ = ["is_hetero_npz", "hetero_from_headers", "save_hetero_npz"]
+__all__ = ["is_hetero_npz", "hetero_from_headers", "hetero_npz_arrays"]
 
 _HINT = "see 'Heterogeneous graphs (npz)' in docs/tasks.md for the keys, dtypes and shapes"
 
@@ -96,8 +95,8 @@ def hetero_from_headers(path: str, headers: dict[str, tuple[tuple[int, ...], np.
     return build_hetero(name, counts, edges, x, target, y, splits, num_classes)
 
 
-def save_hetero_npz(path: str, graph: GraphData) -> None:
-    """Write a heterogeneous GraphData in this format (atomically)."""
+def hetero_npz_arrays(graph: GraphData) -> dict[str, np.ndarray]:
+    """The arrays of a heterogeneous GraphData in this format (`npz.save_npz` writes them)."""
     schema = graph.schema
     offsets = schema.offsets
     arrays: dict[str, np.ndarray] = {}
@@ -115,5 +114,4 @@ def save_hetero_npz(path: str, graph: GraphData) -> None:
     for key in SPLIT_KEYS:
         arrays[key] = getattr(graph, key) - lo
     arrays["num_classes"] = np.int64(graph.num_classes)
-    with atomic_path(path, ".npz") as tmp:
-        np.savez(tmp, **arrays)
+    return arrays
