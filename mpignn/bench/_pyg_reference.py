@@ -13,16 +13,19 @@ import torch
 from mpignn.config.graph_options import parse_fanout
 
 
-def _graph(spec: str, rows: bool = True):
-    """(mpignn's graph, PyG's Data of it; `rows`: with features and labels)."""
+def _loader(spec: str, num_neighbors: list[int], batch_size: int, rows: bool = True, train: bool = True):
+    """(mpignn's graph, PyG's NeighborLoader over a Data of it; `rows`: with features and labels; `train`:
+    shuffled batches of the training nodes, else every node in order)."""
     from torch_geometric.data import Data
+    from torch_geometric.loader import NeighborLoader
 
     from mpignn.data import load_dataset
 
     g = load_dataset(spec)
     data = Data(edge_index=torch.from_numpy(g.edge_index()), num_nodes=g.num_nodes,
                 **({"x": torch.from_numpy(g.x), "y": torch.from_numpy(g.y)} if rows else {}))
-    return g, data
+    seeds = {"shuffle": True, "input_nodes": torch.from_numpy(g.train_idx)} if train else {"shuffle": False}
+    return g, NeighborLoader(data, num_neighbors=num_neighbors, batch_size=batch_size, **seeds)
 
 
 def _backend() -> str:
@@ -33,12 +36,8 @@ def _backend() -> str:
 
 def sample(spec: str, fanout: list[int], batch_size: int, batches: int, threads: int) -> dict:
     """Time index sampling, as `bench.sampler` times mpignn's: no features or labels, so no rows gathered."""
-    from torch_geometric.loader import NeighborLoader
-
     torch.set_num_threads(threads)
-    g, data = _graph(spec, rows=False)
-    loader = NeighborLoader(data, num_neighbors=fanout, batch_size=batch_size, shuffle=True,
-                            input_nodes=torch.from_numpy(g.train_idx))
+    g, loader = _loader(spec, fanout, batch_size, rows=False)
     it = iter(loader)
     next(it)  # conversion to CSC and warm-up
     edges, start = 0, time.perf_counter()
@@ -52,14 +51,11 @@ def sample(spec: str, fanout: list[int], batch_size: int, batches: int, threads:
 def epoch(spec: str, fanout: list[int], batch_size: int, hidden: int, threads: int, trim: bool,
           device: str = "cpu") -> dict:
     """Time one epoch after warm-up; the sampler runs on the CPU as PyG users run it, training on `device`."""
-    from torch_geometric.loader import NeighborLoader
     from torch_geometric.nn.models import GraphSAGE
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    g, data = _graph(spec)
-    loader = NeighborLoader(data, num_neighbors=fanout, batch_size=batch_size, shuffle=True,
-                            input_nodes=torch.from_numpy(g.train_idx))
+    g, loader = _loader(spec, fanout, batch_size)
     dev = torch.device(device)
     model = GraphSAGE(g.num_features, hidden, len(fanout), g.num_classes).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=0.003)
@@ -93,16 +89,14 @@ def epoch(spec: str, fanout: list[int], batch_size: int, hidden: int, threads: i
 def infer(spec: str, checkpoint: str, hidden: int, layers: int, batch_size: int, threads: int, out: str) -> dict:
     """Time PyG's layer-wise inference (as its examples run it) of a `--model sage` checkpoint; logits to `out`."""
     import numpy as np
-    from torch_geometric.loader import NeighborLoader
     from torch_geometric.nn.models import GraphSAGE
 
     torch.set_num_threads(threads)
-    g, data = _graph(spec)
+    g, loader = _loader(spec, [-1], batch_size, train=False)
     model = GraphSAGE(g.num_features, hidden, layers, g.num_classes)
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)["model"]
     model.load_state_dict({k.removeprefix("module."): v for k, v in state.items()})
     model.eval()
-    loader = NeighborLoader(data, num_neighbors=[-1], batch_size=batch_size, shuffle=False)
     start = time.perf_counter()
     logits = model.inference(loader)
     seconds = time.perf_counter() - start

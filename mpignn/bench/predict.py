@@ -62,12 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pyg-batch-size", type=int, default=4096, help="the PyG row's NeighborLoader batch")
     args = parser.parse_args(argv)
     if args.checkpoint:  # what the table's title and the PyG row need, from the run's saved config
-        import torch
+        from mpignn.training.checkpoint import checkpoint_config
 
-        from mpignn.training.checkpoint import latest_checkpoint
-
-        path = latest_checkpoint(args.checkpoint) / "checkpoint.pt"
-        cfg = torch.load(path, map_location="cpu", weights_only=True)["extra"]["config"]
+        cfg = checkpoint_config(args.checkpoint)
         args.dataset, args.model, args.hidden = cfg["dataset"], cfg["model"], cfg["hidden"]
         args.layers = len(str(cfg["fanout"]).split(","))
     configs = []
