@@ -250,19 +250,18 @@ class Trainer:
                 f"{plan.patience} evaluations (best {best.val_acc:.4f} at epoch {best.epoch}): stopping after "
                 f"epoch {self.rec['epoch']}")
 
-    def checkpoint(self, epoch: int, start: int, step: int | None = None, partial: Any = None) -> Path:
-        """Collective: save a generation after `epoch` (or, stopped, at `step` with the epoch's `partial` record),
+    def checkpoint(self, epoch: int, step: int, partial: Any = None) -> Path:
+        """Collective: save a generation after step `step` of `epoch` (stopped: with the epoch's `partial` record),
         copied to best/ when it is best. Stopped or not, it holds what `resume` needs to replay the run."""
         cfg, rt = self.cfg, self.rt
-        done = step is None and start == self.ends[-1]
+        done = partial is None and step == self.ends[-1]  # the next epoch's step 0
         extra = {"config": cfg.to_dict(), "resolved": self.resolved, "best": self.best.to_dict(),
-                 "stale": self.stale, "ref": self.ref, **({"partial": partial} if step is not None else {})}
+                 "stale": self.stale, "ref": self.ref, **({"partial": partial} if partial is not None else {})}
         with bounded("checkpoint save (rank 0 writes, the others wait)"):
             gen = save_state(rt.comm, cfg.checkpoint_dir, epoch=epoch + 1 if done else epoch,
-                             step=step if step is not None else (0 if done else start), model=self.model,
-                             optimizer=self.optimizer, device=rt.device, extra=extra,
-                             rows=self.graph.embedding, keep=cfg.keep_checkpoints)
-        if step is None and self.improved:  # the weights just saved are the best validation's
+                             step=0 if done else step, model=self.model, optimizer=self.optimizer,
+                             device=rt.device, extra=extra, rows=self.graph.embedding, keep=cfg.keep_checkpoints)
+        if partial is None and self.improved:  # the weights just saved are the best validation's
             on_behalf(rt.comm, lambda: keep_best(gen, cfg.checkpoint_dir), f"a copy of {gen.name} to best/ in "
                       f"{cfg.checkpoint_dir}", f"free space there; {gen.name} holds the same weights",
                       writer=self.host_writer)
@@ -276,7 +275,7 @@ class Trainer:
         received = int(allreduce_max(rt.comm, [getattr(stop, "received", 0)])[0])  # the rank that saw it may not be 0
         name = signal.Signals(received).name if received else stop.name
         if cfg.checkpoint_dir:
-            self.checkpoint(epoch, step, step=step, partial=rec["partial"])
+            self.checkpoint(epoch, step, partial=rec["partial"])
             where = f"checkpoint in {cfg.checkpoint_dir}; resume with --resume"
         else:
             where = "nothing saved (no --checkpoint-dir)"
