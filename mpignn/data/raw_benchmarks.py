@@ -26,7 +26,8 @@ REDDIT_FILES = ("reddit_data.npz", "reddit_graph.npz")
 
 def _labels(path: str, key: str, y: np.ndarray, n: int) -> np.ndarray:
     if y.shape != (n,) or y.dtype.kind not in "iuf" or (y.dtype.kind == "f" and not np.all(y == np.round(y))):
-        raise raw_error(path, f"{key}: one whole-number value per node, shape ({n},)", f"{y.dtype} with shape {y.shape}")
+        raise raw_error(path, f"{key}: one whole-number value per node, shape ({n},)",
+                        f"{y.dtype} with shape {y.shape}")
     return y.astype(np.int64)
 
 
@@ -44,7 +45,8 @@ def read_gnn_benchmark(path: str) -> dict[str, np.ndarray]:
         raise raw_error(path, "a square adjacency (adj_shape)", f"{n}x{n_cols}")
     _, attr_col, attr_ptr, (rows, f) = checked_csr(path, *(raw[f"attr_{k}"] for k in _CSR_PARTS))
     if rows != n or raw["attr_data"].dtype.kind not in "biuf":
-        raise raw_error(path, f"one feature row per node ({n}) of numbers", f"{rows} rows of {raw['attr_data'].dtype}")
+        raise raw_error(path, f"one feature row per node ({n}) of numbers",
+                        f"{rows} rows of {raw['attr_data'].dtype}")
     y = _labels(path, "labels", raw["labels"], n)
     if n and y.min() < 0:
         raise raw_error(path, "labels >= 0", f"min {y.min()}")
@@ -83,16 +85,18 @@ def read_wikics(path: str) -> dict[str, np.ndarray]:
         masks = {k: np.asarray(data[k], dtype=bool) for k in ("train_masks", "val_masks", "test_mask")}
     except (TypeError, ValueError) as exc:  # ragged lists, strings where numbers belong
         raise raw_error(path, "numeric features, labels, masks and lists of neighbour ids",
-                   f"{type(exc).__name__}: {exc}") from None
+                        f"{type(exc).__name__}: {exc}") from None
     n = len(y)
     train, val, test = masks["train_masks"], masks["val_masks"], masks["test_mask"]
     if (x.ndim != 2 or len(x) != n or len(lengths) != n or train.ndim != 2 or train.shape[1] != n
             or val.shape != train.shape or test.shape != (n,)):
-        raise raw_error(path, f"features [N, F], labels, links and test_mask of N = {n} nodes and train/val masks [K, N]",
-                   f"features {x.shape}, {len(lengths)} link lists, masks {train.shape}, {val.shape}, {test.shape}")
+        raise raw_error(path, f"features [N, F], labels, links and test_mask of N = {n} nodes and train/val "
+                              "masks [K, N]", f"features {x.shape}, {len(lengths)} link lists, masks "
+                                              f"{train.shape}, {val.shape}, {test.shape}")
     fractional = dst[dst != np.round(dst)]  # int64 would truncate them: a wrong graph, silently
     if fractional.size:
-        raise raw_error(path, "whole-number neighbour ids in links", f"{fractional.size} fractional, e.g. {fractional[0]}")
+        raise raw_error(path, "whole-number neighbour ids in links",
+                        f"{fractional.size} fractional, e.g. {fractional[0]}")
     if n and y.min() < 0:
         raise raw_error(path, "labels >= 0", f"min {y.min()}")
     src = np.repeat(np.arange(n, dtype=np.int64), lengths)
@@ -132,13 +136,13 @@ def read_flickr(raw_dir: str) -> dict[str, np.ndarray]:
     if not isinstance(class_map, dict) or not all(k.isdigit() and isinstance(v, int) and v >= 0
                                                   for k, v in class_map.items()):
         raise raw_error(p("class_map.json"), "an object of node id -> one class id >= 0 (Flickr is single-label)",
-                   "other keys or values (a multi-label class map lists classes per node)")
+                        "other keys or values (a multi-label class map lists classes per node)")
     y = np.full(n, -1, dtype=np.int64)
     y[_ids(p("class_map.json"), [int(k) for k in class_map], "its keys", n)] = np.fromiter(
         class_map.values(), dtype=np.int64, count=len(class_map))
     if not isinstance(role, dict) or any(k not in role for k in ("tr", "va", "te")):
         raise raw_error(p("role.json"), "an object with tr, va and te lists", f"{type(role).__name__} "
-                   f"{sorted(role) if isinstance(role, dict) else ''}")
+                        f"{sorted(role) if isinstance(role, dict) else ''}")
     splits = {key: np.unique(_ids(p("role.json"), role[part], part, n))
               for key, part in (("train_idx", "tr"), ("val_idx", "va"), ("test_idx", "te"))}
     row_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
@@ -168,7 +172,7 @@ def read_reddit(raw_dir: str) -> dict[str, np.ndarray]:
     row, col = graph["row"].reshape(-1).astype(np.int64), graph["col"].reshape(-1).astype(np.int64)
     if fmt != "coo" or shape != (n, n) or len(row) != len(col):
         raise raw_error(graph_path, f"a scipy coo matrix of {n}x{n} (save_npz)",
-                   f"format '{fmt}' shape {shape}, {len(row)} rows and {len(col)} columns")
+                        f"format '{fmt}' shape {shape}, {len(row)} rows and {len(col)} columns")
     return {"x": x.astype(np.float32), "y": y, "src": row, "dst": col,
             **{key: np.flatnonzero(kind == k).astype(np.int64)
                for k, key in enumerate(("train_idx", "val_idx", "test_idx"), start=1)}}
