@@ -101,7 +101,7 @@ def _mask_splits(masks: Sequence[np.ndarray], split: int) -> dict[str, np.ndarra
 
 
 def _planetoid(key: str, raw_dir: str, path: str, split: int) -> GraphData:
-    return _graph(key, raw_dir, read_planetoid(raw_dir, key))
+    return _graph(key, raw_dir, read_planetoid(raw_dir, key), drop_self_loops=True)
 
 
 def _heterophilous(key: str, raw_dir: str, path: str, split: int) -> GraphData:
@@ -112,7 +112,7 @@ def _heterophilous(key: str, raw_dir: str, path: str, split: int) -> GraphData:
     if any(m.shape != (NUM_SPLITS[name], n) for m in masks):
         raise DatasetError(f"{path}: expected masks of shape ({NUM_SPLITS[name]}, {n}), got "
                            f"{[m.shape for m in masks]}. HINT: replace it with the dataset's original file")
-    return _graph(key, path, {**arrays, **_mask_splits(masks, split)})
+    return _graph(key, path, {**arrays, **_mask_splits(masks, split)}, symmetric=True)  # to_undirected
 
 
 def _imdb(key: str, raw_dir: str, path: str, split: int) -> GraphData:

@@ -183,7 +183,7 @@ def _test_index(path: str) -> np.ndarray:
 
 
 def _edges_from_graph(path: str, adjacency: Any, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """PyG's `edge_index_from_dict`: every listed pair, self-loops removed, duplicates merged."""
+    """Every listed pair, as PyG's `edge_index_from_dict` takes them (the CSR drops self-loops and repeats)."""
     if not isinstance(adjacency, dict):
         raise _bad(path, f"a {type(adjacency).__name__} where the adjacency dict belongs")
     rows: list[int] = []
@@ -197,17 +197,15 @@ def _edges_from_graph(path: str, adjacency: Any, num_nodes: int) -> tuple[np.nda
     dst = np.array(cols, dtype=np.int64)
     if len(src) and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= num_nodes):
         raise _bad(path, f"node ids outside 0..{num_nodes - 1}")
-    keep = src != dst
-    # coalesce(sort_by_row=False) orders by (target, source); the CSR built later sorts anyway.
-    key = np.unique(dst[keep] * num_nodes + src[keep])
-    return key % num_nodes, key // num_nodes
+    return src, dst
 
 
 def read_planetoid(raw_dir: str, name: str) -> dict[str, np.ndarray]:
     """Read Cora / CiteSeer / PubMed from `raw_dir/ind.<name>.*` as PyG's `read_planetoid_data` builds them.
 
     Returns:
-        dict of x float32 [N, F], y int64 [N], src / dst int64, train_idx / val_idx / test_idx int64.
+        dict of x float32 [N, F], y int64 [N], src / dst int64 as listed (self-loops and repeats left to the
+        CSR), train_idx / val_idx / test_idx int64.
     Raises:
         DatasetError: a file that is not what Planetoid ships (including any pickle naming other globals).
     """
@@ -266,7 +264,8 @@ def read_heterophilous(path: str) -> dict[str, np.ndarray]:
     """Read a heterophilous-graphs npz (Tolokers) as `HeterophilousGraphDataset.process` does.
 
     Returns:
-        dict of x, y, src / dst (both directions) and train_masks / val_masks / test_masks bool [splits, N].
+        dict of x, y, src / dst as stored (the caller symmetrises, as `to_undirected` does) and train_masks /
+        val_masks / test_masks bool [splits, N].
     Raises:
         DatasetError: a pickled member, a missing array, or edges naming nodes that do not exist.
     """
@@ -277,10 +276,7 @@ def read_heterophilous(path: str) -> dict[str, np.ndarray]:
     if edges.ndim != 2 or edges.shape[1] != 2 or (edges.size and (edges.min() < 0 or edges.max() >= n)):
         raise DatasetError(f"{path}: expected edges [E, 2] with ids in 0..{n - 1}, got shape {edges.shape}. "
                            "HINT: replace it with the dataset's original file")
-    src = edges[:, 0].astype(np.int64)
-    dst = edges[:, 1].astype(np.int64)
-    key = np.unique(np.concatenate([src * n + dst, dst * n + src]))  # to_undirected: both ways, coalesced
-    return {"x": x, "y": raw["node_labels"], "src": key // n, "dst": key % n,
+    return {"x": x, "y": raw["node_labels"], "src": edges[:, 0].astype(np.int64), "dst": edges[:, 1].astype(np.int64),
             **{k: raw[k].astype(bool) for k in ("train_masks", "val_masks", "test_masks")}}
 
 
