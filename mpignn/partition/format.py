@@ -35,8 +35,8 @@ import numpy as np
 
 from mpignn.data.split_file import split_source
 from mpignn.errors import PartitionFormatError
-from mpignn.fileio import load_npy, read_json, sha256_file
-from mpignn.partition.validate import SCANNED, check_meta, check_part, sha256_and_max
+from mpignn.fileio import load_npy, read_json
+from mpignn.partition.validate import check_meta, check_part, sha256_and_max
 
 __all__ = ["FORMAT_VERSION", "PART_FILES", "HETERO_FILES", "PartitionMeta", "LocalPart", "read_meta",
            "meta_from_json", "load_partition", "part_dir", "check_matches", "check_source", "check_splits", "report",
@@ -262,7 +262,9 @@ def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = Tr
     pdir = part_dir(folder, part_id)
     hint = f"HINT: re-create the folder with python -m mpignn.partition --out {folder} --force"
     expected = meta.parts[part_id]["files"]
-    arrays, scanned = {}, {}  # scanned: the id arrays' max, read with their checksum (validate.SCANNED)
+    # scanned: each int64 array's max, read with its checksum: the id arrays' range checks (col above all, the
+    # biggest array after x) then ride on that read, without a second pass or a page fault per mapped page
+    arrays, scanned = {}, {}
     for name in PART_FILES + (HETERO_FILES if meta.hetero else ()):
         path = pdir / f"{name}.npy"
         if not path.is_file():
@@ -274,7 +276,7 @@ def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = Tr
             raise PartitionFormatError(f"{path} has {size} bytes, META.json says {expected[name]['bytes']} "
                                        f"(truncated or replaced). {hint}")
         if verify:
-            digest, scanned[name] = sha256_and_max(path) if name in SCANNED else (sha256_file(path), None)
+            digest, scanned[name] = sha256_and_max(path)
             if digest != expected[name]["sha256"]:
                 raise PartitionFormatError(f"{path} fails its sha256 checksum (corrupt). {hint}")
         try:

@@ -14,7 +14,7 @@ import numpy as np
 from mpignn.data.npyio import read_npy_header
 from mpignn.errors import PartitionFormatError
 
-__all__ = ["CHUNK", "DTYPES", "SCANNED", "check_meta", "check_part", "check_link_arrays", "sha256_and_max"]
+__all__ = ["CHUNK", "DTYPES", "check_meta", "check_part", "check_link_arrays", "sha256_and_max"]
 
 CHUNK = 1 << 20  # elements per pass over a big array (8 MiB of int64); tests lower it to exercise the chunks
 
@@ -41,11 +41,6 @@ def _first_outside(a: np.ndarray, lo: int, hi: int) -> tuple[int, int] | None:
             i = int(np.flatnonzero(shifted >= width)[0])
             return start + i, int(chunk[i])
     return None
-
-
-# Id arrays whose range check can ride on the checksum's read of the file (`sha256_and_max`): col above all,
-# the biggest array after x, is then range-checked without a second pass or a page fault per mapped page.
-SCANNED = ("col", "orig_id", "halo_gid")
 
 
 def sha256_and_max(path: str | os.PathLike, chunk: int = 1 << 22) -> tuple[str, int | None]:
