@@ -37,9 +37,11 @@ def _stream(seed: int, gids: torch.Tensor) -> torch.Tensor:
     return _splitmix(gids * _GOLDEN ^ _as_int64(seed))
 
 
-def _degrees(rowptr: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _rows(rowptr: torch.Tensor, rows: torch.Tensor,
+          fanouts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(each row's first edge, its degree, its fanout `fanouts[i % len(fanouts)]`), as the numba kernels read them."""
     start = rowptr[rows]
-    return start, rowptr[rows + 1] - start
+    return start, rowptr[rows + 1] - start, fanouts[torch.arange(len(rows), device=rows.device) % len(fanouts)]
 
 
 def _edges(deg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,23 +51,17 @@ def _edges(deg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return edge_of, within
 
 
-def _copy_all(col: torch.Tensor, start: torch.Tensor, deg: torch.Tensor, out: torch.Tensor,
-              offsets: torch.Tensor, which: torch.Tensor) -> None:
-    edge_of, within = _edges(deg[which])
-    out[offsets[which][edge_of] + within] = col[start[which][edge_of] + within]
-
-
 def sample_rows(rowptr: torch.Tensor, col: torch.Tensor, rows: torch.Tensor, gids: torch.Tensor,
                 fanouts: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """`sampling.kernels.sample_rows` on int64 torch tensors of one device."""
-    n = len(rows)
-    start, deg = _degrees(rowptr, rows)
-    fanout = fanouts[torch.arange(n, device=rows.device) % len(fanouts)]
+    start, deg, fanout = _rows(rowptr, rows, fanouts)
     counts = torch.where((fanout < 0) | (deg <= fanout), deg, fanout)
     offsets = torch.cumsum(counts, 0) - counts
     out = torch.empty(int(counts.sum()), dtype=torch.int64, device=rows.device)
     drawing = counts < deg
-    _copy_all(col, start, deg, out, offsets, torch.nonzero(~drawing).flatten())
+    every = torch.nonzero(~drawing).flatten()  # targets keeping all their neighbours: a plain copy
+    edge_of, within = _edges(deg[every])
+    out[offsets[every][edge_of] + within] = col[start[every][edge_of] + within]
     which = torch.nonzero(drawing).flatten()
     if len(which):
         k, d = counts[which], deg[which]
@@ -86,16 +82,14 @@ def sample_rows(rowptr: torch.Tensor, col: torch.Tensor, rows: torch.Tensor, gid
 def labor_rows(rowptr: torch.Tensor, col: torch.Tensor, rows: torch.Tensor, fanouts: torch.Tensor,
                seed: int, shift: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`sampling.labor.labor_rows` on torch tensors."""
-    n = len(rows)
-    start, deg = _degrees(rowptr, rows)
-    fanout = fanouts[torch.arange(n, device=rows.device) % len(fanouts)]
+    start, deg, fanout = _rows(rowptr, rows, fanouts)
     whole = (fanout < 0) | (deg <= fanout)
     denominators = torch.where(whole, deg, fanout)
     edge_of, within = _edges(deg)
     src = col[start[edge_of] + within]
     cut = fanout.to(torch.float64) / deg.clamp(min=1).to(torch.float64)
     keep = whole[edge_of] | (_variates(seed, src, shift) < cut[edge_of])
-    counts = torch.zeros(n, dtype=torch.int64, device=rows.device).index_add_(0, edge_of, keep.to(torch.int64))
+    counts = torch.zeros(len(rows), dtype=torch.int64, device=rows.device).index_add_(0, edge_of, keep.to(torch.int64))
     return counts, src[keep], denominators
 
 
