@@ -15,9 +15,9 @@ from mpignn.data.hetero import edge_type_name, hop_fanouts
 from mpignn.errors import ConfigError, MpignnError, mark_agreed
 from mpignn.exchange.alltoall import MpiAlltoall
 from mpignn.exchange.features import FeatureStore
-from mpignn.loader.batches import cut_steps
+from mpignn.loader.batches import BatchLoader, cut_steps
 from mpignn.loader.local_graph import LocalGraph
-from mpignn.training.loaders import build_loader, cooperative_refusal
+from mpignn.training.loaders import cooperative_refusal, loader_arguments
 
 __all__ = ["IGNORED", "SampledBatches", "as_array", "check_options", "fanouts_of", "id_store", "joined_ids"]
 
@@ -59,9 +59,9 @@ def check_options(kwargs: dict[str, Any], graph: LocalGraph, batch_size: Any, ba
                           "HINT: prefetch='auto'")
 
 
-class SampledBatches:
-    """Collective over the graph's communicator: PyG's loader interface over `BatchLoader`, built as the training
-    CLI builds its own (`build_loader`); each batch carries `loss_scale` (world size x this rank's items / all
+class SampledBatches(BatchLoader):
+    """Collective over the graph's communicator: PyG's loader interface on a `BatchLoader`, built as the training
+    CLI builds its own (`loader_arguments`); each batch carries `loss_scale` (world size x this rank's items / all
     ranks' items in the step). A subclass says where its seeds come from: `_source(graph, **inputs)`, collective,
     returns (this rank's seed source for `BatchLoader`, the seeds' type, the loader in the watchdog's words)."""
 
@@ -83,19 +83,15 @@ class SampledBatches:
         except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
             raise mark_agreed(exc) from None
         rt, self.graph, self.num_neighbors = graph.runtime, graph, num_neighbors
-        self.loader = loader = build_loader(rt, graph, graph.sampler.with_fanouts(fanouts), source, batch_size, batch_scope,
-                                            minibatch, prefetch=prefetch, shuffle=shuffle, drop_last=drop_last,
-                                            wrap=shuffle, seed=seed, dataset_ids=id_store(graph), name=label,
-                                            seed_type=seed_type)
-        sizes = np.array([[len(b) for b in cut_steps(np.arange(n), len(loader), size, loader.drop_last, loader.wrap)]
-                          for n, size in rt.comm.allgather((len(loader.source), loader.batch_size))],
-                         dtype=np.float64)
+        super().__init__(**loader_arguments(rt, graph, graph.sampler.with_fanouts(fanouts), source, batch_size,
+                                            batch_scope, minibatch, prefetch=prefetch, shuffle=shuffle,
+                                            drop_last=drop_last, wrap=shuffle, seed=seed, dataset_ids=id_store(graph),
+                                            name=label, seed_type=seed_type))
+        sizes = np.array([[len(b) for b in cut_steps(np.arange(n), self.steps, size, self.drop_last, self.wrap)]
+                          for n, size in rt.comm.allgather((len(self.source), self.batch_size))], dtype=np.float64)
         total = sizes.sum(axis=0)
         self.loss_scales = np.divide(rt.world_size * sizes[rt.rank], total, out=np.zeros_like(total),
                                      where=total > 0)
-
-    def __len__(self) -> int:
-        return len(self.loader)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         name = type(self).__name__
@@ -104,18 +100,10 @@ class SampledBatches:
 
     def __iter__(self) -> Iterator[Any]:
         first = None
-        for i, batch in enumerate(self.loader):
-            first = self.loader.start_step if first is None else first  # known once the pass has begun
+        for i, batch in enumerate(super().__iter__()):
+            first = self.start_step if first is None else first  # known once the pass has begun
             batch.loss_scale = float(self.loss_scales[first + i])
             yield batch
-
-    def set_epoch(self, epoch: int, start_step: int = 0, end_step: int | None = None) -> None:
-        """Make the next pass epoch `epoch`'s, from `start_step` (an exact resume); by default passes count up."""
-        self.loader.set_epoch(epoch, start_step, end_step)
-
-    @property
-    def epoch(self) -> int:
-        return self.loader.epoch
 
 
 def fanouts_of(graph: LocalGraph, num_neighbors: Any) -> list[Any]:

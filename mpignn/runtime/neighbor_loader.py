@@ -53,7 +53,7 @@ class NeighborLoader(SampledBatches):
     @property
     def dataset(self) -> np.ndarray:
         """This rank's seeds (partition ids); `len(loader.dataset)` counts them, as PyG's loaders do."""
-        return self.loader.source.ids
+        return self.source.ids
 
 
 def _seeds(graph: LocalGraph, kind: int | None, input_nodes: Any) -> np.ndarray:

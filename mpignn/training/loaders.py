@@ -22,7 +22,7 @@ from mpignn.mpi import check_all, chunk_bounds
 from mpignn.sampling.cooperative import CooperativeSampler
 from mpignn.tasks import make_task, picker
 
-__all__ = ["make_loader", "build_loader", "cooperative_refusal", "cooperative_sampler", "rank_batch_size", "full_fit_problem"]
+__all__ = ["make_loader", "loader_arguments", "cooperative_refusal", "cooperative_sampler", "rank_batch_size", "full_fit_problem"]
 
 
 def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[int] | None = None, *,
@@ -58,15 +58,15 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
     sampler = graph.sampler if train else graph.sampler.for_evaluation()
     if fanouts is not None and list(fanouts) != sampler.fanouts:
         sampler = sampler.with_fanouts(fanouts)
-    return build_loader(rt, graph, sampler, seeds, batch_size, batch_scope, minibatch, prefetch=prefetch,
-                        shuffle=train if shuffle is None else shuffle, seed=seed, wrap=train,
-                        max_steps=max_steps if train else 0, name=f"the {split} loader")
+    return BatchLoader(**loader_arguments(rt, graph, sampler, seeds, batch_size, batch_scope, minibatch,
+                                          prefetch=prefetch, shuffle=train if shuffle is None else shuffle, seed=seed,
+                                          wrap=train, max_steps=max_steps if train else 0, name=f"the {split} loader"))
 
 
-def build_loader(rt: Runtime, graph: LocalGraph, sampler: Any, seeds: Any, batch_size: int, batch_scope: str,
-                 minibatch: str, *, prefetch: str, **options: Any) -> BatchLoader:
-    """Collective over `rt.comm` (agrees on the step count): the `BatchLoader` of `minibatch` batches of `seeds`,
-    as `make_loader` and the runtime's loaders build it.
+def loader_arguments(rt: Runtime, graph: LocalGraph, sampler: Any, seeds: Any, batch_size: int, batch_scope: str,
+                     minibatch: str, *, prefetch: str, **options: Any) -> dict[str, Any]:
+    """Collective over `rt.comm` (a cooperative sampler's communicators): `BatchLoader`'s arguments for `minibatch`
+    batches of `seeds`, as `make_loader` and the runtime's loaders (its subclasses) take them.
 
     Args:
         batch_size: seeds per step (this rank's share with `batch_scope="global"`); "full" takes them all at once.
@@ -92,8 +92,8 @@ def build_loader(rt: Runtime, graph: LocalGraph, sampler: Any, seeds: Any, batch
         prefetching = overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features))
     if talks and minibatch != "independent":
         sampler = cooperative_sampler(rt, graph, sampler.fanouts, minibatch)
-    return BatchLoader(sampler, graph.features, seeds, batch_size, comm=rt.comm, device=rt.device,
-                       prefetch=prefetching, layout=graph.layout, **options)
+    return dict(sampler=sampler, features=graph.features, seeds=seeds, batch_size=batch_size, comm=rt.comm,
+                device=rt.device, prefetch=prefetching, layout=graph.layout, **options)
 
 
 def cooperative_refusal(graph: LocalGraph, mode: str = "cooperative") -> str:
