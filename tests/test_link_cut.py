@@ -31,7 +31,7 @@ def _cut_host_2(launcher: int) -> None:
 
 
 def _in_mpi_init(base: Path) -> bool:
-    """Whether a rank of the job under `base` runs MPI_Init: its guard (mpi.startup.Deadline) is a child."""
+    """Whether a rank of the job under `base` runs MPI_Init: its guard (mpi.startup.deadline) is a child."""
     guards = subprocess.run(["pgrep", "-f", "expected MPI_Init to connect"], capture_output=True, text=True).stdout
     for pid in guards.split():
         try:

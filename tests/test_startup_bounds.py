@@ -71,7 +71,7 @@ def _ends_within(proc, lines, seconds, stopped):
 
 
 def _in_mpi_init(proc, rank_pid, deadline) -> None:
-    """Wait until the rank is inside MPI_Init: its guard (mpi.startup.Deadline, a child process) runs. Its
+    """Wait until the rank is inside MPI_Init: its guard (mpi.startup.deadline, a child process) runs. Its
     imports before that take seconds or tens of seconds, by how loaded the machine is."""
     while time.monotonic() < deadline:
         if subprocess.run(["pgrep", "-P", str(rank_pid), "-f", "select"], capture_output=True).returncode == 0:

@@ -19,7 +19,7 @@ from mpignn.launch.allocator import policy as malloc_policy, tune_allocator
 from mpignn.launch.device import synchronize
 from mpignn.log import setup_logging
 from mpignn.mpi import Topology, abort_on_uncaught, allreduce_sum, check_all, check_launcher, topology, world
-from mpignn.mpi.startup import Deadline, passed_on, start_mpi
+from mpignn.mpi.startup import deadline, passed_on, start_mpi
 from mpignn.mpi.watchdog import Watchdog, watch, watching
 
 __all__ = ["Runtime", "bootstrap", "reduce_sums", "shutdown"]
@@ -73,7 +73,7 @@ def bootstrap(device: str = TrainConfig.device, backend: str = TrainConfig.backe
     if comm is None:
         start_mpi(collective_timeout)
     left = max(1.0, collective_timeout - (time.monotonic() - began))
-    with Deadline(left, f"mpignn: error: [rank {detect().rank}] expected the start-up and the rendezvous "
+    with deadline(left, f"mpignn: error: [rank {detect().rank}] expected the start-up and the rendezvous "
                   f"(bootstrap) to finish within {left:g}s; got no answer from every rank. HINT: a rank did not "
                   f"start or stopped: look at every host's processes; raise --collective-timeout where start-up "
                   f"is that slow"):

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 
 from mpignn.errors import LaunchError, MpignnError, mark_agreed
 from mpignn.mpi.collectives import sleep_until
-from mpignn.mpi.topology import mpi_op
+from mpignn.mpi.topology import host_comm, mpi_op
 from mpignn.mpi.watchdog import bounded, watching
 
 __all__ = ["RootFailedError", "root_first", "run_once"]
@@ -44,9 +44,8 @@ def _finish(comm: Any, ok: bool, message: str, own: BaseException | None = None,
 
 
 def _group(comm: Any, per_host: bool) -> Any:
-    from mpi4py import MPI
-
-    return comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank) if per_host else comm
+    """Collective over `comm`: each host's ranks (`per_host`) or all of `comm`, for a `with`."""
+    return host_comm(comm) if per_host else contextlib.nullcontext(comm)
 
 
 @contextlib.contextmanager
@@ -61,10 +60,9 @@ def root_first(comm: Any, *, per_host: bool = False, timeout: float | None = Non
     Yields:
         True on the rank(s) that go first.
     """
-    group = _group(comm, per_host)
     dog = watching()  # several first ranks, each its own time: the bound of the work they agree on
     limit = timeout + dog.timeout if per_host and timeout and dog is not None else 0.0
-    try:
+    with _group(comm, per_host) as group:
         if group.rank == 0:
             failure: BaseException | None = None
             try:
@@ -81,9 +79,6 @@ def root_first(comm: Any, *, per_host: bool = False, timeout: float | None = Non
             ok, message = _wait_status(group, timeout, what)
             _finish(comm, ok, message, limit=limit)
             yield False
-    finally:
-        if per_host:
-            group.Free()
 
 
 def run_once(comm: Any, fn: Callable[[], Any], *, per_host: bool = False, timeout: float | None = None,
@@ -94,9 +89,5 @@ def run_once(comm: Any, fn: Callable[[], Any], *, per_host: bool = False, timeou
     with root_first(comm, per_host=per_host, timeout=timeout, what=what) as first:
         if first:
             result = fn()
-    group = _group(comm, per_host)
-    try:
+    with _group(comm, per_host) as group:
         return group.bcast(result, root=0)
-    finally:
-        if per_host:
-            group.Free()

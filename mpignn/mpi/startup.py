@@ -3,15 +3,16 @@ interfaces and how to choose one. The stdlib, mpi4py (imported here: MPI_Init) a
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from mpignn import env as _env
 
-__all__ = ["start_mpi", "Deadline", "passed_on", "interfaces_hint", "mpi_ifnames", "launcher_iface_env"]
+__all__ = ["start_mpi", "deadline", "passed_on", "interfaces_hint", "mpi_ifnames", "launcher_iface_env"]
 
 _passed: dict[str, str] = {}
 
@@ -35,31 +36,24 @@ if not ready and not select.select([0], [], [], grace)[0]:
 """
 
 
-class Deadline:
-    """Kill this process (SIGKILL, `grace` s after printing `hung`; the launcher ends the job) when a block
+@contextlib.contextmanager
+def deadline(seconds: float, hung: str, ended: str = "", grace: float = 0.0) -> Iterator[None]:
+    """Kill this process (SIGKILL, `grace` s after printing `hung`; the launcher ends the job) when the block
     overruns `seconds` (0: unbounded); `ended`: the line should the process end inside it. Not collective."""
-
-    def __init__(self, seconds: float, hung: str, ended: str = "", grace: float = 0.0) -> None:
-        self.args = [str(float(seconds)), ended, hung, str(os.getpid()), str(grace)]
-        self._guard: Any = None
-
-    def __enter__(self) -> "Deadline":
-        try:
-            self._guard = subprocess.Popen([sys.executable, "-I", "-S", "-c", _GUARD, *self.args],
-                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True)
-        except OSError:  # no interpreter to run it (an embedded Python): the block runs unguarded
-            pass
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._guard is None:
-            return
-        try:
-            self._guard.stdin.write(b"\x01")
-            self._guard.stdin.close()
-        except OSError:  # the guard is gone already
-            pass
-        self._guard.wait()
+    args = [str(float(seconds)), ended, hung, str(os.getpid()), str(grace)]
+    try:
+        guard = subprocess.Popen([sys.executable, "-I", "-S", "-c", _GUARD, *args], stdin=subprocess.PIPE,
+                                 stdout=subprocess.DEVNULL, start_new_session=True)
+    except OSError:  # no interpreter to run it (an embedded Python): the block runs unguarded
+        guard = None
+    try:
+        yield
+    finally:
+        if guard is not None:
+            with contextlib.suppress(OSError):  # the guard is gone already
+                guard.stdin.write(b"\x01")
+                guard.stdin.close()
+            guard.wait()
 
 
 def start_mpi(seconds: float = 0.0) -> Any:
@@ -83,7 +77,7 @@ def start_mpi(seconds: float = 0.0) -> Any:
     hung = (f"{head} within {seconds:g}s (--collective-timeout); got no answer on {socket.gethostname()} "
             f"({tried}). HINT: either a rank did not start (look at every host's processes) or MPI cannot connect "
             f"the hosts: {fix}")
-    with Deadline(seconds, hung, ended, _GRACE):
+    with deadline(seconds, hung, ended, _GRACE):
         from mpi4py import MPI
     return MPI
 

@@ -3,15 +3,17 @@
 """
 from __future__ import annotations
 
+import contextlib
 import socket
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from mpignn import env as _env
 from mpignn.errors import LaunchError, mark_agreed
 from mpignn.mpi.startup import start_mpi
 
-__all__ = ["Topology", "world", "library_version", "mpi_op", "topology", "whoami", "check_launcher", "gather_per_host"]
+__all__ = ["Topology", "world", "library_version", "mpi_op", "topology", "whoami", "check_launcher", "gather_per_host",
+           "host_comm"]
 
 
 def world() -> Any:
@@ -42,21 +44,29 @@ class Topology:
     host: str
 
 
-def topology(comm: Any) -> Topology:
-    """Collective over `comm`. Local rank and size come from a shared-memory split, not the environment, so any
-    launcher is right."""
+@contextlib.contextmanager
+def host_comm(comm: Any) -> Iterator[Any]:
+    """Collective over `comm`: yield the communicator of this host's ranks (a shared-memory split, in `comm`'s
+    order), freed after."""
     from mpi4py import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
     try:
+        yield local
+    finally:
+        local.Free()
+
+
+def topology(comm: Any) -> Topology:
+    """Collective over `comm`. Local rank and size come from a shared-memory split, not the environment, so any
+    launcher is right."""
+    with host_comm(comm) as local:
         leaders = comm.allgather(comm.rank if local.rank == 0 else -1)
         leader_ranks = sorted(r for r in leaders if r >= 0)
         my_leader = local.bcast(comm.rank if local.rank == 0 else None, root=0)
         return Topology(rank=comm.rank, world_size=comm.size, local_rank=local.rank, local_size=local.size,
                         host_rank=leader_ranks.index(my_leader), num_hosts=len(leader_ranks),
                         host=socket.gethostname())
-    finally:
-        local.Free()
 
 
 def gather_per_host(comm: Any, item: Any, describe: Callable[[list[Any]], Any]) -> list[Any] | None:
@@ -66,14 +76,9 @@ def gather_per_host(comm: Any, item: Any, describe: Callable[[list[Any]], Any]) 
     Returns:
         On rank 0, one entry per rank of `comm`: a leader's description, None for the other ranks; None elsewhere.
     """
-    from mpi4py import MPI
-
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
-    try:
+    with host_comm(comm) as local:
         items = local.gather(item, root=0)
         mine = describe(items) if local.rank == 0 else None
-    finally:
-        local.Free()
     return comm.gather(mine, root=0)
 
 
