@@ -16,14 +16,6 @@ from mpignn.sampling.neighbor import Fanout, LocalHops
 __all__ = ["DistributedHops"]
 
 
-def _place(out: np.ndarray, out_offsets: np.ndarray, positions: np.ndarray, counts: np.ndarray,
-           values: np.ndarray) -> None:
-    if len(values) == 0:
-        return
-    shift = np.repeat(out_offsets[positions] - segment_starts(counts), counts)
-    out[np.arange(len(values), dtype=np.int64) + shift] = values
-
-
 class DistributedHops:
     """A HopSource over all parts. Collective over `comm`: every rank must sample the same number of hops
     per batch, in the same order."""
@@ -52,12 +44,11 @@ class DistributedHops:
         comm, rank, size, t = self.comm, self.comm.rank, self.comm.size, self.num_etypes
         labor = len(header) > 1
         owner, order, send_counts = group_by_owner(gids, self.part_offsets, size)
-        own_pos = order[owner[order] == rank]
-        remote_pos = order[owner[order] != rank]
+        mine = owner[order] == rank
         send_counts[rank] = 0  # own targets are sampled here, not sent
         # Out: [seed, (labor: shift,) ids...] to each owner. Back: [counts..., (labor: denominators...,) nbrs...].
         asks = send_counts > 0
-        out = np.insert(gids[remote_pos], np.repeat(segment_starts(send_counts)[asks], len(header)),
+        out = np.insert(gids[order[~mine]], np.repeat(segment_starts(send_counts)[asks], len(header)),
                         np.tile(header, int(asks.sum())))
         asked, asked_counts = alltoallv(comm, out, np.where(asks, send_counts + len(header), 0))
         answers, answer_counts = [], np.zeros(size, dtype=np.int64)
@@ -69,29 +60,26 @@ class DistributedHops:
                 answer_counts[src] = sum(len(a) for a in answer)
         back, back_from = alltoallv(comm, np.concatenate(answers) if answers else _EMPTY, answer_counts)
         self.bytes_received += 8 * (len(asked) + len(back))
-        back_counts, back_means, back_nbrs = [], [], []
+        # Each owner's answer in `order`, this rank's own draw in its place: the targets grouped by owner.
+        by_owner: list[tuple] = []
         for dest, start in zip(range(size), segment_starts(back_from)):
             asked_here = int(send_counts[dest]) * t  # a count per asked id and edge type
-            back_counts.append(back[start:start + asked_here])
             head = 2 * asked_here if labor else asked_here  # labor: a denominator per id after the counts
-            back_means.append(back[start + asked_here:start + head])
-            back_nbrs.append(back[start + head:start + back_from[dest]])
-        back_c, back_n = np.concatenate(back_counts), np.concatenate(back_nbrs)  # a part per rank: never empty
-        own = draw(gids[own_pos], fanout, *header)
+            by_owner.append((back[start:start + asked_here], back[start + head:start + back_from[dest]],
+                             back[start + asked_here:start + head]))
+        by_owner[rank] = draw(gids[order[mine]], fanout, *header)
         counts = np.empty((len(gids), t), dtype=np.int64)
-        counts[own_pos], counts[remote_pos] = own[0].reshape(-1, t), back_c.reshape(-1, t)
+        counts[order] = np.concatenate([part[0] for part in by_owner]).reshape(-1, t)
         per_target = counts.sum(1)
-        offsets = np.zeros(len(gids) + 1, dtype=np.int64)
-        np.cumsum(per_target, out=offsets[1:])
-        nbrs = np.empty(offsets[-1], dtype=np.int64)
-        _place(nbrs, offsets, own_pos, per_target[own_pos], own[1])
-        _place(nbrs, offsets, remote_pos, per_target[remote_pos], back_n)
+        first = np.empty(len(gids), dtype=np.int64)  # where each target's neighbours start in the answers
+        first[order] = segment_starts(per_target[order])
+        at = np.arange(int(per_target.sum()), dtype=np.int64) + np.repeat(first - segment_starts(per_target),
+                                                                          per_target)
+        nbrs = np.concatenate([part[1] for part in by_owner])[at]
         if not labor:
             return counts.reshape(-1), nbrs, None
         mean_over = np.empty(len(gids), dtype=np.int64)  # homogeneous: one per target
-        mean_over[own_pos] = own[2]
-        mean_over[remote_pos] = np.concatenate(back_means)
+        mean_over[order] = np.concatenate([part[2] for part in by_owner])
         return counts.reshape(-1), nbrs, mean_over
-
 
 _EMPTY = np.empty(0, dtype=np.int64)
