@@ -140,13 +140,11 @@ class LinkTask(Task):
     def evaluate(self, rt: Runtime, model: torch.nn.Module, loaders: dict[str, Any], *, now: bool, bf16: bool,
                  embedding: Any, test_if: float | None) -> dict[str, Any]:
         scores: dict[str, dict[str, float]] = {}
-        test_now = now
-        for split in ("val", "test"):
-            if now and (split == "val" or test_now):
-                part = evaluate_links(model, loaders[split], device=rt.device, bf16=bf16,
-                                      hits_k=self.hits_k, embedding=embedding)
-                scores[split] = part.summary(rt.comm)
-                test_now = test_if is None or scores["val"]["auc"] >= test_if
+        for split in ("val", "test") if now else ():
+            if split == "test" and test_if is not None and not scores["val"]["auc"] >= test_if:  # NaN: below
+                break
+            scores[split] = evaluate_links(model, loaders[split], device=rt.device, bf16=bf16, hits_k=self.hits_k,
+                                           embedding=embedding).summary(rt.comm)
         test = scores.get("test", {})
         return {"val_auc": scores["val"]["auc"] if "val" in scores else None, "test_auc": test.get("auc"),
                 "test_mrr": test.get("mrr"), f"test_hits@{self.hits_k}": test.get("hits")}

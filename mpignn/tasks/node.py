@@ -55,19 +55,16 @@ class NodeTask(Task):
 
     def evaluate(self, rt: Runtime, model: torch.nn.Module, loaders: dict[str, Any], *, now: bool, bf16: bool,
                  embedding: Any, test_if: float | None) -> dict[str, Any]:
-        if not now:
-            return {"val_acc": None, "test_acc": None}
-        count = lambda split: evaluate_nodes(model, loaders[split], device=rt.device, bf16=bf16,  # noqa: E731
-                                             metric=self.counter, embedding=embedding)
-        val = count("val")
-        test_now = True
-        if test_if is not None:
-            correct, seen = allreduce_sum(rt.comm, [val["correct"], val["seeds"]]).tolist()
-            test_now = bool(seen) and correct / seen >= test_if
-        test = count("test") if test_now else {"correct": 0.0, "seeds": 0.0}
-        vc, vs, tc, ts = allreduce_sum(rt.comm, [val["correct"], val["seeds"], test["correct"],
-                                                 test["seeds"]]).tolist()
-        return {"val_acc": vc / vs if vs else None, "test_acc": tc / ts if test_now and ts else None}
+        scores: dict[str, Any] = {"val_acc": None, "test_acc": None}
+        for split in ("val", "test") if now else ():
+            val = scores["val_acc"]
+            if split == "test" and test_if is not None and (val is None or val < test_if):
+                break
+            sums = evaluate_nodes(model, loaders[split], device=rt.device, bf16=bf16, metric=self.counter,
+                                  embedding=embedding)
+            correct, seen = allreduce_sum(rt.comm, [sums["correct"], sums["seeds"]]).tolist()
+            scores[f"{split}_acc"] = correct / seen if seen else None
+        return scores
 
     def predict_fields(self, out: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"pred": out.argmax(-1)}  # the class, as evaluation counts it
