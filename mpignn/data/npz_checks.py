@@ -87,7 +87,11 @@ def read_arrays(path: str, keys: list[str]) -> dict[str, np.ndarray]:
 
 def check_splits(path: Any, splits: dict[str, np.ndarray], n: int,
                  error: Callable[[Any, str, str], DatasetError] = npz_error) -> None:
-    """Raise `error(path, what, hint)` of the splits' first problem (`split_problem`), as every reader words it."""
+    """Refuse splits that overlap, repeat, leave [0, n) or are empty, in the words of `split_problem`.
+
+    Raises:
+        DatasetError: `error(path, what, hint)` of the first problem (each reader passes its own error).
+    """
     problem = split_problem(splits, n)
     if problem:
         raise error(path, *problem)

@@ -96,7 +96,7 @@ def hetero_from_headers(path: str, headers: dict[str, tuple[tuple[int, ...], np.
 
 
 def hetero_npz_arrays(graph: GraphData) -> dict[str, np.ndarray]:
-    """The arrays of a heterogeneous GraphData in this format (`npz.save_npz` writes them)."""
+    """Return the arrays of a heterogeneous GraphData in this format (`npz.save_npz` writes them)."""
     schema = graph.schema
     offsets = schema.offsets
     arrays: dict[str, np.ndarray] = {}

@@ -95,7 +95,11 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
 
 def raw_error(path: str, expected: str, got: str) -> DatasetError:
-    """The refusal of a raw file that is not what its dataset ships (`got` on one line, cut to 200 characters)."""
+    """Build the refusal of a raw file that is not what its dataset ships.
+
+    Returns:
+        DatasetError `{path}: expected {expected}, got {got}. HINT: ...`, `got` on one line, cut to 200 characters.
+    """
     got = " ".join(got.split())[:200]
     return DatasetError(f"{path}: expected {expected}, got {got}. HINT: replace it with the dataset's original file, "
                         "or delete it to download it again")
