@@ -41,14 +41,12 @@ def temp_name(final: str | os.PathLike, kind: str, suffix: str = "") -> Path:
 
 
 def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0: only whether it exists (this process too)
     except ProcessLookupError:
         return False
     except OSError:  # EPERM: it exists, under another user
-        return True
+        pass
     return True
 
 

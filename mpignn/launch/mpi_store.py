@@ -23,16 +23,14 @@ _OPS = ("set", "get", "add", "compare_set", "wait", "check", "delete_key", "num_
 
 
 def _waits_for(op: str, args: tuple) -> list[str]:
-    """The keys a get or wait needs before it can be answered."""
-    return list(args[:1] if op == "get" else args if op == "wait" else ())
+    """The keys a get or wait needs before it can be answered (a wait's and a check's keys travel as a list)."""
+    return [args[0]] if op == "get" else list(args[0]) if op == "wait" else []
 
 
 def _apply(keys: Any, op: str, args: tuple) -> Any:
     """Answer one request from rank 0's table, a HashStore (so TCPStore's semantics, compare_set's included)."""
     if op not in _OPS:
         raise ValueError(f"unknown store operation {op!r}")
-    if op in ("wait", "check"):
-        return keys.check(list(args)) if op == "check" else None
     return getattr(keys, op)(*args)
 
 
@@ -83,10 +81,10 @@ class MPIStore(torch.distributed.Store):
         return self._call("compare_set", (key, _as_bytes(expected), _as_bytes(desired)))
 
     def wait(self, keys: list[str], timeout: datetime.timedelta | None = None) -> None:
-        self._call("wait", tuple(keys), timeout.total_seconds() if timeout is not None else None)
+        self._call("wait", (list(keys),), timeout.total_seconds() if timeout is not None else None)
 
     def check(self, keys: list[str]) -> bool:
-        return self._call("check", tuple(keys))
+        return self._call("check", (list(keys),))
 
     def delete_key(self, key: str) -> bool:
         return self._call("delete_key", (key,))
@@ -186,7 +184,7 @@ class MPIStore(torch.distributed.Store):
 
     def _timeout(self, op: str, args: tuple, wait_s: float) -> Exception:
         return torch.distributed.DistStoreError(
-            f"expected the key(s) {list(args[:1] if op == 'get' else args)} of the MPI rendezvous store within "
+            f"expected the key(s) {_waits_for(op, args) or list(args[:1])} of the MPI rendezvous store within "
             f"{wait_s:.0f} s; got none (rank {self._comm.rank}). HINT: a rank did not reach "
             "init_process_group: look for an earlier error on another rank")
 
