@@ -5,8 +5,11 @@ can exit one by one with the message instead of aborting the job.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 __all__ = ["MpignnError", "ConfigError", "LaunchError", "PartitionFormatError", "DatasetError", "mark_agreed",
-           "is_agreed"]
+           "is_agreed", "agreed"]
 
 
 class MpignnError(Exception):
@@ -37,3 +40,12 @@ def mark_agreed(exc: BaseException) -> BaseException:
 
 def is_agreed(exc: BaseException) -> bool:
     return bool(getattr(exc, "_mpignn_agreed", False))
+
+
+@contextmanager
+def agreed(kind: type[BaseException] = MpignnError) -> Iterator[None]:
+    """Mark a `kind` error the block raises as agreed: it follows from what every rank passes alike."""
+    try:
+        yield
+    except kind as exc:
+        raise mark_agreed(exc) from None

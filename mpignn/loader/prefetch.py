@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, TYPE_CHECKING
 
 from mpignn.config.choices import PREFETCH_MODES, check_choice
-from mpignn.errors import ConfigError, mark_agreed
+from mpignn.errors import ConfigError, agreed, mark_agreed
 
 if TYPE_CHECKING:
     from mpignn.launch.bootstrap import Runtime
@@ -30,10 +30,8 @@ def overlap(rt: Runtime, talks: bool, mode: str = "auto", device_exchange: bool 
     Raises:
         ConfigError: a bad `mode`; or `on` across parts without MPI_THREAD_MULTIPLE or with `device_exchange`.
     """
-    try:
+    with agreed(ConfigError):  # the same mode on every rank
         check_choice("prefetch", mode, PREFETCH_MODES)
-    except ConfigError as exc:  # the same mode on every rank
-        raise mark_agreed(exc) from None
     if mode == "off":
         return False
     if not talks:

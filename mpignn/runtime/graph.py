@@ -18,7 +18,7 @@ from mpignn.data import check_known, dataset_key
 from mpignn.data.features import transform_rows
 from mpignn.data.hetero import HeteroSchema, hop_fanouts
 from mpignn.data.pyg import pyg_kind
-from mpignn.errors import ConfigError, MpignnError, mark_agreed
+from mpignn.errors import ConfigError, MpignnError, agreed, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
 from mpignn.exchange.cache_policy import build_cache
 from mpignn.exchange.embedding import NodeEmbedding
@@ -112,14 +112,12 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
         PartitionFormatError / DatasetError / ConfigError: on every rank alike.
     """
     task = task or make_task()
-    try:
+    with agreed():
         if in_memory and opts.partitions:
             raise ConfigError(f"expected no partitions folder with a graph held in memory; got {opts.partitions!r}. "
                               "HINT: leave GraphOptions.partitions empty")
         if not in_memory:
             check_known(opts.dataset)  # the same name fails the same way on every rank: no collective needed
-    except MpignnError as exc:
-        raise mark_agreed(exc) from None
     part_id = 0 if opts.replicated else rt.rank
     part, held_out, folder = _part_source(rt, opts, part_id, data, in_memory, task.partition_extras())
     # numba writes its on-disk cache when it compiles: one rank per host compiles, the others then load.
@@ -130,12 +128,10 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
     part.x = transform_rows(part.x, opts.feature_norm, opts.feature_dtype)
     meta = part.meta
     schema = HeteroSchema.from_json(meta.hetero) if meta.hetero else None
-    try:
+    with agreed():
         fanouts = hop_fanouts(opts.fanouts, opts.edge_fanouts or None, schema)
         task.check_graph(schema)
         check_combinations({"sampler": opts.sampler, "hetero": schema is not None})
-    except MpignnError as exc:
-        raise mark_agreed(exc) from None
     num_etypes = schema.num_etypes if schema else 1
     if opts.sample_on == "device":  # `--sample-on auto` stays on the host until the device step is measured
         from mpignn.sampling.device_hops import DeviceHops
@@ -237,7 +233,5 @@ def build_graph_and_model(rt: Runtime, cfg: TrainConfig, task: Task) -> tuple[Lo
     graph = build_local_graph(rt, cfg, task)
     if cfg.embed_dim:
         graph = attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)
-    try:
+    with agreed(ConfigError):  # the graph's kind decides, the same on every rank
         return graph, task.build_model(cfg.model, graph, cfg.hidden, cfg.num_layers, cfg.dropout).to(rt.device)
-    except ConfigError as exc:  # the graph's kind decides, the same on every rank
-        raise mark_agreed(exc) from None

@@ -12,7 +12,7 @@ import torch
 from mpignn.config.choices import PREFETCH_MODES
 from mpignn.config.graph_options import parse_fanout
 from mpignn.data.hetero import edge_type_name, hop_fanouts
-from mpignn.errors import ConfigError, MpignnError, mark_agreed
+from mpignn.errors import ConfigError, agreed
 from mpignn.exchange.alltoall import MpiAlltoall
 from mpignn.exchange.features import FeatureStore
 from mpignn.loader.batches import BatchLoader, cut_steps
@@ -73,15 +73,13 @@ class SampledBatches(BatchLoader):
                  options: dict[str, Any], **inputs: Any) -> None:
         """`options`: the caller's other keywords; `inputs`: what `_source` takes."""
         name = type(self).__name__
-        try:
+        with agreed():  # the same arguments on every rank: the same error everywhere
             check_options(options, graph, batch_size, batch_scope, prefetch, name, self.unsupported)
             problem = cooperative_refusal(graph, minibatch) if minibatch != "independent" else ""
             if problem:
                 raise ConfigError(problem)
             fanouts = fanouts_of(graph, num_neighbors)
             source, seed_type, label = self._source(graph, **inputs)
-        except MpignnError as exc:  # the same arguments on every rank: the same error everywhere
-            raise mark_agreed(exc) from None
         rt, self.graph, self.num_neighbors = graph.runtime, graph, num_neighbors
         super().__init__(**loader_arguments(rt, graph, graph.sampler.with_fanouts(fanouts), source, batch_size,
                                             batch_scope, minibatch, prefetch=prefetch, shuffle=shuffle,

@@ -9,7 +9,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from mpignn.errors import ConfigError, mark_agreed
+from mpignn.errors import ConfigError, agreed
 from mpignn.inference.layers import unwrap
 from mpignn.inference.layerwise import exact_outputs
 from mpignn.launch.bootstrap import Runtime
@@ -41,7 +41,7 @@ def inference(model: torch.nn.Module, graph: LocalGraph, *, batch_size: int = 81
         ConfigError: on every rank alike: a model inference cannot walk exactly, or a bad argument.
     """
     rt = graph.runtime
-    try:  # the same arguments on every rank: agreed without a collective
+    with agreed(ConfigError):  # the same arguments on every rank: agreed without a collective
         if rt is None:
             raise ConfigError("inference expects a graph that knows its runtime; got one without (graph.runtime "
                               "is None). HINT: load it with mpignn.runtime.load_local_graph(rt, ...)")
@@ -53,8 +53,6 @@ def inference(model: torch.nn.Module, graph: LocalGraph, *, batch_size: int = 81
                               "HINT: batch_size=8192")
         if not halo_mib >= 0:
             raise ConfigError(f"halo_mib expects MiB >= 0; got {halo_mib!r}. HINT: halo_mib=256")
-    except ConfigError as exc:
-        raise mark_agreed(exc) from None
     inner = unwrap(model)
     encoder = inner.encoder if isinstance(inner, LinkModel) else inner  # a link model's nodes: its embeddings
     if device is None:
