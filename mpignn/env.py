@@ -12,8 +12,8 @@ import shutil
 import socket
 import struct
 import sys
-from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
 
 __all__ = ["LaunchInfo", "detect", "export_torch_env", "thread_budget", "mem_available_bytes",
            "foreign_launcher_size", "mpiexec_path", "listen_socket", "slurm_job_id", "host_address",
@@ -36,50 +36,32 @@ class LaunchInfo:
     num_hosts: int = 1
 
 
-def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int | None:
-    value = env.get(name)
-    if value is None or value == "":
-        return default
+def _int(env: Mapping[str, str], name: str) -> int | None:
     try:
-        return int(value.split("(")[0].split(",")[0])
-    except ValueError:
-        return default
+        return int(env.get(name, "").split("(")[0].split(",")[0])  # Slurm's "4(x2)" and "4,4" start with it
+    except ValueError:  # unset, empty or not a number
+        return None
 
 
-def _from_map(launcher: str, key: str, fields: dict[str, str]) -> Callable[[Mapping[str, str]], LaunchInfo | None]:
-    """A detector: present when `key` is set; each LaunchInfo field read from its variable."""
-
-    def detector(env: Mapping[str, str]) -> LaunchInfo | None:
-        if key not in env:
-            return None
-        values = {f: _int(env, var) for f, var in fields.items()}
-        values = {f: v for f, v in values.items() if v is not None}
-        info = LaunchInfo(launcher=launcher, **values)
-        if "local_size" not in values and info.num_hosts > 0 and info.world_size % info.num_hosts == 0:
-            info = LaunchInfo(**{**info.__dict__, "local_size": info.world_size // info.num_hosts})
-        return info
-
-    return detector
-
-
+# The detectors: a launcher, the variable whose presence marks it, and each LaunchInfo field's variable.
 # Order matters: inside an sbatch allocation SLURM_* describe the allocation, not the ranks mpirun started, while
 # MPI launchers and torchrun set variables per process. Slurm is last: right only when srun started the ranks.
-_DETECTORS: list[Callable[[Mapping[str, str]], LaunchInfo | None]] = [
-    _from_map("openmpi", "OMPI_COMM_WORLD_RANK", {
+_DETECTORS: tuple[tuple[str, str, dict[str, str]], ...] = (
+    ("openmpi", "OMPI_COMM_WORLD_RANK", {
         "rank": "OMPI_COMM_WORLD_RANK", "world_size": "OMPI_COMM_WORLD_SIZE",
         "local_rank": "OMPI_COMM_WORLD_LOCAL_RANK", "local_size": "OMPI_COMM_WORLD_LOCAL_SIZE",
         "host_rank": "OMPI_COMM_WORLD_NODE_RANK"}),
-    _from_map("pmix", "PMIX_RANK", {"rank": "PMIX_RANK", "world_size": "PMIX_SIZE",
-                                    "local_rank": "PMIX_LOCAL_RANK", "local_size": "PMIX_LOCAL_SIZE"}),
-    _from_map("mpich", "PMI_RANK", {"rank": "PMI_RANK", "world_size": "PMI_SIZE",
-                                    "local_rank": "MPI_LOCALRANKID", "local_size": "MPI_LOCALNRANKS"}),
-    _from_map("torchrun", "TORCHELASTIC_RUN_ID", {
+    ("pmix", "PMIX_RANK", {"rank": "PMIX_RANK", "world_size": "PMIX_SIZE",
+                           "local_rank": "PMIX_LOCAL_RANK", "local_size": "PMIX_LOCAL_SIZE"}),
+    ("mpich", "PMI_RANK", {"rank": "PMI_RANK", "world_size": "PMI_SIZE",
+                           "local_rank": "MPI_LOCALRANKID", "local_size": "MPI_LOCALNRANKS"}),
+    ("torchrun", "TORCHELASTIC_RUN_ID", {
         "rank": "RANK", "world_size": "WORLD_SIZE", "local_rank": "LOCAL_RANK",
         "local_size": "LOCAL_WORLD_SIZE", "host_rank": "GROUP_RANK"}),
-    _from_map("slurm", "SLURM_PROCID", {
+    ("slurm", "SLURM_PROCID", {
         "rank": "SLURM_PROCID", "world_size": "SLURM_NTASKS", "local_rank": "SLURM_LOCALID",
         "local_size": "SLURM_NTASKS_PER_NODE", "host_rank": "SLURM_NODEID", "num_hosts": "SLURM_NNODES"}),
-]
+)
 
 
 def detect(env: Mapping[str, str] | None = None) -> LaunchInfo:
@@ -89,9 +71,12 @@ def detect(env: Mapping[str, str] | None = None) -> LaunchInfo:
         The first detector's answer, in the order documented at `_DETECTORS`.
     """
     env = os.environ if env is None else env
-    for detector in _DETECTORS:
-        info = detector(env)
-        if info is not None:
+    for launcher, key, fields in _DETECTORS:
+        if key in env:
+            values = {f: v for f, var in fields.items() if (v := _int(env, var)) is not None}
+            info = LaunchInfo(launcher=launcher, **values)
+            if "local_size" not in values and info.num_hosts > 0 and info.world_size % info.num_hosts == 0:
+                info = replace(info, local_size=info.world_size // info.num_hosts)
             return info
     return LaunchInfo(launcher="none")
 
