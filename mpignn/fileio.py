@@ -110,7 +110,11 @@ def replace_dir(tmp: Path, final: Path) -> None:
     if final.exists():
         old = temp_name(final, "old")
         os.replace(final, old)
-        os.replace(tmp, final)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            os.replace(old, final)  # the previous folder back in place
+            raise
         shutil.rmtree(old, ignore_errors=True)
     else:
         try:

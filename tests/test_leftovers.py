@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from mpignn.config.train_config import parse
 from mpignn.data import make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
@@ -27,6 +29,27 @@ def _plant(path):
 def test_temp_names_carry_pid_and_host(tmp_path):
     with atomic_dir(tmp_path / "parts") as tmp:
         assert tmp.name == f".parts.tmp-{os.getpid()}@{this_host()}"
+
+
+def test_a_failed_rename_puts_the_previous_folder_back(tmp_path, monkeypatch):
+    """The old folder moved aside, then the new one cannot take its name: the old one returns, nothing else stays."""
+    final = _plant(tmp_path / "best")
+    real = os.replace
+    calls = []
+
+    def second_fails(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError("rename failed")
+        real(src, dst)
+
+    with pytest.raises(OSError, match="rename failed"):
+        with atomic_dir(final) as tmp:
+            (tmp / "y.npy").write_bytes(b"1")
+            monkeypatch.setattr(os, "replace", second_fails)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]
+    assert sorted(p.name for p in final.iterdir()) == ["x.npy"]
 
 
 def test_dead_leftovers_go_live_and_foreign_ones_stay(tmp_path, caplog):
