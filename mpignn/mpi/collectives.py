@@ -176,14 +176,11 @@ def _alltoallv_pieces(comm: Any, send: np.ndarray, counts: np.ndarray, sdispl: n
     from mpi4py import MPI
 
     me, reqs = comm.rank, []
-    for src in range(comm.size):
-        if src != me:
-            for lo, hi in _pieces(int(rdispl[src]), int(recv_counts[src])):
-                reqs.append(comm.Irecv([recv[lo:hi], hi - lo, row], source=src, tag=_ALLTOALLV_TAG))
-    for dest in range(comm.size):
-        if dest != me:
-            for lo, hi in _pieces(int(sdispl[dest]), int(counts[dest])):
-                reqs.append(comm.Isend([send[lo:hi], hi - lo, row], dest=dest, tag=_ALLTOALLV_TAG))
+    for peer in (r for r in range(comm.size) if r != me):
+        reqs += [comm.Irecv([recv[lo:hi], hi - lo, row], source=peer, tag=_ALLTOALLV_TAG)
+                 for lo, hi in _pieces(int(rdispl[peer]), int(recv_counts[peer]))]
+        reqs += [comm.Isend([send[lo:hi], hi - lo, row], dest=peer, tag=_ALLTOALLV_TAG)
+                 for lo, hi in _pieces(int(sdispl[peer]), int(counts[peer]))]
     mine = int(counts[me])
     recv[int(rdispl[me]):int(rdispl[me]) + mine] = send[int(sdispl[me]):int(sdispl[me]) + mine]
     MPI.Request.Waitall(reqs)
