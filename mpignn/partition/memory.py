@@ -94,20 +94,17 @@ def _bytes(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
-def send_arrays(comm: Any, arrays: dict[str, np.ndarray], dest: int) -> int:
+def send_arrays(comm: Any, arrays: dict[str, np.ndarray], dest: int) -> None:
     """Point-to-point to `dest` (which calls `recv_arrays`): names, dtypes and shapes, then each array's bytes
-    in messages of at most CHUNK_BYTES. Returns the bytes sent."""
+    in messages of at most CHUNK_BYTES."""
     from mpi4py import MPI
 
     arrays = {name: np.ascontiguousarray(a) for name, a in arrays.items()}
     comm.send([(name, a.dtype.str, a.shape) for name, a in arrays.items()], dest=dest, tag=_TAG)
-    total = 0
     for a in arrays.values():
         flat = _bytes(a)
         for lo in range(0, flat.size, CHUNK_BYTES):
             comm.Send([flat[lo:lo + CHUNK_BYTES], MPI.BYTE], dest=dest, tag=_TAG)
-        total += flat.size
-    return total
 
 
 def recv_arrays(comm: Any, source: int) -> tuple[dict[str, np.ndarray], str]:
