@@ -69,11 +69,10 @@ def labor_rows(graph: GraphData, args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("mpignn.bench.sampler", __doc__,
                           graphs=("200000:20,2000000:25", "NODES:AVG_DEGREE,... (synthetic)"), features=100,
-                          fanout="15,10,5", batch_size=1024, batches=20, threads="1,2")
+                          fanout="15,10,5", batch_size=1024, batches=20, threads="1,2",
+                          dataset=("synthetic", "--labor: a dataset name (default: the embedded graph)"), root="data")
     parser.add_argument("--pyg-python", help="interpreter with torch-geometric + pyg-lib or torch-sparse")
     parser.add_argument("--labor", help="LABOR-i variants to count against neighbour sampling, comma-separated")
-    parser.add_argument("--dataset", default="synthetic", help="--labor: a dataset name (default: the embedded graph)")
-    parser.add_argument("--root", default="data")
     parser.add_argument("--same-variates", action="store_true",
                         help="--labor: also each variant with one variate per node for every hop (--layer-dependency)")
     args = parser.parse_args(argv)
