@@ -1,5 +1,6 @@
-"""The training CLI's loaders (`make_loader`), the cooperative sampler `runtime.NeighborLoader` builds too, and
-the per-rank share of a global batch. Your own loop takes `runtime.NeighborLoader`, which has the same modes.
+"""The training CLI's loaders (`make_loader`), the `BatchLoader` arguments of each --minibatch mode that
+`runtime.NeighborLoader` takes too, and the per-rank share of a global batch. Your own loop takes
+`runtime.NeighborLoader`, which has the same modes.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from mpignn.mpi import check_all, chunk_bounds
 from mpignn.sampling.cooperative import CooperativeSampler
 from mpignn.tasks import make_task, picker
 
-__all__ = ["make_loader", "loader_arguments", "cooperative_refusal", "cooperative_sampler", "rank_batch_size", "full_fit_problem"]
+__all__ = ["make_loader", "loader_arguments", "cooperative_refusal", "rank_batch_size", "full_fit_problem"]
 
 
 def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[int] | None = None, *,
@@ -73,16 +74,18 @@ def loader_arguments(rt: Runtime, graph: LocalGraph, sampler: Any, seeds: Any, b
         minibatch: "independent", "cooperative" or "full" (every neighbour: one step, made once and kept).
         options: `BatchLoader`'s keywords (shuffle, drop_last, wrap, seed, max_steps, name, ...).
     Raises:
-        ConfigError: on every rank alike: an unknown `minibatch`, or a graph "full" batches cannot train.
+        ConfigError: on every rank alike: an unknown `minibatch`, or a graph whose rows its owners cannot
+            compute (`cooperative_refusal`) in full batches, or cooperative ones across parts.
     """
     if minibatch not in MINIBATCH_MODES:  # the same argument on every rank ("auto" is the caller's to resolve)
         raise mark_agreed(ConfigError(f"minibatch must be one of {', '.join(MINIBATCH_MODES)}; got {minibatch!r}. "
                                       "HINT: minibatch='independent'"))
     talks = rt.world_size > 1 and not graph.replicated
+    owners = minibatch == "full" or (talks and minibatch == "cooperative")  # each row computed by its owner
+    problem = cooperative_refusal(graph, minibatch) if owners else ""
+    if problem:
+        raise mark_agreed(ConfigError(problem))
     if minibatch == "full":
-        problem = cooperative_refusal(graph, "full")
-        if problem:
-            raise mark_agreed(ConfigError(problem))
         whole = [-1] * len(sampler.fanouts)
         sampler = sampler.with_fanouts(whole) if sampler.fanouts != whole else sampler
         options.update(shuffle=False, drop_last=False, wrap=False, max_steps=0, reuse=True)
@@ -90,8 +93,14 @@ def loader_arguments(rt: Runtime, graph: LocalGraph, sampler: Any, seeds: Any, b
     else:
         batch_size = rank_batch_size(batch_size, rt.world_size, rt.rank, batch_scope)
         prefetching = overlap(rt, talks, prefetch, device_exchange=rows_on_device(graph.features))
-    if talks and minibatch != "independent":
-        sampler = cooperative_sampler(rt, graph, sampler.fanouts, minibatch)
+    if talks and owners:  # sampling and the layers' rows each on a communicator of their own (the loader
+        # thread's and the training thread's)
+        full, own = minibatch == "full", graph.sampler
+        rows = make_alltoall("torch" if rows_on_device(graph.features) else "mpi", rt.comm.Dup(), rt.device)
+        sampler = CooperativeSampler(rt.comm.Dup(), own.source.local, np.asarray(graph.part.meta.part_offsets),
+                                     sampler.fanouts, rows, method=own.method, dependency=1 if full else own.dependency,
+                                     layer_dependency=own.layer_dependency, iterations=0 if full else own.iterations,
+                                     keep_inputs=not full and own.dependency > 1)
     return dict(sampler=sampler, features=graph.features, seeds=seeds, batch_size=batch_size, comm=rt.comm,
                 device=rt.device, prefetch=prefetching, layout=graph.layout, **options)
 
@@ -105,23 +114,6 @@ def cooperative_refusal(graph: LocalGraph, mode: str = "cooperative") -> str:
                     "cooperative_task": task.cooperative, "hetero": graph.layout is not None})
 
 
-def cooperative_sampler(rt: Runtime, graph: LocalGraph, fanouts: Sequence[Any],
-                         mode: str = "cooperative") -> CooperativeSampler:
-    """Collective over `rt.comm`: build a cooperative sampler, sampling and the layers' rows each on their own
-    communicator (the loader thread's and the training thread's)."""
-    problem = cooperative_refusal(graph, mode)
-    if problem:
-        raise mark_agreed(ConfigError(problem))
-    local = graph.sampler.source.local
-    rows = make_alltoall("torch" if rows_on_device(graph.features) else "mpi", rt.comm.Dup(), rt.device)
-    return CooperativeSampler(rt.comm.Dup(), local, np.asarray(graph.part.meta.part_offsets), fanouts, rows,
-                              method=graph.sampler.method,
-                              dependency=1 if mode == "full" else graph.sampler.dependency,
-                              layer_dependency=graph.sampler.layer_dependency,
-                              iterations=0 if mode == "full" else graph.sampler.iterations,
-                              keep_inputs=mode != "full" and graph.sampler.dependency > 1)
-
-
 def full_fit_problem(rt: Runtime, graph: LocalGraph, model: Any) -> str:
     """Collective over `rt.comm`: return why `--minibatch full` cannot train `graph` (a refusal, or a step that
     would not fit some rank's memory), the same on every rank; "" where it can."""
@@ -129,7 +121,6 @@ def full_fit_problem(rt: Runtime, graph: LocalGraph, model: Any) -> str:
     if problem:
         return problem
     module = getattr(model, "module", model)
-    problem = ""
     if hasattr(module, "activation_bytes"):
         part = graph.part
         rows = int(part.hi - part.lo) + len(part.halo_gid)
