@@ -44,21 +44,12 @@ class DeviceHops(LocalHops):
             self._fanout_tensors[key] = self._ids(np.array(key, dtype=np.int64))
         return self._fanout_tensors[key]
 
-    def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        """Ids on the device (a `DeviceSampler`'s batch, homogeneous) are answered there, as tensors."""
-        resident = isinstance(gids, torch.Tensor)
-        rows, keys, typed = self.kernel_rows(gids if resident else np.asarray(gids, dtype=np.int64))
-        rowptr = self.t_type_rowptr if typed else self.t_rowptr
-        if not resident:
-            rows, keys = self._ids(rows), self._ids(keys)
-        counts, nbrs = torch_kernels.sample_rows(rowptr, self.t_col, rows, keys, self._fanouts(fanout), seed)
-        return (counts, nbrs) if resident else (counts.cpu().numpy(), nbrs.cpu().numpy())
+    _kernels = {"sample_rows": torch_kernels.sample_rows, "labor_rows": torch_kernels.labor_rows}
 
-    def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int,
-                     shift: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if self.num_etypes > 1:
-            raise ValueError("layer-neighbour sampling takes homogeneous graphs")
-        resident = isinstance(gids, torch.Tensor)
-        rows = gids - self.lo if resident else self._ids(np.asarray(gids, dtype=np.int64) - self.lo)
-        out = torch_kernels.labor_rows(self.t_rowptr, self.t_col, rows, self._fanouts(fanout), seed, shift)
-        return out if resident else tuple(a.cpu().numpy() for a in out)  # type: ignore[return-value]
+    def _draw(self, kernel: str, typed: bool, ids: tuple, fanout: Fanout, *args: int) -> tuple:
+        """Ids on the device (a `DeviceSampler`'s batch, homogeneous) are answered there, as tensors."""
+        resident = isinstance(ids[0], torch.Tensor)
+        rowptr = self.t_type_rowptr if typed else self.t_rowptr
+        out = self._kernels[kernel](rowptr, self.t_col, *(i if resident else self._ids(i) for i in ids),
+                                    self._fanouts(fanout), *args)
+        return out if resident else tuple(a.cpu().numpy() for a in out)

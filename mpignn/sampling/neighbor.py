@@ -110,14 +110,20 @@ class LocalHops:
 
     def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
         rows, keys, typed = self.kernel_rows(gids)
-        rowptr = self.type_rowptr if typed else self.rowptr
-        return kernels.sample_rows(rowptr, self.col, rows, keys, fanout_array(fanout, self.num_etypes), seed)
+        return self._draw("sample_rows", typed, (rows, keys), fanout, seed)
 
     def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int,
                      shift: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.num_etypes > 1:
             raise ValueError("layer-neighbour sampling takes homogeneous graphs")
-        return labor_rows(self.rowptr, self.col, gids - self.lo, fanout_array(fanout, 1), seed, shift)
+        return self._draw("labor_rows", False, (gids - self.lo,), fanout, seed, shift)
+
+    _kernels = {"sample_rows": kernels.sample_rows, "labor_rows": labor_rows}  # DeviceHops: their torch-op twins
+
+    def _draw(self, kernel: str, typed: bool, ids: tuple, fanout: Fanout, *args: int) -> tuple:
+        """`kernel` on CSR rows `ids[0]` (`type_rowptr`'s where `typed`), then `ids[1:]`, the fanouts, `args`."""
+        rowptr = self.type_rowptr if typed else self.rowptr
+        return self._kernels[kernel](rowptr, self.col, *ids, fanout_array(fanout, self.num_etypes), *args)
 
 
 def importance_hop(source: HopSource, gids: np.ndarray, fanout: Fanout, seed: int, shift: int, iterations: int,
