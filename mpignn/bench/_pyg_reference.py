@@ -1,15 +1,15 @@
 """PyG's NeighborLoader (+ GraphSAGE) on the same graph, for side-by-side comparison. Runs in any interpreter
 with torch-geometric plus pyg-lib or torch-sparse (often a separate venv), so it imports only mpignn's
-numpy-only data generator and stdlib-only config. Prints one JSON line per result.
+numpy-only data generator, stdlib-only config and the benches' stdlib-only parser. Prints one JSON line per result.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 import torch
 
+from mpignn.bench._common import bench_parser
 from mpignn.config.graph_options import parse_fanout
 
 
@@ -106,18 +106,12 @@ def infer(spec: str, checkpoint: str, hidden: int, layers: int, batch_size: int,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = bench_parser("mpignn.bench._pyg_reference", __doc__, fanout="15,10,5", batch_size=1024, batches=20,
+                          threads=1, hidden=256, device="cpu", layers=3)
     parser.add_argument("mode", choices=["sample", "epoch", "infer"])
     parser.add_argument("--dataset", required=True)
-    parser.add_argument("--fanout", default="15,10,5")
-    parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--batches", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--trim", action="store_true")
-    parser.add_argument("--device", default="cpu")
     parser.add_argument("--checkpoint", help="infer: a checkpoint.pt of --model sage")
-    parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--out", help="infer: where the logits go (npy)")
     a = parser.parse_args()
     fanout = parse_fanout(a.fanout)

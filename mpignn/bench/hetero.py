@@ -19,11 +19,9 @@ def _best(records: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("mpignn.bench.hetero", __doc__, root=("data", "dataset root holding IMDB/raw"), ranks=2,
-                          seeds="0,1,2", model=("sage", "sage or rgcn"), imdb_args="--fanout 10,5 --batch-size 128")
-    parser.add_argument("--synthetic-args", default="--epochs 4 --fanout 10,5 --batch-size 256 --hidden 64 "
-                                                    "--lr 0.01")
-    parser.add_argument("--embed-dim", type=int, default=32)
-    parser.add_argument("--skip", default="", help="imdb or synthetic: leave that table out")
+                          seeds="0,1,2", model=("sage", "sage or rgcn"), imdb_args="--fanout 10,5 --batch-size 128",
+                          synthetic_args="--epochs 4 --fanout 10,5 --batch-size 256 --hidden 64 --lr 0.01",
+                          embed_dim=32, skip=("", "imdb or synthetic: leave that table out"))
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.skip != "imdb":

@@ -48,11 +48,10 @@ def predict(ranks: int, threads: int, checkpoint: Path, out: Path, chunk: int, h
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("mpignn.bench.predict", __doc__,
                           dataset="synthetic:num_nodes=200000,avg_degree=20,num_features=100", model="sage",
-                          hidden=256, layers=3, root=TEMP_ROOT)
+                          hidden=256, layers=3, root=TEMP_ROOT, chunk_size=8192)
     parser.add_argument("--configs", default="1x2,1x1,2x1",
                         help="RANKSxTHREADS[@MIB], comma-separated (@MIB: that --halo-mib, e.g. 2x1@0 fetches "
                              "each block's halo rows on its own)")
-    parser.add_argument("--chunk-size", type=int, default=8192)
     parser.add_argument("--checkpoint", default="",
                         help="predict this --checkpoint-dir of mpignn.train instead of training one (its dataset, "
                              "partition and model; --dataset, --model, --hidden and --layers are then unused)")
