@@ -157,14 +157,8 @@ def check_part(meta: Any, part_id: int, arrays: Mapping[str, np.ndarray], pdir: 
             i = int(np.flatnonzero(y[ids - lo] < 0)[0])
             raise _fail(pdir / f"{name}.npy", f"labelled nodes (y.npy in [0, {classes}))",
                         f"node {int(ids[i])} with label {int(y[ids[i] - lo])}", folder)
-    _check_halo(pdir, arrays["halo_gid"], arrays["halo_deg"], lo, hi, big_n, folder, scanned.get("halo_gid"))
-    if "type_rowptr" in arrays and meta.hetero:
-        _check_types(meta, part_id, arrays, pdir, folder)
-
-
-def _check_halo(pdir: Path, gid: np.ndarray, deg: np.ndarray, lo: int, hi: int, big_n: int, folder: Path,
-                scanned_max: int | None) -> None:
-    _check_range(pdir / "halo_gid.npy", gid, 0, big_n, "node ids", folder, scanned_max)
+    gid = arrays["halo_gid"]
+    _check_range(pdir / "halo_gid.npy", gid, 0, big_n, "node ids", folder, scanned.get("halo_gid"))
     rises = np.flatnonzero(gid[1:] <= gid[:-1])
     if len(rises):
         i = int(rises[0])
@@ -173,7 +167,9 @@ def _check_halo(pdir: Path, gid: np.ndarray, deg: np.ndarray, lo: int, hi: int, 
     if b > a:
         raise _fail(pdir / "halo_gid.npy", f"only other parts' ids (outside [{lo}, {hi}))", f"own id {int(gid[a])}",
                     folder)
-    _check_range(pdir / "halo_deg.npy", deg, 1, 2**62, "edge counts", folder)
+    _check_range(pdir / "halo_deg.npy", arrays["halo_deg"], 1, 2**62, "edge counts", folder)
+    if "type_rowptr" in arrays and meta.hetero:
+        _check_types(meta, part_id, arrays, pdir, folder)
 
 
 def _check_types(meta: Any, part_id: int, arrays: Mapping[str, np.ndarray], pdir: Path, folder: Path) -> None:
