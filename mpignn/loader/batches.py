@@ -166,9 +166,9 @@ class BatchLoader:
             window, shift = labor.window(step, dependency)
             variates = (kernels.mix_seed(kernels.mix_seed(epoch_seed, stream + window), dependency), shift)
         out = self.source.draw(self.sampler, seeds, kernels.mix_seed(epoch_seed, stream + step), variates)
-        extras: dict[str, Any] = {**out.metadata, **{k: v for k, v in (("edge_label_index", out.edge_label_index),
-                                                                        ("edge_label", out.edge_label))
-                                                     if v is not None}}
+        # mean_over: layer-neighbour batches' divisor of each target's mean; edge_weight: LABOR-i's importance
+        optional = {k: getattr(out, k) for k in ("edge_label_index", "edge_label", "mean_over", "edge_weight")}
+        extras: dict[str, Any] = {**out.metadata, **{k: v for k, v in optional.items() if v is not None}}
         if cooperative:
             extras["halo"] = Halo(out.halo, self.sampler.rows, ByteCounter(self.sampler), static_input=self.reuse,
                                   keeper=self.sampler if self.sampler.keep_inputs else None)
@@ -216,10 +216,6 @@ class BatchLoader:
         data.num_sampled_nodes = out.num_sampled_nodes
         data.num_sampled_edges = out.num_sampled_edges
         data.in_degree = _tensor(out.in_degree)  # the model's CSR pointers: no bincount on the device
-        if out.mean_over is not None:  # layer-neighbour batches: what each target's mean divides by
-            data.mean_over = _tensor(out.mean_over)
-        if out.edge_weight is not None:  # LABOR-i: each edge's importance weight
-            data.edge_weight = _tensor(out.edge_weight)
         if self.reuse:  # whole neighbourhoods: each row's whole-graph degree, the input rows' CSR where sparse
             sparse = sparse_input(x[:len(out.n_id)], self.sampler.comm if cooperative else None)
             n_id = out.n_id.cpu().numpy() if resident else out.n_id  # read once: the batch is kept
