@@ -119,10 +119,12 @@ def test_npz_roundtrip_and_bad_input(graph, tmp_path):
     with pytest.raises(DatasetError, match="unknown node type"):
         load_dataset(f"npz:{tmp_path / 'bad.npz'}")
     for spoil, needle in (({"num_nodes__user": np.zeros(0, np.int64)}, r"num_nodes__user must be an int scalar "
-                                                                           r"array; got shape \(0,\)"),
+                                                                           r"array; got int64 with shape "
+                                                                           r"\(0,\)"),
                           ({"num_classes": np.array("abc")}, "num_classes must be an int scalar array"),
                           ({"y__item": arrays["y__item"].reshape(-1, 1)}, r"y__item must be an int 1-D array; got "
-                                                                          r"shape \(\d+, 1\).*reshape\(-1\)"),
+                                                                          r"int64 with shape \(\d+, 1\)"
+                                                                          r".*reshape\(-1\)"),
                           ({"num_nodes__user": np.int64(10**12)}, "add up to .* nodes, more than this host's")):
         np.savez(tmp_path / "spoilt.npz", **{**arrays, **spoil})  # tracebacks or a flattened y before
         with pytest.raises(DatasetError, match=needle):

@@ -62,9 +62,13 @@ BAD = {
     "x bool": ({"x": np.zeros((N, 3), dtype=bool)}, r"x must be a float \[N, F\] array; got bool"),
     "x object": ({"x": np.array([[0.0]] * N, dtype=object)}, r"x must be a float .* got dtype object"),
     "x complex": ({"x": np.zeros((N, 3), dtype=np.complex64)}, r"x must be a float .* got complex64"),
-    "x 1-D": ({"x": np.zeros(N, dtype=np.float32)}, r"x must be .* F >= 1 features; got shape \(50,\)"),
-    "x no features": ({"x": np.zeros((N, 0), dtype=np.float32)}, r"F >= 1 features; got shape \(50, 0\)"),
-    "x no rows": ({"x": np.zeros((0, 3), dtype=np.float32)}, r"N >= 1 nodes .* got shape \(0, 3\)"),
+    "x 1-D": ({"x": np.zeros(N, dtype=np.float32)},
+              r"x must be a float \[N, F\] array; got float32 with shape \(50,\)\. HINT: x needs N >= 1 nodes and "
+              r"F >= 1 features"),
+    "x no features": ({"x": np.zeros((N, 0), dtype=np.float32)},
+                      r"got float32 with shape \(50, 0\)\. HINT: x needs N >= 1 nodes and F >= 1 features"),
+    "x no rows": ({"x": np.zeros((0, 3), dtype=np.float32)},
+                  r"got float32 with shape \(0, 3\)\. HINT: x needs N >= 1 nodes"),
     "x NaN": ({"x": np.full((N, 3), np.nan, dtype=np.float32)}, r"x has 150 NaN or infinite values"),
     "x inf": ({"x": np.where(np.eye(N, 3) > 0, np.inf, 0).astype(np.float32)}, r"x has 3 NaN or infinite"),
     "x overflows float32": ({"x": np.full((N, 3), 1e300)}, r"x has 150 NaN or infinite values \(as float32\)"),
@@ -72,8 +76,10 @@ BAD = {
     "y float": ({"y": np.zeros(N)}, r"y must be an int \(50,\) array; got float64"),
     "y bool": ({"y": np.zeros(N, dtype=bool)}, r"y must be an int \(50,\) array; got bool"),
     "y object": ({"y": np.array([0] * N, dtype=object)}, r"y must be an int .* got dtype object"),
-    "y [N, 1]": ({"y": np.zeros((N, 1), dtype=np.int64)}, r"y must be an int array of shape \(50,\) .* \(50, 1\)"),
-    "y too short": ({"y": np.zeros(N - 1, dtype=np.int64)}, r"y must be .* shape \(50,\) .* got shape \(49,\)"),
+    "y [N, 1]": ({"y": np.zeros((N, 1), dtype=np.int64)},
+                 r"y must be an int \(50,\) array; got int64 with shape \(50, 1\)"),
+    "y too short": ({"y": np.zeros(N - 1, dtype=np.int64)},
+                    r"y must be an int \(50,\) array; got int64 with shape \(49,\)"),
     "y below -1": ({"y": np.where(np.arange(N) == 45, -2, np.arange(N) % 3)}, r"y must lie in \[-1, 3\) .* got min -2"),
     "y above num_classes": ({"y": np.arange(N) % 5, "num_classes": np.int64(3)},
                             r"y must lie in \[-1, 3\) \(-1 = unlabelled, num_classes from num_classes\); got min 0, "
@@ -82,11 +88,12 @@ BAD = {
                                    r"val_idx has 1 unlabelled node\(s\) \(y = -1\), e.g. 25"),
     # num_classes
     "num_classes float": ({"num_classes": np.float64(3)}, r"num_classes must be an int scalar array; got float64"),
-    "num_classes vector": ({"num_classes": _ids(3, 3)}, r"num_classes must be an int scalar; got shape \(2,\)"),
+    "num_classes vector": ({"num_classes": _ids(3, 3)}, r"num_classes must be an int scalar array; got int64 with "
+                                                          r"shape \(2,\)"),
     "num_classes 1": ({"num_classes": np.int64(1), "y": np.zeros(N, dtype=np.int64)},
                       r"num_classes must be between 2 and the node count 50; got 1 from num_classes"),
     "num_classes absurd": ({"num_classes": np.int64(10**12)}, r"between 2 and the node count 50; got 1000000000000"),
-    "no labels at all": ({"y": np.full(N, -1)}, r"got 0 from y.max\(\) \+ 1 \(no num_classes key\)"),
+    "no labels at all": ({"y": np.full(N, -1)}, r"got 0 from y.max\(\) \+ 1 \(no num_classes given\)"),
     # edge_index
     "edge_index float": ({"edge_index": np.zeros((2, 4))}, r"edge_index must be an int \[2, E\] array; got float64"),
     "edge_index [E, 2]": ({"edge_index": np.zeros((7, 2), dtype=np.int64)}, r"got int64 with shape \(7, 2\)\. "
@@ -99,7 +106,8 @@ BAD = {
     "train_idx float": ({"train_idx": np.arange(20.0)}, r"train_idx must be an int 1-D array; got float64"),
     "train_idx is a mask": ({"train_idx": np.arange(N) < 20}, r"got bool .* HINT: train_idx holds node ids, not a "
                                                                r"mask: save np.flatnonzero\(mask\)"),
-    "train_idx 2-D": ({"train_idx": np.arange(20).reshape(4, 5)}, r"train_idx must be a 1-D int array .* \(4, 5\)"),
+    "train_idx 2-D": ({"train_idx": np.arange(20).reshape(4, 5)}, r"train_idx must be an int 1-D array; got int64 with "
+                                                                  r"shape \(4, 5\)"),
     "train_idx negative": ({"train_idx": _ids(-1, 0)}, r"train_idx has node ids outside \[0, 50\): min -1"),
     "test_idx too large": ({"test_idx": _ids(30, 50)}, r"test_idx has node ids outside \[0, 50\): min 30, max 50"),
     "train_idx repeated": ({"train_idx": _ids(0, 1, 2, 1)}, r"train_idx must list each node once; got 1 repeated "

@@ -268,10 +268,11 @@ def _bad_file(tmp_path: Path, case: str) -> Path:
     ("duplicate", r"train must list each node once; got 1 repeated id\(s\), e.g. 1.*HINT: save np.unique\(train\)"),
     ("overlap", r"train and valid share 1 node\(s\), e.g. 29.*HINT: remove them from one split"),
     ("missing key", r"expected int arrays train, valid, test; got no test \(keys: train, valid\)"),
-    ("float", r"expected train as int node ids; got dtype float64.*HINT: save np.asarray\(train, dtype=np.int64\)"),
-    ("bool mask", r"got a boolean mask of shape \(50,\).*HINT: save np.flatnonzero\(mask\) as train"),
-    ("2-D", r"expected train as a 1-D array of node ids; got shape \(2, 15\)"),
-    ("pickled", r"got a pickled object array, which mpignn never loads"),
+    ("float", r"train must be an int 1-D array; got float64.*HINT: save np.asarray\(train, dtype=np.int64\)"),
+    ("bool mask", r"got bool with shape \(50,\).*HINT: train holds node ids, not a mask: save np.flatnonzero"),
+    ("2-D", r"train must be an int 1-D array; got int64 with shape \(2, 15\)"),
+    ("pickled", r"valid must be an int 1-D array; got dtype object \(pickled Python objects, which mpignn never "
+                 r"loads\)"),
     ("empty", r"test is empty \(nothing to report the accuracy on\)"),
     ("truncated", r"expected a complete npz file; got BadZipFile"),
     ("garbage", r"expected a complete npz file; got BadZipFile: not a valid npz file"),  # was numpy's "pickled"
@@ -292,8 +293,8 @@ def test_a_split_node_without_a_label_is_refused(tmp_path):
     g.train_idx = g.train_idx[g.train_idx != 5]
     save_npz(str(tmp_path / "g.npz"), g)
     np.savez(tmp_path / "s.npz", **GOOD)
-    with pytest.raises(DatasetError, match=r"expected labelled nodes in train; got 1 without a label \(y = -1\), e.g. 5"
-                       r".*HINT: drop them"):
+    with pytest.raises(DatasetError, match=r"train has 1 unlabelled node\(s\) \(y = -1\), e.g. 5"
+                       r".*HINT: drop unlabelled nodes"):
         load_dataset(f"npz:{tmp_path / 'g.npz'}", str(tmp_path), splits=str(tmp_path / "s.npz"))
 
 

@@ -1,20 +1,22 @@
-"""Checks shared by `data.npz` and `data.npz_hetero`: headers, dtypes, named keys, splits, labels, the error;
-`split_problem` and `check_splits` serve the npy, split-file, OGB and public readers too, so all say the same thing.
-numpy and mpignn.errors / data.npyio only; imports neither npz module (both import this one).
+"""The checks every reader of the user's files shares (npz, heterogeneous npz, npy folder, --splits, OGB): one
+refusal text each for an array's dtype and shape (`expect_array`), node ids out of range (`check_ids`), splits
+(`check_splits`) and labels (`check_labels`), given the reader's `fail(problem, hint)` that names its file.
+numpy and mpignn.errors / data.npyio only; imports none of the readers (they import this one).
 """
 from __future__ import annotations
 
 import zipfile
 import zlib
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
-from mpignn.data.npyio import read_npy_header
+from mpignn.data.npyio import iter_chunks, read_npy_header
 from mpignn.errors import DatasetError
 
-__all__ = ["SPLIT_KEYS", "PURPOSE", "split_problem", "NPZ_HINT", "UNREADABLE", "npz_error", "read_headers",
-           "open_npz", "check_dtype", "read_arrays", "check_splits", "check_labels"]
+__all__ = ["SPLIT_KEYS", "PURPOSE", "NPZ_HINT", "UNREADABLE", "Fail", "failing", "npz_error",
+           "read_headers", "open_npz", "expect_array", "check_ids", "read_arrays", "check_splits", "check_labels",
+           "check_labelled"]
 
 SPLIT_KEYS = ("train_idx", "val_idx", "test_idx")
 NPZ_HINT = "see 'Your own graph (npz)' in docs/datasets.md for the expected keys, dtypes and shapes"
@@ -24,9 +26,28 @@ PURPOSE = {"train_idx": "nothing to train on", "val_idx": "nothing to select the
            "test_idx": "nothing to report the accuracy on"}
 PURPOSE.update(train=PURPOSE["train_idx"], valid=PURPOSE["val_idx"], test=PURPOSE["test_idx"])  # --splits' keys
 
+Fail = Callable[..., DatasetError]
+"""A reader's refusal: `fail(problem, hint)` (hint optional) -> a DatasetError naming its file."""
+
+_FORMS: dict[str, tuple[Callable[[tuple[int, ...]], bool], Callable[[str, tuple[int, ...]], str]]] = {
+    "scalar": (lambda s: s in ((), (1,)), lambda key, s: f"save {key}=np.int64(value), one number"),
+    "1-D": (lambda s: len(s) == 1, lambda key, s: f"save {key}.reshape(-1)"),
+    "[2, E]": (lambda s: len(s) == 2 and s[0] == 2,
+               lambda key, s: f"save {key}.T (it is [E, 2])" if len(s) == 2 and s[1] == 2 else
+               "stack sources and targets: np.stack([src, dst])"),
+    "[N, F]": (lambda s: len(s) == 2 and 0 not in s,
+               lambda key, s: f"{key} needs N >= 1 nodes and F >= 1 features: give featureless nodes a constant "
+                              "feature, e.g. x = np.ones((num_nodes, 1), np.float32)")}
+"""Shapes by name: (does a shape fit, the fix of one that does not)."""
+
 
 def npz_error(path: str, problem: str, hint: str = NPZ_HINT) -> DatasetError:
-    return DatasetError(f"{path}: {problem}. HINT: {hint}")
+    return DatasetError(f"{path}: {' '.join(problem.split())}. HINT: {hint}")
+
+
+def failing(where: str, default_hint: str = NPZ_HINT) -> Fail:
+    """The `fail` of a reader whose refusals start with `where` and give `default_hint` where no other fits."""
+    return lambda problem, hint=default_hint: npz_error(where, problem, hint)
 
 
 def read_headers(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -56,20 +77,43 @@ def open_npz(path: str) -> np.lib.npyio.NpzFile | np.ndarray:
         raise zipfile.BadZipFile("not a valid npz file (neither a zip archive nor an npy array)") from None
 
 
-def check_dtype(path: str, key: str, shape: tuple[int, ...], dtype: np.dtype, want: str, form: str) -> None:
-    """Reject non-numeric dtypes (object arrays above all: mpignn never unpickles) and wrong kinds."""
-    ok = dtype.kind in "iu" if want == "int" else dtype.kind == "f"
-    if ok:
+def expect_array(fail: Fail, key: str, shape: tuple[int, ...], dtype: np.dtype, want: str,
+                 form: str | tuple[int, ...], hint: str = "", label: str = "") -> None:
+    """Refuse an array, by its header, that is not of dtype `want` and shape `form`, in one text for every reader.
+
+    Args:
+        fail: the reader's refusal.
+        key: the array's name in the fixes (`np.asarray(key, ...)`); `label` (default `key`) names it in the problem.
+        shape, dtype: the array's, from its header or itself.
+        want: "int" (any int), "float" (any float) or "float32". Object arrays are refused whatever `want`: mpignn
+            never unpickles.
+        form: a name of `_FORMS` ("scalar", "1-D", "[2, E]", "[N, F]") or the exact shape.
+        hint: the fix of a wrong shape where the form's own does not fit.
+    Raises:
+        DatasetError: `fail("{label} must be an int {form} array; got {dtype} with shape {shape}", fix)`.
+    """
+    kind_ok = dtype.kind in "iu" if want == "int" else dtype == np.float32 if want == "float32" else dtype.kind == "f"
+    fits, shape_hint = _FORMS[form] if isinstance(form, str) else (lambda s: s == form, lambda key, s: hint)
+    if kind_ok and fits(shape):
         return
     target = "np.int64" if want == "int" else "np.float32"
-    hint = f"save np.asarray({key}, dtype={target})"
-    if dtype.hasobject:
-        got = "dtype object (pickled Python objects, which mpignn never loads)"
+    got = "dtype object (pickled Python objects, which mpignn never loads)" if dtype.hasobject else \
+        f"{dtype} with shape {shape}"
+    if kind_ok:
+        hint = hint or shape_hint(key, shape)
+    elif dtype.kind == "b" and key in PURPOSE:  # a split
+        hint = f"{key} holds node ids, not a mask: save np.flatnonzero(mask)"
     else:
-        got = f"{dtype} with shape {shape}"
-        if dtype.kind == "b" and key in SPLIT_KEYS:
-            hint = f"{key} holds node ids, not a mask: save np.flatnonzero(mask)"
-    raise npz_error(path, f"{key} must be {'an' if want == 'int' else 'a'} {want} {form} array; got {got}", hint)
+        hint = f"save np.asarray({key}, dtype={target})"
+    raise fail(f"{label or key} must be {'an' if want == 'int' else 'a'} {want} {form} array; got {got}", hint)
+
+
+def check_ids(fail: Fail, key: str, ids: np.ndarray, n: int) -> None:
+    """Refuse ids outside [0, n), chunk by chunk (a memory-mapped array stays out of memory)."""
+    for _, chunk in iter_chunks(ids):
+        if chunk.size and (chunk.min() < 0 or chunk.max() >= n):
+            raise fail(f"{key} has node ids outside [0, {n}): min {chunk.min()}, max {chunk.max()}",
+                       "node ids are row numbers of x, 0 .. N-1")
 
 
 def read_arrays(path: str, keys: list[str]) -> dict[str, np.ndarray]:
@@ -85,61 +129,61 @@ def read_arrays(path: str, keys: list[str]) -> dict[str, np.ndarray]:
     return arrays
 
 
-def check_splits(path: Any, splits: dict[str, np.ndarray], n: int,
-                 error: Callable[[Any, str, str], DatasetError] = npz_error) -> None:
-    """Refuse splits that overlap, repeat, leave [0, n) or are empty, in the words of `split_problem`.
+def check_labels(fail: Fail, y: np.ndarray, splits: dict[str, np.ndarray], n: int,
+                 num_classes: int | np.ndarray | None, origin: str) -> int:
+    """Refuse num_classes outside [2, n], labels outside [-1, num_classes) and unlabelled split nodes.
 
+    Args:
+        num_classes: the file's (an int, or an int scalar or [1] array), or None for y.max() + 1; `origin` says
+            where a given one came from.
+    Returns:
+        num_classes.
     Raises:
-        DatasetError: `error(path, what, hint)` of the first problem (each reader passes its own error).
+        DatasetError: `fail(problem, hint)` of the first problem.
     """
-    problem = split_problem(splits, n)
-    if problem:
-        raise error(path, *problem)
-
-
-def check_labels(path: str, arrays: dict[str, np.ndarray], splits: dict[str, np.ndarray], n: int) -> int:
-    """Label range against num_classes; returns num_classes."""
-    y = arrays["y"]
-    if "num_classes" in arrays:
-        num_classes, origin = int(arrays["num_classes"].reshape(-1)[0]), "num_classes"
-    else:
-        num_classes, origin = int(y.max()) + 1, "y.max() + 1 (no num_classes key)"
+    if num_classes is None:
+        num_classes, origin = int(y.max()) + 1, "y.max() + 1 (no num_classes given)"
+    num_classes = int(np.asarray(num_classes).reshape(-1)[0])
     if not 2 <= num_classes <= n:
-        raise npz_error(path, f"num_classes must be between 2 and the node count {n}; got {num_classes} from "
-                              f"{origin}", "save num_classes=np.int64(C) with labels 0 .. C-1")
+        raise fail(f"num_classes must be between 2 and the node count {n}; got {num_classes} from {origin}",
+                   "set num_classes (np.int64(C) in an npz, in meta.json in an npy folder), labels 0 .. C-1")
     if y.min() < -1 or y.max() >= num_classes:
-        raise npz_error(path, f"y must lie in [-1, {num_classes}) (-1 = unlabelled, num_classes from {origin}); "
-                              f"got min {y.min()}, max {y.max()}", "labels are 0 .. num_classes-1; raise "
-                                                                    "num_classes or fix y")
-    for key, idx in splits.items():
-        unlabelled = idx[y[idx] < 0]
-        if unlabelled.size:
-            raise npz_error(path, f"{key} has {unlabelled.size} unlabelled node(s) (y = -1), e.g. {unlabelled[0]}; "
-                                  f"split nodes need labels in [0, {num_classes})",
-                            "drop unlabelled nodes from the splits, or label them")
+        raise fail(f"y must lie in [-1, {num_classes}) (-1 = unlabelled, num_classes from {origin}); got min "
+                   f"{y.min()}, max {y.max()}", "labels are 0 .. num_classes-1; raise num_classes or fix y")
+    check_labelled(fail, y, splits, num_classes)
     return num_classes
 
 
-def split_problem(splits: dict[str, np.ndarray], n: int) -> tuple[str, str] | None:
-    """The first problem (what, hint) of the splits, or None when they are sound."""
+def check_labelled(fail: Fail, y: np.ndarray, splits: dict[str, np.ndarray], num_classes: int) -> None:
+    """Refuse a split node labelled -1 (unlabelled), given labels already in [-1, num_classes)."""
+    for key, idx in splits.items():
+        unlabelled = idx[y[idx] < 0]
+        if unlabelled.size:
+            raise fail(f"{key} has {unlabelled.size} unlabelled node(s) (y = -1), e.g. {unlabelled[0]}; split nodes "
+                       f"need labels in [0, {num_classes})", "drop unlabelled nodes from the splits, or label them")
+
+
+def check_splits(fail: Fail, splits: dict[str, np.ndarray], n: int) -> None:
+    """Refuse splits that are empty, leave [0, n), repeat a node or share one.
+
+    Raises:
+        DatasetError: `fail(problem, hint)` of the first problem.
+    """
     owner = np.zeros(n, dtype=np.int8)
     for i, (key, idx) in enumerate(splits.items(), start=1):
         if idx.size == 0:
-            return (f"{key} is empty ({PURPOSE.get(key, 'no nodes')}); all three splits need nodes",
-                    "hold out some labelled nodes, e.g. split a random permutation 60/20/20")
-        if idx.min() < 0 or idx.max() >= n:
-            return (f"{key} has node ids outside [0, {n}): min {idx.min()}, max {idx.max()}",
-                    "node ids are row numbers of x, 0 .. N-1")
+            raise fail(f"{key} is empty ({PURPOSE.get(key, 'no nodes')}); all three splits need nodes",
+                       "hold out some labelled nodes, e.g. split a random permutation 60/20/20")
+        check_ids(fail, key, idx, n)
         ordered = np.sort(idx)
         repeated = ordered[1:][ordered[1:] == ordered[:-1]]
         if repeated.size:
-            return (f"{key} must list each node once; got {repeated.size} repeated id(s), e.g. {repeated[0]}",
-                    f"save np.unique({key})")
+            raise fail(f"{key} must list each node once; got {repeated.size} repeated id(s), e.g. {repeated[0]}",
+                       f"save np.unique({key})")
         taken = owner[idx]
         if taken.any():
             other = list(splits)[int(taken[taken > 0][0]) - 1]
             shared = idx[taken > 0]
-            return (f"{other} and {key} share {shared.size} node(s), e.g. {shared[0]}; a node may be in one split "
-                    "only", f"remove them from one split, e.g. np.setdiff1d({key}, {other})")
+            raise fail(f"{other} and {key} share {shared.size} node(s), e.g. {shared[0]}; a node may be in one "
+                       "split only", f"remove them from one split, e.g. np.setdiff1d({key}, {other})")
         owner[idx] = i
-    return None

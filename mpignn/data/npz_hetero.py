@@ -10,7 +10,7 @@ import numpy as np
 from mpignn.data.graph import GraphData
 from mpignn.data.hetero import build_hetero, edge_type_name
 from mpignn.data.npyio import refuse_beyond_memory
-from mpignn.data.npz_checks import SPLIT_KEYS, check_dtype, check_labels, check_splits, npz_error
+from mpignn.data.npz_checks import SPLIT_KEYS, Fail, check_labels, check_splits, expect_array, failing
 
 __all__ = ["is_hetero_npz", "hetero_from_headers", "hetero_npz_arrays"]
 
@@ -21,10 +21,10 @@ def is_hetero_npz(headers: dict) -> bool:
     return any(k.startswith("edge_index__") for k in headers)
 
 
-def _names(key: str, prefix: str, parts: int, path: str) -> list[str]:
+def _names(key: str, prefix: str, parts: int, fail: Fail) -> list[str]:
     names = key[len(prefix):].split("__")
     if len(names) != parts or not all(names):
-        raise npz_error(path, f"key {key} must be {prefix}{'__'.join(['NAME'] * parts)}", _HINT)
+        raise fail(f"key {key} must be {prefix}{'__'.join(['NAME'] * parts)}")
     return names
 
 
@@ -35,63 +35,53 @@ def hetero_from_headers(path: str, headers: dict[str, tuple[tuple[int, ...], np.
     Raises:
         DatasetError: the first rule of docs/tasks.md the file breaks.
     """
+    fail = failing(path, _HINT)
     counts_keys = [k for k in headers if k.startswith("num_nodes__")]
     if not counts_keys:
-        raise npz_error(path, "no num_nodes__T keys (one node count per node type)", _HINT)
+        raise fail("no num_nodes__T keys (one node count per node type)")
     y_keys = [k for k in headers if k.startswith("y__")]
     if len(y_keys) != 1:
-        raise npz_error(path, f"exactly one y__T key (labels of the classified type) is needed; found "
-                              f"{', '.join(y_keys) or 'none'}", _HINT)
+        raise fail(f"exactly one y__T key (labels of the classified type) is needed; found "
+                   f"{', '.join(y_keys) or 'none'}")
     missing = [k for k in SPLIT_KEYS if k not in headers]
     if missing:
-        raise npz_error(path, f"missing key(s) {', '.join(missing)}", _HINT)
+        raise fail(f"missing key(s) {', '.join(missing)}")
     scalars = [*counts_keys, *(["num_classes"] if "num_classes" in headers else [])]
     for key in (*scalars, *(k for k in headers if k.startswith(("edge_index__", "y__"))), *SPLIT_KEYS):
-        shape, dtype = headers[key]
         form = "scalar" if key in scalars else "[2, E]" if key.startswith("edge_index__") else "1-D"
-        check_dtype(path, key, shape, dtype, "int", form)
-        if (form == "scalar" and shape not in ((), (1,))) or (form == "1-D" and len(shape) != 1):
-            raise npz_error(path, f"{key} must be an int {form} array; got shape {shape}",
-                            f"save {key}=np.int64(N)" if form == "scalar" else f"save {key}.reshape(-1)")
+        expect_array(fail, key, *headers[key], "int", form)
     for key in (k for k in headers if k.startswith("x__")):
-        check_dtype(path, key, *headers[key], "float", "[N, F]")
+        expect_array(fail, key, *headers[key], "float", "[N, F]")
     arrays = read([k for k in headers if k.startswith(("num_nodes__", "x__", "edge_index__", "y__"))
                    or k in (*SPLIT_KEYS, "num_classes")])
-    counts = {_names(k, "num_nodes__", 1, path)[0]: int(arrays[k].reshape(-1)[0]) for k in counts_keys}
+    counts = {_names(k, "num_nodes__", 1, fail)[0]: int(arrays[k].reshape(-1)[0]) for k in counts_keys}
     for t, n in counts.items():
         if n < 1:
-            raise npz_error(path, f"num_nodes__{t} must be >= 1; got {n}", _HINT)
+            raise fail(f"num_nodes__{t} must be >= 1; got {n}")
     total = sum(counts.values())  # 8 bytes a node at least: a label or an id
     refuse_beyond_memory(path, 8 * total, f"the num_nodes__ counts add up to {total} nodes, more than this "
                                           "host's {memory} GiB of memory holds", "check the counts you saved")
     x = {}
     for key in (k for k in arrays if k.startswith("x__")):
-        t = _names(key, "x__", 1, path)[0]
+        t = _names(key, "x__", 1, fail)[0]
         if t not in counts or arrays[key].ndim != 2 or arrays[key].shape[0] != counts[t]:
-            raise npz_error(path, f"{key} must be [num_nodes__{t}, F] for a node type with a num_nodes__ key; got "
-                                  f"shape {arrays[key].shape}", _HINT)
+            raise fail(f"{key} must be [num_nodes__{t}, F] for a node type with a num_nodes__ key; got "
+                       f"shape {arrays[key].shape}")
         with np.errstate(over="ignore"):
             x[t] = np.ascontiguousarray(arrays[key], dtype=np.float32)
         if not np.isfinite(x[t]).all():
-            raise npz_error(path, f"{key} has NaN or infinite values (as float32)", "impute or drop them")
-    edges = {}
-    for key in (k for k in arrays if k.startswith("edge_index__")):
-        et = tuple(_names(key, "edge_index__", 3, path))
-        if arrays[key].ndim != 2 or arrays[key].shape[0] != 2:
-            raise npz_error(path, f"{key} must be an int [2, E] array; got shape {arrays[key].shape}",
-                            "stack sources and targets: np.stack([src, dst])")
-        edges[et] = arrays[key]
-    target = _names(y_keys[0], "y__", 1, path)[0]
+            raise fail(f"{key} has NaN or infinite values (as float32)", "impute or drop them")
+    edges = {tuple(_names(key, "edge_index__", 3, fail)): arrays[key] for key in arrays
+             if key.startswith("edge_index__")}
+    target = _names(y_keys[0], "y__", 1, fail)[0]
     if target not in counts:
-        raise npz_error(path, f"{y_keys[0]} labels a type without a num_nodes__{target} key", _HINT)
+        raise fail(f"{y_keys[0]} labels a type without a num_nodes__{target} key")
     y = arrays[y_keys[0]].astype(np.int64).reshape(-1)
     if len(y) != counts[target]:
-        raise npz_error(path, f"{y_keys[0]} must hold num_nodes__{target} = {counts[target]} labels; got {len(y)}",
-                        _HINT)
+        raise fail(f"{y_keys[0]} must hold num_nodes__{target} = {counts[target]} labels; got {len(y)}")
     splits = {k: arrays[k].astype(np.int64) for k in SPLIT_KEYS}
-    check_splits(path, splits, counts[target])
-    num_classes = check_labels(path, {"y": y, **({"num_classes": arrays["num_classes"]}
-                                                 if "num_classes" in arrays else {})}, splits, counts[target])
+    check_splits(fail, splits, counts[target])
+    num_classes = check_labels(fail, y, splits, counts[target], arrays.get("num_classes"), "num_classes")
     return build_hetero(name, counts, edges, x, target, y, splits, num_classes)
 
 

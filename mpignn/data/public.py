@@ -20,7 +20,7 @@ from mpignn.data.raw_benchmarks import (FLICKR_FILES, REDDIT_FILES, read_flickr,
                                         read_wikics)
 from mpignn.data.raw_public import (IMDB_FILES, PLANETOID_PARTS, read_heterophilous, read_imdb,
                                     read_planetoid)
-from mpignn.data.npz_checks import SPLIT_KEYS, split_problem
+from mpignn.data.npz_checks import SPLIT_KEYS, check_splits
 from mpignn.errors import DatasetError
 
 __all__ = ["PUBLIC", "OGB", "NUM_SPLITS", "split_key", "load_public", "class_split"]
@@ -72,22 +72,25 @@ def _graph(key: str, where: str, arrays: dict[str, np.ndarray], **csr: bool) -> 
     elif not np.isfinite(np.add.reduce(x, axis=None, dtype=np.float64)):
         problem = "finite features, not NaN or infinite ones"
     else:
-        y = y.astype(np.int64)
-        problem = _labels_problem(y, splits)
+        problem = None
     if problem:
         raise _unsound(key, where, problem)
+    y = y.astype(np.int64)
+    _check_labels(key, where, y, splits)
     rowptr, col = csr_from_edges(arrays["src"], arrays["dst"], len(y), where=where, **csr)
     return GraphData(name=key, rowptr=rowptr, col=col, x=x.astype(np.float32, copy=False), y=y,
                      num_classes=int(y.max()) + 1, **splits)
 
 
-def _labels_problem(y: np.ndarray, splits: dict[str, np.ndarray]) -> str | None:
-    """What is wrong with int labels `y` and the splits over them (overlaps, repeats, ids outside, unlabelled
-    split nodes, under 2 classes), or None."""
-    found = split_problem(splits, len(y))
-    unlabelled = None if found else next((k for k, ids in splits.items() if np.any(y[ids] < 0)), None)
-    return (found[0] if found else f"{unlabelled} holds nodes without a label" if unlabelled else
-            f"at least 2 classes, not labels up to {y.max()}" if y.max() < 1 else None)
+def _check_labels(key: str, where: str, y: np.ndarray, splits: dict[str, np.ndarray]) -> None:
+    """Refuse int labels `y` and the splits over them with overlaps, repeats, ids outside, unlabelled split nodes
+    or under 2 classes."""
+    fail = lambda problem, hint="": _unsound(key, where, problem)  # noqa: E731 (the hint: replace the files)
+    check_splits(fail, splits, len(y))
+    unlabelled = next((k for k, ids in splits.items() if np.any(y[ids] < 0)), None)
+    if unlabelled or y.max() < 1:
+        raise fail(f"{unlabelled} holds nodes without a label" if unlabelled else
+                   f"at least 2 classes, not labels up to {y.max()}")
 
 
 def _unsound(key: str, where: str, problem: str) -> DatasetError:
@@ -121,9 +124,7 @@ def _imdb(key: str, raw_dir: str, path: str, split: int) -> GraphData:
 
     raw = read_imdb(raw_dir)
     splits = {k: raw[k] for k in SPLIT_KEYS}
-    problem = _labels_problem(raw["y"], splits)
-    if problem:
-        raise _unsound(key, raw_dir, problem)
+    _check_labels(key, raw_dir, raw["y"], splits)
     return build_hetero(key, raw["counts"], raw["edges"], raw["x"], "movie", raw["y"], splits)
 
 

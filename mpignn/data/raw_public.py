@@ -186,8 +186,9 @@ def _test_index(path: str) -> np.ndarray:
                            "the original file from https://github.com/kimiyoung/planetoid (data/)") from None
 
 
-def _edges_from_graph(path: str, adjacency: Any, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every listed pair, as PyG's `edge_index_from_dict` takes them (the CSR drops self-loops and repeats)."""
+def _edges_from_graph(path: str, adjacency: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Every listed pair, as PyG's `edge_index_from_dict` takes them (the CSR drops self-loops and repeats and
+    refuses ids outside the graph)."""
     if not isinstance(adjacency, dict):
         raise _bad(path, f"a {type(adjacency).__name__} where the adjacency dict belongs")
     rows: list[int] = []
@@ -197,11 +198,7 @@ def _edges_from_graph(path: str, adjacency: Any, num_nodes: int) -> tuple[np.nda
             raise _bad(path, "an adjacency entry that is not int -> list of ints")
         rows += [key] * len(value)
         cols += value
-    src = np.array(rows, dtype=np.int64)
-    dst = np.array(cols, dtype=np.int64)
-    if len(src) and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= num_nodes):
-        raise _bad(path, f"node ids outside 0..{num_nodes - 1}")
-    return src, dst
+    return np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64)
 
 
 def read_planetoid(raw_dir: str, name: str) -> dict[str, np.ndarray]:
@@ -240,7 +237,7 @@ def read_planetoid(raw_dir: str, name: str) -> dict[str, np.ndarray]:
     y_idx = labels.argmax(axis=1).astype(np.int64)
     y_idx[test_index] = y_idx[sorted_test]
     num_nodes = len(y_idx)
-    src, dst = _edges_from_graph(paths["graph"], loaded["graph"], num_nodes)
+    src, dst = _edges_from_graph(paths["graph"], loaded["graph"])
     train_n = len(y)
     as_ids = lambda ids: np.unique(ids[ids < num_nodes]).astype(np.int64)  # noqa: E731 (index_to_mask semantics)
     return {"x": x, "y": y_idx, "src": src, "dst": dst, "train_idx": as_ids(np.arange(train_n)),
@@ -271,15 +268,13 @@ def read_heterophilous(path: str) -> dict[str, np.ndarray]:
         dict of x, y, src / dst as stored (the caller symmetrises, as `to_undirected` does) and train_masks /
         val_masks / test_masks bool [splits, N].
     Raises:
-        DatasetError: a pickled member, a missing array, or edges naming nodes that do not exist.
+        DatasetError: a pickled member, a missing array, or edges not [E, 2] (ids are checked by the CSR).
     """
     keys = ("node_features", "node_labels", "edges", "train_masks", "val_masks", "test_masks")
     raw = npz_arrays(path, keys)
     x, edges = raw["node_features"], raw["edges"]
-    n = len(x)
-    if edges.ndim != 2 or edges.shape[1] != 2 or (edges.size and (edges.min() < 0 or edges.max() >= n)):
-        raise DatasetError(f"{path}: expected edges [E, 2] with ids in 0..{n - 1}, got shape {edges.shape}. "
-                           "HINT: replace it with the dataset's original file")
+    if edges.ndim != 2 or edges.shape[1] != 2:  # ids outside 0..n-1: csr_from_edges refuses them
+        raise raw_error(path, "edges [E, 2]", f"shape {edges.shape}")
     return {"x": x, "y": raw["node_labels"], "src": edges[:, 0].astype(np.int64), "dst": edges[:, 1].astype(np.int64),
             **{k: raw[k].astype(bool) for k in ("train_masks", "val_masks", "test_masks")}}
 

@@ -11,8 +11,8 @@ import numpy as np
 
 from mpignn.data.cache import fingerprint
 from mpignn.data.graph import GraphData
-from mpignn.data.npz_checks import UNREADABLE, check_splits, open_npz
-from mpignn.errors import DatasetError
+from mpignn.data.npz_checks import (SPLIT_KEYS, UNREADABLE, Fail, check_labelled, check_splits, expect_array,
+                                    failing, open_npz)
 
 __all__ = ["SPLIT_FILE_KEYS", "SPLITS_TAG", "read_split_file", "apply_splits", "splits_tag", "split_source",
            "check_readable"]
@@ -23,16 +23,16 @@ SPLITS_TAG = "|splits="
 _SAVE = "np.savez(FILE, train=ids, valid=ids, test=ids) with int node ids"
 
 
-def _error(path: str, problem: str, hint: str = _SAVE) -> DatasetError:
-    return DatasetError(f"--splits {path}: {' '.join(problem.split())}. HINT: {hint}")
+def _fail(path: str) -> Fail:
+    return failing(f"--splits {path}", _SAVE)
 
 
 def check_readable(path: str) -> None:
     """Raise the one-line DatasetError `read_split_file` would for a file that is absent or unreadable."""
     if not os.path.isfile(path) or not os.access(path, os.R_OK):
         why = "no such file" if not os.path.exists(path) else "not a readable file"
-        raise _error(path, f"expected an npz of node ids ({', '.join(SPLIT_FILE_KEYS)}); got {why}",
-                     f"pass the path of an existing split file, or save one: {_SAVE}")
+        raise _fail(path)(f"expected an npz of node ids ({', '.join(SPLIT_FILE_KEYS)}); got {why}",
+                          f"pass the path of an existing split file, or save one: {_SAVE}")
 
 
 def read_split_file(path: str, num_nodes: int) -> dict[str, np.ndarray]:
@@ -44,40 +44,32 @@ def read_split_file(path: str, num_nodes: int) -> dict[str, np.ndarray]:
         DatasetError: one line naming the file, the problem and the fix.
     """
     check_readable(path)
+    fail = _fail(path)
     arrays = {}
     try:
         z = open_npz(path)
         if not isinstance(z, np.lib.npyio.NpzFile):
-            raise _error(path, "expected an npz (np.savez) of train, valid and test; got a single .npy array")
+            raise fail("expected an npz (np.savez) of train, valid and test; got a single .npy array")
         with z:
             missing = [k for k in SPLIT_FILE_KEYS if k not in z.files]
             if missing:
-                raise _error(path, f"expected int arrays {', '.join(SPLIT_FILE_KEYS)}; got no {', '.join(missing)} "
-                                   f"(keys: {', '.join(z.files) or 'none'})",
-                             f"{_SAVE} (rename train_idx/val_idx/test_idx or masks' np.flatnonzero accordingly)")
+                raise fail(f"expected int arrays {', '.join(SPLIT_FILE_KEYS)}; got no {', '.join(missing)} (keys: "
+                           f"{', '.join(z.files) or 'none'})",
+                           f"{_SAVE} (rename train_idx/val_idx/test_idx or masks' np.flatnonzero accordingly)")
             for key in SPLIT_FILE_KEYS:
                 try:
                     arrays[key] = z[key]
                 except ValueError as exc:
                     if "allow_pickle" not in str(exc):
                         raise
-                    raise _error(path, f"expected {key} as int node ids; got a pickled object array, which mpignn "
-                                       "never loads", f"save np.asarray({key}, dtype=np.int64)") from None
+                    arrays[key] = np.empty(0, dtype=object)  # a pickled array, refused below as every reader does
     except UNREADABLE as exc:  # not an npz, a truncated or corrupt zip, a member cut short
-        raise _error(path, f"expected a complete npz file; got {type(exc).__name__}: {str(exc)[:160]}",
-                     f"write it again: {_SAVE}") from None
+        raise fail(f"expected a complete npz file; got {type(exc).__name__}: {str(exc)[:160]}",
+                   f"write it again: {_SAVE}") from None
     for key, ids in arrays.items():
-        if ids.dtype.kind == "b":
-            raise _error(path, f"expected {key} as int node ids; got a boolean mask of shape {ids.shape}",
-                         f"save np.flatnonzero(mask) as {key}")
-        if ids.dtype.kind not in "iu":
-            raise _error(path, f"expected {key} as int node ids; got dtype {ids.dtype}",
-                         f"save np.asarray({key}, dtype=np.int64)")
-        if ids.ndim != 1:
-            raise _error(path, f"expected {key} as a 1-D array of node ids; got shape {ids.shape}",
-                         f"save {key}.reshape(-1)")
+        expect_array(fail, key, ids.shape, ids.dtype, "int", "1-D")
     ids = {key: arrays[key].astype(np.int64) for key in SPLIT_FILE_KEYS}
-    check_splits(path, ids, num_nodes, _error)
+    check_splits(fail, ids, num_nodes)
     return {"train_idx": ids["train"], "val_idx": ids["valid"], "test_idx": ids["test"]}
 
 
@@ -94,12 +86,8 @@ def apply_splits(graph: GraphData, path: str) -> GraphData:
         k = schema.type_index(schema.target)
         n, lo = int(schema.node_counts[k]), int(schema.offsets[k])
     splits = read_split_file(path, n)
-    y = np.asarray(graph.y)
-    for key, name in zip(("train_idx", "val_idx", "test_idx"), SPLIT_FILE_KEYS):
-        unlabelled = splits[key][y[splits[key] + lo] < 0]
-        if unlabelled.size:
-            raise _error(path, f"expected labelled nodes in {name}; got {unlabelled.size} without a label (y = -1), "
-                               f"e.g. {unlabelled[0]}", f"drop them: np.setdiff1d({name}, unlabelled ids)")
+    check_labelled(_fail(path), np.asarray(graph.y)[lo:lo + n],
+                   {name: splits[key] for key, name in zip(SPLIT_KEYS, SPLIT_FILE_KEYS)}, graph.num_classes)
     return dataclasses.replace(graph, **{key: ids + lo for key, ids in splits.items()})
 
 
