@@ -56,15 +56,15 @@ def scatter_graph(comm: Any, data: Any, part_id: int, *, num_parts: int, method:
     received = ""
     with bounded("sending the in-memory graph's parts", limit=timeout or 0.0):
         if comm.rank == 0:
-            _, parts, shares = cut
-            mine = {**parts[part_ids[0]], **shares[part_ids[0]]}
+            parts = cut[1]
+            mine = parts[part_ids[0]]
             left = collections.Counter(part_ids[1:])
             for dest, p in enumerate(part_ids[1:], start=1):
-                send_arrays(comm, {**parts[p], **shares[p]}, dest)
+                send_arrays(comm, parts[p], dest)
                 left[p] -= 1
                 if not left[p] and p != part_ids[0]:
-                    parts[p] = shares[p] = None  # sent to every rank that holds it
-            del cut, parts, shares
+                    parts[p] = None  # sent to every rank that holds it
+            del cut, parts
         else:
             mine, received = recv_arrays(comm, 0)
     check_all(comm, not received, received, ConfigError)
@@ -75,19 +75,18 @@ def scatter_graph(comm: Any, data: Any, part_id: int, *, num_parts: int, method:
 
 
 def _cut(data: Any, num_parts: int, method: str, seed: int,
-         links: dict | None) -> tuple[dict, list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:
-    """Rank 0: (META.json's content, each part's arrays, each part's held-out edges keyed `links/NAME`)."""
+         links: dict | None) -> tuple[dict, list[dict[str, np.ndarray]]]:
+    """Rank 0: (META.json's content, each part's arrays and its held-out edges, keyed `links/NAME`)."""
     graph = graph_from_pyg(data)
     graph, parts, held_out, method = split_and_assign(graph, num_parts, method, seed, links)
     node_map, meta, arrays = parts_in_memory(graph, parts, num_parts=num_parts, method=method, seed=seed,
                                              dataset=MEMORY_NAME)
-    shares: list[dict[str, np.ndarray]] = [{} for _ in range(num_parts)]
     if held_out is not None:
         mapped = in_partition_ids(held_out, node_map)
         offsets = np.asarray(meta["part_offsets"], dtype=np.int64)
-        shares = [{_LINKS + k: np.ascontiguousarray(v) for k, v in link_share(mapped, offsets, p).items()}
-                  for p in range(num_parts)]
-    return meta, arrays, shares
+        for p in range(num_parts):
+            arrays[p].update({_LINKS + k: np.ascontiguousarray(v) for k, v in link_share(mapped, offsets, p).items()})
+    return meta, arrays
 
 
 def _bytes(array: np.ndarray) -> np.ndarray:
