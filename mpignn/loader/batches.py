@@ -207,10 +207,9 @@ class BatchLoader:
             edge_index = pinned_empty((2, len(out.row)), torch.int64, self.device)
             edge_index[0].numpy()[:], edge_index[1].numpy()[:] = out.row, out.col
         data = Data(x=x, y=_tensor(y), edge_index=edge_index, n_id=_tensor(out.n_id))
-        if self.dataset_ids is not None:
+        if self.dataset_ids is not None:  # its sources give `input_id` too (`_carry`)
             data.part_n_id = data.n_id
             data.n_id = torch.from_numpy(ids)
-            data.input_id = data.n_id[:out.batch_size]
         data.num_nodes = len(out.n_id)  # a cooperative x may have room for other ranks' rows after them
         data.batch_size = out.batch_size
         data.num_sampled_nodes = out.num_sampled_nodes

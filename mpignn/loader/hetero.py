@@ -69,8 +69,6 @@ class HeteroLayout:
                 store.y = y[torch.from_numpy(idx)]
             if k == seeds:
                 store.batch_size = batch_size
-                if dataset_ids is not None:
-                    store.input_id = store.n_id[:batch_size]
         for e, (src, rel, dst) in enumerate(schema.edge_types):
             m = np.flatnonzero(edge_type == e)
             store = data[src, rel, dst]
