@@ -114,7 +114,7 @@ class CooperativeSampler:
             raise ValueError("cooperative seeds must be nodes this rank owns")
         mark = self._mark()
         own = np.empty(max(16, 4 * len(seeds)), dtype=np.int64)
-        n = kernels.claim(seeds, mark, lo, own, 0)
+        n = kernels.relabel(seeds, mark, own, 0, lo)[1]
         try:
             if n != len(seeds):
                 raise ValueError("seed nodes must be distinct")
@@ -137,7 +137,7 @@ class CooperativeSampler:
                 self.bytes_received += 8 * len(got)
                 if n + len(found) + len(got) > len(own):  # room for every candidate
                     own = np.concatenate([own[:n], np.empty(max(n, len(found) + len(got)), dtype=np.int64)])
-                n = kernels.claim(got, mark, lo, own, kernels.claim(found[mine], mark, lo, own, n))
+                n = kernels.relabel(got, mark, own, kernels.relabel(found[mine], mark, own, n, lo)[1], lo)[1]
                 depth_counts.append(n - f_hi)
                 f_lo, f_hi = f_hi, n
             src = np.concatenate(sources) if sources else _EMPTY

@@ -16,7 +16,7 @@ from mpignn.compiled import ensure_numba_cache_dir, serial_or_parallel
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 
 __all__ = ["ARRAY_MAP_BYTES", "sample_rows", "splitmix", "relabel", "reset_scratch", "relabel_hashed", "rehash",
-           "clear_table", "mix_seed", "hashed_ids", "first_seen", "first_seen_mapped", "claim", "warm_up"]
+           "clear_table", "mix_seed", "hashed_ids", "first_seen", "first_seen_mapped", "warm_up"]
 
 
 @njit(inline="always")
@@ -94,20 +94,21 @@ def sample_rows(rowptr, col, rows, gids, fanouts, seed):
 
 
 @njit(cache=True, nogil=True)
-def relabel(nbrs, scratch, n_id, n_count):
+def relabel(nbrs, scratch, n_id, n_count, lo=0):
     """Give each neighbour a batch-local index, appending unseen ones to `n_id` in first-seen order.
 
-    `scratch` (global id -> local index, -1 = unseen) is cleaned by `reset_scratch`, so cost follows the batch.
+    `scratch` (global id - `lo` -> local index, -1 = unseen) is cleaned by `reset_scratch`, so cost follows the
+    batch. A cooperative batch's own nodes take it with the part's first node as `lo`.
     Returns:
         (local index of each neighbour, new node count).
     """
     local = np.empty(nbrs.shape[0], dtype=np.int64)
     for i in range(nbrs.shape[0]):
         g = nbrs[i]
-        v = scratch[g]
+        v = scratch[g - lo]
         if v < 0:
             v = n_count
-            scratch[g] = v
+            scratch[g - lo] = v
             n_id[n_count] = g
             n_count += 1
         local[i] = v
@@ -261,18 +262,6 @@ def first_seen_mapped(ids, index_of):
 
 
 @njit(cache=True, nogil=True)
-def claim(ids, mark, lo, own, n):
-    """Append own ids not yet in the batch (`mark[id - lo] < 0`) to `own[n:]`, marking each; returns the count."""
-    for i in range(ids.shape[0]):
-        g = ids[i]
-        if mark[g - lo] < 0:
-            mark[g - lo] = n
-            own[n] = g
-            n += 1
-    return n
-
-
-@njit(cache=True, nogil=True)
 def split_sources(src, lo, hi, mark):
     """A cooperative batch's edge sources in one pass: (each edge's code: an own source's row, or -1 - k for the
     k-th distinct remote source; the distinct remote sources; each one's first edge)."""
@@ -335,4 +324,4 @@ def warm_up() -> None:
     hashed_ids(one, 0, 1)
     code, _, _ = split_sources(one, 1, 2, np.zeros(1, dtype=np.int64))
     layer_sources(code, 1, 0, one)
-    claim(one, np.full(1, -1, dtype=np.int64), 0, np.empty(1, dtype=np.int64), 0)
+    relabel(one, np.full(1, -1, dtype=np.int64), np.empty(1, dtype=np.int64), 0, 0)
