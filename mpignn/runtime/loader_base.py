@@ -31,7 +31,7 @@ def as_array(value: Any) -> np.ndarray:
 
 
 def check_options(kwargs: dict[str, Any], graph: LocalGraph, batch_size: Any, batch_scope: str, prefetch: str,
-                  name: str, unsupported: Mapping[str, Any] = {}) -> None:
+                  name: str, unsupported: Mapping[str, Any]) -> None:
     """Refuse keywords the loader `name` does not take (PyG's worker keywords are accepted and ignored, those of
     `unsupported` at their defaults there), a graph without its runtime and out-of-range loader options, in one
     line each."""
