@@ -18,7 +18,7 @@ from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.ogb_raw import OGB, load_ogb
 from mpignn.data.raw_benchmarks import (FLICKR_FILES, REDDIT_FILES, read_flickr, read_gnn_benchmark, read_reddit,
                                         read_wikics)
-from mpignn.data.raw_public import (IMDB_FILES, PLANETOID_PARTS, read_heterophilous, read_imdb,
+from mpignn.data.raw_public import (IMDB_FILES, PLANETOID_PARTS, raw_error, read_heterophilous, read_imdb,
                                     read_planetoid)
 from mpignn.data.npz_checks import SPLIT_KEYS, check_splits
 from mpignn.errors import DatasetError
@@ -60,13 +60,14 @@ def _graph(key: str, where: str, arrays: dict[str, np.ndarray], **csr: bool) -> 
     they are sound.
 
     Raises:
-        DatasetError: naming `where`: x and y of other node counts, labels that are not whole numbers, x not
-            finite, splits that overlap, repeat or leave the graph, split nodes without a label, under 2 classes.
+        DatasetError: naming `where`: x and y of other node counts, x not numbers, labels that are not whole
+            numbers, x not finite, splits that overlap, repeat or leave the graph, split nodes without a label,
+            under 2 classes.
     """
     x, y = np.asarray(arrays["x"]), np.asarray(arrays["y"])
     splits = {k: arrays[k] for k in SPLIT_KEYS}
-    if x.ndim != 2 or y.ndim != 1 or len(x) != len(y):
-        problem = f"x [N, F] and y [N] of one node count, not x {x.shape} and y {y.shape}"
+    if x.ndim != 2 or y.ndim != 1 or len(x) != len(y) or x.dtype.kind not in "biuf":
+        problem = f"x [N, F] and y [N] of one node count, x of numbers; not x {x.dtype} {x.shape} and y {y.shape}"
     elif y.dtype.kind not in "iuf" or (y.dtype.kind == "f" and not np.array_equal(y, np.round(y))):
         problem = f"labels that are whole numbers, not {y.dtype}"
     elif not np.isfinite(np.add.reduce(x, axis=None, dtype=np.float64)):
@@ -98,8 +99,19 @@ def _unsound(key: str, where: str, problem: str) -> DatasetError:
                         "replace the raw files with the dataset's originals (or delete them to download again)")
 
 
-def _mask_splits(masks: Sequence[np.ndarray], split: int) -> dict[str, np.ndarray]:
-    """train/val/test ids of fixed split `split`: row `split` of a [K, N] mask, a [N] mask as it is."""
+def _mask_splits(key: str, path: str, arrays: dict[str, np.ndarray], names: Sequence[str],
+                 split: int) -> dict[str, np.ndarray]:
+    """train/val/test ids of fixed split `split` from the masks `names`: row `split` of a [K, N] mask (named
+    `*_masks`), a [N] mask as it is.
+
+    Raises:
+        DatasetError: a mask of another shape (K: the dataset's NUM_SPLITS).
+    """
+    masks, n = [arrays[k] for k in names], len(arrays["y"])
+    count = NUM_SPLITS[key.partition(":")[0]]
+    if any(m.shape != ((count, n) if k.endswith("masks") else (n,)) for k, m in zip(names, masks)):
+        raise raw_error(path, f"masks [{count}, {n}] of {count} fixed splits (or [{n}]) over the N = {n} labels",
+                        f"shapes {[m.shape for m in masks]}")
     return {k: np.flatnonzero(m[split] if m.ndim == 2 else m).astype(np.int64) for k, m in zip(SPLIT_KEYS, masks)}
 
 
@@ -108,14 +120,9 @@ def _planetoid(key: str, raw_dir: str, path: str, split: int) -> GraphData:
 
 
 def _heterophilous(key: str, raw_dir: str, path: str, split: int) -> GraphData:
-    name = key.partition(":")[0]
     arrays = read_heterophilous(path)
-    n = len(arrays["y"])
-    masks = [arrays[f"{part}_masks"] for part in ("train", "val", "test")]
-    if any(m.shape != (NUM_SPLITS[name], n) for m in masks):
-        raise DatasetError(f"{path}: expected masks of shape ({NUM_SPLITS[name]}, {n}), got "
-                           f"{[m.shape for m in masks]}. HINT: replace it with the dataset's original file")
-    return _graph(key, path, {**arrays, **_mask_splits(masks, split)}, symmetric=True)  # to_undirected
+    splits = _mask_splits(key, path, arrays, ("train_masks", "val_masks", "test_masks"), split)
+    return _graph(key, path, {**arrays, **splits}, symmetric=True)  # to_undirected
 
 
 def _imdb(key: str, raw_dir: str, path: str, split: int) -> GraphData:
@@ -136,11 +143,8 @@ def _gnn_benchmark(key: str, raw_dir: str, path: str, split: int) -> GraphData:
 
 def _wikics(key: str, raw_dir: str, path: str, split: int) -> GraphData:
     arrays = read_wikics(path)
-    if len(arrays["train_masks"]) != NUM_SPLITS["WikiCS"]:
-        raise DatasetError(f"{path}: expected {NUM_SPLITS['WikiCS']} train and val masks, got "
-                           f"{len(arrays['train_masks'])}. HINT: replace it with the dataset's original file")
-    masks = [arrays[k] for k in ("train_masks", "val_masks", "test_mask")]
-    return _graph(key, raw_dir, {**arrays, **_mask_splits(masks, split)}, symmetric=True)  # keeps self loops
+    splits = _mask_splits(key, path, arrays, ("train_masks", "val_masks", "test_mask"), split)
+    return _graph(key, raw_dir, {**arrays, **splits}, symmetric=True)  # keeps self loops
 
 
 def _as_stored(key: str, raw_dir: str, path: str, split: int) -> GraphData:

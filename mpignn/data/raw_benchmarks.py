@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from mpignn.data.raw_public import checked_csr, dense_csr, npz_arrays, raw_error, scipy_csr
+from mpignn.data.raw_public import checked_csr, dense_csr, npy_array, npz_arrays, raw_error, scipy_csr, scipy_parts
 
 __all__ = ["GNN_BENCHMARK_KEYS", "FLICKR_FILES", "REDDIT_FILES", "read_gnn_benchmark", "read_wikics", "read_flickr",
            "read_reddit"]
@@ -69,7 +69,8 @@ def read_wikics(path: str) -> dict[str, np.ndarray]:
     Returns:
         dict of x, y, src / dst (as listed), train_masks / val_masks bool [20, N] and test_mask bool [N].
     Raises:
-        DatasetError: truncated or invalid JSON, a missing key, ragged or mis-sized arrays, fractional ids.
+        DatasetError: truncated or invalid JSON, a missing key, ragged arrays, other than a link list per label,
+            fractional ids (x and the masks are checked against y by `public`).
     """
     data = _json(path)
     keys = ("features", "labels", "links", "train_masks", "val_masks", "test_mask")
@@ -87,12 +88,8 @@ def read_wikics(path: str) -> dict[str, np.ndarray]:
         raise raw_error(path, "numeric features, labels, masks and lists of neighbour ids",
                         f"{type(exc).__name__}: {exc}") from None
     n = len(y)
-    train, val, test = masks["train_masks"], masks["val_masks"], masks["test_mask"]
-    if (x.ndim != 2 or len(x) != n or len(lengths) != n or train.ndim != 2 or train.shape[1] != n
-            or val.shape != train.shape or test.shape != (n,)):
-        raise raw_error(path, f"features [N, F], labels, links and test_mask of N = {n} nodes and train/val "
-                              "masks [K, N]", f"features {x.shape}, {len(lengths)} link lists, masks "
-                                              f"{train.shape}, {val.shape}, {test.shape}")
+    if len(lengths) != n:  # x and the masks against y: `public._graph` and `_mask_splits`
+        raise raw_error(path, f"one list of links per label (N = {n})", f"{len(lengths)} link lists")
     fractional = dst[dst != np.round(dst)]  # int64 would truncate them: a wrong graph, silently
     if fractional.size:
         raise raw_error(path, "whole-number neighbour ids in links",
@@ -100,8 +97,7 @@ def read_wikics(path: str) -> dict[str, np.ndarray]:
     if n and y.min() < 0:
         raise raw_error(path, "labels >= 0", f"min {y.min()}")
     src = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    return {"x": x, "y": y, "src": src, "dst": dst.astype(np.int64), "train_masks": train, "val_masks": val,
-            "test_mask": test}
+    return {"x": x, "y": y, "src": src, "dst": dst.astype(np.int64), **masks}
 
 
 def _ids(path: str, values: Any, what: str, n: int) -> np.ndarray:
@@ -126,12 +122,7 @@ def read_flickr(raw_dir: str) -> dict[str, np.ndarray]:
     _, indices, indptr, (n, cols) = scipy_csr(p("adj_full.npz"))
     if n != cols:
         raise raw_error(p("adj_full.npz"), "a square adjacency", f"{n}x{cols}")
-    try:
-        x = np.load(p("feats.npy"), allow_pickle=False)
-    except (OSError, ValueError, EOFError) as exc:  # truncated, pickled (object dtype) or not an npy file
-        raise raw_error(p("feats.npy"), "a plain float npy array", f"{type(exc).__name__}: {exc}") from None
-    if x.ndim != 2 or len(x) != n or x.dtype.kind not in "biuf":
-        raise raw_error(p("feats.npy"), f"numbers of shape ({n}, F)", f"{x.dtype} with shape {x.shape}")
+    x = npy_array(p("feats.npy"), "a plain float npy array")  # numbers [N, F]: checked by `public._graph`
     class_map, role = _json(p("class_map.json")), _json(p("role.json"))
     if not isinstance(class_map, dict) or not all(k.isdigit() and isinstance(v, int) and v >= 0
                                                   for k, v in class_map.items()):
@@ -146,7 +137,7 @@ def read_flickr(raw_dir: str) -> dict[str, np.ndarray]:
     splits = {key: np.unique(_ids(p("role.json"), role[part], part, n))
               for key, part in (("train_idx", "tr"), ("val_idx", "va"), ("test_idx", "te"))}
     row_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-    return {"x": x.astype(np.float32), "y": y, "src": row_of, "dst": indices, **splits}
+    return {"x": x, "y": y, "src": row_of, "dst": indices, **splits}
 
 
 def read_reddit(raw_dir: str) -> dict[str, np.ndarray]:
@@ -159,20 +150,16 @@ def read_reddit(raw_dir: str) -> dict[str, np.ndarray]:
     """
     data_path, graph_path = (os.path.join(raw_dir, f) for f in REDDIT_FILES)
     data = npz_arrays(data_path, ("feature", "label", "node_types"))
-    graph = npz_arrays(graph_path, ("row", "col", "format", "shape"))
-    x = data["feature"]
+    graph = scipy_parts(graph_path, ("row", "col"), "coo")
+    x = data["feature"]  # numbers [N, F]: checked by `public._graph`
     n = len(x)
-    if x.ndim != 2 or x.dtype.kind not in "biuf":
-        raise raw_error(data_path, "feature: numbers [N, F]", f"{x.dtype} with shape {x.shape}")
     y = _labels(data_path, "label", data["label"], n)
     kind = _labels(data_path, "node_types", data["node_types"], n)
-    fmt = graph["format"].item()
-    fmt = fmt.decode("ascii", "replace") if isinstance(fmt, bytes) else str(fmt)
     shape = tuple(int(v) for v in graph["shape"].reshape(-1))
     row, col = graph["row"].reshape(-1).astype(np.int64), graph["col"].reshape(-1).astype(np.int64)
-    if fmt != "coo" or shape != (n, n) or len(row) != len(col):
+    if shape != (n, n) or len(row) != len(col):
         raise raw_error(graph_path, f"a scipy coo matrix of {n}x{n} (save_npz)",
-                        f"format '{fmt}' shape {shape}, {len(row)} rows and {len(col)} columns")
-    return {"x": x.astype(np.float32), "y": y, "src": row, "dst": col,
+                        f"shape {shape}, {len(row)} rows and {len(col)} columns")
+    return {"x": x, "y": y, "src": row, "dst": col,
             **{key: np.flatnonzero(kind == k).astype(np.int64)
                for k, key in enumerate(("train_idx", "val_idx", "test_idx"), start=1)}}

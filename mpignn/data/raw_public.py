@@ -17,8 +17,8 @@ from mpignn.data.npyio import refuse_beyond_memory
 from mpignn.data.npz_checks import open_npz
 from mpignn.errors import DatasetError
 
-__all__ = ["PLANETOID_PARTS", "read_planetoid", "read_heterophilous", "read_imdb", "npz_arrays", "scipy_csr",
-           "checked_csr", "dense_csr", "raw_error", "IMDB_FILES", "IMDB_NODE_TYPES"]
+__all__ = ["PLANETOID_PARTS", "read_planetoid", "read_heterophilous", "read_imdb", "npz_arrays", "npy_array",
+           "scipy_parts", "scipy_csr", "checked_csr", "dense_csr", "raw_error", "IMDB_FILES", "IMDB_NODE_TYPES"]
 
 PLANETOID_PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 IMDB_FILES = ("adjM.npz", "features_0.npz", "features_1.npz", "features_2.npz", "labels.npy",
@@ -94,21 +94,23 @@ class _RestrictedUnpickler(pickle.Unpickler):
                                          "list") from None
 
 
-def raw_error(path: str, expected: str, got: str) -> DatasetError:
-    """Build the refusal of a raw file that is not what its dataset ships.
+def raw_error(path: str, expected: str, got: str, source: str = "the dataset's original file") -> DatasetError:
+    """Build the refusal of a raw file that is not what its dataset ships (`source`: where the original is).
 
     Returns:
         DatasetError `{path}: expected {expected}, got {got}. HINT: ...`, `got` on one line, cut to 200 characters.
     """
     got = " ".join(got.split())[:200]
-    return DatasetError(f"{path}: expected {expected}, got {got}. HINT: replace it with the dataset's original file, "
-                        "or delete it to download it again")
+    return DatasetError(f"{path}: expected {expected}, got {got}. HINT: replace it with {source}, or delete it to "
+                        "download it again")
+
+
+_PLANETOID = "the original file from https://github.com/kimiyoung/planetoid (data/)"
 
 
 def _bad(path: str, what: str) -> DatasetError:
-    return DatasetError(f"{path}: expected a Planetoid raw file (numpy arrays, a scipy csr matrix or a dict of "
-                        f"neighbour lists), got {what}. HINT: replace it with the original file from "
-                        "https://github.com/kimiyoung/planetoid (data/), or delete it to download it again")
+    return raw_error(path, "a Planetoid raw file (numpy arrays, a scipy csr matrix or a dict of neighbour lists)",
+                     what, _PLANETOID)
 
 
 def _unpickle(path: str) -> Any:
@@ -182,8 +184,7 @@ def _test_index(path: str) -> np.ndarray:
         with open(path, encoding="ascii") as f:
             return np.array([int(line) for line in f if line.strip()], dtype=np.int64)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"{path}: expected one integer per line, got {str(exc)[:80]}. HINT: replace it with "
-                           "the original file from https://github.com/kimiyoung/planetoid (data/)") from None
+        raise raw_error(path, "one integer per line", str(exc)[:80], _PLANETOID) from None
 
 
 def _edges_from_graph(path: str, adjacency: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -231,8 +232,8 @@ def read_planetoid(raw_dir: str, name: str) -> dict[str, np.ndarray]:
     x = np.concatenate([allx, tx])
     labels = np.concatenate([ally, ty])
     if test_index.min() < 0 or test_index.max() >= len(x):
-        raise DatasetError(f"{paths['test.index']}: expected test ids in 0..{len(x) - 1}, got "
-                           f"{int(test_index.min())}..{int(test_index.max())}. HINT: replace it with the original")
+        raise raw_error(paths["test.index"], f"test ids in 0..{len(x) - 1}",
+                        f"{int(test_index.min())}..{int(test_index.max())}", _PLANETOID)
     x[test_index] = x[sorted_test]
     y_idx = labels.argmax(axis=1).astype(np.int64)
     y_idx[test_index] = y_idx[sorted_test]
@@ -261,6 +262,18 @@ def npz_arrays(path: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
                         f"{type(exc).__name__}: {str(exc)[:160]}") from None
 
 
+def npy_array(path: str, expected: str) -> np.ndarray:
+    """An .npy array read with allow_pickle=False.
+
+    Raises:
+        DatasetError: `raw_error` of a file truncated, pickled (object dtype) or not an npy file.
+    """
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise raw_error(path, expected, f"{type(exc).__name__}: {exc}") from None
+
+
 def read_heterophilous(path: str) -> dict[str, np.ndarray]:
     """Read a heterophilous-graphs npz (Tolokers) as `HeterophilousGraphDataset.process` does.
 
@@ -279,14 +292,23 @@ def read_heterophilous(path: str) -> dict[str, np.ndarray]:
             **{k: raw[k].astype(bool) for k in ("train_masks", "val_masks", "test_masks")}}
 
 
+def scipy_parts(path: str, keys: tuple[str, ...], fmt: str) -> dict[str, np.ndarray]:
+    """The arrays `keys` and `shape` of a scipy `save_npz` file of format `fmt` (read with allow_pickle=False).
+
+    Raises:
+        DatasetError: what `npz_arrays` raises, or a file of another format.
+    """
+    raw = npz_arrays(path, (*keys, "format", "shape"))
+    got = raw["format"].item()
+    got = got.decode("ascii", "replace") if isinstance(got, bytes) else str(got)
+    if got != fmt:
+        raise raw_error(path, f"a scipy {fmt} matrix (save_npz)", f"format '{got}'")
+    return raw
+
+
 def scipy_csr(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
     """A scipy `save_npz` csr file as (data, indices, indptr, shape), read with allow_pickle=False."""
-    raw = npz_arrays(path, ("data", "indices", "indptr", "format", "shape"))
-    fmt = raw["format"].item()
-    fmt = fmt.decode("ascii", "replace") if isinstance(fmt, bytes) else str(fmt)
-    if fmt != "csr":
-        raise DatasetError(f"{path}: expected a scipy csr matrix, got format '{fmt}'. HINT: replace it with the "
-                           "dataset's original file")
+    raw = scipy_parts(path, ("data", "indices", "indptr"), "csr")
     return checked_csr(path, raw["data"], raw["indices"], raw["indptr"], raw["shape"])
 
 
@@ -303,18 +325,13 @@ def read_imdb(raw_dir: str) -> dict[str, Any]:
     x = {t: dense_csr(p(f"features_{i}.npz"), *scipy_csr(p(f"features_{i}.npz")))
          for i, t in enumerate(IMDB_NODE_TYPES)}
     counts = {t: len(x[t]) for t in IMDB_NODE_TYPES}
-    try:
-        y = np.load(p("labels.npy"), allow_pickle=False).astype(np.int64)
-    except Exception as exc:
-        raise DatasetError(f"{p('labels.npy')}: expected a plain int npy, got {type(exc).__name__}: "
-                           f"{str(exc)[:160]}. HINT: replace it with the dataset's original file") from None
+    y = npy_array(p("labels.npy"), "a plain int npy array")
     split = npz_arrays(p("train_val_test_idx.npz"), ("train_idx", "val_idx", "test_idx"))
     _, indices, indptr, shape = scipy_csr(p("adjM.npz"))
     total = sum(counts.values())
-    if shape != (total, total) or y.shape != (counts["movie"],):
-        raise DatasetError(f"{p('adjM.npz')}: expected {total}x{total} for {counts} nodes and {counts['movie']} "
-                           f"labels, got {shape[0]}x{shape[1]} and labels of shape {y.shape}. HINT: use the "
-                           "original files")
+    if shape != (total, total) or y.shape != (counts["movie"],) or y.dtype.kind not in "iu":
+        raise raw_error(p("adjM.npz"), f"{total}x{total} for {counts} nodes and {counts['movie']} int labels",
+                        f"{shape[0]}x{shape[1]} and labels of shape {y.shape} ({y.dtype})")
     start = dict(zip(IMDB_NODE_TYPES, np.cumsum([0, *counts.values()])[:-1].tolist()))
     row_of = np.repeat(np.arange(total), np.diff(indptr))
     edges: dict[tuple[str, str, str], np.ndarray] = {}
@@ -325,5 +342,5 @@ def read_imdb(raw_dir: str) -> dict[str, Any]:
             edges[(src, "to", dst)] = np.stack([row_of[sel] - r0, indices[sel] - c0]).astype(np.int64)
     movies = counts["movie"]
     as_ids = lambda ids: np.unique(ids.astype(np.int64)[(ids >= 0) & (ids < movies)])  # noqa: E731
-    return {"counts": counts, "x": x, "edges": edges, "y": y, "train_idx": as_ids(split["train_idx"]),
+    return {"counts": counts, "x": x, "edges": edges, "y": y.astype(np.int64), "train_idx": as_ids(split["train_idx"]),
             "val_idx": as_ids(split["val_idx"]), "test_idx": as_ids(split["test_idx"])}
