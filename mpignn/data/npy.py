@@ -44,13 +44,12 @@ def _load(fail: Fail, folder: Path, name: str) -> np.ndarray:
 
 
 def _structure(fail: Fail, folder: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
-    present = [form for form in EDGE_FORMS if any((folder / f"{f}.npy").is_file() for f in form)]
-    if len(present) != 1 or not all((folder / f"{f}.npy").is_file() for f in present[0]):
+    found = [f for form in EDGE_FORMS for f in form if (folder / f"{f}.npy").is_file()]
+    form = next((form for form in EDGE_FORMS if list(form) == found), None)
+    if form is None:
         forms = " or ".join("+".join(f"{f}.npy" for f in form) for form in EDGE_FORMS)
-        got = "none" if not present else ", ".join("+".join(f"{f}.npy" for f in form if (folder / f"{f}.npy")
-                                                            .is_file()) for form in present)
-        raise fail(f"expected the edges in exactly one form, {forms}; got {got}")
-    form = present[0]
+        raise fail(f"expected the edges in exactly one form, {forms}; got "
+                   f"{', '.join(f'{f}.npy' for f in found) or 'none'}")
     if form == ("edge_index",):
         _header(fail, folder, "edge_index", "int", "[2, E]")
         return csr_from_edges(*_load(fail, folder, "edge_index"), n, where=f"npy folder {folder}")

@@ -110,14 +110,14 @@ def _read_hetero(folder: str, info: OgbInfo) -> GraphData:
     for h, r, t in triplets:
         if h not in counts or t not in counts:
             raise _corrupt(folder, f"relation {h}___{r}___{t} names a node type num-node-dict lacks")
-        ei = _csv(_need(folder, info, "raw", "relations", f"{h}___{r}___{t}", "edge.csv.gz"), np.int64).T
+        ei = _csv(_need(folder, info, f"raw/relations/{h}___{r}___{t}/edge.csv.gz"), np.int64).T
         if h == t:
             edges[(h, r, t)] = np.concatenate([ei, ei[::-1]], axis=1)
         else:
             edges[(h, r, t)], edges[(t, f"rev_{r}", h)] = ei, ei[::-1]
     x = {t: _csv(p, np.float32) for t in counts
          if os.path.isfile(p := os.path.join(raw, "node-feat", t, "node-feat.csv.gz"))}
-    y = _csv(_need(folder, info, "raw", "node-label", target, "node-label.csv.gz"), np.int64).reshape(-1)
+    y = _csv(_need(folder, info, f"raw/node-label/{target}/node-label.csv.gz"), np.int64).reshape(-1)
     split = _read_splits(folder, info, counts[target], target)
     if len(y) != counts[target] or (y.size and (y.min() < 0 or y.max() >= info.num_classes)):
         raise _corrupt(folder, f"expected {counts[target]} {target} labels in [0, {info.num_classes})")
@@ -127,18 +127,20 @@ def _read_hetero(folder: str, info: OgbInfo) -> GraphData:
         raise _corrupt(folder, str(exc).split(". HINT")[0]) from None
 
 
-def _need(folder: str, info: OgbInfo, *parts: str) -> str:
-    path = os.path.join(folder, *parts)
-    if not os.path.isfile(path):
-        raise DatasetError(f"{folder} is incomplete: {os.path.relpath(path, folder)} missing. HINT: copy it "
-                           f"from ogb's release zip ({info.url}), or remove the folder to download it again")
-    return path
+def _need(folder: str, info: OgbInfo, *files: str) -> str:
+    """The path of `files[0]`, once every one of `files` (relative to `folder`) is there."""
+    missing = [f for f in files if not os.path.isfile(os.path.join(folder, f))]
+    if missing:
+        raise DatasetError(f"{folder} is incomplete: {', '.join(missing)} missing (mpignn reads raw/ and split/, "
+                           "never processed/). HINT: copy the missing files from ogb's release zip "
+                           f"({info.url}), or remove the folder so it is downloaded again")
+    return os.path.join(folder, files[0])
 
 
 def _read_splits(folder: str, info: OgbInfo, n: int, *target: str) -> dict[str, np.ndarray]:
     """train/val/test ids from split/<split>/[<target type>/], refused when out of range, repeated or shared."""
     where = os.path.join("split", info.split, *target)
-    split = {key: _csv(_need(folder, info, where, f"{part}.csv.gz"), np.int64).reshape(-1)
+    split = {key: _csv(_need(folder, info, f"{where}/{part}.csv.gz"), np.int64).reshape(-1)
              for key, part in (("train_idx", "train"), ("val_idx", "valid"), ("test_idx", "test"))}
     check_splits(lambda what, hint="": _corrupt(folder, f"{where}: {what}"), split, n)
     return split
@@ -203,11 +205,7 @@ def load_ogb(name: str, root: str) -> GraphData:
                                f"failed ({type(exc).__name__}: {str(exc)[:160]}). HINT: copy ogb's release folder "
                                "(raw/ and split/) into it, or run once on a machine with network access and point "
                                "--root at that folder") from None
-    missing = [f for f in files if not os.path.isfile(os.path.join(folder, f))]
-    if missing:
-        raise DatasetError(f"{folder} is incomplete: {', '.join(missing)} missing (mpignn reads raw/ and split/, "
-                           "never processed/). HINT: copy the missing files from ogb's release zip "
-                           f"({info.url}), or remove the folder so it is downloaded again")
+    _need(folder, info, *files)
     if info.hetero:
         return _read_hetero(folder, info)
     n, edge_index, x, labels = _read_raw(folder, info)
