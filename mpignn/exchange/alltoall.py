@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from mpignn.mpi import alltoallv, exchange_counts
+from mpignn.partition.format import group_by_owner
 
 __all__ = ["MpiAlltoall", "TorchAlltoall", "make_alltoall", "staged", "IdDirectory"]
 
@@ -93,12 +94,12 @@ class IdDirectory:
         ids = np.asarray(dataset_ids, dtype=np.int64)
         size = 1 if comm is None else comm.size
         self.block = max(1, -(-self.num_nodes // size))
+        self._offsets = self.block * np.arange(size + 1, dtype=np.int64)  # rank r keeps the map of block r
         pairs = np.stack([ids, lo + np.arange(len(ids), dtype=np.int64)], axis=1)
         if comm is None:
             got = pairs
         else:
-            order = np.argsort(ids // self.block, kind="stable")
-            counts = np.bincount(ids // self.block, minlength=size)
+            _, order, counts = group_by_owner(ids, self._offsets, size)
             got, _ = alltoallv(comm, pairs[order], counts)
         self.rank = 0 if comm is None else comm.rank
         self._part = np.full(min(self.block, max(0, self.num_nodes - self.rank * self.block)), -1, dtype=np.int64)
@@ -109,9 +110,7 @@ class IdDirectory:
         ids = np.asarray(ids, dtype=np.int64)
         if self.comm is None:
             return self._part[ids]
-        dest = ids // self.block
-        order = np.argsort(dest, kind="stable")
-        counts = np.bincount(dest, minlength=self.comm.size)
+        _, order, counts = group_by_owner(ids, self._offsets, self.comm.size)
         asked, asked_counts = alltoallv(self.comm, ids[order], counts)
         answer = self._part[asked - self.rank * self.block]
         back, _ = alltoallv(self.comm, answer, asked_counts)
