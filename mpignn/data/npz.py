@@ -12,7 +12,7 @@ import numpy as np
 from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.npyio import refuse_beyond_memory
 from mpignn.data.npz_checks import (SPLIT_KEYS, UNREADABLE, check_labels, check_splits, expect_array, failing,
-                                    npz_error, read_arrays, read_headers)
+                                    npz_error, read_headers, read_npz)
 from mpignn.data.npz_hetero import hetero_from_headers, hetero_npz_arrays, is_hetero_npz
 from mpignn.errors import DatasetError
 from mpignn.fileio import atomic_path
@@ -57,7 +57,8 @@ def load_npz(path: str) -> GraphData:
         raise npz_error(path, f"not a readable .npz file ({exc})", "write it with np.savez") from None
     name = "npz-" + os.path.splitext(os.path.basename(path))[0]
     # Keys beyond the format are never read, so they cannot cost memory or hold pickles.
-    graph = _checked_graph(path, headers, lambda keys: read_arrays(path, keys), name)
+    reread = failing(path, "write it again with np.savez")
+    graph = _checked_graph(path, headers, lambda keys: read_npz(path, keys, reread), name)
     graph.meta = {"path": os.path.abspath(path)}
     return graph
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import zipfile
 import zlib
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from mpignn.data.npyio import iter_chunks, read_npy_header
 from mpignn.errors import DatasetError
 
 __all__ = ["SPLIT_KEYS", "PURPOSE", "NPZ_HINT", "UNREADABLE", "Fail", "failing", "npz_error",
-           "read_headers", "open_npz", "expect_array", "check_ids", "read_arrays", "check_splits", "check_labels",
+           "read_headers", "open_npz", "expect_array", "check_ids", "read_npz", "check_splits", "check_labels",
            "check_labelled"]
 
 SPLIT_KEYS = ("train_idx", "val_idx", "test_idx")
@@ -116,17 +116,28 @@ def check_ids(fail: Fail, key: str, ids: np.ndarray, n: int) -> None:
                        "node ids are row numbers of x, 0 .. N-1")
 
 
-def read_arrays(path: str, keys: list[str]) -> dict[str, np.ndarray]:
-    """The named arrays only (allow_pickle=False): keys beyond the format are never read."""
-    arrays = {}
-    with np.load(path, allow_pickle=False) as f:
-        for key in keys:
-            try:
-                arrays[key] = f[key]
-            except UNREADABLE as exc:
-                raise npz_error(path, f"key {key} is truncated or corrupt ({exc})",
-                                "write the file again with np.savez") from None
-    return arrays
+def read_npz(path: str, keys: Sequence[str], fail: Fail) -> dict[str, np.ndarray]:
+    """The arrays `keys` of an npz, read with allow_pickle=False: other keys (pickled ones too) are never read.
+
+    Raises:
+        DatasetError: `fail("expected an npz of plain arrays KEYS; got ...")` of a file that is not an npz (a
+            single .npy too), lacks a key, or whose named member is truncated, corrupt or pickled.
+    """
+    expected, key = f"expected an npz of plain arrays {', '.join(keys)}; got", ""
+    try:
+        z = open_npz(path)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise fail(f"{expected} a single .npy array")
+        with z:
+            missing = [k for k in keys if k not in z.files]
+            if missing:
+                raise fail(f"{expected} no {', '.join(missing)} (keys: {', '.join(z.files) or 'none'})")
+            arrays = {}
+            for key in keys:
+                arrays[key] = z[key]
+            return arrays
+    except UNREADABLE as exc:  # not an npz, a truncated or corrupt zip or member, a pickled member (ValueError)
+        raise fail(f"{expected} {key + ': ' if key else ''}{type(exc).__name__}: {str(exc)[:160]}") from None
 
 
 def check_labels(fail: Fail, y: np.ndarray, splits: dict[str, np.ndarray], n: int,

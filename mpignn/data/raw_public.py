@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from mpignn.data.npyio import refuse_beyond_memory
-from mpignn.data.npz_checks import open_npz
+from mpignn.data.npz_checks import Fail, failing, read_npz
 from mpignn.errors import DatasetError
 
 __all__ = ["PLANETOID_PARTS", "read_planetoid", "read_heterophilous", "read_imdb", "npz_arrays", "npy_array",
@@ -94,15 +94,18 @@ class _RestrictedUnpickler(pickle.Unpickler):
                                          "list") from None
 
 
+def raw_fail(path: str, source: str = "the dataset's original file") -> Fail:
+    """The `fail` of a raw file that is not what its dataset ships (`source`: where the original is)."""
+    return failing(path, f"replace it with {source}, or delete it to download it again")
+
+
 def raw_error(path: str, expected: str, got: str, source: str = "the dataset's original file") -> DatasetError:
     """Build the refusal of a raw file that is not what its dataset ships (`source`: where the original is).
 
     Returns:
         DatasetError `{path}: expected {expected}, got {got}. HINT: ...`, `got` on one line, cut to 200 characters.
     """
-    got = " ".join(got.split())[:200]
-    return DatasetError(f"{path}: expected {expected}, got {got}. HINT: replace it with {source}, or delete it to "
-                        "download it again")
+    return raw_fail(path, source)(f"expected {expected}, got {' '.join(got.split())[:200]}")
 
 
 _PLANETOID = "the original file from https://github.com/kimiyoung/planetoid (data/)"
@@ -251,15 +254,7 @@ def npz_arrays(path: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
     Raises:
         DatasetError: the file is missing, truncated or not a zip, lacks a key, or a named key is pickled.
     """
-    try:
-        with open_npz(path) as z:
-            missing = [k for k in keys if k not in z.files]
-            if missing:
-                raise ValueError(f"no {', '.join(missing)} in {', '.join(z.files)}")
-            return {k: z[k] for k in keys}
-    except Exception as exc:  # a pickled member, a bad zip or a missing key: all the file's fault
-        raise raw_error(path, f"an npz of plain arrays {', '.join(keys)}",
-                        f"{type(exc).__name__}: {str(exc)[:160]}") from None
+    return read_npz(path, keys, raw_fail(path))
 
 
 def npy_array(path: str, expected: str) -> np.ndarray:

@@ -11,8 +11,7 @@ import numpy as np
 
 from mpignn.data.cache import fingerprint
 from mpignn.data.graph import GraphData
-from mpignn.data.npz_checks import (SPLIT_KEYS, UNREADABLE, Fail, check_labelled, check_splits, expect_array,
-                                    failing, open_npz)
+from mpignn.data.npz_checks import SPLIT_KEYS, Fail, check_labelled, check_splits, expect_array, failing, read_npz
 
 __all__ = ["SPLIT_FILE_KEYS", "SPLITS_TAG", "read_split_file", "apply_splits", "splits_tag", "split_source",
            "check_readable"]
@@ -45,27 +44,7 @@ def read_split_file(path: str, num_nodes: int) -> dict[str, np.ndarray]:
     """
     check_readable(path)
     fail = _fail(path)
-    arrays = {}
-    try:
-        z = open_npz(path)
-        if not isinstance(z, np.lib.npyio.NpzFile):
-            raise fail("expected an npz (np.savez) of train, valid and test; got a single .npy array")
-        with z:
-            missing = [k for k in SPLIT_FILE_KEYS if k not in z.files]
-            if missing:
-                raise fail(f"expected int arrays {', '.join(SPLIT_FILE_KEYS)}; got no {', '.join(missing)} (keys: "
-                           f"{', '.join(z.files) or 'none'})",
-                           f"{_SAVE} (rename train_idx/val_idx/test_idx or masks' np.flatnonzero accordingly)")
-            for key in SPLIT_FILE_KEYS:
-                try:
-                    arrays[key] = z[key]
-                except ValueError as exc:
-                    if "allow_pickle" not in str(exc):
-                        raise
-                    arrays[key] = np.empty(0, dtype=object)  # a pickled array, refused below as every reader does
-    except UNREADABLE as exc:  # not an npz, a truncated or corrupt zip, a member cut short
-        raise fail(f"expected a complete npz file; got {type(exc).__name__}: {str(exc)[:160]}",
-                   f"write it again: {_SAVE}") from None
+    arrays = read_npz(path, SPLIT_FILE_KEYS, fail)
     for key, ids in arrays.items():
         expect_array(fail, key, ids.shape, ids.dtype, "int", "1-D")
     ids = {key: arrays[key].astype(np.int64) for key in SPLIT_FILE_KEYS}
