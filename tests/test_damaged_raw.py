@@ -39,7 +39,7 @@ TOLOKERS = {  # damage -> what the refusal names
     "negative labels": (lambda z: z.update(node_labels=z["node_labels"] - 3), "holds nodes without a label"),
     "1-d features": (lambda z: z.update(node_features=z["node_features"][:, 0]), "of one node count"),
     "fractional labels": (lambda z: z.update(node_labels=z["node_labels"] + 0.5), "whole numbers"),
-    "NaN features": (lambda z: z["node_features"].__setitem__((3, 1), np.nan), "finite features"),
+    "NaN features": (lambda z: z["node_features"].__setitem__((3, 1), np.nan), "x has 1 NaN or infinite values"),
     "train overlaps test": (lambda z: z.update(train_masks=z["train_masks"] | z["test_masks"]),
                             "train_idx and test_idx share"),
 }

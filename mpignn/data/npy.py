@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
-from mpignn.data.npyio import iter_chunks, read_npy_header
-from mpignn.data.npz_checks import SPLIT_KEYS, Fail, check_ids, check_labels, check_splits, expect_array, failing
+from mpignn.data.npyio import read_npy_header
+from mpignn.data.npz_checks import (SPLIT_KEYS, Fail, check_finite, check_ids, check_labels, check_splits, expect_array,
+                                    failing)
 from mpignn.errors import DatasetError
 from mpignn.fileio import load_npy, save_npy, write_json
 
@@ -101,11 +102,7 @@ def load_npy_folder(folder: str | os.PathLike) -> GraphData:
             raise fail(f"meta.json's num_classes must be a JSON integer; got {meta['num_classes']!r}",
                        'write e.g. {"num_classes": 8}')
     x = _load(fail, folder, "x")
-    for lo, chunk in iter_chunks(x):
-        bad = ~np.isfinite(chunk)
-        if bad.any():
-            raise fail(f"x.npy has NaN or infinite values, e.g. in row {lo + int(np.argwhere(bad)[0, 0])}",
-                       "impute or drop them, e.g. np.nan_to_num(x)")
+    check_finite(fail, "x.npy", x)
     y = np.asarray(_load(fail, folder, "y"), dtype=np.int64)
     splits = {k: np.asarray(_load(fail, folder, k), dtype=np.int64) for k in SPLIT_KEYS}
     check_splits(fail, splits, n)

@@ -14,8 +14,8 @@ import numpy as np
 from mpignn.data.npyio import iter_chunks, read_npy_header
 from mpignn.errors import DatasetError
 
-__all__ = ["SPLIT_KEYS", "PURPOSE", "NPZ_HINT", "UNREADABLE", "Fail", "failing", "npz_error",
-           "read_headers", "open_npz", "expect_array", "check_ids", "read_npz", "check_splits", "check_labels",
+__all__ = ["SPLIT_KEYS", "PURPOSE", "NPZ_HINT", "UNREADABLE", "Fail", "failing", "npz_error", "read_headers",
+           "open_npz", "expect_array", "check_ids", "check_finite", "read_npz", "check_splits", "check_labels",
            "check_labelled"]
 
 SPLIT_KEYS = ("train_idx", "val_idx", "test_idx")
@@ -114,6 +114,16 @@ def check_ids(fail: Fail, key: str, ids: np.ndarray, n: int) -> None:
         if chunk.size and (chunk.min() < 0 or chunk.max() >= n):
             raise fail(f"{key} has node ids outside [0, {n}): min {chunk.min()}, max {chunk.max()}",
                        "node ids are row numbers of x, 0 .. N-1")
+
+
+def check_finite(fail: Fail, key: str, x: np.ndarray) -> None:
+    """Refuse NaN or infinite values of `x` as float32 (overflows too), chunk by chunk (a mapped file stays out of
+    memory)."""
+    with np.errstate(over="ignore"):  # an overflow becomes inf, counted
+        bad = sum(int(np.count_nonzero(~np.isfinite(c.astype(np.float32, copy=False)))) for _, c in iter_chunks(x))
+    if bad:
+        raise fail(f"{key} has {bad} NaN or infinite values (as float32)",
+                   "impute or drop them, e.g. np.nan_to_num(x), and keep |x| < 3.4e38")
 
 
 def read_npz(path: str, keys: Sequence[str], fail: Fail) -> dict[str, np.ndarray]:

@@ -10,7 +10,7 @@ import numpy as np
 from mpignn.data.graph import GraphData
 from mpignn.data.hetero import build_hetero, edge_type_name
 from mpignn.data.npyio import refuse_beyond_memory
-from mpignn.data.npz_checks import SPLIT_KEYS, Fail, check_labels, check_splits, expect_array, failing
+from mpignn.data.npz_checks import SPLIT_KEYS, Fail, check_finite, check_labels, check_splits, expect_array, failing
 
 __all__ = ["is_hetero_npz", "hetero_from_headers", "hetero_npz_arrays"]
 
@@ -69,8 +69,7 @@ def hetero_from_headers(path: str, headers: dict[str, tuple[tuple[int, ...], np.
                        f"shape {arrays[key].shape}")
         with np.errstate(over="ignore"):
             x[t] = np.ascontiguousarray(arrays[key], dtype=np.float32)
-        if not np.isfinite(x[t]).all():
-            raise fail(f"{key} has NaN or infinite values (as float32)", "impute or drop them")
+        check_finite(fail, key, x[t])
     edges = {tuple(_names(key, "edge_index__", 3, fail)): arrays[key] for key in arrays
              if key.startswith("edge_index__")}
     target = _names(y_keys[0], "y__", 1, fail)[0]

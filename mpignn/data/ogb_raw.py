@@ -16,7 +16,7 @@ import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.npz_checks import check_splits
-from mpignn.data.raw_public import npz_arrays
+from mpignn.data.raw_public import download_error, npz_arrays
 from mpignn.errors import DatasetError
 
 __all__ = ["OGB", "OgbInfo", "ogb_info", "ogb_files", "load_ogb"]
@@ -200,11 +200,7 @@ def load_ogb(name: str, root: str) -> GraphData:
         try:
             _download(info, root)
         except Exception as exc:  # offline download failures come in many types
-            listed = ", ".join(files[:3]) + " ..."
-            raise DatasetError(f"{name} is not under {folder} ({listed} missing) and downloading it from {info.url} "
-                               f"failed ({type(exc).__name__}: {str(exc)[:160]}). HINT: copy ogb's release folder "
-                               "(raw/ and split/) into it, or run once on a machine with network access and point "
-                               "--root at that folder") from None
+            raise download_error(name, folder, files, exc, info.url, "ogb's release folder (raw/ and split/)") from None
     _need(folder, info, *files)
     if info.hetero:
         return _read_hetero(folder, info)

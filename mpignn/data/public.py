@@ -18,22 +18,15 @@ from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.ogb_raw import OGB, load_ogb
 from mpignn.data.raw_benchmarks import (FLICKR_FILES, REDDIT_FILES, read_flickr, read_gnn_benchmark, read_reddit,
                                         read_wikics)
-from mpignn.data.raw_public import (IMDB_FILES, PLANETOID_PARTS, raw_error, read_heterophilous, read_imdb,
-                                    read_planetoid)
-from mpignn.data.npz_checks import SPLIT_KEYS, check_splits
+from mpignn.data.raw_public import (IMDB_FILES, PLANETOID_PARTS, download_error, raw_error, read_heterophilous,
+                                    read_imdb, read_planetoid)
+from mpignn.data.npz_checks import SPLIT_KEYS, check_finite, check_splits
 from mpignn.errors import DatasetError
 
 __all__ = ["PUBLIC", "OGB", "NUM_SPLITS", "split_key", "load_public", "class_split"]
 
 NUM_SPLITS = {"Tolokers": 10, "WikiCS": 20}
 """Datasets that ship several fixed splits, taken as `NAME:split=K` (default 0)."""
-
-
-def _missing_error(name: str, folder: str, files: list[str], cause: BaseException) -> DatasetError:
-    listed = ", ".join(files[:8]) + (" ..." if len(files) > 8 else "")
-    return DatasetError(f"{name} is not under {folder} ({listed} missing) and downloading it failed "
-                        f"({type(cause).__name__}: {str(cause)[:160]}). HINT: copy the raw files into {folder}, "
-                        "or run once on a machine with network access and point --root at that folder")
 
 
 def _ensure_raw(name: str, raw_dir: str, files: Sequence[str], fetch: Callable[[str], None]) -> None:
@@ -52,7 +45,7 @@ def _ensure_raw(name: str, raw_dir: str, files: Sequence[str], fetch: Callable[[
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     except Exception as exc:  # offline download failures come in many types
-        raise _missing_error(name, raw_dir, missing, exc) from None
+        raise download_error(name, raw_dir, missing, exc) from None
 
 
 def _graph(key: str, where: str, arrays: dict[str, np.ndarray], **csr: bool) -> GraphData:
@@ -70,12 +63,11 @@ def _graph(key: str, where: str, arrays: dict[str, np.ndarray], **csr: bool) -> 
         problem = f"x [N, F] and y [N] of one node count, x of numbers; not x {x.dtype} {x.shape} and y {y.shape}"
     elif y.dtype.kind not in "iuf" or (y.dtype.kind == "f" and not np.array_equal(y, np.round(y))):
         problem = f"labels that are whole numbers, not {y.dtype}"
-    elif not np.isfinite(np.add.reduce(x, axis=None, dtype=np.float64)):
-        problem = "finite features, not NaN or infinite ones"
     else:
         problem = None
     if problem:
         raise _unsound(key, where, problem)
+    check_finite(lambda what, hint="": _unsound(key, where, what), "x", x)
     y = y.astype(np.int64)
     _check_labels(key, where, y, splits)
     rowptr, col = csr_from_edges(arrays["src"], arrays["dst"], len(y), where=where, **csr)

@@ -9,7 +9,7 @@ import os
 import pickle
 from collections import defaultdict
 from itertools import product
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -18,7 +18,8 @@ from mpignn.data.npz_checks import Fail, failing, read_npz
 from mpignn.errors import DatasetError
 
 __all__ = ["PLANETOID_PARTS", "read_planetoid", "read_heterophilous", "read_imdb", "npz_arrays", "npy_array",
-           "scipy_parts", "scipy_csr", "checked_csr", "dense_csr", "raw_error", "IMDB_FILES", "IMDB_NODE_TYPES"]
+           "scipy_parts", "scipy_csr", "checked_csr", "dense_csr", "raw_error", "download_error", "IMDB_FILES",
+           "IMDB_NODE_TYPES"]
 
 PLANETOID_PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 IMDB_FILES = ("adjM.npz", "features_0.npz", "features_1.npz", "features_2.npz", "labels.npy",
@@ -106,6 +107,16 @@ def raw_error(path: str, expected: str, got: str, source: str = "the dataset's o
         DatasetError `{path}: expected {expected}, got {got}. HINT: ...`, `got` on one line, cut to 200 characters.
     """
     return raw_fail(path, source)(f"expected {expected}, got {' '.join(got.split())[:200]}")
+
+
+def download_error(name: str, folder: str, files: Sequence[str], cause: BaseException, url: str = "",
+                   what: str = "the raw files") -> DatasetError:
+    """Build the refusal of dataset `name`, absent from `folder` (`files` missing), whose download failed."""
+    listed = ", ".join(files[:8]) + (" ..." if len(files) > 8 else "")
+    source = f" from {url}" if url else ""
+    return DatasetError(f"{name} is not under {folder} ({listed} missing) and downloading it{source} "
+                        f"failed ({type(cause).__name__}: {str(cause)[:160]}). HINT: copy {what} into {folder}, or run "
+                        "once on a machine with network access and point --root at that folder")
 
 
 _PLANETOID = "the original file from https://github.com/kimiyoung/planetoid (data/)"
