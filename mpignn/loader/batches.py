@@ -268,24 +268,20 @@ class BatchLoader:
         batches = self._batches()[:self.end_step]
         self.times = LoaderTimes(self.device)
         first = min(self.start_step, len(batches))
-        if self.reuse or not self.prefetch or len(batches) - first < 2:
-            for step, seeds in enumerate(batches[first:], start=first):
-                t0 = time.perf_counter()
-                if self.reuse and step not in self._kept:
-                    self._kept[step] = self._make(step, seeds)
-                data = self._kept[step] if self.reuse else self._make(step, seeds)
-                self.times.wait_s += time.perf_counter() - t0
-                yield data if self.reuse else self.uploader.adopt(data)
-            return
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mpignn-loader") as pool:
-            pending = pool.submit(self._make, first, batches[first])
+        ahead = self.prefetch and not self.reuse and len(batches) - first > 1  # batch k+1 made while k computes
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mpignn-loader") as pool:  # no thread unless ahead
+            pending = pool.submit(self._make, first, batches[first]) if ahead else None
             for step in range(first, len(batches)):
                 t0 = time.perf_counter()
-                data = pending.result()
+                data = self._kept.get(step)  # full-graph batches (`reuse`): made on the first pass, then kept
+                if data is None:
+                    data = pending.result() if ahead else self._make(step, batches[step])
+                if self.reuse:
+                    self._kept[step] = data
                 self.times.wait_s += time.perf_counter() - t0
-                if step + 1 < len(batches):
+                if ahead and step + 1 < len(batches):
                     pending = pool.submit(self._make, step + 1, batches[step + 1])
-                yield self.uploader.adopt(data)
+                yield data if self.reuse else self.uploader.adopt(data)
 
 
 def cut_steps(items: np.ndarray, steps: int, batch_size: int, drop_last: bool, wrap: bool) -> list[np.ndarray]:
