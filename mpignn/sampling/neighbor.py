@@ -18,7 +18,7 @@ from mpignn.sampling.kernels import ARRAY_MAP_BYTES
 from mpignn.sampling.labor import labor_importance, labor_rows
 
 __all__ = ["SampleOutput", "HopSource", "LocalHops", "NeighborSampler", "parse_fanout", "ARRAY_MAP_BYTES",
-           "Fanout", "fanout_array", "loop_free_degree", "importance_hop", "draw_hop", "SAMPLERS"]
+           "Fanout", "fanout_array", "loop_free_degree", "draw_hop", "SAMPLERS"]
 
 # SAMPLERS: how a hop draws. "neighbor": each target its own uniform draw (`kernels.sample_rows`); "labor":
 # layer-neighbour sampling, one variate per source shared by the hop's targets (`sampling.labor`).
@@ -126,20 +126,6 @@ class LocalHops:
         return self._kernels[kernel](rowptr, self.col, *ids, fanout_array(fanout, self.num_etypes), *args)
 
 
-def importance_hop(source: HopSource, gids: np.ndarray, fanout: Fanout, seed: int, shift: int, iterations: int,
-                   reduce: Any = None, num_nodes: int = -1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A LABOR-`iterations` hop: the targets' whole neighbourhoods from `source`, then the iterations here, so a
-    rank's hop equals one process's. A device hop runs the torch-op twin there, bit for bit."""
-    counts, nbrs = source.sample(gids, -1, 0)
-    if not isinstance(nbrs, np.ndarray):  # a DeviceSampler's hop (one part: nothing to reduce over ranks)
-        from mpignn.sampling import torch_kernels
-
-        return torch_kernels.labor_importance(counts, nbrs, int(fanout_array(fanout, 1)[0]), seed, shift, iterations)
-    ptr = np.zeros(len(gids) + 1, dtype=np.int64)
-    np.cumsum(counts, out=ptr[1:])
-    return labor_importance(ptr, nbrs, int(fanout_array(fanout, 1)[0]), seed, shift, iterations, reduce, num_nodes)
-
-
 def draw_hop(sampler: Any, gids: np.ndarray, fanout: Fanout, hop: int, seed: int,
              variates: tuple[int, int] | None, reduce: Any = None) -> tuple[Any, Any, Any, Any]:
     """Hop `hop` of `gids` as `sampler.method` says, so every sampler draws a hop alike.
@@ -157,10 +143,19 @@ def draw_hop(sampler: Any, gids: np.ndarray, fanout: Fanout, hop: int, seed: int
         return counts, nbrs, None, None
     labor_seed, shift = variates if variates is not None else (seed, 0)
     hop_seed = kernels.mix_seed(labor_seed, 0 if sampler.layer_dependency else hop)
-    if sampler.iterations:
-        return importance_hop(sampler.source, gids, fanout, hop_seed, shift, sampler.iterations, reduce,
-                              sampler.num_nodes)
-    return (*sampler.source.sample_labor(gids, fanout, hop_seed, shift), None)
+    if not sampler.iterations:
+        return (*sampler.source.sample_labor(gids, fanout, hop_seed, shift), None)
+    # LABOR-i: the targets' whole neighbourhoods from the source, then the iterations here, so a rank's hop equals
+    # one process's. A device hop runs the torch-op twin there, bit for bit.
+    counts, nbrs = sampler.source.sample(gids, -1, 0)
+    args = (int(fanout_array(fanout, 1)[0]), hop_seed, shift, sampler.iterations)
+    if not isinstance(nbrs, np.ndarray):  # a DeviceSampler's hop (one part: nothing to reduce over ranks)
+        from mpignn.sampling import torch_kernels
+
+        return torch_kernels.labor_importance(counts, nbrs, *args)
+    ptr = np.zeros(len(gids) + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return labor_importance(ptr, nbrs, *args, reduce, sampler.num_nodes)
 
 
 def loop_free_degree(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndarray:
