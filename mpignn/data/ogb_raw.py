@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import importlib.util
 import os
-import shutil
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +15,7 @@ import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.npz_checks import check_splits
-from mpignn.data.raw_public import download_error, npz_arrays
+from mpignn.data.raw_public import fetch_staged, npz_arrays
 from mpignn.errors import DatasetError
 
 __all__ = ["OGB", "OgbInfo", "ogb_info", "ogb_files", "load_ogb"]
@@ -73,20 +72,11 @@ def ogb_files(info: OgbInfo) -> list[str]:
     return raw + [f"split/{info.split}/{s}.csv.gz" for s in ("train", "valid", "test")]
 
 
-def _download(info: OgbInfo, root: str) -> None:
-    """Unpack the release zip via a staging folder, so a failed download leaves nothing that looks like a dataset."""
+def _download(info: OgbInfo, tmp: str) -> None:
+    """Download and unpack ogb's release zip of `info` into `tmp` with ogb's own helpers."""
     from ogb.utils.url import download_url, extract_zip
 
-    staging = os.path.join(root, f".{info.folder}.download-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    os.makedirs(staging)
-    try:
-        archive = download_url(info.url, staging)
-        extract_zip(archive, staging)
-        os.unlink(archive)
-        os.replace(os.path.join(staging, info.download_name), os.path.join(root, info.folder))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    extract_zip(download_url(info.url, tmp), tmp)
 
 
 def _table(path: str) -> dict[str, list]:
@@ -197,10 +187,8 @@ def load_ogb(name: str, root: str) -> GraphData:
     folder = os.path.join(root, info.folder)
     files = ogb_files(info)
     if not os.path.isdir(folder):
-        try:
-            _download(info, root)
-        except Exception as exc:  # offline download failures come in many types
-            raise download_error(name, folder, files, exc, info.url, "ogb's release folder (raw/ and split/)") from None
+        fetch_staged(name, folder, files, lambda tmp: _download(info, tmp), {info.download_name: folder}, info.url,
+                     "ogb's release folder (raw/ and split/)")
     _need(folder, info, *files)
     if info.hetero:
         return _read_hetero(folder, info)

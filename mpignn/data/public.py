@@ -7,8 +7,6 @@ torch-geometric is imported inside the download helper only, for its URLs: its `
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -18,7 +16,7 @@ from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.ogb_raw import OGB, load_ogb
 from mpignn.data.raw_benchmarks import (FLICKR_FILES, REDDIT_FILES, read_flickr, read_gnn_benchmark, read_reddit,
                                         read_wikics)
-from mpignn.data.raw_public import (IMDB_FILES, PLANETOID_PARTS, download_error, raw_error, read_heterophilous,
+from mpignn.data.raw_public import (IMDB_FILES, PLANETOID_PARTS, fetch_staged, raw_error, read_heterophilous,
                                     read_imdb, read_planetoid)
 from mpignn.data.npz_checks import SPLIT_KEYS, check_finite, check_splits
 from mpignn.errors import DatasetError
@@ -30,22 +28,10 @@ NUM_SPLITS = {"Tolokers": 10, "WikiCS": 20}
 
 
 def _ensure_raw(name: str, raw_dir: str, files: Sequence[str], fetch: Callable[[str], None]) -> None:
-    """Download the missing raw files with `fetch(tmp_dir)`, then rename only the named ones into place, so a
-    half-written download is never taken for a file."""
+    """Download the missing raw files with `fetch(tmp_dir)` (`raw_public.fetch_staged`)."""
     missing = [f for f in files if not os.path.exists(os.path.join(raw_dir, f))]
-    if not missing:
-        return
-    try:
-        os.makedirs(raw_dir, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".download-", dir=raw_dir)
-        try:
-            fetch(tmp)
-            for f in missing:
-                os.replace(os.path.join(tmp, f), os.path.join(raw_dir, f))
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    except Exception as exc:  # offline download failures come in many types
-        raise download_error(name, raw_dir, missing, exc) from None
+    if missing:
+        fetch_staged(name, raw_dir, missing, fetch, {f: os.path.join(raw_dir, f) for f in missing})
 
 
 def _graph(key: str, where: str, arrays: dict[str, np.ndarray], **csr: bool) -> GraphData:

@@ -1,15 +1,18 @@
 """Parse Planetoid's, Tolokers' and IMDB's raw files in mpignn itself, so reading them can never run code,
 into the arrays PyG's processing builds. Planetoid's pickles go through an unpickler that allows only the
-globals those files name, rebuilt into inert stand-ins. numpy only: no torch, torch-geometric or scipy.
+globals those files name, rebuilt into inert stand-ins. Also what every public reader shares: the raw files'
+refusals, npz/npy/scipy readers and the staged download. numpy only: no torch, torch-geometric or scipy.
 """
 from __future__ import annotations
 
 import io
 import os
 import pickle
+import shutil
+import tempfile
 from collections import defaultdict
 from itertools import product
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -18,7 +21,7 @@ from mpignn.data.npz_checks import Fail, failing, read_npz
 from mpignn.errors import DatasetError
 
 __all__ = ["PLANETOID_PARTS", "read_planetoid", "read_heterophilous", "read_imdb", "npz_arrays", "npy_array",
-           "scipy_parts", "scipy_csr", "checked_csr", "dense_csr", "raw_error", "download_error", "IMDB_FILES",
+           "scipy_parts", "scipy_csr", "checked_csr", "dense_csr", "raw_error", "fetch_staged", "IMDB_FILES",
            "IMDB_NODE_TYPES"]
 
 PLANETOID_PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
@@ -109,14 +112,30 @@ def raw_error(path: str, expected: str, got: str, source: str = "the dataset's o
     return raw_fail(path, source)(f"expected {expected}, got {' '.join(got.split())[:200]}")
 
 
-def download_error(name: str, folder: str, files: Sequence[str], cause: BaseException, url: str = "",
-                   what: str = "the raw files") -> DatasetError:
-    """Build the refusal of dataset `name`, absent from `folder` (`files` missing), whose download failed."""
-    listed = ", ".join(files[:8]) + (" ..." if len(files) > 8 else "")
-    source = f" from {url}" if url else ""
-    return DatasetError(f"{name} is not under {folder} ({listed} missing) and downloading it{source} "
-                        f"failed ({type(cause).__name__}: {str(cause)[:160]}). HINT: copy {what} into {folder}, or run "
-                        "once on a machine with network access and point --root at that folder")
+def fetch_staged(name: str, folder: str, missing: Sequence[str], fetch: Callable[[str], None],
+                 moves: Mapping[str, str], url: str = "", what: str = "the raw files") -> None:
+    """Run `fetch(tmp)` in a fresh hidden folder beside the destinations, then rename only `moves` (name in tmp ->
+    destination) into place, so a half-written download is never taken for a dataset's files.
+
+    Raises:
+        DatasetError: any failure, as dataset `name` absent from `folder` (`missing` files) and not downloadable.
+    """
+    parent = os.path.dirname(next(iter(moves.values())))
+    try:
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".download-", dir=parent)
+        try:
+            fetch(tmp)
+            for src, dst in moves.items():
+                os.replace(os.path.join(tmp, src), dst)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except Exception as exc:  # offline download failures come in many types
+        listed = ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else "")
+        source = f" from {url}" if url else ""
+        raise DatasetError(f"{name} is not under {folder} ({listed} missing) and downloading it{source} failed "
+                           f"({type(exc).__name__}: {str(exc)[:160]}). HINT: copy {what} into {folder}, or run once "
+                           "on a machine with network access and point --root at that folder") from None
 
 
 _PLANETOID = "the original file from https://github.com/kimiyoung/planetoid (data/)"
