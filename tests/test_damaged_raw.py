@@ -36,7 +36,8 @@ def _shorter_labels(z):
 
 TOLOKERS = {  # damage -> what the refusal names
     "labels shorter than features": (_shorter_labels, r"x \[N, F\] and y \[N\] of one node count"),
-    "negative labels": (lambda z: z.update(node_labels=z["node_labels"] - 3), "holds nodes without a label"),
+    "negative labels": (lambda z: z.update(node_labels=z["node_labels"] - 3),
+                        r"num_classes must be between 2 .*; got -1 from y\.max\(\) \+ 1"),
     "1-d features": (lambda z: z.update(node_features=z["node_features"][:, 0]), "of one node count"),
     "fractional labels": (lambda z: z.update(node_labels=z["node_labels"] + 0.5), "whole numbers"),
     "NaN features": (lambda z: z["node_features"].__setitem__((3, 1), np.nan), "x has 1 NaN or infinite values"),
@@ -56,7 +57,7 @@ def test_damaged_tolokers_is_refused_in_one_line(tmp_path, damage):
 
 @pytest.mark.parametrize("damage,needle", [
     ("labels", r"adjM\.npz: expected .* labels of shape \(4278, 1\)"),
-    ("negative", "holds nodes without a label"),
+    ("negative", r"num_classes must be between 2 .*; got -2 from y\.max\(\) \+ 1"),
     ("overlap", "train_idx and test_idx share"),
 ])
 def test_damaged_imdb_is_refused_in_one_line(tmp_path, damage, needle):

@@ -18,7 +18,7 @@ from mpignn.data.raw_benchmarks import (FLICKR_FILES, REDDIT_FILES, read_flickr,
                                         read_wikics)
 from mpignn.data.raw_public import (IMDB_FILES, PLANETOID_PARTS, fetch_staged, raw_error, read_heterophilous,
                                     read_imdb, read_planetoid)
-from mpignn.data.npz_checks import SPLIT_KEYS, check_finite, check_splits
+from mpignn.data.npz_checks import SPLIT_KEYS, check_finite, check_labels, check_splits
 from mpignn.errors import DatasetError
 
 __all__ = ["PUBLIC", "OGB", "NUM_SPLITS", "split_key", "load_public", "class_split"]
@@ -55,21 +55,18 @@ def _graph(key: str, where: str, arrays: dict[str, np.ndarray], **csr: bool) -> 
         raise _unsound(key, where, problem)
     check_finite(lambda what, hint="": _unsound(key, where, what), "x", x)
     y = y.astype(np.int64)
-    _check_labels(key, where, y, splits)
+    num_classes = _check_labels(key, where, y, splits)
     rowptr, col = csr_from_edges(arrays["src"], arrays["dst"], len(y), where=where, **csr)
     return GraphData(name=key, rowptr=rowptr, col=col, x=x.astype(np.float32, copy=False), y=y,
-                     num_classes=int(y.max()) + 1, **splits)
+                     num_classes=num_classes, **splits)
 
 
-def _check_labels(key: str, where: str, y: np.ndarray, splits: dict[str, np.ndarray]) -> None:
-    """Refuse int labels `y` and the splits over them with overlaps, repeats, ids outside, unlabelled split nodes
-    or under 2 classes."""
+def _check_labels(key: str, where: str, y: np.ndarray, splits: dict[str, np.ndarray]) -> int:
+    """Refuse int labels `y` and the splits over them as the npz format does (`check_splits`, `check_labels`);
+    returns the class count, y.max() + 1."""
     fail = lambda problem, hint="": _unsound(key, where, problem)  # noqa: E731 (the hint: replace the files)
     check_splits(fail, splits, len(y))
-    unlabelled = next((k for k, ids in splits.items() if np.any(y[ids] < 0)), None)
-    if unlabelled or y.max() < 1:
-        raise fail(f"{unlabelled} holds nodes without a label" if unlabelled else
-                   f"at least 2 classes, not labels up to {y.max()}")
+    return check_labels(fail, y, splits, len(y), None, "")
 
 
 def _unsound(key: str, where: str, problem: str) -> DatasetError:
