@@ -9,11 +9,10 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from mpignn.data.graph import GraphData, csr_from_edges
+from mpignn.data.graph import GraphData
 from mpignn.data.npyio import refuse_beyond_memory
-from mpignn.data.npz_checks import (SPLIT_KEYS, UNREADABLE, check_finite, check_labels, check_splits, expect_array,
-                                    failing,
-                                    npz_error, read_headers, read_npz)
+from mpignn.data.npz_checks import (SPLIT_KEYS, UNREADABLE, expect_array, failing, npz_error, read_headers, read_npz,
+                                    sound_graph)
 from mpignn.data.npz_hetero import hetero_from_headers, hetero_npz_arrays, is_hetero_npz
 from mpignn.errors import DatasetError
 from mpignn.fileio import atomic_path
@@ -23,8 +22,8 @@ __all__ = ["load_npz", "graph_from_arrays", "save_npz", "NPZ_KEYS"]
 NPZ_KEYS = ("edge_index", "x", "y", "train_idx", "val_idx", "test_idx")
 
 
-def _check_headers(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype]]) -> int:
-    """Keys, dtypes, shapes and declared sizes; returns the node count N = x.shape[0]."""
+def _check_headers(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype]]) -> None:
+    """Keys, dtypes, shapes (N = x.shape[0] nodes) and declared sizes."""
     fail = failing(path)
     missing = [k for k in NPZ_KEYS if k not in headers]
     if missing:
@@ -41,7 +40,6 @@ def _check_headers(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype
     sizes = ", ".join(f"{k} {headers[k][0]}" for k in ("x", "edge_index"))
     refuse_beyond_memory(path, declared, f"the arrays need {{need}} GiB once read ({sizes}) but this host has "
                                          "{memory} GiB of memory", "check the shapes you saved")
-    return n
 
 
 def load_npz(path: str) -> GraphData:
@@ -79,18 +77,10 @@ def _checked_graph(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype
     """The one checking path of the npz format: headers, then `read` (the named keys only), then contents."""
     if is_hetero_npz(headers):
         return hetero_from_headers(path, headers, read, name)
-    n = _check_headers(path, headers)
-    fail = failing(path)
+    _check_headers(path, headers)
     arrays = read([k for k in (*NPZ_KEYS, "num_classes") if k in headers])
-    with np.errstate(over="ignore"):  # an overflow becomes inf, refused next
-        x = np.ascontiguousarray(arrays["x"], dtype=np.float32)
-    check_finite(fail, "x", x)
-    splits = {k: arrays[k] for k in SPLIT_KEYS}
-    check_splits(fail, splits, n)
-    num_classes = check_labels(fail, arrays["y"], splits, n, arrays.get("num_classes"), "num_classes")
-    rowptr, col = csr_from_edges(*arrays["edge_index"], n, where=path)
-    return GraphData(name=name, rowptr=rowptr, col=col, x=x, y=arrays["y"].astype(np.int64),
-                     num_classes=num_classes, **{k: v.astype(np.int64) for k, v in splits.items()})
+    return sound_graph(failing(path), name, arrays["x"], arrays["y"], arrays["edge_index"],
+                       {k: arrays[k] for k in SPLIT_KEYS}, arrays.get("num_classes"), "num_classes", where=path)
 
 
 def save_npz(path: str, graph: GraphData) -> None:

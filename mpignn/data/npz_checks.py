@@ -1,22 +1,24 @@
 """The checks every reader of the user's files shares (npz, heterogeneous npz, npy folder, --splits, OGB): one
 refusal text each for an array's dtype and shape (`expect_array`), node ids out of range (`check_ids`), splits
-(`check_splits`) and labels (`check_labels`), given the reader's `fail(problem, hint)` that names its file.
-numpy and mpignn.errors / data.npyio only; imports none of the readers (they import this one).
+(`check_splits`) and labels (`check_labels`), given the reader's `fail(problem, hint)` that names its file, and
+the graph they all build once sound (`sound_graph`). numpy and mpignn.errors / data.npyio / data.graph only;
+imports none of the readers (they import this one).
 """
 from __future__ import annotations
 
 import zipfile
 import zlib
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.npyio import iter_chunks, read_npy_header
 from mpignn.errors import DatasetError
 
 __all__ = ["SPLIT_KEYS", "PURPOSE", "NPZ_HINT", "UNREADABLE", "Fail", "failing", "npz_error", "read_headers",
            "open_npz", "expect_array", "check_ids", "check_finite", "read_npz", "check_splits", "check_labels",
-           "check_labelled"]
+           "check_labelled", "sound_graph"]
 
 SPLIT_KEYS = ("train_idx", "val_idx", "test_idx")
 NPZ_HINT = "see 'Your own graph (npz)' in docs/datasets.md for the expected keys, dtypes and shapes"
@@ -208,3 +210,23 @@ def check_splits(fail: Fail, splits: dict[str, np.ndarray], n: int) -> None:
             raise fail(f"{other} and {key} share {shared.size} node(s), e.g. {shared[0]}; a node may be in one "
                        "split only", f"remove them from one split, e.g. np.setdiff1d({key}, {other})")
         owner[idx] = i
+
+
+def sound_graph(fail: Fail, name: str, x: np.ndarray, y: np.ndarray, edges: Sequence[np.ndarray],
+                splits: dict[str, np.ndarray], num_classes: int | np.ndarray | None = None, origin: str = "",
+                **csr: Any) -> GraphData:
+    """Build the GraphData of arrays of checked dtypes and shapes, once x is finite and splits and labels sound.
+
+    Args:
+        edges: (sources, targets); `num_classes`, `origin`: `check_labels`'; `csr`: `csr_from_edges`' options.
+    Raises:
+        DatasetError: `fail`'s (`check_finite`, `check_splits`, `check_labels`), or `csr_from_edges`'.
+    """
+    with np.errstate(over="ignore"):  # an overflow becomes inf, refused next
+        x = np.ascontiguousarray(x, dtype=np.float32)
+    check_finite(fail, "x", x)
+    y, splits = y.astype(np.int64), {k: v.astype(np.int64) for k, v in splits.items()}
+    check_splits(fail, splits, len(y))
+    num_classes = check_labels(fail, y, splits, len(y), num_classes, origin)
+    rowptr, col = csr_from_edges(edges[0], edges[1], len(y), **csr)
+    return GraphData(name=name, rowptr=rowptr, col=col, x=x, y=y, num_classes=num_classes, **splits)

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mpignn.data.graph import GraphData, csr_from_edges
+from mpignn.data.graph import GraphData
 from mpignn.data.ogb_raw import OGB, load_ogb
 from mpignn.data.raw_benchmarks import (FLICKR_FILES, REDDIT_FILES, read_flickr, read_gnn_benchmark, read_reddit,
                                         read_wikics)
 from mpignn.data.raw_public import (IMDB_FILES, PLANETOID_PARTS, fetch_staged, raw_error, read_heterophilous,
                                     read_imdb, read_planetoid)
-from mpignn.data.npz_checks import SPLIT_KEYS, check_finite, check_labels, check_splits
+from mpignn.data.npz_checks import SPLIT_KEYS, Fail, check_labels, check_splits, sound_graph
 from mpignn.errors import DatasetError
 
 __all__ = ["PUBLIC", "OGB", "NUM_SPLITS", "split_key", "load_public", "class_split"]
@@ -52,26 +52,15 @@ def _graph(key: str, where: str, arrays: dict[str, np.ndarray], **csr: bool) -> 
     else:
         problem = None
     if problem:
-        raise _unsound(key, where, problem)
-    check_finite(lambda what, hint="": _unsound(key, where, what), "x", x)
-    y = y.astype(np.int64)
-    num_classes = _check_labels(key, where, y, splits)
-    rowptr, col = csr_from_edges(arrays["src"], arrays["dst"], len(y), where=where, **csr)
-    return GraphData(name=key, rowptr=rowptr, col=col, x=x.astype(np.float32, copy=False), y=y,
-                     num_classes=num_classes, **splits)
+        raise _unsound(key, where)(problem)
+    return sound_graph(_unsound(key, where), key, x, y, (arrays["src"], arrays["dst"]), splits, where=where, **csr)
 
 
-def _check_labels(key: str, where: str, y: np.ndarray, splits: dict[str, np.ndarray]) -> int:
-    """Refuse int labels `y` and the splits over them as the npz format does (`check_splits`, `check_labels`);
-    returns the class count, y.max() + 1."""
-    fail = lambda problem, hint="": _unsound(key, where, problem)  # noqa: E731 (the hint: replace the files)
-    check_splits(fail, splits, len(y))
-    return check_labels(fail, y, splits, len(y), None, "")
-
-
-def _unsound(key: str, where: str, problem: str) -> DatasetError:
-    return DatasetError(f"{where}: expected {key.partition(':')[0]}'s arrays to be sound, got: {problem}. HINT: "
-                        "replace the raw files with the dataset's originals (or delete them to download again)")
+def _unsound(key: str, where: str) -> Fail:
+    """The refusal of a public dataset's arrays (its hint, whatever the check: replace the files)."""
+    return lambda problem, hint="": DatasetError(f"{where}: expected {key.partition(':')[0]}'s arrays to be sound, "
+                                                 f"got: {problem}. HINT: replace the raw files with the dataset's "
+                                                 "originals (or delete them to download again)")
 
 
 def _mask_splits(key: str, path: str, arrays: dict[str, np.ndarray], names: Sequence[str],
@@ -106,7 +95,8 @@ def _imdb(key: str, raw_dir: str, path: str, split: int) -> GraphData:
 
     raw = read_imdb(raw_dir)
     splits = {k: raw[k] for k in SPLIT_KEYS}
-    _check_labels(key, raw_dir, raw["y"], splits)
+    check_splits(_unsound(key, raw_dir), splits, len(raw["y"]))
+    check_labels(_unsound(key, raw_dir), raw["y"], splits, len(raw["y"]), None, "")
     return build_hetero(key, raw["counts"], raw["edges"], raw["x"], "movie", raw["y"], splits)
 
 
