@@ -44,16 +44,13 @@ def _graph(key: str, where: str, arrays: dict[str, np.ndarray], **csr: bool) -> 
             under 2 classes.
     """
     x, y = np.asarray(arrays["x"]), np.asarray(arrays["y"])
-    splits = {k: arrays[k] for k in SPLIT_KEYS}
+    fail = _unsound(key, where)
     if x.ndim != 2 or y.ndim != 1 or len(x) != len(y) or x.dtype.kind not in "biuf":
-        problem = f"x [N, F] and y [N] of one node count, x of numbers; not x {x.dtype} {x.shape} and y {y.shape}"
-    elif y.dtype.kind not in "iuf" or (y.dtype.kind == "f" and not np.array_equal(y, np.round(y))):
-        problem = f"labels that are whole numbers, not {y.dtype}"
-    else:
-        problem = None
-    if problem:
-        raise _unsound(key, where)(problem)
-    return sound_graph(_unsound(key, where), key, x, y, (arrays["src"], arrays["dst"]), splits, where=where, **csr)
+        raise fail(f"x [N, F] and y [N] of one node count, x of numbers; not x {x.dtype} {x.shape} and y {y.shape}")
+    if y.dtype.kind not in "iuf" or (y.dtype.kind == "f" and not np.array_equal(y, np.round(y))):
+        raise fail(f"labels that are whole numbers, not {y.dtype}")
+    return sound_graph(fail, key, x, y, (arrays["src"], arrays["dst"]), {k: arrays[k] for k in SPLIT_KEYS},
+                       where=where, **csr)
 
 
 def _unsound(key: str, where: str) -> Fail:
