@@ -7,7 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from typing import Any, Callable, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from mpignn.errors import MpignnError, mark_agreed
 from mpignn.mpi.topology import mpi_op
 from mpignn.mpi.watchdog import bounded
 
-__all__ = ["check_all", "check_same", "MAX_COUNT", "exchange_counts", "alltoallv", "allreduce_sum", "allreduce_max",
+__all__ = ["check_all", "checked", "check_same", "MAX_COUNT", "exchange_counts", "alltoallv", "allreduce_sum", "allreduce_max",
            "all_arrived", "sleep_until"]
 
 
@@ -32,6 +33,26 @@ def check_all(comm: Any, ok: bool, message: str, error: type[MpignnError] = Mpig
     rank, first = failed[0]
     prefix = f"rank {rank}: " if comm.size > 1 else ""
     raise mark_agreed(error(prefix + first))
+
+
+@contextmanager
+def checked(comm: Any, error: type[MpignnError], catch: type[BaseException] = MpignnError) -> Iterator[None]:
+    """Collective over `comm` on leaving the block: a `catch` error the block raises on any rank becomes the
+    same `error` on every rank (`check_all` of its text), so no rank runs on past a check another one failed.
+
+    Args:
+        comm: the communicator every rank enters the block with.
+        error: the type raised on every rank.
+        catch: the local errors to agree on; others propagate at once.
+    Raises:
+        error: on every rank alike, with the lowest failing rank's message, if the block raised on any rank.
+    """
+    problem = ""
+    try:
+        yield
+    except catch as exc:
+        problem = str(exc)
+    check_all(comm, not problem, problem, error)
 
 
 def check_same(comm: Any, values: Mapping[str, Any], what: str, hint: str, error: type[MpignnError] = MpignnError) -> None:

@@ -13,9 +13,10 @@ import numpy as np
 
 from mpignn.data import dataset_source, load_dataset, source_present
 from mpignn.data.split_file import check_readable, splits_tag
-from mpignn.errors import ConfigError, DatasetError, MpignnError, PartitionFormatError
+from mpignn.errors import ConfigError, DatasetError, PartitionFormatError
 from mpignn.config.graph_options import GraphOptions
-from mpignn.mpi import check_all, root_first
+from mpignn.mpi import root_first
+from mpignn.mpi.collectives import checked
 from mpignn.partition import LocalPart, check_matches, load_partition, partition_graph, read_meta
 from mpignn.partition.format import check_source, check_splits
 from mpignn.partition.deliver import deliver_partition, held_by_hosts
@@ -69,8 +70,7 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int,
         folder = Path(opts.partitions)
         deliver_partition(comm, folder, part_id, force=opts.force)  # to hosts that lack the parts they load
         source, tag, unreadable = comm.bcast(_given_view(opts) if comm.rank == 0 else None, root=0)
-        problem = ""
-        try:
+        with checked(comm, PartitionFormatError):
             if unreadable:
                 raise DatasetError(unreadable)
             meta = read_meta(folder)
@@ -86,9 +86,6 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int,
                 raise PartitionFormatError(f"expected held-out edges {link_params} in {folder}/links; found "
                                            "none or others. HINT: partition with python -m mpignn.partition "
                                            "--task link and the same --seed and --link-* flags, or drop --partitions")
-        except MpignnError as exc:
-            problem = str(exc)
-        check_all(comm, not problem, problem, PartitionFormatError)
         return folder
     # rank 0's view, since other hosts may not see the files; other splits get a partition of their own
     source = comm.bcast(dataset_source(opts.dataset, opts.root, opts.splits) if comm.rank == 0 else None, root=0)
@@ -122,12 +119,9 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int,
 
 def load_part(comm: Any, folder: Path, part_id: int, link_params: dict | None) -> tuple[LocalPart, dict | None]:
     """Collective over `comm`: this rank's part (memory-mapped) and held-out pairs; a bad file fails everywhere."""
-    problem, part, held_out = "", None, None
-    try:
+    part, held_out = None, None
+    with checked(comm, PartitionFormatError):
         part = load_partition(folder, part_id, mmap=True)
         if link_params is not None:
             held_out = load_link_split(folder, np.asarray(part.meta.part_offsets), part_id)
-    except MpignnError as exc:
-        problem = str(exc)
-    check_all(comm, not problem, problem, PartitionFormatError)
     return part, held_out

@@ -14,8 +14,8 @@ from mpignn.training.checkpoint import CHECKPOINT, MANIFEST, latest_checkpoint, 
 from mpignn.training.checkpoint_hosts import bring_generation
 from mpignn.training.optim import adam
 from mpignn.config.train_config import TrainConfig
-from mpignn.errors import ConfigError, MpignnError
-from mpignn.mpi import check_all
+from mpignn.errors import ConfigError
+from mpignn.mpi.collectives import checked
 from mpignn.runtime import LocalGraph, Runtime
 from mpignn.runtime.graph import build_graph_and_model
 from mpignn.tasks import Task, make_task
@@ -93,10 +93,10 @@ def restore_run(rt: Runtime, checkpoint_dir: str, generation: str = "latest",
         ConfigError / PartitionFormatError / DatasetError: on every rank alike: no or a corrupt checkpoint, a
             partition that does not match it, learnable rows saved by another number of ranks.
     """
-    problem, saved, folder = "", {}, None
+    saved, folder = {}, None
     # node-local folders: the generation reaches the hosts that lack it; what none holds, find_checkpoint says
     bring_generation(rt.comm, checkpoint_dir, None if generation == "latest" else generation)
-    try:
+    with checked(rt.comm, ConfigError):
         folder = find_checkpoint(checkpoint_dir, generation)
         saved = read_saved(folder)
         cfg = _config(saved["config"], overrides or {})
@@ -105,9 +105,6 @@ def restore_run(rt: Runtime, checkpoint_dir: str, generation: str = "latest",
                               f"{saved['world_size']} ranks, one file per rank's part; got {rt.world_size} ranks. "
                               f"HINT: mpirun -np {saved['world_size']} python -m mpignn.predict ...")
         task = make_task(cfg)
-    except MpignnError as exc:
-        problem = str(exc)
-    check_all(rt.comm, not problem, problem, ConfigError)
     graph, model = build_graph_and_model(rt, replace(cfg, cache_size=0), task)  # layers fetch rows: no cache
     optimizer = adam(model.parameters(), lr=cfg.lr)  # resume_state restores one; it is not used
     rng = torch.get_rng_state()

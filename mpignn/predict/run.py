@@ -13,7 +13,8 @@ import torch
 from mpignn.errors import ConfigError, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
 from mpignn.fileio import load_npy
-from mpignn.mpi import allreduce_max, check_all, chunk_bounds, steps_per_epoch
+from mpignn.mpi import allreduce_max, chunk_bounds, steps_per_epoch
+from mpignn.mpi.collectives import checked
 from mpignn.inference.blocks import type_runs
 from mpignn.inference.layerwise import LayerStack, make_store, own_inputs, run_layers
 from mpignn.predict.output import write_predictions
@@ -123,15 +124,12 @@ def predict_to(rt: Runtime, run: Restored, out: str, *, emb_layer: int = -1, log
     """
     t0 = time.perf_counter()
     meta = run.graph.part.meta
-    pair_ids, problem = None, ""
+    pair_ids = None
     if pairs:
-        try:
+        with checked(rt.comm, ConfigError, ConfigError):
             pair_ids = read_pairs(pairs, meta.num_nodes)
             empty = torch.zeros(0, run.cfg.hidden, device=rt.device)
             run.task.score_pairs(run.model, empty, empty)  # a task without a decoder refuses here
-        except ConfigError as exc:
-            problem = str(exc)
-        check_all(rt.comm, not problem, problem, ConfigError)
     arrays = infer(rt, run, emb_layer=emb_layer, chunk=chunk, halo_mib=halo_mib)
     scores = _score_pairs(rt, run, arrays["logits"], pair_ids, chunk) if pair_ids is not None else None
     schema = run.graph.schema

@@ -19,7 +19,8 @@ from mpignn.launch.allocator import keep_big_blocks
 from mpignn.launch.bootstrap import Runtime, bootstrap, shutdown
 from mpignn.loader.local_graph import LocalGraph
 from mpignn.loader.prefetch import overlap, rows_on_device
-from mpignn.mpi import check_all, check_same
+from mpignn.mpi import check_same
+from mpignn.mpi.collectives import checked
 from mpignn.mpi.watchdog import bounded
 from mpignn.partition.assign import DEFAULT_METHOD, default_method
 from mpignn.runtime.graph import build_graph_and_model
@@ -50,12 +51,9 @@ def train_run(cfg: TrainConfig, task: Task, stop: StopSignal | None = None) -> i
     check_same(rt.comm, {"mpignn version": __version__, **cfg.to_dict()}, "configuration",
                "give every rank the same flags and --config file, and install the same mpignn on every host",
                ConfigError)
-    problem = ""
-    try:  # the model and one step against each host's memory, before the data loads
+    # the model and one step against each host's memory, before the data loads
+    with checked(rt.comm, ConfigError, ConfigError):
         check_fits(cfg, world_size=rt.world_size, ranks_on_host=rt.topo.local_size)
-    except ConfigError as exc:
-        problem = str(exc)
-    check_all(rt.comm, not problem, problem, ConfigError)
     with bounded("start-up: the dataset's preparation, this rank's part and its cache",
                  limit=cfg.prep_timeout + cfg.collective_timeout):
         graph, model = build_graph_and_model(rt, cfg, task)

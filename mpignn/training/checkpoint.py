@@ -19,9 +19,10 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from mpignn.errors import ConfigError, MpignnError, mark_agreed
+from mpignn.errors import ConfigError, mark_agreed
 from mpignn.fileio import fsync_dir, sha256_file, write_durable
-from mpignn.mpi import allreduce_max, check_all, topology
+from mpignn.mpi import allreduce_max, topology
+from mpignn.mpi.collectives import checked
 from mpignn.mpi.commit import commit_folder, manifest_bytes
 from mpignn.training.checkpoint_hosts import CHECKPOINT, MANIFEST, rows_name
 
@@ -297,29 +298,27 @@ def resume_state(comm: Any, folder: str | os.PathLike, model: torch.nn.Module, o
         ConfigError: on every rank alike: no checkpoint, a corrupt one, other model flags, or ranks that
             found different checkpoints (a stale node-local folder).
     """
-    problem, state, ident, manifest = "", {}, None, {}
+    state, ident, manifest = {}, None, {}
     base = Path(folder)  # below: a generation's own folder, or best/ (predict)
     where = latest_checkpoint(base) or (base if (base / MANIFEST).is_file() else None)
-    if where is None and (base / CHECKPOINT).is_file():
-        problem = (f"--resume found only {base / CHECKPOINT}, a single-file checkpoint of the format before "
-                   "generations, which this mpignn no longer reads. HINT: another --checkpoint-dir to start fresh, "
-                   "or resume with the mpignn release that wrote it")
-    elif where is None:
-        problem = (f"--resume expected a checkpoint in {folder} (gen-*/{MANIFEST}); found none on any host of this "
-                   "job. HINT: check --checkpoint-dir (a node-local one: run where the saving job ran), or drop "
-                   "--resume to start fresh")
-    else:
+    with checked(comm, ConfigError):
+        if where is None and (base / CHECKPOINT).is_file():
+            raise ConfigError(f"--resume found only {base / CHECKPOINT}, a single-file checkpoint of the format "
+                              "before generations, which this mpignn no longer reads. HINT: another "
+                              "--checkpoint-dir to start fresh, or resume with the mpignn release that wrote it")
+        if where is None:
+            raise ConfigError(f"--resume expected a checkpoint in {folder} (gen-*/{MANIFEST}); found none on any "
+                              "host of this job. HINT: check --checkpoint-dir (a node-local one: run where the "
+                              "saving job ran), or drop --resume to start fresh")
         try:
             raw = (where / MANIFEST).read_bytes()
             manifest = json.loads(raw)
             state = read_checkpoint(where, manifest["files"][CHECKPOINT])
             ident = (where.name, int(state["epoch"]), int(state.get("step", 0)), hashlib.sha256(raw).hexdigest()[:12])
-        except MpignnError as exc:
-            problem = str(exc)
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            problem = (f"cannot resume from {where}/{MANIFEST}: {type(exc).__name__}: {str(exc)[:200]}. HINT: the "
-                       f"manifest is corrupt; delete {where} to resume from the checkpoint before it")
-    check_all(comm, not problem, problem, ConfigError)
+            raise ConfigError(f"cannot resume from {where}/{MANIFEST}: {type(exc).__name__}: {str(exc)[:200]}. "
+                              f"HINT: the manifest is corrupt; delete {where} to resume from the checkpoint "
+                              "before it") from None
     idents = comm.allgather(ident)
     if len(set(idents)) > 1:
         raise mark_agreed(ConfigError(
@@ -327,14 +326,10 @@ def resume_state(comm: Any, folder: str | os.PathLike, model: torch.nn.Module, o
             "hosts' --checkpoint-dir hold different checkpoints (a node-local folder left behind?): copy the "
             "newest gen-* folder to every host's --checkpoint-dir, or use one shared folder"))
     assert where is not None
-    problem, info = "", {}
-    try:
+    with checked(comm, ConfigError):
         info = _apply(where / CHECKPOINT, state, model, optimizer, config, model_flags)
         if rows is not None:
             _load_rows(rows, where, manifest, comm.rank, info["epoch"], info["step"])
-    except MpignnError as exc:
-        problem = str(exc)
-    check_all(comm, not problem, problem, ConfigError)
     rng = info["rng"]
     same_world = bool(rng) and int(rng["cpu"].shape[0]) == comm.size
     if same_world:

@@ -19,7 +19,8 @@ from mpignn.launch.bootstrap import Runtime
 from mpignn.loader.batches import BatchLoader
 from mpignn.loader.local_graph import SPLITS, LocalGraph
 from mpignn.loader.prefetch import overlap, rows_on_device
-from mpignn.mpi import check_all, chunk_bounds
+from mpignn.mpi import chunk_bounds
+from mpignn.mpi.collectives import checked
 from mpignn.sampling.cooperative import CooperativeSampler
 from mpignn.tasks import make_task, picker
 
@@ -121,19 +122,16 @@ def full_fit_problem(rt: Runtime, graph: LocalGraph, model: Any) -> str:
     if problem:
         return problem
     module = getattr(model, "module", model)
-    if hasattr(module, "activation_bytes"):
-        part = graph.part
-        rows = int(part.hi - part.lo) + len(part.halo_gid)
-        available, sharing = spare_memory(rt, graph.features)
-        estimate = module.activation_bytes(rows, len(part.col), graph.features.x.dtype.itemsize) * sharing
-        try:
-            check_memory(estimate, available, f"--minibatch full: {rows:,} rows and {len(part.col):,} edges per "
-                         f"layer on this rank, {sharing} rank(s) sharing its memory",
-                         "more ranks (more hosts), or --minibatch cooperative (the same rows a batch at a time)")
-        except ConfigError as exc:
-            problem = str(exc)
     try:
-        check_all(rt.comm, not problem, problem, ConfigError)
+        with checked(rt.comm, ConfigError, ConfigError):
+            if hasattr(module, "activation_bytes"):
+                part = graph.part
+                rows = int(part.hi - part.lo) + len(part.halo_gid)
+                available, sharing = spare_memory(rt, graph.features)
+                estimate = module.activation_bytes(rows, len(part.col), graph.features.x.dtype.itemsize) * sharing
+                check_memory(estimate, available, f"--minibatch full: {rows:,} rows and {len(part.col):,} edges "
+                             f"per layer on this rank, {sharing} rank(s) sharing its memory", "more ranks (more "
+                             "hosts), or --minibatch cooperative (the same rows a batch at a time)")
     except ConfigError as exc:
         return str(exc)
     return ""
