@@ -66,12 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Predict; returns the exit code."""
-    from mpignn.errors import ConfigError, mark_agreed
+    from mpignn.errors import ConfigError, agreed
 
-    try:
+    with agreed(ConfigError):
         cfg = PredictConfig(**vars(build_parser().parse_args(argv)))
-    except ConfigError as exc:
-        raise mark_agreed(exc) from None
     from mpignn.predict.output import check_out
     from mpignn.predict.restore import restore_run
     from mpignn.predict.run import predict_to

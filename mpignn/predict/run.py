@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mpignn.errors import ConfigError, mark_agreed
+from mpignn.errors import ConfigError, agreed, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
 from mpignn.fileio import load_npy
 from mpignn.mpi import allreduce_max, chunk_bounds, steps_per_epoch
@@ -37,15 +37,13 @@ def infer(rt: Runtime, run: Restored, *, emb_layer: int = -1, chunk: int = 8192,
             not know.
     """
     part, task = run.graph.part, run.task
-    try:
+    with agreed(ConfigError):  # the same model and flags on every rank
         stack = LayerStack(task.encoder(run.model))
         emb_layer = task.emb_layer(stack.num_layers) if emb_layer < 0 else emb_layer
         if not 0 <= emb_layer <= stack.num_layers:
             raise ConfigError(f"--emb-layer expected a layer in 0..{stack.num_layers} (0: the input rows, "
                               f"{stack.num_layers}: the last layer); got {emb_layer}. HINT: e.g. --emb-layer "
                               f"{task.emb_layer(stack.num_layers)} (the default)")
-    except ConfigError as exc:  # the same model and flags on every rank
-        raise mark_agreed(exc) from None
     rows = run.graph.embedding.weight if run.graph.embedding is not None else None
     comm = rt.comm if rt.world_size > 1 else None
     transport = make_alltoall(run.cfg.exchange, rt.comm, rt.device) if comm is not None else None

@@ -18,7 +18,7 @@ from mpignn.data import check_known, dataset_key
 from mpignn.data.features import transform_rows
 from mpignn.data.hetero import HeteroSchema, hop_fanouts
 from mpignn.data.pyg import pyg_kind
-from mpignn.errors import ConfigError, MpignnError, agreed, mark_agreed
+from mpignn.errors import ConfigError, agreed, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
 from mpignn.exchange.cache_policy import build_cache
 from mpignn.exchange.embedding import NodeEmbedding
@@ -59,14 +59,13 @@ def load_local_graph(rt: Runtime, dataset: Any, root: str | None = None, task: T
         DatasetError: the in-memory graph fails a check (`scatter_graph`), on every rank alike.
     """
     named = isinstance(dataset, str)
-    try:
-        where = {"dataset": dataset, "root": TrainConfig.root if root is None else root} if named else {}
-        opts = GraphOptions(**where, **options)
-    except TypeError as exc:  # an unknown keyword: the same call on every rank
-        raise mark_agreed(ConfigError(f"expected GraphOptions fields as keywords; got {exc}. HINT: see "
-                                      "mpignn.config.graph_options.GraphOptions")) from None
-    except MpignnError as exc:
-        raise mark_agreed(exc) from None
+    with agreed():
+        try:
+            where = {"dataset": dataset, "root": TrainConfig.root if root is None else root} if named else {}
+            opts = GraphOptions(**where, **options)
+        except TypeError as exc:  # an unknown keyword: the same call on every rank
+            raise ConfigError(f"expected GraphOptions fields as keywords; got {exc}. HINT: see "
+                              "mpignn.config.graph_options.GraphOptions") from None
     _agree_on_source(rt.comm, dataset)
     if not named:
         given = {"root": root} if root is not None else {}
