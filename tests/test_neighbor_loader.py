@@ -147,6 +147,28 @@ def test_make_loader_refuses_num_neighbors_and_unknown_splits(rt, graph):
         make_loader(rt, graph, "valid")
 
 
+def test_an_unknown_minibatch_is_refused_before_any_collective_even_for_evaluation(rt, graph, monkeypatch):
+    """Evaluation rewrites the mode to independent or full: a bogus one was built silently on "val", and
+    NeighborLoader chose its seeds (collectives) before refusing it."""
+    from mpignn.tasks import make_task
+
+    task = graph.task or make_task()
+
+    def no_seeds(*args, **kwargs):
+        raise AssertionError("seeds chosen before the mode was checked")
+
+    monkeypatch.setattr(type(task), "seeds", no_seeds)
+    for split in ("val", "train"):
+        with pytest.raises(ConfigError, match="minibatch must be one of independent, cooperative, full; got 'bogus'") \
+                as err:
+            make_loader(rt, graph, split, minibatch="bogus")
+        assert is_agreed(err.value)
+    monkeypatch.setattr(runtime.NeighborLoader, "_source", no_seeds)
+    with pytest.raises(ConfigError, match="minibatch must be one of") as err:
+        runtime.NeighborLoader(graph, [3], input_nodes="train", batch_size=16, minibatch="bogus")
+    assert is_agreed(err.value)
+
+
 def test_make_loader_evaluates_larger_batches_than_it_trains(rt, graph):
     """Evaluation runs forward only: EVAL_BATCH_FACTOR times the seeds of a training step (one rank here)."""
     from mpignn.tasks.base import EVAL_BATCH_FACTOR

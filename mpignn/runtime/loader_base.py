@@ -17,7 +17,7 @@ from mpignn.exchange.alltoall import MpiAlltoall
 from mpignn.exchange.features import FeatureStore
 from mpignn.loader.batches import BatchLoader, cut_steps
 from mpignn.loader.local_graph import LocalGraph
-from mpignn.training.loaders import cooperative_refusal, loader_arguments
+from mpignn.training.loaders import check_minibatch, cooperative_refusal, loader_arguments
 
 __all__ = ["IGNORED", "SampledBatches", "as_array", "check_options", "fanouts_of", "id_store", "joined_ids"]
 
@@ -73,6 +73,7 @@ class SampledBatches(BatchLoader):
                  options: dict[str, Any], **inputs: Any) -> None:
         """`options`: the caller's other keywords; `inputs`: what `_source` takes."""
         name = type(self).__name__
+        check_minibatch(minibatch)  # first: before the refusal's and the seeds' collectives
         with agreed():  # the same arguments on every rank: the same error everywhere
             check_options(options, graph, batch_size, batch_scope, prefetch, name, self.unsupported)
             problem = cooperative_refusal(graph, minibatch) if minibatch != "independent" else ""

@@ -24,7 +24,8 @@ from mpignn.mpi.collectives import checked
 from mpignn.sampling.cooperative import CooperativeSampler
 from mpignn.tasks import make_task, picker
 
-__all__ = ["make_loader", "loader_arguments", "cooperative_refusal", "rank_batch_size", "full_fit_problem"]
+__all__ = ["make_loader", "loader_arguments", "check_minibatch", "cooperative_refusal", "rank_batch_size",
+           "full_fit_problem"]
 
 
 def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[int] | None = None, *,
@@ -52,6 +53,7 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
     if split not in SPLITS:
         raise mark_agreed(ConfigError(f"split must be one of {', '.join(SPLITS)}; got {split!r}. HINT: 'train'"))
     minibatch = minibatch or "independent"
+    check_minibatch(minibatch)  # before the seeds' and the loader's collectives, and before evaluation rewrites it
     seeds = task.seeds(graph, split, picker(graph.replicated, rt.world_size, rt.rank))
     train = split == "train"
     if not train:  # evaluation: this rank's batches, larger, sampled independently unless full
@@ -75,12 +77,10 @@ def loader_arguments(rt: Runtime, graph: LocalGraph, sampler: Any, seeds: Any, b
         minibatch: "independent", "cooperative" or "full" (every neighbour: one step, made once and kept).
         options: `BatchLoader`'s keywords (shuffle, drop_last, wrap, seed, max_steps, name, ...).
     Raises:
-        ConfigError: on every rank alike: an unknown `minibatch`, or a graph whose rows its owners cannot
-            compute (`cooperative_refusal`) in full batches, or cooperative ones across parts.
+        ConfigError: on every rank alike: a graph whose rows its owners cannot compute (`cooperative_refusal`)
+            in full batches, or cooperative ones across parts. The callers refuse an unknown `minibatch` first
+            (`check_minibatch`).
     """
-    if minibatch not in MINIBATCH_MODES:  # the same argument on every rank ("auto" is the caller's to resolve)
-        raise mark_agreed(ConfigError(f"minibatch must be one of {', '.join(MINIBATCH_MODES)}; got {minibatch!r}. "
-                                      "HINT: minibatch='independent'"))
     talks = rt.world_size > 1 and not graph.replicated
     owners = minibatch == "full" or (talks and minibatch == "cooperative")  # each row computed by its owner
     problem = cooperative_refusal(graph, minibatch) if owners else ""
@@ -104,6 +104,19 @@ def loader_arguments(rt: Runtime, graph: LocalGraph, sampler: Any, seeds: Any, b
                                      keep_inputs=not full and own.dependency > 1)
     return dict(sampler=sampler, features=graph.features, seeds=seeds, batch_size=batch_size, comm=rt.comm,
                 device=rt.device, prefetch=prefetching, layout=graph.layout, **options)
+
+
+def check_minibatch(minibatch: str) -> None:
+    """Refuse a `minibatch` mode the loaders do not know ("auto" is the caller's to resolve). Not collective.
+
+    Args:
+        minibatch: the mode asked for, the same on every rank.
+    Raises:
+        ConfigError: agreed (`mark_agreed`): `minibatch` is not one of `MINIBATCH_MODES`.
+    """
+    if minibatch not in MINIBATCH_MODES:
+        raise mark_agreed(ConfigError(f"minibatch must be one of {', '.join(MINIBATCH_MODES)}; got {minibatch!r}. "
+                                      "HINT: minibatch='independent'"))
 
 
 def cooperative_refusal(graph: LocalGraph, mode: str = "cooperative") -> str:
