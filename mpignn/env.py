@@ -240,16 +240,24 @@ class Interface:
 _IFNAME_VARS = ("MPIGNN_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 
-def named_interfaces(variables: Sequence[str], env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+def named_interfaces(variables: Sequence[str], env: Mapping[str, str] | None = None, *,
+                     nccl: bool = True) -> list[tuple[str, str]]:
     """Return (variable, interface) for each interface `variables` name, in their order.
 
-    NCCL's syntax: a comma list, `=eth0` means exactly eth0, a leading `^` excludes (so names nothing); `all`
-    and UCX's RDMA ports (`mlx5_0:1`) name no interface either.
+    Args:
+        variables: the variables to read, each a comma list of interfaces.
+        env: the environment to read (`os.environ`).
+        nccl: NCCL's syntax (torch.distributed's variables): `=eth0` means exactly eth0, a leading `^` excludes
+            (so names nothing). False: MPI's (UCX's, libfabric's), where `all` and UCX's RDMA ports
+            (`mlx5_0:1`) name no interface.
+    Returns:
+        The (variable, interface) pairs, empty names dropped; [] where none is named.
     """
     env = os.environ if env is None else env
-    names = [(var, n.strip().lstrip("=")) for var in variables if not env.get(var, "").strip().startswith("^")
-             for n in env.get(var, "").split(",")]
-    return [(var, n) for var, n in names if n and n != "all" and ":" not in n]
+    values = {var: env.get(var, "").strip() for var in variables}
+    names = [(var, n.strip().lstrip("=") if nccl else n.strip()) for var in variables
+             if not (nccl and values[var].startswith("^")) for n in values[var].split(",")]
+    return [(var, n) for var, n in names if n and (nccl or (n != "all" and ":" not in n))]
 
 
 def socket_ifname(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:

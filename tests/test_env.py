@@ -113,6 +113,9 @@ def test_socket_ifname_takes_the_first_plain_name_in_order():
     assert env.socket_ifname({"GLOO_SOCKET_IFNAME": "^docker0,lo", "NCCL_SOCKET_IFNAME": "ib0"}) == \
         ("NCCL_SOCKET_IFNAME", "ib0")
     assert env.socket_ifname({"MPIGNN_SOCKET_IFNAME": " , "}) is None
+    # NCCL's syntax, not MPI's: an alias interface (eth0:1) is one, and `all` is a name like any other
+    assert env.socket_ifname({"GLOO_SOCKET_IFNAME": "eth0:1"}) == ("GLOO_SOCKET_IFNAME", "eth0:1")
+    assert env.socket_ifname({"MPIGNN_SOCKET_IFNAME": "all"}) == ("MPIGNN_SOCKET_IFNAME", "all")
 
 
 def _ifaces(*specs):

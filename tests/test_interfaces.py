@@ -17,6 +17,9 @@ def test_the_interfaces_named_for_mpi_skip_rdma_ports_and_all():
     assert startup.mpi_ifnames({"UCX_NET_DEVICES": "mlx5_0:1, eth0", "FI_TCP_IFACE": "ib0",
                             "MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE": "hsn0"}) == [
         ("UCX_NET_DEVICES", "eth0"), ("FI_TCP_IFACE", "ib0"), ("MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE", "hsn0")]
+    # MPI's syntax, not NCCL's: no `^` exclusion list nor `=` prefix (taken as written)
+    assert startup.mpi_ifnames({"UCX_NET_DEVICES": "^eth0", "FI_TCP_IFACE": "=ib0"}) == [
+        ("UCX_NET_DEVICES", "^eth0"), ("FI_TCP_IFACE", "=ib0")]
 
 
 def test_the_launchers_iface_goes_to_ucx_with_the_rdma_ports_and_to_libfabric(tmp_path):

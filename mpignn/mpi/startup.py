@@ -124,7 +124,7 @@ _MPI_IFNAME_VARS = ("UCX_NET_DEVICES", "FI_TCP_IFACE", "MPIR_CVAR_NEMESIS_TCP_NE
 
 def mpi_ifnames(env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
     """Return (variable, interface) for each interface `_MPI_IFNAME_VARS` name for MPI, in that order."""
-    return _env.named_interfaces(_MPI_IFNAME_VARS, env)
+    return _env.named_interfaces(_MPI_IFNAME_VARS, env, nccl=False)
 
 
 def launcher_iface_env(env: Mapping[str, str] | None = None,
