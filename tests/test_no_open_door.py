@@ -42,6 +42,27 @@ def _modes_ok(out: str, ranks: int) -> None:
 MODES = ("mpi", "port", "badport")
 
 
+def test_mpi_store_answers_a_wait_without_waiting_again_and_names_every_key_it_timed_out_on():
+    """Tier 1, no MPI: rank 0 answers a wait whose keys it found (a key deleted since must not block it again),
+    and a timed-out request names its keys as the caller gave them."""
+    from types import SimpleNamespace
+
+    from mpignn.launch.mpi_store import MPIStore, _apply
+
+    class Keys:
+        def wait(self, *args):
+            raise AssertionError("waited twice")
+
+        def check(self, keys):
+            return keys == ["a"]
+
+    assert _apply(Keys(), "wait", (["a"],)) is None and _apply(Keys(), "check", (["a"],)) is True
+    store = SimpleNamespace(_comm=SimpleNamespace(rank=1))
+    for op, args, keys in [("wait", (["k1", "k2"],), "['k1', 'k2']"), ("check", (["k1", "k2"],), "['k1', 'k2']"),
+                           ("get", ("k",), "['k']"), ("add", ("k", 1), "['k', 1]")]:
+        assert f"expected the key(s) {keys} of the MPI" in str(MPIStore._timeout(store, op, args, 5))
+
+
 @pytest.mark.mpi
 def test_no_listener_on_all_interfaces_other_addresses_refuse_and_a_taken_port_fails_on_every_rank():
     _modes_ok(run_mpi("no_open_door.py", 2, ",".join(MODES), timeout=120), 2)

@@ -31,6 +31,8 @@ def _apply(keys: Any, op: str, args: tuple) -> Any:
     """Answer one request from rank 0's table, a HashStore (so TCPStore's semantics, compare_set's included)."""
     if op not in _OPS:
         raise ValueError(f"unknown store operation {op!r}")
+    if op == "wait":  # its keys were there (rank 0's _call waited, _serve held it): a HashStore wait would block
+        return None   # again, up to HashStore's own timeout, if a delete_key was served in between
     return getattr(keys, op)(*args)
 
 
@@ -183,8 +185,9 @@ class MPIStore(torch.distributed.Store):
             time.sleep(pause)
 
     def _timeout(self, op: str, args: tuple, wait_s: float) -> Exception:
+        keys = list(args[0]) if op in ("wait", "check") else list(args[:1] if op == "get" else args)
         return torch.distributed.DistStoreError(
-            f"expected the key(s) {_waits_for(op, args) or list(args[:1])} of the MPI rendezvous store within "
+            f"expected the key(s) {keys} of the MPI rendezvous store within "
             f"{wait_s:.0f} s; got none (rank {self._comm.rank}). HINT: a rank did not reach "
             "init_process_group: look for an earlier error on another rank")
 
