@@ -40,6 +40,16 @@ def test_first_format_checkpoints_are_refused_with_the_fix(tmp_path):
         load_checkpoint(tmp_path, model)
 
 
+@pytest.mark.parametrize("extra", [{"config": ["hidden", 64]}, ["config"]])
+def test_a_saved_config_that_is_not_a_dict_is_a_file_of_another_model(tmp_path, extra):
+    model = torch.nn.Linear(3, 2)
+    torch.save({"format": FORMAT, "epoch": 1, "step": 0, "model": model.state_dict(), "extra": extra},
+               tmp_path / "checkpoint.pt")
+    with pytest.raises(ConfigError, match=r"cannot resume from .*checkpoint\.pt: .*HINT: the file is from another "
+                                          "model/flags"):
+        load_checkpoint(tmp_path, model, config={"hidden": 64})
+
+
 def test_resume_refuses_another_model_shape_and_names_replay_changes():
     saved = {"dataset": "Cora", "model": "sage", "hidden": 64, "fanout": "10,10", "lr": 0.01, "seed": 0}
     assert check_compatible(saved, {**saved, "epochs": 9}) == []

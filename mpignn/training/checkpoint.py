@@ -92,12 +92,14 @@ def _apply(path: Path, state: dict[str, Any], model: torch.nn.Module, optimizer:
         raise ConfigError(f"cannot resume from {path}: it is of checkpoint format {state.get('format', 1)}; this "
                           f"mpignn reads format {FORMAT}. HINT: another --checkpoint-dir to start fresh, or resume "
                           "with the mpignn release that wrote it")
-    changes = [] if config is None else check_compatible(state.get("extra", {}).get("config", {}), config,
-                                                          model_flags)
-    try:
+    try:  # a saved config that is not a dict, like a shape mismatch, is a file of another model
+        changes = [] if config is None else check_compatible(state.get("extra", {}).get("config", {}), config,
+                                                              model_flags)
         getattr(model, "module", model).load_state_dict(state["model"])
         if optimizer is not None:
             optimizer.load_state_dict(state["optimizer"])
+    except ConfigError:
+        raise
     except Exception as exc:  # shape mismatches: another model
         raise ConfigError(f"cannot resume from {path}: {type(exc).__name__}: {str(exc)[:200]}. HINT: the file "
                           "is from another model/flags; use the original flags or another --checkpoint-dir") from None
