@@ -40,7 +40,8 @@ TOLOKERS = {  # damage -> what the refusal names
                         r"num_classes must be between 2 .*; got -1 from y\.max\(\) \+ 1"),
     "1-d features": (lambda z: z.update(node_features=z["node_features"][:, 0]), "of one node count"),
     "fractional labels": (lambda z: z.update(node_labels=z["node_labels"] + 0.5), "whole numbers"),
-    "NaN features": (lambda z: z["node_features"].__setitem__((3, 1), np.nan), "x has 1 NaN or infinite values"),
+    "NaN features": (lambda z: z["node_features"].__setitem__((3, 1), np.nan),
+                     r"x has NaN or infinite values \(as float32\), e\.g\. in row 3\."),
     "train overlaps test": (lambda z: z.update(train_masks=z["train_masks"] | z["test_masks"]),
                             "train_idx and test_idx share"),
 }

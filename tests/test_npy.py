@@ -123,6 +123,8 @@ def test_npy_folder_edge_forms_load_the_same_graph(tmp_path, form):
     ({"edge_index": np.zeros((5, 2), dtype=np.int64)}, "save edge_index.T"),
     ({"edge_index": np.array([[0, 1], [2, 400]])}, r"outside \[0, 400\)"),
     ({"x": np.full((400, 3), np.nan, dtype=np.float32)}, "NaN"),
+    ({"x": np.where(np.eye(400, 3, -123) > 0, np.inf, 1).astype(np.float32)},
+     r"x\.npy has NaN or infinite values \(as float32\), e\.g\. in row 123\."),
     ({"src": np.array([1, 2])}, "exactly one form"),
     ({"val_idx": np.array([0, 1, 1])}, "each node once"),
     ({"y": np.full(400, -2)}, r"got -1 from y.max\(\) \+ 1"),

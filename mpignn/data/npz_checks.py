@@ -119,13 +119,21 @@ def check_ids(fail: Fail, key: str, ids: np.ndarray, n: int) -> None:
 
 
 def check_finite(fail: Fail, key: str, x: np.ndarray) -> None:
-    """Refuse NaN or infinite values of `x` as float32 (overflows too), chunk by chunk (a mapped file stays out of
-    memory)."""
-    with np.errstate(over="ignore"):  # an overflow becomes inf, counted
-        bad = sum(int(np.count_nonzero(~np.isfinite(c.astype(np.float32, copy=False)))) for _, c in iter_chunks(x))
-    if bad:
-        raise fail(f"{key} has {bad} NaN or infinite values (as float32)",
-                   "impute or drop them, e.g. np.nan_to_num(x), and keep |x| < 3.4e38")
+    """Refuse NaN or infinite values of `x` as float32 (overflows too), chunk by chunk up to the first bad one (a
+    mapped file stays out of memory).
+
+    Args:
+        fail: the reader's refusal; key: the features' name in it; x: features [N, F], any numeric dtype.
+    Raises:
+        DatasetError: `fail("{key} has NaN or infinite values (as float32), e.g. in row R", hint)`.
+    """
+    with np.errstate(over="ignore"):  # an overflow becomes inf, refused
+        for lo, chunk in iter_chunks(x):
+            bad = ~np.isfinite(chunk.astype(np.float32, copy=False))
+            if bad.any():
+                raise fail(f"{key} has NaN or infinite values (as float32), e.g. in row "
+                           f"{lo + int(np.argwhere(bad)[0, 0])}",
+                           "impute or drop them, e.g. np.nan_to_num(x), and keep |x| < 3.4e38")
 
 
 def read_npz(path: str, keys: Sequence[str], fail: Fail) -> dict[str, np.ndarray]:
