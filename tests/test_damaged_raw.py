@@ -42,6 +42,8 @@ TOLOKERS = {  # damage -> what the refusal names
     "fractional labels": (lambda z: z.update(node_labels=z["node_labels"] + 0.5), "whole numbers"),
     "NaN features": (lambda z: z["node_features"].__setitem__((3, 1), np.nan),
                      r"x has NaN or infinite values \(as float32\), e\.g\. in row 3\."),
+    "edge outside the graph": (lambda z: z["edges"].__setitem__((0, 1), len(z["node_labels"]) + 2),
+                               r"tolokers\.npz: expected edges between nodes .*HINT: replace the raw files"),
     "train overlaps test": (lambda z: z.update(train_masks=z["train_masks"] | z["test_masks"]),
                             "train_idx and test_idx share"),
 }
@@ -92,6 +94,23 @@ def test_a_citeseer_test_id_far_past_the_graph_is_refused(tmp_path):
     with pytest.raises(DatasetError, match=r"ind\.citeseer\.test\.index: .*test ids 2312\.\.900000000 for 1000 test "
                                            r"rows.*HINT"):
         load_dataset("CiteSeer", str(tmp_path))
+
+
+def test_a_planetoid_edge_outside_the_graph_names_the_graph_file(tmp_path):
+    """The CSR refuses it, naming ind.cora.graph and the replacement, not the user's own node numbering."""
+    import pickle
+
+    from mpignn.data.raw_public import _unpickle
+
+    shutil.copytree(DATASETS / "Cora", tmp_path / "Cora")
+    path = tmp_path / "Cora" / "raw" / "ind.cora.graph"
+    adjacency = dict(_unpickle(str(path)))
+    adjacency[0] = [*adjacency[0], 2708 + 5]
+    path.write_bytes(pickle.dumps(adjacency, protocol=2))
+    with pytest.raises(DatasetError, match=r"ind\.cora\.graph: expected edges between nodes 0\.\.2707, got 1 edge "
+                                           r"end\(s\) outside .*HINT: replace the raw files") as caught:
+        load_dataset("Cora", str(tmp_path))
+    assert "\n" not in str(caught.value)
 
 
 @pytest.mark.parametrize("symmetric", [False, True])

@@ -198,7 +198,7 @@ def test_corrupt_raw_files_are_named(tmp_path):
     g["edges"][1, 5] = N + 3
     make_arxiv(tmp_path, g)
     with pytest.raises(DatasetError, match=r"ogbn_arxiv: expected edges between nodes 0\.\.29, got 1 edge end\(s\) "
-                       r"outside \[0, 30\).*HINT"):
+                       r"outside \[0, 30\).*HINT: the raw files are incomplete or corrupt; remove the folder"):
         load_dataset("ogbn-arxiv", str(tmp_path))
 
 

@@ -293,7 +293,7 @@ def test_a_split_node_without_a_label_is_refused(tmp_path):
     save_npz(str(tmp_path / "g.npz"), g)
     np.savez(tmp_path / "s.npz", **GOOD)
     with pytest.raises(DatasetError, match=r"train has 1 unlabelled node\(s\) \(y = -1\), e.g. 5"
-                       r".*HINT: drop unlabelled nodes"):
+                       r".*HINT: drop them: np\.setdiff1d\(train, unlabelled ids\)"):
         load_dataset(f"npz:{tmp_path / 'g.npz'}", str(tmp_path), splits=str(tmp_path / "s.npz"))
 
 

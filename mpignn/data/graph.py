@@ -16,6 +16,8 @@ ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the
 
 __all__ = ["GraphData", "csr_from_edges", "symmetrized", "is_symmetric"]
 
+_OWN_EDGES_HINT = "node ids are row numbers of x, 0 .. N-1: the edges name nodes the graph does not have"
+
 
 @dataclass
 class GraphData:
@@ -54,7 +56,7 @@ class GraphData:
 
 
 def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *, drop_self_loops: bool = False,
-                   symmetric: bool = False, where: str = "") -> tuple[np.ndarray, np.ndarray]:
+                   symmetric: bool = False, where: str = "", hint: str = "") -> tuple[np.ndarray, np.ndarray]:
     """CSR by target with duplicate edges removed and each row's sources sorted.
 
     Counting sort straight into the output, so the peak is the inputs (may be mapped) plus the returned `col`.
@@ -62,6 +64,8 @@ def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *, drop_sel
     Args:
         symmetric: also add every edge reversed (an undirected graph from one direction of each edge).
         where: the file or folder the edges came from, named by the refusal.
+        hint: the refusal's fix; by default the user's own numbering's (node ids are row numbers of x). A reader
+            of downloaded files passes its own (replace the corrupt file, or delete it to download it again).
     Returns:
         (rowptr int64 [num_nodes + 1], col int64 [E']).
     Raises:
@@ -74,7 +78,7 @@ def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *, drop_sel
     if dst.dtype.kind not in "iu":
         dst = dst.astype(np.int64)
     counts = np.zeros(num_nodes + 1, dtype=np.int64)
-    _refuse_outside(_count(dst, counts, True) + _count(src, counts, symmetric), num_nodes, (src, dst), where)
+    _refuse_outside(_count(dst, counts, True) + _count(src, counts, symmetric), num_nodes, (src, dst), where, hint)
     return _sorted_csr(counts, lambda rowptr, col: _fill(src, dst, rowptr, col, symmetric), drop_self_loops)
 
 
@@ -92,13 +96,13 @@ def _sorted_csr(counts: np.ndarray, fill: Callable[[np.ndarray, np.ndarray], Non
     return counts, col
 
 
-def _refuse_outside(outside: int, num_nodes: int, ids: tuple[np.ndarray, ...], where: str) -> None:
+def _refuse_outside(outside: int, num_nodes: int, ids: tuple[np.ndarray, ...], where: str,
+                    hint: str = "") -> None:
     """The kernels that fill the CSR index by id, so every edge end is checked here, once for all readers."""
     if outside:
         lo, hi = min(int(a.min()) for a in ids if a.size), max(int(a.max()) for a in ids if a.size)
         raise DatasetError(f"{where + ': ' if where else ''}expected edges between nodes 0..{num_nodes - 1}, got "
-                           f"{outside} edge end(s) outside [0, {num_nodes}): min {lo}, max {hi}. HINT: node ids are "
-                           "row numbers of x, 0 .. N-1: the edges name nodes the graph does not have")
+                           f"{outside} edge end(s) outside [0, {num_nodes}): min {lo}, max {hi}. HINT: {hint or _OWN_EDGES_HINT}")
 
 
 @njit(cache=True)

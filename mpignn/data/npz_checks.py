@@ -191,7 +191,8 @@ def check_labelled(fail: Fail, y: np.ndarray, splits: dict[str, np.ndarray], num
         unlabelled = idx[y[idx] < 0]
         if unlabelled.size:
             raise fail(f"{key} has {unlabelled.size} unlabelled node(s) (y = -1), e.g. {unlabelled[0]}; split nodes "
-                       f"need labels in [0, {num_classes})", "drop unlabelled nodes from the splits, or label them")
+                       f"need labels in [0, {num_classes})",
+                       f"drop them: np.setdiff1d({key}, unlabelled ids), or label them")
 
 
 def check_splits(fail: Fail, splits: dict[str, np.ndarray], n: int) -> None:

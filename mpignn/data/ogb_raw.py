@@ -172,9 +172,12 @@ def _read_raw(folder: str, info: OgbInfo) -> tuple[int, np.ndarray, np.ndarray, 
     return n, edge_index, x, labels.reshape(-1)
 
 
+_CORRUPT = "the raw files are incomplete or corrupt; remove the folder to download it again, or copy the release " \
+           "files in unchanged"
+
+
 def _corrupt(folder: str, problem: str) -> DatasetError:
-    return DatasetError(f"{folder}: {problem}. HINT: the raw files are incomplete or corrupt; remove the folder "
-                        "to download it again, or copy the release files in unchanged")
+    return DatasetError(f"{folder}: {problem}. HINT: {_CORRUPT}")
 
 
 def load_ogb(name: str, root: str) -> GraphData:
@@ -204,6 +207,6 @@ def load_ogb(name: str, root: str) -> GraphData:
         raise _corrupt(folder, f"labels must lie in [0, {info.num_classes}); got [{y.min()}, {y.max()}]")
     split = _read_splits(folder, info, n)
     # OGB's citation graphs are directed; message passing wants both directions (as PyG's examples do).
-    rowptr, col = csr_from_edges(*edge_index, n, drop_self_loops=True, symmetric=True, where=folder)
+    rowptr, col = csr_from_edges(*edge_index, n, drop_self_loops=True, symmetric=True, where=folder, hint=_CORRUPT)
     return GraphData(name=name, rowptr=rowptr, col=col, x=np.ascontiguousarray(x, dtype=np.float32), y=y,
                      num_classes=info.num_classes, **split)

@@ -25,6 +25,7 @@ __all__ = ["PUBLIC", "OGB", "NUM_SPLITS", "split_key", "load_public", "class_spl
 
 NUM_SPLITS = {"Tolokers": 10, "WikiCS": 20}
 """Datasets that ship several fixed splits, taken as `NAME:split=K` (default 0)."""
+_RAW_HINT = "replace the raw files with the dataset's originals (or delete them to download again)"
 
 
 def _ensure_raw(name: str, raw_dir: str, files: Sequence[str], fetch: Callable[[str], None]) -> None:
@@ -34,9 +35,9 @@ def _ensure_raw(name: str, raw_dir: str, files: Sequence[str], fetch: Callable[[
         fetch_staged(name, raw_dir, missing, fetch, {f: os.path.join(raw_dir, f) for f in missing})
 
 
-def _graph(key: str, where: str, arrays: dict[str, np.ndarray], **csr: bool) -> GraphData:
+def _graph(key: str, where: str, arrays: dict[str, np.ndarray], edges_at: str = "", **csr: bool) -> GraphData:
     """The GraphData of a public dataset's arrays (with its splits; `csr`: `csr_from_edges`'s options), once
-    they are sound.
+    they are sound; edges outside the graph name `edges_at` (default `where`).
 
     Raises:
         DatasetError: naming `where`: x and y of other node counts, x not numbers, labels that are not whole
@@ -50,14 +51,13 @@ def _graph(key: str, where: str, arrays: dict[str, np.ndarray], **csr: bool) -> 
     if y.dtype.kind not in "iuf" or (y.dtype.kind == "f" and not np.array_equal(y, np.round(y))):
         raise fail(f"labels that are whole numbers, not {y.dtype}")
     return sound_graph(fail, key, x, y, (arrays["src"], arrays["dst"]), {k: arrays[k] for k in SPLIT_KEYS},
-                       where=where, **csr)
+                       where=edges_at or where, hint=_RAW_HINT, **csr)
 
 
 def _unsound(key: str, where: str) -> Fail:
     """The refusal of a public dataset's arrays (its hint, whatever the check: replace the files)."""
     return lambda problem, hint="": DatasetError(f"{where}: expected {key.partition(':')[0]}'s arrays to be sound, "
-                                                 f"got: {problem}. HINT: replace the raw files with the dataset's "
-                                                 "originals (or delete them to download again)")
+                                                 f"got: {problem}. HINT: {_RAW_HINT}")
 
 
 def _mask_splits(key: str, path: str, arrays: dict[str, np.ndarray], names: Sequence[str],
@@ -77,7 +77,8 @@ def _mask_splits(key: str, path: str, arrays: dict[str, np.ndarray], names: Sequ
 
 
 def _planetoid(key: str, raw_dir: str, path: str, split: int) -> GraphData:
-    return _graph(key, raw_dir, read_planetoid(raw_dir, key), drop_self_loops=True)
+    return _graph(key, raw_dir, read_planetoid(raw_dir, key), drop_self_loops=True,
+                  edges_at=os.path.join(raw_dir, f"ind.{key.lower()}.graph"))
 
 
 def _heterophilous(key: str, raw_dir: str, path: str, split: int) -> GraphData:
