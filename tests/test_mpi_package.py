@@ -79,6 +79,15 @@ def test_exit_process_keeps_the_exit_but_the_module_teardown():
     assert out.stdout.splitlines() == ["unflushedthread joined", "atexit ran"], out.stdout  # no teardown line
 
 
+def test_a_watchdog_expiry_ends_the_process_even_where_mpi_is_not_running():
+    """abort_job returns without MPI (not initialized, or finalized); the expiry must not return with it."""
+    code = ("from types import SimpleNamespace\nfrom mpignn.mpi.watchdog import Watchdog\n"
+            "Watchdog._end(SimpleNamespace(on_expiry=None), 'mpignn: error: expired')\nprint('returned')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert (out.returncode, out.stdout) == (1, ""), out.stdout + out.stderr
+    assert "mpignn: error: expired" in out.stderr
+
+
 def test_ctrl_c_inside_a_compiled_kernel_is_an_interrupt_not_a_crash(capsys):
     """A KeyboardInterrupt that lands in numba's dispatcher (loading a cached kernel, seen in a clean clone) comes
     out as a SystemError caused by it: run_main still says one line and exits 130, no traceback, no root cause."""

@@ -343,4 +343,5 @@ class Watchdog:
             self.on_expiry(message)
             return
         print(message, file=sys.stderr, flush=True)
-        abort_job(1, alone=True)
+        abort_job(1, alone=True)  # returns where MPI is not running (not initialized, or finalized)
+        os._exit(1)  # an expiry ends this process whatever Abort did
