@@ -136,28 +136,43 @@ def check_finite(fail: Fail, key: str, x: np.ndarray) -> None:
                            "impute or drop them, e.g. np.nan_to_num(x), and keep |x| < 3.4e38")
 
 
-def read_npz(path: str, keys: Sequence[str], fail: Fail) -> dict[str, np.ndarray]:
+def read_npz(path: str, keys: Sequence[str], fail: Fail, missing: str = "", unreadable: str = "",
+             catch: tuple[type[Exception], ...] = UNREADABLE) -> dict[str, np.ndarray]:
     """The arrays `keys` of an npz, read with allow_pickle=False: other keys (pickled ones too) are never read.
 
+    Args:
+        fail: the reader's refusal.
+        missing, unreadable: the fixes of a missing key and of an unreadable file or member ("": `fail`'s own).
+        catch: what reading may raise that is the file's fault (a downloaded file's reader: any Exception).
     Raises:
         DatasetError: `fail("expected an npz of plain arrays KEYS; got ...")` of a file that is not an npz (a
-            single .npy too), lacks a key, or whose named member is truncated, corrupt or pickled.
+            single .npy too), lacks a key, or whose named member is truncated or corrupt; of a pickled member,
+            "got KEY: dtype object (pickled Python objects, which mpignn never loads)", fix
+            `save np.asarray(KEY, dtype=np.int64)` (the ids of a split file: the npz format refuses pickles by
+            their headers before reading).
     """
     expected, key = f"expected an npz of plain arrays {', '.join(keys)}; got", ""
+    hinted = lambda problem, hint: fail(problem, hint) if hint else fail(problem)  # noqa: E731
     try:
         z = open_npz(path)
         if not isinstance(z, np.lib.npyio.NpzFile):
             raise fail(f"{expected} a single .npy array")
         with z:
-            missing = [k for k in keys if k not in z.files]
-            if missing:
-                raise fail(f"{expected} no {', '.join(missing)} (keys: {', '.join(z.files) or 'none'})")
+            absent = [k for k in keys if k not in z.files]
+            if absent:
+                raise hinted(f"{expected} no {', '.join(absent)} (keys: {', '.join(z.files) or 'none'})", missing)
             arrays = {}
             for key in keys:
                 arrays[key] = z[key]
             return arrays
-    except UNREADABLE as exc:  # not an npz, a truncated or corrupt zip or member, a pickled member (ValueError)
-        raise fail(f"{expected} {key + ': ' if key else ''}{type(exc).__name__}: {str(exc)[:160]}") from None
+    except DatasetError:
+        raise
+    except catch as exc:  # not an npz, a truncated or corrupt zip or member, a pickled member (ValueError)
+        if isinstance(exc, ValueError) and "allow_pickle" in str(exc):
+            raise fail(f"{expected} {key}: dtype object (pickled Python objects, which mpignn never loads)",
+                       f"save np.asarray({key}, dtype=np.int64)") from None
+        raise hinted(f"{expected} {key + ': ' if key else ''}{type(exc).__name__}: {str(exc)[:160]}",
+                     unreadable) from None
 
 
 def check_labels(fail: Fail, y: np.ndarray, splits: dict[str, np.ndarray], n: int,

@@ -99,8 +99,16 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
 
 def raw_fail(path: str, source: str = "the dataset's original file") -> Fail:
-    """The `fail` of a raw file that is not what its dataset ships (`source`: where the original is)."""
-    return failing(path, f"replace it with {source}, or delete it to download it again")
+    """The `fail` of a raw file that is not what its dataset ships: whatever the problem, the fix is the original.
+
+    Args:
+        path: the raw file; source: where its original is.
+    Returns:
+        `fail(problem, hint)` -> DatasetError `{path}: {problem}. HINT: replace it with {source}, or delete it to
+        download it again`; a `hint` given (a shared check's, written for the user's own files) is not used.
+    """
+    refuse = failing(path, f"replace it with {source}, or delete it to download it again")
+    return lambda problem, hint="": refuse(problem)
 
 
 def raw_error(path: str, expected: str, got: str, source: str = "the dataset's original file") -> DatasetError:
@@ -282,9 +290,10 @@ def npz_arrays(path: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
     """The named arrays of an npz, read with allow_pickle=False (other keys, pickled ones too, never read).
 
     Raises:
-        DatasetError: the file is missing, truncated or not a zip, lacks a key, or a named key is pickled.
+        DatasetError: the file is missing, truncated or not a zip, lacks a key, or a named key is pickled or
+            corrupt (whatever numpy or zipfile raises: all the file's fault).
     """
-    return read_npz(path, keys, raw_fail(path))
+    return read_npz(path, keys, raw_fail(path), catch=(Exception,))
 
 
 def npy_array(path: str, expected: str) -> np.ndarray:

@@ -44,7 +44,8 @@ def read_split_file(path: str, num_nodes: int) -> dict[str, np.ndarray]:
     """
     check_readable(path)
     fail = _fail(path)
-    arrays = read_npz(path, SPLIT_FILE_KEYS, fail)
+    arrays = read_npz(path, SPLIT_FILE_KEYS, fail, f"{_SAVE} (rename train_idx/val_idx/test_idx or masks' "
+                      "np.flatnonzero accordingly)", f"write it again: {_SAVE}")
     for key, ids in arrays.items():
         expect_array(fail, key, ids.shape, ids.dtype, "int", "1-D")
     ids = {key: arrays[key].astype(np.int64) for key in SPLIT_FILE_KEYS}
