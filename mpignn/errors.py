@@ -44,7 +44,13 @@ def is_agreed(exc: BaseException) -> bool:
 
 @contextmanager
 def agreed(kind: type[BaseException] = MpignnError) -> Iterator[None]:
-    """Mark a `kind` error the block raises as agreed: it follows from what every rank passes alike."""
+    """Mark a `kind` error the block raises as agreed: it follows from what every rank passes alike.
+
+    Args:
+        kind: the errors to mark (others pass through unmarked).
+    Raises:
+        kind: the block's error, marked (`mark_agreed`), its context dropped.
+    """
     try:
         yield
     except kind as exc:

@@ -24,6 +24,8 @@ def bench_parser(module: str, doc: str, **flags: Any) -> argparse.ArgumentParser
         module: the bench's module, e.g. mpignn.bench.floor.
         doc: its docstring, whose first line describes it.
         flags: each flag's default (its name with _ for -), or (default, help text).
+    Returns:
+        The parser; its `parse_args()` gives each flag under its keyword's name.
     """
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
     for name, value in flags.items():

@@ -87,7 +87,11 @@ def sleep_until(ready: Callable[[], Any], seconds: float | None = None, longest:
     moment away costs no sleep: the first tries go without one, then the pause doubles up to `longest`.
 
     Args:
+        ready: the test, called until it returns a true value.
         seconds: how long to wait at most (None: no bound).
+        longest: the longest pause between tries, in seconds.
+    Returns:
+        True once `ready()` is true, False if `seconds` passed first.
     """
     start = time.monotonic()
     pause = _FIRST_PAUSE_S

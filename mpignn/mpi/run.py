@@ -133,7 +133,16 @@ def _rank_for_messages() -> int:
 
 def abort_job(code: int, *, alone: bool = False) -> None:
     """End every rank with `code` (MPI_Abort); a no-op without MPI, and on one rank unless `alone` (returning
-    ends the job there). Not collective: one rank ends them all."""
+    ends the job there). Not collective: one rank ends them all.
+
+    Args:
+        code: the exit status of every rank.
+        alone: abort a one-rank job too (the caller does not exit after it returns).
+    Returns:
+        None, only where MPI is not running (not initialized, or finalized) or, without `alone`, on one rank;
+        otherwise it never returns: this process ends with `code` (os._exit if Abort returns, SIGALRM after
+        10 s if it hangs).
+    """
     if not _mpi_running() or (sys.modules["mpi4py.MPI"].COMM_WORLD.size == 1 and not alone):
         return
     sys.stdout.flush()

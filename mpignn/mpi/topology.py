@@ -47,7 +47,13 @@ class Topology:
 @contextlib.contextmanager
 def host_comm(comm: Any) -> Iterator[Any]:
     """Collective over `comm`: yield the communicator of this host's ranks (a shared-memory split, in `comm`'s
-    order), freed after."""
+    order), freed after.
+
+    Args:
+        comm: an mpi4py communicator; every rank of it enters.
+    Yields:
+        This host's ranks' communicator, valid inside the block only.
+    """
     from mpi4py import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
