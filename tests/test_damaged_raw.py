@@ -59,7 +59,9 @@ def test_damaged_tolokers_is_refused_in_one_line(tmp_path, damage):
 
 
 @pytest.mark.parametrize("damage,needle", [
-    ("labels", r"adjM\.npz: expected .* labels of shape \(4278, 1\)"),
+    ("labels", r"labels\.npy: expected 4278 int labels .*, got int\d+ labels of shape \(4278, 1\)"),
+    ("float labels", r"labels\.npy: expected 4278 int labels .*, got float64 labels of shape \(4278,\)"),
+    ("labels in an npz", r"labels\.npy: expected a plain int npy array, got an npz archive"),
     ("negative", r"num_classes must be between 2 .*; got -2 from y\.max\(\) \+ 1"),
     ("overlap", "train_idx and test_idx share"),
 ])
@@ -72,7 +74,12 @@ def test_damaged_imdb_is_refused_in_one_line(tmp_path, damage, needle):
         shutil.copytree(DATASETS / "IMDB", tmp_path / "IMDB")
         labels = tmp_path / "IMDB" / "raw" / "labels.npy"
         y = np.load(labels)
-        np.save(labels, y.reshape(-1, 1) if damage == "labels" else y - 5)
+        if damage == "labels in an npz":
+            with open(labels, "wb") as f:  # a path would gain ".npz"
+                np.savez(f, labels=y)
+        else:
+            np.save(labels, {"labels": y.reshape(-1, 1), "float labels": y.astype(np.float64),
+                             "negative": y - 5}.get(damage, y))
     with pytest.raises(DatasetError, match=needle) as caught:
         load_dataset("IMDB", str(tmp_path))
     assert "HINT" in str(caught.value) and "\n" not in str(caught.value)

@@ -300,12 +300,16 @@ def npy_array(path: str, expected: str) -> np.ndarray:
     """An .npy array read with allow_pickle=False.
 
     Raises:
-        DatasetError: `raw_error` of a file truncated, pickled (object dtype) or not an npy file.
+        DatasetError: `raw_error` of a file truncated, pickled (object dtype) or not an npy file (an npz too).
     """
     try:
-        return np.load(path, allow_pickle=False)
+        array = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
         raise raw_error(path, expected, f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(array, np.ndarray):  # an npz archive: np.load opens it as an NpzFile
+        array.close()
+        raise raw_error(path, expected, "an npz archive")
+    return array
 
 
 def read_heterophilous(path: str) -> dict[str, np.ndarray]:
@@ -353,19 +357,21 @@ def read_imdb(raw_dir: str) -> dict[str, Any]:
         dict with counts, x and edges {(src, "to", dst): int64 [2, E]} per type (in PyG's order), y int64 and
         the movies' train_idx / val_idx / test_idx.
     Raises:
-        DatasetError: a pickled member or an inconsistent matrix.
+        DatasetError: a pickled member, an inconsistent matrix or labels that are not one int per movie.
     """
     p = lambda f: os.path.join(raw_dir, f)  # noqa: E731
     x = {t: dense_csr(p(f"features_{i}.npz"), *scipy_csr(p(f"features_{i}.npz")))
          for i, t in enumerate(IMDB_NODE_TYPES)}
     counts = {t: len(x[t]) for t in IMDB_NODE_TYPES}
     y = npy_array(p("labels.npy"), "a plain int npy array")
+    if y.shape != (counts["movie"],) or y.dtype.kind not in "iu":
+        raise raw_error(p("labels.npy"), f"{counts['movie']} int labels (one per movie of features_0.npz)",
+                        f"{y.dtype} labels of shape {y.shape}")
     split = npz_arrays(p("train_val_test_idx.npz"), ("train_idx", "val_idx", "test_idx"))
     _, indices, indptr, shape = scipy_csr(p("adjM.npz"))
     total = sum(counts.values())
-    if shape != (total, total) or y.shape != (counts["movie"],) or y.dtype.kind not in "iu":
-        raise raw_error(p("adjM.npz"), f"{total}x{total} for {counts} nodes and {counts['movie']} int labels",
-                        f"{shape[0]}x{shape[1]} and labels of shape {y.shape} ({y.dtype})")
+    if shape != (total, total):
+        raise raw_error(p("adjM.npz"), f"{total}x{total} for {counts} nodes", f"{shape[0]}x{shape[1]}")
     start = dict(zip(IMDB_NODE_TYPES, np.cumsum([0, *counts.values()])[:-1].tolist()))
     row_of = np.repeat(np.arange(total), np.diff(indptr))
     edges: dict[tuple[str, str, str], np.ndarray] = {}
