@@ -42,6 +42,8 @@ TOLOKERS = {  # damage -> what the refusal names
     "fractional labels": (lambda z: z.update(node_labels=z["node_labels"] + 0.5), "whole numbers"),
     "NaN features": (lambda z: z["node_features"].__setitem__((3, 1), np.nan),
                      r"x has NaN or infinite values \(as float32\), e\.g\. in row 3\."),
+    "unlabelled train node": (lambda z: z["node_labels"].__setitem__(np.flatnonzero(z["train_masks"][0])[0], -1),
+                              r"train_idx has 1 unlabelled node\(s\) \(y = -1\)"),
     "edge outside the graph": (lambda z: z["edges"].__setitem__((0, 1), len(z["node_labels"]) + 2),
                                r"tolokers\.npz: expected edges between nodes .*HINT: replace the raw files"),
     "train overlaps test": (lambda z: z.update(train_masks=z["train_masks"] | z["test_masks"]),
@@ -63,6 +65,7 @@ def test_damaged_tolokers_is_refused_in_one_line(tmp_path, damage):
     ("float labels", r"labels\.npy: expected 4278 int labels .*, got float64 labels of shape \(4278,\)"),
     ("labels in an npz", r"labels\.npy: expected a plain int npy array, got an npz archive"),
     ("negative", r"num_classes must be between 2 .*; got -2 from y\.max\(\) \+ 1"),
+    ("unlabelled", r"train_idx has 1 unlabelled node\(s\) \(y = -1\)"),
     ("overlap", "train_idx and test_idx share"),
 ])
 def test_damaged_imdb_is_refused_in_one_line(tmp_path, damage, needle):
@@ -74,6 +77,9 @@ def test_damaged_imdb_is_refused_in_one_line(tmp_path, damage, needle):
         shutil.copytree(DATASETS / "IMDB", tmp_path / "IMDB")
         labels = tmp_path / "IMDB" / "raw" / "labels.npy"
         y = np.load(labels)
+        if damage == "unlabelled":
+            with np.load(tmp_path / "IMDB" / "raw" / "train_val_test_idx.npz") as split:
+                y[split["train_idx"].min()] = -1
         if damage == "labels in an npz":
             with open(labels, "wb") as f:  # a path would gain ".npz"
                 np.savez(f, labels=y)
