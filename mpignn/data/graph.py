@@ -102,7 +102,8 @@ def _refuse_outside(outside: int, num_nodes: int, ids: tuple[np.ndarray, ...], w
     if outside:
         lo, hi = min(int(a.min()) for a in ids if a.size), max(int(a.max()) for a in ids if a.size)
         raise DatasetError(f"{where + ': ' if where else ''}expected edges between nodes 0..{num_nodes - 1}, got "
-                           f"{outside} edge end(s) outside [0, {num_nodes}): min {lo}, max {hi}. HINT: {hint or _OWN_EDGES_HINT}")
+                           f"{outside} edge end(s) outside [0, {num_nodes}): min {lo}, max {hi}. "
+                           f"HINT: {hint or _OWN_EDGES_HINT}")
 
 
 @njit(cache=True)

@@ -48,7 +48,14 @@ def npz_error(path: str, problem: str, hint: str = NPZ_HINT) -> DatasetError:
 
 
 def failing(where: str, default_hint: str = NPZ_HINT) -> Fail:
-    """The `fail` of a reader whose refusals start with `where` and give `default_hint` where no other fits."""
+    """The `fail` of a reader whose refusals start with `where`.
+
+    Args:
+        where: the file (or folder) every refusal names first.
+        default_hint: the fix of a refusal that gives none of its own.
+    Returns:
+        `fail(problem, hint=default_hint)` -> DatasetError `{where}: {problem}. HINT: {hint}` on one line.
+    """
     return lambda problem, hint=default_hint: npz_error(where, problem, hint)
 
 
@@ -111,7 +118,16 @@ def expect_array(fail: Fail, key: str, shape: tuple[int, ...], dtype: np.dtype, 
 
 
 def check_ids(fail: Fail, key: str, ids: np.ndarray, n: int) -> None:
-    """Refuse ids outside [0, n), chunk by chunk (a memory-mapped array stays out of memory)."""
+    """Refuse ids outside [0, n), chunk by chunk (a memory-mapped array stays out of memory).
+
+    Args:
+        fail: the reader's refusal.
+        key: the array's name in the refusal.
+        ids: node ids, any int dtype (memory-mapped too).
+        n: the node count.
+    Raises:
+        DatasetError: `fail("{key} has node ids outside [0, n): min .., max ..", hint)` of the first bad chunk.
+    """
     for _, chunk in iter_chunks(ids):
         if chunk.size and (chunk.min() < 0 or chunk.max() >= n):
             raise fail(f"{key} has node ids outside [0, {n}): min {chunk.min()}, max {chunk.max()}",
@@ -123,7 +139,9 @@ def check_finite(fail: Fail, key: str, x: np.ndarray) -> None:
     mapped file stays out of memory).
 
     Args:
-        fail: the reader's refusal; key: the features' name in it; x: features [N, F], any numeric dtype.
+        fail: the reader's refusal.
+        key: the features' name in the refusal.
+        x: features [N, F], any numeric dtype (memory-mapped too).
     Raises:
         DatasetError: `fail("{key} has NaN or infinite values (as float32), e.g. in row R", hint)`.
     """
@@ -201,7 +219,16 @@ def check_labels(fail: Fail, y: np.ndarray, splits: dict[str, np.ndarray], n: in
 
 
 def check_labelled(fail: Fail, y: np.ndarray, splits: dict[str, np.ndarray], num_classes: int) -> None:
-    """Refuse a split node labelled -1 (unlabelled), given labels already in [-1, num_classes)."""
+    """Refuse a split node labelled -1 (unlabelled), given labels already in [-1, num_classes).
+
+    Args:
+        fail: the reader's refusal.
+        y: labels [N], in [-1, num_classes).
+        splits: split name (as the file names it) -> node ids in [0, N).
+        num_classes: the class count the refusal quotes.
+    Raises:
+        DatasetError: `fail("{key} has K unlabelled node(s) (y = -1), e.g. V; ...", "drop them: np.setdiff1d(..)")`.
+    """
     for key, idx in splits.items():
         unlabelled = idx[y[idx] < 0]
         if unlabelled.size:

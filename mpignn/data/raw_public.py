@@ -102,7 +102,8 @@ def raw_fail(path: str, source: str = "the dataset's original file") -> Fail:
     """The `fail` of a raw file that is not what its dataset ships: whatever the problem, the fix is the original.
 
     Args:
-        path: the raw file; source: where its original is.
+        path: the raw file.
+        source: where its original is.
     Returns:
         `fail(problem, hint)` -> DatasetError `{path}: {problem}. HINT: replace it with {source}, or delete it to
         download it again`; a `hint` given (a shared check's, written for the user's own files) is not used.
