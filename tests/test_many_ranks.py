@@ -6,7 +6,6 @@ importing torch cost this 2-core machine about 20 s a job."""
 import os
 import re
 import signal
-import sys
 from pathlib import Path
 
 import pytest
