@@ -34,9 +34,9 @@ def pytest_addoption(parser):
 
 
 # Seconds each of the longest files takes on the 2-core VM (the larger of its CPU, from `--cpu-report`, and its
-# wall time), measured 2026-12-06. Only the order uses them: longest first, so that the two processes of `-n 2 --dist loadfile`
-# end together. xdist's own order (the most tests first) left these, most of which hold one to five tests, to the
-# end, where one process ran them while the other had nothing left.
+# wall time), measured 2026-12-06. Only the order uses them: longest first, so that the two processes of
+# `-n 2 --dist loadfile` end together. xdist's own order (the most tests first) left these, most of which hold one
+# to five tests, to the end, where one process ran them while the other had nothing left.
 LONGEST = {"test_pyg_ports.py": 114, "test_link_cut.py": 105, "test_many_ranks.py": 88, "test_multihost.py": 80,
            "test_node_local.py": 74, "test_allocator.py": 63, "test_multihost_interfaces.py": 56,
            "test_faults.py": 51, "test_reproducible.py": 48, "test_jobs.py": 46, "test_norm_residual.py": 38,
