@@ -52,11 +52,11 @@ def failing(where: str, default_hint: str = NPZ_HINT) -> Fail:
 
     Args:
         where: the file (or folder) every refusal names first.
-        default_hint: the fix of a refusal that gives none of its own.
+        default_hint: the fix of a refusal that gives none of its own (no hint, or "").
     Returns:
-        `fail(problem, hint=default_hint)` -> DatasetError `{where}: {problem}. HINT: {hint}` on one line.
+        `fail(problem, hint="")` -> DatasetError `{where}: {problem}. HINT: {hint or default_hint}` on one line.
     """
-    return lambda problem, hint=default_hint: npz_error(where, problem, hint)
+    return lambda problem, hint="": npz_error(where, problem, hint or default_hint)
 
 
 def read_headers(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -170,7 +170,6 @@ def read_npz(path: str, keys: Sequence[str], fail: Fail, missing: str = "", unre
             their headers before reading).
     """
     expected, key = f"expected an npz of plain arrays {', '.join(keys)}; got", ""
-    hinted = lambda problem, hint: fail(problem, hint) if hint else fail(problem)  # noqa: E731
     try:
         z = open_npz(path)
         if not isinstance(z, np.lib.npyio.NpzFile):
@@ -178,7 +177,7 @@ def read_npz(path: str, keys: Sequence[str], fail: Fail, missing: str = "", unre
         with z:
             absent = [k for k in keys if k not in z.files]
             if absent:
-                raise hinted(f"{expected} no {', '.join(absent)} (keys: {', '.join(z.files) or 'none'})", missing)
+                raise fail(f"{expected} no {', '.join(absent)} (keys: {', '.join(z.files) or 'none'})", missing)
             arrays = {}
             for key in keys:
                 arrays[key] = z[key]
@@ -189,7 +188,7 @@ def read_npz(path: str, keys: Sequence[str], fail: Fail, missing: str = "", unre
         if isinstance(exc, ValueError) and "allow_pickle" in str(exc):
             raise fail(f"{expected} {key}: dtype object (pickled Python objects, which mpignn never loads)",
                        f"save np.asarray({key}, dtype=np.int64)") from None
-        raise hinted(f"{expected} {key + ': ' if key else ''}{type(exc).__name__}: {str(exc)[:160]}",
+        raise fail(f"{expected} {key + ': ' if key else ''}{type(exc).__name__}: {str(exc)[:160]}",
                      unreadable) from None
 
 
