@@ -48,34 +48,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: -LONGEST.get(item.path.name, 0))  # stable: each file's tests stay together, in order
 
 
-def _compile_kernels_once(config) -> None:
-    """In a new clone numba's on-disk cache is empty, and the first test processes of `-n 2` would each compile
-    the kernels at once (8 CPU-s for the serial twins, 15 for the parallel ones). Compile them here first, one
-    tiny training run a twin, as one rank per host compiles for a job (runtime.graph). Only in xdist's controller,
-    only when the tree holds no cached kernel (a cache elsewhere, NUMBA_CACHE_DIR's, is left to the tests)."""
-    import os
-    import subprocess
-    import tempfile
-
-    if os.environ.get("PYTEST_XDIST_WORKER") or not getattr(config.option, "numprocesses", None) or \
-            os.environ.get("NUMBA_CACHE_DIR") or any(Path(__file__).parents[1].glob("mpignn/*/__pycache__/*.nbi")):
-        return
-    with tempfile.TemporaryDirectory() as root:
-        runs = [subprocess.Popen([sys.executable, "-m", "mpignn.train", "--dataset",
-                                  "synthetic:num_nodes=400,avg_degree=4,num_features=4", "--epochs", "1", "--hidden",
-                                  "8", "--fanout", "3,3", "--root", f"{root}/{threads}", "--threads", str(threads),
-                                  "--sampler", "labor", "--labor-iterations", "1"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for threads in (1, 2)]
-        for run in runs:
-            try:
-                run.wait(timeout=300)
-            except subprocess.TimeoutExpired:  # the tests then compile for themselves, and report what fails
-                run.kill()
-                run.wait()
-
-
 def pytest_configure(config):
-    _compile_kernels_once(config)
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False  # keep the order above
     if config.getoption("--cpu-report"):
