@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import pytest
 
@@ -45,14 +45,14 @@ def _in_mpi_init(base: Path) -> bool:
 
 def _cut_when(base: Path, pattern: str, argv: list[str], *, hosts: int = 2, per_host: int = 1,
               rate: str = "", delay: float = 0.0, limit: int = 240, poll: Callable[[], bool] | None = None,
-              act: Callable[[int], None] = _cut_host_2) -> tuple[int, str, float]:
-    """Run `argv` on node-local disks (base/diskN) and cut host 2's link (or `act` on the launcher's pid) when
-    a line matches `pattern` (or once `poll()` is true); returns (exit code, output, seconds from the cut to the
-    end; -1 when it never came)."""
+              act: Callable[[int], None] = _cut_host_2, prefix: Sequence[str] = ()) -> tuple[int, str, float]:
+    """Run `argv` (after `prefix`, a command that runs the rest) on node-local disks (base/diskN) and cut host 2's
+    link (or `act` on the launcher's pid) when a line matches `pattern` (or once `poll()` is true); returns (exit
+    code, output, seconds from the cut to the end; -1 when it never came)."""
     env = multihost_env()
     cmd = [str(TOOL), "-H", str(hosts), "-p", str(per_host), "-t", str(limit), *(["-r", rate] if rate else []),
-           "--", DISK, str(base), str(base / "m"), ",".join(str(i) for i in range(1, hosts + 1)), sys.executable,
-           *argv]
+           "--", DISK, str(base), str(base / "m"), ",".join(str(i) for i in range(1, hosts + 1)), *prefix,
+           sys.executable, *argv]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)
     lines, cut, once = [], [], threading.Lock()
@@ -129,15 +129,30 @@ PHASES = {  # where the cut lands: (the line that starts the phase, or "": once 
 }
 
 
+def _start_after_the_cut(go: Path) -> list[str]:
+    """A prefix that holds host 2's rank until `go` exists: ranks that reach MPI_Init together leave it within
+    about 0.1 s, too short a window to find a rank inside it; held, rank 0 waits there until the cut."""
+    return ["sh", "-c", 'if [ "$(hostname)" = host2 ]; then while [ ! -e "$0" ]; do sleep 0.05; done; fi; exec "$@"',
+            str(go)]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("phase", PHASES)
 def test_a_link_cut_during_start_up_preparation_or_delivery_ends_every_rank(tmp_path, phase):
     pattern, rate = PHASES[phase]
     m = tmp_path / "m"
     big = [a.replace("300000", "600000") for a in BIG] if phase == "preparation" else BIG
+    go = tmp_path / "go"
+
+    def cut_then_start_host_2(launcher: int) -> None:
+        _cut_host_2(launcher)
+        go.touch()
+
     rc, out, after = _cut_when(tmp_path, pattern or r"^$^", [*TRAIN, *big, "--root", f"{m}/root"], rate=rate,
                                poll=None if pattern else lambda: _in_mpi_init(tmp_path),
-                               delay=2.0 if phase == "preparation" else 0.0)  # past the watchdog's set-up
+                               delay=2.0 if phase == "preparation" else 0.0,  # past the watchdog's set-up
+                               **({} if pattern else {"prefix": _start_after_the_cut(go),
+                                                      "act": cut_then_start_host_2}))
     assert rc != 0 and 0 <= after < TIMEOUT + BOUND, (rc, after, out[-3000:])
     assert "final test accuracy" not in out, out[-3000:]
     if phase != "start-up":  # before MPI_Init returns no rank knows the others: the launcher's hosts are unnamed
