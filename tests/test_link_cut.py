@@ -123,7 +123,7 @@ def test_a_link_cut_during_an_epoch_ends_every_rank_and_the_checkpoint_resumes(t
 BIG = ["--dataset", "synthetic:num_nodes=300000,avg_degree=10,num_features=64", "--batch-size", "1024",
        "--epochs", "1", "--max-steps", "2"]
 PHASES = {  # where the cut lands: (the line that starts the phase, or "": once a rank runs MPI_Init; link rate)
-    "start-up": ("", ""),  # MPI_Init and the rendezvous (python's imports before it take a loaded machine long)
+    "start-up": ("", ""),  # rank 0 in MPI_Init, host 2's rank held until the cut (`_start_after_the_cut`)
     "preparation": (r"ranks on 2 hosts", ""),  # rank 0 generates and partitions 600k nodes (seconds)
     "delivery": (r"partitioned ", "100mbit"),  # host 2's part (about 50 MB) at 100 Mbit/s: seconds
 }
