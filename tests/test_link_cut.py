@@ -148,11 +148,10 @@ def test_a_link_cut_during_start_up_preparation_or_delivery_ends_every_rank(tmp_
         _cut_host_2(launcher)
         go.touch()
 
+    held = {} if pattern else {"prefix": _start_after_the_cut(go), "act": cut_then_start_host_2}
     rc, out, after = _cut_when(tmp_path, pattern or r"^$^", [*TRAIN, *big, "--root", f"{m}/root"], rate=rate,
                                poll=None if pattern else lambda: _in_mpi_init(tmp_path),
-                               delay=2.0 if phase == "preparation" else 0.0,  # past the watchdog's set-up
-                               **({} if pattern else {"prefix": _start_after_the_cut(go),
-                                                      "act": cut_then_start_host_2}))
+                               delay=2.0 if phase == "preparation" else 0.0, **held)  # delay: past the watchdog set-up
     assert rc != 0 and 0 <= after < TIMEOUT + BOUND, (rc, after, out[-3000:])
     assert "final test accuracy" not in out, out[-3000:]
     if phase != "start-up":  # before MPI_Init returns no rank knows the others: the launcher's hosts are unnamed
