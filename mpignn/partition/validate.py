@@ -28,21 +28,6 @@ def _fail(where: Any, expected: str, got: str, folder: str | os.PathLike) -> Par
                                 f"mpignn.partition --out {folder} --force")
 
 
-def _first_outside(a: np.ndarray, lo: int, hi: int) -> tuple[int, int] | None:
-    """(flat index, value) of the first element of int64 `a` outside [lo, hi), or None.
-
-    (v - lo) read unsigned is below hi - lo exactly when v is in range, so one unsigned max per chunk finds
-    both sides without a mask the array's size."""
-    width, flat = np.uint64(hi - lo), a.reshape(-1)
-    for start in range(0, len(flat), CHUNK):
-        chunk = flat[start:start + CHUNK]
-        shifted = (chunk if lo == 0 else chunk - np.int64(lo)).view(np.uint64)
-        if len(chunk) and shifted.max() >= width:
-            i = int(np.flatnonzero(shifted >= width)[0])
-            return start + i, int(chunk[i])
-    return None
-
-
 def sha256_and_max(path: str | os.PathLike, chunk: int = 1 << 22) -> tuple[str, int | None]:
     """(sha256, unsigned max of the elements) in one read; the max is None unless a C-order <i8 .npy. A negative
     id reads as a huge unsigned value, so `max < N` checks [0, N)."""
@@ -73,9 +58,15 @@ def _check_range(path: Path, a: np.ndarray, lo: int, hi: int, what: str, folder:
                  scanned_max: int | None = None) -> None:
     if lo == 0 and scanned_max is not None and scanned_max < hi:
         return  # the checksum's read found every element in range
-    bad = _first_outside(a, lo, hi)
-    if bad is not None:
-        raise _fail(path, f"{what} in [{lo}, {hi})", f"{bad[1]} at index {bad[0]}", folder)
+    # (v - lo) read unsigned is below hi - lo exactly when v is in range, so one unsigned max per chunk checks
+    # both sides without a mask the array's size
+    width, flat = np.uint64(hi - lo), a.reshape(-1)
+    for start in range(0, len(flat), CHUNK):
+        chunk = flat[start:start + CHUNK]
+        shifted = (chunk if lo == 0 else chunk - np.int64(lo)).view(np.uint64)
+        if len(chunk) and shifted.max() >= width:
+            i = int(np.flatnonzero(shifted >= width)[0])
+            raise _fail(path, f"{what} in [{lo}, {hi})", f"{int(chunk[i])} at index {start + i}", folder)
 
 
 def _check_ptr(path: Path, ptr: np.ndarray, end: int, what: str, folder: Path) -> None:
@@ -117,7 +108,7 @@ def check_meta(meta: Any, folder: str | os.PathLike) -> None:
 
 
 def check_part(meta: Any, part_id: int, arrays: Mapping[str, np.ndarray], pdir: str | os.PathLike,
-               folder: str | os.PathLike, scanned: Mapping[str, int | None] | None = None) -> None:
+               folder: str | os.PathLike, scanned: Mapping[str, int | None]) -> None:
     """Check one part's arrays against each other and META.json before any kernel reads them.
 
     `scanned` ({name: max} from `sha256_and_max`) spares the range scan the checksum read already did.
@@ -144,7 +135,6 @@ def check_part(meta: Any, part_id: int, arrays: Mapping[str, np.ndarray], pdir: 
     if not x.flags.c_contiguous:
         raise _fail(pdir / "x.npy", "rows in C order", "Fortran order", folder)
     _check_ptr(pdir / "rowptr.npy", arrays["rowptr"], len(col), "rowptr", folder)
-    scanned = scanned or {}
     _check_range(pdir / "col.npy", col, 0, big_n, "node ids", folder, scanned.get("col"))
     _check_range(pdir / "orig_id.npy", arrays["orig_id"], 0, big_n, "original ids", folder, scanned.get("orig_id"))
     classes = int(meta.num_classes)
