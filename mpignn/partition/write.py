@@ -64,11 +64,10 @@ def _stream_rows(graph: GraphData, parts: np.ndarray, node_map: np.ndarray, writ
 class _FolderParts:
     """Where `cut_parts` puts a folder's parts: npy files in `root/part-NNN/`, the big ones appended in order."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, num_parts: int) -> None:
         self.root = root
-
-    def begin(self, p: int) -> None:
-        part_dir(self.root, p).mkdir()
+        for p in range(num_parts):
+            part_dir(root, p).mkdir()
 
     def put(self, p: int, name: str, array: np.ndarray) -> None:
         save_npy(part_dir(self.root, p) / f"{name}.npy", array)
@@ -108,9 +107,6 @@ class MemoryParts:
     def __init__(self, num_parts: int) -> None:
         self.arrays: list[dict[str, np.ndarray]] = [{} for _ in range(num_parts)]
 
-    def begin(self, p: int) -> None:
-        pass
-
     def put(self, p: int, name: str, array: np.ndarray) -> None:
         self.arrays[p][name] = np.ascontiguousarray(array)
 
@@ -141,8 +137,8 @@ def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike,
         raise ConfigError(f"partition folder {out} already exists. HINT: pass --force to replace it, or pick "
                           "another --out")
     with atomic_dir(out) as tmp:
-        node_map, meta = cut_parts(graph, parts, _FolderParts(tmp), num_parts=num_parts, method=method, seed=seed,
-                                   dataset=dataset, source=source)
+        node_map, meta = cut_parts(graph, parts, _FolderParts(tmp, num_parts), num_parts=num_parts, method=method,
+                                   seed=seed, dataset=dataset, source=source)
         save_npy(tmp / "node_map.npy", node_map)
         write_json(tmp / "META.json", meta)
     return meta
@@ -174,7 +170,6 @@ def cut_parts(graph: GraphData, parts: np.ndarray, sink: Any, *, num_parts: int,
     writers, x_writers = [], []
     by_type: list[dict] = [{} for _ in range(num_parts)]  # heterogeneous: META.json's per-type counts of each part
     for p in range(num_parts):
-        sink.begin(p)
         own_old = order[offsets[p]:offsets[p + 1]]
         rowptr = np.zeros(len(own_old) + 1, dtype=np.int64)
         np.cumsum(deg[own_old], out=rowptr[1:])
