@@ -17,8 +17,8 @@ from mpignn.data.npyio import iter_chunks, read_npy_header
 from mpignn.errors import DatasetError
 
 __all__ = ["SPLIT_KEYS", "PURPOSE", "NPZ_HINT", "UNREADABLE", "Fail", "failing", "npz_error", "read_headers",
-           "open_npz", "expect_array", "check_ids", "check_finite", "read_npz", "check_splits", "check_labels",
-           "check_labelled", "sound_graph"]
+           "expect_array", "check_ids", "check_finite", "read_npz", "check_splits", "check_labels", "check_labelled",
+           "sound_graph"]
 
 SPLIT_KEYS = ("train_idx", "val_idx", "test_idx")
 NPZ_HINT = "see 'Your own graph (npz)' in docs/datasets.md for the expected keys, dtypes and shapes"
@@ -75,15 +75,6 @@ def read_headers(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
                                     "write the file with np.savez / np.savez_compressed") from None
             found[key] = (shape, dtype)
     return found
-
-
-def open_npz(path: str) -> np.lib.npyio.NpzFile | np.ndarray:
-    """np.load(path, allow_pickle=False); bytes that are neither zip nor npy raise BadZipFile, not numpy's
-    ValueError about pickled data, which misleads (the file holds garbage, not a pickle)."""
-    try:
-        return np.load(path, allow_pickle=False)
-    except ValueError:
-        raise zipfile.BadZipFile("not a valid npz file (neither a zip archive nor an npy array)") from None
 
 
 def expect_array(fail: Fail, key: str, shape: tuple[int, ...], dtype: np.dtype, want: str,
@@ -171,7 +162,10 @@ def read_npz(path: str, keys: Sequence[str], fail: Fail, missing: str = "", unre
     """
     expected, key = f"expected an npz of plain arrays {', '.join(keys)}; got", ""
     try:
-        z = open_npz(path)
+        try:
+            z = np.load(path, allow_pickle=False)
+        except ValueError:  # bytes neither zip nor npy: numpy's message about pickled data would mislead
+            raise zipfile.BadZipFile("not a valid npz file (neither a zip archive nor an npy array)") from None
         if not isinstance(z, np.lib.npyio.NpzFile):
             raise fail(f"{expected} a single .npy array")
         with z:
