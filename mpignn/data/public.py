@@ -28,13 +28,6 @@ NUM_SPLITS = {"Tolokers": 10, "WikiCS": 20}
 _RAW_HINT = "replace the raw files with the dataset's originals (or delete them to download again)"
 
 
-def _ensure_raw(name: str, raw_dir: str, files: Sequence[str], fetch: Callable[[str], None]) -> None:
-    """Download the missing raw files with `fetch(tmp_dir)` (`raw_public.fetch_staged`)."""
-    missing = [f for f in files if not os.path.exists(os.path.join(raw_dir, f))]
-    if missing:
-        fetch_staged(name, raw_dir, missing, fetch, {f: os.path.join(raw_dir, f) for f in missing})
-
-
 def _graph(key: str, where: str, arrays: dict[str, np.ndarray], edges_at: str = "", **csr: bool) -> GraphData:
     """The GraphData of a public dataset's arrays (with its splits; `csr`: `csr_from_edges`'s options), once
     they are sound; edges outside the graph name `edges_at` (default `where`).
@@ -190,7 +183,9 @@ def load_public(key: str, root: str) -> GraphData:
         return load_ogb(name, root)
     entry = PUBLIC[name]
     raw_dir = os.path.join(root, entry.folder, "raw")
-    _ensure_raw(name, raw_dir, entry.files, entry.fetch)
+    missing = [f for f in entry.files if not os.path.exists(os.path.join(raw_dir, f))]
+    if missing:
+        fetch_staged(name, raw_dir, missing, entry.fetch, {f: os.path.join(raw_dir, f) for f in missing})
     split = int(options.partition("=")[2]) if options else 0
     return entry.build(key, raw_dir, os.path.join(raw_dir, entry.files[0]), split)
 
