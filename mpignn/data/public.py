@@ -30,13 +30,7 @@ _RAW_HINT = "replace the raw files with the dataset's originals (or delete them 
 
 def _graph(key: str, where: str, arrays: dict[str, np.ndarray], edges_at: str = "", **csr: bool) -> GraphData:
     """The GraphData of a public dataset's arrays (with its splits; `csr`: `csr_from_edges`'s options), once
-    they are sound; edges outside the graph name `edges_at` (default `where`).
-
-    Raises:
-        DatasetError: naming `where`: x and y of other node counts, x not numbers, labels that are not whole
-            numbers, x not finite, splits that overlap, repeat or leave the graph, split nodes without a label,
-            under 2 classes.
-    """
+    they are sound (else DatasetError naming `where`); edges outside the graph name `edges_at` (default `where`)."""
     x, y = np.asarray(arrays["x"]), np.asarray(arrays["y"])
     fail = _unsound(key, where)
     if x.ndim != 2 or y.ndim != 1 or len(x) != len(y) or x.dtype.kind not in "biuf":
@@ -56,11 +50,7 @@ def _unsound(key: str, where: str) -> Fail:
 def _mask_splits(key: str, path: str, arrays: dict[str, np.ndarray], names: Sequence[str],
                  split: int) -> dict[str, np.ndarray]:
     """train/val/test ids of fixed split `split` from the masks `names`: row `split` of a [K, N] mask (named
-    `*_masks`), a [N] mask as it is.
-
-    Raises:
-        DatasetError: a mask of another shape (K: the dataset's NUM_SPLITS).
-    """
+    `*_masks`, K the dataset's NUM_SPLITS), a [N] mask as it is; DatasetError for other shapes."""
     masks, n = [arrays[k] for k in names], len(arrays["y"])
     count = NUM_SPLITS[key.partition(":")[0]]
     if any(m.shape != ((count, n) if k.endswith("masks") else (n,)) for k, m in zip(names, masks)):
