@@ -44,11 +44,6 @@ def auto_folder(root: str, key: str, method: str, num_parts: int, seed: int, sou
     return Path(root) / "mpignn-parts" / f"{safe}-{method}-{num_parts}p-s{seed}"
 
 
-def _content_key(key: str) -> str:
-    """A user file's kind only (`npz`, `npy`), not its path: its content digest tells one file from another."""
-    return key[:3] if key.startswith(("npz:", "npy:")) else key
-
-
 def _given_view(opts: GraphOptions) -> tuple[str | None, str, str]:
     """Rank 0's view for --partitions: (dataset source or None if absent here, split tag, why splits unreadable)."""
     try:
@@ -89,8 +84,10 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int,
         return folder
     # rank 0's view, since other hosts may not see the files; other splits get a partition of their own
     source = comm.bcast(dataset_source(opts.dataset, opts.root, opts.splits) if comm.rank == 0 else None, root=0)
-    folder = auto_folder(opts.root, _content_key(key) + ("-links" if link_params else ""), opts.partition_method,
-                         num_parts, opts.seed, source)
+    # a user's file by its kind only (npz, npy), not its path: the source's digest tells one file from another
+    kind = key[:3] if key.startswith(("npz:", "npy:")) else key
+    folder = auto_folder(opts.root, kind + ("-links" if link_params else ""), opts.partition_method, num_parts,
+                         opts.seed, source)
     usable = None if link_params is None else (lambda f: has_link_split(f, link_params))  # noqa: E731
     # another host's copy is delivered, never made again; with --local-prep each host holds its own
     held = None if opts.local_prep else held_by_hosts(comm, folder, part_id, usable)
