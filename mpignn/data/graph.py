@@ -71,12 +71,8 @@ def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *, drop_sel
     Raises:
         DatasetError: an edge names a node outside 0..num_nodes-1.
     """
-    src = np.asarray(src)
-    dst = np.asarray(dst)
-    if src.dtype.kind not in "iu":
-        src = src.astype(np.int64)
-    if dst.dtype.kind not in "iu":
-        dst = dst.astype(np.int64)
+    # int ids of any width as they are (a mapped file is not copied); anything else as int64
+    src, dst = (a if a.dtype.kind in "iu" else a.astype(np.int64) for a in map(np.asarray, (src, dst)))
     counts = np.zeros(num_nodes + 1, dtype=np.int64)
     _refuse_outside(_count(dst, counts, True) + _count(src, counts, symmetric), num_nodes, (src, dst), where, hint)
     return _sorted_csr(counts, lambda rowptr, col: _fill(src, dst, rowptr, col, symmetric), drop_self_loops)
