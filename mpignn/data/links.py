@@ -26,9 +26,6 @@ class LinkSplit:
     val_neg_tails: np.ndarray
     test_neg_tails: np.ndarray
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        return dict(self.__dict__)
-
 
 def undirected_pairs(rowptr: np.ndarray, col: np.ndarray, lo: int = 0) -> np.ndarray:
     """[2, k] pairs (a, b), a < b, one per undirected edge of a CSR by target whose rows are ids [lo, lo + rows)."""

@@ -34,7 +34,7 @@ def save_link_split(folder: str | os.PathLike, split: LinkSplit, params: dict) -
 
 def in_partition_ids(split: LinkSplit, node_map: np.ndarray) -> dict[str, np.ndarray]:
     """{name: array} of `split` (original ids) in the partition's ids (`node_map`: new id of each old one)."""
-    return {name: node_map[array] for name, array in split.arrays().items()}
+    return {name: node_map[array] for name, array in vars(split).items()}
 
 
 def has_link_split(folder: str | os.PathLike, params: dict) -> bool:
