@@ -15,7 +15,6 @@ from mpignn.data.graph import GraphData, symmetrized
 from mpignn.data.links import LinkSplit, split_links
 from mpignn.data.npyio import read_rows, release_pages, rows_per_chunk
 from mpignn.errors import ConfigError
-from mpignn.mpi import chunk_bounds
 
 __all__ = ["assign_parts", "split_and_assign", "METHODS", "DEFAULT_METHOD", "default_method", "write_parhip"]
 
@@ -30,12 +29,10 @@ def default_method() -> str:
 
 
 def random_parts(num_nodes: int, num_parts: int, seed: int) -> np.ndarray:
-    """Exactly balanced random parts: a seeded permutation cut by ceiling division."""
-    perm = np.random.default_rng(seed).permutation(num_nodes)
+    """Exactly balanced random parts: a seeded permutation cut in `num_parts` runs (the first ones one longer)."""
     parts = np.empty(num_nodes, dtype=np.int64)
-    for p in range(num_parts):
-        lo, hi = chunk_bounds(num_nodes, num_parts, p)
-        parts[perm[lo:hi]] = p
+    for p, ids in enumerate(np.array_split(np.random.default_rng(seed).permutation(num_nodes), num_parts)):
+        parts[ids] = p
     return parts
 
 
