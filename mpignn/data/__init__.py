@@ -104,25 +104,19 @@ def load_dataset(name: str, root: str = "data", mmap: bool = False, splits: str 
     Raises:
         DatasetError: an unknown name, missing or bad files, a bad split file (one line each).
     """
-    graph = _load(name, root, mmap)
-    return apply_splits(graph, splits) if splits else graph
-
-
-def _load(name: str, root: str, mmap: bool) -> GraphData:
     check_known(name)
     if name.startswith("synthetic"):
-        return make_synthetic(parse_synthetic(name.partition(":")[2]))
-    if name.startswith("npz:"):
-        return load_npz(name[4:])
-    if name.startswith("npy:"):
-        return load_npy_folder(name[4:])
-    key = dataset_key(name)
-    # Without its folder (raw files removed after caching) the cache is all there is: it is used as it is.
-    present = os.path.isdir(public_folder(key, root))
-    cached = load_cache(root, key, mmap=mmap, source=raw_fingerprint(key, root) if present else None)
-    if cached is not None:
-        return cached
-    graph = load_public(key, root)
-    save_cache(root, graph, source=raw_fingerprint(key, root))  # after a download: the files as they are now
-    return graph
-
+        graph = make_synthetic(parse_synthetic(name.partition(":")[2]))
+    elif name.startswith("npz:"):
+        graph = load_npz(name[4:])
+    elif name.startswith("npy:"):
+        graph = load_npy_folder(name[4:])
+    else:
+        key = dataset_key(name)
+        # Without its folder (raw files removed after caching) the cache is all there is: it is used as it is.
+        present = os.path.isdir(public_folder(key, root))
+        graph = load_cache(root, key, mmap=mmap, source=raw_fingerprint(key, root) if present else None)
+        if graph is None:
+            graph = load_public(key, root)
+            save_cache(root, graph, source=raw_fingerprint(key, root))  # after a download: the files as they are now
+    return apply_splits(graph, splits) if splits else graph
