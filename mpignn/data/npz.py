@@ -13,7 +13,7 @@ from mpignn.data.graph import GraphData
 from mpignn.data.npyio import refuse_beyond_memory
 from mpignn.data.npz_checks import (SPLIT_KEYS, UNREADABLE, expect_array, failing, npz_error, read_headers, read_npz,
                                     sound_graph)
-from mpignn.data.npz_hetero import hetero_from_headers, hetero_npz_arrays, is_hetero_npz
+from mpignn.data.npz_hetero import hetero_from_headers, hetero_npz_arrays
 from mpignn.errors import DatasetError
 from mpignn.fileio import atomic_path
 
@@ -75,7 +75,7 @@ def graph_from_arrays(label: str, arrays: Mapping[str, np.ndarray], name: str) -
 def _checked_graph(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype]],
                    read: Callable[[list[str]], dict[str, np.ndarray]], name: str) -> GraphData:
     """The one checking path of the npz format: headers, then `read` (the named keys only), then contents."""
-    if is_hetero_npz(headers):
+    if any(k.startswith("edge_index__") for k in headers):  # the heterogeneous format's edge keys
         return hetero_from_headers(path, headers, read, name)
     _check_headers(path, headers)
     arrays = read([k for k in (*NPZ_KEYS, "num_classes") if k in headers])

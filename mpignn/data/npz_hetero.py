@@ -12,13 +12,9 @@ from mpignn.data.hetero import build_hetero, edge_type_name
 from mpignn.data.npyio import refuse_beyond_memory
 from mpignn.data.npz_checks import SPLIT_KEYS, Fail, check_finite, check_labels, check_splits, expect_array, failing
 
-__all__ = ["is_hetero_npz", "hetero_from_headers", "hetero_npz_arrays"]
+__all__ = ["hetero_from_headers", "hetero_npz_arrays"]
 
 _HINT = "see 'Heterogeneous graphs (npz)' in docs/tasks.md for the keys, dtypes and shapes"
-
-
-def is_hetero_npz(headers: dict) -> bool:
-    return any(k.startswith("edge_index__") for k in headers)
 
 
 def _names(key: str, prefix: str, parts: int, fail: Fail) -> list[str]:
