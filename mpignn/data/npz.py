@@ -11,8 +11,7 @@ import numpy as np
 
 from mpignn.data.graph import GraphData
 from mpignn.data.npyio import refuse_beyond_memory
-from mpignn.data.npz_checks import (SPLIT_KEYS, UNREADABLE, expect_array, failing, npz_error, read_headers, read_npz,
-                                    sound_graph)
+from mpignn.data.npz_checks import SPLIT_KEYS, UNREADABLE, expect_array, failing, read_headers, read_npz, sound_graph
 from mpignn.data.npz_hetero import hetero_from_headers, hetero_npz_arrays
 from mpignn.errors import DatasetError
 from mpignn.fileio import atomic_path
@@ -53,7 +52,7 @@ def load_npz(path: str) -> GraphData:
     try:
         headers = read_headers(path)
     except UNREADABLE as exc:
-        raise npz_error(path, f"not a readable .npz file ({exc})", "write it with np.savez") from None
+        raise failing(path)(f"not a readable .npz file ({exc})", "write it with np.savez") from None
     name = "npz-" + os.path.splitext(os.path.basename(path))[0]
     # Keys beyond the format are never read, so they cannot cost memory or hold pickles.
     reread = failing(path, "write it again with np.savez")

@@ -16,7 +16,7 @@ from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.npyio import iter_chunks, read_npy_header
 from mpignn.errors import DatasetError
 
-__all__ = ["SPLIT_KEYS", "PURPOSE", "NPZ_HINT", "UNREADABLE", "Fail", "failing", "npz_error", "read_headers",
+__all__ = ["SPLIT_KEYS", "PURPOSE", "NPZ_HINT", "UNREADABLE", "Fail", "failing", "read_headers",
            "expect_array", "check_ids", "check_finite", "read_npz", "check_splits", "check_labels", "check_labelled",
            "sound_graph"]
 
@@ -43,10 +43,6 @@ _FORMS: dict[str, tuple[Callable[[tuple[int, ...]], bool], Callable[[str, tuple[
 """Shapes by name: (does a shape fit, the fix of one that does not)."""
 
 
-def npz_error(path: str, problem: str, hint: str = NPZ_HINT) -> DatasetError:
-    return DatasetError(f"{path}: {' '.join(problem.split())}. HINT: {hint}")
-
-
 def failing(where: str, default_hint: str = NPZ_HINT) -> Fail:
     """The `fail` of a reader whose refusals start with `where`.
 
@@ -56,7 +52,7 @@ def failing(where: str, default_hint: str = NPZ_HINT) -> Fail:
     Returns:
         `fail(problem, hint="")` -> DatasetError `{where}: {problem}. HINT: {hint or default_hint}` on one line.
     """
-    return lambda problem, hint="": npz_error(where, problem, hint or default_hint)
+    return lambda problem, hint="": DatasetError(f"{where}: {' '.join(problem.split())}. HINT: {hint or default_hint}")
 
 
 def read_headers(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -71,8 +67,8 @@ def read_headers(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
                 try:
                     shape, _, dtype = read_npy_header(fp)
                 except UNREADABLE as exc:
-                    raise npz_error(path, f"key {key} is not a readable .npy array ({exc})",
-                                    "write the file with np.savez / np.savez_compressed") from None
+                    raise failing(path)(f"key {key} is not a readable .npy array ({exc})",
+                                        "write the file with np.savez / np.savez_compressed") from None
             found[key] = (shape, dtype)
     return found
 

@@ -11,7 +11,7 @@ import numpy as np
 from mpignn.data.graph import GraphData
 from mpignn.data.hetero import edge_type_name
 from mpignn.data.npz import graph_from_arrays
-from mpignn.data.npz_checks import SPLIT_KEYS, npz_error
+from mpignn.data.npz_checks import SPLIT_KEYS, failing
 from mpignn.errors import DatasetError
 
 __all__ = ["pyg_kind", "graph_from_pyg", "pyg_arrays", "MEMORY_NAME"]
@@ -51,9 +51,9 @@ def _split(store: Any, key: str, n: int | None, label: str) -> np.ndarray | None
     if value is None or value.dtype != np.bool_:
         return value
     if n is not None and value.shape != (n,):
-        raise npz_error(label, f"{name} must be a boolean mask of shape ({n},) (one entry per node) or 1-D node "
-                               f"ids; got a boolean array of shape {value.shape}",
-                        f"pick one split, e.g. {name}[:, 0]" if value.ndim == 2 else "one entry per row of x")
+        raise failing(label)(f"{name} must be a boolean mask of shape ({n},) (one entry per node) or 1-D node "
+                             f"ids; got a boolean array of shape {value.shape}",
+                             f"pick one split, e.g. {name}[:, 0]" if value.ndim == 2 else "one entry per row of x")
     return np.flatnonzero(value)
 
 
@@ -71,8 +71,7 @@ def _hetero_arrays(data: Any, label: str) -> dict[str, np.ndarray]:
         store = data[t]
         n = store.num_nodes
         if n is None:
-            raise npz_error(label, f"node type {t} has no node count (no x, no num_nodes)",
-                            f"set data['{t}'].num_nodes")
+            raise failing(label)(f"node type {t} has no node count (no x, no num_nodes)", f"set data['{t}'].num_nodes")
         arrays[f"num_nodes__{t}"] = np.int64(n)
         if getattr(store, "x", None) is not None:
             arrays[f"x__{t}"] = _numpy(store.x)
