@@ -5,11 +5,16 @@ Layer 5 (partition): imports data and the layers below; never sampling, exchange
 from __future__ import annotations
 
 import os
+import shutil
+import time
+from pathlib import Path
 
 from mpignn.config.choices import PARTITION_DEFAULT
 from mpignn.data.graph import GraphData
+from mpignn.fileio import remove_leftovers, temp_name
 from mpignn.partition.assign import DEFAULT_METHOD, METHODS, default_method, split_and_assign
 from mpignn.partition.format import LocalPart, PartitionMeta, check_matches, load_partition, part_dir, read_meta, report
+from mpignn.partition.links import save_link_split
 from mpignn.partition.write import write_partition
 
 __all__ = ["partition_graph", "load_partition", "read_meta", "check_matches", "PartitionMeta", "LocalPart",
@@ -29,13 +34,6 @@ def partition_graph(graph: GraphData, num_parts: int, out: str | os.PathLike, *,
     Raises:
         DatasetError: `links` leaves no edge to hold out or to train on.
     """
-    import shutil
-    import time
-    from pathlib import Path
-
-    from mpignn.fileio import remove_leftovers, temp_name
-    from mpignn.partition.links import save_link_split
-
     final = Path(out).absolute()
     final.parent.mkdir(parents=True, exist_ok=True)
     remove_leftovers(final)  # what killed runs of this host left beside `out` (a partitioner killed for memory)
@@ -51,9 +49,7 @@ def partition_graph(graph: GraphData, num_parts: int, out: str | os.PathLike, *,
                            dataset=dataset or graph.name, force=force, source=source)
     if held_out is not None:
         save_link_split(out, held_out, links)
-    rep = report(meta, time.perf_counter() - start)
-    rep["assign_seconds"] = assign_s
-    return rep
+    return {**report(meta, time.perf_counter() - start), "assign_seconds": assign_s}
 
 
 def format_report(rep: dict) -> str:
