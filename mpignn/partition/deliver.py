@@ -130,9 +130,8 @@ def _plan(views: list[Any], folder: Path, force: bool) -> tuple[str | None, list
                 moves.append(Move(src, leader, f"{part_dir(folder, k).name}/{name}.npy", info["bytes"],
                                   info["sha256"]))
         moves += [Move(extras_at, leader, rel, size, "") for rel, size in sorted(extras.items())]
-        if not same:
-            text = ref.encode()
-            moves.append(Move(extras_at, leader, "META.json", len(text), ""))  # last: it marks a complete folder
+        if not same:  # META.json last: it marks a complete folder
+            moves.append(Move(extras_at, leader, "META.json", len(ref.encode()), ""))
     return ref, moves, "", modes
 
 
@@ -191,9 +190,7 @@ def _with_digests(comm: Any, moves: list[Move], folder: Path) -> list[Move]:
     """`moves` with the sha256 of the files META.json does not record, computed by their senders."""
     mine = {(m.src, m.rel): sha256_file(folder / m.rel) for m in moves
             if not m.sha256 and m.src == comm.rank and (folder / m.rel).is_file()}
-    known: dict[tuple[int, str], str] = {}
-    for part in comm.allgather(mine):
-        known.update(part)
+    known = {where: digest for part in comm.allgather(mine) for where, digest in part.items()}
     return [m._replace(sha256=m.sha256 or known.get((m.src, m.rel), "missing")) for m in moves]
 
 
