@@ -201,9 +201,8 @@ def check_source(meta: PartitionMeta, folder: str | os.PathLike, source: str | N
         PartitionFormatError: the same dataset's files held other content when the folder was made.
     """
     # the split files' tags are compared by `check_splits`, before: here the dataset's files alone
-    recorded = None if meta.source is None else split_source(meta.source)[0]
-    source = None if source is None else split_source(source)[0]
-    if recorded is None or source is None or "|" not in recorded or "|" not in source:
+    recorded, source = (split_source(s or "")[0] for s in (meta.source, source))
+    if "|" not in recorded or "|" not in source:
         return False
     if recorded == source:
         return True
