@@ -79,20 +79,16 @@ def _download(info: OgbInfo, tmp: str) -> None:
     extract_zip(download_url(info.url, tmp), tmp)
 
 
-def _table(path: str) -> dict[str, list]:
-    frame = _read_csv(path)
-    return {str(k): frame[k].tolist() for k in frame.keys()}
-
-
 def _read_hetero(folder: str, info: OgbInfo) -> GraphData:
     """ogbn-mag's layout. Every relation also gets its reverse (`rev_<relation>`), as PyG's `ToUndirected`
     does for OGB_MAG, so messages reach the labelled type from every type."""
     from mpignn.data.hetero import build_hetero
 
     raw = os.path.join(folder, "raw")
-    counts = {t: int(v[0]) for t, v in sorted(_table(os.path.join(raw, "num-node-dict.csv.gz")).items())}
+    counts = {t: int(v[0])
+              for t, v in sorted(_read_csv(os.path.join(raw, "num-node-dict.csv.gz")).to_dict("list").items())}
     triplets = sorted(tuple(str(v) for v in row) for row in _csv(os.path.join(raw, "triplet-type-list.csv.gz"), str))
-    labelled = [t for t, v in _table(os.path.join(raw, "nodetype-has-label.csv.gz")).items() if bool(v[0])]
+    labelled = [t for t, v in _read_csv(os.path.join(raw, "nodetype-has-label.csv.gz")).to_dict("list").items() if v[0]]
     if len(labelled) != 1 or labelled[0] not in counts:
         raise _corrupt(folder, f"expected one labelled node type; nodetype-has-label names {labelled}")
     target = labelled[0]
