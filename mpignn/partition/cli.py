@@ -6,10 +6,9 @@ import json
 import resource
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
-
-from dataclasses import dataclass
 
 from mpignn.config.choices import DEFAULT_METHOD, PARTITION_DEFAULT, PARTITION_METHODS, TASKS
 from mpignn.config.values import check_config, opt
