@@ -171,21 +171,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     argparse.ArgumentParser(prog="python -m mpignn.info", description=__doc__.splitlines()[0]).parse_args(argv)
     try:
-        from mpignn.mpi import world
+        from mpignn.mpi import topology, world
 
         comm, problem = world(), ""
     except Exception as exc:
         comm, problem = None, f"{type(exc).__name__}: {exc}"
     if comm is None:
-        print("\n".join(report_lines([rank_line(0, 1, socket.gethostname(), 0, 1)], problem)), flush=True)
-        return 0
-    from mpignn.mpi import topology
-
-    topo = topology(comm)
-    mine = rank_line(topo.rank, topo.world_size, topo.host, topo.local_rank, topo.local_size)
-    everyone = comm.gather(mine, root=0)
-    if topo.rank == 0:
-        print("\n".join(report_lines(everyone)), flush=True)
+        everyone = [rank_line(0, 1, socket.gethostname(), 0, 1)]
+    else:
+        topo = topology(comm)
+        mine = rank_line(topo.rank, topo.world_size, topo.host, topo.local_rank, topo.local_size)
+        everyone = comm.gather(mine, root=0)  # None except on rank 0
+    if everyone is not None:
+        print("\n".join(report_lines(everyone, problem)), flush=True)
     return 0
 
 
