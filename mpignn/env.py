@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import os
@@ -13,6 +14,7 @@ import socket
 import struct
 import sys
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Mapping, Sequence
 
 __all__ = ["LaunchInfo", "detect", "export_torch_env", "thread_budget", "mem_available_bytes",
@@ -152,27 +154,20 @@ def mem_available_bytes(proc: str = "/proc", cgroup_root: str = "/sys/fs/cgroup"
     """Return the bytes this process can still allocate: MemAvailable, or what its cgroup v2 limit (Slurm,
     a container) leaves when lower; None where neither is known (not Linux)."""
     available = None
-    try:
-        with open(os.path.join(proc, "meminfo")) as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    available = int(line.split()[1]) * 1024  # the kernel writes kB (KiB)
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError), open(os.path.join(proc, "meminfo")) as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024  # the kernel writes kB (KiB)
+                break
+    with contextlib.suppress(OSError, ValueError, IndexError):
         with open(os.path.join(proc, "self", "cgroup")) as f:
             path = next((ln.split(":", 2)[2].strip() for ln in f if ln.startswith("0::")), None)
         if path is not None:
-            folder = os.path.join(cgroup_root, path.lstrip("/"))
-            with open(os.path.join(folder, "memory.max")) as f:
-                limit = f.read().strip()
+            folder = Path(cgroup_root, path.lstrip("/"))
+            limit = (folder / "memory.max").read_text().strip()
             if limit != "max":
-                with open(os.path.join(folder, "memory.current")) as f:
-                    left = max(0, int(limit) - int(f.read().strip()))
+                left = max(0, int(limit) - int((folder / "memory.current").read_text()))
                 available = left if available is None else min(available, left)
-    except (OSError, ValueError, IndexError):
-        pass
     return available
 
 

@@ -4,6 +4,7 @@ functions, each probe guarded.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import itertools
@@ -45,15 +46,13 @@ def _mpignn() -> str:
 
     where = os.path.dirname(os.path.abspath(mpignn.__file__))
     text = f"{mpignn.__version__} ({where}"
-    try:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
         commit = subprocess.run(["git", "-C", where, "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, timeout=10)
         if commit.returncode == 0 and commit.stdout.strip():
             dirty = subprocess.run(["git", "-C", where, "status", "--porcelain", "--untracked-files=no", "."],
                                    capture_output=True, text=True, timeout=10).stdout.strip()
             text += f", git {commit.stdout.strip()}{' with local changes' if dirty else ''}"
-    except (OSError, subprocess.SubprocessError):
-        pass
     return text + ")"
 
 

@@ -3,6 +3,7 @@ function of a `Hardware` description, so tests fake the hardware. Imports torch,
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib
 import importlib.util
@@ -203,12 +204,10 @@ def _sharing(device: str, count: int, local_rank: int, local_size: int,
 def apply_threads(threads: int) -> None:
     """Give torch (and numba, when loaded) `threads` threads."""
     torch.set_num_threads(threads)
-    try:
+    with contextlib.suppress(ImportError):
         import numba
 
         numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    except ImportError:
-        pass
 
 
 def init_process_group(comm: Any, rank: int, world_size: int, local_rank: int, local_size: int,
