@@ -93,14 +93,12 @@ def _send(comm: Any, path: Path, move: Move, buf: np.ndarray) -> None:
         f = open(path, "rb")
     except OSError:
         f = None  # zeros follow: the receiver's checksum refuses them
-    left = move.size
-    while left:
-        n = min(len(buf), left)
+    for done in range(0, move.size, len(buf)):
+        n = min(len(buf), move.size - done)
         got = f.readinto(memoryview(buf)[:n]) if f is not None else 0
         if got < n:
             buf[got:n] = 0
         comm.Send([buf[:n], MPI.BYTE], dest=move.dst, tag=_TAG)
-        left -= n
     if f is not None:
         f.close()
 
@@ -116,9 +114,8 @@ def _receive(comm: Any, path: Path, move: Move, buf: np.ndarray, skip: bool) -> 
             out = open(tmp, "wb")
         except OSError as exc:
             problem = f"cannot write {path}: {type(exc).__name__}: {exc}"
-    left = move.size
-    while left:
-        n = min(len(buf), left)
+    for done in range(0, move.size, len(buf)):
+        n = min(len(buf), move.size - done)
         comm.Recv([buf[:n], MPI.BYTE], source=move.src, tag=_TAG)
         check.update(buf[:n])
         if out is not None:
@@ -126,7 +123,6 @@ def _receive(comm: Any, path: Path, move: Move, buf: np.ndarray, skip: bool) -> 
                 out.write(buf[:n])
             except OSError as exc:
                 problem, out = f"cannot write {path}: {type(exc).__name__}: {exc}", None
-        left -= n
     if out is None:
         tmp.unlink(missing_ok=True)
         return problem
