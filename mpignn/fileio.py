@@ -84,8 +84,7 @@ def atomic_path(final: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
         yield tmp
         os.replace(tmp, final)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
