@@ -96,7 +96,6 @@ def bootstrap(device: str = TrainConfig.device, backend: str = TrainConfig.backe
             bound_onednn_cache()
             log_malloc(comm, topo.rank, topo.host)
         error, kind = "", LaunchError
-        choice = dist.Choice("cpu", "gloo")
         hw = dist.detect_hardware()
         # which devices each rank sees, by identity (one allgather at start-up): ranks that each see one GPU
         # (srun --gpus-per-task=1, a per-rank CUDA_VISIBLE_DEVICES) do not share it
@@ -105,7 +104,7 @@ def bootstrap(device: str = TrainConfig.device, backend: str = TrainConfig.backe
         try:
             choice = dist.choose(device, backend, hw, topo.local_rank, topo.local_size, peers)
         except MpignnError as exc:
-            error, kind = str(exc), type(exc)
+            error, kind = str(exc) or type(exc).__name__, type(exc)
         check_all(comm, not error, error, kind)
         # on one rank too, so DistributedDataParallel(model) in a script runs unchanged under `mpirun -np 1`
         dist.init_process_group(comm, topo.rank, topo.world_size, topo.local_rank, topo.local_size, choice,
