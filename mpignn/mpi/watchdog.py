@@ -274,8 +274,7 @@ class Watchdog:
                 if since and slot.path and not slot.limit and now - last > self.early:
                     self._asked[since] = now
                     self._asking = {"slot": slot, "since": since, "path": list(slot.path), "replies": {},
-                                    "deadline": now + self.grace}
-                    self._asking["round"] = self._ping(self.peers, _ASK)
+                                    "deadline": now + self.grace, "round": self._ping(self.peers, _ASK)}
                     break
             return ""
         for source, data in self._drain(_TELL):
