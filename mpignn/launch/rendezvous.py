@@ -63,15 +63,12 @@ def rendezvous_endpoint(comm: Any) -> tuple[str, str | None]:
     candidates, endpoints, problem = comm.bcast(plan, root=0)
     if problem:
         raise mark_agreed(LaunchError(problem))
-    answer = (*candidates[0], "")
+    address, network = candidates[0]
     if endpoints:
         with _draining(listeners):
             reached = gather_per_host(comm, None, lambda _: _reached(endpoints) if comm.rank != 0 else None)
-        if comm.rank == 0:
-            answer = _first_reached(candidates, [r for r in reached if r is not None])
+        answer = _first_reached(candidates, [r for r in reached if r is not None]) if comm.rank == 0 else None
         address, network, problem = comm.bcast(answer, root=0)
-    else:
-        address, network, problem = answer
     if problem:
         raise mark_agreed(LaunchError(problem))
     ifname = None
