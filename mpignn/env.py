@@ -89,11 +89,8 @@ def foreign_launcher_size(env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
     names = ("OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE") + (("WORLD_SIZE",) if env.get("TORCHELASTIC_RUN_ID")
                                                                   else ())
-    for var in names:
-        size = _int(env, var)
-        if size is not None and size > 1:
-            return size
-    return 1
+    sizes = (_int(env, var) or 1 for var in names)
+    return next((size for size in sizes if size > 1), 1)
 
 
 def mpiexec_path() -> str | None:

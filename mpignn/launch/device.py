@@ -36,9 +36,7 @@ def cpu_lacks_bf16_units(device: str | torch.device) -> bool:
     if torch.device(device).type != "cpu" or platform.machine().lower() not in ("x86_64", "amd64", "i686", "i386"):
         return False
     probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    if any(probe is None for probe in probes):
-        return False
-    return not any(probe() for probe in probes)
+    return None not in probes and not any(probe() for probe in probes)
 
 
 def features_on_device(choice: str, exchange: str, device: str | torch.device, parts: int, table_bytes: int,
