@@ -157,10 +157,8 @@ def report_lines(rank_lines: Sequence[str], mpi_problem: str = "") -> list[str]:
     rows += ([("env", f"{k}={v}") for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)]
              or [("env", "(none of the relevant variables set)")])
     width = max(len(k) for k, _ in rows)
-    lines = ["mpignn info: paste everything below into a bug report"]
-    lines += [f"{k + ':':<{width + 1}} {v}" for k, v in rows]
-    lines.append(f"ranks: {len(rank_lines)}")
-    return lines + list(rank_lines)
+    return ["mpignn info: paste everything below into a bug report", *(f"{k + ':':<{width + 1}} {v}" for k, v in rows),
+            f"ranks: {len(rank_lines)}", *rank_lines]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
