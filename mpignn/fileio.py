@@ -55,8 +55,6 @@ def remove_leftovers(final: str | os.PathLike) -> list[Path]:
     live one's, nor another host's on a shared filesystem)."""
     final = Path(final)
     removed: list[Path] = []
-    if not final.parent.is_dir():
-        return removed
     host = this_host()
     for entry in sorted(final.parent.glob(glob_escape(f".{final.name}.") + "*-*@*")):
         m = _TEMP.match(entry.name)
