@@ -94,9 +94,8 @@ def devices() -> list[tuple[str, str]]:
         mod = getattr(torch, kind, None)
         count = _safe(lambda mod=mod: str(mod.device_count() if mod is not None and mod.is_available() else 0))
         counts.append(f"{kind} {count}")
-        if count.isdigit():
-            for i in range(int(count)):
-                rows.append((f"  {kind}:{i}", _safe(lambda mod=mod, i=i: str(mod.get_device_name(i)))))
+        for i in range(int(count) if count.isdigit() else 0):  # none where the count is an error
+            rows.append((f"  {kind}:{i}", _safe(lambda mod=mod, i=i: str(mod.get_device_name(i)))))
     return [("devices", ", ".join(counts) + f"; cpus {os.cpu_count()}")] + rows
 
 

@@ -59,8 +59,7 @@ def synchronize(device: str | torch.device) -> None:
     in this stage."""
     mod = accelerator(device)
     if mod is not None:
-        dev = torch.device(device)
-        mod.current_stream(dev).synchronize()
+        mod.current_stream(torch.device(device)).synchronize()
 
 
 def pinned_empty(shape: Sequence[int], dtype: torch.dtype, device: str | torch.device) -> torch.Tensor:
