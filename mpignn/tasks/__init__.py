@@ -14,21 +14,15 @@ from mpignn.tasks.base import Task, picker
 if TYPE_CHECKING:
     from mpignn.config.train_config import TrainConfig
 
-__all__ = ["Task", "make_task", "task_class", "picker"]
-
-
-def task_class(name: str) -> type[Task]:
-    """Return the `Task` subclass registered as `name`.
-
-    Raises:
-        ConfigError: an unknown name.
-    """
-    module, _, cls = TASKS[check_choice("task", name, tuple(TASKS))].partition(":")
-    return getattr(importlib.import_module(module), cls)
+__all__ = ["Task", "make_task", "picker"]
 
 
 def make_task(cfg: TrainConfig | None = None, name: str = "node") -> Task:
-    """Return the task of `cfg` (with its flags), or the task `name` with its defaults."""
-    if cfg is None:
-        return task_class(name)()
-    return task_class(cfg.task).from_config(cfg)
+    """Return the task of `cfg` (with its flags), or the task `name` with its defaults.
+
+    Raises:
+        ConfigError: an unknown task name.
+    """
+    module, _, cls = TASKS[check_choice("task", name if cfg is None else cfg.task, tuple(TASKS))].partition(":")
+    task: type[Task] = getattr(importlib.import_module(module), cls)
+    return task() if cfg is None else task.from_config(cfg)
