@@ -7,7 +7,7 @@ from typing import Any
 
 from mpignn.errors import ConfigError
 
-__all__ = ["require", "scalar_tags", "eval_index", "ScalarLog"]
+__all__ = ["require", "eval_index", "ScalarLog"]
 
 HINT = "pip install mpignn[tensorboard]"
 
@@ -38,12 +38,6 @@ def _group(name: str) -> str:
     return next((group for group, endings in _GROUPS if name.endswith(endings)), "run")
 
 
-def scalar_tags(rec: dict[str, Any]) -> dict[str, float]:
-    """Return a record's numeric fields as {"<section>/<field>": value} (no None, bools or nested values)."""
-    return {f"{_group(k)}/{k}": float(v) for k, v in rec.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)}
-
-
 def eval_index(epoch: int, ends: list[int], end: int) -> int:
     """Return the TensorBoard step of the evaluation after step `end`: one per evaluation, stable on resume."""
     return epoch * len(ends) + ends.index(end) + 1
@@ -59,7 +53,9 @@ class ScalarLog:
         self._writer = SummaryWriter(logdir)
 
     def write(self, rec: dict[str, Any], step: int) -> None:
-        """Write the record's scalars at `step`, on disk when this returns."""
-        for tag, value in scalar_tags(rec).items():
-            self._writer.add_scalar(tag, value, global_step=int(step))
+        """Write the record's numeric fields (no None, bools or nested values) as "<section>/<field>" at `step`,
+        on disk when this returns."""
+        for k, v in rec.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                self._writer.add_scalar(f"{_group(k)}/{k}", float(v), global_step=int(step))
         self._writer.flush()
