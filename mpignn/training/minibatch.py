@@ -166,9 +166,10 @@ def tune_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[[s
             log.info("--minibatch tune: %s (%s); pin it with --minibatch %s", mode, why, mode)
         else:
             timed = ", ".join(f"{m} {p.step_s:.3f}s/step" for m, p in probes.items())
+            share = probes["independent"].redundancy
             log.info("--minibatch tune: %s | %s (redundancy %s%s); a step covers %.2f of the graph; the fastest "
                      "of %d passes of %d steps each; pin it with --minibatch %s", mode, timed,
-                     _fmt(probes["independent"].redundancy),
+                     "-" if share is None else f"{share:.2f}",
                      f", cooperative halo {probes['cooperative'].halo_step_bytes / 2**20:.1f} MiB/step"
                      if "cooperative" in probes else "", coverage, ROUNDS, PROBE_STEPS, mode)
     return mode, probes
@@ -219,7 +220,3 @@ def _measure(rt: Runtime, model: torch.nn.Module, loader: Any, task: Any, bf16: 
     share = redundancy(total[1::2], total[2::2])
     return Probe(step_s=float(allreduce_max(rt.comm, [seconds])[0]) / (len(clock.done) - 1),
                  redundancy=share, halo_step_bytes=total[0] / steps)
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
