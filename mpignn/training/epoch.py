@@ -54,11 +54,11 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
     """
     model.train()
     clock = StepClock(device)  # device events on an accelerator: no step waits to be timed
-    rows = RowCounts(comm.size if comm is not None else 1)
     sums = {"loss_sum": 0.0, "correct": 0.0, "seeds": 0.0, "steps": 0.0, "compute_s": 0.0, "allreduce_s": 0.0,
             "stopped_step": -1.0, "units": 0.0, "nodes": 0.0}
     reduce_before, agree_s = (timer.seconds if timer else 0.0), 0.0
     world = comm.size if comm is not None else 1
+    rows = RowCounts(world)
     metric_sums = MetricSums(sums, device)
     for step, batch in enumerate(loader, start=getattr(loader, "start_step", 0)):
         if step < start_step:  # a loader that cannot start later draws the done steps again
