@@ -11,7 +11,9 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 from mpignn.config.choices import EXCHANGES
+from mpignn.config.train_config import TrainConfig, add_fields
 from mpignn.config.values import check_config, opt
+from mpignn.errors import ConfigError, agreed
 
 __all__ = ["PredictConfig", "build_parser", "main", "cli"]
 
@@ -58,25 +60,19 @@ class PredictConfig:
 
 def build_parser() -> argparse.ArgumentParser:
     """Flags for every PredictConfig field; defaults stay in the dataclass."""
-    from mpignn.config.train_config import add_fields
-
     return add_fields(argparse.ArgumentParser(prog="python -m mpignn.predict", description="Exact predictions and "
                                               "embeddings for every node of a trained run"), PredictConfig)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Predict; returns the exit code."""
-    from mpignn.errors import ConfigError, agreed
-
     with agreed(ConfigError):
         cfg = PredictConfig(**vars(build_parser().parse_args(argv)))
+    from mpignn.mpi.watchdog import bounded
     from mpignn.predict.output import check_out
     from mpignn.predict.restore import restore_run
     from mpignn.predict.run import predict_to
     from mpignn.runtime import bootstrap, shutdown
-
-    from mpignn.config.train_config import TrainConfig
-    from mpignn.mpi.watchdog import bounded
 
     rt = bootstrap(cfg.device, cfg.backend, cfg.threads, collective_timeout=cfg.collective_timeout)
     if rt.rank == 0:
