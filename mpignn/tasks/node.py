@@ -23,10 +23,7 @@ __all__ = ["NodeTask", "evaluate_nodes"]
 
 class NodeTask(Task):
     name = "node"
-    metric = "acc"
-    metric_name = "accuracy"
-    unit = "seeds"
-    cooperative = True
+    cooperative = True  # metric, metric_name and unit: the `Task` defaults (acc, accuracy, seeds)
 
     def __init__(self, counter: Callable[[torch.Tensor, torch.Tensor], Any] | None = None) -> None:
         self.counter = counter or count_equal
