@@ -34,16 +34,19 @@ def bench_parser(module: str, doc: str, **flags: Any) -> argparse.ArgumentParser
     return parser
 
 
-def pyg_python(explicit: str | None) -> str | None:
-    """Return the interpreter for PyG's numbers: --pyg-python, else this one if it has pyg-lib or torch-sparse,
-    else None (the PyG column is skipped)."""
-    if explicit:
-        return explicit
+def pyg_backend() -> str:
+    """Return the sampling backend PyG has in this interpreter: pyg-lib, torch-sparse, or "" (none, or no PyG)."""
     try:
         from torch_geometric.typing import WITH_PYG_LIB, WITH_TORCH_SPARSE
     except ImportError:
-        return None
-    return sys.executable if (WITH_PYG_LIB or WITH_TORCH_SPARSE) else None
+        return ""
+    return "pyg-lib" if WITH_PYG_LIB else "torch-sparse" if WITH_TORCH_SPARSE else ""
+
+
+def pyg_python(explicit: str | None) -> str | None:
+    """Return the interpreter for PyG's numbers: --pyg-python, else this one if it has pyg-lib or torch-sparse,
+    else None (the PyG column is skipped)."""
+    return explicit or (sys.executable if pyg_backend() else None)
 
 
 def run_json(cmd: list[str], *, env: dict[str, str] | None = None, pin=None, timeout: float = 3600,

@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from mpignn.bench._common import bench_parser
+from mpignn.bench._common import bench_parser, pyg_backend
 from mpignn.config.graph_options import parse_fanout
 
 
@@ -28,12 +28,6 @@ def _loader(spec: str, num_neighbors: list[int], batch_size: int, rows: bool = T
     return g, NeighborLoader(data, num_neighbors=num_neighbors, batch_size=batch_size, **seeds)
 
 
-def _backend() -> str:
-    from torch_geometric.typing import WITH_PYG_LIB, WITH_TORCH_SPARSE
-
-    return "pyg-lib" if WITH_PYG_LIB else "torch-sparse" if WITH_TORCH_SPARSE else "none"
-
-
 def sample(spec: str, fanout: list[int], batch_size: int, batches: int, threads: int) -> dict:
     """Time index sampling, as `bench.sampler` times mpignn's: no features or labels, so no rows gathered."""
     torch.set_num_threads(threads)
@@ -44,8 +38,8 @@ def sample(spec: str, fanout: list[int], batch_size: int, batches: int, threads:
     for _ in range(batches):
         edges += next(it).edge_index.size(1)
     seconds = time.perf_counter() - start
-    return {"impl": f"PyG NeighborLoader ({_backend()})", "threads": threads, "batches_per_s": batches / seconds,
-            "edges_per_s": edges / seconds}
+    return {"impl": f"PyG NeighborLoader ({pyg_backend() or 'none'})", "threads": threads,
+            "batches_per_s": batches / seconds, "edges_per_s": edges / seconds}
 
 
 def epoch(spec: str, fanout: list[int], batch_size: int, hidden: int, threads: int, trim: bool,
@@ -81,8 +75,9 @@ def epoch(spec: str, fanout: list[int], batch_size: int, hidden: int, threads: i
     if dev.type != "cpu":
         getattr(torch, dev.type).synchronize()
     seconds = time.perf_counter() - start
-    trimmed = trim and _backend() == "pyg-lib"
-    return {"impl": f"PyG NeighborLoader ({_backend()}) + GraphSAGE" + (" trimmed" if trimmed else ""),
+    backend = pyg_backend() or "none"
+    trimmed = " trimmed" if trim and backend == "pyg-lib" else ""
+    return {"impl": f"PyG NeighborLoader ({backend}) + GraphSAGE{trimmed}",
             "threads": threads, "device": device, "epoch_s": seconds, "seeds_per_s": len(g.train_idx) / seconds}
 
 
@@ -101,8 +96,8 @@ def infer(spec: str, checkpoint: str, hidden: int, layers: int, batch_size: int,
     logits = model.inference(loader)
     seconds = time.perf_counter() - start
     np.save(out, logits.numpy())
-    return {"impl": f"PyG layer-wise inference ({_backend()})", "threads": threads, "layers_s": seconds,
-            "nodes_per_s": g.num_nodes / seconds}
+    return {"impl": f"PyG layer-wise inference ({pyg_backend() or 'none'})", "threads": threads,
+            "layers_s": seconds, "nodes_per_s": g.num_nodes / seconds}
 
 
 def main() -> None:
