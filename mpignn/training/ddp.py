@@ -24,7 +24,6 @@ class AllreduceTimer:
     def __init__(self, comm: Any, use_mpi: bool, device: str = "cpu") -> None:
         self.comm, self.use_mpi, self.device = comm, use_mpi, torch.device(device)
         self.spans = EventSpans("cpu" if use_mpi else self.device)
-        self.mod = self.spans.mod
         self._host_s = 0.0
 
     @property
@@ -54,7 +53,7 @@ class AllreduceTimer:
 
     def _device_allreduce(self, bucket: Any) -> Any:
         """torch's own timeout bounds it on NCCL/xccl/gloo."""
-        last = self.mod is not None and bucket.is_last()
+        last = self.spans.mod is not None and bucket.is_last()
         start = self.spans.event() if last else None
         size = self.comm.size
         with bounded("DDP gradient all-reduce"):
