@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from mpignn.mpi import allreduce_sum
 from mpignn.mpi.watchdog import bounded
 
 __all__ = ["AUC_CHUNK", "global_auc", "positive_ranks", "LinkScores"]
@@ -89,8 +90,6 @@ class LinkScores:
 
     def summary(self, comm: Any) -> dict[str, float]:
         """Collective over `comm`: return {"auc", "mrr", "hits"} over every rank's pairs."""
-        from mpignn.mpi import allreduce_sum
-
         cat = lambda parts: np.concatenate(parts) if parts else np.empty(0)  # noqa: E731
         area = global_auc(comm, cat(self.scores), cat(self.labels))
         ranks = cat(self.ranks)
