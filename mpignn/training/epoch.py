@@ -119,8 +119,7 @@ class RowCounts:
         sizes = getattr(batch, "num_sampled_nodes", None)
         if not isinstance(sizes, list):  # heterogeneous batches count per type: not here
             return
-        hops = len(sizes) - 1
-        rows = np.array([sum(sizes[:hops + 1 - j]) for j in range(hops + 1)], dtype=np.float64)
+        rows = np.cumsum(sizes, dtype=np.float64)[::-1]  # layer j computes every hop's rows but the last j
         self.rows = rows if self.rows is None else self.rows + rows
         union = getattr(batch, "union_rows", None)
         if getattr(batch, "halo", None) is not None or self.world == 1:
@@ -133,11 +132,9 @@ class RowCounts:
         self.union = union if self.union is None else self.union + union
 
     def sums(self) -> dict[str, float]:
-        out = {}
-        for name, values in (("rows", self.rows), ("counted_rows", self.counted), ("union_rows", self.union)):
-            for j, v in enumerate(values.tolist() if values is not None else []):
-                out[f"{name}_{j}"] = v
-        return out
+        return {f"{name}_{j}": v for name, values in (("rows", self.rows), ("counted_rows", self.counted),
+                                                      ("union_rows", self.union))
+                if values is not None for j, v in enumerate(values.tolist())}
 
 
 COUNTERS = ("remote_feature_bytes", "cache_hits", "remote_rows", "recent_hits", "remote_structure_bytes",
