@@ -70,11 +70,8 @@ class StepCount:
     def cost(self, in_width: int, hidden: int) -> float:
         """Return SAGE-like multiply-adds over the layers: a model-independent yardstick for both sides of
         `choose_minibatch`'s ratio."""
-        total = 0.0
-        for layer, (targets, edges) in enumerate(zip(self.targets, self.edges)):
-            width = in_width if layer == 0 else hidden
-            total += edges * width + 2.0 * targets * width * hidden
-        return total
+        widths = [in_width] + [hidden] * (len(self.edges) - 1)
+        return sum((e * w + 2.0 * t * w * hidden for t, e, w in zip(self.targets, self.edges, widths)), 0.0)
 
 
 def count_step(rt: Runtime, loader: Any) -> StepCount:
