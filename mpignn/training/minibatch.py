@@ -188,7 +188,6 @@ class _Clock:
 
     def __init__(self, loader: Any, passes: int = 1) -> None:
         self.loader, self.passes, self.start_step, self.done = loader, passes, loader.start_step, []
-        self.sampler = loader.sampler
 
     def __len__(self) -> int:
         return len(self.loader) * self.passes
