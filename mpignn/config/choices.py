@@ -55,9 +55,7 @@ def parse_cache_size(value: int | str) -> int | str:
     Raises:
         ConfigError: anything else.
     """
-    if value == "auto":
-        return value
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
         return value
     if isinstance(value, str) and value.strip().isdigit():
         return int(value)
