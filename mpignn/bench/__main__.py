@@ -195,11 +195,10 @@ def _reach(recs: list[dict], target: float, split: str = "val") -> dict | None:
 
 
 def _by_role(rec: dict) -> dict:
-    if "per_s" not in rec:
-        rate = next(k for k in rec if k.endswith("_per_s"))
-        metric = next(k for k in rec if k.startswith("val_"))[len("val_"):]
-        rec.update(per_s=rec[rate], unit=rate[:-len("_per_s")] + "/s", metric=metric, val=rec[f"val_{metric}"],
-                   test=rec.get(f"test_{metric}"))
+    rate = next(k for k in rec if k.endswith("_per_s"))
+    metric = next(k for k in rec if k.startswith("val_"))[len("val_"):]
+    rec.update(per_s=rec[rate], unit=rate[:-len("_per_s")] + "/s", metric=metric, val=rec[f"val_{metric}"],
+               test=rec.get(f"test_{metric}"))
     return rec
 
 
