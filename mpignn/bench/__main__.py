@@ -16,6 +16,7 @@ from statistics import fmean as mean
 
 from mpignn.bench._common import TEMP_ROOT, bench_parser, run_train, save_plot, table
 from mpignn.config.train_config import TrainConfig
+from mpignn.mpi.run import exit_process
 from mpignn.training.record import repeatable
 
 
@@ -264,6 +265,4 @@ def _plot(ax, rows: list[dict]) -> None:
 
 
 if __name__ == "__main__":
-    from mpignn.mpi.run import exit_process
-
     exit_process(main())

@@ -8,6 +8,7 @@ import tempfile
 
 from mpignn.bench._common import bench_parser, pyg_python, run_reference, run_train, table
 from mpignn.launch.device import cpu_lacks_bf16_units
+from mpignn.mpi.run import exit_process
 
 
 def precisions(choice: str, device: str) -> tuple[list[str], str]:
@@ -62,6 +63,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from mpignn.mpi.run import exit_process
-
     exit_process(main())

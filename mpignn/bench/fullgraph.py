@@ -12,6 +12,7 @@ import time
 from statistics import median
 
 from mpignn.bench._common import TEMP_ROOT, bench_parser, run_train, table
+from mpignn.mpi.run import exit_process
 
 
 def pyg_full_batch(dataset: str, root: str, splits: str, layers: int, hidden: int, dropout: float, lr: float,
@@ -105,6 +106,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from mpignn.mpi.run import exit_process
-
     exit_process(main())

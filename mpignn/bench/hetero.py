@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from mpignn.bench._common import bench_parser, run_train, table
+from mpignn.mpi.run import exit_process
 
 
 def _best(records: list[dict]) -> dict:
@@ -61,6 +62,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from mpignn.mpi.run import exit_process
-
     exit_process(main())

@@ -12,6 +12,7 @@ import numpy as np
 from mpignn.bench._common import bench_parser, pyg_python, run_reference, table
 from mpignn.config.graph_options import parse_fanout
 from mpignn.data.graph import GraphData
+from mpignn.mpi.run import exit_process
 
 
 def measure(graph: GraphData, fanout: list[int], batch_size: int, batches: int, threads: int) -> dict:
@@ -108,6 +109,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from mpignn.mpi.run import exit_process
-
     exit_process(main())

@@ -10,6 +10,7 @@ import tempfile
 import numpy as np
 
 from mpignn.bench._common import bench_parser, run_train, table
+from mpignn.mpi.run import exit_process
 
 
 def slope(values: list[float]) -> float:
@@ -86,6 +87,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from mpignn.mpi.run import exit_process
-
     exit_process(main())
