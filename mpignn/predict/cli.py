@@ -14,6 +14,7 @@ from mpignn.config.choices import EXCHANGES
 from mpignn.config.train_config import TrainConfig, add_fields
 from mpignn.config.values import check_config, opt
 from mpignn.errors import ConfigError, agreed
+from mpignn.mpi.run import exit_process, run_main
 
 __all__ = ["PredictConfig", "build_parser", "main", "cli"]
 
@@ -93,8 +94,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cli() -> None:
-    from mpignn.mpi.run import exit_process, run_main
-
     exit_process(run_main(main))
 
 
