@@ -14,6 +14,7 @@ import torch
 
 from mpignn.tasks.base import MetricSums, autocast, empty_loss, with_rows
 from mpignn.training.ddp import AllreduceTimer
+from mpignn.launch.allocator import peak_rss_mb, rss_mb
 from mpignn.launch.device import StepClock
 from mpignn.mpi import allreduce_max, allreduce_sum
 from mpignn.tasks import Task
@@ -173,8 +174,6 @@ def run_epoch(parts: EpochParts, epoch: int, *, evaluate_now: bool, start_step: 
     Sums are divided once; times and memory are the max over ranks. `carry`: the summed `_CARRIED` of the steps
     a stopped epoch did (rank 0 adds them). A stopped epoch is not evaluated. `end_step`: train
     [start_step, end_step) only. `test_if`: evaluate test only once validation reaches it (else None)."""
-    from mpignn.launch.allocator import peak_rss_mb, rss_mb
-
     rt, graph, loaders, model = parts.rt, parts.graph, parts.loaders, parts.model
     task, bf16, emb = graph.task, parts.bf16, graph.embedding
     before = parts.counters()
