@@ -4,7 +4,9 @@ Every default lives in the dataclass; precedence is defaults < `--config file.to
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import inspect
 import math
 import sys
 from dataclasses import dataclass, fields
@@ -13,6 +15,7 @@ from typing import Any, Sequence
 from mpignn.config.choices import (BATCH_SCOPES, DECODERS, EVALS, LR_SCALINGS, MINIBATCHES, MODELS, NEGATIVES, NORMS,
                                    PRECISIONS, PREFETCH_MODES, TASKS)
 from mpignn.config.graph_options import GraphOptions
+from mpignn import env
 from mpignn.config.values import check_memory, estimate_step_bytes, opt
 from mpignn.errors import ConfigError
 
@@ -198,9 +201,6 @@ class TrainConfig(GraphOptions):
 def field_docs(cls: type | None = None) -> dict[str, str]:
     """Return the docstrings under each field of `cls` (default TrainConfig), read from the source as
     torchtitan does: the flags' help."""
-    import ast
-    import inspect
-
     docs: dict[str, str] = {}
     for klass in reversed((cls or TrainConfig).__mro__):  # a section's fields (GraphOptions) are documented there
         if not dataclasses.is_dataclass(klass):
@@ -254,8 +254,6 @@ def check_fits(cfg: TrainConfig, *, world_size: int | None = None, ranks_on_host
         ConfigError: the estimate exceeds `available`. Host-dependent, so not agreed: raise it where
             `mpi.run_main` can abort the job.
     """
-    from mpignn import env
-
     if world_size is None or ranks_on_host is None:
         info = env.detect()
         world_size = info.world_size if world_size is None else world_size
