@@ -15,7 +15,7 @@ import numpy as np
 
 from mpignn.bench._common import TEMP_ROOT, bench_parser, mpi_command, pyg_python, run_reference, run_train, table
 from mpignn.mpi.run import exit_process
-from mpignn.predict import load
+from mpignn.predict import load, read_manifest
 
 _LAYERS = re.compile(r"(\d+) layers over (\d+) blocks per rank in ([\d.]+)s, (\d+) row exchanges, ([\d.]+) MiB of rows "
                      r"fetched")
@@ -83,8 +83,6 @@ def main(argv: list[str] | None = None) -> int:
             where = Path(tmp) / f"out-{ranks}x{threads}@{mib}"
             row = predict(ranks, threads, checkpoint, where, args.chunk_size, mib)
             if not num_nodes:
-                from mpignn.predict import read_manifest
-
                 num_nodes = int(read_manifest(where)["num_nodes"])
             name = (f"{ranks} rank{'s' if ranks > 1 else ''} x {threads} thread{'s' if threads > 1 else ''}"
                     + (f", --halo-mib {mib}" if mib else ""))
