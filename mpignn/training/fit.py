@@ -25,7 +25,7 @@ from mpignn.training.run_files import (check_outputs, claim_checkpoint_dir, gene
 from mpignn.training.schedule import attach_lr_schedule, schedule
 from mpignn.training.stopping import EXIT_STOPPED, StopSignal, requeue
 from mpignn.tasks import Task
-from mpignn.training.tensorboard import ScalarLog, eval_index, require
+from mpignn.training.tensorboard import ScalarLog, require
 from mpignn.mpi import allreduce_max
 from mpignn.mpi.watchdog import bounded
 
@@ -227,8 +227,9 @@ class Trainer:
     def report(self, rec: dict[str, Any], epoch: int, end: int) -> None:
         """Collective: write the epoch line, metrics file and TensorBoard (rank 0 writes, the others agree)."""
         tb, task = self.tb, self.task
+        step = epoch * len(self.ends) + self.ends.index(end) + 1  # TensorBoard's: one per evaluation, stable on resume
 
-        def write(rec: dict[str, Any] = rec, step: int = eval_index(epoch, self.ends, end)) -> None:
+        def write() -> None:
             log.info(format_epoch(rec, task.describe(rec), task.unit))
             if tb is not None:
                 tb.write(rec, step=step)

@@ -7,7 +7,7 @@ from typing import Any
 
 from mpignn.errors import ConfigError
 
-__all__ = ["require", "eval_index", "ScalarLog"]
+__all__ = ["require", "ScalarLog"]
 
 HINT = "pip install mpignn[tensorboard]"
 
@@ -36,11 +36,6 @@ def _group(name: str) -> str:
     if "hits@" in name or name.startswith("best_"):
         return "score"
     return next((group for group, endings in _GROUPS if name.endswith(endings)), "run")
-
-
-def eval_index(epoch: int, ends: list[int], end: int) -> int:
-    """Return the TensorBoard step of the evaluation after step `end`: one per evaluation, stable on resume."""
-    return epoch * len(ends) + ends.index(end) + 1
 
 
 class ScalarLog:
