@@ -7,19 +7,18 @@ from __future__ import annotations
 import argparse
 import time
 
+import numba
 import numpy as np
 
 from mpignn.bench._common import bench_parser, pyg_python, run_reference, table
 from mpignn.config.graph_options import parse_fanout
+from mpignn.data import load_dataset
 from mpignn.data.graph import GraphData
 from mpignn.mpi.run import exit_process
+from mpignn.sampling import LocalHops, NeighborSampler, kernels, labor
 
 
 def measure(graph: GraphData, fanout: list[int], batch_size: int, batches: int, threads: int) -> dict:
-    import numba
-
-    from mpignn.sampling import LocalHops, NeighborSampler
-
     numba.set_num_threads(threads)
     sampler = NeighborSampler(LocalHops(graph.rowptr, graph.col), graph.num_nodes, fanout)
     rng = np.random.default_rng(0)
@@ -34,8 +33,6 @@ def measure(graph: GraphData, fanout: list[int], batch_size: int, batches: int, 
 
 def labor_rows(graph: GraphData, args: argparse.Namespace) -> int:
     """Print `--labor`'s table: rows, edges and draw milliseconds per step of each sampler variant."""
-    from mpignn.sampling import LocalHops, NeighborSampler, kernels, labor
-
     hops = LocalHops(np.asarray(graph.rowptr, dtype=np.int64), np.asarray(graph.col, dtype=np.int64))
     rng = np.random.default_rng(0)
     batches = [np.sort(rng.choice(graph.train_idx, args.batch_size, replace=False)) for _ in range(args.batches)]
@@ -77,8 +74,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--same-variates", action="store_true",
                         help="--labor: also each variant with one variate per node for every hop (--layer-dependency)")
     args = parser.parse_args(argv)
-    from mpignn.data import load_dataset
-
     fanout = parse_fanout(args.fanout)
     if args.labor:
         return labor_rows(load_dataset(args.dataset, args.root), args)
