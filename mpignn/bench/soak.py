@@ -10,6 +10,7 @@ import tempfile
 import numpy as np
 
 from mpignn.bench._common import bench_parser, run_train, table
+from mpignn.launch.allocator import PRELOADS, preload_env
 from mpignn.mpi.run import exit_process
 
 
@@ -28,8 +29,6 @@ def growth(peaks: list[float]) -> float:
 
 def malloc_env(policy: str) -> dict[str, str | None]:
     """Return the variables of one `--malloc` entry: a preload, or an MPIGNN_MALLOC policy ("default": unset)."""
-    from mpignn.launch.allocator import PRELOADS, preload_env
-
     if policy in PRELOADS:
         env = preload_env(policy)
         if env is None:
