@@ -68,8 +68,7 @@ Fanout = Union[int, Sequence[int]]
 
 def fanout_array(fanout: Fanout, num_etypes: int) -> np.ndarray:
     """int64 [num_etypes] fanouts of one hop (an int applies to every edge type)."""
-    out = np.broadcast_to(np.asarray(fanout, dtype=np.int64).reshape(-1), (num_etypes,))
-    return np.ascontiguousarray(out)
+    return np.full(num_etypes, fanout, dtype=np.int64)
 
 
 class LocalHops:
@@ -99,18 +98,13 @@ class LocalHops:
         """Nothing crosses ranks here (`run_epoch` diffs each component's counters)."""
         return {}
 
-    def kernel_rows(self, gids: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
-        """(CSR rows, keys seeding their streams, whether the rows index `type_rowptr`) for targets `gids`."""
+    def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
         t = self.num_etypes
         if t == 1:
-            return gids - self.lo, gids, False
-        kinds = np.arange(t, dtype=np.int64)
-        rows = ((gids - self.lo) * t)[:, None] + kinds
-        return rows.reshape(-1), ((gids * t)[:, None] + kinds).reshape(-1), True
-
-    def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        rows, keys, typed = self.kernel_rows(gids)
-        return self._draw("sample_rows", typed, (rows, keys), fanout, seed)
+            return self._draw("sample_rows", False, (gids - self.lo, gids), fanout, seed)
+        kinds = np.arange(t, dtype=np.int64)  # a row of `type_rowptr` per (target, edge type), keyed alike
+        rows, keys = ((gids - self.lo) * t)[:, None] + kinds, (gids * t)[:, None] + kinds
+        return self._draw("sample_rows", True, (rows.reshape(-1), keys.reshape(-1)), fanout, seed)
 
     def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int,
                      shift: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -121,7 +115,6 @@ class LocalHops:
     _kernels = {"sample_rows": kernels.sample_rows, "labor_rows": labor_rows}  # DeviceHops: their torch-op twins
 
     def _draw(self, kernel: str, typed: bool, ids: tuple, fanout: Fanout, *args: int) -> tuple:
-        """`kernel` on CSR rows `ids[0]` (`type_rowptr`'s where `typed`), then `ids[1:]`, the fanouts, `args`."""
         rowptr = self.type_rowptr if typed else self.rowptr
         return self._kernels[kernel](rowptr, self.col, *ids, fanout_array(fanout, self.num_etypes), *args)
 
@@ -235,8 +228,7 @@ class NeighborSampler:
     def _scratch(self) -> np.ndarray:
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
-            scratch = np.full(self.scratch_bytes // 8, -1, dtype=np.int64)
-            self._local.scratch = scratch
+            scratch = self._local.scratch = np.full(self.scratch_bytes // 8, -1, dtype=np.int64)
         return scratch
 
     def _table(self) -> tuple[np.ndarray, int]:
@@ -275,7 +267,7 @@ class NeighborSampler:
         """Sample around distinct global `seeds` with the streams of `seed`; "labor" draws its variates from
         `variates` (a seed and a shift shared by batches, `sampling.labor.window`) where given."""
         seeds = self._seeds(seeds)
-        n_id = self._buffer(max(16, len(seeds) * 4), None, 0)
+        n_id = self._empty(max(16, len(seeds) * 4))
         local, n_count = self._map(seeds, n_id, 0)
         if n_count != len(seeds):
             self._clear(n_id, n_count)
@@ -314,11 +306,9 @@ class NeighborSampler:
     def _seeds(self, seeds: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(seeds, dtype=np.int64)
 
-    def _buffer(self, size: int, old: np.ndarray | None, n_count: int) -> np.ndarray:
-        """Room for `size` batch nodes, the first `n_count` copied from `old`."""
+    def _buffer(self, size: int, old: np.ndarray, n_count: int) -> np.ndarray:
         out = self._empty(size)
-        if old is not None:
-            out[:n_count] = old[:n_count]
+        out[:n_count] = old[:n_count]
         return out
 
     def _empty(self, size: int) -> np.ndarray:
