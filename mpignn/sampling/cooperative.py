@@ -99,20 +99,15 @@ class CooperativeSampler:
         return {"remote_structure_bytes": self.bytes_received, "halo_bytes": self.halo_bytes,
                 "input_rows": self.input_rows, "kept_rows": self.kept_rows}
 
-    def _mark(self) -> np.ndarray:
-        """Per own node: its row in the current batch, -1 when not in it (part-sized; per thread)."""
-        mark = getattr(self._local, "mark", None)
-        if mark is None:
-            mark = self._local.mark = np.full(self.n_own, -1, dtype=np.int64)
-        return mark
-
     def sample(self, seeds: np.ndarray, seed: int, variates: tuple[int, int] | None = None) -> SampleOutput:
         """Collective: sample around this rank's distinct own `seeds` with the step's `seed` (equal on all ranks)."""
         seeds = np.ascontiguousarray(seeds, dtype=np.int64)
         lo, hi = self.lo, self.lo + self.n_own
         if len(seeds) and (seeds.min() < lo or seeds.max() >= hi):
             raise ValueError("cooperative seeds must be nodes this rank owns")
-        mark = self._mark()
+        mark = getattr(self._local, "mark", None)  # per own node: its row in the batch, else -1 (per thread)
+        if mark is None:
+            mark = self._local.mark = np.full(self.n_own, -1, dtype=np.int64)
         own = np.empty(max(16, 4 * len(seeds)), dtype=np.int64)
         n = kernels.relabel(seeds, mark, own, 0, lo)[1]
         try:
@@ -180,7 +175,6 @@ class CooperativeSampler:
         size, hops = self.comm.size, len(edges)
         lo, hi = self.lo, self.lo + self.n_own
         code, remote, first_pos = kernels.split_sources(src, lo, hi, mark)
-        # per owner, first appearance order: layers are prefixes
         owner, order, per_owner = group_by_owner(remote, self.part_offsets, size)
         within = np.empty(len(remote), dtype=np.int64)
         within[order] = np.arange(len(remote), dtype=np.int64) - np.repeat(segment_starts(per_owner), per_owner)

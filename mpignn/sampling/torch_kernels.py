@@ -27,14 +27,10 @@ def _splitmix(z: torch.Tensor) -> torch.Tensor:
     return z ^ _shr(z, 31)
 
 
-def _as_int64(seed: int) -> int:
-    seed = int(seed) & ((1 << 64) - 1)
-    return seed - (1 << 64) if seed >= 1 << 63 else seed
-
-
 def _stream(seed: int, gids: torch.Tensor) -> torch.Tensor:
     """Each gid's stream start under `seed`: splitmix(seed ^ gid * golden), as the numba kernels seed it."""
-    return _splitmix(gids * _GOLDEN ^ _as_int64(seed))
+    seed = (int(seed) + (1 << 63)) % (1 << 64) - (1 << 63)  # its uint64 bits as an int64
+    return _splitmix(gids * _GOLDEN ^ seed)
 
 
 def _rows(rowptr: torch.Tensor, rows: torch.Tensor,
