@@ -79,9 +79,7 @@ class TorchAlltoall(MpiAlltoall):
 
 def make_alltoall(kind: str, comm: Any, device: str) -> MpiAlltoall:
     """`auto` and `mpi` -> MPI (host tables, where MPI is fastest); `torch` -> torch.distributed (collective)."""
-    if kind == "torch":
-        return TorchAlltoall(comm, device)
-    return MpiAlltoall(comm)
+    return TorchAlltoall(comm, device) if kind == "torch" else MpiAlltoall(comm)
 
 
 class IdDirectory:

@@ -92,8 +92,6 @@ def spare_memory(rt: Runtime, features: FeatureStore) -> tuple[int | None, int]:
     """(bytes a cache may come out of, ranks sharing them): the host's, or the device's for a device table."""
     if features.on_host or features.x.device.type == "cpu":
         return mem_available_bytes(), rt.topo.local_size
-    from mpignn.launch.device import accelerator
+    from mpignn.launch.device import free_memory
 
-    mod = accelerator(features.x.device)
-    free, _ = mod.mem_get_info(features.x.device)
-    return int(free), rt.choice.shared_by  # ranks of this host computing in this device's memory
+    return free_memory(features.x.device), rt.choice.shared_by  # ranks of this host computing in this device's memory

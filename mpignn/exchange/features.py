@@ -72,12 +72,11 @@ class FeatureStore:
     @property
     def row_bytes(self) -> int:
         """Bytes of one feature row (what a cached row costs)."""
-        itemsize = self.x.dtype.itemsize if self.on_host else self.x.element_size()
-        return int(itemsize * self.x.shape[1])
+        return int(self.x.itemsize * self.x.shape[1])
 
     @property
     def cache_bytes(self) -> int:
-        return _nbytes(self.cache_x)
+        return int(self.cache_x.nbytes)
 
     def fetch(self, gids: np.ndarray) -> np.ndarray:
         """Collective over `comm`: rows of remote `gids` (any order, none own) from their owners."""
@@ -85,7 +84,7 @@ class FeatureStore:
         _, order, counts = group_by_owner(gids, self.part_offsets, comm.size)
         asked, asked_counts, pieces = self.alltoall(gids[order], counts)
         got = self.alltoall.rows(_take(self.x, asked - self.lo), asked_counts, counts, pieces)
-        self.bytes_received += _nbytes(got)
+        self.bytes_received += int(got.nbytes)
         out = self._empty_rows(len(gids))
         _put(out, order, got)
         return out
@@ -174,7 +173,3 @@ def _put(out: Any, pos: np.ndarray, rows: Any) -> None:
         out[pos] = rows
     elif len(pos):
         out.index_copy_(0, device_index(pos, out.device), rows)
-
-
-def _nbytes(rows: Any) -> int:
-    return int(rows.nbytes) if isinstance(rows, np.ndarray) else rows.numel() * rows.element_size()

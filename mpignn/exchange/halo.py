@@ -123,4 +123,4 @@ class ByteCounter:
         self.target = target
 
     def add(self, rows: torch.Tensor) -> None:
-        self.target.halo_bytes += rows.numel() * rows.element_size()
+        self.target.halo_bytes += rows.nbytes
