@@ -9,12 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from mpignn.config.choices import HETERO_MODELS  # there: config reads it without torch
+from mpignn.data.hetero import edge_type_name
 
 __all__ = ["HeteroGNN", "HETERO_MODELS"]
-
-
-def _key(edge_type: tuple[str, str, str]) -> str:
-    return "__".join(edge_type)
 
 
 class HeteroGNN(torch.nn.Module):
@@ -43,7 +40,7 @@ class HeteroGNN(torch.nn.Module):
             c_in = {t: (in_channels[t] if layer == 0 else hidden) for t in schema.node_types}
             sage = kind == "sage"
             self.convs.append(torch.nn.ModuleDict({
-                _key(et): SAGEConv((c_in[et[0]], c_in[et[2]]), width, root_weight=sage, bias=sage)
+                edge_type_name(et): SAGEConv((c_in[et[0]], c_in[et[2]]), width, root_weight=sage, bias=sage)
                 for et in self.edge_types if et[2] in need[layer]}))
             self.roots.append(torch.nn.ModuleDict(
                 {} if sage else {t: torch.nn.Linear(c_in[t], width) for t in sorted(need[layer])}))
@@ -63,10 +60,10 @@ class HeteroGNN(torch.nn.Module):
             out: dict[str, torch.Tensor] = {t: root(x[t][:n_dst[t]]) for t, root in self.roots[layer].items()}
             for et in self.edge_types:
                 src, _, dst = et
-                if _key(et) not in self.convs[layer] or src not in x:  # not needed, or no input (no in-edges)
+                if edge_type_name(et) not in self.convs[layer] or src not in x:  # not needed, or no input (no in-edges)
                     continue
                 n_e = int(sum(edges[et][:keep]))
-                y = self.convs[layer][_key(et)]((x[src], x[dst][:n_dst[dst]]), edge_index[et][:, :n_e],
+                y = self.convs[layer][edge_type_name(et)]((x[src], x[dst][:n_dst[dst]]), edge_index[et][:, :n_e],
                                                 size=(x[src].size(0), n_dst[dst]))
                 out[dst] = out[dst] + y if dst in out else y
             if layer < self.num_layers - 1:

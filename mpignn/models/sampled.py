@@ -121,7 +121,10 @@ class SampledGNN(torch.nn.Module):
             elif self.kind == "sage":
                 n_src = halo.table_rows(layer) if sparse is not None and halo is not None else x.size(0)
                 adj = _adjacency(whole, layer, src, dst, n_dst, n_src, in_degree, mean_over, weights)
-                x = _sage(conv, x, adj, n_dst) if sparse is None else sage_sparse_input(conv, *sparse, halo, adj)
+                if sparse is not None:
+                    x = sage_sparse_input(conv, *sparse, halo, adj)
+                else:  # no node saves the result, so the activation below may overwrite it
+                    x = _SageMean.apply(x, conv.lin_l.weight, conv.lin_l.bias, conv.lin_r.weight, adj, n_dst)
             else:
                 pairs = edge_index[:, :n_edges] if halo is None else torch.stack([src, dst])
                 x = conv((x, x[:n_dst]), pairs, size=(x.size(0), n_dst))
@@ -150,12 +153,6 @@ def _adjacency(whole: Any, layer: int, src: torch.Tensor, dst: torch.Tensor, n_d
     def make() -> MeanAdjacency:
         return MeanAdjacency(src, dst, n_dst, n_src, in_degree, mean_over, edge_weight)
     return make() if whole is None else whole.kept(("mean", layer), make)
-
-
-def _sage(conv: torch.nn.Module, x: torch.Tensor, adj: MeanAdjacency, n_dst: int) -> torch.Tensor:
-    """SAGEConv on sources `x` and targets `x[:n_dst]`; no node saves the result, so the activation may
-    overwrite it."""
-    return _SageMean.apply(x, conv.lin_l.weight, conv.lin_l.bias, conv.lin_r.weight, adj, n_dst)
 
 
 class _SageMean(torch.autograd.Function):
