@@ -218,7 +218,9 @@ class BatchLoader:
         if self.reuse:  # whole neighbourhoods: each row's whole-graph degree, the input rows' CSR where sparse
             sparse = sparse_input(x[:len(out.n_id)], self.sampler.comm if cooperative else None)
             n_id = out.n_id.cpu().numpy() if resident else out.n_id  # read once: the batch is kept
-            data.whole = WholeNeighbourhoods(torch.from_numpy(self._degree(n_id)).to(x.device), sparse)
+            hops = self.sampler.source.local  # a full batch holds own rows only: their loop-free in-degrees
+            degree = loop_free_degree(hops.rowptr, hops.col, hops.lo)[n_id - hops.lo].astype(np.float32)
+            data.whole = WholeNeighbourhoods(torch.from_numpy(degree).to(x.device), sparse)
         data = _carry(data, extras)
         return self._finish(data, x, t0, t1, resident=resident and not self.features.on_host)
 
@@ -238,12 +240,6 @@ class BatchLoader:
         for key in ("edge_label", "input_id"):
             if key in extras:
                 data[edge][key] = torch.from_numpy(np.asarray(extras.pop(key)))
-
-    def _degree(self, n_id: np.ndarray) -> np.ndarray:
-        """float32: the whole graph's loop-free in-degree of own nodes `n_id` (a full batch holds own rows only)."""
-        hops = self.sampler.source.local
-        degree = loop_free_degree(hops.rowptr, hops.col, hops.lo)
-        return degree[n_id - hops.lo].astype(np.float32)
 
     def _dataset_ids(self, n_id: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         """(dataset ids of `n_id`, their labels where stored): collective like the features; (None, None) without."""
