@@ -13,7 +13,6 @@ from mpignn.config.choices import PREFETCH_MODES
 from mpignn.config.graph_options import parse_fanout
 from mpignn.data.hetero import edge_type_name, hop_fanouts
 from mpignn.errors import ConfigError, agreed
-from mpignn.exchange.alltoall import MpiAlltoall
 from mpignn.exchange.features import FeatureStore
 from mpignn.loader.batches import BatchLoader, cut_steps
 from mpignn.loader.local_graph import LocalGraph
@@ -145,10 +144,7 @@ def id_store(graph: LocalGraph) -> FeatureStore:
     y = np.asarray(graph.part.y)
     columns = [graph.node_id, y] if y.ndim == 1 and y.dtype.kind in "iu" else [graph.node_id]
     table = np.ascontiguousarray(np.stack([np.asarray(c, dtype=np.int64) for c in columns], axis=1))
-    comm = graph.features.comm
-    offsets = graph.features.part_offsets
-    return FeatureStore(table, graph.part.y, graph.part.lo, offsets, comm,
-                        MpiAlltoall(comm) if comm is not None else None)
+    return FeatureStore(table, graph.part.y, graph.part.lo, graph.features.part_offsets, graph.features.comm)
 
 
 def joined_ids(comm: Any, array: np.ndarray) -> np.ndarray:
