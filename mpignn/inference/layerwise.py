@@ -13,7 +13,7 @@ import torch
 from mpignn.errors import ConfigError, mark_agreed
 from mpignn.exchange.features import FeatureStore
 from mpignn.mpi import allreduce_max, allreduce_sum
-from mpignn.inference.blocks import Block, HaloIndex, block_sources, make_blocks, type_runs
+from mpignn.inference.blocks import Block, HaloIndex, block_sources, make_block, make_blocks, type_runs
 from mpignn.inference.layers import LayerStack, unwrap
 from mpignn.sampling.neighbor import loop_free_degree
 
@@ -197,8 +197,7 @@ def _out_width(stack: LayerStack, layer: int, width: int, device: Any) -> int:
     """Output width of `layer` (an empty part computes nothing): one zero row through it."""
     if stack.hetero:
         return stack.out_width(layer)
-    block = Block(np.zeros(1, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64),
-                  np.zeros(1, dtype=np.int64), 1)
+    block = make_block(np.zeros(2, dtype=np.int64), np.empty(0, dtype=np.int64), 0, 0, 1)  # one target, no edges
     x = torch.zeros((1, width), device=device)
     with torch.no_grad():
         return int(stack.apply(layer, x, to_device(block, device, (lambda g: np.ones(len(g), np.float32))

@@ -54,9 +54,7 @@ class HeteroLayout:
         edge_hop = np.repeat(np.arange(hops), num_sampled_edges)
         local, order, per_type = self._local(ntype)
         data = HeteroData()
-        bounds = np.concatenate([[0], np.cumsum(per_type)])
-        for k, name in enumerate(schema.node_types):
-            idx = order[bounds[k]:bounds[k + 1]]
+        for k, (name, idx) in enumerate(zip(schema.node_types, np.split(order, np.cumsum(per_type)[:-1]))):
             store = data[name]
             dim = schema.feature_dims[k]
             store.x = _rows(x, idx, dim, device) if dim else pinned_empty((len(idx), 1), torch.float32, device).fill_(1)

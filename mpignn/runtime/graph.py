@@ -33,6 +33,7 @@ from mpignn.partition import LocalPart
 from mpignn.partition.memory import scatter_graph
 from mpignn.partition.source import ensure_partition, load_part
 from mpignn.sampling import kernels, labor
+from mpignn.sampling.device_hops import DeviceHops
 from mpignn.sampling.device_sampler import DeviceSampler, resident
 from mpignn.sampling.distributed import DistributedHops
 from mpignn.sampling.neighbor import LocalHops, NeighborSampler
@@ -133,8 +134,6 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
         check_combinations({"sampler": opts.sampler, "hetero": schema is not None})
     num_etypes = schema.num_etypes if schema else 1
     if opts.sample_on == "device":  # `--sample-on auto` stays on the host until the device step is measured
-        from mpignn.sampling.device_hops import DeviceHops
-
         local = DeviceHops(part.rowptr, part.col, part.lo, part.type_rowptr, num_etypes, device=rt.device)
     else:
         local = LocalHops(part.rowptr, part.col, part.lo, part.type_rowptr, num_etypes)

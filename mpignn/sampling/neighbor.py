@@ -315,7 +315,6 @@ class NeighborSampler:
         return np.empty(size, dtype=np.int64)
 
     def _targets(self, f_lo: int, f_hi: int, t: int, counts: np.ndarray) -> np.ndarray:
-        """Each drawn edge's target (batch-local ids f_lo..f_hi, each once per edge type), as `counts` says."""
         return np.repeat(np.arange(f_lo, f_hi, dtype=np.int64).repeat(t), counts)
 
     def _concat(self, parts: list[np.ndarray]) -> np.ndarray:
