@@ -70,13 +70,15 @@ class RankBatchNorm(torch.nn.Module):
         return mean.float(), var.float()
 
 
-def make_norm(kind: str, width: int) -> torch.nn.Module:
-    """The norm `--norm kind` puts after a hidden layer: LayerNorm or RankBatchNorm ("none" makes no call)."""
+def make_norm(kind: str, width: int) -> torch.nn.Module | None:
+    """The norm `--norm kind` puts after a hidden layer (None, LayerNorm or RankBatchNorm)."""
+    if kind == "none":
+        return None
     if kind == "layer":
         return torch.nn.LayerNorm(width)
     if kind == "batch":
         return RankBatchNorm(width)
-    raise ValueError(f"unknown norm {kind}; expected 'layer' or 'batch' (--norm none makes no norm)")
+    raise ValueError(f"unknown norm {kind}; expected one of {', '.join(NORMS)}")
 
 
 def make_residual(c_in: int, c_out: int) -> torch.nn.Module:
