@@ -50,6 +50,8 @@ def metis_parts(graph: GraphData, num_parts: int, seed: int) -> np.ndarray:
     except ImportError:
         raise ConfigError("--method metis needs pymetis; it is not installed. HINT: pip install pymetis, or "
                           "use --method kaminpar (pip install kaminpar) or --method random") from None
+    if num_parts == 1:
+        return np.zeros(graph.num_nodes, dtype=np.int64)
     idx = pymetis.zero_copy_dtype()
     rowptr, col = _undirected(graph)
     is_train = np.zeros(graph.num_nodes, dtype=idx)
@@ -108,6 +110,8 @@ def kaminpar_parts(graph: GraphData, num_parts: int, seed: int, workdir: str | o
     except ImportError:
         raise ConfigError("--method kaminpar needs the kaminpar package; it is not installed. HINT: pip install "
                           "kaminpar (or pip install mpignn[kaminpar]), or use --method metis") from None
+    if num_parts == 1:
+        return np.zeros(graph.num_nodes, dtype=np.int64)
     rowptr, col = _undirected(graph)
     threads = threads if threads > 0 else len(os.sched_getaffinity(0))
     if workdir is not None:
@@ -131,14 +135,14 @@ def assign_parts(graph: GraphData, num_parts: int, method: str, seed: int,
     Raises:
         ConfigError: unknown method, or more parts than nodes.
     """
+    if method == DEFAULT_METHOD:
+        method = default_method()
     if method not in METHODS:
         raise ConfigError(f"--method must be one of {', '.join((DEFAULT_METHOD, *METHODS))}; got '{method}'. "
                           "HINT: --method auto")
     if not 1 <= num_parts <= graph.num_nodes:
         raise ConfigError(f"--num-parts must be between 1 and the node count {graph.num_nodes}; got {num_parts}. "
                           "HINT: use fewer parts (ranks) than nodes")
-    if num_parts == 1:  # nothing to cut, whatever the method
-        return np.zeros(graph.num_nodes, dtype=np.int64)
     if method == "random":
         return random_parts(graph.num_nodes, num_parts, seed)
     if method == "kaminpar":
