@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from mpignn import env as _env
@@ -136,6 +135,11 @@ def launcher_iface_env(env: Mapping[str, str] | None = None,
     iface = env.get("MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE", "").strip()
     if not iface:
         return {}
-    ports = [f"{port.parent.parent.name}:{port.name}" for port in sorted(Path(rdma_root).glob("*/ports/*"))]
+    ports = []
+    for dev in sorted(os.listdir(rdma_root)) if os.path.isdir(rdma_root) else []:
+        try:
+            ports += [f"{dev}:{port}" for port in sorted(os.listdir(os.path.join(rdma_root, dev, "ports")))]
+        except OSError:
+            continue
     wanted = {"UCX_NET_DEVICES": ",".join([iface, *ports]), "FI_TCP_IFACE": iface}
     return {k: v for k, v in wanted.items() if k not in env}
