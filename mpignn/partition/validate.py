@@ -124,9 +124,11 @@ def check_part(meta: Any, part_id: int, arrays: Mapping[str, np.ndarray], pdir: 
         if a.dtype != want:
             raise _fail(pdir / f"{name}.npy", f"dtype {want.str} ({want.name})", a.dtype.str, folder)
     x, col = arrays["x"], arrays["col"]
-    # size, not len: a 0-d array is refused too
-    shapes = {name: (arrays[name].size,) for name in ("col", "train_idx", "val_idx", "test_idx", "halo_gid")}
-    shapes.update(rowptr=(n + 1,), x=(n, int(meta.num_features)), y=(n,), orig_id=(n,), halo_deg=shapes["halo_gid"])
+    shapes = {"rowptr": (n + 1,), "x": (n, int(meta.num_features)), "y": (n,), "orig_id": (n,),
+              "col": (col.size,)}  # size, not len: a 0-d array is refused too
+    for name in ("train_idx", "val_idx", "test_idx", "halo_gid"):
+        shapes[name] = (arrays[name].size,)
+    shapes["halo_deg"] = shapes["halo_gid"]
     for name, shape in shapes.items():
         if arrays[name].shape != shape:
             raise _fail(pdir / f"{name}.npy", f"shape {shape}", str(arrays[name].shape), folder)
