@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from mpignn.sampling.device_hops import DeviceHops
@@ -53,7 +54,9 @@ class DeviceSampler(NeighborSampler):
         self._scratch()[n_id[:n_count]] = -1
 
     def _seeds(self, seeds: Any) -> torch.Tensor:
-        return torch.as_tensor(seeds, dtype=torch.int64, device=self.device)
+        if isinstance(seeds, torch.Tensor):
+            return seeds.to(self.device, torch.int64)
+        return torch.from_numpy(np.ascontiguousarray(seeds, dtype=np.int64)).to(self.device)
 
     def _empty(self, size: int) -> torch.Tensor:
         return torch.empty(size, dtype=torch.int64, device=self.device)

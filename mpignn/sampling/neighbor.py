@@ -68,7 +68,8 @@ Fanout = Union[int, Sequence[int]]
 
 def fanout_array(fanout: Fanout, num_etypes: int) -> np.ndarray:
     """int64 [num_etypes] fanouts of one hop (an int applies to every edge type)."""
-    return np.full(num_etypes, fanout, dtype=np.int64)
+    out = np.broadcast_to(np.asarray(fanout, dtype=np.int64).reshape(-1), (num_etypes,))
+    return np.ascontiguousarray(out)
 
 
 class LocalHops:
