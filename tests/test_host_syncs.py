@@ -13,6 +13,7 @@ import torch
 
 import mpignn.launch.device as device_layer
 
+from mpignn.config.train_config import TrainConfig
 from mpignn.training import epoch as loop
 from mpignn.data import make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
@@ -87,7 +88,8 @@ def _train(batches, steps, host_reads, monkeypatch):
     model = SampledGNN("sage", 16, 16, 8, num_layers=3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # Adam reads its step counter (a host tensor)
     host_reads.clear()
-    sums = loop.train_epoch(model, batches[:steps], optimizer, task=NodeTask(), device="cuda")
+    task = NodeTask.from_config(TrainConfig())  # as training builds it (its counter included)
+    sums = loop.train_epoch(model, batches[:steps], optimizer, task=task, device="cuda")
     return sums, list(host_reads), fake.log
 
 
