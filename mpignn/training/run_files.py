@@ -72,12 +72,6 @@ def _saved(folder: Path) -> str:
     return CHECKPOINT if (folder / CHECKPOINT).is_file() else ""
 
 
-def _start_over(folder: Path) -> None:
-    for path in [*folder.glob("gen-*"), folder / "best"]:
-        shutil.rmtree(path, ignore_errors=True)
-    (folder / CHECKPOINT).unlink(missing_ok=True)
-
-
 def claim_checkpoint_dir(comm: Any, cfg: TrainConfig, resuming: bool) -> FolderLock | None:
     """Collective over `comm`: create and lock --checkpoint-dir on every host that writes it (node-local too).
 
@@ -119,8 +113,10 @@ def _claim(folder: Path, cfg: TrainConfig, resuming: bool) -> tuple[FolderLock |
             problem = (f"--checkpoint-dir expected a folder of this run; got {folder} on {host} holding another "
                        f"run's checkpoint {saved}. HINT: add --resume to continue it, --force-new to start over "
                        "there (its checkpoints are removed), or use another --checkpoint-dir")
-        elif saved:
-            _start_over(folder)
+        elif saved:  # --force-new: the other run's checkpoints go
+            for path in [*folder.glob("gen-*"), folder / "best"]:
+                shutil.rmtree(path, ignore_errors=True)
+            (folder / CHECKPOINT).unlink(missing_ok=True)
     except OSError as exc:
         problem = (f"--checkpoint-dir {folder} cannot be used on {host}: {os_problem(exc)}. HINT: a writable "
                    "folder")
