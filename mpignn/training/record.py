@@ -110,13 +110,6 @@ def undocumented(rec: Mapping[str, Any]) -> list[str]:
     return [k for k in rec if k not in SCHEMA and not any(re.fullmatch(p, k) for p, _ in _PATTERNS)]
 
 
-def _recent_share(total: Mapping[str, float]) -> float:
-    """Of a cooperative batch's input layer where it keeps them, else of the rows the feature store was asked for."""
-    if total.get("input_rows"):
-        return total["kept_rows"] / total["input_rows"]
-    return total.get("recent_hits", 0) / total["remote_rows"] if total["remote_rows"] else 0.0
-
-
 def redundancy(counted: Sequence[float], union: Sequence[float]) -> float | None:
     """Return the largest per-layer rows computed on all ranks / rows of their union (1.0: each row once), or None."""
     shares = [c / u for c, u in zip(counted, union) if u]
@@ -145,7 +138,9 @@ def epoch_record(*, epoch: int, epochs_done: float, total: Mapping[str, float], 
         "nodes_per_step": total["nodes"] / total["steps"] if total["steps"] else 0.0,
         **{k: int(total[k]) for k in ("remote_feature_bytes", "remote_structure_bytes", "embedding_bytes")},
         "cache_hit_rate": (total["cache_hits"] / total["remote_rows"]) if total["remote_rows"] else 0.0,
-        "recent_hit_rate": _recent_share(total),
+        # of a cooperative batch's input layer where it keeps them, else of the rows the feature store was asked for
+        "recent_hit_rate": (total["kept_rows"] / total["input_rows"] if total.get("input_rows") else
+                            total.get("recent_hits", 0) / total["remote_rows"] if total["remote_rows"] else 0.0),
         **graph_fields,
         **{k: slowest[k] for k in ("peak_rss_mb", "load_peak_rss_mb", "train_peak_rss_mb")},
         "rss_mb": slowest["rss_mb"] or None,
