@@ -55,8 +55,7 @@ class _Discard:
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.model.zero_grad(set_to_none=True)
 
-    def step(self) -> None:
-        self.model.zero_grad(set_to_none=True)
+    step = zero_grad  # a step drops the gradients too
 
 
 @dataclass(frozen=True)
@@ -85,8 +84,7 @@ def count_step(rt: Runtime, loader: Any) -> StepCount:
         hops = len(edges)
         local = [float(sum(nodes)), *(float(sum(nodes[:hops - k])) for k in range(hops)),
                  *(float(sum(edges[:hops - k])) for k in range(hops))]
-    total = allreduce_sum(rt.comm, local).tolist()
-    hops = (len(total) - 1) // 2
+    total = allreduce_sum(rt.comm, local).tolist()  # as long as `local`: 1 + 2 * hops
     return StepCount(inputs=total[0], targets=tuple(total[1:1 + hops]), edges=tuple(total[1 + hops:]))
 
 
