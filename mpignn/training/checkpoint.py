@@ -135,8 +135,7 @@ def generations(folder: str | os.PathLike) -> list[Path]:
 
 def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
     """Return the newest complete generation (what a resume loads), or None."""
-    found = generations(folder)
-    return found[-1] if found else None
+    return next(reversed(generations(folder)), None)
 
 
 def checkpoint_config(folder: str | os.PathLike) -> dict[str, Any] | None:
