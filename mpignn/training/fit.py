@@ -3,6 +3,7 @@ checkpoints, and stop in agreement on SIGUSR2. Built on epoch, checkpoint, recor
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import time
@@ -67,10 +68,8 @@ def resumed_minibatch(cfg: TrainConfig, comm: Any) -> str:
         return ""
     mode = ""
     if comm.rank == 0:
-        try:
+        with contextlib.suppress(MpignnError):
             mode = str((checkpoint_config(cfg.checkpoint_dir) or {}).get("minibatch", ""))
-        except MpignnError:
-            mode = ""
     with bounded("resume mode (bcast)"):
         return str(comm.bcast(mode if mode in MINIBATCH_MODES else "", root=0))
 
