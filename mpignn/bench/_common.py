@@ -93,9 +93,8 @@ def save_plot(path: str, figsize: tuple[float, float], draw: Any) -> None:
 
 def table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
     """Return rows of dicts as an aligned text table; columns are (key, header, format)."""
-    cells = [[h for _, h, _ in columns]]
-    for row in rows:
-        cells.append([("-" if row.get(k) is None else format(row[k], f)) for k, _, f in columns])
+    cells = [[h for _, h, _ in columns]] + [["-" if row.get(k) is None else format(row[k], f) for k, _, f in columns]
+                                            for row in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(columns))]
     lines = ["  ".join(c[i].rjust(widths[i]) if i else c[i].ljust(widths[i]) for i in range(len(columns)))
              for c in cells]
