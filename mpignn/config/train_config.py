@@ -191,8 +191,7 @@ class TrainConfig(GraphOptions):
                               "run's val/test scores. HINT: --eval exact")
         if values.get("task") == "link":  # measured link defaults, for each flag neither the file nor argv gave
             values = {**LINK_DEFAULTS, **values}
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
+        unknown = sorted(set(values) - {f.name for f in fields(cls)})
         if unknown:
             raise ConfigError(f"unknown config key(s) {', '.join(unknown)}. HINT: keys are the flag names with _")
         return cls(**values)
