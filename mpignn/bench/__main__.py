@@ -254,9 +254,8 @@ def _plot_curves(ax, curves: list[tuple[str, list[list[dict]]]], target: float, 
 
 
 def _plot(ax, rows: list[dict]) -> None:
-    parts = ["sample_s", "exchange_s", "compute_s", "allreduce_s"]
     left = [0.0] * len(rows)
-    for part in parts:
+    for part in ("sample_s", "exchange_s", "compute_s", "allreduce_s"):
         values = [r[part] for r in rows]
         ax.barh([f"{r['config']} {r['link']}".rstrip() for r in rows], values, left=left, label=part[:-2])
         left = [a + b for a, b in zip(left, values)]
