@@ -225,13 +225,12 @@ class Trainer:
 
     def report(self, rec: dict[str, Any], epoch: int, end: int) -> None:
         """Collective: write the epoch line, metrics file and TensorBoard (rank 0 writes, the others agree)."""
-        tb, task = self.tb, self.task
         step = epoch * len(self.ends) + self.ends.index(end) + 1  # TensorBoard's: one per evaluation, stable on resume
 
         def write() -> None:
-            log.info(format_epoch(rec, task.describe(rec), task.unit))
-            if tb is not None:
-                tb.write(rec, step=step)
+            log.info(format_epoch(rec, self.task.describe(rec), self.task.unit))
+            if self.tb is not None:
+                self.tb.write(rec, step=step)
 
         report_epoch(self.rt.comm, self.cfg, rec, write)
 
