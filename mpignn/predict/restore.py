@@ -93,7 +93,6 @@ def restore_run(rt: Runtime, checkpoint_dir: str, generation: str = "latest",
         ConfigError / PartitionFormatError / DatasetError: on every rank alike: no or a corrupt checkpoint, a
             partition that does not match it, learnable rows saved by another number of ranks.
     """
-    saved, folder = {}, None
     # node-local folders: the generation reaches the hosts that lack it; what none holds, find_checkpoint says
     bring_generation(rt.comm, checkpoint_dir, None if generation == "latest" else generation)
     with checked(rt.comm, ConfigError):

@@ -297,7 +297,6 @@ def resume_state(comm: Any, folder: str | os.PathLike, model: torch.nn.Module, o
         ConfigError: on every rank alike: no checkpoint, a corrupt one, other model flags, or ranks that
             found different checkpoints (a stale node-local folder).
     """
-    state, ident, manifest = {}, None, {}
     base = Path(folder)  # below: a generation's own folder, or best/ (predict)
     where = latest_checkpoint(base) or (base if (base / MANIFEST).is_file() else None)
     with checked(comm, ConfigError):
