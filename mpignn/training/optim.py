@@ -28,7 +28,8 @@ class Adam(torch.optim.Adam):
     and the fused kernel would copy a non-contiguous tensor in and out (docs/training.md)."""
 
     def step(self, closure=None):  # type: ignore[override]
-        flipped = [p for group in self.param_groups for p in group["params"] if _column_major(p)]
+        flipped = [p for group in self.param_groups for p in group["params"]  # the column-major ones
+                   if p.dim() == 2 and not p.is_contiguous() and p.t().is_contiguous()]
         for p in flipped:
             self._transpose(p)
         try:
@@ -45,7 +46,3 @@ class Adam(torch.optim.Adam):
         for key, value in state.items():
             if torch.is_tensor(value) and value.dim() == 2:
                 state[key] = value.t()
-
-
-def _column_major(p: torch.Tensor) -> bool:
-    return p.dim() == 2 and not p.is_contiguous() and p.t().is_contiguous()
