@@ -24,11 +24,6 @@ print(json.dumps({"nodes": g.num_nodes, "edges": g.num_edges, "x_mib": g.x.nbyte
 """
 
 
-def part_mib(folder: Path) -> float:
-    """Return the largest part's array MiB (what one rank loads), from META.json."""
-    return max(sum(f["bytes"] for f in part["files"].values()) for part in read_meta(folder).parts) / 2**20
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("mpignn.bench.memory", __doc__, dataset=DEFAULT, ranks=2, root=TEMP_ROOT)
     parser.add_argument("--method", default="auto", choices=["auto", "metis", "kaminpar", "random"])
@@ -56,8 +51,10 @@ def main(argv: list[str] | None = None) -> int:
             rec = run_train(ranks, ["--dataset", args.dataset, "--root", root, "--partitions",
                                     str(folders[ranks]), "--epochs", "1", "--minibatch", "independent",
                                     *args.extra])[-1]
+            parts = read_meta(folders[ranks]).parts  # the largest one's arrays: what one rank loads
             rows.append({"stage": "train", "config": f"{ranks} rank{'s' * (ranks > 1)}",
-                         "part": part_mib(folders[ranks]), "startup": rec["load_peak_rss_mb"],
+                         "part": max(sum(f["bytes"] for f in p["files"].values()) for p in parts) / 2**20,
+                         "startup": rec["load_peak_rss_mb"],
                          "graph_mib": rec["graph_mib"], "cache": rec["cache_mib"],
                          "peak": rec["peak_rss_mb"],
                          "seconds": rec.get("epoch_s")})
