@@ -82,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  done: {label}" + (f", round {round_ + 1}" if args.rounds > 1 else ""), flush=True)
         for row in rows:
             row["epoch_s"] = median(seconds[row["config"]])
-        ranks_label, one_label = runs[2][0], runs[1][0]
-        each = [one / many for one, many in zip(seconds[one_label], seconds[ranks_label])]
+        each = [one / many for one, many in zip(seconds[runs[1][0]], seconds[runs[2][0]])]  # 1 x 1 against N ranks
         if not args.no_pyg:
             pyg = pyg_full_batch(args.dataset, root, args.splits, args.layers, args.hidden, args.dropout, args.lr,
                                  args.epochs, cores)
