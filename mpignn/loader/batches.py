@@ -180,8 +180,8 @@ class BatchLoader:
         resident = isinstance(out.n_id, torch.Tensor)  # drawn and relabelled on the device (`DeviceSampler`)
         buffer = None
         if self.features.on_host and self.device.type != "cpu" and not resident:
-            rows = pinned_empty((len(out.n_id), self.features.num_features), _torch_dtype(self.features.x),
-                                self.device)
+            dtype = torch.from_numpy(np.empty(0, dtype=self.features.x.dtype)).dtype
+            rows = pinned_empty((len(out.n_id), self.features.num_features), dtype, self.device)
             buffer = rows.numpy()
         elif cooperative and self.features.on_host:  # room for the rows other ranks send: the halo fills it
             rows = torch.from_numpy(np.empty((extras["halo"].table_rows(0), self.features.num_features),
@@ -296,7 +296,3 @@ def _carry(data: Any, extras: dict[str, Any]) -> Any:
 
 def _tensor(a: Any) -> torch.Tensor:
     return a if isinstance(a, torch.Tensor) else torch.from_numpy(a)
-
-
-def _torch_dtype(array: np.ndarray) -> torch.dtype:
-    return torch.from_numpy(np.empty(0, dtype=array.dtype)).dtype
