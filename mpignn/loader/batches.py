@@ -188,9 +188,12 @@ class BatchLoader:
                                              dtype=self.features.x.dtype))
             buffer = rows.numpy()[:len(out.n_id)]
         x, y = self.features.gather(out.n_id, out=buffer)
-        ids, labels = self._dataset_ids(out.n_id)  # collective like the features, right after them
-        if labels is not None:  # every node's label, remote ones too (the features' store has its own only)
-            y = labels.astype(y.dtype, copy=False)
+        ids = None
+        if self.dataset_ids is not None:  # collective like the features, right after them
+            stored = self.dataset_ids.gather(out.n_id)[0]
+            ids = stored[:, 0]
+            if stored.shape[1] > 1:  # every node's label, remote ones too (the features' store has its own only)
+                y = stored[:, 1].astype(y.dtype, copy=False)
         x = rows if buffer is not None else _tensor(x)
         if x.dtype == torch.uint16:  # a bf16 feature table holds bfloat16 bits (data.features)
             x = x.view(torch.bfloat16)
@@ -240,13 +243,6 @@ class BatchLoader:
         for key in ("edge_label", "input_id"):
             if key in extras:
                 data[edge][key] = torch.from_numpy(np.asarray(extras.pop(key)))
-
-    def _dataset_ids(self, n_id: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """(dataset ids of `n_id`, their labels where stored): collective like the features; (None, None) without."""
-        if self.dataset_ids is None:
-            return None, None
-        rows = self.dataset_ids.gather(n_id)[0]
-        return rows[:, 0], (rows[:, 1] if rows.shape[1] > 1 else None)
 
     def _finish(self, data: Any, x: torch.Tensor, t0: tuple[float, Any], t1: tuple[float, Any],
                 resident: bool = False) -> Any:
