@@ -84,10 +84,8 @@ def gather_nodes(rt: Runtime, graph: LocalGraph, values: Any) -> Any:
     check_all(rt.comm, not problem, problem, ConfigError)
     check_same(rt.comm, {"row shape": list(rows.shape[1:]), "dtype": str(rows.dtype)}, "gather_nodes rows",
                "give every rank rows of one shape and dtype", ConfigError)
-    if graph.replicated:  # every rank holds every node already
-        parts = [(ids, rows)] if rt.rank == 0 else None
-    else:
-        parts = rt.comm.gather((ids, rows), root=0)
+    # a replicated graph: every rank holds every node already
+    parts = [(ids, rows)] if graph.replicated else rt.comm.gather((ids, rows), root=0)
     if rt.rank != 0:
         return None
     all_ids = np.concatenate([p[0] for p in parts])
