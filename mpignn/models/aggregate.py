@@ -71,18 +71,13 @@ class MeanAdjacency:
                 self._t_csr = csr.t().to_sparse_csr()
             return torch.sparse.mm(self._t_csr, grad, "sum")
         if self.kernel == "cusparse":
-            crow_t, col_t, weight_t = self._transposed()
-            return torch.sparse.mm(_csr(crow_t, col_t, weight_t, self.n_src, self.n_dst), grad.float()).to(grad.dtype)
+            if self._t is None:  # the sources x targets CSR, built on the first call: deterministic, no host sync
+                order = torch.argsort(self.row, stable=True)
+                rows = self.row[order]
+                steps = torch.arange(self.n_src + 1, dtype=rows.dtype, device=rows.device)
+                self._t = (torch.searchsorted(rows, steps), self.col[order], self.weight[order])
+            return torch.sparse.mm(_csr(*self._t, self.n_src, self.n_dst), grad.float()).to(grad.dtype)
         return _scatter_mean(grad, self.col, self.row, self.weight, self.n_src)
-
-    def _transposed(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(pointer, targets, weights) of the sources x targets CSR; deterministic, no host sync."""
-        if self._t is None:
-            order = torch.argsort(self.row, stable=True)
-            rows = self.row[order]
-            steps = torch.arange(self.n_src + 1, dtype=rows.dtype, device=rows.device)
-            self._t = (torch.searchsorted(rows, steps), self.col[order], self.weight[order])
-        return self._t
 
 
 def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, n_rows: int, n_cols: int) -> torch.Tensor:
