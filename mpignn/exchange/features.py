@@ -65,8 +65,7 @@ class FeatureStore:
             return
         hot = np.unique(np.asarray(gids, dtype=np.int64))
         hot = hot[(hot < self.lo) | (hot >= self.hi)]
-        rows = self.fetch(hot)
-        self.cache_gid, self.cache_x = hot, rows
+        self.cache_gid, self.cache_x = hot, self.fetch(hot)
         self.bytes_received = 0  # start-up traffic is not per-epoch traffic
 
     @property
@@ -80,8 +79,7 @@ class FeatureStore:
 
     def fetch(self, gids: np.ndarray) -> np.ndarray:
         """Collective over `comm`: rows of remote `gids` (any order, none own) from their owners."""
-        comm = self.comm
-        _, order, counts = group_by_owner(gids, self.part_offsets, comm.size)
+        _, order, counts = group_by_owner(gids, self.part_offsets, self.comm.size)
         asked, asked_counts, pieces = self.alltoall(gids[order], counts)
         got = self.alltoall.rows(_take(self.x, asked - self.lo), asked_counts, counts, pieces)
         self.bytes_received += int(got.nbytes)
