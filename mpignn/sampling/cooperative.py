@@ -155,7 +155,6 @@ class CooperativeSampler:
         asked_from, pieces = collectives.exchange_counts(comm, sent)
         asked = alltoallv(comm, sources[order], sent, asked_from, pieces)[0]
         distinct, slot = np.unique(asked, return_inverse=True)
-        slot = slot.reshape(-1)
         self.bytes_received += 8 * len(asked)
 
         def combine(values: np.ndarray) -> np.ndarray:
