@@ -40,7 +40,11 @@ class WholeNeighbourhoods:
         if self._table is not table:
             self._table, self._rows = table, {}
         if n not in self._rows:
-            self._rows[n] = _csr_pair(table[:n])
+            values = table[:n].detach().float()
+            with warnings.catch_warnings():  # "sparse CSR support is in beta": only its layout is used
+                warnings.simplefilter("ignore", UserWarning)
+                pair = values.to_sparse_csr(), values.t().contiguous().to_sparse_csr()
+            self._rows[n] = tuple((m.col_indices(), m.crow_indices()[:-1].contiguous(), m.values()) for m in pair)
         return self._rows[n]
 
 
@@ -50,11 +54,3 @@ def sparse_input(rows: torch.Tensor, comm: Any = None) -> bool:
     if comm is not None:
         counts = comm.allreduce(counts)  # numpy arrays sum element-wise
     return bool(counts[1] > 0 and counts[0] <= SPARSE_DENSITY * counts[1])
-
-
-def _csr_pair(table: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-    values = table.detach().float()
-    with warnings.catch_warnings():  # "sparse CSR support is in beta": only its layout is used
-        warnings.simplefilter("ignore", UserWarning)
-        pair = values.to_sparse_csr(), values.t().contiguous().to_sparse_csr()
-    return tuple((m.col_indices(), m.crow_indices()[:-1].contiguous(), m.values()) for m in pair)
