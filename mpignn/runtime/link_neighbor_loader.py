@@ -11,7 +11,7 @@ import numpy as np
 from mpignn.errors import ConfigError
 from mpignn.exchange.alltoall import IdDirectory
 from mpignn.loader.local_graph import LocalGraph
-from mpignn.mpi import alltoallv, check_all, chunk_bounds
+from mpignn.mpi import alltoallv, check_all, chunk_bounds, segment_starts
 from mpignn.partition.format import owner_of
 from mpignn.runtime.loader_base import SampledBatches, as_array, joined_ids
 from mpignn.sampling import kernels
@@ -125,8 +125,7 @@ def _negative_owners(pos: np.ndarray, amount: float) -> tuple[np.ndarray, np.nda
     """floor((p + 1) a) - floor(p a) negatives at position p, so the total does not depend on the batching."""
     counts = (np.floor((pos + 1) * amount) - np.floor(pos * amount)).astype(np.int64)
     owners = np.repeat(np.arange(len(pos)), counts)
-    starts = np.repeat(np.cumsum(counts) - counts, counts)
-    return owners, np.arange(len(owners), dtype=np.int64) - starts
+    return owners, np.arange(len(owners), dtype=np.int64) - np.repeat(segment_starts(counts), counts)
 
 
 def _negatives(neg_sampling: Any, ratio: float | None) -> tuple[str | None, float]:
