@@ -38,18 +38,15 @@ class DeviceHops(LocalHops):
     def _ids(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.array(array, dtype=np.int64)).to(self.device)  # a batch's ids: small, copied
 
-    def _fanouts(self, fanout: Fanout) -> torch.Tensor:
-        key = tuple(fanout_array(fanout, self.num_etypes).tolist())
-        if key not in self._fanout_tensors:  # one upload per fanout, not per hop
-            self._fanout_tensors[key] = self._ids(np.array(key, dtype=np.int64))
-        return self._fanout_tensors[key]
-
     _kernels = {"sample_rows": torch_kernels.sample_rows, "labor_rows": torch_kernels.labor_rows}
 
     def _draw(self, kernel: str, typed: bool, ids: tuple, fanout: Fanout, *args: int) -> tuple:
         """Ids on the device (a `DeviceSampler`'s batch, homogeneous) are answered there, as tensors."""
         resident = isinstance(ids[0], torch.Tensor)
         rowptr = self.t_type_rowptr if typed else self.t_rowptr
+        key = tuple(fanout_array(fanout, self.num_etypes).tolist())
+        if key not in self._fanout_tensors:  # one upload per fanout, not per hop
+            self._fanout_tensors[key] = self._ids(np.array(key, dtype=np.int64))
         out = self._kernels[kernel](rowptr, self.t_col, *(i if resident else self._ids(i) for i in ids),
-                                    self._fanouts(fanout), *args)
+                                    self._fanout_tensors[key], *args)
         return out if resident else tuple(a.cpu().numpy() for a in out)
