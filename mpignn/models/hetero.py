@@ -32,7 +32,6 @@ class HeteroGNN(torch.nn.Module):
         need = [{self.target}]
         for _ in range(num_layers - 1):
             need.insert(0, need[0] | {s for s, _, d in self.edge_types if d in need[0]})
-        self.need = need
         self.convs = torch.nn.ModuleList()
         self.roots = torch.nn.ModuleList()
         for layer in range(num_layers):
