@@ -32,8 +32,7 @@ class DistributedHops:
         return {"remote_structure_bytes": self.bytes_received}
 
     def sample(self, gids: np.ndarray, fanout: Fanout, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        counts, nbrs, _ = self._hop(gids, fanout, [seed], self.local.sample)
-        return counts, nbrs
+        return self._hop(gids, fanout, [seed], self.local.sample)[:2]
 
     def sample_labor(self, gids: np.ndarray, fanout: Fanout, seed: int,
                      shift: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
