@@ -8,15 +8,20 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from mpignn.config.choices import DEFAULT_METHOD, PARTITION_DEFAULT, PARTITION_METHODS, TASKS
 from mpignn.config.values import check_config, opt
 from mpignn.config.train_config import TrainConfig, add_fields
+from mpignn.data import dataset_key, dataset_source, load_dataset
+from mpignn.data.graph import GraphData
+from mpignn.data.npy import load_npy_folder
+from mpignn.data.split_file import apply_splits
+from mpignn.data.synthetic import parse_synthetic, write_synthetic
+from mpignn.env import foreign_launcher_size
 from mpignn.errors import ConfigError, MpignnError
-
-if TYPE_CHECKING:
-    from mpignn.data.graph import GraphData
+from mpignn.mpi.run import exit_process
+from mpignn.partition import format_report, partition_graph
 
 __all__ = ["PartitionConfig", "build_parser", "main", "cli", "load_for_partitioning"]
 
@@ -65,14 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Partition a graph for `mpirun -np K python -m mpignn.train --partitions OUT`."), PartitionConfig)
 
 
-def load_for_partitioning(name: str, root: str, splits: str = "") -> "GraphData":
+def load_for_partitioning(name: str, root: str, splits: str = "") -> GraphData:
     """The graph: a synthetic one generated once into an npy folder under `root` and memory-mapped from there
     (never held whole), any other as `load_dataset` returns it."""
-    from mpignn.data import dataset_key, load_dataset
-    from mpignn.data.npy import load_npy_folder
-    from mpignn.data.split_file import apply_splits
-    from mpignn.data.synthetic import parse_synthetic, write_synthetic
-
     if not name.startswith("synthetic"):
         return load_dataset(name, root, splits=splits)
     safe = dataset_key(name).replace(":", "_").replace(",", "_").replace("=", "")
@@ -89,8 +89,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"mpignn.partition: error: {exc}", file=sys.stderr)
         return 2
-    from mpignn.env import foreign_launcher_size
-
     copies = foreign_launcher_size()
     try:
         if copies > 1:  # N copies would each partition the whole graph into the same --out folder at once
@@ -99,8 +97,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if Path(args.out).exists() and not args.force:  # before loading: a synthetic graph would be generated first
             raise ConfigError(f"partition folder {args.out} already exists. HINT: pass --force to replace it, or "
                               "pick another --out")
-        from mpignn.data import dataset_key, dataset_source
-        from mpignn.partition import format_report, partition_graph
         from mpignn.tasks import make_task
 
         # what the task holds out, with the same checks and parameters as mpignn.train --task T
@@ -129,6 +125,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cli() -> None:
-    from mpignn.mpi.run import exit_process
-
     exit_process(main())
