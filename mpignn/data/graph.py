@@ -10,6 +10,7 @@ import numpy as np
 from numba import njit
 
 from mpignn.compiled import ensure_numba_cache_dir
+from mpignn.data.npyio import read_rows, rows_per_chunk
 from mpignn.errors import DatasetError
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
@@ -153,8 +154,6 @@ def is_symmetric(rowptr: np.ndarray, col: np.ndarray) -> bool:
     Symmetry compares sums of two 64-bit hashes of (v, u) and (u, v) in one sequential pass (wrong with
     probability about 2^-128): an exact binary search per edge costs a random read per edge.
     """
-    from mpignn.data.npyio import read_rows, rows_per_chunk
-
     rowptr = np.asarray(rowptr)
     n = len(rowptr) - 1
     sums = np.zeros(4, dtype=np.uint64)

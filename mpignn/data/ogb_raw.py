@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
+from mpignn.data.hetero import build_hetero
 from mpignn.data.npz_checks import check_splits
 from mpignn.data.raw_public import fetch_staged, npz_arrays
 from mpignn.errors import DatasetError
@@ -82,8 +83,6 @@ def _download(info: OgbInfo, tmp: str) -> None:
 def _read_hetero(folder: str, info: OgbInfo) -> GraphData:
     """ogbn-mag's layout. Every relation also gets its reverse (`rev_<relation>`), as PyG's `ToUndirected`
     does for OGB_MAG, so messages reach the labelled type from every type."""
-    from mpignn.data.hetero import build_hetero
-
     raw = os.path.join(folder, "raw")
     counts = {t: int(v[0])
               for t, v in sorted(_read_csv(os.path.join(raw, "num-node-dict.csv.gz")).to_dict("list").items())}

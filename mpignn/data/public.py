@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mpignn.data.graph import GraphData
+from mpignn.data.hetero import build_hetero
 from mpignn.data.ogb_raw import OGB, load_ogb
 from mpignn.data.raw_benchmarks import (FLICKR_FILES, REDDIT_FILES, read_flickr, read_gnn_benchmark, read_reddit,
                                         read_wikics)
@@ -72,8 +73,6 @@ def _heterophilous(key: str, raw_dir: str, path: str, split: int) -> GraphData:
 
 def _imdb(key: str, raw_dir: str, path: str, split: int) -> GraphData:
     """Movies, directors, actors; movie genre, as PyG's `IMDB.process` builds them."""
-    from mpignn.data.hetero import build_hetero
-
     raw = read_imdb(raw_dir)
     splits = {k: raw[k] for k in SPLIT_KEYS}
     check_splits(_unsound(key, raw_dir), splits, len(raw["y"]))

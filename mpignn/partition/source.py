@@ -5,6 +5,7 @@ never torch.
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 from pathlib import Path
 from typing import Any, TYPE_CHECKING
@@ -36,8 +37,6 @@ _UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUO
 def auto_folder(root: str, key: str, method: str, num_parts: int, seed: int, source: str = "") -> Path:
     """Where training without --partitions keeps the partition it makes. A `source` other than the key adds its
     digest: a regenerated npz gets a partition of its own, the same content at another path finds its own."""
-    import hashlib
-
     safe = key.replace("/", "_").replace(":", "_").replace(",", "_").replace("=", "")
     if source and source != key:
         safe += "-" + hashlib.sha256(source.encode()).hexdigest()[:12]
