@@ -19,9 +19,6 @@ __all__ = ["pyg_kind", "graph_from_pyg", "pyg_arrays", "MEMORY_NAME"]
 MEMORY_NAME = "memory"
 """The name (`GraphData.name`, the partition's `dataset`) of a graph that came from memory."""
 
-_MASKS = {"train_idx": "train_mask", "val_idx": "val_mask", "test_idx": "test_mask"}
-
-
 def pyg_kind(obj: Any) -> str | None:
     """"Data" or "HeteroData" for a PyG graph of that class (or a subclass), else None."""
     for cls in type(obj).__mro__:
@@ -44,10 +41,10 @@ def _numpy(value: Any) -> Any:
 
 def _split(store: Any, key: str, n: int | None, label: str) -> np.ndarray | None:
     """One split as node ids, from `train_idx` or `train_mask`; None when neither. n None: no x (refused next)."""
-    value = _numpy(getattr(store, key, None))
-    name = key
+    value, name = _numpy(getattr(store, key, None)), key
     if value is None:
-        value, name = _numpy(getattr(store, _MASKS[key], None)), _MASKS[key]
+        name = key.replace("_idx", "_mask")
+        value = _numpy(getattr(store, name, None))
     if value is None or value.dtype != np.bool_:
         return value
     if n is not None and value.shape != (n,):
@@ -88,14 +85,11 @@ def _hetero_arrays(data: Any, label: str) -> dict[str, np.ndarray]:
     return arrays
 
 
-_EDGE_ATTRIBUTES = ("edge_attr", "edge_weight")  # what a partition does not carry: its edges are re-ordered
-
-
 def _refuse_edge_attributes(data: Any, label: str) -> None:
     """Refused, since partitioning drops them: a model that reads them must not train silently without them."""
     stores = [(None, data)] if pyg_kind(data) == "Data" else [(et, data[et]) for et in data.edge_types]
     for et, store in stores:
-        for key in _EDGE_ATTRIBUTES:
+        for key in ("edge_attr", "edge_weight"):  # a partition re-orders the edges and does not carry these
             if getattr(store, key, None) is not None:
                 where = f"data[{et!r}].{key}" if et else f"data.{key}"
                 raise DatasetError(f"{label}: expected no edge attributes (a partition keeps the structure, features "
