@@ -56,9 +56,7 @@ def metis_parts(graph: GraphData, num_parts: int, seed: int) -> np.ndarray:
     rowptr, col = _undirected(graph)
     is_train = np.zeros(graph.num_nodes, dtype=idx)
     is_train[graph.train_idx] = 1
-    vweights = np.stack([np.ones(graph.num_nodes, dtype=idx), is_train], axis=1).reshape(-1)
-    if not is_train.any():
-        vweights = None
+    vweights = np.stack([np.ones(graph.num_nodes, dtype=idx), is_train], axis=1).reshape(-1) if is_train.any() else None
     # astype(copy=False): the int64 CSR goes to METIS without a copy where its idx_t is 64-bit.
     result = pymetis.part_graph(num_parts, adjacency=pymetis.CSRAdjacency(rowptr.astype(idx, copy=False),
                                                                           col.astype(idx, copy=False)),
