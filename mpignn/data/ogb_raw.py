@@ -74,7 +74,6 @@ def ogb_files(info: OgbInfo) -> list[str]:
 
 
 def _download(info: OgbInfo, tmp: str) -> None:
-    """Download and unpack ogb's release zip of `info` into `tmp` with ogb's own helpers."""
     from ogb.utils.url import download_url, extract_zip
 
     extract_zip(download_url(info.url, tmp), tmp)
@@ -150,23 +149,6 @@ def _read_csv(path: str, **options: Any) -> Any:
                                               f"({type(exc).__name__}: {' '.join(str(exc)[:120].split())})") from None
 
 
-def _read_raw(folder: str, info: OgbInfo) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-    """(num_nodes, edge_index [2, E], node_feat [N, F], labels [N]) from raw/."""
-    raw = os.path.join(folder, "raw")
-    if info.binary:  # npz_arrays: a truncated or pickled file is one line, not a zipfile traceback
-        f = npz_arrays(os.path.join(raw, "data.npz"), ("num_nodes_list", "num_edges_list", "edge_index", "node_feat"))
-        n, num_edges = int(f["num_nodes_list"][0]), int(f["num_edges_list"][0])
-        edge_index, x = f["edge_index"][:, :num_edges], f["node_feat"][:n]
-        labels = npz_arrays(os.path.join(raw, "node-label.npz"), ("node_label",))["node_label"]
-    else:
-        n = int(_csv(os.path.join(raw, "num-node-list.csv.gz"), np.int64)[0, 0])
-        num_edges = int(_csv(os.path.join(raw, "num-edge-list.csv.gz"), np.int64)[0, 0])
-        edge_index = _csv(os.path.join(raw, "edge.csv.gz"), np.int64)[:num_edges].T
-        x = _csv(os.path.join(raw, "node-feat.csv.gz"), np.float32)
-        labels = _csv(os.path.join(raw, "node-label.csv.gz"), None)
-    return n, edge_index, x, labels.reshape(-1)
-
-
 _CORRUPT = "the raw files are incomplete or corrupt; remove the folder to download it again, or copy the release " \
            "files in unchanged"
 
@@ -190,7 +172,18 @@ def load_ogb(name: str, root: str) -> GraphData:
     _need(folder, info, *files)
     if info.hetero:
         return _read_hetero(folder, info)
-    n, edge_index, x, labels = _read_raw(folder, info)
+    raw = os.path.join(folder, "raw")
+    if info.binary:  # npz_arrays: a truncated or pickled file is one line, not a zipfile traceback
+        f = npz_arrays(os.path.join(raw, "data.npz"), ("num_nodes_list", "num_edges_list", "edge_index", "node_feat"))
+        n, num_edges = int(f["num_nodes_list"][0]), int(f["num_edges_list"][0])
+        edge_index, x = f["edge_index"][:, :num_edges], f["node_feat"][:n]
+        labels = npz_arrays(os.path.join(raw, "node-label.npz"), ("node_label",))["node_label"].reshape(-1)
+    else:
+        n = int(_csv(os.path.join(raw, "num-node-list.csv.gz"), np.int64)[0, 0])
+        num_edges = int(_csv(os.path.join(raw, "num-edge-list.csv.gz"), np.int64)[0, 0])
+        edge_index = _csv(os.path.join(raw, "edge.csv.gz"), np.int64)[:num_edges].T
+        x = _csv(os.path.join(raw, "node-feat.csv.gz"), np.float32)
+        labels = _csv(os.path.join(raw, "node-label.csv.gz"), None).reshape(-1)
     if edge_index.shape[0] != 2:  # ids outside [0, n) are refused by csr_from_edges, as for every reader
         raise _corrupt(folder, f"edges must be [2, E] node ids; got shape {edge_index.shape}")
     if x.shape[0] != n or labels.shape[0] != n:
