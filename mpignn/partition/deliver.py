@@ -175,9 +175,7 @@ def deliver_partition(comm: Any, folder: str | os.PathLike, part_id: int, *, for
     problem = problem and (problem + ". HINT: re-create the partition on a host that holds it whole (python -m "
                            "mpignn.partition --force), or give every host a writable --root")
     check_all(comm, not problem, problem, PartitionFormatError)
-    sent = {}
-    for move in moves:
-        sent[move.dst] = sent.get(move.dst, 0) + move.size
+    sent = {dst: sum(m.size for m in moves if m.dst == dst) for dst in dict.fromkeys(m.dst for m in moves)}
     if comm.rank == 0:
         for leader, size in sent.items():
             sources = sorted({m.src for m in moves if m.dst == leader})
