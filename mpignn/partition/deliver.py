@@ -80,12 +80,9 @@ def held_by_hosts(comm: Any, folder: str | os.PathLike, part_id: int,
 
 
 def _holdings(views: list[Any]) -> str:
-    parts = []
-    for v in views:
-        if v is not None:
-            held = ", ".join(f"part-{k:03d}" for k in v[1]["complete"]) if v[1]["meta"] else "no partition"
-            parts.append(f"{v[1]['host']}: {held or 'META.json only'}")
-    return "; ".join(parts)
+    held = [(v[1]["host"], ", ".join(f"part-{k:03d}" for k in v[1]["complete"]) if v[1]["meta"] else "no partition")
+            for v in views if v is not None]
+    return "; ".join(f"{host}: {parts or 'META.json only'}" for host, parts in held)
 
 
 def _plan(views: list[Any], folder: Path, force: bool) -> tuple[str | None, list[Move], str, dict[int, str]]:
