@@ -14,6 +14,7 @@ import numpy as np
 
 from mpignn.data.graph import GraphData
 from mpignn.data.hetero import build_hetero
+from mpignn.data.npz import save_npz
 
 __all__ = ["make_user_item"]
 
@@ -42,8 +43,6 @@ def make_user_item(num_items: int = 6000, num_users: int = 1500, num_classes: in
 
 
 def main(argv: list[str] | None = None) -> None:
-    from mpignn.data.npz import save_npz
-
     parser = argparse.ArgumentParser(prog="python -m mpignn.data.synthetic_hetero", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--items", type=int, default=6000)
