@@ -21,26 +21,6 @@ __all__ = ["load_npz", "graph_from_arrays", "save_npz", "NPZ_KEYS"]
 NPZ_KEYS = ("edge_index", "x", "y", "train_idx", "val_idx", "test_idx")
 
 
-def _check_headers(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype]]) -> None:
-    """Keys, dtypes, shapes (N = x.shape[0] nodes) and declared sizes."""
-    fail = failing(path)
-    missing = [k for k in NPZ_KEYS if k not in headers]
-    if missing:
-        raise fail(f"missing key(s) {', '.join(missing)}; found {', '.join(sorted(headers)) or 'none'}")
-    expect_array(fail, "x", *headers["x"], "float", "[N, F]")
-    n = headers["x"][0][0]
-    expect_array(fail, "y", *headers["y"], "int", (n,), "save y.reshape(-1) if it is [N, 1]; x and y must describe "
-                                                           "the same nodes (one label per row of x)")
-    for key in ("edge_index", *SPLIT_KEYS, *(["num_classes"] if "num_classes" in headers else [])):
-        expect_array(fail, key, *headers[key], "int", "[2, E]" if key == "edge_index" else "1-D" if key in SPLIT_KEYS
-                     else "scalar")
-    declared = sum(int(np.prod(headers[k][0], dtype=np.float64)) * headers[k][1].itemsize
-                   for k in (*NPZ_KEYS, "num_classes") if k in headers)
-    sizes = ", ".join(f"{k} {headers[k][0]}" for k in ("x", "edge_index"))
-    refuse_beyond_memory(path, declared, f"the arrays need {{need}} GiB once read ({sizes}) but this host has "
-                                         "{memory} GiB of memory", "check the shapes you saved")
-
-
 def load_npz(path: str) -> GraphData:
     """Read and validate a user graph.
 
@@ -76,9 +56,24 @@ def _checked_graph(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype
     """The one checking path of the npz format: headers, then `read` (the named keys only), then contents."""
     if any(k.startswith("edge_index__") for k in headers):  # the heterogeneous format's edge keys
         return hetero_from_headers(path, headers, read, name)
-    _check_headers(path, headers)
+    fail = failing(path)
+    missing = [k for k in NPZ_KEYS if k not in headers]
+    if missing:
+        raise fail(f"missing key(s) {', '.join(missing)}; found {', '.join(sorted(headers)) or 'none'}")
+    expect_array(fail, "x", *headers["x"], "float", "[N, F]")
+    n = headers["x"][0][0]
+    expect_array(fail, "y", *headers["y"], "int", (n,), "save y.reshape(-1) if it is [N, 1]; x and y must describe "
+                                                           "the same nodes (one label per row of x)")
+    for key in ("edge_index", *SPLIT_KEYS, *(["num_classes"] if "num_classes" in headers else [])):
+        expect_array(fail, key, *headers[key], "int", "[2, E]" if key == "edge_index" else "1-D" if key in SPLIT_KEYS
+                     else "scalar")
+    declared = sum(int(np.prod(headers[k][0], dtype=np.float64)) * headers[k][1].itemsize
+                   for k in (*NPZ_KEYS, "num_classes") if k in headers)
+    sizes = ", ".join(f"{k} {headers[k][0]}" for k in ("x", "edge_index"))
+    refuse_beyond_memory(path, declared, f"the arrays need {{need}} GiB once read ({sizes}) but this host has "
+                                         "{memory} GiB of memory", "check the shapes you saved")
     arrays = read([k for k in (*NPZ_KEYS, "num_classes") if k in headers])
-    return sound_graph(failing(path), name, arrays["x"], arrays["y"], arrays["edge_index"],
+    return sound_graph(fail, name, arrays["x"], arrays["y"], arrays["edge_index"],
                        {k: arrays[k] for k in SPLIT_KEYS}, arrays.get("num_classes"), "num_classes", where=path)
 
 
