@@ -9,6 +9,7 @@ A held-out pair belongs to the rank that owns its first node, as training pairs 
 from __future__ import annotations
 
 import os
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +20,6 @@ from mpignn.fileio import atomic_dir, load_npy, read_json, save_npy, write_json
 from mpignn.partition.validate import check_link_arrays
 
 __all__ = ["save_link_split", "has_link_split", "load_link_split", "in_partition_ids", "link_share"]
-
-_NAMES = ("val_pos", "test_pos", "val_neg", "test_neg", "val_neg_tails", "test_neg_tails")
 
 
 def save_link_split(folder: str | os.PathLike, split: LinkSplit, params: dict) -> None:
@@ -53,7 +52,7 @@ def load_link_split(folder: str | os.PathLike, part_offsets: np.ndarray, part_id
         raise PartitionFormatError(f"expected held-out edges in {links}; found none. HINT: let mpignn make the "
                                    "partition for --task link (drop --partitions), or delete the folder to redo it")
     arrays = {}
-    for name in _NAMES:
+    for name in (f.name for f in fields(LinkSplit)):  # the files save_link_split writes
         try:
             arrays[name] = load_npy(links / f"{name}.npy")
         except (ValueError, OSError, EOFError) as exc:
