@@ -128,10 +128,7 @@ def recv_arrays(comm: Any, source: int) -> tuple[dict[str, np.ndarray], str]:
                            "partition to a folder (python -m mpignn.partition) and load it by name")
         for lo in range(0, size, CHUNK_BYTES):
             n = min(CHUNK_BYTES, size - lo)
-            if flat is not None:
-                comm.Recv([flat[lo:lo + n], MPI.BYTE], source=source, tag=_TAG)
-            else:  # drain what the sender sends anyway
-                if scratch is None or len(scratch) < n:
-                    scratch = np.empty(n, dtype=np.uint8)
-                comm.Recv([scratch[:n], MPI.BYTE], source=source, tag=_TAG)
+            if flat is None and (scratch is None or len(scratch) < n):  # drain what the sender sends anyway
+                scratch = np.empty(n, dtype=np.uint8)
+            comm.Recv([flat[lo:lo + n] if flat is not None else scratch[:n], MPI.BYTE], source=source, tag=_TAG)
     return out, problem
