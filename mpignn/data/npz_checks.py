@@ -151,10 +151,7 @@ def read_npz(path: str, keys: Sequence[str], fail: Fail, missing: str = "", unre
         catch: what reading may raise that is the file's fault (a downloaded file's reader: any Exception).
     Raises:
         DatasetError: `fail("expected an npz of plain arrays KEYS; got ...")` of a file that is not an npz (a
-            single .npy too), lacks a key, or whose named member is truncated or corrupt; of a pickled member,
-            "got KEY: dtype object (pickled Python objects, which mpignn never loads)", fix
-            `save np.asarray(KEY, dtype=np.int64)` (the ids of a split file: the npz format refuses pickles by
-            their headers before reading).
+            single .npy too), lacks a key, or whose named member is pickled, truncated or corrupt.
     """
     expected, key = f"expected an npz of plain arrays {', '.join(keys)}; got", ""
     try:
