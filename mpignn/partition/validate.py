@@ -4,6 +4,7 @@ of bounds. Mapped arrays are scanned in chunks. numpy only: must not import torc
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -34,12 +35,10 @@ def sha256_and_max(path: str | os.PathLike, chunk: int = 1 << 22) -> tuple[str, 
     digest = hashlib.sha256()
     top, data = None, -1
     with open(path, "rb") as f:
-        try:
+        with contextlib.suppress(ValueError, KeyError, OSError, EOFError):
             shape, fortran, dtype = read_npy_header(f)
             if dtype == np.dtype("<i8") and not fortran and f.tell() % 8 == 0:
                 data, top = 8 * int(np.prod(shape, dtype=np.int64)), 0
-        except (ValueError, KeyError, OSError, EOFError):
-            pass
         head = f.tell() if data >= 0 else 0
         f.seek(0)
         digest.update(f.read(head))
