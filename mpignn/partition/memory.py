@@ -100,8 +100,7 @@ def send_arrays(comm: Any, arrays: dict[str, np.ndarray], dest: int) -> None:
 
     arrays = {name: np.ascontiguousarray(a) for name, a in arrays.items()}
     comm.send([(name, a.dtype.str, a.shape) for name, a in arrays.items()], dest=dest, tag=_TAG)
-    for a in arrays.values():
-        flat = _bytes(a)
+    for flat in map(_bytes, arrays.values()):
         for lo in range(0, flat.size, CHUNK_BYTES):
             comm.Send([flat[lo:lo + CHUNK_BYTES], MPI.BYTE], dest=dest, tag=_TAG)
 
