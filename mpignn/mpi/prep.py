@@ -22,14 +22,6 @@ class RootFailedError(MpignnError):
     """Rank 0 (of the job or of a host) failed while preparing; raised on every rank."""
 
 
-def _wait_status(group: Any, timeout: float | None, what: str) -> tuple[bool, str]:
-    """Poll for rank 0's status instead of blocking, so a stuck rank 0 becomes a clear error."""
-    if not sleep_until(lambda: group.Iprobe(source=0, tag=_READY_TAG), timeout, longest=0.05):
-        raise LaunchError(f"waited {timeout:.0f}s for rank 0 to finish {what}; got no ready signal. "
-                          "HINT: look at rank 0's log, or raise the timeout for slow downloads.")
-    return group.recv(source=0, tag=_READY_TAG)
-
-
 def _finish(comm: Any, ok: bool, message: str, own: BaseException | None = None, limit: float = 0.0) -> None:
     """Per-host mode has several first ranks: every rank learns whether any failed. Their work takes each
     host its own time (a cold compile on one, a cache read on another), so the agreement may wait `limit`
@@ -76,7 +68,11 @@ def root_first(comm: Any, *, per_host: bool = False, timeout: float | None = Non
                 req.wait()
             _finish(comm, failure is None, message, failure, limit)
         else:
-            ok, message = _wait_status(group, timeout, what)
+            # polled instead of blocking, so a stuck rank 0 becomes a clear error
+            if not sleep_until(lambda: group.Iprobe(source=0, tag=_READY_TAG), timeout, longest=0.05):
+                raise LaunchError(f"waited {timeout:.0f}s for rank 0 to finish {what}; got no ready signal. "
+                                  "HINT: look at rank 0's log, or raise the timeout for slow downloads.")
+            ok, message = group.recv(source=0, tag=_READY_TAG)
             _finish(comm, ok, message, limit=limit)
             yield False
 
