@@ -21,11 +21,6 @@ CHUNK_BYTES = 1 << 26  # per message; tests lower it to exercise many chunks
 _TAG = 7201
 
 
-def _incoming(path: Path) -> Path:
-    host = re.sub(r"[^A-Za-z0-9-]", "_", socket.gethostname()) or "_"
-    return path.with_name(f".{path.name}.incoming-{os.getpid()}@{host}")
-
-
 def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -107,7 +102,8 @@ def _receive(comm: Any, path: Path, move: Move, buf: np.ndarray, skip: bool) -> 
     from mpi4py import MPI
 
     out, check, problem = None, hashlib.sha256(), ""
-    tmp = _incoming(path)
+    host = re.sub(r"[^A-Za-z0-9-]", "_", socket.gethostname()) or "_"
+    tmp = path.with_name(f".{path.name}.incoming-{os.getpid()}@{host}")
     if not skip:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
