@@ -262,11 +262,8 @@ def device_id_accepted(choice: Choice, torch_version: str) -> bool:
     """Whether to bind the default group to the rank's device (`init_process_group(device_id=...)`): xccl only
     from torch 2.7 (pytorch/pytorch#143735); gloo and ccl never (two ranks may share a GPU over gloo)."""
     major_minor = tuple(int(p) for p in re.findall(r"\d+", torch_version)[:2])
-    if choice.device_type == "cuda":
-        return choice.backend == "nccl"
-    if choice.device_type == "xpu":
-        return choice.backend == "xccl" and major_minor >= (2, 7)
-    return False
+    pair = (choice.device_type, choice.backend)
+    return pair == ("cuda", "nccl") or (pair == ("xpu", "xccl") and major_minor >= (2, 7))
 
 
 def destroy_process_group() -> None:
