@@ -113,9 +113,7 @@ def export_torch_env(values: Mapping[str, object], *, overwrite: bool = False,
     """
     env = os.environ if env is None else env  # type: ignore[assignment]
     changed: dict[str, tuple[str, str]] = {}
-    for name in _TORCH_VARS:
-        if name not in values:
-            continue
+    for name in [name for name in _TORCH_VARS if name in values]:
         new = str(values[name])
         old = env.get(name)
         if old is not None and old != new:
