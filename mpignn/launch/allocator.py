@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import resource
 import sys
+from pathlib import Path
 from typing import Mapping
 
 __all__ = ["MMAP_THRESHOLD", "prefer_huge_pages", "tune_allocator", "keep_big_blocks", "preloaded", "policy",
@@ -29,8 +30,7 @@ PRELOADS = {"jemalloc": ("libjemalloc.so.2", {"MALLOC_CONF": "oversize_threshold
 def preloaded(maps: str = "/proc/self/maps") -> str:
     """Return the allocator preloaded into this process (a `PRELOADS` name), or "" for glibc's (or not Linux)."""
     try:
-        with open(maps, encoding="ascii", errors="replace") as f:
-            text = f.read()
+        text = Path(maps).read_text(encoding="ascii", errors="replace")
     except OSError:
         return ""
     return next((name for name in PRELOADS if f"/lib{name}" in text), "")
@@ -42,8 +42,7 @@ def prefer_huge_pages() -> bool:
     torch reads the variable at its first allocation (importing torch_geometric allocates): call this first.
     Returns whether torch will ask for huge pages."""
     try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled", encoding="ascii") as f:
-            offered = "[never]" not in f.read()
+        offered = "[never]" not in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text(encoding="ascii")
     except OSError:
         offered = False
     if offered and os.environ.get("MPIGNN_MALLOC", "") == "" and not preloaded():
@@ -131,8 +130,7 @@ def rss_mb() -> float | None:
     """Return this process's resident MiB now (None without /proc). Unlike the peak it falls when memory is
     given back, so its growth is memory kept, not one larger batch."""
     try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            pages = int(f.read().split()[1])
+        pages = int(Path("/proc/self/statm").read_text(encoding="ascii").split()[1])
     except (OSError, ValueError, IndexError):
         return None
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
