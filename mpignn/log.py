@@ -29,4 +29,3 @@ def setup_logging(rank: int, world_size: int, host: str | None = None) -> None:
     logger.addHandler(handler)
     logger.setLevel(level if rank in shown else logging.WARNING)
     logger.propagate = False
-
