@@ -282,9 +282,7 @@ def ipv4_interfaces() -> list[Interface]:
 def pick_shared_address(root: list[Interface], others: list[list[Interface]]) -> Interface | None:
     """Return the first non-loopback interface of `root` (rank 0's host) on a subnet every host in `others`
     shares, else None."""
-    for iface in root:
-        if iface.is_loopback:
-            continue
+    for iface in [iface for iface in root if not iface.is_loopback]:
         net = iface.network
         if all(any(not o.is_loopback and ipaddress.ip_address(o.address) in net for o in host) for host in others):
             return iface
