@@ -4,12 +4,14 @@ functions, each probe guarded.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib
 import importlib.metadata
 import itertools
 import os
 import platform
+import socket
 import subprocess
 import sys
 from typing import Callable, Sequence
@@ -162,9 +164,6 @@ def report_lines(rank_lines: Sequence[str], mpi_problem: str = "") -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Collective over COMM_WORLD when MPI is up (one gather); print the report on rank 0. Returns 0."""
-    import argparse
-    import socket
-
     argparse.ArgumentParser(prog="python -m mpignn.info", description=__doc__.splitlines()[0]).parse_args(argv)
     try:
         from mpignn.mpi import topology, world

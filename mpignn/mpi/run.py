@@ -4,10 +4,12 @@ Imports the stdlib, mpi4py (lazily, only when MPI is running), `mpignn.env`, `mp
 """
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from typing import Any, Callable, NoReturn
@@ -76,9 +78,6 @@ def exit_process(code: int | None) -> NoReturn:
     and it comes after the run's files are closed and renamed into place. The rest of an exit
     stays: non-daemon threads are joined, the atexit functions run (logging's flush), then MPI_Finalize, which
     mpi4py calls from C at exit: a rank that ends without it makes Hydra kill the ranks still running."""
-    import atexit
-    import threading
-
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join()
