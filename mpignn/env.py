@@ -266,16 +266,14 @@ def ipv4_interfaces() -> list[Interface]:
     found = []
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         for name in names:
-            try:
+            with contextlib.suppress(OSError):  # no IPv4 address on it
                 req = struct.pack("256s", name.encode()[:15])
                 flags = struct.unpack("H", fcntl.ioctl(sock.fileno(), 0x8913, req)[16:18])[0]  # SIOCGIFFLAGS
                 if not flags & 0x1:  # IFF_UP
                     continue
                 addr = socket.inet_ntoa(fcntl.ioctl(sock.fileno(), 0x8915, req)[20:24])  # SIOCGIFADDR
                 mask = socket.inet_ntoa(fcntl.ioctl(sock.fileno(), 0x891B, req)[20:24])  # SIOCGIFNETMASK
-            except OSError:  # no IPv4 address on it
-                continue
-            found.append(Interface(name, addr, ipaddress.ip_network(f"0.0.0.0/{mask}").prefixlen))
+                found.append(Interface(name, addr, ipaddress.ip_network(f"0.0.0.0/{mask}").prefixlen))
     return found
 
 

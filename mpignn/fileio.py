@@ -60,15 +60,13 @@ def remove_leftovers(final: str | os.PathLike) -> list[Path]:
         m = _TEMP.match(entry.name)
         if m is None or m["final"] != final.name or m["host"] != host or _alive(int(m["pid"])):
             continue
-        try:
+        with contextlib.suppress(FileNotFoundError):  # another rank of this host removed it first
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
             else:
                 entry.unlink()
-        except FileNotFoundError:  # another rank of this host removed it first
-            continue
-        removed.append(entry)
-        log.warning("removed %s: left by a killed run (pid %s on this host is gone)", entry, m["pid"])
+            removed.append(entry)
+            log.warning("removed %s: left by a killed run (pid %s on this host is gone)", entry, m["pid"])
     return removed
 
 

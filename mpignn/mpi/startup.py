@@ -107,13 +107,11 @@ def _suggested(mine: list[_env.Interface]) -> tuple[str, str]:
     hydra = os.environ.get("PMI_HOSTNAME", "").strip()  # the name the launcher started this host by
     for name, what in ((hydra, "the address mpiexec started this host by"),
                        (socket.gethostname(), "what the host name resolves to")):
-        try:
+        with contextlib.suppress(OSError):
             address = socket.gethostbyname(name) if name else ""
-        except OSError:
-            continue
-        for iface in mine:
-            if iface.address == address:
-                return iface.name, f" (it holds {address}, {what})"
+            for iface in mine:
+                if iface.address == address:
+                    return iface.name, f" (it holds {address}, {what})"
     return "IFACE", ""
 
 
@@ -137,9 +135,7 @@ def launcher_iface_env(env: Mapping[str, str] | None = None,
         return {}
     ports = []
     for dev in sorted(os.listdir(rdma_root)) if os.path.isdir(rdma_root) else []:
-        try:
+        with contextlib.suppress(OSError):
             ports += [f"{dev}:{port}" for port in sorted(os.listdir(os.path.join(rdma_root, dev, "ports")))]
-        except OSError:
-            continue
     wanted = {"UCX_NET_DEVICES": ",".join([iface, *ports]), "FI_TCP_IFACE": iface}
     return {k: v for k, v in wanted.items() if k not in env}
