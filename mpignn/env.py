@@ -133,11 +133,8 @@ def thread_budget(local_size: int, cpus: int | None = None, host_cpus: int | Non
     Returns:
         (threads, oversubscribed): at least 1 thread; oversubscribed when there are more ranks than cores.
     """
-    if cpus is None:
-        try:
-            cpus = len(os.sched_getaffinity(0))  # the mask, which Slurm and mpirun bindings narrow
-        except AttributeError:  # macOS
-            cpus = os.cpu_count() or 1
+    if cpus is None:  # the mask, which Slurm and mpirun bindings narrow (macOS has none)
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     host_cpus = (os.cpu_count() or cpus) if host_cpus is None else host_cpus
     local_size = max(1, local_size)
     if cpus < host_cpus:
