@@ -184,9 +184,7 @@ def choose(device: str, backend: str, hw: Hardware, local_rank: int, local_size:
                           f"HINT: use --backend auto, or install the build that provides {backend}")
     if backend == "nccl" and device != "cuda":
         raise LaunchError(f"--backend nccl needs --device cuda; got --device {device}. HINT: use --backend gloo")
-    if device == "cpu":
-        return Choice("cpu", backend)
-    return Choice(f"{device}:{local_rank % count}", backend, shared_by)
+    return Choice("cpu" if device == "cpu" else f"{device}:{local_rank % count}", backend, shared_by)
 
 
 def _sharing(device: str, count: int, local_rank: int, local_size: int,
