@@ -16,7 +16,7 @@ from mpignn.compiled import ensure_numba_cache_dir, serial_or_parallel
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 
 __all__ = ["ARRAY_MAP_BYTES", "sample_rows", "splitmix", "relabel", "reset_scratch", "relabel_hashed", "rehash",
-           "clear_table", "mix_seed", "hashed_ids", "first_seen", "first_seen_mapped", "warm_up"]
+           "clear_table", "mix_seed", "hashed_ids", "first_seen", "first_seen_mapped", "warm_up", "read_only"]
 
 
 @njit(inline="always")
@@ -301,16 +301,19 @@ def layer_sources(code, e, n_own, slot):
     return index
 
 
+def read_only(array: np.ndarray) -> np.ndarray:
+    """A read-only view. The samplers pass their arrays to a kernel so (`LocalHops`), mapped from a file or not:
+    numba compiles a variant per mix of writable and read-only arguments, and then compiles one."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
 def warm_up() -> None:
     """Compile (or load from cache) every kernel on tiny inputs, serial or parallel by numba's thread count now."""
     one = np.zeros(1, dtype=np.int64)
-    counts, nbrs = sample_rows(np.array([0, 1], dtype=np.int64), one, one, one, one + 1, mix_seed(0, 0))
-    mapped = np.zeros(1, dtype=np.int64)  # a memory-mapped part's column array is read-only: its own signature
-    mapped.flags.writeable = False
-    sample_rows(np.array([0, 1], dtype=np.int64), mapped, one, one, one + 1, mix_seed(0, 0))
-    mapped_ptr = np.zeros(2, dtype=np.int64)  # a mapped part's per-edge-type row pointers
-    mapped_ptr.flags.writeable = False
-    sample_rows(mapped_ptr, mapped, one, one, one, mix_seed(0, 0))
+    counts, nbrs = sample_rows(*map(read_only, (np.array([0, 1], dtype=np.int64), one, one, one, one + 1)),
+                               mix_seed(0, 0))
     scratch = np.full(1, -1, dtype=np.int64)
     n_id = np.empty(2, dtype=np.int64)
     _, n = relabel(nbrs, scratch, n_id, 0)

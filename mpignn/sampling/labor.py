@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit, prange
 
 from mpignn.compiled import ensure_numba_cache_dir, serial_or_parallel
-from mpignn.sampling.kernels import ARRAY_MAP_BYTES, first_seen, first_seen_mapped, splitmix
+from mpignn.sampling.kernels import ARRAY_MAP_BYTES, first_seen, first_seen_mapped, read_only, splitmix
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first cached kernel below
 
@@ -246,13 +246,9 @@ def variate(seed: int, gids: np.ndarray, shift: int = 0) -> np.ndarray:
 
 
 def warm_up(importance: bool = False) -> None:
-    """Compile (or load from cache) the kernels for writable and read-only (mapped) columns."""
+    """Compile (or load from cache) the kernels, `labor_rows` on read-only arrays as `LocalHops` calls it."""
     one = np.zeros(1, dtype=np.int64)
-    ptr = np.array([0, 1], dtype=np.int64)
-    labor_rows(ptr, one, one, one + 1, 0)
-    mapped = np.zeros(1, dtype=np.int64)
-    mapped.flags.writeable = False
-    labor_rows(ptr, mapped, one, one + 1, 0)
+    labor_rows(*map(read_only, (np.array([0, 1], dtype=np.int64), one, one, one + 1)), 0, 0)
     if importance:
         for num_nodes in (-1, 6):  # sources through a hash table, and through a node array
             labor_importance(np.array([0, 2], dtype=np.int64), np.array([3, 5], dtype=np.int64), 1, 0, 0, 1,

@@ -116,8 +116,8 @@ class LocalHops:
     _kernels = {"sample_rows": kernels.sample_rows, "labor_rows": labor_rows}  # DeviceHops: their torch-op twins
 
     def _draw(self, kernel: str, typed: bool, ids: tuple, fanout: Fanout, *args: int) -> tuple:
-        rowptr = self.type_rowptr if typed else self.rowptr
-        return self._kernels[kernel](rowptr, self.col, *ids, fanout_array(fanout, self.num_etypes), *args)
+        arrays = (self.type_rowptr if typed else self.rowptr, self.col, *ids, fanout_array(fanout, self.num_etypes))
+        return self._kernels[kernel](*map(kernels.read_only, arrays), *args)  # one compiled variant
 
 
 def draw_hop(sampler: Any, gids: np.ndarray, fanout: Fanout, hop: int, seed: int,
