@@ -158,6 +158,11 @@ class LayerStack:
             out = y if out is None else out + y
         return out
 
+    def out_width(self, layer: int) -> int:
+        """A heterogeneous layer's output width (every type's is the same)."""
+        root, convs = next(iter(self.plans[layer].values()))
+        return int((root if root is not None else convs[0][1].lin_l).weight.shape[0])
+
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The model inside a wrapper that keeps it as `.module` (DistributedDataParallel), else `model`."""

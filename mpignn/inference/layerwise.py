@@ -195,9 +195,8 @@ def _lookup(gid: np.ndarray, lo: int, own: np.ndarray, halo: np.ndarray, halo_d:
 
 def _out_width(stack: LayerStack, layer: int, width: int, device: Any) -> int:
     """Output width of `layer` (an empty part computes nothing): one zero row through it."""
-    if stack.hetero:  # every type's output is as wide
-        root, convs = next(iter(stack.plans[layer].values()))
-        return int((root if root is not None else convs[0][1].lin_l).weight.shape[0])
+    if stack.hetero:
+        return stack.out_width(layer)
     block = make_block(np.zeros(2, dtype=np.int64), np.empty(0, dtype=np.int64), 0, 0, 1)  # one target, no edges
     x = torch.zeros((1, width), device=device)
     with torch.no_grad():
