@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import resource
 import sys
-from pathlib import Path
 from typing import Mapping
 
 __all__ = ["MMAP_THRESHOLD", "prefer_huge_pages", "tune_allocator", "keep_big_blocks", "preloaded", "policy",
@@ -30,7 +29,8 @@ PRELOADS = {"jemalloc": ("libjemalloc.so.2", {"MALLOC_CONF": "oversize_threshold
 def preloaded(maps: str = "/proc/self/maps") -> str:
     """Return the allocator preloaded into this process (a `PRELOADS` name), or "" for glibc's (or not Linux)."""
     try:
-        text = Path(maps).read_text(encoding="ascii", errors="replace")
+        with open(maps, encoding="ascii", errors="replace") as f:
+            text = f.read()
     except OSError:
         return ""
     return next((name for name in PRELOADS if f"/lib{name}" in text), "")
@@ -42,7 +42,8 @@ def prefer_huge_pages() -> bool:
     torch reads the variable at its first allocation (importing torch_geometric allocates): call this first.
     Returns whether torch will ask for huge pages."""
     try:
-        offered = "[never]" not in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text(encoding="ascii")
+        with open("/sys/kernel/mm/transparent_hugepage/enabled", encoding="ascii") as f:
+            offered = "[never]" not in f.read()
     except OSError:
         offered = False
     if offered and os.environ.get("MPIGNN_MALLOC", "") == "" and not preloaded():
@@ -130,7 +131,8 @@ def rss_mb() -> float | None:
     """Return this process's resident MiB now (None without /proc). Unlike the peak it falls when memory is
     given back, so its growth is memory kept, not one larger batch."""
     try:
-        pages = int(Path("/proc/self/statm").read_text(encoding="ascii").split()[1])
+        with open("/proc/self/statm", encoding="ascii") as f:
+            pages = int(f.read().split()[1])
     except (OSError, ValueError, IndexError):
         return None
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
