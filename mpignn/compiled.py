@@ -14,7 +14,7 @@ import tempfile
 import types
 from typing import Any, Callable
 
-__all__ = ["ensure_numba_cache_dir", "serial_or_parallel"]
+__all__ = ["ensure_numba_cache_dir", "serial_or_parallel", "read_only"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,14 @@ def serial_or_parallel(func: Callable[..., Any]) -> Callable[..., Any]:
     kernel.__name__, kernel.__qualname__, kernel.__doc__ = func.__name__, func.__qualname__, func.__doc__
     kernel.serial, kernel.parallel = serial, parallel  # type: ignore[attr-defined]
     return kernel
+
+
+def read_only(array: Any) -> Any:
+    """A read-only view of a numpy array. numba compiles a variant per mix of writable and read-only arguments, so
+    callers hand a kernel read-only views whether their arrays are mapped from a file or in memory: one variant."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 def _writable_folder(path: str) -> bool:

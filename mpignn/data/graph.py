@@ -9,7 +9,7 @@ from typing import Any, Callable
 import numpy as np
 from numba import njit
 
-from mpignn.compiled import ensure_numba_cache_dir
+from mpignn.compiled import ensure_numba_cache_dir, read_only
 from mpignn.data.npyio import read_rows, rows_per_chunk
 from mpignn.errors import DatasetError
 
@@ -73,7 +73,7 @@ def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *, drop_sel
         DatasetError: an edge names a node outside 0..num_nodes-1.
     """
     # int ids of any width as they are (a mapped file is not copied); anything else as int64
-    src, dst = (a if a.dtype.kind in "iu" else a.astype(np.int64) for a in map(np.asarray, (src, dst)))
+    src, dst = (read_only(a if a.dtype.kind in "iu" else a.astype(np.int64)) for a in map(np.asarray, (src, dst)))
     counts = np.zeros(num_nodes + 1, dtype=np.int64)
     _refuse_outside(_count(dst, counts, True) + _count(src, counts, symmetric), num_nodes, (src, dst), where, hint)
     return _sorted_csr(counts, lambda rowptr, col: _fill(src, dst, rowptr, col, symmetric), drop_self_loops)

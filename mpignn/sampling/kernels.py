@@ -11,12 +11,12 @@ import os
 import numpy as np
 from numba import njit, prange
 
-from mpignn.compiled import ensure_numba_cache_dir, serial_or_parallel
+from mpignn.compiled import ensure_numba_cache_dir, read_only, serial_or_parallel
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 
 __all__ = ["ARRAY_MAP_BYTES", "sample_rows", "splitmix", "relabel", "reset_scratch", "relabel_hashed", "rehash",
-           "clear_table", "mix_seed", "hashed_ids", "first_seen", "first_seen_mapped", "warm_up", "read_only"]
+           "clear_table", "mix_seed", "hashed_ids", "first_seen", "first_seen_mapped", "warm_up"]
 
 
 @njit(inline="always")
@@ -299,14 +299,6 @@ def layer_sources(code, e, n_own, slot):
         c = code[i]
         index[i] = c if c >= 0 else n_own + slot[-1 - c]
     return index
-
-
-def read_only(array: np.ndarray) -> np.ndarray:
-    """A read-only view. The samplers pass their arrays to a kernel so (`LocalHops`), mapped from a file or not:
-    numba compiles a variant per mix of writable and read-only arguments, and then compiles one."""
-    view = array.view()
-    view.flags.writeable = False
-    return view
 
 
 def warm_up() -> None:

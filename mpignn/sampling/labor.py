@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
-from mpignn.compiled import ensure_numba_cache_dir, serial_or_parallel
-from mpignn.sampling.kernels import ARRAY_MAP_BYTES, first_seen, first_seen_mapped, read_only, splitmix
+from mpignn.compiled import ensure_numba_cache_dir, read_only, serial_or_parallel
+from mpignn.sampling.kernels import ARRAY_MAP_BYTES, first_seen, first_seen_mapped, splitmix
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first cached kernel below
 

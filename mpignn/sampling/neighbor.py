@@ -11,6 +11,7 @@ from typing import Any, Protocol, Sequence, Union
 
 import numpy as np
 
+from mpignn.compiled import read_only
 from mpignn.config.choices import SAMPLERS
 from mpignn.config.graph_options import parse_fanout
 from mpignn.sampling import kernels
@@ -117,7 +118,7 @@ class LocalHops:
 
     def _draw(self, kernel: str, typed: bool, ids: tuple, fanout: Fanout, *args: int) -> tuple:
         arrays = (self.type_rowptr if typed else self.rowptr, self.col, *ids, fanout_array(fanout, self.num_etypes))
-        return self._kernels[kernel](*map(kernels.read_only, arrays), *args)  # one compiled variant
+        return self._kernels[kernel](*map(read_only, arrays), *args)  # one compiled variant
 
 
 def draw_hop(sampler: Any, gids: np.ndarray, fanout: Fanout, hop: int, seed: int,
