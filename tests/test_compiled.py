@@ -1,5 +1,5 @@
 """`compiled.serial_or_parallel`: the thread count picks the compiled twin, both compute the same, and numba's
-on-disk cache keeps them apart (Tier 1)."""
+on-disk cache keeps them apart; the samplers compile one variant for mapped and in-memory parts (Tier 1)."""
 import numba
 import numpy as np
 import pytest
@@ -53,3 +53,27 @@ def test_the_sampling_kernel_draws_the_same_serially_and_in_parallel():
         a, b = kernels.sample_rows.serial(*args), kernels.sample_rows.parallel(*args)
         assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
         assert a[0].sum() == len(a[1]) > 0
+
+
+@pytest.mark.parametrize("labor", [False, True])
+def test_mapped_and_in_memory_parts_sample_through_one_compiled_variant(threads, labor):
+    """`LocalHops` hands its kernels read-only views (`compiled.read_only`): a part mapped from a file (read-only
+    arrays) and one in memory draw through one compiled variant, not one each, and draw the same."""
+    from mpignn.sampling import LocalHops
+
+    numba.set_num_threads(1)
+    rowptr, col = np.array([0, 2, 3, 5], dtype=np.int64), np.array([1, 2, 0, 0, 1], dtype=np.int64)
+    mapped = [a.copy() for a in (rowptr, col)]
+    for a in mapped:
+        a.flags.writeable = False
+    seeds = np.arange(3, dtype=np.int64)
+    kernel = kernels.sample_rows.serial if not labor else LocalHops._kernels["labor_rows"].serial
+
+    def draw(hops):
+        return hops.sample_labor(seeds, 2, 7) if labor else hops.sample(seeds, 2, 7)
+
+    first = draw(LocalHops(rowptr, col))
+    variants = len(kernel.signatures)
+    second = draw(LocalHops(*mapped))
+    assert len(kernel.signatures) == variants, kernel.signatures
+    assert all(np.array_equal(a, b) for a, b in zip(first, second))
