@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = PredictConfig(**vars(build_parser().parse_args(argv)))
     from mpignn.mpi.watchdog import bounded
     from mpignn.predict.output import check_out
-    from mpignn.predict.restore import restore_run
+    from mpignn.predict.restore import OVERRIDABLE, restore_run
     from mpignn.predict.run import predict_to
     from mpignn.runtime import bootstrap, shutdown
 
@@ -81,8 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_out(rt.comm, cfg.out, cfg.force)  # before any data is loaded
     long_wait = TrainConfig.prep_timeout + cfg.collective_timeout  # while every rank still answers
     with bounded("restoring the run: its partition, part and model", limit=long_wait):
-        run = restore_run(rt, cfg.checkpoint_dir, cfg.generation,
-                          {"root": cfg.root, "partitions": cfg.partitions, "exchange": cfg.exchange})
+        run = restore_run(rt, cfg.checkpoint_dir, cfg.generation, {k: getattr(cfg, k) for k in OVERRIDABLE})
     with bounded("the layer-wise inference and its output", limit=long_wait):
         out = predict_to(rt, run, cfg.out, emb_layer=cfg.emb_layer, logits=cfg.logits, chunk=cfg.chunk_size,
                          pairs=cfg.pairs, halo_mib=cfg.halo_mib)
