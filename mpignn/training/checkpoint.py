@@ -276,8 +276,10 @@ def _load_rows(rows: Any, where: Path, manifest: dict[str, Any], rank: int, epoc
 
 def _describe_ranks(idents: list[tuple[str, int, int, str]]) -> str:
     parts = []
-    for name, epoch, step, digest in dict.fromkeys(idents):
-        ranks = [r for r, ident in enumerate(idents) if ident == (name, epoch, step, digest)]
+    seen: dict[tuple[str, int, int, str], list[int]] = {}  # one pass over the ranks, however many
+    for rank, ident in enumerate(idents):
+        seen.setdefault(ident, []).append(rank)
+    for (name, epoch, step, digest), ranks in seen.items():
         who = ",".join(map(str, ranks[:8])) + (",..." if len(ranks) > 8 else "")
         parts.append(f"rank {who}: {name} (epoch {epoch} step {step}, sha256 {digest})")
     return "; ".join(parts)
