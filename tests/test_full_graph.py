@@ -97,6 +97,7 @@ def test_auto_trains_full_where_a_step_covers_the_graph_and_counts_at_most_full_
     mode, why = minibatch.choose_minibatch(rt, lambda mode: mode, in_width=8, hidden=16, num_nodes=100,
                                            full_refusal="")
     assert mode == picked and ("multiply-adds" in why) == (coverage >= minibatch.FULL_COVERAGE)
+    assert (minibatch.FULL_WORTH, minibatch.FULL_COVERAGE) == (3.0, 0.5)  # the README's "three" and "half"
     refused, why = minibatch.choose_minibatch(rt, lambda mode: pytest.fail("counted"), in_width=8, hidden=16,
                                               num_nodes=100, full_refusal="--minibatch full trains node "
                                               "classification. HINT: ...")
