@@ -33,6 +33,16 @@ def test_link_defaults_apply_only_where_no_flag_was_given(tmp_path):
     assert parse(["--config", str(toml), "--task", "node"]).epochs == TrainConfig.epochs
 
 
+def test_the_bare_command_trains_the_readmes_default_graph():
+    """README: the quick start generates the default graph (100k nodes, 8 classes) and partitions it with METIS
+    under `data/`."""
+    from mpignn.data.synthetic import SyntheticSpec
+
+    bare = parse([])
+    assert (bare.dataset, bare.root, bare.partition_method) == ("synthetic", "data", "metis")
+    assert (SyntheticSpec().num_nodes, SyntheticSpec().num_classes) == (100_000, 8)
+
+
 def test_patience_is_checked():
     from mpignn.errors import ConfigError
 

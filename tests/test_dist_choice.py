@@ -15,6 +15,7 @@ XPU_IPEX = Hardware(xpu_devices=2, has_ccl=True, has_ipex=True)
     (CUDA4, 5, Choice("cuda:1", "nccl")),
     (XPU_NATIVE, 3, Choice("xpu:1", "xccl")),
     (XPU_IPEX, 0, Choice("xpu:0", "ccl")),
+    (Hardware(cuda_devices=2, has_nccl=True, xpu_devices=2, has_xccl=True), 1, Choice("cuda:1", "nccl")),
 ])
 def test_auto(hw, local_rank, expected):
     assert choose("auto", "auto", hw, local_rank) == expected

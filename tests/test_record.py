@@ -1,5 +1,5 @@
 """The epoch record: built in one place from the reduced numbers, every key documented (`training.record`)."""
-from mpignn.training.record import FIELDS, SCHEMA, epoch_record, redundancy, undocumented
+from mpignn.training.record import FIELDS, SCHEMA, epoch_record, format_epoch, redundancy, undocumented
 
 
 def _record(**over):
@@ -30,6 +30,13 @@ def test_record_divides_sums_once_and_takes_the_slowest_rank():
                                                                    "test_acc_at_best_val"}
     stopped = _record(stopped_step=3, carried=("loss_sum", "seeds"))
     assert stopped["stopped_step"] == 3 and stopped["partial"] == {"loss_sum": 6.0, "seeds": 4.0}
+
+
+def test_the_epoch_line_splits_the_time_into_sampling_exchange_compute_and_allreduce():
+    """README: every epoch line splits the time into sampling, exchange, compute and all-reduce."""
+    line = format_epoch(_record(), "val 0.5000")
+    assert line.startswith("epoch   1 | loss 1.5000 | val 0.5000 | 2.00s 4 seeds/s eval 0.70s | ")
+    assert "| sample 0.50 exch 0.10 compute 1.00 allreduce 0.20 wait 0.30 |" in line
 
 
 def test_redundancy_skips_layers_without_a_union():
