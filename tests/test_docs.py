@@ -5,6 +5,7 @@ to are headings in docs/ and named in the README. Reads files only (no torch, no
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,14 @@ def test_readme_top_commands_are_what_ci_runs():
     assert len(ci_steps) >= 4, ci_steps
     for step in ci_steps:
         assert step in install or step in tests, f".ci/run runs {step!r}, not in the README's top commands"
+
+
+def test_the_test_extra_puts_mpiexec_into_the_venv():
+    """README: `pip install -e ".[test]"` brings the mpich wheel, which puts mpirun/mpiexec into the venv."""
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("not in a venv (the README installs into .venv)")
+    assert "mpich" in re.search(r'"test": \[([^]]*)\]', (ROOT / "setup.py").read_text()).group(1)
+    assert all((Path(sys.prefix) / "bin" / exe).exists() for exe in ("mpirun", "mpiexec"))
 
 
 README_MAX_LINES = 120
