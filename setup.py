@@ -40,8 +40,8 @@ setup(
         "tomli>=1.1; python_version < '3.11'",  # --config TOML files: tomllib is in the stdlib from 3.11
         "numba>=0.59",  # the neighbour sampler's kernels (no pyg-lib on PyPI)
         "pymetis>=2023.1",
-        # --method kaminpar (auto's choice: 4.5x faster than METIS and under 3x the CSR in memory on the 2M-node
-        # graph, README) wherever PyPI has a wheel for it, so it never needs a compiler; elsewhere auto falls
+        # --method kaminpar (auto's choice: faster than METIS and leaner in memory on the 2M-node graph,
+        # docs/benchmarks.md) wherever PyPI has a wheel for it, so it never needs a compiler; elsewhere auto falls
         # back to METIS and pip install mpignn[kaminpar] states the wish explicitly.
         "kaminpar>=3.7.3; python_version < '3.14' and ((sys_platform == 'linux' and (platform_machine == 'x86_64' "
         "or platform_machine == 'aarch64')) or (sys_platform == 'darwin' and platform_machine == 'arm64'))",
