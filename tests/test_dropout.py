@@ -170,3 +170,21 @@ def test_sampled_gnn_gradients_with_dropout_pass_gradcheck(batch):
         return model(t, batch.edge_index, batch.num_sampled_nodes, batch.num_sampled_edges)
 
     assert torch.autograd.gradcheck(fn, (x,), eps=1e-6, atol=1e-5, fast_mode=True)
+
+
+def test_warm_up_compiles_what_training_calls(monkeypatch):
+    """`warm_up` (one rank per host, `runtime.session`) passes the kernels the argument types a CPU fp32 step
+    passes: the step then compiles nothing, so no other rank writes numba's cache."""
+    from mpignn.models import dropout
+
+    calls = []
+    for name in ("_forward_kernel", "_backward_kernel"):
+        kernel = getattr(dropout, name)
+        monkeypatch.setattr(dropout, name, lambda *args, k=kernel, n=name: (
+            calls.append((n, tuple(map(numba.typeof, args)))), k(*args))[1])
+    dropout.warm_up()
+    warmed = set(calls)
+    calls.clear()
+    x = torch.randn(64, 8, requires_grad=True)
+    relu_dropout(x * 1.0, 0.5, training=True).sum().backward()
+    assert {n for n, _ in calls} == {"_forward_kernel", "_backward_kernel"} and set(calls) <= warmed

@@ -22,7 +22,7 @@ from mpignn.sampling.kernels import splitmix
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first @njit(cache=True) below
 
-__all__ = ["activate_into", "activation_grad", "keep_threshold", "relu_dropout", "activated_halo"]
+__all__ = ["activate_into", "activation_grad", "keep_threshold", "relu_dropout", "activated_halo", "warm_up"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _LOW32 = np.uint64(0xFFFFFFFF)
@@ -61,6 +61,14 @@ def _backward_kernel(out, grad, grad_in, scale):
     zero = grad.dtype.type(0)
     for i in prange(out.shape[0]):
         grad_in[i] = grad[i] * scale if out[i] > zero else zero
+
+
+def warm_up() -> None:
+    """Compile (or load from cache) the fp32 kernels as training calls them, where one rank per host can
+    (`runtime.session`): left to the first step, every rank of a host would compile them and write numba's cache."""
+    x = np.ones(1, dtype=np.float32)
+    _forward_kernel(x, np.empty_like(x), 0, keep_threshold(0.5), np.float32(2.0))
+    _backward_kernel(x, x, np.empty_like(x), np.float32(2.0))
 
 
 def _numba_ok(x: torch.Tensor) -> bool:
