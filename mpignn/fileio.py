@@ -4,6 +4,7 @@ Also hashing and pickle-free npy loading. Stdlib and numpy only.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -17,8 +18,10 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
 
+from mpignn.errors import ConfigError
+
 __all__ = ["atomic_dir", "atomic_path", "replace_dir", "write_json", "read_json", "sha256_file", "load_npy", "save_npy",
-           "write_durable", "fsync_file", "fsync_dir", "temp_name", "remove_leftovers", "this_host"]
+           "write_durable", "fsync_file", "fsync_dir", "temp_name", "remove_leftovers", "this_host", "UNWRITABLE", "refuse_unwritable"]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +101,28 @@ def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
         replace_dir(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.EEXIST)
+"""Why a folder cannot take what is written there (not a missing input file: the readers' own errors say that);
+EEXIST is mkdir's answer where a file stands in a folder's place."""
+
+
+@contextlib.contextmanager
+def refuse_unwritable(flag: str, path: object, what: str, hint: str) -> Iterator[None]:
+    """Turn the block's OSError that says `path` cannot be written (read-only, full, a file where a folder goes)
+    into one line instead of a traceback; other errors pass through.
+
+    Raises:
+        ConfigError: `{flag} expected a folder where {what}; got {path}: {the OSError}. HINT: {hint}`.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in UNWRITABLE:
+            raise
+        raise ConfigError(f"{flag} expected a folder where {what}; got {path}: {type(exc).__name__}: {exc}. "
+                          f"HINT: {hint}") from None
 
 
 def replace_dir(tmp: Path, final: Path) -> None:

@@ -127,6 +127,25 @@ def test_cli_prints_report_and_meta(tmp_path):
     assert not (tmp_path / "data2").exists()  # refused before generating anything
 
 
+def test_cli_refuses_an_unwritable_out_or_root_in_one_line(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    code, printed = run_cli_here("mpignn.partition", ["--dataset", "synthetic:num_nodes=300", "--num-parts", "2",
+                                                       "--out", a_file / "parts", "--root", tmp_path / "data"])
+    assert code == 1 and "Traceback" not in printed, printed
+    line, = [ln for ln in printed.splitlines() if "error:" in ln]
+    assert f"--out expected a folder where the partition can be written; got {a_file / 'parts'}: FileExistsError" \
+        in line and "HINT: pass an --out whose parent is a writable folder" in line
+    assert (tmp_path / "data" / "mpignn-cache").is_dir()  # the generated graph is kept whole for the next try
+    code, printed = run_cli_here("mpignn.partition", ["--dataset", "synthetic:num_nodes=300", "--num-parts", "2",
+                                                       "--out", tmp_path / "parts", "--root", a_file])
+    assert code == 1 and "Traceback" not in printed, printed
+    line, = [ln for ln in printed.splitlines() if "error:" in ln]
+    assert f"--root expected a folder where synthetic:num_nodes=300 can be prepared; got {a_file}: " \
+        "NotADirectoryError" in line and "HINT: pass a writable folder as --root" in line
+    assert a_file.read_text() == "not a folder" and not (tmp_path / "parts").exists()
+
+
 def test_cli_generates_synthetic_into_a_mapped_folder_and_resolves_auto(tmp_path):
     from mpignn.partition import default_method
 

@@ -20,6 +20,7 @@ from mpignn.data.split_file import apply_splits
 from mpignn.data.synthetic import parse_synthetic, write_synthetic
 from mpignn.env import foreign_launcher_size
 from mpignn.errors import ConfigError, MpignnError
+from mpignn.fileio import refuse_unwritable
 from mpignn.mpi.run import exit_process
 from mpignn.partition import format_report, partition_graph
 
@@ -108,11 +109,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a file replaced while it is partitioned is then refused by training, not trusted
         source = (dataset_source(args.dataset, splits=args.splits) if args.dataset.startswith(("npz:", "npy:"))
                   else None)
-        graph = load_for_partitioning(args.dataset, args.root, args.splits)
+        # a read-only or full disk, a file where a folder goes: one line, not a traceback
+        with refuse_unwritable("--root", args.root, f"{args.dataset} can be prepared",
+                               "pass a writable folder as --root (a synthetic graph is generated there, a public "
+                               "dataset downloaded and cached), or one where it is already prepared"):
+            graph = load_for_partitioning(args.dataset, args.root, args.splits)
         load_s = time.perf_counter() - start
-        rep = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
-                              dataset=dataset_key(args.dataset), force=args.force, threads=args.threads, links=links,
-                              source=source or dataset_source(args.dataset, args.root, args.splits))
+        with refuse_unwritable("--out", args.out, "the partition can be written",
+                               "pass an --out whose parent is a writable folder (not a file), e.g. --out parts/NAME"):
+            rep = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
+                                  dataset=dataset_key(args.dataset), force=args.force, threads=args.threads,
+                                  links=links, source=source or dataset_source(args.dataset, args.root, args.splits))
     except MpignnError as exc:
         print(f"mpignn.partition: error: {exc}", file=sys.stderr)
         return 1

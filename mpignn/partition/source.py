@@ -4,7 +4,6 @@ never torch.
 """
 from __future__ import annotations
 
-import errno
 import hashlib
 import logging
 from pathlib import Path
@@ -14,7 +13,8 @@ import numpy as np
 
 from mpignn.data import dataset_source, load_dataset, source_present
 from mpignn.data.split_file import check_readable, splits_tag
-from mpignn.errors import ConfigError, DatasetError, PartitionFormatError
+from mpignn.errors import DatasetError, PartitionFormatError
+from mpignn.fileio import refuse_unwritable
 from mpignn.config.graph_options import GraphOptions
 from mpignn.mpi import root_first
 from mpignn.mpi.collectives import checked
@@ -29,9 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["auto_folder", "ensure_partition", "load_part"]
 
 log = logging.getLogger(__name__)
-
-_UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR)
-"""Why a --root cannot take the prepared data (not a missing input file: the dataset's own errors say that)."""
 
 
 def auto_folder(root: str, key: str, method: str, num_parts: int, seed: int, source: str = "") -> Path:
@@ -94,18 +91,15 @@ def ensure_partition(rt: Runtime, opts: GraphOptions, key: str, part_id: int,
                     what=f"preparing {opts.dataset}") as first:
         if first and not (held if held is not None else
                           (folder / "META.json").is_file() and (usable is None or usable(folder))):
-            try:
+            # a read-only --root, a full disk: one line, not a traceback
+            with refuse_unwritable("--root", opts.root, f"{opts.dataset} can be prepared",
+                                   "a writable --root, or prepare it once where it is writable (python -m "
+                                   "mpignn.partition, or a first run) and use that prepared root as it is "
+                                   "(read-only works)"):
                 graph = load_dataset(opts.dataset, opts.root, splits=opts.splits)
                 # source: what --partitions checks the folder against later
                 rep = partition_graph(graph, num_parts, folder, method=opts.partition_method, seed=opts.seed,
                                       dataset=key, force=True, links=link_params, source=source)
-            except OSError as exc:  # a read-only --root, a full disk: one line, not a traceback
-                if exc.errno not in _UNWRITABLE:
-                    raise
-                raise ConfigError(f"--root expected a folder where {opts.dataset} can be prepared; got {opts.root}: "
-                                  f"{type(exc).__name__}: {exc}. HINT: a writable --root, or prepare it once where "
-                                  "it is writable (python -m mpignn.partition, or a first run) and use that "
-                                  "prepared root as it is (read-only works)") from None
             log.info("partitioned %s into %d parts (%s): edge cut %.1f%%, %.1fs", key, num_parts, opts.partition_method,
                      rep["edge_cut_pct"], rep["seconds"])
             del graph
