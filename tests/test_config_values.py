@@ -54,6 +54,16 @@ def test_a_wrong_toml_type_is_one_line_naming_key_type_and_value(tmp_path, line,
     assert f"config key {key} (--{key.replace('_', '-')}) expected {expected}; got {shown}" in msg, msg
 
 
+def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_bytes(b"hidden = 64\n# caf\xe9\n")  # Latin-1, as an old editor saves it
+    with pytest.raises(ConfigError) as err:
+        parse(["--config", str(path)])
+    msg = _one_line(err.value)
+    assert msg.startswith(f"cannot read --config {path}: 'utf-8' codec can't decode byte 0xe9") and \
+        msg.endswith("HINT: a TOML file of key = value"), msg
+
+
 def test_every_field_is_type_checked(tmp_path):
     """A TOML array of text fits no annotation: each field refuses it by name (no TypeError, nothing accepted)."""
     parser = build_parser()

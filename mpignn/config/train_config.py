@@ -180,7 +180,7 @@ class TrainConfig(GraphOptions):
             try:
                 with open(ns.config, "rb") as f:
                     values.update(tomllib.load(f))
-            except (OSError, tomllib.TOMLDecodeError) as exc:
+            except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # TOML is UTF-8 only
                 raise ConfigError(f"cannot read --config {ns.config}: {exc}. HINT: a TOML file of key = value")
         values.update({k: v for k, v in vars(ns).items() if k != "config"})
         removed = sorted(set(values) & set(REMOVED_FLAGS))
