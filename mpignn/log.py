@@ -10,15 +10,30 @@ import os
 import socket
 import sys
 
+from mpignn.errors import ConfigError
+
 __all__ = ["setup_logging"]
 
 
 def setup_logging(rank: int, world_size: int, host: str | None = None) -> None:
     """Send the `mpignn` loggers to stderr with a `[rank/size host]` tag; rank 0 (or MPIGNN_LOG_RANKS) at
-    INFO (or MPIGNN_LOG_LEVEL), the other ranks at WARNING."""
-    spec = os.environ.get("MPIGNN_LOG_RANKS", "").strip().lower() or "0"
-    shown = set(range(world_size)) if spec == "all" else {int(r) for r in spec.split(",") if r.strip()}
-    level = os.environ.get("MPIGNN_LOG_LEVEL", "INFO").upper()
+    INFO (or MPIGNN_LOG_LEVEL), the other ranks at WARNING.
+
+    Raises:
+        ConfigError: on every rank alike, MPIGNN_LOG_RANKS or MPIGNN_LOG_LEVEL names no ranks or level.
+    """
+    raw = os.environ.get("MPIGNN_LOG_RANKS", "")
+    spec = raw.strip().lower() or "0"
+    try:
+        shown = set(range(world_size)) if spec == "all" else {int(r) for r in spec.split(",") if r.strip()}
+    except ValueError:
+        raise ConfigError(f"MPIGNN_LOG_RANKS={raw!r} names no ranks. HINT: all, or rank numbers separated by "
+                          "commas (e.g. 0,3); unset it for rank 0 only") from None
+    raw = os.environ.get("MPIGNN_LOG_LEVEL", "INFO")
+    level = raw.strip().upper() or "INFO"
+    if not isinstance(logging.getLevelName(level), int):  # a known name gives its number
+        raise ConfigError(f"MPIGNN_LOG_LEVEL={raw!r} names no log level. HINT: DEBUG, INFO, WARNING, ERROR or "
+                          "CRITICAL (any case); unset it for INFO")
     logger = logging.getLogger("mpignn")
     for handler in list(logger.handlers):
         logger.removeHandler(handler)

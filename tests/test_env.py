@@ -84,6 +84,23 @@ def test_bootstrap_leaves_the_process_alone_unless_asked(monkeypatch):
     assert tuned == ["malloc"] and os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16"
 
 
+@pytest.mark.parametrize("var, value, needle", [
+    ("MPIGNN_LOG_RANKS", "0,x", "MPIGNN_LOG_RANKS='0,x' names no ranks. HINT: all, or rank numbers separated by "
+                                "commas (e.g. 0,3); unset it for rank 0 only"),
+    ("MPIGNN_LOG_LEVEL", "verbose", "MPIGNN_LOG_LEVEL='verbose' names no log level. HINT: DEBUG, INFO, WARNING, "
+                                    "ERROR or CRITICAL (any case); unset it for INFO"),
+])
+def test_a_bad_log_variable_is_one_line_on_every_rank(monkeypatch, var, value, needle):
+    from mpignn.errors import ConfigError
+    from mpignn.log import setup_logging
+
+    monkeypatch.setenv(var, value)
+    for rank in (0, 1):  # shown or not, each rank refuses it (setup_logging raises before touching the loggers)
+        with pytest.raises(ConfigError) as err:
+            setup_logging(rank, 2, "h")
+        assert str(err.value) == needle
+
+
 def test_train_cli_opts_in_to_process_tuning(monkeypatch):
     from mpignn import train
     from mpignn.runtime import session
