@@ -35,6 +35,37 @@ def test_synthetic_options_and_errors():
     assert dataset_key("synthetic:seed=0") == "synthetic"
 
 
+@pytest.mark.parametrize("options, needle", [
+    ("num_nodes=inf", "synthetic option num_nodes needs a finite number; got 'inf'. HINT: e.g. --dataset "
+                      "synthetic:num_nodes=100000"),  # was an OverflowError
+    ("num_nodes=1e400", "num_nodes needs a finite number; got '1e400'. HINT:"),
+    ("seed=inf", "seed needs a finite number; got 'inf'. HINT: e.g. --dataset synthetic:seed=0"),
+    ("train=nan", "train needs a finite number; got 'nan'. HINT:"),  # was a ValueError in _splits
+    ("avg_degree=x", "avg_degree needs a finite number; got 'x'. HINT: e.g. --dataset synthetic:avg_degree=15"),
+    ("train=2", "synthetic option train is a fraction in [0, 1]; got 2.0. HINT: e.g. --dataset synthetic:train=0.3"),
+    ("train=-1", "train is a fraction in [0, 1]; got -1.0. HINT:"),
+    ("intra=1.5", "intra is a fraction in [0, 1]; got 1.5. HINT: e.g. --dataset synthetic:intra=0.85"),
+    ("train=0.8", "train+val+test are shares of the nodes; got 0.8+0.1+0.2 = 1.1, more than 1. HINT: lower some"),
+    ("seed=-1", "synthetic option seed must be 0 or more; got -1. HINT: e.g. --dataset synthetic:seed=1"),
+    ("avg_degree=1e9", "synthetic:avg_degree=1e9: generating the graph needs at least 745058.1 GiB but this host "
+                       "has"),  # was a MemoryError
+])
+def test_bad_synthetic_options_are_one_line_with_a_hint(options, needle):
+    with pytest.raises(DatasetError) as err:
+        parse_synthetic(options)
+    msg = str(err.value)
+    assert needle in msg and "\n" not in msg and "HINT: " in msg, msg
+
+
+def test_valid_synthetic_options_are_kept_as_given():
+    # the shares may add up to 1 (up to float rounding), and the options still give the same graph
+    assert parse_synthetic("train=0.1,val=0.2,test=0.7").test == 0.7
+    spec = parse_synthetic("num_nodes=300,avg_degree=4,train=0.5,val=0,intra=1,label_noise=0,seed=7")
+    assert spec == SyntheticSpec(num_nodes=300, avg_degree=4, train=0.5, val=0.0, intra=1.0, label_noise=0.0, seed=7)
+    a, b = make_synthetic(spec), make_synthetic(SyntheticSpec(**spec.__dict__))
+    assert np.array_equal(a.col, b.col) and np.array_equal(a.train_idx, b.train_idx) and len(a.val_idx) == 0
+
+
 def test_unknown_dataset():
     with pytest.raises(DatasetError, match="unknown dataset 'Coraa'.*HINT"):
         load_dataset("Coraa")

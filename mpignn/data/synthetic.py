@@ -5,6 +5,7 @@ heavy noise: a GNN, which averages neighbours, clearly beats an MLP, which sees 
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -14,7 +15,7 @@ import numpy as np
 
 from mpignn.data.graph import GraphData, csr_from_edges
 from mpignn.data.npy import write_npy_folder
-from mpignn.data.npyio import NpyWriter, rows_per_chunk
+from mpignn.data.npyio import NpyWriter, refuse_beyond_memory, rows_per_chunk
 from mpignn.errors import DatasetError
 from mpignn.fileio import atomic_dir
 
@@ -42,6 +43,10 @@ class SyntheticSpec:
     seed: int = 0
 
 
+_FRACTIONS = ("intra", "label_noise", "train", "val", "test")
+"""The options that are shares of the edges or nodes."""
+
+
 def parse_synthetic(options: str) -> SyntheticSpec:
     """`num_nodes=2000000,avg_degree=25` -> SyntheticSpec; errors name the bad key or value."""
     known = {f.name: f.type for f in fields(SyntheticSpec)}
@@ -53,13 +58,34 @@ def parse_synthetic(options: str) -> SyntheticSpec:
             raise DatasetError(f"synthetic options are key=value with keys {', '.join(known)}; got '{item}'. "
                                "HINT: e.g. --dataset synthetic:num_nodes=200000,avg_degree=20")
         try:
-            values[key] = float(raw) if known[key] == "float" else int(float(raw))
+            number = float(raw)
         except ValueError:
-            raise DatasetError(f"synthetic option {key} needs a number; got '{raw}'") from None
+            number = math.nan
+        if not math.isfinite(number):  # inf overflows int(), nan passes every range check below
+            raise DatasetError(f"synthetic option {key} needs a finite number; got '{raw}'. HINT: e.g. --dataset "
+                               f"synthetic:{key}={getattr(SyntheticSpec, key)}")
+        values[key] = number if known[key] == "float" else int(number)
     spec = SyntheticSpec(**values)  # type: ignore[arg-type]
     if spec.num_nodes < 2 or spec.avg_degree < 1 or spec.num_classes < 2 or spec.num_features < 1:
         raise DatasetError(f"synthetic graph too small: {spec}. HINT: num_nodes>=2, avg_degree>=1, "
                            "num_classes>=2, num_features>=1")
+    for key in _FRACTIONS:
+        if not 0 <= getattr(spec, key) <= 1:
+            raise DatasetError(f"synthetic option {key} is a fraction in [0, 1]; got {getattr(spec, key)}. HINT: "
+                               f"e.g. --dataset synthetic:{key}={getattr(SyntheticSpec, key)}")
+    if spec.train + spec.val + spec.test > 1 + 1e-9:  # disjoint shares of the nodes: more silently shrank val, test
+        raise DatasetError(f"synthetic options train+val+test are shares of the nodes; got {spec.train}+{spec.val}+"
+                           f"{spec.test} = {spec.train + spec.val + spec.test:g}, more than 1. HINT: lower some so "
+                           "they add up to at most 1, e.g. train=0.6,val=0.2,test=0.2")
+    if spec.seed < 0:  # numpy refuses a negative seed
+        raise DatasetError(f"synthetic option seed must be 0 or more; got {spec.seed}. HINT: e.g. --dataset "
+                           "synthetic:seed=1")
+    # a lower bound of what generating needs (the symmetrised edges' int64 col, two int64 node arrays, the class
+    # centroids): an absurd size is refused here, not by a MemoryError after minutes
+    refuse_beyond_memory(f"synthetic:{options}", spec.num_nodes * (8 * spec.avg_degree + 16) +
+                         4 * spec.num_classes * spec.num_features,
+                         "generating the graph needs at least {need} GiB but this host has {memory} GiB of memory",
+                         "fewer num_nodes, a lower avg_degree, or fewer num_classes x num_features")
     return spec
 
 
