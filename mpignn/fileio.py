@@ -21,7 +21,8 @@ import numpy as np
 from mpignn.errors import ConfigError
 
 __all__ = ["atomic_dir", "atomic_path", "replace_dir", "write_json", "read_json", "sha256_file", "load_npy", "save_npy",
-           "write_durable", "fsync_file", "fsync_dir", "temp_name", "remove_leftovers", "this_host", "UNWRITABLE", "refuse_unwritable"]
+           "write_durable", "fsync_file", "fsync_dir", "temp_name", "remove_leftovers", "this_host",
+           "refuse_unwritable"]
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.EEXIST)
+_UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.EEXIST)
 """Why a folder cannot take what is written there (not a missing input file: the readers' own errors say that);
 EEXIST is mkdir's answer where a file stands in a folder's place."""
 
@@ -119,7 +120,7 @@ def refuse_unwritable(flag: str, path: object, what: str, hint: str) -> Iterator
     try:
         yield
     except OSError as exc:
-        if exc.errno not in UNWRITABLE:
+        if exc.errno not in _UNWRITABLE:
             raise
         raise ConfigError(f"{flag} expected a folder where {what}; got {path}: {type(exc).__name__}: {exc}. "
                           f"HINT: {hint}") from None

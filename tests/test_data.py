@@ -47,14 +47,24 @@ def test_synthetic_options_and_errors():
     ("intra=1.5", "intra is a fraction in [0, 1]; got 1.5. HINT: e.g. --dataset synthetic:intra=0.85"),
     ("train=0.8", "train+val+test are shares of the nodes; got 0.8+0.1+0.2 = 1.1, more than 1. HINT: lower some"),
     ("seed=-1", "synthetic option seed must be 0 or more; got -1. HINT: e.g. --dataset synthetic:seed=1"),
-    ("avg_degree=1e9", "synthetic:avg_degree=1e9: generating the graph needs at least 745058.1 GiB but this host "
-                       "has"),  # was a MemoryError
 ])
 def test_bad_synthetic_options_are_one_line_with_a_hint(options, needle):
     with pytest.raises(DatasetError) as err:
         parse_synthetic(options)
     msg = str(err.value)
     assert needle in msg and "\n" not in msg and "HINT: " in msg, msg
+
+
+def test_a_synthetic_graph_beyond_this_hosts_memory_is_refused_where_it_is_generated(tmp_path):
+    """Refused by the rank that generates it (another host may have the memory), before a MemoryError."""
+    from mpignn.data.synthetic import write_synthetic
+
+    spec = parse_synthetic("avg_degree=1e9")  # parsing alone allocates nothing: every rank parses
+    for generate in (lambda: make_synthetic(spec), lambda: write_synthetic(spec, tmp_path / "g")):
+        with pytest.raises(DatasetError, match=r"generating it needs at least 745058\.1 GiB but this host has .*"
+                                               r"HINT: fewer num_nodes"):
+            generate()
+    assert not (tmp_path / "g").exists()
 
 
 def test_valid_synthetic_options_are_kept_as_given():

@@ -80,12 +80,6 @@ def parse_synthetic(options: str) -> SyntheticSpec:
     if spec.seed < 0:  # numpy refuses a negative seed
         raise DatasetError(f"synthetic option seed must be 0 or more; got {spec.seed}. HINT: e.g. --dataset "
                            "synthetic:seed=1")
-    # a lower bound of what generating needs (the symmetrised edges' int64 col, two int64 node arrays, the class
-    # centroids): an absurd size is refused here, not by a MemoryError after minutes
-    refuse_beyond_memory(f"synthetic:{options}", spec.num_nodes * (8 * spec.avg_degree + 16) +
-                         4 * spec.num_classes * spec.num_features,
-                         "generating the graph needs at least {need} GiB but this host has {memory} GiB of memory",
-                         "fewer num_nodes, a lower avg_degree, or fewer num_classes x num_features")
     return spec
 
 
@@ -151,8 +145,14 @@ def _splits(spec: SyntheticSpec, rng: np.random.Generator) -> dict[str, np.ndarr
             "test_idx": np.sort(order[n_train + n_val:n_train + n_val + n_test])}
 
 
-def _start(spec: SyntheticSpec) -> tuple[np.random.Generator, np.ndarray, np.ndarray, np.ndarray]:
-    """(the generator, rowptr, col, y): the draws both writers make first, in the same order."""
+def _start(spec: SyntheticSpec, row_bytes: int = 0) -> tuple[np.random.Generator, np.ndarray, np.ndarray, np.ndarray]:
+    """(the generator, rowptr, col, y): the draws both writers make first, in the same order. Refused first where
+    a lower bound of what the writer holds (the symmetrised edges' int64 col, two int64 node arrays, the class
+    centroids, `row_bytes` a node) exceeds this host's memory: one line, not a MemoryError after minutes."""
+    refuse_beyond_memory(f"synthetic graph {spec}", spec.num_nodes * (8 * spec.avg_degree + 16 + row_bytes)
+                         + 4 * spec.num_classes * spec.num_features,
+                         "generating it needs at least {need} GiB but this host has {memory} GiB of memory",
+                         "fewer num_nodes, a lower avg_degree, or fewer num_classes x num_features")
     rng = np.random.default_rng(spec.seed)
     rowptr, col, perm = _structure(spec, rng)
     return rng, rowptr, col, _labels(spec, rng, perm)
@@ -160,7 +160,7 @@ def _start(spec: SyntheticSpec) -> tuple[np.random.Generator, np.ndarray, np.nda
 
 def make_synthetic(spec: SyntheticSpec = SyntheticSpec()) -> GraphData:
     """Generate the graph in memory; the same spec gives the same graph on every rank and machine."""
-    rng, rowptr, col, y = _start(spec)
+    rng, rowptr, col, y = _start(spec, row_bytes=4 * spec.num_features)  # x is held whole
     x = np.concatenate(list(_feature_chunks(spec, rng, y, spec.num_nodes)))
     return GraphData(name="synthetic", rowptr=rowptr, col=col, x=x, y=y, num_classes=spec.num_classes,
                      meta={"spec": spec.__dict__}, **_splits(spec, rng))
