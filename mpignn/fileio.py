@@ -1,5 +1,5 @@
 """Crash-safe files: write to a temporary name, then rename, so a reader sees the whole thing or nothing.
-Also hashing and pickle-free npy loading. Stdlib and numpy only.
+Also hashing, pickle-free npy loading and the refusal of an unwritable folder. Stdlib, numpy and mpignn.errors.
 """
 from __future__ import annotations
 
