@@ -4,6 +4,7 @@ checkpoints (a stale node-local folder) refuse to resume on every rank."""
 import errno
 import json
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -14,9 +15,10 @@ import mpignn.training.checkpoint as ckpt
 import mpignn.exchange.embedding as embedding
 from _mpirun import SHARED, WORKERS, multihost_env, ok_ranks, run_cmd, run_mpi, run_mpi_raw
 from mpignn.config.train_config import parse
-from mpignn.errors import ConfigError
+from mpignn.errors import ConfigError, is_agreed
 from mpignn.exchange.embedding import NodeEmbedding
 from mpignn.fileio import sha256_file
+from mpignn.training.checkpoint_hosts import bring_generation
 
 TOOL = SHARED / "tools" / "multihost-mpirun"
 
@@ -96,6 +98,23 @@ def test_the_older_single_file_format_is_refused_and_kept(comm, tmp_path):
                                           r"generations, .* HINT: another --checkpoint-dir"):
         ckpt.resume_state(comm, tmp_path, *_objects(0)[:2], {}, "cpu")
     assert (tmp_path / "checkpoint.pt").is_file()
+
+
+@pytest.mark.parametrize("torn", ['{"epoch": 3,', "[]"])
+def test_a_corrupt_manifest_is_one_agreed_line_before_and_at_the_resume(comm, tmp_path, torn):
+    _save(comm, tmp_path, 1)
+    _save(comm, tmp_path, 2)
+    (tmp_path / "gen-000002" / ckpt.MANIFEST).write_text(torn)
+    fix = f"HINT: the manifest is corrupt; delete {tmp_path / 'gen-000002'} to resume from the checkpoint before it"
+    with pytest.raises(ConfigError, match=r"cannot resume from .*gen-000002/manifest.json: (JSONDecodeError|"
+                                          r"ValueError): ") as err:
+        bring_generation(comm, tmp_path)  # --resume/--requeue: rank 0 plans, every rank raises (check_all)
+    assert is_agreed(err.value) and str(err.value).endswith(fix) and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"cannot resume from .*gen-000002/manifest.json: ") as err:
+        _resumed(comm, tmp_path)
+    assert str(err.value).endswith(fix)
+    shutil.rmtree(tmp_path / "gen-000002")  # the fix the HINT names
+    assert bring_generation(comm, tmp_path) == "gen-000001" and _resumed(comm, tmp_path) == (1, "gen-000001")
 
 
 @pytest.mark.mpi

@@ -52,6 +52,19 @@ def test_another_runs_folder_is_refused_unless_resumed_or_started_over(comm, tmp
         parse(["--checkpoint-dir", str(ck), "--resume", "--force-new"])
 
 
+@pytest.mark.parametrize("torn", ['{"epoch": 3,', "[]"])
+def test_another_runs_corrupt_manifest_is_refused_in_one_line_and_force_new_removes_it(comm, tmp_path, torn):
+    ck = tmp_path / "ck"
+    _a_finished_run(comm, ck)
+    (ck / "gen-000001" / "manifest.json").write_text(torn)
+    with pytest.raises(ConfigError, match=r"holding another run's checkpoint gen-000001 \(its manifest.json is "
+                                          r"corrupt: (JSONDecodeError|ValueError)\). HINT: add --resume") as err:
+        claim_checkpoint_dir(comm, parse(["--checkpoint-dir", str(ck)]), resuming=False)
+    assert is_agreed(err.value) and "\n" not in str(err.value)
+    claim_checkpoint_dir(comm, parse(["--checkpoint-dir", str(ck), "--force-new"]), resuming=False).release()
+    assert generations(ck) == []
+
+
 def test_a_live_job_holds_the_folder_and_a_dead_ones_leftover_does_not(comm, tmp_path):
     ck = tmp_path / "ck"
     ck.mkdir()

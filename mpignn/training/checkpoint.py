@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import shutil
 from pathlib import Path
@@ -24,7 +23,7 @@ from mpignn.fileio import fsync_dir, sha256_file, write_durable
 from mpignn.mpi import allreduce_max, topology
 from mpignn.mpi.collectives import checked
 from mpignn.mpi.commit import commit_folder, manifest_bytes
-from mpignn.training.checkpoint_hosts import CHECKPOINT, MANIFEST, rows_name
+from mpignn.training.checkpoint_hosts import CHECKPOINT, MANIFEST, corrupt_manifest, read_manifest, rows_name
 
 __all__ = ["load_checkpoint", "read_checkpoint", "save_state", "resume_state", "check_compatible", "rng_state",
            "set_rng_state", "generations", "latest_checkpoint", "CHECKPOINT", "MANIFEST", "MODEL_KEYS",
@@ -312,13 +311,11 @@ def resume_state(comm: Any, folder: str | os.PathLike, model: torch.nn.Module, o
                               "saving job ran), or drop --resume to start fresh")
         try:
             raw = (where / MANIFEST).read_bytes()
-            manifest = json.loads(raw)
+            manifest = read_manifest(raw)
             state = read_checkpoint(where, manifest["files"][CHECKPOINT])
             ident = (where.name, int(state["epoch"]), int(state.get("step", 0)), hashlib.sha256(raw).hexdigest()[:12])
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"cannot resume from {where}/{MANIFEST}: {type(exc).__name__}: {str(exc)[:200]}. "
-                              f"HINT: the manifest is corrupt; delete {where} to resume from the checkpoint "
-                              "before it") from None
+            raise ConfigError(corrupt_manifest(where, exc)) from None
     idents = comm.allgather(ident)
     if len(set(idents)) > 1:
         raise mark_agreed(ConfigError(

@@ -16,7 +16,7 @@ from mpignn.mpi import check_all
 from mpignn.mpi.topology import gather_per_host
 from mpignn.mpi.transfer import Move, move_files
 
-__all__ = ["bring_generation", "CHECKPOINT", "MANIFEST", "rows_name"]
+__all__ = ["bring_generation", "CHECKPOINT", "MANIFEST", "rows_name", "read_manifest", "corrupt_manifest"]
 
 # A generation's files (checkpoint.py writes them; named here, where no torch is imported)
 MANIFEST = "manifest.json"
@@ -25,6 +25,20 @@ CHECKPOINT = "checkpoint.pt"
 
 def rows_name(rank: int) -> str:
     return f"embedding-rank{rank}.npz"
+
+
+def read_manifest(text: str | bytes) -> dict[str, Any]:
+    """Parse a generation's manifest. Raises ValueError when it is not a JSON object (torn, or not ours)."""
+    manifest = json.loads(text)
+    if not isinstance(manifest, dict):
+        raise ValueError(f"expected a JSON object; got {type(manifest).__name__}")
+    return manifest
+
+
+def corrupt_manifest(where: Path, exc: BaseException) -> str:
+    """The refusal of generation `where` whose manifest (or what it names) cannot be read: resume the one before."""
+    return (f"cannot resume from {where}/{MANIFEST}: {type(exc).__name__}: {str(exc)[:200]}. HINT: the manifest is "
+            f"corrupt; delete {where} to resume from the checkpoint before it")
 
 
 def _view(folder: Path, name: str | None) -> dict[str, Any]:
@@ -58,7 +72,10 @@ def _plan(views: list[Any], folder: Path, name: str) -> tuple[list[Move], str]:
                     f"({seen}). HINT: a node-local --checkpoint-dir of another run is left on one host: delete "
                     f"{folder}/{name} on the hosts whose copy is stale, then resume")
     text = manifests.pop()
-    files = json.loads(text).get("files", {})
+    try:
+        files = dict(read_manifest(text).get("files", {}))
+    except (ValueError, TypeError) as exc:  # rank 0 alone reads it: refused through the bcast, on every rank
+        return [], corrupt_manifest(folder / name, exc)
     moves: list[Move] = []
     for leader, view in enumerate(views):
         if view is None:
@@ -83,7 +100,7 @@ def _plan(views: list[Any], folder: Path, name: str) -> tuple[list[Move], str]:
 
 def _field(view: dict[str, Any], name: str, key: str) -> Any:
     try:
-        return json.loads(view["held"][name]["manifest"]).get(key, "?")
+        return read_manifest(view["held"][name]["manifest"]).get(key, "?")
     except ValueError:
         return "?"
 

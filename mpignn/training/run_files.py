@@ -21,6 +21,7 @@ from mpignn.mpi import check_all, topology
 from mpignn.mpi.commit import os_problem
 from mpignn.mpi.transfer import sees_rank0
 from mpignn.training.checkpoint import CHECKPOINT, MANIFEST, generations
+from mpignn.training.checkpoint_hosts import read_manifest
 from mpignn.training.record import append_jsonl
 
 if TYPE_CHECKING:
@@ -67,7 +68,10 @@ class FolderLock:
 def _saved(folder: Path) -> str:
     gens = generations(folder)
     if gens:
-        manifest = json.loads((gens[-1] / MANIFEST).read_text())
+        try:
+            manifest = read_manifest((gens[-1] / MANIFEST).read_bytes())
+        except ValueError as exc:  # still another run's: refused as such, and --force-new removes it
+            return f"{gens[-1].name} (its {MANIFEST} is corrupt: {type(exc).__name__})"
         return f"{gens[-1].name} (epoch {manifest.get('epoch')}, step {manifest.get('step')})"
     return CHECKPOINT if (folder / CHECKPOINT).is_file() else ""
 
