@@ -15,7 +15,8 @@ from mpignn.data.synthetic import SyntheticSpec
 from mpignn.data.synthetic_hetero import make_user_item
 from mpignn.errors import PartitionFormatError
 from mpignn.partition import load_partition, partition_graph, validate
-from mpignn.partition.links import load_link_split
+from mpignn.partition.deliver import held_by_hosts
+from mpignn.partition.links import has_link_split, load_link_split
 
 SMALL = "synthetic:num_nodes=2000,avg_degree=6,num_features=4"
 LINKS = {"val": 0.1, "test": 0.1, "num_tails": 5, "seed": 0}
@@ -196,6 +197,26 @@ def test_held_out_link_arrays_are_checked(folders, tmp_path, name, change, needl
     with pytest.raises(PartitionFormatError) as err:
         load_link_split(crafted, offsets, 0)
     assert needle in str(err.value) and "HINT" in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("torn", ['{"val": 0.1,', "\x00\x00"])
+def test_a_corrupt_link_split_record_is_one_line_and_a_folder_not_held(folders, tmp_path, torn):
+    from mpi4py import MPI
+
+    def usable(folder):
+        return has_link_split(folder, LINKS)
+
+    crafted = tmp_path / "c"
+    shutil.copytree(folders / "links", crafted)
+    assert usable(crafted) and held_by_hosts(MPI.COMM_SELF, crafted, 0, usable)
+    (crafted / "links" / "SPLIT.json").write_text(torn)
+    with pytest.raises(PartitionFormatError) as err:  # --partitions: raised inside `checked`, so on every rank
+        has_link_split(crafted, LINKS)
+    message = str(err.value)
+    assert message.startswith(f"{crafted}/links/SPLIT.json is corrupt (JSONDecodeError: ") and "\n" not in message
+    assert message.endswith(f"HINT: delete {crafted}/links and partition again for --task link"), message
+    # mpignn's own folder under --root: one whose record is unreadable is not held, so it is made again
+    assert not held_by_hosts(MPI.COMM_SELF, crafted, 0, usable)
 
 
 @pytest.mark.mpi

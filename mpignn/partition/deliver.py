@@ -37,7 +37,7 @@ def _view(folder: Path, usable: Callable[[Path], bool] | None) -> dict[str, Any]
         view["meta"] = text
         view["complete"] = [k for k in range(len(meta["parts"])) if _part_complete(folder, meta, k)]
         view["present"] = [k for k in range(len(meta["parts"])) if part_dir(folder, k).is_dir()]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, PartitionFormatError):  # unreadable: not held
         return view
     extras = [folder / "node_map.npy"] + (sorted((folder / "links").iterdir()) if (folder / "links").is_dir() else [])
     view["files"] = {str(p.relative_to(folder)): p.stat().st_size for p in extras if p.is_file()}

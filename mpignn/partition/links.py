@@ -37,8 +37,19 @@ def in_partition_ids(split: LinkSplit, node_map: np.ndarray) -> dict[str, np.nda
 
 
 def has_link_split(folder: str | os.PathLike, params: dict) -> bool:
+    """Whether `folder/links` holds the held-out edges of `params`.
+
+    Raises:
+        PartitionFormatError: its SPLIT.json is unreadable (a damaged folder, not one of other edges).
+    """
     path = Path(folder) / "links" / "SPLIT.json"
-    return path.is_file() and read_json(path) == params
+    if not path.is_file():
+        return False
+    try:
+        return read_json(path) == params
+    except (OSError, ValueError) as exc:
+        raise PartitionFormatError(f"{path} is corrupt ({type(exc).__name__}: {exc}). HINT: delete {path.parent} "
+                                   "and partition again for --task link") from None
 
 
 def load_link_split(folder: str | os.PathLike, part_offsets: np.ndarray, part_id: int) -> dict[str, np.ndarray]:
