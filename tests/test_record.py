@@ -1,5 +1,7 @@
 """The epoch record: built in one place from the reduced numbers, every key documented (`training.record`)."""
-from mpignn.training.record import FIELDS, SCHEMA, epoch_record, format_epoch, redundancy, undocumented
+import json
+
+from mpignn.training.record import FIELDS, SCHEMA, append_jsonl, epoch_record, format_epoch, redundancy, undocumented
 
 
 def _record(**over):
@@ -53,3 +55,14 @@ def test_every_key_is_documented_once_with_unit_meaning_and_owner():
     assert undocumented({"val_acc": 1, "new_field": 2, "train_auc_full2": 3}) == ["new_field", "train_auc_full2"]
     for name, field in SCHEMA.items():
         assert field.meaning and field.filled_by, name
+
+
+def test_a_torn_last_metrics_line_is_dropped_before_the_next_record(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"epoch": 0}\n{"epoch": 1}\n{"epoch": 2, "lo')  # a run killed mid-write, then resumed
+    append_jsonl(str(path), {"epoch": 2})
+    append_jsonl(str(path), {"epoch": 3})
+    assert path.read_text() == '{"epoch": 0}\n{"epoch": 1}\n{"epoch": 2}\n{"epoch": 3}\n'
+    path.write_text('{"epoch": 0, "loss": ' + "9" * 200_000)  # torn in the first record, longer than one read
+    append_jsonl(str(path), {"epoch": 0})
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"epoch": 0}]

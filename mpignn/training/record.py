@@ -5,6 +5,7 @@ appended as JSON; the best-validation-epoch selection and the final line. Stdlib
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
@@ -178,8 +179,30 @@ def format_epoch(rec: dict[str, Any], scores: str, unit: str = "seeds") -> str:
 
 
 def append_jsonl(path: str, rec: dict[str, Any]) -> None:
+    """Append `rec` as one line; a torn last line (a run killed mid-write) is cut off first, so the records a
+    resumed run appends stay lines of their own."""
+    if os.path.isfile(path):  # not /dev/stdout, a pipe or /dev/full
+        _drop_torn_line(path)
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(rec) + "\n")
+
+
+def _drop_torn_line(path: str, chunk: int = 1 << 16) -> None:
+    """Truncate `path` to just after its last newline, unless it already ends with one (or is empty)."""
+    with open(path, "r+b") as f:
+        pos = f.seek(0, os.SEEK_END)
+        f.seek(max(pos - 1, 0))
+        if f.read(1) in (b"", b"\n"):  # empty, or whole lines
+            return
+        while pos > 0:
+            start = max(0, pos - chunk)
+            f.seek(start)
+            cut = f.read(pos - start).rfind(b"\n")
+            if cut >= 0:
+                pos = start + cut + 1
+                break
+            pos = start
+        f.truncate(pos)
 
 
 @dataclass
