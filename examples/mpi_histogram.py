@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     with root_first(comm, what=f"writing {args.data}") as first:
         if first and not os.path.exists(args.data):
             make_samples(args.data, args.count)
-    samples = np.load(args.data, mmap_mode="r")
+    samples = np.load(args.data, mmap_mode="r", allow_pickle=False)
     mine = ceil_split(samples, topo.world_size, topo.rank)
     counts, edges = np.histogram(mine, bins=args.bins, range=(-4.0, 4.0))
     total = allreduce_sum(comm, counts)

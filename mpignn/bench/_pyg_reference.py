@@ -1,6 +1,7 @@
 """PyG's NeighborLoader (+ GraphSAGE) on the same graph, for side-by-side comparison. Runs in any interpreter
 with torch-geometric plus pyg-lib or torch-sparse (often a separate venv), so it imports only mpignn's
-numpy-only data generator, stdlib-only config and the benches' stdlib-only parser. Prints one JSON line per result.
+numpy-only data generator and fileio, stdlib-only config and the benches' stdlib-only parser. Prints one JSON
+line per result.
 """
 from __future__ import annotations
 
@@ -83,8 +84,9 @@ def epoch(spec: str, fanout: list[int], batch_size: int, hidden: int, threads: i
 
 def infer(spec: str, checkpoint: str, hidden: int, layers: int, batch_size: int, threads: int, out: str) -> dict:
     """Time PyG's layer-wise inference (as its examples run it) of a `--model sage` checkpoint; logits to `out`."""
-    import numpy as np
     from torch_geometric.nn.models import GraphSAGE
+
+    from mpignn.fileio import atomic_path, save_npy
 
     torch.set_num_threads(threads)
     g, loader = _loader(spec, [-1], batch_size, train=False)
@@ -95,7 +97,8 @@ def infer(spec: str, checkpoint: str, hidden: int, layers: int, batch_size: int,
     start = time.perf_counter()
     logits = model.inference(loader)
     seconds = time.perf_counter() - start
-    np.save(out, logits.numpy())
+    with atomic_path(out) as tmp:  # the caller reads `out`: whole or absent, never half-written
+        save_npy(tmp, logits.numpy())
     return {"impl": f"PyG layer-wise inference ({pyg_backend() or 'none'})", "threads": threads,
             "layers_s": seconds, "nodes_per_s": g.num_nodes / seconds}
 
