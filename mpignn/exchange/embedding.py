@@ -2,9 +2,9 @@
 pulled from owners, gradients pushed back to a sparse optimizer there. numpy + mpi4py; torch for batch rows.
 
     emb = NodeEmbedding(part.hi - part.lo, 64, lo=part.lo, part_offsets=offsets, comm=comm)
-    x = emb.pull(batch.n_id.numpy())            # collective; a leaf tensor that takes gradients
+    x = emb.pull(batch.n_id.cpu().numpy(), device)  # collective; a leaf tensor on `device` that takes gradients
     loss = model(x, ...); loss.backward()
-    emb.step()                                  # collective: gradients to owners, sparse update there
+    emb.step()                                      # collective: gradients to owners, sparse update there
 """
 from __future__ import annotations
 
