@@ -123,7 +123,8 @@ def _pyg_row(python: str, args: argparse.Namespace, checkpoint: Path, tmp: Path,
                         str(threads), "--out", str(out), timeout=3600, threads=threads, cwd=None)
     print(f"  done: {got['impl']}", flush=True)
     return {"config": f"{got['impl']}, 1 rank x {threads} thread{'s' if threads > 1 else ''}",
-            "layers_s": got["layers_s"], "nodes_per_s": got["nodes_per_s"], "logits": np.load(out, allow_pickle=False)}
+            "layers_s": got["layers_s"], "nodes_per_s": got["nodes_per_s"],
+            "logits": np.load(out, allow_pickle=False)}
 
 
 if __name__ == "__main__":

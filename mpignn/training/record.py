@@ -187,22 +187,12 @@ def append_jsonl(path: str, rec: dict[str, Any]) -> None:
         f.write(json.dumps(rec) + "\n")
 
 
-def _drop_torn_line(path: str, chunk: int = 1 << 16) -> None:
+def _drop_torn_line(path: str) -> None:
     """Truncate `path` to just after its last newline, unless it already ends with one (or is empty)."""
     with open(path, "r+b") as f:
-        pos = f.seek(0, os.SEEK_END)
-        f.seek(max(pos - 1, 0))
-        if f.read(1) in (b"", b"\n"):  # empty, or whole lines
-            return
-        while pos > 0:
-            start = max(0, pos - chunk)
-            f.seek(start)
-            cut = f.read(pos - start).rfind(b"\n")
-            if cut >= 0:
-                pos = start + cut + 1
-                break
-            pos = start
-        f.truncate(pos)
+        text = f.read()  # one line an epoch: small
+        if text and not text.endswith(b"\n"):
+            f.truncate(text.rfind(b"\n") + 1)
 
 
 @dataclass
