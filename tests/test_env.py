@@ -222,3 +222,8 @@ def test_rank0_address_across_hosts_is_routable(debian_host):
         endpoint(_ifaces(LO, ("eth0", "10.9.0.2", 24)))
     debian_host.setenv("MASTER_ADDR", "10.0.0.1")  # the user's choice wins, checked or not
     assert endpoint(_ifaces(LO)) == ("10.0.0.1", None)
+    for wildcard in ("0.0.0.0", "::", "[::]"):  # except one that would listen on every interface
+        debian_host.setenv("MASTER_ADDR", wildcard)
+        with pytest.raises(LaunchError, match=r"MASTER_ADDR=.* would have rank 0 listen on all its interfaces\. "
+                                              r"HINT: set MASTER_ADDR to rank 0's address"):
+            endpoint(other)
