@@ -124,6 +124,16 @@ def test_bench_names_an_unknown_config(capsys):
     assert exc.value.code != 0 and "unknown 'metis+int8'" in err, err[-1000:]
 
 
+@pytest.mark.parametrize("flags", [["--graphs", "1000"], ["--graphs", "1000:x"], ["--threads", "two"]])
+def test_the_sampler_bench_refuses_a_malformed_graph_or_thread_list_in_one_line(flags, capsys):
+    from mpignn.bench.sampler import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(flags)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--graphs takes NODES:DEGREE pairs" in err and "HINT: --graphs 200000:20" in err
+
+
 @pytest.mark.mpi
 def test_time_to_accuracy_calibrates_then_trains_every_row_to_the_target(tmp_path, bench_in_pool):
     """auto: calibration runs of the first row (one per seed) give the target, their mean; each seed's run of

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mpignn.env import mpiexec_path
+from mpignn.errors import LaunchError
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMP_ROOT = ("", "dataset root (default: a temporary folder)")  # a `bench_parser` flag: --root=TEMP_ROOT
@@ -130,10 +131,11 @@ def mpi_command(ranks: int, cores: int) -> tuple[list[str], object]:
 
 
 def mpiexec() -> str:
-    """Return `env.mpiexec_path()`; raise RuntimeError naming the fix when there is none."""
+    """Return `env.mpiexec_path()`; raise LaunchError naming the fix when there is none."""
     exe = mpiexec_path()
     if exe is None:
-        raise RuntimeError("no mpiexec found; pip install mpich (or load your site MPI)")
+        raise LaunchError("expected mpiexec on PATH or beside this Python; found none. HINT: pip install mpich (or "
+                          "load your site MPI)")
     return exe
 
 

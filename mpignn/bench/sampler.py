@@ -77,13 +77,20 @@ def main(argv: list[str] | None = None) -> int:
     fanout = parse_fanout(args.fanout)
     if args.labor:
         return labor_rows(load_dataset(args.dataset, args.root), args)
+    try:
+        graphs = [tuple(int(v) for v in item.split(":")) for item in args.graphs.split(",")]
+        thread_counts = [int(t) for t in args.threads.split(",")]
+    except ValueError:
+        graphs = []
+    if not graphs or any(len(g) != 2 for g in graphs):
+        parser.error(f"--graphs takes NODES:DEGREE pairs and --threads counts, comma-separated; got --graphs "
+                     f"{args.graphs} --threads {args.threads}. HINT: --graphs 200000:20,2000000:25 --threads 1,2")
     ref = pyg_python(args.pyg_python)
     rows = []
-    for item in args.graphs.split(","):
-        nodes, degree = (int(v) for v in item.split(":"))
+    for nodes, degree in graphs:
         spec = f"synthetic:num_nodes={nodes},avg_degree={degree},num_features={args.features}"
         graph = load_dataset(spec)
-        for threads in (int(t) for t in args.threads.split(",")):
+        for threads in thread_counts:
             group = [measure(graph, fanout, args.batch_size, args.batches, threads)]
             if ref:
                 group.append(run_reference(ref, "sample", "--dataset", spec, "--fanout", args.fanout,
