@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import logging
 import os
@@ -182,12 +183,15 @@ def listen_socket(address: str, port: int = 0) -> socket.socket:
     be taken in between.
 
     Raises:
-        OSError: the address is not this host's, or the port is taken.
+        OSError: the address is not this host's, names every interface (0.0.0.0, 0, ::), or the port is taken.
     """
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.bind((address, port))
+        bound = ipaddress.ip_address(sock.getsockname()[0])  # what was bound, whatever `address` spelled
+        if bound.is_unspecified or getattr(getattr(bound, "ipv4_mapped", None), "is_unspecified", False):
+            raise OSError(errno.EADDRNOTAVAIL, f"{address} is every interface of this host, not one address")
         sock.listen(1024)
     except OSError:
         sock.close()

@@ -1,4 +1,5 @@
-"""Rank-aware logging: rank 0 at INFO, the others at WARNING, every line tagged with rank and host. Stdlib only.
+"""Rank-aware logging: rank 0 at INFO, the others at WARNING, every line tagged with rank and host. Stdlib
+and mpignn.errors only.
 
 Only `setup_logging` attaches handlers, and only `main` calls it. MPIGNN_LOG_RANKS (`all` or `0,3`) and
 MPIGNN_LOG_LEVEL widen or change that.

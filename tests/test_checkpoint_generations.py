@@ -100,11 +100,11 @@ def test_the_older_single_file_format_is_refused_and_kept(comm, tmp_path):
     assert (tmp_path / "checkpoint.pt").is_file()
 
 
-@pytest.mark.parametrize("torn", ['{"epoch": 3,', "[]"])
+@pytest.mark.parametrize("torn", [b'{"epoch": 3,', b"[]", b"\xff{"])
 def test_a_corrupt_manifest_is_one_agreed_line_before_and_at_the_resume(comm, tmp_path, torn):
     _save(comm, tmp_path, 1)
     _save(comm, tmp_path, 2)
-    (tmp_path / "gen-000002" / ckpt.MANIFEST).write_text(torn)
+    (tmp_path / "gen-000002" / ckpt.MANIFEST).write_bytes(torn)
     fix = f"HINT: the manifest is corrupt; delete {tmp_path / 'gen-000002'} to resume from the checkpoint before it"
     with pytest.raises(ConfigError, match=r"cannot resume from .*gen-000002/manifest.json: (JSONDecodeError|"
                                           r"ValueError): ") as err:

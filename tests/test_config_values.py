@@ -61,7 +61,7 @@ def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path):
         parse(["--config", str(path)])
     msg = _one_line(err.value)
     assert msg.startswith(f"cannot read --config {path}: 'utf-8' codec can't decode byte 0xe9") and \
-        msg.endswith("HINT: a TOML file of key = value"), msg
+        msg.endswith("HINT: a TOML file of key = value, saved as UTF-8"), msg
 
 
 def test_every_field_is_type_checked(tmp_path):

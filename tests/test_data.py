@@ -1,6 +1,7 @@
 """Tier 1: the dataset registry: synthetic, npz validation, Planetoid and Tolokers from ../shared, cache, offline
 errors (and one 1-rank training run on Tolokers)."""
 import json
+import os
 import shutil
 
 import numpy as np
@@ -47,6 +48,9 @@ def test_synthetic_options_and_errors():
     ("intra=1.5", "intra is a fraction in [0, 1]; got 1.5. HINT: e.g. --dataset synthetic:intra=0.85"),
     ("train=0.8", "train+val+test are shares of the nodes; got 0.8+0.1+0.2 = 1.1, more than 1. HINT: lower some"),
     ("seed=-1", "synthetic option seed must be 0 or more; got -1. HINT: e.g. --dataset synthetic:seed=1"),
+    ("val=0", "synthetic option val=0.0 leaves the val split of 100000 nodes empty; every split needs nodes. HINT: "
+              "e.g. --dataset synthetic:val=0.1"),
+    ("num_nodes=10,test=0.04", "test=0.04 leaves the test split of 10 nodes empty"),
 ])
 def test_bad_synthetic_options_are_one_line_with_a_hint(options, needle):
     with pytest.raises(DatasetError) as err:
@@ -56,24 +60,36 @@ def test_bad_synthetic_options_are_one_line_with_a_hint(options, needle):
 
 
 def test_a_synthetic_graph_beyond_this_hosts_memory_is_refused_where_it_is_generated(tmp_path):
-    """Refused by the rank that generates it (another host may have the memory), before a MemoryError."""
+    """Refused by the rank that generates it (another host may have the memory), before a MemoryError; the
+    features count where make_synthetic holds them whole, not where write_synthetic streams them."""
     from mpignn.data.synthetic import write_synthetic
 
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     spec = parse_synthetic("avg_degree=1e9")  # parsing alone allocates nothing: every rank parses
     for generate in (lambda: make_synthetic(spec), lambda: write_synthetic(spec, tmp_path / "g")):
         with pytest.raises(DatasetError, match=r"generating it needs at least 745058\.1 GiB but this host has .*"
                                                r"HINT: fewer num_nodes"):
             generate()
     assert not (tmp_path / "g").exists()
+    wide = parse_synthetic(f"num_nodes=1000,avg_degree=1,num_features={memory // 4000 + 1}")  # x alone > memory
+    with pytest.raises(DatasetError, match="generating it needs at least"):
+        make_synthetic(wide)
+    from mpignn.data.synthetic import _start
+
+    _start(wide)  # write_synthetic's start: x streams to disk in chunks, so it does not count
 
 
-def test_valid_synthetic_options_are_kept_as_given():
-    # the shares may add up to 1 (up to float rounding), and the options still give the same graph
-    assert parse_synthetic("train=0.1,val=0.2,test=0.7").test == 0.7
-    spec = parse_synthetic("num_nodes=300,avg_degree=4,train=0.5,val=0,intra=1,label_noise=0,seed=7")
-    assert spec == SyntheticSpec(num_nodes=300, avg_degree=4, train=0.5, val=0.0, intra=1.0, label_noise=0.0, seed=7)
-    a, b = make_synthetic(spec), make_synthetic(SyntheticSpec(**spec.__dict__))
-    assert np.array_equal(a.col, b.col) and np.array_equal(a.train_idx, b.train_idx) and len(a.val_idx) == 0
+def test_synthetic_options_give_the_graph_they_gave_before():
+    """Pinned digests (taken before the options were checked): valid options still give the same graph."""
+    import hashlib
+
+    spec = parse_synthetic("num_nodes=300,avg_degree=4,train=0.5,val=0.2,intra=1,label_noise=0,seed=7")
+    assert spec == SyntheticSpec(num_nodes=300, avg_degree=4, train=0.5, val=0.2, intra=1.0, label_noise=0.0, seed=7)
+    g = make_synthetic(spec)
+    digest = hashlib.sha256(b"".join(a.tobytes() for a in (g.rowptr, g.col, g.x, g.y, g.train_idx, g.val_idx,
+                                                            g.test_idx))).hexdigest()[:16]
+    assert digest == "625fd66b7e0b4e40"  # at 062cf77, before parse_synthetic checked its options
+    assert parse_synthetic("train=0.1,val=0.2,test=0.7").test == 0.7  # the shares may add up to 1
 
 
 def test_unknown_dataset():

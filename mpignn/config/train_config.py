@@ -181,7 +181,8 @@ class TrainConfig(GraphOptions):
                 with open(ns.config, "rb") as f:
                     values.update(tomllib.load(f))
             except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # TOML is UTF-8 only
-                raise ConfigError(f"cannot read --config {ns.config}: {exc}. HINT: a TOML file of key = value")
+                raise ConfigError(f"cannot read --config {ns.config}: {exc}. HINT: a TOML file of key = value, "
+                                  "saved as UTF-8")
         values.update({k: v for k, v in vars(ns).items() if k != "config"})
         removed = sorted(set(values) & set(REMOVED_FLAGS))
         if removed:

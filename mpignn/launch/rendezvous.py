@@ -81,11 +81,6 @@ def rendezvous_endpoint(comm: Any) -> tuple[str, str | None]:
 def _candidates(others: list[list[_env.Interface]]) -> list[tuple[str, str]]:
     """Rank 0: the (address, subnet or "") pairs to meet on, best first."""
     user = os.environ.get("MASTER_ADDR")  # the user's wins over the address mpignn would pick
-    with contextlib.suppress(ValueError):  # a host name is no address, and not all interfaces either
-        if ipaddress.ip_address(user.strip("[]") if user else "").is_unspecified:
-            raise LaunchError(f"MASTER_ADDR={user} would have rank 0 listen on all its interfaces. HINT: set "
-                              "MASTER_ADDR to rank 0's address on the network the hosts share, or unset it and let "
-                              "mpignn pick one")
     if user:
         return [(user, "")]
     if not others:

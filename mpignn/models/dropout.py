@@ -65,7 +65,7 @@ def _backward_kernel(out, grad, grad_in, scale):
 
 def warm_up() -> None:
     """Compile (or load from cache) the fp32 kernels as training calls them, where one rank per host can
-    (`runtime.session`): left to the first step, every rank of a host would compile them and write numba's cache."""
+    (`runtime.graph`): left to the first step, every rank of a host would compile them and write numba's cache."""
     x = np.ones(1, dtype=np.float32)
     _forward_kernel(x, np.empty_like(x), 0, keep_threshold(0.5), np.float32(2.0))
     _backward_kernel(x, x, np.empty_like(x), np.float32(2.0))

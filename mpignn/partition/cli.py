@@ -116,7 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             graph = load_for_partitioning(args.dataset, args.root, args.splits)
         load_s = time.perf_counter() - start
         with refuse_unwritable("--out", args.out, "the partition can be written",
-                               "pass an --out whose parent is a writable folder (not a file), e.g. --out parts/NAME"):
+                               "pass an --out whose parent is a writable folder with room (not a file), e.g. "
+                               "--out parts/NAME"):
             rep = partition_graph(graph, args.num_parts, args.out, method=args.method, seed=args.seed,
                                   dataset=dataset_key(args.dataset), force=args.force, threads=args.threads,
                                   links=links, source=source or dataset_source(args.dataset, args.root, args.splits))

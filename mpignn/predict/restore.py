@@ -3,7 +3,6 @@
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 import torch
 
 from mpignn.training.checkpoint import CHECKPOINT, MANIFEST, latest_checkpoint, read_checkpoint, resume_state
-from mpignn.training.checkpoint_hosts import bring_generation
+from mpignn.training.checkpoint_hosts import bring_generation, read_manifest
 from mpignn.training.optim import adam
 from mpignn.config.train_config import TrainConfig
 from mpignn.errors import ConfigError
@@ -63,7 +62,7 @@ def read_saved(folder: Path) -> dict[str, Any]:
     hint = "use another --generation, or a checkpoint written by python -m mpignn.train"
     try:  # a corrupt manifest, or a state without a config: as unusable as a corrupt file
         manifest = folder / MANIFEST
-        expected = json.loads(manifest.read_text())["files"][CHECKPOINT] if manifest.is_file() else None
+        expected = read_manifest(manifest.read_bytes())["files"][CHECKPOINT] if manifest.is_file() else None
         state = read_checkpoint(folder, expected, doing="predict with", hint=hint)
         return {"config": state["extra"]["config"], "world_size": state["extra"].get("world_size"),
                 "epoch": int(state.get("epoch", 0))}

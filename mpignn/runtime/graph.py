@@ -28,6 +28,7 @@ from mpignn.launch.bootstrap import Runtime
 from mpignn.launch.device import features_on_device, free_memory
 from mpignn.loader.hetero import HeteroLayout
 from mpignn.loader.local_graph import LocalGraph
+from mpignn.models import dropout
 from mpignn.mpi import allreduce_max, check_all, root_first
 from mpignn.partition import LocalPart
 from mpignn.partition.memory import scatter_graph
@@ -121,10 +122,12 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
     part_id = 0 if opts.replicated else rt.rank
     part, held_out, folder = _part_source(rt, opts, part_id, data, in_memory, task.partition_extras())
     # numba writes its on-disk cache when it compiles: one rank per host compiles, the others then load.
-    with root_first(rt.comm, per_host=True, timeout=opts.prep_timeout, what="compiling the sampling kernels"):
+    with root_first(rt.comm, per_host=True, timeout=opts.prep_timeout, what="compiling the numba kernels"):
         kernels.warm_up()
         if opts.sampler == "labor":
             labor.warm_up(importance=opts.labor_iterations > 0)
+        if torch.device(rt.device).type == "cpu":  # SampledGNN's ReLU + dropout (elsewhere torch ops)
+            dropout.warm_up()
     part.x = transform_rows(part.x, opts.feature_norm, opts.feature_dtype)
     meta = part.meta
     schema = HeteroSchema.from_json(meta.hetero) if meta.hetero else None

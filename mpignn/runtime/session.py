@@ -19,8 +19,7 @@ from mpignn.launch.allocator import keep_big_blocks
 from mpignn.launch.bootstrap import Runtime, bootstrap, shutdown
 from mpignn.loader.local_graph import LocalGraph
 from mpignn.loader.prefetch import overlap, rows_on_device
-from mpignn.models import dropout
-from mpignn.mpi import check_same, root_first
+from mpignn.mpi import check_same
 from mpignn.mpi.collectives import checked
 from mpignn.mpi.watchdog import bounded
 from mpignn.partition.assign import DEFAULT_METHOD, default_method
@@ -58,10 +57,6 @@ def train_run(cfg: TrainConfig, task: Task, stop: StopSignal | None = None) -> i
     with bounded("start-up: the dataset's preparation, this rank's part and its cache",
                  limit=cfg.prep_timeout + cfg.collective_timeout):
         graph, model = build_graph_and_model(rt, cfg, task)
-    if torch.device(rt.device).type == "cpu" and cfg.dropout > 0:  # elsewhere dropout takes torch ops
-        # numba writes its on-disk cache when it compiles: one rank per host compiles, the others then load
-        with root_first(rt.comm, per_host=True, timeout=cfg.prep_timeout, what="compiling the dropout kernels"):
-            dropout.warm_up()
     loader = lambda split, mode, cap=cfg.max_steps: make_loader(  # noqa: E731
         rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope, seed=cfg.seed,
         prefetch=cfg.prefetch, max_steps=cap, minibatch=mode, eval_batch_size=cfg.eval_batch_size)

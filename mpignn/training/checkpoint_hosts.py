@@ -48,7 +48,7 @@ def _view(folder: Path, name: str | None) -> dict[str, Any]:
     candidates = [folder / name] if name else [p for p in folder.iterdir() if p.name.startswith("gen-")]
     for gen in candidates:
         try:
-            text = (gen / MANIFEST).read_text()
+            text = (gen / MANIFEST).read_bytes().decode("utf-8", "replace")  # not UTF-8: `_plan` refuses it
             files = {p.name: p.stat().st_size for p in gen.iterdir() if p.is_file() and p.name != MANIFEST}
         except OSError:
             continue

@@ -4,9 +4,11 @@ appended as JSON; the best-validation-epoch selection and the final line. Stdlib
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import stat
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
@@ -181,10 +183,27 @@ def format_epoch(rec: dict[str, Any], scores: str, unit: str = "seeds") -> str:
 def append_jsonl(path: str, rec: dict[str, Any]) -> None:
     """Append `rec` as one line; a torn last line (a run killed mid-write) is cut off first, so the records a
     resumed run appends stay lines of their own."""
-    if os.path.isfile(path):  # not /dev/stdout, a pipe or /dev/full
+    if _own_file(path):
         _drop_torn_line(path)
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(rec) + "\n")
+
+
+def _own_file(path: str) -> bool:
+    """A regular file only this log writes: not a device or a pipe, nor (through /dev/stdout, /proc/self/fd/1,
+    or its own name) the file this process's output is redirected to, whose other lines a cut would lose."""
+    if os.path.abspath(path).startswith(("/dev/", "/proc/")):
+        return False
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    for fd in (1, 2):
+        with contextlib.suppress(OSError):
+            out = os.fstat(fd)
+            if (out.st_dev, out.st_ino) == (info.st_dev, info.st_ino):
+                return False
+    return stat.S_ISREG(info.st_mode)
 
 
 def _drop_torn_line(path: str) -> None:
