@@ -42,6 +42,7 @@ def _bad_npz(path, **override):
     (["--dataset", "ogbn-nope"], "unknown dataset"),
     (["--fanout", "10,0"], "--fanout must list"),
     (["--batch-size", "0"], "--batch-size must be a positive int"),
+    (["--dataset", "synthetic:num_nodes=inf"], "synthetic option num_nodes needs a finite number"),
 ])
 def test_bad_flags_fail_before_torch_is_imported(tmp_path, args, needle):
     rc, out = _train(2, tmp_path, *args)

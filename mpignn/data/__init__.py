@@ -89,7 +89,10 @@ def raw_fingerprint(key: str, root: str) -> str:
 
 def check_known(name: str) -> None:
     """Raise DatasetError (with the known names) unless `name` is a dataset mpignn can load."""
-    if name.startswith(("synthetic", "npz:", "npy:")) or _public_key(name) is not None:
+    if name == "synthetic" or name.startswith("synthetic:"):
+        parse_synthetic(name.partition(":")[2])  # its options too: here, where every rank agrees on the error
+        return
+    if name.startswith(("npz:", "npy:")) or _public_key(name) is not None:
         return
     raise DatasetError(f"unknown dataset '{name}'; known: {', '.join(KNOWN)}. HINT: e.g. --dataset Cora, or "
                        "--dataset npz:/path/graph.npz for your own graph")

@@ -77,11 +77,10 @@ def parse_synthetic(options: str) -> SyntheticSpec:
         raise DatasetError(f"synthetic options train+val+test are shares of the nodes; got {spec.train}+{spec.val}+"
                            f"{spec.test} = {spec.train + spec.val + spec.test:g}, more than 1. HINT: lower some so "
                            "they add up to at most 1, e.g. train=0.6,val=0.2,test=0.2")
-    for key in ("train", "val", "test"):  # as _splits rounds them; npz and npy graphs refuse an empty split too
-        if int(round(getattr(spec, key) * spec.num_nodes)) < 1:
-            raise DatasetError(f"synthetic option {key}={getattr(spec, key)} leaves the {key} split of "
-                               f"{spec.num_nodes} nodes empty; every split needs nodes. HINT: e.g. --dataset "
-                               f"synthetic:{key}={getattr(SyntheticSpec, key)}")
+    for key in ("train", "val", "test"):  # npz and npy graphs refuse an empty split too
+        if getattr(spec, key) == 0:
+            raise DatasetError(f"synthetic option {key}=0 leaves the {key} split empty; every split needs nodes. "
+                               f"HINT: e.g. --dataset synthetic:{key}={getattr(SyntheticSpec, key)}")
     if spec.seed < 0:  # numpy refuses a negative seed
         raise DatasetError(f"synthetic option seed must be 0 or more; got {spec.seed}. HINT: e.g. --dataset "
                            "synthetic:seed=1")
