@@ -352,9 +352,12 @@ def test_one_rank_group_leaves_the_environment_children_inherit(rt, monkeypatch)
     assert not {"MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK"} & set(os.environ)
 
 
-def test_a_cpu_graph_compiles_dropout_where_one_rank_per_host_compiles_the_samplers(rt, tmp_path, monkeypatch):
-    """numba writes its cache as it compiles: dropout's kernels compile in the graph's per-host block, not on
-    every rank's first training step (the kernels' argument types: tests/test_dropout.py)."""
+def test_a_cpu_training_graph_compiles_dropout_where_one_rank_per_host_compiles_the_samplers(rt, tmp_path,
+                                                                                            monkeypatch):
+    """numba writes its cache as it compiles: dropout's kernels compile in the graph's per-host block when the
+    config trains with dropout, not on every rank's first step (their argument types: tests/test_dropout.py);
+    a graph built for a loop of your own (GraphOptions) does not load them."""
+    from mpignn.config.train_config import TrainConfig
     from mpignn.models import dropout
     from mpignn.mpi import prep
 
@@ -363,5 +366,7 @@ def test_a_cpu_graph_compiles_dropout_where_one_rank_per_host_compiles_the_sampl
     monkeypatch.setattr(dropout, "warm_up", lambda: blocks.append("dropout"))
     monkeypatch.setattr("mpignn.runtime.graph.root_first",
                         lambda *a, **k: blocks.append(k.get("what")) or real(*a, **k))
-    runtime.load_local_graph(rt, SMALL, str(tmp_path), cache_size=0)
+    runtime.build_local_graph(rt, TrainConfig(dataset=SMALL, root=str(tmp_path), cache_size=0))
     assert blocks[-2:] == ["compiling the numba kernels", "dropout"], blocks
+    runtime.load_local_graph(rt, SMALL, str(tmp_path), cache_size=0)
+    assert blocks[-1] == "compiling the numba kernels", blocks

@@ -126,8 +126,8 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
         kernels.warm_up()
         if opts.sampler == "labor":
             labor.warm_up(importance=opts.labor_iterations > 0)
-        if torch.device(rt.device).type == "cpu":  # SampledGNN's ReLU + dropout (elsewhere torch ops)
-            dropout.warm_up()
+        if getattr(opts, "dropout", 0) > 0 and torch.device(rt.device).type == "cpu":  # a TrainConfig that drops
+            dropout.warm_up()  # SampledGNN's ReLU + dropout (elsewhere torch ops; a graph alone never loads them)
     part.x = transform_rows(part.x, opts.feature_norm, opts.feature_dtype)
     meta = part.meta
     schema = HeteroSchema.from_json(meta.hetero) if meta.hetero else None
