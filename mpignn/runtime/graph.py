@@ -126,7 +126,7 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
         kernels.warm_up()
         if opts.sampler == "labor":
             labor.warm_up(importance=opts.labor_iterations > 0)
-        if getattr(opts, "dropout", 0) > 0 and torch.device(rt.device).type == "cpu":  # a TrainConfig that drops
+        if isinstance(opts, TrainConfig) and opts.dropout > 0 and torch.device(rt.device).type == "cpu":
             dropout.warm_up()  # SampledGNN's ReLU + dropout (elsewhere torch ops; a graph alone never loads them)
     part.x = transform_rows(part.x, opts.feature_norm, opts.feature_dtype)
     meta = part.meta
