@@ -191,8 +191,8 @@ class Watchdog:
 
     def _lost_in_long_wait(self) -> tuple[str, str, float, float, list[int]] | None:
         """A wait allowed past `timeout` lasts only while every rank answers pings: one silent for `timeout`
-        (a cut link, a dead host) ends the job at once. C code holding the GIL that long (one METIS call on a
-        huge graph) reads as silent: raise --collective-timeout there."""
+        (a cut link, a dead host) ends the job at once. C code holding the GIL that long reads as silent
+        (docs/node-local.md, "A link that fails")."""
         if not self.can_ping or self.size == 1:
             return None
         now = time.monotonic()

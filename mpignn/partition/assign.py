@@ -56,14 +56,48 @@ def metis_parts(graph: GraphData, num_parts: int, seed: int) -> np.ndarray:
     rowptr, col = _undirected(graph)
     is_train = np.zeros(graph.num_nodes, dtype=idx)
     is_train[graph.train_idx] = 1
-    vweights = np.stack([np.ones(graph.num_nodes, dtype=idx), is_train], axis=1).reshape(-1) if is_train.any() else None
+    vweights = np.stack([np.ones(graph.num_nodes, dtype=idx), is_train], axis=1) if is_train.any() else None
     # astype(copy=False): the int64 CSR goes to METIS without a copy where its idx_t is 64-bit.
-    result = pymetis.part_graph(num_parts, adjacency=pymetis.CSRAdjacency(rowptr.astype(idx, copy=False),
-                                                                          col.astype(idx, copy=False)),
-                                vweights=vweights, options=pymetis.Options(seed=seed))
+    parts = _part_graph(rowptr.astype(idx, copy=False), col.astype(idx, copy=False), vweights, num_parts, seed)
     del rowptr, col
     release_pages(graph.col)
-    return np.asarray(result.vertex_part, dtype=np.int64)
+    return parts.astype(np.int64)
+
+
+def _part_graph(rowptr: np.ndarray, col: np.ndarray, vweights: np.ndarray | None, num_parts: int,
+                seed: int) -> np.ndarray:
+    """METIS as pymetis.part_graph calls it (recursive bisection up to 8 parts, k-way beyond), but through ctypes:
+
+    - ctypes lets go of Python's lock while METIS runs; pymetis holds it, so for the seconds to minutes of a large
+      graph this rank's watchdog could not answer a ping and the waiting ranks took it for gone;
+    - METIS gets one constraint per weight column: pymetis passes one whatever `vweights` holds, so the training
+      nodes were not balanced (up to 1.5x the mean on Cora in 8 parts; tests/test_partition.py).
+    """
+    import ctypes
+
+    from pymetis import _internal
+
+    lib = ctypes.CDLL(_internal.__file__)  # already loaded: the METIS that pymetis bundles, or links
+    kind = "METIS_PartGraphRecursive" if num_parts <= 8 else "METIS_PartGraphKway"
+    if not all(hasattr(lib, name) for name in (kind, "METIS_SetDefaultOptions")):
+        raise ConfigError(f"--method metis calls {kind} in pymetis ({_internal.__file__}), which does not export "
+                          "it. HINT: pip install --force-reinstall pymetis (PyPI's wheels bundle METIS), or use "
+                          "--method kaminpar or --method random")
+    idx = rowptr.dtype
+    options = np.empty(_internal.Options._len(), dtype=idx)
+    lib.METIS_SetDefaultOptions(ctypes.c_void_p(options.ctypes.data))
+    options[_internal.options_indices.SEED] = seed
+    n = len(rowptr) - 1
+    parts, cut = np.empty(n, dtype=idx), np.zeros(1, dtype=idx)
+    weights = None if vweights is None else np.ascontiguousarray(vweights, dtype=idx)
+    sizes = [np.array([v], dtype=idx) for v in (n, 1 if weights is None else weights.shape[1], num_parts)]
+    args = [sizes[0], sizes[1], rowptr, col, weights, None, None, sizes[2], None, None, options, cut, parts]
+    status = getattr(lib, kind)(*(ctypes.c_void_p(None if a is None else a.ctypes.data) for a in args))
+    if status != 1:  # METIS_OK
+        reason = {-2: "bad input", -3: "out of memory"}.get(status, f"error {status}")
+        raise ConfigError(f"expected METIS to partition {n} nodes into {num_parts} parts; got {reason}. "
+                          "HINT: --method kaminpar or --method random")
+    return parts
 
 
 KAMINPAR_IMBALANCE = 0.01
