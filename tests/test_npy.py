@@ -61,6 +61,7 @@ def test_writer_and_row_reads_through_files(tmp_path):
     with NpyWriter(tmp_path / "a.npy", data.shape, np.float32) as w:
         for lo in range(0, 10, 3):
             w.write(data[lo:lo + 3])
+            w.write(data[lo:lo])  # a chunk where a part has no rows
     mapped = np.load(tmp_path / "a.npy", mmap_mode="r")
     assert np.array_equal(np.load(tmp_path / "a.npy"), data)
     assert np.array_equal(read_rows(mapped, 2, 9), data[2:9]) and not isinstance(read_rows(mapped, 2, 9), np.memmap)

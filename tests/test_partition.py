@@ -72,6 +72,15 @@ def test_metis_balances_training_nodes_where_they_cluster(tmp_path, num_parts):
     assert train.max() <= 1.1 * train.mean() and nodes.max() <= 1.1 * nodes.mean(), (train, nodes)
 
 
+@pytest.mark.parametrize("num_train", [1, 3, 4])
+def test_metis_leaves_no_part_empty_with_few_training_nodes(num_train):
+    g = make_synthetic(SyntheticSpec(num_nodes=40, avg_degree=5, num_features=1))
+    g.train_idx = np.arange(num_train)
+    for num_parts in (2, 3, 4):
+        sizes = np.bincount(metis_parts(g, num_parts, seed=0), minlength=num_parts)
+        assert sizes.min() > 0 and sizes.max() <= 1.1 * sizes.mean(), (num_parts, sizes)
+
+
 def test_metis_lets_other_threads_run_meanwhile():
     """A rank's watchdog answers pings from its own thread while METIS partitions (docs/node-local.md)."""
     g = make_synthetic(SyntheticSpec(num_nodes=100_000, avg_degree=10, num_features=1))

@@ -59,7 +59,8 @@ class NpyWriter:
         chunk = np.ascontiguousarray(chunk, dtype=self.dtype)
         if chunk.shape[1:] != self.shape[1:]:
             raise ValueError(f"{self.path}: chunk rows of shape {chunk.shape[1:]}, file rows {self.shape[1:]}")
-        self._file.write(memoryview(chunk).cast("B"))
+        if chunk.size:  # memoryview cannot cast a (0, k) view
+            self._file.write(memoryview(chunk).cast("B"))
         self.rows += len(chunk)
 
     def close(self) -> None:

@@ -56,9 +56,14 @@ def metis_parts(graph: GraphData, num_parts: int, seed: int) -> np.ndarray:
     rowptr, col = _undirected(graph)
     is_train = np.zeros(graph.num_nodes, dtype=idx)
     is_train[graph.train_idx] = 1
-    vweights = np.stack([np.ones(graph.num_nodes, dtype=idx), is_train], axis=1) if is_train.any() else None
+    vweights = np.stack([np.ones(graph.num_nodes, dtype=idx), is_train], axis=1) if is_train.sum() >= num_parts else None
     # astype(copy=False): the int64 CSR goes to METIS without a copy where its idx_t is 64-bit.
-    parts = _part_graph(rowptr.astype(idx, copy=False), col.astype(idx, copy=False), vweights, num_parts, seed)
+    rowptr, col = rowptr.astype(idx, copy=False), col.astype(idx, copy=False)
+    parts = _part_graph(rowptr, col, vweights, num_parts, seed)
+    sizes = np.bincount(parts, minlength=num_parts)
+    if vweights is not None and (sizes.min() == 0 or sizes.max() > 1.1 * sizes.mean()):
+        # few training nodes can leave METIS's two-constraint split with an empty part
+        parts = _part_graph(rowptr, col, None, num_parts, seed)
     del rowptr, col
     release_pages(graph.col)
     return parts.astype(np.int64)
