@@ -44,7 +44,7 @@ def _undirected(graph: GraphData) -> tuple[np.ndarray, np.ndarray]:
 
 
 def metis_parts(graph: GraphData, num_parts: int, seed: int) -> np.ndarray:
-    """METIS k-way balancing nodes and training nodes, so each part gets a fair share of graph and work."""
+    """METIS balancing nodes and training nodes, so each part gets a fair share of graph and work."""
     try:
         import pymetis
     except ImportError:
