@@ -103,7 +103,7 @@ def _refuse_outside(outside: int, num_nodes: int, ids: tuple[np.ndarray, ...], w
                            f"HINT: {hint or _OWN_EDGES_HINT}")
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _count(ids, counts, add):
     """Each id's count into `counts` (when `add`); returns how many ids lie outside [0, len(counts) - 1)."""
     n, outside = len(counts) - 1, 0
@@ -116,7 +116,7 @@ def _count(ids, counts, add):
     return outside
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _fill(src, dst, rowptr, col, symmetric):
     cursor = rowptr[:-1].copy()
     for e in range(len(src)):
@@ -128,7 +128,7 @@ def _fill(src, dst, rowptr, col, symmetric):
             cursor[s] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sort_dedup(rowptr, col, drop_self_loops):
     """Sort each row, drop repeats (and self loops), compact `col` and `rowptr` in place; returns the count."""
     write = 0
@@ -177,7 +177,7 @@ def symmetrized(rowptr: np.ndarray, col: np.ndarray) -> tuple[np.ndarray, np.nda
     return _sorted_csr(counts, lambda out_ptr, out: _fill_csr(rowptr, col, out_ptr, out), True)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _fill_csr(rowptr, col, out_ptr, out):
     cursor = out_ptr[:-1].copy()
     for v in range(len(rowptr) - 1):
@@ -196,7 +196,7 @@ def _mix(z):
     return z ^ (z >> np.uint64(31))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _hash_rows(rowptr, col, first_row, sums):
     """Rows strictly increasing without self loops? Adds hashes of (v, u) to sums[0:2], of (u, v) to sums[2:4]."""
     base = rowptr[0]

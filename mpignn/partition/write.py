@@ -34,7 +34,7 @@ def _renumber(parts: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray
     return order, node_map, offsets
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _count_remote(col, lo, hi, counter):
     remote = 0
     for e in range(len(col)):
