@@ -5,6 +5,8 @@ functions that call them.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -135,15 +137,29 @@ def write_parhip(path: str | os.PathLike, rowptr: np.ndarray, col: np.ndarray) -
             f.write(read_rows(col, lo, min(m, lo + step)).astype(ids).tobytes())
 
 
+_KAMINPAR_CHILD = """
+import sys
+import kaminpar
+import numpy as np
+path, out, seed, threads, num_parts, imbalance = sys.argv[1:]
+graph = kaminpar.load_graph(path, kaminpar.GraphFileFormat.PARHIP)
+kaminpar.reseed(int(seed))
+solver = kaminpar.KaMinPar(int(threads), kaminpar.fast_context())
+np.save(out, np.asarray(solver.compute_partition(graph, int(num_parts), float(imbalance)), dtype=np.int64))
+"""  # the child process of `kaminpar_parts`: numpy and kaminpar only, so it starts in 0.2 s
+
+
 def kaminpar_parts(graph: GraphData, num_parts: int, seed: int, workdir: str | os.PathLike | None = None,
                    threads: int = 1) -> np.ndarray:
     """KaMinPar's fast configuration on node counts (it cuts about as well as the default in less time and
-    memory, docs/benchmarks.md). Its binding reads files only, so the CSR goes through a ParHIP file in `workdir`.
+    memory, docs/benchmarks.md). Its binding reads files only, so the CSR goes through a ParHIP file in `workdir`,
+    and holds the GIL for the whole call, so it runs in a child process: this rank's watchdog thread answers pings
+    meanwhile (docs/node-local.md, "A link that fails").
 
     Only `threads=1` gives the same parts for a seed, so hosts partitioning independently must use it.
     """
     try:
-        import kaminpar
+        import kaminpar  # noqa: F401  (the child imports it; a missing package is named here)
     except ImportError:
         raise ConfigError("--method kaminpar needs the kaminpar package; it is not installed. HINT: pip install "
                           "kaminpar (or pip install mpignn[kaminpar]), or use --method metis") from None
@@ -154,15 +170,16 @@ def kaminpar_parts(graph: GraphData, num_parts: int, seed: int, workdir: str | o
     if workdir is not None:
         Path(workdir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=workdir, prefix=".mpignn-parhip-") as tmp:
-        path = Path(tmp) / "graph.parhip"
+        path, out = Path(tmp) / "graph.parhip", Path(tmp) / "parts.npy"
         write_parhip(path, rowptr, col)
         del rowptr, col
-        loaded = kaminpar.load_graph(str(path), kaminpar.GraphFileFormat.PARHIP)
-    kaminpar.reseed(seed)
-    solver = kaminpar.KaMinPar(threads, kaminpar.fast_context())
-    parts = np.asarray(solver.compute_partition(loaded, num_parts, KAMINPAR_IMBALANCE), dtype=np.int64)
-    del solver, loaded
-    return parts
+        args = [str(a) for a in (path, out, seed, threads, num_parts, KAMINPAR_IMBALANCE)]
+        done = subprocess.run([sys.executable, "-c", _KAMINPAR_CHILD, *args], capture_output=True, text=True)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+            raise ConfigError(f"expected KaMinPar to cut {graph.num_nodes} nodes into {num_parts} parts; got: "
+                              f"{last}. HINT: --method metis")
+        return np.load(out, allow_pickle=False)
 
 
 def assign_parts(graph: GraphData, num_parts: int, method: str, seed: int,
