@@ -298,6 +298,16 @@ def test_training_config_takes_the_partition_methods():
         parse(["--partition-method", "scotch"])
 
 
+def test_a_failing_kaminpar_child_is_one_line_naming_its_error(graph, tmp_path, monkeypatch):
+    pytest.importorskip("kaminpar", reason="pip install kaminpar")
+    from mpignn.partition import assign
+
+    monkeypatch.setattr(assign, "_KAMINPAR_CHILD", "import sys; sys.exit('kaminpar: out of memory')")
+    with pytest.raises(ConfigError, match="nodes into 2 parts; got: kaminpar: out of memory. HINT: --method metis"):
+        assign_parts(graph, 2, "kaminpar", seed=0, workdir=tmp_path)
+    assert not list(tmp_path.glob(".mpignn-parhip-*"))
+
+
 def test_a_pymetis_that_hides_metis_is_named_with_the_fix(graph, monkeypatch):
     import ctypes
 

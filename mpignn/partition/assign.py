@@ -1,6 +1,6 @@
-"""Node-to-part assignment: METIS (pymetis) with balanced nodes and training nodes, KaMinPar (shared-memory
-parallel, balanced nodes), or a random baseline. numpy only; pymetis and kaminpar are imported inside the
-functions that call them.
+"""Node-to-part assignment: METIS (pymetis's, through ctypes) with balanced nodes and training nodes, KaMinPar
+(shared-memory parallel, balanced nodes; in a child process), or a random baseline. Neither holds the GIL while
+it cuts. numpy only; pymetis and kaminpar are imported inside the functions that call them.
 """
 from __future__ import annotations
 
@@ -58,7 +58,9 @@ def metis_parts(graph: GraphData, num_parts: int, seed: int) -> np.ndarray:
     rowptr, col = _undirected(graph)
     is_train = np.zeros(graph.num_nodes, dtype=idx)
     is_train[graph.train_idx] = 1
-    vweights = np.stack([np.ones(graph.num_nodes, dtype=idx), is_train], axis=1) if is_train.sum() >= num_parts else None
+    vweights = None  # one constraint (nodes), or two (nodes, training nodes) where each part can get some
+    if is_train.sum() >= num_parts:
+        vweights = np.stack([np.ones(graph.num_nodes, dtype=idx), is_train], axis=1)
     # astype(copy=False): the int64 CSR goes to METIS without a copy where its idx_t is 64-bit.
     rowptr, col = rowptr.astype(idx, copy=False), col.astype(idx, copy=False)
     parts = _part_graph(rowptr, col, vweights, num_parts, seed)
