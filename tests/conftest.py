@@ -28,6 +28,19 @@ def rt():
     return runtime.bootstrap(logging_setup=False)
 
 
+def pytest_sessionstart(session):
+    """Compile (or load) numba's kernels once, before xdist starts its workers: in a clean clone the first
+    processes of each worker, and the first ranks of its jobs, would otherwise all compile them (17 s each)."""
+    if hasattr(session.config, "workerinput"):  # a worker: the controller has written the cache
+        return
+    from mpignn.models import dropout
+    from mpignn.sampling import kernels, labor
+
+    kernels.warm_up()
+    labor.warm_up(importance=True)
+    dropout.warm_up()
+
+
 def pytest_addoption(parser):
     parser.addoption("--cpu-report", action="store_true",
                      help="print the CPU each test file used, its processes included (tests/_cpu_report.py)")
