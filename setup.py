@@ -39,7 +39,9 @@ setup(
         "numpy>=1.24",
         "tomli>=1.1; python_version < '3.11'",  # --config TOML files: tomllib is in the stdlib from 3.11
         "numba>=0.59",  # the neighbour sampler's kernels (no pyg-lib on PyPI)
-        "pymetis>=2023.1",
+        # 2025.2.1: zero_copy_dtype (METIS's idx_t), and the METIS symbols its module exports (from 2025.1.1),
+        # which partition.assign calls through ctypes; 2023.1.1 exports none.
+        "pymetis>=2025.2.1",
         # --method kaminpar (auto's choice: faster than METIS and leaner in memory on the 2M-node graph,
         # docs/benchmarks.md) wherever PyPI has a wheel for it, so it never needs a compiler; elsewhere auto falls
         # back to METIS and pip install mpignn[kaminpar] states the wish explicitly.
