@@ -30,14 +30,21 @@ def rt():
 
 def pytest_sessionstart(session):
     """Compile (or load) numba's kernels once, before xdist starts its workers: in a clean clone the first
-    processes of each worker, and the first ranks of its jobs, would otherwise all compile them (17 s each)."""
-    if hasattr(session.config, "workerinput"):  # a worker: the controller has written the cache
-        return
+    processes of each worker, and the first ranks of its jobs, would otherwise all compile them (17 s each).
+    Both twins of `compiled.serial_or_parallel`: the jobs' ranks mostly run one numba thread."""
+    if hasattr(session.config, "workerinput") or not session.config.pluginmanager.hasplugin("dsession"):
+        return  # a worker (the controller wrote the cache), or no xdist (one process compiles what it uses)
+    import numba
+
     from mpignn.models import dropout
     from mpignn.sampling import kernels, labor
 
-    kernels.warm_up()
-    labor.warm_up(importance=True)
+    threads = numba.get_num_threads()
+    for n in sorted({1, threads}):
+        numba.set_num_threads(n)
+        kernels.warm_up()
+        labor.warm_up(importance=True)
+    numba.set_num_threads(threads)
     dropout.warm_up()
 
 

@@ -4,7 +4,9 @@ it cuts. numpy only; pymetis and kaminpar are imported inside the functions that
 """
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -17,6 +19,8 @@ from mpignn.data.graph import GraphData, symmetrized
 from mpignn.data.links import LinkSplit, split_links
 from mpignn.data.npyio import read_rows, release_pages, rows_per_chunk
 from mpignn.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["assign_parts", "split_and_assign", "METHODS", "DEFAULT_METHOD", "default_method", "write_parhip"]
 
@@ -61,16 +65,21 @@ def metis_parts(graph: GraphData, num_parts: int, seed: int) -> np.ndarray:
     vweights = None  # one constraint (nodes), or two (nodes, training nodes) where each part can get some
     if is_train.sum() >= num_parts:
         vweights = np.stack([np.ones(graph.num_nodes, dtype=idx), is_train], axis=1)
-    # astype(copy=False): the int64 CSR goes to METIS without a copy where its idx_t is 64-bit.
-    rowptr, col = rowptr.astype(idx, copy=False), col.astype(idx, copy=False)
+    # No copy where the CSR is already contiguous idx_t (int64 where METIS is 64-bit); ctypes passes bare pointers.
+    rowptr, col = np.ascontiguousarray(rowptr, dtype=idx), np.ascontiguousarray(col, dtype=idx)
     parts = _part_graph(rowptr, col, vweights, num_parts, seed)
     sizes = np.bincount(parts, minlength=num_parts)
     if vweights is not None and (sizes.min() == 0 or sizes.max() > 1.1 * sizes.mean()):
         # few training nodes can leave METIS's two-constraint split with an empty part
+        log.info("METIS with training nodes as a second constraint gave parts of %d to %d nodes: cutting again "
+                 "on nodes alone", sizes.min(), sizes.max())
         parts = _part_graph(rowptr, col, None, num_parts, seed)
     del rowptr, col
     release_pages(graph.col)
     return parts.astype(np.int64)
+
+
+_METIS_NOPTIONS = 40  # metis.h (METIS 5)
 
 
 def _part_graph(rowptr: np.ndarray, col: np.ndarray, vweights: np.ndarray | None, num_parts: int,
@@ -93,7 +102,7 @@ def _part_graph(rowptr: np.ndarray, col: np.ndarray, vweights: np.ndarray | None
                           "it. HINT: pip install --force-reinstall pymetis (PyPI's wheels bundle METIS), or use "
                           "--method kaminpar or --method random")
     idx = rowptr.dtype
-    options = np.empty(_internal.Options._len(), dtype=idx)
+    options = np.empty(_METIS_NOPTIONS, dtype=idx)
     lib.METIS_SetDefaultOptions(ctypes.c_void_p(options.ctypes.data))
     options[_internal.options_indices.SEED] = seed
     n = len(rowptr) - 1
@@ -103,9 +112,11 @@ def _part_graph(rowptr: np.ndarray, col: np.ndarray, vweights: np.ndarray | None
     args = [sizes[0], sizes[1], rowptr, col, weights, None, None, sizes[2], None, None, options, cut, parts]
     status = getattr(lib, kind)(*(ctypes.c_void_p(None if a is None else a.ctypes.data) for a in args))
     if status != 1:  # METIS_OK
-        reason = {-2: "bad input", -3: "out of memory"}.get(status, f"error {status}")
-        raise ConfigError(f"expected METIS to partition {n} nodes into {num_parts} parts; got {reason}. "
-                          "HINT: --method kaminpar or --method random")
+        reason = {-2: "bad input. HINT: --method kaminpar or --method random",
+                  -3: "out of memory. HINT: --method kaminpar (leaner) or a node with more memory",
+                  -4: "METIS_ERROR: an internal error, or a SIGTERM or SIGABRT METIS caught while it ran. HINT: "
+                      "was the job being stopped? Otherwise --method kaminpar"}.get(status, f"error {status}")
+        raise ConfigError(f"expected METIS to partition {n} nodes into {num_parts} parts; got {reason}")
     return parts
 
 
@@ -176,9 +187,18 @@ def kaminpar_parts(graph: GraphData, num_parts: int, seed: int, workdir: str | o
         write_parhip(path, rowptr, col)
         del rowptr, col
         args = [str(a) for a in (path, out, seed, threads, num_parts, KAMINPAR_IMBALANCE)]
-        done = subprocess.run([sys.executable, "-c", _KAMINPAR_CHILD, *args], capture_output=True, text=True)
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        child = subprocess.Popen([sys.executable, "-c", _KAMINPAR_CHILD, *args], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            err = child.communicate()[1].decode(errors="replace").strip()
+        finally:
+            if child.poll() is None:  # this rank is being stopped: the cut must not outlive it
+                child.kill()
+                child.wait()
+        if child.returncode != 0:
+            last = err.splitlines()[-1] if err else f"exit code {child.returncode}"
+            if child.returncode < 0:
+                last = f"killed by {signal.Signals(-child.returncode).name} (the out-of-memory killer sends SIGKILL)"
             raise ConfigError(f"expected KaMinPar to cut {graph.num_nodes} nodes into {num_parts} parts; got: "
                               f"{last}. HINT: --method metis")
         return np.load(out, allow_pickle=False)

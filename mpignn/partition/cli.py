@@ -42,7 +42,8 @@ class PartitionConfig:
     splits: str = TrainConfig.splits
     """An npz of int node ids `train`, `valid`, `test` in place of the dataset's own (as mpignn.train --splits)."""
     method: str = opt(PARTITION_DEFAULT, choices=(*PARTITION_METHODS, DEFAULT_METHOD))
-    """metis, kaminpar (if installed), random, or auto (metis): as mpignn.train --partition-method."""
+    """metis, kaminpar (if installed), random, or auto (kaminpar if installed, else metis): as mpignn.train
+    --partition-method."""
     seed: int = TrainConfig.seed
     """Seeds the partitioner and the held-out edges of --task link (training's --seed)."""
     threads: int = 0
