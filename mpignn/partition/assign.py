@@ -108,8 +108,9 @@ def _part_graph(rowptr: np.ndarray, col: np.ndarray, vweights: np.ndarray | None
     n = len(rowptr) - 1
     parts, cut = np.empty(n, dtype=idx), np.zeros(1, dtype=idx)
     weights = None if vweights is None else np.ascontiguousarray(vweights, dtype=idx)
-    sizes = [np.array([v], dtype=idx) for v in (n, 1 if weights is None else weights.shape[1], num_parts)]
-    args = [sizes[0], sizes[1], rowptr, col, weights, None, None, sizes[2], None, None, options, cut, parts]
+    nvtxs, ncon, nparts = (np.array([v], dtype=idx) for v in (n, 1 if weights is None else weights.shape[1],
+                                                              num_parts))
+    args = [nvtxs, ncon, rowptr, col, weights, None, None, nparts, None, None, options, cut, parts]  # METIS's order
     status = getattr(lib, kind)(*(ctypes.c_void_p(None if a is None else a.ctypes.data) for a in args))
     if status != 1:  # METIS_OK
         reason = {-2: "bad input. HINT: --method kaminpar or --method random",
