@@ -34,9 +34,7 @@ class HeteroSchema:
 
     @property
     def offsets(self) -> np.ndarray:
-        out = np.zeros(len(self.node_counts) + 1, dtype=np.int64)
-        np.cumsum(self.node_counts, out=out[1:])
-        return out
+        return np.cumsum([0, *self.node_counts], dtype=np.int64)
 
     @property
     def num_etypes(self) -> int:

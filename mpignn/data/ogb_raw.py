@@ -43,18 +43,14 @@ class OgbInfo:
     """True: ogb's heterogeneous layout (num-node-dict, triplet-type-list, relations/, per-type folders)."""
 
 
-def _master_csv() -> str:
+def ogb_info(name: str) -> OgbInfo:
+    """The master.csv entry of `name` (one of OGB)."""
     # find_spec does not import ogb: ogb.nodeproppred's __init__ imports torch and torch-geometric.
     spec = importlib.util.find_spec("ogb")
     if spec is None or not spec.submodule_search_locations:
         raise DatasetError("the OGB datasets need the ogb package (for its dataset table and download helpers); "
                            "it is not installed. HINT: pip install ogb")
-    return os.path.join(list(spec.submodule_search_locations)[0], "nodeproppred", "master.csv")
-
-
-def ogb_info(name: str) -> OgbInfo:
-    """The master.csv entry of `name` (one of OGB)."""
-    with open(_master_csv(), newline="") as f:
+    with open(os.path.join(list(spec.submodule_search_locations)[0], "nodeproppred", "master.csv"), newline="") as f:
         rows = list(csv.reader(f))
     column = rows[0].index(name)
     field = {row[0]: row[column] for row in rows[1:]}

@@ -1,6 +1,7 @@
-"""A PyG `Data` or `HeteroData` in memory, turned into npz-format arrays and checked by `npz.graph_from_arrays`,
-so it is refused exactly as the same arrays saved to an npz would be. Imports neither torch nor torch-geometric:
-tensors are read through their own methods, the graph's kind by its class name.
+"""A PyG `Data` or `HeteroData` in memory, checked as the npz format's arrays.
+
+Imports neither torch nor torch-geometric: tensors are read through their own methods, the graph's kind by its
+class name.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from mpignn.data.npz import graph_from_arrays
 from mpignn.data.npz_checks import SPLIT_KEYS, failing
 from mpignn.errors import DatasetError
 
-__all__ = ["pyg_kind", "graph_from_pyg", "pyg_arrays", "MEMORY_NAME"]
+__all__ = ["pyg_kind", "graph_from_pyg", "MEMORY_NAME"]
 
 MEMORY_NAME = "memory"
 """The name (`GraphData.name`, the partition's `dataset`) of a graph that came from memory."""
@@ -97,12 +98,9 @@ def _refuse_edge_attributes(data: Any, label: str) -> None:
                                    "put what a node needs from its edges into its features")
 
 
-def pyg_arrays(data: Any) -> dict[str, np.ndarray]:
-    """The npz format's arrays of a PyG graph (docs/datasets.md); only masks' shapes are checked here.
-
-    Raises:
-        DatasetError: not a PyG graph, edge attributes, a mask of the wrong shape, a node type without a count.
-    """
+def graph_from_pyg(data: Any) -> GraphData:
+    """Check and build the graph of a PyG `Data` or `HeteroData` as the npz format's arrays (docs/datasets.md), so
+    it is refused exactly as the same arrays saved to an npz would be; messages start with "in-memory Data:"."""
     kind = pyg_kind(data)
     label = f"in-memory {kind}"
     if kind is None:
@@ -113,13 +111,4 @@ def pyg_arrays(data: Any) -> dict[str, np.ndarray]:
     num_classes = getattr(data, "num_classes", None)
     if isinstance(num_classes, (int, np.integer)):
         arrays["num_classes"] = np.int64(num_classes)
-    return arrays
-
-
-def graph_from_pyg(data: Any) -> GraphData:
-    """Check and build the graph of a PyG `Data` or `HeteroData`; messages start with "in-memory Data:".
-
-    Raises:
-        DatasetError: one line naming the key and the fix, the npz format's messages.
-    """
-    return graph_from_arrays(f"in-memory {pyg_kind(data)}", pyg_arrays(data), MEMORY_NAME)
+    return graph_from_arrays(label, arrays, MEMORY_NAME)

@@ -13,8 +13,7 @@ from mpignn.data.cache import fingerprint
 from mpignn.data.graph import GraphData
 from mpignn.data.npz_checks import SPLIT_KEYS, Fail, check_labelled, check_splits, expect_array, failing, read_npz
 
-__all__ = ["SPLIT_FILE_KEYS", "SPLITS_TAG", "read_split_file", "apply_splits", "splits_tag", "split_source",
-           "check_readable"]
+__all__ = ["SPLIT_FILE_KEYS", "SPLITS_TAG", "apply_splits", "splits_tag", "split_source", "check_readable"]
 
 SPLIT_FILE_KEYS = ("train", "valid", "test")
 SPLITS_TAG = "|splits="
@@ -27,21 +26,22 @@ def _fail(path: str) -> Fail:
 
 
 def check_readable(path: str) -> None:
-    """Raise the one-line DatasetError `read_split_file` would for a file that is absent or unreadable."""
+    """Raise the one-line DatasetError `apply_splits` would for a file that is absent or unreadable."""
     if not os.path.isfile(path) or not os.access(path, os.R_OK):
         why = "no such file" if not os.path.exists(path) else "not a readable file"
         raise _fail(path)(f"expected an npz of node ids ({', '.join(SPLIT_FILE_KEYS)}); got {why}",
                           f"pass the path of an existing split file, or save one: {_SAVE}")
 
 
-def read_split_file(path: str, num_nodes: int) -> dict[str, np.ndarray]:
-    """The `train`, `valid` and `test` ids of a split file, checked against `num_nodes`.
-
-    Returns:
-        {"train_idx", "val_idx", "test_idx"}: int64 ids in file order.
-    Raises:
-        DatasetError: one line naming the file, the problem and the fix.
-    """
+def apply_splits(graph: GraphData, path: str) -> GraphData:
+    """`graph` with the file's splits in place of its own (on a heterogeneous graph, ids local to the labelled
+    type); raises DatasetError on one line naming the file, the problem and the fix."""
+    schema = graph.schema
+    if schema is None:
+        n, lo = graph.num_nodes, 0
+    else:
+        k = schema.type_index(schema.target)
+        n, lo = int(schema.node_counts[k]), int(schema.offsets[k])
     check_readable(path)
     fail = _fail(path)
     arrays = read_npz(path, SPLIT_FILE_KEYS, fail, f"{_SAVE} (rename train_idx/val_idx/test_idx or masks' "
@@ -49,26 +49,9 @@ def read_split_file(path: str, num_nodes: int) -> dict[str, np.ndarray]:
     for key, ids in arrays.items():
         expect_array(fail, key, ids.shape, ids.dtype, "int", "1-D")
     ids = {key: arrays[key].astype(np.int64) for key in SPLIT_FILE_KEYS}
-    check_splits(fail, ids, num_nodes)
-    return {"train_idx": ids["train"], "val_idx": ids["valid"], "test_idx": ids["test"]}
-
-
-def apply_splits(graph: GraphData, path: str) -> GraphData:
-    """`graph` with the file's splits in place of its own (on a heterogeneous graph, ids local to the labelled type).
-
-    Raises:
-        DatasetError: what `read_split_file` raises, or a split node without a label (y = -1).
-    """
-    schema = graph.schema
-    if schema is None:
-        n, lo = graph.num_nodes, 0
-    else:
-        k = schema.type_index(schema.target)
-        n, lo = int(schema.node_counts[k]), int(schema.offsets[k])
-    splits = read_split_file(path, n)
-    check_labelled(_fail(path), np.asarray(graph.y)[lo:lo + n],
-                   {name: splits[key] for key, name in zip(SPLIT_KEYS, SPLIT_FILE_KEYS)}, graph.num_classes)
-    return dataclasses.replace(graph, **{key: ids + lo for key, ids in splits.items()})
+    check_splits(fail, ids, n)
+    check_labelled(fail, np.asarray(graph.y)[lo:lo + n], ids, graph.num_classes)
+    return dataclasses.replace(graph, **{name: ids[key] + lo for name, key in zip(SPLIT_KEYS, SPLIT_FILE_KEYS)})
 
 
 def splits_tag(path: str) -> str:
