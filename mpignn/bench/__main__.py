@@ -28,11 +28,9 @@ def main(argv: list[str] | None = None) -> int:
                           precision="fp32", lr=0.003)
     parser.add_argument("--configs", default="1x1,1xall,metis+cache,metis,random+cache,random,replicated",
                         help="which of: 1x1, 1xall, metis+cache, metis, random+cache, random, replicated, "
-                             "metis+cache+prefetch (batches produced in a loader thread: --prefetch on), "
-                             "coop (--minibatch cooperative: each sampled row computed once), coop+prefetch, "
+                             "coop (--minibatch cooperative: each sampled row computed once), "
                              "auto (--minibatch auto: counted), tune (--minibatch tune: the modes timed on the first "
-                             "steps), full or 1xall-full "
-                             "(--minibatch full: one step an epoch over the whole graph), "
+                             "steps), full or 1xall-full (--minibatch full: one step an epoch over the whole graph), "
                              "rank-batch (--batch-scope rank: --batch-size seeds per rank), rank-batch+sqrt-lr "
                              "or rank-batch+linear-lr (and --lr-scaling sqrt or linear); any of them + fp16 or "
                              "+ bf16 (--feature-dtype), e.g. metis+bf16")
@@ -78,10 +76,7 @@ def main(argv: list[str] | None = None) -> int:
              "random": (f"{n} ranks random, no cache", n, ["--partition-method", "random", "--cache-size", "0"],
                         share),
              "replicated": (f"{n} ranks replicated", n, ["--replicated"], share),
-             "metis+cache+prefetch": (f"{n} ranks metis+cache, prefetch", n, [*cache, "--prefetch", "on"], share),
              "coop": (f"{n} ranks metis, cooperative", n, ["--minibatch", "cooperative", *cache], share),
-             "coop+prefetch": (f"{n} ranks metis, cooperative, prefetch", n,
-                               ["--minibatch", "cooperative", *cache, "--prefetch", "on"], share),
              "auto": (f"{n} ranks metis+cache, --minibatch auto", n, ["--minibatch", "auto", *cache], share),
              "tune": (f"{n} ranks metis+cache, --minibatch tune", n, ["--minibatch", "tune", *cache], share),
              "full": (f"{n} ranks, full-graph", n, ["--minibatch", "full"], share),

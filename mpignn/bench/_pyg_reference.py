@@ -1,7 +1,7 @@
-"""PyG's NeighborLoader (+ GraphSAGE) on the same graph, for side-by-side comparison. Runs in any interpreter
-with torch-geometric plus pyg-lib or torch-sparse (often a separate venv), so it imports only mpignn's
-numpy-only data generator and fileio, stdlib-only config and the benches' stdlib-only parser. Prints one JSON
-line per result.
+"""PyG's NeighborLoader (+ GraphSAGE) on the same graph, for side-by-side comparison. Prints one JSON line.
+
+Runs in any interpreter with torch-geometric plus pyg-lib or torch-sparse (often a separate venv), so it imports
+only torch-free parts of mpignn.
 """
 from __future__ import annotations
 
@@ -43,8 +43,7 @@ def sample(spec: str, fanout: list[int], batch_size: int, batches: int, threads:
             "batches_per_s": batches / seconds, "edges_per_s": edges / seconds}
 
 
-def epoch(spec: str, fanout: list[int], batch_size: int, hidden: int, threads: int, trim: bool,
-          device: str = "cpu") -> dict:
+def epoch(spec: str, fanout: list[int], batch_size: int, hidden: int, threads: int, device: str = "cpu") -> dict:
     """Time one epoch after warm-up; the sampler runs on the CPU as PyG users run it, training on `device`."""
     from torch_geometric.nn.models import GraphSAGE
 
@@ -59,7 +58,7 @@ def epoch(spec: str, fanout: list[int], batch_size: int, hidden: int, threads: i
         batch = batch.to(dev, non_blocking=True)
         opt.zero_grad()
         kwargs = {}
-        if trim and "num_sampled_nodes" in batch:  # pyg-lib provides it; torch-sparse does not
+        if "num_sampled_nodes" in batch:  # pyg-lib provides it; torch-sparse does not
             kwargs = {"num_sampled_nodes_per_hop": batch.num_sampled_nodes,
                       "num_sampled_edges_per_hop": batch.num_sampled_edges}
         out = model(batch.x, batch.edge_index, **kwargs)[:batch.batch_size]
@@ -77,7 +76,7 @@ def epoch(spec: str, fanout: list[int], batch_size: int, hidden: int, threads: i
         getattr(torch, dev.type).synchronize()
     seconds = time.perf_counter() - start
     backend = pyg_backend() or "none"
-    trimmed = " trimmed" if trim and backend == "pyg-lib" else ""
+    trimmed = " trimmed" if backend == "pyg-lib" else ""
     return {"impl": f"PyG NeighborLoader ({backend}) + GraphSAGE{trimmed}",
             "threads": threads, "device": device, "epoch_s": seconds, "seeds_per_s": len(g.train_idx) / seconds}
 
@@ -108,7 +107,6 @@ def main() -> None:
                           threads=1, hidden=256, device="cpu", layers=3)
     parser.add_argument("mode", choices=["sample", "epoch", "infer"])
     parser.add_argument("--dataset", required=True)
-    parser.add_argument("--trim", action="store_true")
     parser.add_argument("--checkpoint", help="infer: a checkpoint.pt of --model sage")
     parser.add_argument("--out", help="infer: where the logits go (npy)")
     a = parser.parse_args()
@@ -118,7 +116,7 @@ def main() -> None:
     elif a.mode == "sample":
         row = sample(a.dataset, fanout, a.batch_size, a.batches, a.threads)
     else:
-        row = epoch(a.dataset, fanout, a.batch_size, a.hidden, a.threads, a.trim, a.device)
+        row = epoch(a.dataset, fanout, a.batch_size, a.hidden, a.threads, a.device)
     print(json.dumps(row), flush=True)
 
 

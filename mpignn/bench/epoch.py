@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         # PyG's per-hop trimming needs num_sampled_nodes, which only its pyg-lib sampler provides.
         rows.append(run_reference(ref, "epoch", "--dataset", args.dataset, "--fanout", args.fanout,
                                   "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
-                                  "--threads", str(args.threads), "--trim", "--device", args.device))
+                                  "--threads", str(args.threads), "--device", args.device))
         base = rows[-1]["epoch_s"]
         for row in rows:
             row["vs_pyg"] = row["epoch_s"] / base

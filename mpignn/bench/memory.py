@@ -16,11 +16,11 @@ from mpignn.partition.format import read_meta
 DEFAULT = "synthetic:num_nodes=2000000,avg_degree=25,num_features=100,train=0.01,val=0.005,test=0.005"
 
 _LOAD = """
-import json, resource, sys
+import json, sys
+from mpignn.launch.allocator import peak_rss_mb
 from mpignn.partition.cli import load_for_partitioning
 g = load_for_partitioning(sys.argv[1], sys.argv[2])
-print(json.dumps({"nodes": g.num_nodes, "edges": g.num_edges, "x_mib": g.x.nbytes / 2**20,
-                  "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+print(json.dumps({"nodes": g.num_nodes, "edges": g.num_edges, "x_mib": g.x.nbytes / 2**20, "peak": peak_rss_mb()}))
 """
 
 

@@ -1,12 +1,10 @@
 """Files moved over MPI between hosts that share no disk, each checked against its sha256 and renamed into place
-once whole. Temporary names follow `mpignn.fileio.temp_name`'s pattern, so `remove_leftovers` recognises a killed
-receiver's file. Stdlib, numpy and mpi4py (through `comm`).
+once whole, under `mpignn.fileio.temp_name`'s names meanwhile so `remove_leftovers` knows a killed receiver's file.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import re
 import secrets
 import socket
 from pathlib import Path
@@ -14,19 +12,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from mpignn.fileio import fsync_dir, fsync_file, temp_name
+from mpignn.mpi.commit import os_problem
 
 __all__ = ["Move", "move_files", "sees_rank0", "CHUNK_BYTES"]
 
 CHUNK_BYTES = 1 << 26  # per message; tests lower it to exercise many chunks
 _TAG = 7201
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Move(NamedTuple):
@@ -102,14 +94,13 @@ def _receive(comm: Any, path: Path, move: Move, buf: np.ndarray, skip: bool) -> 
     from mpi4py import MPI
 
     out, check, problem = None, hashlib.sha256(), ""
-    host = re.sub(r"[^A-Za-z0-9-]", "_", socket.gethostname()) or "_"
-    tmp = path.with_name(f".{path.name}.incoming-{os.getpid()}@{host}")
+    tmp = temp_name(path, "incoming")
     if not skip:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             out = open(tmp, "wb")
         except OSError as exc:
-            problem = f"cannot write {path}: {type(exc).__name__}: {exc}"
+            problem = f"cannot write {path}: {os_problem(exc)}"
     for done in range(0, move.size, len(buf)):
         n = min(len(buf), move.size - done)
         comm.Recv([buf[:n], MPI.BYTE], source=move.src, tag=_TAG)
@@ -118,7 +109,7 @@ def _receive(comm: Any, path: Path, move: Move, buf: np.ndarray, skip: bool) -> 
             try:
                 out.write(buf[:n])
             except OSError as exc:
-                problem, out = f"cannot write {path}: {type(exc).__name__}: {exc}", None
+                problem, out = f"cannot write {path}: {os_problem(exc)}", None
     if out is None:
         tmp.unlink(missing_ok=True)
         return problem
@@ -127,11 +118,11 @@ def _receive(comm: Any, path: Path, move: Move, buf: np.ndarray, skip: bool) -> 
         if check.hexdigest() != move.sha256:
             problem = f"{move.rel} arrived from rank {move.src} with a wrong sha256 (corrupt at the sender)"
         else:
-            _fsync(tmp)
+            fsync_file(tmp)
             os.replace(tmp, path)
-            _fsync(path.parent)
+            fsync_dir(path.parent)
     except OSError as exc:
-        problem = f"cannot write {path}: {type(exc).__name__}: {exc}"
+        problem = f"cannot write {path}: {os_problem(exc)}"
     finally:
         tmp.unlink(missing_ok=True)
     return problem

@@ -18,11 +18,8 @@ from mpignn.sampling import kernels
 from mpignn.sampling.kernels import ARRAY_MAP_BYTES
 from mpignn.sampling.labor import labor_importance, labor_rows
 
-__all__ = ["SampleOutput", "HopSource", "LocalHops", "NeighborSampler", "parse_fanout", "ARRAY_MAP_BYTES",
-           "Fanout", "fanout_array", "loop_free_degree", "draw_hop", "SAMPLERS"]
-
-# SAMPLERS: how a hop draws. "neighbor": each target its own uniform draw (`kernels.sample_rows`); "labor":
-# layer-neighbour sampling, one variate per source shared by the hop's targets (`sampling.labor`).
+__all__ = ["SampleOutput", "HopSource", "LocalHops", "NeighborSampler", "parse_fanout", "Fanout", "fanout_array",
+           "loop_free_degree", "draw_hop"]
 
 
 @dataclass
