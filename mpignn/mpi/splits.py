@@ -31,9 +31,11 @@ def ceil_split(items: Sequence | np.ndarray | int, size: int, rank: int) -> Any:
 
 
 def steps_per_epoch(comm: Any, num_local: int, batch_size: int, drop_last: bool = False) -> int:
-    """Collective over `comm`: return the steps every rank runs: the most items' count (with drop_last, the
-    fewest's), so DDP never waits on a rank that stopped."""
+    """Collective over `comm` (None or one rank: this rank's own count): return the steps every rank runs: the
+    most items' count (with drop_last, the fewest's), so DDP never waits on a rank that stopped."""
     steps = num_local // batch_size if drop_last else -(-num_local // batch_size)
+    if comm is None or comm.size == 1:
+        return steps
     with bounded("steps_per_epoch (allreduce)"):
         return int(comm.allreduce(steps, op=mpi_op("MIN" if drop_last else "MAX")))
 

@@ -99,7 +99,7 @@ def _score_pairs(rt: Runtime, run: Restored, out_rows: np.ndarray, pairs: np.nda
     comm = rt.comm if rt.world_size > 1 else None
     transport = make_alltoall(run.cfg.exchange, rt.comm, rt.device) if comm is not None else None
     store = make_store(out_rows, run.graph.part, comm, transport)
-    steps = steps_per_epoch(comm, len(mine), chunk) if comm is not None else -(-len(mine) // chunk)
+    steps = steps_per_epoch(comm, len(mine), chunk)
     scores = np.empty(len(mine), dtype=np.float32)
     for step in range(steps):
         piece = mine[step * chunk:(step + 1) * chunk]

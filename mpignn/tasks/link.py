@@ -157,7 +157,7 @@ class LinkTask(Task):
         for split in ("val", "test"):
             seeds = self.seeds(graph, split, pick)
             per = self.eval_batch_size(seeds, self.eval_factor * chunk)  # positives, each with 1 + K negatives
-            steps = steps_per_epoch(comm, len(seeds), per) if comm is not None else -(-len(seeds) // per)
+            steps = steps_per_epoch(comm, len(seeds), per)
             sums = LinkScores(self.hits_k)
             for step in range(steps):
                 items = np.arange(step * per, min((step + 1) * per, len(seeds)))

@@ -274,14 +274,11 @@ def _load_rows(rows: Any, where: Path, manifest: dict[str, Any], rank: int, epoc
 
 
 def _describe_ranks(idents: list[tuple[str, int, int, str]]) -> str:
-    parts = []
     seen: dict[tuple[str, int, int, str], list[int]] = {}  # one pass over the ranks, however many
     for rank, ident in enumerate(idents):
         seen.setdefault(ident, []).append(rank)
-    for (name, epoch, step, digest), ranks in seen.items():
-        who = ",".join(map(str, ranks[:8])) + (",..." if len(ranks) > 8 else "")
-        parts.append(f"rank {who}: {name} (epoch {epoch} step {step}, sha256 {digest})")
-    return "; ".join(parts)
+    return "; ".join(f"rank {','.join(map(str, ranks[:8]))}{',...' if len(ranks) > 8 else ''}: {name} (epoch {epoch} "
+                     f"step {step}, sha256 {digest})" for (name, epoch, step, digest), ranks in seen.items())
 
 
 def resume_state(comm: Any, folder: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Callable, TYPE_CHECKING
 
 import torch
@@ -44,18 +45,6 @@ class Probe:
     step_s: float
     redundancy: float | None
     halo_step_bytes: float
-
-
-class _Discard:
-    """An optimizer that drops the gradients: the probe's steps leave the weights as they were."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.model.zero_grad(set_to_none=True)
-
-    step = zero_grad  # a step drops the gradients too
 
 
 @dataclass(frozen=True)
@@ -204,7 +193,9 @@ def _measure(rt: Runtime, model: torch.nn.Module, loader: Any, task: Any, bf16: 
         loader.set_epoch(0, 0, 1 + PROBE_STEPS)
     halo0 = loader.sampler.counters().get("halo_bytes", 0)
     clock = _Clock(loader, 2 if full else 1)
-    sums = train_epoch(model, clock, _Discard(model), task=task, device=rt.device, bf16=bf16, comm=rt.comm)
+    drop = lambda set_to_none=True: model.zero_grad(set_to_none=True)  # noqa: E731
+    discard = SimpleNamespace(zero_grad=drop, step=drop)  # an optimizer that drops the gradients: weights unchanged
+    sums = train_epoch(model, clock, discard, task=task, device=rt.device, bf16=bf16, comm=rt.comm)
     seconds = clock.done[-1] - clock.done[0]
     steps = max(sums["steps"], 1.0)
     layers = range(len(loader.sampler.fanouts) + 1)  # 0: the input rows

@@ -9,20 +9,14 @@ from mpignn.errors import ConfigError
 
 __all__ = ["require", "ScalarLog"]
 
-HINT = "pip install mpignn[tensorboard]"
-
-
 def require() -> None:
-    """Import the optional `tensorboard` package. Not collective: every rank checks its own install.
-
-    Raises:
-        ConfigError: one line naming the extra to install.
-    """
+    """Import the optional `tensorboard` package, or raise a one-line ConfigError naming the extra to install.
+    Not collective: every rank checks its own install."""
     try:
         import tensorboard  # noqa: F401  (torch.utils.tensorboard needs it)
     except ImportError as exc:
         raise ConfigError(f"--tensorboard expects the tensorboard package; got ImportError ({exc}). "
-                          f"HINT: {HINT}, or drop --tensorboard") from None
+                          "HINT: pip install mpignn[tensorboard], or drop --tensorboard") from None
 
 
 _GROUPS = (("score", ("_acc", "_auc", "_mrr", "_at_best_val")), ("throughput", ("_per_s",)), ("time", ("_s",)),
