@@ -1,7 +1,4 @@
-"""Checked collectives on numpy buffers; each first waits in `all_arrived`, which sleeps instead of spinning.
-Imports numpy, mpi4py (lazily), `mpignn.errors`, `mpignn.mpi.watchdog` and `mpignn.mpi.topology`; never torch,
-nor any other part of mpignn.
-"""
+"""Checked collectives on numpy buffers; each first waits in `all_arrived`, which sleeps instead of spinning."""
 from __future__ import annotations
 
 import hashlib
@@ -38,15 +35,8 @@ def check_all(comm: Any, ok: bool, message: str, error: type[MpignnError] = Mpig
 @contextmanager
 def checked(comm: Any, error: type[MpignnError], catch: type[BaseException] = MpignnError) -> Iterator[None]:
     """Collective over `comm` on leaving the block: a `catch` error the block raises on any rank becomes the
-    same `error` on every rank (`check_all` of its text), so no rank runs on past a check another one failed.
-
-    Args:
-        comm: the communicator every rank enters the block with.
-        error: the type raised on every rank.
-        catch: the local errors to agree on; others propagate at once.
-    Raises:
-        error: on every rank alike, with the lowest failing rank's message, if the block raised on any rank.
-    """
+    same `error` on every rank (`check_all` of its text), so no rank runs on past a check another one failed;
+    other errors propagate at once."""
     problem = ""
     try:
         yield
@@ -80,19 +70,10 @@ _SPIN_S, _FIRST_PAUSE_S, _LONGEST_PAUSE_S = 2e-4, 5e-5, 5e-4
 
 
 def sleep_until(ready: Callable[[], Any], seconds: float | None = None, longest: float = _LONGEST_PAUSE_S) -> bool:
-    """Poll `ready()` until it is true, sleeping between tries; return False if `seconds` pass first. Not
-    collective.
+    """Poll `ready()` until it is true, sleeping between tries; return False if `seconds` pass first (None: never).
 
     MPICH's blocking calls spin at full CPU while they wait, taking the core of processes with work. A peer a
-    moment away costs no sleep: the first tries go without one, then the pause doubles up to `longest`.
-
-    Args:
-        ready: the test, called until it returns a true value.
-        seconds: how long to wait at most (None: no bound).
-        longest: the longest pause between tries, in seconds.
-    Returns:
-        True once `ready()` is true, False if `seconds` passed first.
-    """
+    moment away costs no sleep: the first tries go without one, then the pause doubles up to `longest` seconds."""
     start = time.monotonic()
     pause = _FIRST_PAUSE_S
     while not ready():
@@ -144,16 +125,12 @@ def segment_starts(counts: np.ndarray) -> np.ndarray:
 
 def alltoallv(comm: Any, send: np.ndarray, counts: np.ndarray, recv_counts: np.ndarray | None = None,
               pieces: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Collective over `comm`: send `counts[r]` rows of `send` to each rank r; every rank must call it, also
-    with nothing to send. Past `MAX_COUNT` rows, point-to-point pieces, with no extra copies.
+    """Collective over `comm`: send `counts[r]` rows of `send` (ordered by destination) to each rank r; return
+    (received rows grouped by source rank, rows received from each rank). Every rank calls it, also with nothing
+    to send. Past `MAX_COUNT` rows, point-to-point pieces, with no extra copies.
 
-    Args:
-        send: array of rows (1-D, or N-D with fixed trailing dimensions), ordered by destination rank.
-        counts: rows for each destination, length `comm.size`.
-        recv_counts, pieces: when every rank knows what it receives (a reply to an exchange with the same
-            counts, reversed: pass that one's `exchange_counts`), no counts travel: one collective, not two.
-    Returns:
-        (received rows grouped by source rank, rows received from each rank).
+    `recv_counts`, `pieces`: where every rank knows what it receives (a reply to an exchange with the same counts,
+    reversed: pass that one's `exchange_counts`), no counts travel: one collective, not two.
     """
     send = np.ascontiguousarray(send)
     counts = np.ascontiguousarray(counts, dtype=np.int64)

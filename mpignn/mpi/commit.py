@@ -1,6 +1,5 @@
 """Committing a folder that several ranks write as one unit (checkpoint generations, predictions): a write that
 failed anywhere is the same one-line problem on every rank, and the half-written folder is removed.
-Stdlib and mpi4py only (through `comm`).
 """
 from __future__ import annotations
 
@@ -26,13 +25,10 @@ def commit_folder(comm: Any, write_own: Callable[[], Any], prepare: Callable[[li
                   finish: Callable[[Any], None], *, writer: bool, cleanup: Callable[[], None]) -> str:
     """Collective over `comm`: commit one folder; return "" once complete, else the first problem on every rank.
 
-    Only OSError counts as a problem; anything else propagates (and `run_main` aborts the job).
-
-    Args:
-        write_own: write this rank's files; return what rank 0 needs of them (sizes, hashes).
-        prepare: rank 0, from every rank's return: what completes the folder (the manifest), broadcast.
-        finish: `writer` ranks: complete the folder from `prepare`'s value (the manifest last).
-        writer: this rank finishes (and cleans up): rank 0, or each host's first where node-local.
+    Only OSError counts as a problem; anything else propagates (and `run_main` aborts the job). `write_own`
+    returns what rank 0's `prepare` needs of this rank's files (sizes, hashes); `prepare`'s value (the manifest)
+    is broadcast to the `writer` ranks (rank 0, or each host's first where node-local), whose `finish` completes
+    the folder, the manifest last.
     """
     report, problem = None, ""
     try:

@@ -1,7 +1,4 @@
-"""Rank-0-first preparation: a first rank's failure reaches every rank; nobody hangs. Imports the stdlib,
-mpi4py (lazily), `mpignn.errors` and `mpignn.mpi`'s collectives, topology and watchdog; never torch, nor any
-other part of mpignn.
-"""
+"""Rank-0-first preparation: a first rank's failure reaches every rank; nobody hangs."""
 from __future__ import annotations
 
 import contextlib
@@ -47,10 +44,7 @@ def root_first(comm: Any, *, per_host: bool = False, timeout: float | None = Non
 
     So rank 0 does the one-time work (a download) and the rest only load. `per_host`: each host's rank 0 goes
     first (node-local disks). A first rank's failure raises RootFailedError on every rank. `timeout` bounds
-    the wait for a stuck first rank.
-
-    Yields:
-        True on the rank(s) that go first.
+    the wait for a stuck first rank. Yields True on the rank(s) that go first.
     """
     dog = watching()  # several first ranks, each its own time: the bound of the work they agree on
     limit = timeout + dog.timeout if per_host and timeout and dog is not None else 0.0

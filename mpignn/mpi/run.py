@@ -1,6 +1,5 @@
 """Running a program on every rank: a clean, job-wide exit on any failure (`run_main`, `abort_on_uncaught`).
-Imports the stdlib, mpi4py (lazily, only when MPI is running), `mpignn.env`, `mpignn.errors` and
-`mpignn.mpi.topology`; never torch, nor any other part of mpignn.
+mpi4py is imported only when MPI is running.
 """
 from __future__ import annotations
 
@@ -131,16 +130,9 @@ def _rank_for_messages() -> int:
 
 
 def abort_job(code: int, *, alone: bool = False) -> None:
-    """End every rank with `code` (MPI_Abort); a no-op without MPI, and on one rank unless `alone` (returning
-    ends the job there). Not collective: one rank ends them all.
-
-    Args:
-        code: the exit status of every rank.
-        alone: abort a one-rank job too (the caller does not exit after it returns).
-    Returns:
-        None, only where MPI is not running (not initialized, or finalized) or, without `alone`, on one rank;
-        otherwise it never returns: this process ends with `code` (os._exit if Abort returns, SIGALRM after
-        10 s if it hangs).
+    """End every rank with `code` (MPI_Abort); not collective: one rank ends them all. Returns only where MPI is
+    not running, or on one rank unless `alone` (a caller that exits itself ends the job there); otherwise this
+    process ends with `code` even if Abort returns (os._exit) or hangs (SIGALRM after 10 s).
     """
     if not _mpi_running() or (sys.modules["mpi4py.MPI"].COMM_WORLD.size == 1 and not alone):
         return

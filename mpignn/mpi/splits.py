@@ -1,6 +1,4 @@
-"""Splitting work over ranks, with equal step counts so DDP never waits on a rank that stopped.
-Imports numpy, `mpignn.mpi.watchdog` and `mpignn.mpi.topology`; never torch, nor any other part of mpignn.
-"""
+"""Splitting work over ranks, with equal step counts so DDP never waits on a rank that stopped."""
 from __future__ import annotations
 
 from typing import Any, Sequence

@@ -1,5 +1,5 @@
 """Starting MPI: a rank that MPI_Init ends or holds past a bound says so in one line naming this host's
-interfaces and how to choose one. The stdlib, mpi4py (imported here: MPI_Init) and `mpignn.env`; never torch.
+interfaces and how to choose one.
 """
 from __future__ import annotations
 
@@ -59,10 +59,8 @@ def deadline(seconds: float, hung: str, ended: str = "", grace: float = 0.0) -> 
 def start_mpi(seconds: float = 0.0) -> Any:
     """Import mpi4py.MPI (MPI_Init, which waits for every rank), guarded; return the module.
 
-    First `mpiexec -iface` goes on to MPICH's ch4 transports, which do not read it (`launcher_iface_env`).
-
-    Args:
-        seconds: a rank still inside MPI_Init after that long prints its line and is killed; 0: unbounded.
+    First `mpiexec -iface` goes on to MPICH's ch4 transports, which do not read it (`launcher_iface_env`). A rank
+    still inside MPI_Init after `seconds` (0: unbounded) prints its line and is killed.
     """
     if "mpi4py.MPI" in sys.modules:  # MPI_Init ran, or is running
         return sys.modules["mpi4py.MPI"]

@@ -1,6 +1,4 @@
-"""Where a rank sits, and the wrong-launcher check. Imports the stdlib, mpi4py (lazily, through
-`mpignn.mpi.startup`), `mpignn.env` and `mpignn.errors`; never torch, nor any other part of mpignn.
-"""
+"""Where a rank sits, and the wrong-launcher check."""
 from __future__ import annotations
 
 import contextlib
@@ -47,13 +45,7 @@ class Topology:
 @contextlib.contextmanager
 def host_comm(comm: Any) -> Iterator[Any]:
     """Collective over `comm`: yield the communicator of this host's ranks (a shared-memory split, in `comm`'s
-    order), freed after.
-
-    Args:
-        comm: an mpi4py communicator; every rank of it enters.
-    Yields:
-        This host's ranks' communicator, valid inside the block only.
-    """
+    order), valid inside the block only: it is freed after."""
     from mpi4py import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
@@ -77,10 +69,8 @@ def topology(comm: Any) -> Topology:
 
 def gather_per_host(comm: Any, item: Any, describe: Callable[[list[Any]], Any]) -> list[Any] | None:
     """Collective over `comm`: each host's leader (its lowest rank) gathers `item` from its host's ranks and
-    sends `describe(items)` to rank 0.
-
-    Returns:
-        On rank 0, one entry per rank of `comm`: a leader's description, None for the other ranks; None elsewhere.
+    sends `describe(items)` to rank 0. Returns, on rank 0, one entry per rank of `comm` (a leader's description,
+    None for the other ranks); None elsewhere.
     """
     with host_comm(comm) as local:
         items = local.gather(item, root=0)
@@ -90,10 +80,7 @@ def gather_per_host(comm: Any, item: Any, describe: Callable[[list[Any]], Any]) 
 
 def whoami() -> Topology:
     """Collective over COMM_WORLD under MPI: this process's topology, else the launcher's environment's.
-
-    Raises:
-        LaunchError: the wrong `mpirun` started this program (`check_launcher`).
-    """
+    Raises LaunchError where the wrong `mpirun` started this program (`check_launcher`)."""
     try:
         comm = world()
     except ImportError:
@@ -107,10 +94,8 @@ def whoami() -> Topology:
 def check_launcher() -> None:
     """Refuse to run when MPI sees one process while the launcher's variables say more (the wrong `mpirun`).
 
-    Not a collective: under that fault every process is alone in its COMM_WORLD, and each raises alike.
-
-    Raises:
-        LaunchError: the wrong launcher; the message names the fix.
+    Not a collective: under that fault every process is alone in its COMM_WORLD, and each raises LaunchError
+    alike; the message names the fix.
     """
     expected = _env.foreign_launcher_size()
     if expected > 1 and world().size == 1:

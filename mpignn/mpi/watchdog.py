@@ -1,6 +1,5 @@
 """Bounded waits: `bounded` marks which collective each thread is in, and a watchdog thread ends the job when
 one waits past the bound, naming the ranks that stopped answering or are in another collective.
-Stdlib and mpi4py only (imported lazily), never torch; of mpignn only `mpi.whereabouts` and `mpi.run` (its abort).
 """
 from __future__ import annotations
 
@@ -74,9 +73,8 @@ _UNWATCHED = contextlib.nullcontext()
 def bounded(what: str, limit: float = 0.0) -> Any:
     """Mark the block as the collective `what` on this thread (cheap; a no-op without a Watchdog). Not collective.
 
-    Args:
-        limit: seconds this block may wait (0: the Watchdog's timeout), e.g. up to --prep-timeout for rank 0's
-            preparation. A collective marked inside it has its own bound.
+    `limit`: seconds this block may wait (0: the Watchdog's timeout), e.g. up to --prep-timeout for rank 0's
+    preparation. A collective marked inside it has its own bound.
     """
     if _active is None:
         return _UNWATCHED
@@ -124,14 +122,9 @@ class Watchdog:
 
     def __init__(self, comm: Any, timeout: float, *, grace: float | None = None, tick: float | None = None,
                  on_expiry: Callable[[str], None] | None = None) -> None:
-        """Collective over `comm`: every rank must call it, in the same order.
-
-        Args:
-            timeout: seconds one collective may last on any thread of this rank.
-            grace: seconds to wait for the other ranks' replies once it expired (default: 3 to 10).
-            tick: seconds between checks (default: timeout / 20, between 0.05 and 1).
-            on_expiry: called with the message instead of printing it and aborting (tests).
-        """
+        """Collective over `comm`: every rank must call it, in the same order. `grace` defaults to 3 to 10 s,
+        `tick` (seconds between checks) to timeout / 20, between 0.05 and 1; `on_expiry` (tests) gets the message
+        instead of printing it and aborting."""
         from mpi4py import MPI
 
         if not timeout > 0:

@@ -1,6 +1,5 @@
 """Where each thread of this rank is (marked collectives, a torch.distributed call, or a line), so the watchdog
-can name a collective only some ranks entered well before the timeout. The stdlib only, never torch, mpi4py or
-another mpignn module.
+can name a collective only some ranks entered well before the timeout. The stdlib only.
 """
 from __future__ import annotations
 
