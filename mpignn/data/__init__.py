@@ -100,13 +100,7 @@ def check_known(name: str) -> None:
 
 def load_dataset(name: str, root: str = "data", mmap: bool = False, splits: str = "") -> GraphData:
     """Load a dataset, preprocessing and caching it on first use. Not collective: under MPI call it inside
-    `mpignn.mpi.root_first`.
-
-    Args:
-        splits: a `--splits` file whose ids replace the dataset's splits (after the cache, which holds it as published).
-    Raises:
-        DatasetError: an unknown name, missing or bad files, a bad split file (one line each).
-    """
+    `mpignn.mpi.root_first`. `splits`' ids replace the dataset's after the cache, which holds it as published."""
     check_known(name)
     if name.startswith("synthetic"):
         graph = make_synthetic(parse_synthetic(name.partition(":")[2]))

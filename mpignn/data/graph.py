@@ -61,16 +61,8 @@ def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, *, drop_sel
     """CSR by target with duplicate edges removed and each row's sources sorted.
 
     Counting sort straight into the output, so the peak is the inputs (may be mapped) plus the returned `col`.
-
-    Args:
-        symmetric: also add every edge reversed (an undirected graph from one direction of each edge).
-        where: the file or folder the edges came from, named by the refusal.
-        hint: the refusal's fix; by default the user's own numbering's (node ids are row numbers of x). A reader
-            of downloaded files passes its own (replace the corrupt file, or delete it to download it again).
-    Returns:
-        (rowptr int64 [num_nodes + 1], col int64 [E']).
-    Raises:
-        DatasetError: an edge names a node outside 0..num_nodes-1.
+    `symmetric` adds every edge reversed; an edge outside 0..num_nodes-1 is a DatasetError naming `where`, whose
+    fix is `hint` (a reader of downloaded files: replace the file) or else the user's own numbering's.
     """
     # int ids of any width as they are (a mapped file is not copied); anything else as int64
     src, dst = (read_only(a if a.dtype.kind in "iu" else a.astype(np.int64)) for a in map(np.asarray, (src, dst)))

@@ -62,11 +62,7 @@ def type_of(gids: np.ndarray, starts: np.ndarray, kinds: np.ndarray) -> np.ndarr
 
 def hop_fanouts(fanouts: Sequence[int], edge_fanouts: Mapping[str, Sequence[int]] | None,
                 schema: HeteroSchema | None) -> list:
-    """Each hop's fanout: the --fanout number, or one per edge type where `edge_fanouts` sets them.
-
-    Raises:
-        ConfigError: per-type fanouts on a homogeneous graph, or an edge type the graph does not have.
-    """
+    """Each hop's fanout: the --fanout number, or one per edge type where `edge_fanouts` sets them."""
     if not edge_fanouts:
         return list(fanouts)
     if schema is None:
@@ -94,15 +90,8 @@ def type_rowptr(rowptr: np.ndarray, edge_type: np.ndarray, num_etypes: int) -> n
 def build_hetero(name: str, counts: Mapping[str, int], edges: Mapping[EdgeType, np.ndarray],
                  x: Mapping[str, np.ndarray], target: str, y: np.ndarray, splits: Mapping[str, np.ndarray],
                  num_classes: int | None = None) -> GraphData:
-    """A heterogeneous GraphData from per-type parts (ids local to their type, as PyG's HeteroData holds them).
-
-    Args:
-        counts: nodes per type, in the order the global ids take.
-        edges: [2, E] (source, target) per edge type (src_type, relation, dst_type).
-        y, splits: the target type's labels and train_idx / val_idx / test_idx (local ids).
-    Raises:
-        DatasetError: an edge type naming an unknown node type, ids out of range, or a missing target.
-    """
+    """A heterogeneous GraphData from per-type parts (ids local to their type, as PyG's HeteroData holds them);
+    `counts`' order is the global ids' order."""
     node_types = tuple(counts)
     if target not in counts:
         raise DatasetError(f"{name}: target node type '{target}' is not one of {', '.join(node_types)}. HINT: "

@@ -62,11 +62,7 @@ def _non_edges(rng: np.random.Generator, count: int, n: int, edge_keys: np.ndarr
 
 def split_links(graph: GraphData, val: float = 0.05, test: float = 0.1, seed: int = 0,
                 num_tails: int = 100) -> tuple[GraphData, LinkSplit]:
-    """Hold out `val` and `test` shares of the undirected edges; return the graph without them and the split.
-
-    Raises:
-        DatasetError: too few edges to hold any out, or shares that leave nothing to train on.
-    """
+    """Hold out `val` and `test` shares of the undirected edges; return the graph without them and the split."""
     if not (0 < val and 0 < test and val + test < 1):
         raise DatasetError(f"link split shares must be positive and sum below 1; got val {val}, test {test}. "
                            "HINT: e.g. 0.05 and 0.1")

@@ -74,11 +74,7 @@ def _structure(fail: Fail, folder: Path, n: int) -> tuple[np.ndarray, np.ndarray
 
 
 def load_npy_folder(folder: str | os.PathLike) -> GraphData:
-    """Validate and open an npy folder: x (and an int64 CSR given as rowptr/col) memory-mapped, the rest read.
-
-    Raises:
-        DatasetError: the first rule of docs/datasets.md the folder breaks.
-    """
+    """Validate and open an npy folder: x (and an int64 CSR given as rowptr/col) memory-mapped, the rest read."""
     folder = Path(folder)
     if not folder.is_dir():
         raise DatasetError(f"npy folder {folder} does not exist. HINT: pass --dataset npy:/full/path/to/folder")

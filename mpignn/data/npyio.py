@@ -25,11 +25,8 @@ def rows_per_chunk(row_bytes: int, chunk_bytes: int = CHUNK_BYTES) -> int:
 
 
 def read_npy_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
-    """(shape, fortran_order, dtype) of the .npy header at `f`'s position; leaves `f` at the array data.
-
-    Raises:
-        ValueError: not an .npy header, or format 3.0 (it only adds utf-8 field names, which no key here has).
-    """
+    """(shape, fortran_order, dtype) of the .npy header at `f`'s position; leaves `f` at the array data. Format
+    3.0 is a ValueError: it only adds utf-8 field names, which no key here has."""
     version = np.lib.format.read_magic(f)
     if version not in ((1, 0), (2, 0)):
         raise ValueError(f"npy format version {version}")
@@ -39,11 +36,7 @@ def read_npy_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
 
 
 class NpyWriter:
-    """Write an .npy file of a known shape and dtype in row chunks, appended in order.
-
-    Raises:
-        ValueError: on close, when the chunks did not add up to the declared number of rows.
-    """
+    """Write an .npy file of a known shape and dtype in row chunks, appended in order; `close` checks the count."""
 
     def __init__(self, path: str | os.PathLike, shape: tuple[int, ...], dtype: np.dtype | type) -> None:
         self.path = Path(path)
@@ -113,11 +106,8 @@ def release_pages(array: np.ndarray) -> None:
 
 
 def refuse_beyond_memory(path: str, nbytes: int, problem: str, hint: str) -> None:
-    """Refuse a declared size beyond this host's memory before anything is allocated (no guard where not POSIX).
-
-    Raises:
-        DatasetError: `{path}: {problem}. HINT: {hint}`, where `problem` may name `{need}` and `{memory}` (GiB).
-    """
+    """Refuse a declared size beyond this host's memory before anything is allocated (no guard where not POSIX);
+    `problem` may name `{need}` and `{memory}` (GiB)."""
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):

@@ -22,11 +22,7 @@ NPZ_KEYS = ("edge_index", "x", "y", "train_idx", "val_idx", "test_idx")
 
 
 def load_npz(path: str) -> GraphData:
-    """Read and validate a user graph.
-
-    Raises:
-        DatasetError: the first rule of docs/datasets.md the file breaks, before any array is used.
-    """
+    """Read and validate a user graph; the first rule of docs/datasets.md it breaks is a DatasetError."""
     if not os.path.isfile(path):
         raise DatasetError(f"npz dataset file {path} does not exist. HINT: pass --dataset npz:/full/path.npz")
     try:
@@ -42,11 +38,7 @@ def load_npz(path: str) -> GraphData:
 
 
 def graph_from_arrays(label: str, arrays: Mapping[str, np.ndarray], name: str) -> GraphData:
-    """Check and build a graph from npz-format arrays in memory, with `load_npz`'s checks; `label` names it.
-
-    Raises:
-        DatasetError: as `load_npz`.
-    """
+    """Check and build a graph from npz-format arrays in memory, with `load_npz`'s checks; `label` names it."""
     headers = {k: (tuple(np.shape(a)), np.asarray(a).dtype) for k, a in arrays.items()}
     return _checked_graph(label, headers, lambda keys: {k: np.asarray(arrays[k]) for k in keys}, name)
 

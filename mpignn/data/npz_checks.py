@@ -1,8 +1,7 @@
-"""The checks every reader of the user's files shares (npz, heterogeneous npz, npy folder, --splits, OGB): one
-refusal text each for an array's dtype and shape (`expect_array`), node ids out of range (`check_ids`), splits
-(`check_splits`) and labels (`check_labels`), given the reader's `fail(problem, hint)` that names its file, and
-the graph they all build once sound (`sound_graph`). numpy and mpignn.errors / data.npyio / data.graph only;
-imports none of the readers (they import this one).
+"""The checks every reader of the user's files shares, so each problem has one refusal text whatever the reader.
+
+Each check takes the reader's `fail(problem, hint)`, which names its file. Imports none of the readers (they
+import this one).
 """
 from __future__ import annotations
 
@@ -44,14 +43,7 @@ _FORMS: dict[str, tuple[Callable[[tuple[int, ...]], bool], Callable[[str, tuple[
 
 
 def failing(where: str, default_hint: str = NPZ_HINT) -> Fail:
-    """The `fail` of a reader whose refusals start with `where`.
-
-    Args:
-        where: the file (or folder) every refusal names first.
-        default_hint: the fix of a refusal that gives none of its own (no hint, or "").
-    Returns:
-        `fail(problem, hint="")` -> DatasetError `{where}: {problem}. HINT: {hint or default_hint}` on one line.
-    """
+    """The `fail` of a reader: DatasetError `{where}: {problem}. HINT: {hint or default_hint}` on one line."""
     return lambda problem, hint="": DatasetError(f"{where}: {' '.join(problem.split())}. HINT: {hint or default_hint}")
 
 
@@ -75,18 +67,10 @@ def read_headers(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
 
 def expect_array(fail: Fail, key: str, shape: tuple[int, ...], dtype: np.dtype, want: str,
                  form: str | tuple[int, ...], hint: str = "", label: str = "") -> None:
-    """Refuse an array, by its header, that is not of dtype `want` and shape `form`, in one text for every reader.
+    """Refuse an array, by its header, that is not of dtype `want` ("int", "float" or "float32") and shape `form`
+    (a name of `_FORMS` or the exact shape); `label` (default `key`) names it in the problem, `key` in the fix.
 
-    Args:
-        fail: the reader's refusal.
-        key: the array's name in the fixes (`np.asarray(key, ...)`); `label` (default `key`) names it in the problem.
-        shape, dtype: the array's, from its header or itself.
-        want: "int" (any int), "float" (any float) or "float32". Object arrays are refused whatever `want`: mpignn
-            never unpickles.
-        form: a name of `_FORMS` ("scalar", "1-D", "[2, E]", "[N, F]") or the exact shape.
-        hint: the fix of a wrong shape where the form's own does not fit.
-    Raises:
-        DatasetError: `fail("{label} must be an int {form} array; got {dtype} with shape {shape}", fix)`.
+    Object arrays are refused whatever `want`: mpignn never unpickles.
     """
     kind_ok = dtype.kind in "iu" if want == "int" else dtype == np.float32 if want == "float32" else dtype.kind == "f"
     fits, shape_hint = _FORMS[form] if isinstance(form, str) else (lambda s: s == form, lambda key, s: hint)
@@ -105,16 +89,7 @@ def expect_array(fail: Fail, key: str, shape: tuple[int, ...], dtype: np.dtype, 
 
 
 def check_ids(fail: Fail, key: str, ids: np.ndarray, n: int) -> None:
-    """Refuse ids outside [0, n), chunk by chunk (a memory-mapped array stays out of memory).
-
-    Args:
-        fail: the reader's refusal.
-        key: the array's name in the refusal.
-        ids: node ids, any int dtype (memory-mapped too).
-        n: the node count.
-    Raises:
-        DatasetError: `fail("{key} has node ids outside [0, n): min .., max ..", hint)` of the first bad chunk.
-    """
+    """Refuse ids outside [0, n), chunk by chunk (a memory-mapped array stays out of memory)."""
     for _, chunk in iter_chunks(ids):
         if chunk.size and (chunk.min() < 0 or chunk.max() >= n):
             raise fail(f"{key} has node ids outside [0, {n}): min {chunk.min()}, max {chunk.max()}",
@@ -123,15 +98,7 @@ def check_ids(fail: Fail, key: str, ids: np.ndarray, n: int) -> None:
 
 def check_finite(fail: Fail, key: str, x: np.ndarray) -> None:
     """Refuse NaN or infinite values of `x` as float32 (overflows too), chunk by chunk up to the first bad one (a
-    mapped file stays out of memory).
-
-    Args:
-        fail: the reader's refusal.
-        key: the features' name in the refusal.
-        x: features [N, F], any numeric dtype (memory-mapped too).
-    Raises:
-        DatasetError: `fail("{key} has NaN or infinite values (as float32), e.g. in row R", hint)`.
-    """
+    mapped file stays out of memory)."""
     with np.errstate(over="ignore"):  # an overflow becomes inf, refused
         for lo, chunk in iter_chunks(x):
             bad = ~np.isfinite(chunk.astype(np.float32, copy=False))
@@ -145,13 +112,8 @@ def read_npz(path: str, keys: Sequence[str], fail: Fail, missing: str = "", unre
              catch: tuple[type[Exception], ...] = UNREADABLE) -> dict[str, np.ndarray]:
     """The arrays `keys` of an npz, read with allow_pickle=False: other keys (pickled ones too) are never read.
 
-    Args:
-        fail: the reader's refusal.
-        missing, unreadable: the fixes of a missing key and of an unreadable file or member ("": `fail`'s own).
-        catch: what reading may raise that is the file's fault (a downloaded file's reader: any Exception).
-    Raises:
-        DatasetError: `fail("expected an npz of plain arrays KEYS; got ...")` of a file that is not an npz (a
-            single .npy too), lacks a key, or whose named member is pickled, truncated or corrupt.
+    `missing` and `unreadable` are the fixes of a missing key and of an unreadable file or member; `catch` is what
+    reading may raise that is the file's fault (a downloaded file's reader: any Exception).
     """
     expected, key = f"expected an npz of plain arrays {', '.join(keys)}; got", ""
     try:
@@ -181,16 +143,8 @@ def read_npz(path: str, keys: Sequence[str], fail: Fail, missing: str = "", unre
 
 def check_labels(fail: Fail, y: np.ndarray, splits: dict[str, np.ndarray], n: int,
                  num_classes: int | np.ndarray | None, origin: str) -> int:
-    """Refuse num_classes outside [2, n], labels outside [-1, num_classes) and unlabelled split nodes.
-
-    Args:
-        num_classes: the file's (an int, or an int scalar or [1] array), or None for y.max() + 1; `origin` says
-            where a given one came from.
-    Returns:
-        num_classes.
-    Raises:
-        DatasetError: `fail(problem, hint)` of the first problem.
-    """
+    """Refuse num_classes outside [2, n], labels outside [-1, num_classes) and unlabelled split nodes; returns
+    num_classes (None: y.max() + 1; `origin` says where a given one came from)."""
     if num_classes is None:
         num_classes, origin = int(y.max()) + 1, "y.max() + 1 (no num_classes given)"
     num_classes = int(np.asarray(num_classes).reshape(-1)[0])
@@ -205,16 +159,8 @@ def check_labels(fail: Fail, y: np.ndarray, splits: dict[str, np.ndarray], n: in
 
 
 def check_labelled(fail: Fail, y: np.ndarray, splits: dict[str, np.ndarray], num_classes: int) -> None:
-    """Refuse a split node labelled -1 (unlabelled), given labels already in [-1, num_classes).
-
-    Args:
-        fail: the reader's refusal.
-        y: labels [N], in [-1, num_classes).
-        splits: split name (as the file names it) -> node ids in [0, N).
-        num_classes: the class count the refusal quotes.
-    Raises:
-        DatasetError: `fail("{key} has K unlabelled node(s) (y = -1), e.g. V; ...", "drop them: np.setdiff1d(..)")`.
-    """
+    """Refuse a split node labelled -1 (unlabelled), given labels already in [-1, num_classes); `splits` keyed by
+    the names the file uses."""
     for key, idx in splits.items():
         unlabelled = idx[y[idx] < 0]
         if unlabelled.size:
@@ -224,11 +170,7 @@ def check_labelled(fail: Fail, y: np.ndarray, splits: dict[str, np.ndarray], num
 
 
 def check_splits(fail: Fail, splits: dict[str, np.ndarray], n: int) -> None:
-    """Refuse splits that are empty, leave [0, n), repeat a node or share one.
-
-    Raises:
-        DatasetError: `fail(problem, hint)` of the first problem.
-    """
+    """Refuse splits that are empty, leave [0, n), repeat a node or share one."""
     owner = np.zeros(n, dtype=np.int8)
     for i, (key, idx) in enumerate(splits.items(), start=1):
         if idx.size == 0:
@@ -252,13 +194,8 @@ def check_splits(fail: Fail, splits: dict[str, np.ndarray], n: int) -> None:
 def sound_graph(fail: Fail, name: str, x: np.ndarray, y: np.ndarray, edges: Sequence[np.ndarray],
                 splits: dict[str, np.ndarray], num_classes: int | np.ndarray | None = None, origin: str = "",
                 **csr: Any) -> GraphData:
-    """Build the GraphData of arrays of checked dtypes and shapes, once x is finite and splits and labels sound.
-
-    Args:
-        edges: (sources, targets); `num_classes`, `origin`: `check_labels`'; `csr`: `csr_from_edges`' options.
-    Raises:
-        DatasetError: `fail`'s (`check_finite`, `check_splits`, `check_labels`), or `csr_from_edges`'.
-    """
+    """Build the GraphData of arrays of checked dtypes and shapes, once x is finite and splits and labels sound;
+    `edges` is (sources, targets), `csr` options of `csr_from_edges`."""
     with np.errstate(over="ignore"):  # an overflow becomes inf, refused next
         x = np.ascontiguousarray(x, dtype=np.float32)
     check_finite(fail, "x", x)

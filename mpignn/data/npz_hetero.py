@@ -26,11 +26,7 @@ def _names(key: str, prefix: str, parts: int, fail: Fail) -> list[str]:
 
 def hetero_from_headers(path: str, headers: dict[str, tuple[tuple[int, ...], np.dtype]],
                         read: Callable[[list[str]], dict[str, np.ndarray]], name: str) -> GraphData:
-    """Validate a heterogeneous npz from its `headers`, read the named keys with `read`, build the graph.
-
-    Raises:
-        DatasetError: the first rule of docs/tasks.md the file breaks.
-    """
+    """Validate a heterogeneous npz from its `headers`, read the named keys with `read`, build the graph."""
     fail = failing(path, _HINT)
     counts_keys = [k for k in headers if k.startswith("num_nodes__")]
     if not counts_keys:

@@ -154,11 +154,7 @@ def _corrupt(folder: str, problem: str) -> DatasetError:
 
 
 def load_ogb(name: str, root: str) -> GraphData:
-    """An ogbn graph from ROOT/<ogbn_name>/{raw,split} (downloaded if absent); unlabelled nodes get label -1.
-
-    Raises:
-        DatasetError: the folder is absent and cannot be downloaded, files are missing, or arrays disagree.
-    """
+    """An ogbn graph from ROOT/<ogbn_name>/{raw,split} (downloaded if absent); unlabelled nodes get label -1."""
     info = ogb_info(name)
     folder = os.path.join(root, info.folder)
     files = ogb_files(info)

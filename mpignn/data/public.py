@@ -147,11 +147,7 @@ PUBLIC: dict[str, PublicDataset] = {
 
 
 def split_key(name: str, options: str) -> str:
-    """The canonical key of `NAME[:split=K]` for a dataset of NUM_SPLITS: split 0 (the default) is plain `NAME`.
-
-    Raises:
-        DatasetError: options other than `split=K` with K in 0..NUM_SPLITS[name] - 1.
-    """
+    """The canonical key of `NAME[:split=K]` for a dataset of NUM_SPLITS: split 0 (the default) is plain `NAME`."""
     count = NUM_SPLITS[name]
     key, _, value = options.partition("=")
     if options and not (key == "split" and value.isdigit() and int(value) < count):
@@ -162,11 +158,7 @@ def split_key(name: str, options: str) -> str:
 
 
 def load_public(key: str, root: str) -> GraphData:
-    """Load the public dataset of canonical `key` (`NAME[:split=K]`) as PyG builds it, downloaded if absent.
-
-    Raises:
-        DatasetError: raw files missing and not downloadable, truncated or not what the dataset ships.
-    """
+    """Load the public dataset of canonical `key` (`NAME[:split=K]`) as PyG builds it, downloaded if absent."""
     name, _, options = key.partition(":")
     if name in OGB:
         return load_ogb(name, root)

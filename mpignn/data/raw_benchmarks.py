@@ -32,13 +32,8 @@ def _labels(path: str, key: str, y: np.ndarray, n: int) -> np.ndarray:
 
 
 def read_gnn_benchmark(path: str) -> dict[str, np.ndarray]:
-    """Read an Amazon/Coauthor npz as PyG's `read_npz` does (binary features).
-
-    Returns:
-        dict of x float32 [N, F], y int64 [N], src / dst int64 as stored (the caller symmetrises).
-    Raises:
-        DatasetError: a missing, truncated or pickled array, or csr parts that do not fit together.
-    """
+    """Read an Amazon/Coauthor npz as PyG's `read_npz` does (binary features; edges as stored: the caller
+    symmetrises)."""
     raw = npz_arrays(path, GNN_BENCHMARK_KEYS)
     _, dst, adj_ptr, (n, n_cols) = checked_csr(path, *(raw[f"adj_{k}"] for k in _CSR_PARTS))
     if n != n_cols:
@@ -64,14 +59,8 @@ def _json(path: str) -> Any:
 
 
 def read_wikics(path: str) -> dict[str, np.ndarray]:
-    """Read WikiCS's `data.json` as `WikiCS.process` does: an edge i -> j for each j in `links[i]`.
-
-    Returns:
-        dict of x, y, src / dst (as listed), train_masks / val_masks bool [20, N] and test_mask bool [N].
-    Raises:
-        DatasetError: truncated or invalid JSON, a missing key, ragged arrays, other than a link list per label,
-            fractional ids (x and the masks are checked against y by `public`).
-    """
+    """Read WikiCS's `data.json` as `WikiCS.process` does: an edge i -> j for each j in `links[i]` (x and the
+    masks are checked against y by `public`)."""
     data = _json(path)
     keys = ("features", "labels", "links", "train_masks", "val_masks", "test_mask")
     missing = [k for k in keys if not isinstance(data, dict) or k not in data]
@@ -111,13 +100,7 @@ def _ids(path: str, values: Any, what: str, n: int) -> np.ndarray:
 
 
 def read_flickr(raw_dir: str) -> dict[str, np.ndarray]:
-    """Read GraphSAINT's Flickr files as `Flickr.process` does (edges as stored: the file holds both directions).
-
-    Returns:
-        dict of x, y, src / dst and train_idx / val_idx / test_idx (sorted, each node once).
-    Raises:
-        DatasetError: a missing, truncated or pickled file, a multi-label class map, ids out of range.
-    """
+    """Read GraphSAINT's Flickr files as `Flickr.process` does (edges as stored: the file holds both directions)."""
     p = lambda f: os.path.join(raw_dir, f)  # noqa: E731
     _, indices, indptr, (n, cols) = scipy_csr(p("adj_full.npz"))
     if n != cols:
@@ -141,13 +124,7 @@ def read_flickr(raw_dir: str) -> dict[str, np.ndarray]:
 
 
 def read_reddit(raw_dir: str) -> dict[str, np.ndarray]:
-    """Read DGL's Reddit files as `Reddit.process` does; `node_types` 1/2/3 mark train/val/test.
-
-    Returns:
-        dict of x, y, src / dst and train_idx / val_idx / test_idx.
-    Raises:
-        DatasetError: a missing, truncated or pickled array, a matrix that is not coo of N x N.
-    """
+    """Read DGL's Reddit files as `Reddit.process` does; `node_types` 1/2/3 mark train/val/test."""
     data_path, graph_path = (os.path.join(raw_dir, f) for f in REDDIT_FILES)
     data = npz_arrays(data_path, ("feature", "label", "node_types"))
     graph = scipy_parts(graph_path, ("row", "col"), "coo")

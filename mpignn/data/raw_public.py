@@ -99,36 +99,22 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
 
 def raw_fail(path: str, source: str = "the dataset's original file") -> Fail:
-    """The `fail` of a raw file that is not what its dataset ships: whatever the problem, the fix is the original.
-
-    Args:
-        path: the raw file.
-        source: where its original is.
-    Returns:
-        `fail(problem, hint)` -> DatasetError `{path}: {problem}. HINT: replace it with {source}, or delete it to
-        download it again`; a `hint` given (a shared check's, written for the user's own files) is not used.
-    """
+    """The `fail` of a raw file that is not what its dataset ships: whatever the problem, the fix is the original
+    (`source`), so a shared check's hint, written for the user's own files, is not used."""
     refuse = failing(path, f"replace it with {source}, or delete it to download it again")
     return lambda problem, hint="": refuse(problem)
 
 
 def raw_error(path: str, expected: str, got: str, source: str = "the dataset's original file") -> DatasetError:
-    """Build the refusal of a raw file that is not what its dataset ships (`source`: where the original is).
-
-    Returns:
-        DatasetError `{path}: expected {expected}, got {got}. HINT: ...`, `got` on one line, cut to 200 characters.
-    """
+    """The refusal of a raw file that is not what its dataset ships (`source`: where the original is)."""
     return raw_fail(path, source)(f"expected {expected}, got {' '.join(got.split())[:200]}")
 
 
 def fetch_staged(name: str, folder: str, missing: Sequence[str], fetch: Callable[[str], None],
                  moves: Mapping[str, str], url: str = "", what: str = "the raw files") -> None:
     """Run `fetch(tmp)` in a fresh hidden folder beside the destinations, then rename only `moves` (name in tmp ->
-    destination) into place, so a half-written download is never taken for a dataset's files.
-
-    Raises:
-        DatasetError: any failure, as dataset `name` absent from `folder` (`missing` files) and not downloadable.
-    """
+    destination) into place, so a half-written download is never taken for a dataset's files. Any failure is one
+    DatasetError: `name` is not in `folder` and could not be downloaded."""
     parent = os.path.dirname(next(iter(moves.values())))
     try:
         os.makedirs(parent, exist_ok=True)
@@ -186,11 +172,7 @@ def _dense(path: str, obj: Any) -> np.ndarray:
 def checked_csr(path: str, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray,
                 shape: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
     """(data, int64 indices, int64 indptr, (rows, cols)) of csr parts that fit together and into `shape`, so
-    `dense_csr` and row expansions index within them.
-
-    Raises:
-        DatasetError: parts that are not int arrays of one csr matrix's sizes, falling pointers, ids past `cols`.
-    """
+    `dense_csr` and row expansions index within them."""
     shape = np.asarray(shape)
     if not (shape.shape == (2,) and shape.dtype.kind in "iu" and indptr.ndim == indices.ndim == 1
             and indptr.dtype.kind in "iu" and indices.dtype.kind in "iu"):
@@ -208,11 +190,8 @@ def checked_csr(path: str, data: np.ndarray, indices: np.ndarray, indptr: np.nda
 
 def dense_csr(path: str, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray,
               shape: tuple[int, int]) -> np.ndarray:
-    """float32 [rows, cols] of checked csr parts; repeated entries summed, as scipy's `todense()` does.
-
-    Raises:
-        DatasetError: the dense matrix would not fit in this host's memory (a damaged shape, most likely).
-    """
+    """float32 [rows, cols] of checked csr parts; repeated entries summed, as scipy's `todense()` does. Refused
+    when it would not fit in this host's memory (a damaged shape, most likely)."""
     refuse_beyond_memory(path, 4 * int(shape[0]) * int(shape[1]), f"expected a feature matrix that fits in memory, "
                          f"got shape {shape} ({{need}} GiB dense, {{memory}} GiB here)",
                          "replace it with the dataset's original file, or delete it to download it again")
@@ -245,14 +224,8 @@ def _edges_from_graph(path: str, adjacency: Any) -> tuple[np.ndarray, np.ndarray
 
 
 def read_planetoid(raw_dir: str, name: str) -> dict[str, np.ndarray]:
-    """Read Cora / CiteSeer / PubMed from `raw_dir/ind.<name>.*` as PyG's `read_planetoid_data` builds them.
-
-    Returns:
-        dict of x float32 [N, F], y int64 [N], src / dst int64 as listed (self-loops and repeats left to the
-        CSR), train_idx / val_idx / test_idx int64.
-    Raises:
-        DatasetError: a file that is not what Planetoid ships (including any pickle naming other globals).
-    """
+    """Read Cora / CiteSeer / PubMed from `raw_dir/ind.<name>.*` as PyG's `read_planetoid_data` builds them
+    (edges as listed: self-loops and repeats are left to the CSR)."""
     paths = {p: os.path.join(raw_dir, f"ind.{name.lower()}.{p}") for p in PLANETOID_PARTS}
     loaded = {p: _unpickle(paths[p]) for p in ("x", "tx", "allx", "y", "ty", "ally", "graph")}
     tx, allx, y, ty, ally = (_dense(paths[p], loaded[p]) for p in ("tx", "allx", "y", "ty", "ally"))
@@ -288,21 +261,13 @@ def read_planetoid(raw_dir: str, name: str) -> dict[str, np.ndarray]:
 
 
 def npz_arrays(path: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """The named arrays of an npz, read with allow_pickle=False (other keys, pickled ones too, never read).
-
-    Raises:
-        DatasetError: the file is missing, truncated or not a zip, lacks a key, or a named key is pickled or
-            corrupt (whatever numpy or zipfile raises: all the file's fault).
-    """
+    """The named arrays of an npz, read with allow_pickle=False; whatever numpy or zipfile raises is the file's
+    fault, so a DatasetError."""
     return read_npz(path, keys, raw_fail(path), catch=(Exception,))
 
 
 def npy_array(path: str, expected: str) -> np.ndarray:
-    """An .npy array read with allow_pickle=False.
-
-    Raises:
-        DatasetError: `raw_error` of a file truncated, pickled (object dtype) or not an npy file (an npz too).
-    """
+    """An .npy array read with allow_pickle=False."""
     try:
         array = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
@@ -314,14 +279,8 @@ def npy_array(path: str, expected: str) -> np.ndarray:
 
 
 def read_heterophilous(path: str) -> dict[str, np.ndarray]:
-    """Read a heterophilous-graphs npz (Tolokers) as `HeterophilousGraphDataset.process` does.
-
-    Returns:
-        dict of x, y, src / dst as stored (the caller symmetrises, as `to_undirected` does) and train_masks /
-        val_masks / test_masks bool [splits, N].
-    Raises:
-        DatasetError: a pickled member, a missing array, or edges not [E, 2] (ids are checked by the CSR).
-    """
+    """Read a heterophilous-graphs npz (Tolokers) as `HeterophilousGraphDataset.process` does (edges as stored:
+    the caller symmetrises, as `to_undirected` does)."""
     keys = ("node_features", "node_labels", "edges", "train_masks", "val_masks", "test_masks")
     raw = npz_arrays(path, keys)
     x, edges = raw["node_features"], raw["edges"]
@@ -332,11 +291,7 @@ def read_heterophilous(path: str) -> dict[str, np.ndarray]:
 
 
 def scipy_parts(path: str, keys: tuple[str, ...], fmt: str) -> dict[str, np.ndarray]:
-    """The arrays `keys` and `shape` of a scipy `save_npz` file of format `fmt` (read with allow_pickle=False).
-
-    Raises:
-        DatasetError: what `npz_arrays` raises, or a file of another format.
-    """
+    """The arrays `keys` and `shape` of a scipy `save_npz` file of format `fmt` (read with allow_pickle=False)."""
     raw = npz_arrays(path, (*keys, "format", "shape"))
     got = raw["format"].item()
     got = got.decode("ascii", "replace") if isinstance(got, bytes) else str(got)
@@ -352,14 +307,8 @@ def scipy_csr(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int,
 
 
 def read_imdb(raw_dir: str) -> dict[str, Any]:
-    """Read MAGNN's IMDB files as PyG's `IMDB.process` builds them (without scipy or pickles).
-
-    Returns:
-        dict with counts, x and edges {(src, "to", dst): int64 [2, E]} per type (in PyG's order), y int64 and
-        the movies' train_idx / val_idx / test_idx.
-    Raises:
-        DatasetError: a pickled member, an inconsistent matrix or labels that are not one int per movie.
-    """
+    """Read MAGNN's IMDB files as PyG's `IMDB.process` builds them (without scipy or pickles), edge types in
+    PyG's order."""
     p = lambda f: os.path.join(raw_dir, f)  # noqa: E731
     x = {t: dense_csr(p(f"features_{i}.npz"), *scipy_csr(p(f"features_{i}.npz")))
          for i, t in enumerate(IMDB_NODE_TYPES)}
