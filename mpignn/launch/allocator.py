@@ -1,6 +1,5 @@
 """The process's memory: which malloc serves it, glibc's tuned for a flat peak over many epochs, and the resident
 memory readings (docs/failures.md, "Memory over long runs"). A faster allocator is the job script's `LD_PRELOAD`.
-Stdlib only (ctypes); of mpignn it imports `errors` alone, and nothing of torch.
 """
 from __future__ import annotations
 
@@ -55,10 +54,8 @@ def tune_allocator(env: Mapping[str, str] | None = None) -> bool:
     """Set glibc's mmap threshold to MMAP_THRESHOLD (fixed: glibc stops raising it) and keep freed heap memory.
 
     Mapped blocks give their pages back on free, so the heap cannot grow; the price is page faults, which a
-    preloaded allocator avoids. Returns False where malloc is not glibc's, or with MPIGNN_MALLOC=system.
-
-    Raises:
-        ConfigError: MPIGNN_MALLOC names no policy.
+    preloaded allocator avoids. Returns False where malloc is not glibc's, or with MPIGNN_MALLOC=system; raises
+    ConfigError where MPIGNN_MALLOC names no policy.
     """
     env = os.environ if env is None else env
     mode = env.get("MPIGNN_MALLOC", "")

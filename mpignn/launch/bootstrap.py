@@ -1,5 +1,5 @@
 """Starting a rank: `bootstrap` returns the `Runtime` every layer above takes; `reduce_sums` and `shutdown` close
-the loop a user writes. Imports torch (through `process_group`), never torch-geometric or the data layers.
+the loop a user writes.
 """
 from __future__ import annotations
 
@@ -58,14 +58,10 @@ def bootstrap(device: str = TrainConfig.device, backend: str = TrainConfig.backe
               collective_timeout: float = TrainConfig.collective_timeout) -> Runtime:
     """Collective over COMM_WORLD (or `comm`): topology, logging, thread budget, device, torch.distributed.
 
-    Args:
-        tune_process: also tune malloc and oneDNN's cache as `python -m mpignn.train` does; off by default, as
-            it changes the whole process. Turn it on before any torch compute runs.
-        collective_timeout: seconds a collective, and the start-up, may wait (torch's timeout is a little
-            longer, so the watchdog names a stopped rank first).
-    Raises:
-        LaunchError: on every rank alike, when the device or backend is not there, or when the wrong `mpirun`
-            started the job (MPI sees one process while the launcher started several).
+    `tune_process` also tunes malloc and oneDNN's cache as `python -m mpignn.train` does: off by default, as it
+    changes the whole process; turn it on before any torch compute runs. torch's timeout is a little longer than
+    `collective_timeout`, so the watchdog names a stopped rank first. Raises LaunchError on every rank alike when
+    the device or backend is not there, or the wrong `mpirun` started the job.
     """
     # Bounded, so a rank that never starts (or stops) ends the job instead of leaving the others waiting.
     # MPI_Init's own guard names the interfaces, the usual reason MPI cannot connect the hosts.

@@ -1,5 +1,5 @@
 """Accelerator-generic helpers (CUDA and XPU alike): callers pass a device and never branch on its type; on CPU
-every helper is a no-op. Imports torch, never torch-geometric.
+every helper is a no-op.
 """
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """A torch.distributed Store whose keys travel over MPI, so the rendezvous opens no TCP port at all; and the
-TCPStore for a hand-set MASTER_PORT. Imports torch, mpignn.env, mpignn.errors and mpignn.mpi.collectives
-(mpi4py only inside functions); never torch-geometric.
+TCPStore for a hand-set MASTER_PORT.
 """
 from __future__ import annotations
 
@@ -41,11 +40,8 @@ class MPIStore(torch.distributed.Store):
     """Collective over `comm` to create: a key-value store for `init_process_group(store=...)` over MPI.
 
     Rank 0 holds the keys; a daemon thread there polls for requests, sleeping so it costs no core. Nothing
-    listens on a socket, so no neighbour can read, set or delete a key. Needs MPI_THREAD_MULTIPLE.
-
-    Args:
-        comm: the ranks that will form the process group (rank 0 owns the keys).
-        timeout: how long a get or wait waits before raising `torch.distributed.DistStoreError`.
+    listens on a socket, so no neighbour can read, set or delete a key. Needs MPI_THREAD_MULTIPLE. A get or
+    wait raises `torch.distributed.DistStoreError` after `timeout`.
     """
 
     def __init__(self, comm: Any, timeout: datetime.timedelta) -> None:
@@ -193,10 +189,8 @@ def listening_tcp_store(comm: Any, address: str, port: str, world_size: int,
                         timeout: datetime.timedelta) -> torch.distributed.TCPStore:
     """Collective over `comm`: return a TCPStore on exactly `address:port` (a hand-set MASTER_ADDR/MASTER_PORT).
 
-    Rank 0 hands its listening socket to the store, so no other process can take the port in between.
-
-    Raises:
-        LaunchError: on every rank alike, when rank 0 cannot listen there.
+    Rank 0 hands its listening socket to the store, so no other process can take the port in between. Raises
+    LaunchError on every rank alike when rank 0 cannot listen there.
     """
     sock, problem = None, ""
     if comm.rank == 0:

@@ -1,5 +1,5 @@
 """torch.distributed set-up: device and backend choice, MPI-driven rendezvous, thread budget. `choose` is a pure
-function of a `Hardware` description, so tests fake the hardware. Imports torch, never torch-geometric.
+function of a `Hardware` description, so tests fake the hardware.
 """
 from __future__ import annotations
 
@@ -147,10 +147,7 @@ def choose(device: str, backend: str, hw: Hardware, local_rank: int, local_size:
     Each node-local rank takes device `local_rank % count`. Sharing is decided by identities (`peers[r]`: what
     node-local rank r sees), not counts. NCCL refuses ranks sharing a GPU, MIG slices included, so `auto` takes
     gloo there (docs/launchers-and-devices.md); for memory a MIG slice is its own device (`Choice.shared_by`).
-
-    Raises:
-        LaunchError: the requested device or backend is not available here.
-        ConfigError: XPU with gloo or mpi (neither process group takes XPU tensors).
+    XPU with gloo or mpi is a ConfigError: neither process group takes XPU tensors.
     """
     for flag, value, allowed in (("device", device, DEVICES), ("backend", backend, BACKENDS)):
         if value not in allowed:

@@ -1,7 +1,4 @@
-"""Where the ranks meet for torch.distributed: rank 0's address every host reaches, agreed over MPI.
-Imports the stdlib, mpi4py (lazily), `mpignn.env` and `mpignn.errors`; never torch (nor does `mpignn.mpi`
-import this module).
-"""
+"""Where the ranks meet for torch.distributed: rank 0's address every host reaches, agreed over MPI."""
 from __future__ import annotations
 
 import contextlib
@@ -37,10 +34,8 @@ def rendezvous_endpoint(comm: Any) -> tuple[str, str | None]:
 
     Across hosts never loopback (host names mapped to 127.0.1.1 are common): a named interface, else a subnet
     every host shares; where several do (a management network), the first every host connects to within
-    PROBE_SECONDS, MPI's interfaces first (docs/launchers-and-devices.md).
-
-    Raises:
-        LaunchError: on every rank alike, when no such address exists; the message names the fix.
+    PROBE_SECONDS, MPI's interfaces first (docs/launchers-and-devices.md). Raises LaunchError on every rank
+    alike when no such address exists.
     """
     reports = gather_per_host(comm, None, lambda _: _env.ipv4_interfaces() if comm.rank != 0 else None)
     others = [r for r in reports[1:] if r is not None] if comm.rank == 0 else []
