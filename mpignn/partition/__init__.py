@@ -27,13 +27,9 @@ def partition_graph(graph: GraphData, num_parts: int, out: str | os.PathLike, *,
                     links: dict | None = None, source: str | None = None) -> dict:
     """Cut `graph` into `num_parts` parts and write them to `out`; returns the report (see format_report).
 
-    Args:
-        method: auto is kaminpar where installed, else metis; META.json records the one that ran.
-        threads: kaminpar only (0: all cores); above 1 is faster but gives other parts on every run.
-        links: {"val", "test", "num_tails", "seed"}: hold those edge shares out for link prediction first.
-        source: the graph's files as META.json records them (`data.dataset_source`), checked when training.
-    Raises:
-        DatasetError: `links` leaves no edge to hold out or to train on.
+    `threads` is kaminpar's (0: all cores): above 1 is faster but gives other parts on every run. `links`
+    ({"val", "test", "num_tails", "seed"}) holds those edge shares out first. `source` (`data.dataset_source`) is
+    recorded in META.json, so training refuses the folder once the graph's files change.
     """
     final = Path(out).absolute()
     final.parent.mkdir(parents=True, exist_ok=True)

@@ -207,11 +207,7 @@ def kaminpar_parts(graph: GraphData, num_parts: int, seed: int, workdir: str | o
 
 def assign_parts(graph: GraphData, num_parts: int, method: str, seed: int,
                  workdir: str | os.PathLike | None = None, threads: int = 1) -> np.ndarray:
-    """Part id of every node; `threads` (0: every core this process may use) for kaminpar.
-
-    Raises:
-        ConfigError: unknown method, or more parts than nodes.
-    """
+    """Part id of every node; `threads` (0: every core this process may use) for kaminpar."""
     if method == DEFAULT_METHOD:
         method = default_method()
     if method not in METHODS:
@@ -231,12 +227,7 @@ def split_and_assign(graph: GraphData, num_parts: int, method: str, seed: int, l
                      workdir: str | os.PathLike | None = None,
                      threads: int = 1) -> tuple[GraphData, np.ndarray, LinkSplit | None, str]:
     """(the graph without the edges `links` holds out, each node's part, the held-out edges or None, the
-    method that ran: `auto` resolved, as META.json records it).
-
-    Raises:
-        ConfigError: as `assign_parts`.
-        DatasetError: `links` leaves no edge to hold out or to train on.
-    """
+    method that ran: `auto` resolved, as META.json records it)."""
     if method == DEFAULT_METHOD:
         method = default_method()
     held_out = None

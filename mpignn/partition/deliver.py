@@ -134,14 +134,8 @@ def _plan(views: list[Any], folder: Path, force: bool) -> tuple[str | None, list
 
 def deliver_partition(comm: Any, folder: str | os.PathLike, part_id: int, *, force: bool = False,
                       usable: Callable[[Path], bool] | None = None) -> dict[int, int]:
-    """Collective over `comm`: make `folder` (the same path on every rank) hold `part_id` on every host.
-
-    Returns:
-        On rank 0, {leader rank: bytes received} for the hosts that received files; {} elsewhere.
-    Raises:
-        PartitionFormatError: on every rank: a write failed, a file arrived corrupt, no host holds a part, or a
-            receiving folder is not an mpignn partition and `force` is not set.
-    """
+    """Collective over `comm`: make `folder` (the same path on every rank) hold `part_id` on every host; returns
+    on rank 0 {leader rank: bytes received}, {} elsewhere. A failure anywhere is refused on every rank."""
     folder = Path(folder)
     views = _survey(comm, folder, part_id, usable)
     plan = _plan(views, folder, force) if comm.rank == 0 else None

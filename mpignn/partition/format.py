@@ -1,29 +1,9 @@
-"""The partition folder: its layout, META.json, and how a part is read back (`write.py` writes it). numpy
-only, never pickle.
+"""The partition folder (layout: docs/partitions.md): META.json, and how a part is read back (`write.py` writes
+it). numpy only, never pickle.
 
 Part p owns the contiguous new ids [offsets[p], offsets[p+1]), so any id's owner is one binary search over
-`part_offsets` (on any device). All ids inside the folder are these new ids.
-
-    OUT/
-      META.json            format, dataset, method, seed, counts, part_offsets, edge cut, per-part sizes,
-                           each part file's bytes + sha256, `source` (`data.dataset_source`); written last
-      node_map.npy         int64 [N]: new id of each original node id
-      part-000/
-        rowptr.npy         int64 [n_p + 1]  CSR over the part's own nodes (by target)
-        col.npy            int64 [e_p]      in-neighbours of each own node, global ids (own or halo)
-        x.npy              float32 [n_p, F]
-        y.npy              int64 [n_p]
-        train_idx.npy  val_idx.npy  test_idx.npy   global ids of own nodes in each split
-        type_rowptr.npy    int64 [n_p * T + 1]: heterogeneous graphs only; row v's in-edges of edge type e are
-                           col[type_rowptr[v*T+e]:type_rowptr[v*T+e+1]] (rows sorted by edge type); own nodes
-                           of each node type are one contiguous run (META.json: parts[p].type_counts, hetero)
-        orig_id.npy        int64 [n_p]: original id of each own node
-        halo_gid.npy       int64 [h_p]: sorted ids of other parts' nodes that own nodes link to
-        halo_deg.npy       int64 [h_p]: how many own edges come from each halo node (cache ranking)
-      part-001/ ...
-
-Loading trusts none of it on checksums alone: `validate.py` checks the dtypes, shapes and the contents the
-kernels index with.
+`part_offsets` (on any device); all ids inside the folder are these new ids. Loading trusts none of it on
+checksums alone: `validate.py` checks the dtypes, shapes and the contents the kernels index with.
 """
 from __future__ import annotations
 
@@ -144,11 +124,8 @@ def report(meta: dict, seconds: float) -> dict:
 
 
 def meta_from_json(raw: dict) -> PartitionMeta:
-    """META.json's content (for a folder or in memory) as a PartitionMeta.
-
-    Raises:
-        KeyError, ValueError, TypeError: a missing or malformed field (`read_meta` names the file).
-    """
+    """META.json's content (for a folder or in memory) as a PartitionMeta; a malformed field raises KeyError,
+    ValueError or TypeError, which `read_meta` turns into one naming the file."""
     counts = {f.name: int(raw[f.name]) for f in fields(PartitionMeta) if f.type == "int"}
     return PartitionMeta(**counts, dataset=raw["dataset"], method=raw["method"],
                          part_offsets=tuple(raw["part_offsets"]), parts=tuple(raw["parts"]), hetero=raw.get("hetero"),
@@ -156,11 +133,7 @@ def meta_from_json(raw: dict) -> PartitionMeta:
 
 
 def read_meta(folder: str | os.PathLike) -> PartitionMeta:
-    """Parse META.json.
-
-    Raises:
-        PartitionFormatError: no folder, no META.json, unreadable or of another format version.
-    """
+    """Parse META.json."""
     folder = Path(folder)
     path = folder / "META.json"
     hint = f"HINT: re-create it with python -m mpignn.partition --out {folder} --force"
@@ -193,13 +166,8 @@ def check_matches(meta: PartitionMeta, folder: str | os.PathLike, *, num_parts: 
 
 def check_source(meta: PartitionMeta, folder: str | os.PathLike, source: str | None, dataset: str,
                  root: str) -> bool:
-    """Compare the source the folder records with `source`, that of `dataset`'s files now (None: not on this host).
-
-    Returns:
-        True when both name the same content; False when there is nothing to compare or the datasets differ.
-    Raises:
-        PartitionFormatError: the same dataset's files held other content when the folder was made.
-    """
+    """Whether the folder's recorded source names the content of `source`, that of `dataset`'s files now (None: not
+    on this host); False with nothing to compare or another dataset. The same one with other content is refused."""
     # the split files' tags are compared by `check_splits`, before: here the dataset's files alone
     recorded, source = (split_source(s or "")[0] for s in (meta.source, source))
     if "|" not in recorded or "|" not in source:
@@ -218,11 +186,8 @@ def check_source(meta: PartitionMeta, folder: str | os.PathLike, source: str | N
 
 
 def check_splits(meta: PartitionMeta, folder: str | os.PathLike, tag: str, splits: str, dataset: str) -> None:
-    """Refuse a partition folder made with other splits than this run's `tag` (`split_file.splits_tag`).
-
-    Raises:
-        PartitionFormatError: the splits differ, so it would train and score other nodes than asked.
-    """
+    """Refuse a partition folder made with other splits than this run's `tag` (`split_file.splits_tag`): it would
+    train and score other nodes than asked."""
     recorded = split_source(meta.source or "")[1]
     wanted = split_source(tag)[1]
     if recorded == wanted:
@@ -248,9 +213,6 @@ def load_partition(folder: str | os.PathLike, part_id: int, *, verify: bool = Tr
     """Read one part, checking sizes, with `verify` checksums, and always what the kernels index with.
 
     `mmap` maps MAPPED_FILES read-only, so their pages are the page cache's, not the process's.
-
-    Raises:
-        PartitionFormatError: a file missing, truncated, failing its checksum, unparsable or unsound.
     """
     folder = Path(folder)
     meta = read_meta(folder)

@@ -37,11 +37,8 @@ def in_partition_ids(split: LinkSplit, node_map: np.ndarray) -> dict[str, np.nda
 
 
 def has_link_split(folder: str | os.PathLike, params: dict) -> bool:
-    """Whether `folder/links` holds the held-out edges of `params`.
-
-    Raises:
-        PartitionFormatError: its SPLIT.json is unreadable (a damaged folder, not one of other edges).
-    """
+    """Whether `folder/links` holds the held-out edges of `params`; an unreadable SPLIT.json is refused (a damaged
+    folder, not one of other edges)."""
     path = Path(folder) / "links" / "SPLIT.json"
     if not path.is_file():
         return False
@@ -53,11 +50,7 @@ def has_link_split(folder: str | os.PathLike, params: dict) -> bool:
 
 
 def load_link_split(folder: str | os.PathLike, part_offsets: np.ndarray, part_id: int) -> dict[str, np.ndarray]:
-    """This part's held-out pairs ({name: array}): the rows whose first node it owns.
-
-    Raises:
-        PartitionFormatError: no link split, or a file unreadable or failing `validate.check_link_arrays`.
-    """
+    """This part's held-out pairs ({name: array}): the rows whose first node it owns."""
     links = Path(folder) / "links"
     if not (links / "SPLIT.json").is_file():
         raise PartitionFormatError(f"expected held-out edges in {links}; found none. HINT: let mpignn make the "

@@ -29,18 +29,9 @@ _ERRORS = {cls.__name__: cls for cls in (ConfigError, DatasetError, PartitionFor
 
 def scatter_graph(comm: Any, data: Any, part_id: int, *, num_parts: int, method: str, seed: int,
                   links: dict | None = None, timeout: float | None = None) -> tuple[LocalPart, dict | None]:
-    """Collective over `comm`: this rank's part of rank 0's graph `data`, cut as `partition_graph` cuts it.
-
-    Args:
-        links: {"val", "test", "num_tails", "seed"} to hold out edges for link prediction; None: none.
-        timeout: seconds ranks wait for rank 0 (None: no bound).
-    Returns:
-        (the LocalPart, its held-out edges or None).
-    Raises:
-        DatasetError / ConfigError: the graph fails a check or cannot be cut: the same line on every rank.
-        RootFailedError: rank 0 failed in another way, or `timeout` passed.
-        ConfigError: a rank cannot hold its part (on every rank).
-    """
+    """Collective over `comm`: (this rank's part of rank 0's graph `data`, cut as `partition_graph` cuts it, its
+    held-out edges or None). A graph that fails a check is the same line on every rank; rank 0 failing otherwise,
+    or past `timeout` seconds, is a RootFailedError."""
     part_ids = comm.gather(int(part_id), root=0)
     cut, problem = None, None
     with root_first(comm, timeout=timeout, what="checking and partitioning the in-memory graph") as first:

@@ -80,11 +80,7 @@ def _check_ptr(path: Path, ptr: np.ndarray, end: int, what: str, folder: Path) -
 
 
 def check_meta(meta: Any, folder: str | os.PathLike) -> None:
-    """Check the numbers of META.json that ownership and type lookups rely on.
-
-    Raises:
-        PartitionFormatError: part_offsets are not 0 .. num_nodes in order, or the type counts do not add up.
-    """
+    """Check the numbers of META.json that ownership and type lookups rely on."""
     path = Path(folder) / "META.json"
     try:
         offsets = np.asarray(meta.part_offsets, dtype=np.int64).reshape(-1)
@@ -111,9 +107,6 @@ def check_part(meta: Any, part_id: int, arrays: Mapping[str, np.ndarray], pdir: 
     """Check one part's arrays against each other and META.json before any kernel reads them.
 
     `scanned` ({name: max} from `sha256_and_max`) spares the range scan the checksum read already did.
-
-    Raises:
-        PartitionFormatError: naming the file and the fault.
     """
     pdir, folder = Path(pdir), Path(folder)
     lo, hi = int(meta.part_offsets[part_id]), int(meta.part_offsets[part_id + 1])
@@ -202,11 +195,7 @@ def _check_types(meta: Any, part_id: int, arrays: Mapping[str, np.ndarray], pdir
 
 def check_link_arrays(links: Mapping[str, np.ndarray], where: str | os.PathLike, num_nodes: int,
                       folder: str | os.PathLike) -> None:
-    """Check held-out link arrays: int64, [2, k] pairs and [k, K] tails, every id in [0, num_nodes).
-
-    Raises:
-        PartitionFormatError: naming the file and the fault.
-    """
+    """Check held-out link arrays: int64, [2, k] pairs and [k, K] tails, every id in [0, num_nodes)."""
     where = Path(where)
     for split in ("val", "test"):
         k = None

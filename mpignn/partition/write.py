@@ -125,13 +125,7 @@ class MemoryParts:
 def write_partition(graph: GraphData, parts: np.ndarray, out: str | os.PathLike, *, num_parts: int, method: str,
                     seed: int, dataset: str, force: bool = False, source: str | None = None) -> dict:
     """Write `graph` cut by `parts` into `out` atomically. META.json records `source`, so training refuses
-    the folder once those files hold other content.
-
-    Returns:
-        The META.json content (turn it into the printed report with `format.report`).
-    Raises:
-        ConfigError: `out` exists and `force` is not set.
-    """
+    the folder once those files hold other content. Returns META.json's content (`format.report` reports it)."""
     out = Path(out)
     if out.exists() and not force:
         raise ConfigError(f"partition folder {out} already exists. HINT: pass --force to replace it, or pick "
