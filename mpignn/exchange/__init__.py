@@ -1,5 +1,4 @@
 """Remote node data: features and labels of sampled nodes, fetched from their owners, with a hot-node cache.
-No torch-geometric.
 
 Layer 7 (exchange): imports sampling and the layers below; never loader, models or anything above.
 """

@@ -1,5 +1,5 @@
 """The remote-feature cache policy: which remote rows a rank caches and how many (`--cache-size`; the policy
-in docs/launchers-and-devices.md). Imports numpy, mpi, env, sampling and exchange; never the model or the loop.
+in docs/launchers-and-devices.md).
 """
 from __future__ import annotations
 
@@ -40,13 +40,9 @@ _ESTIMATE_BATCH = 1024
 
 def cache_budget(cache_size: int | str, row_bytes: int, reachable: int, worth: int, spare_bytes: int | None,
                  ranks_sharing: int) -> int:
-    """Rows of this rank's remote-feature cache.
-
-    Args:
-        cache_size: a row count, or "auto": AUTO_CACHE_MEMORY_SHARE of `spare_bytes` per rank, capped by `worth`.
-        reachable: remote nodes sampling can fetch at all (a row count never goes beyond them).
-        worth: remote nodes expected to be fetched at least MIN_FETCHES_PER_EPOCH times per epoch.
-        spare_bytes: memory available to the `ranks_sharing` ranks (None: unknown).
+    """Rows of this rank's remote-feature cache: `cache_size` rows, never beyond the `reachable` remote nodes, or
+    "auto": AUTO_CACHE_MEMORY_SHARE of `spare_bytes` (None: unknown) per rank sharing it, capped by `worth`, the
+    remote nodes expected to be fetched at least MIN_FETCHES_PER_EPOCH times per epoch.
     """
     if cache_size != "auto":
         return max(0, min(int(cache_size), reachable))

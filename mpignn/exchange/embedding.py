@@ -1,5 +1,5 @@
 """Learnable node embeddings held by their owners, for nodes without features (DistDGL's DistEmbedding):
-pulled from owners, gradients pushed back to a sparse optimizer there. numpy + mpi4py; torch for batch rows.
+pulled from owners, gradients pushed back to a sparse optimizer there.
 
     emb = NodeEmbedding(part.hi - part.lo, 64, lo=part.lo, part_offsets=offsets, comm=comm)
     x = emb.pull(batch.n_id.cpu().numpy(), device)  # collective; a leaf tensor on `device` that takes gradients
@@ -92,10 +92,8 @@ class NodeEmbedding:
 
     With `comm`, `pull` and `step` are collective: every rank calls each once per batch, also with no ids.
     Gradients are averaged over the ranks as DDP averages dense ones, so a DDP-scaled loss trains rows alike.
-
-    Args:
-        optimizer: "adagrad" (DistDGL's SparseAdagrad) or "adam" (SparseAdam), with learning rate `lr`.
-        seed, init_scale: rows start uniform in (-init_scale, init_scale), by global id (`init_rows`).
+    `optimizer`: "adagrad" (DistDGL's SparseAdagrad) or "adam" (SparseAdam). Rows start uniform in
+    (-init_scale, init_scale), by `seed` and global id (`init_rows`).
     """
 
     def __init__(self, num_rows: int, dim: int, lo: int = 0, part_offsets: np.ndarray | None = None,
@@ -166,10 +164,7 @@ class NodeEmbedding:
 
     def save(self, path: str, **tags: int) -> None:
         """This rank's rows and optimizer state to `path` (npz, durable, whole or not at all), with int `tags`.
-
-        Raises:
-            OSError: the disk is full or failing; `path` is then as it was.
-        """
+        On an OSError (a full or failing disk) `path` is as it was."""
         arrays = {"weight": self.weight, "lo": np.array(self.lo), **self.optimizer.state(),
                   **{f"tag_{k}": np.array(v) for k, v in tags.items()}}
         write_durable(path, lambda f: np.savez(f, **arrays))

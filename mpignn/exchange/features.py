@@ -1,5 +1,5 @@
 """Rows of node features for a batch: own rows locally, cached halo rows from the cache, the rest from their
-owners by all-to-all. numpy + mpi4py; torch only when the table is a tensor (`--exchange torch`).
+owners by all-to-all.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Blocks of exact layer-wise inference: chunks of own targets with all their in-edges, and where each block's
-sources come from (own rows, or other ranks' rows fetched for a group of blocks at once). numpy only.
+sources come from (own rows, or other ranks' rows fetched for a group of blocks at once).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The layers exact inference applies one at a time (`LayerStack`) on a block; refuses, in one line with a
-HINT, what it cannot walk exactly. Imports torch and PyG (through `models`).
+HINT, what it cannot walk exactly.
 """
 from __future__ import annotations
 
@@ -31,9 +31,7 @@ _PER_NODE = "node"  # PyG LayerNorm's mode that normalises each node alone ("gra
 class LayerStack:
     """The layers of a node encoder (`WALKS`), applied one at a time to a block in eval mode; DDP is unwrapped.
     Convs: SAGEConv (order-free aggregations), GCNConv (whole-graph normalisation), GATConv, GATv2Conv, GINConv.
-
-    Raises:
-        ConfigError: a model or configuration the walk would not compute exactly (one line, with a HINT).
+    A model or configuration the walk would not compute exactly is a ConfigError.
     """
 
     def __init__(self, encoder: torch.nn.Module, act: str | Callable[[torch.Tensor], torch.Tensor] | None = None

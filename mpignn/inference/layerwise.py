@@ -1,5 +1,5 @@
 """Exact layer-wise inference: every layer for every node with whole in-neighbourhoods, block by block, the
-previous layer's remote rows through the training exchange (docs/predict.md). Imports torch and PyG.
+previous layer's remote rows through the training exchange (docs/predict.md).
 """
 from __future__ import annotations
 
@@ -88,10 +88,7 @@ def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, ch
                alltoall: Any, keep: tuple[int, ...] = (), halo_mib: float = 256) -> dict[int, np.ndarray]:
     """Collective over `comm` (every rank, the same number of exchanges per layer): apply every layer to
     every own node; returns {layer: own rows} of the last layer and of the layers in `keep` (0: `table`).
-
-    Args:
-        chunk: target nodes per block.
-        halo_mib: remote rows a rank holds at once; consecutive blocks' are fetched together up to this.
+    `chunk` target nodes a block; consecutive blocks' remote rows are fetched together up to `halo_mib`.
     """
     blocks = make_blocks(part, chunk)
     lo, hi = part.lo, part.hi
@@ -143,17 +140,9 @@ def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, ch
 def exact_outputs(rt: Runtime, graph: LocalGraph, encoder: torch.nn.Module, *, chunk: int = 8192,
                   act: Any = None, device: Any = None, halo_mib: float = 256) -> tuple[np.ndarray, Any, FeatureStore]:
     """Collective over `rt.comm` where the ranks hold parts: `encoder`'s last-layer rows of this rank's own
-    nodes by exact inference (`--eval exact`, `runtime.inference`), in eval mode.
-
-    Args:
-        act: the activation between a plain `.convs` module's convs.
-        chunk, halo_mib: as `run_layers`.
-
-    Returns:
-        (rows [n_own, F], their communicator or None, a FeatureStore over `rows` to fetch any node's row).
-
-    Raises:
-        ConfigError: on every rank alike, a model exact inference does not know or that does not fit the graph.
+    nodes by exact inference (`--eval exact`, `runtime.inference`), in eval mode; `act` goes between a plain
+    `.convs` module's convs. Returns (rows [n_own, F], their communicator or None, a FeatureStore over `rows` to
+    fetch any node's row); a model it does not know or that does not fit the graph is a ConfigError on every rank.
     """
     part = graph.part
     rows = graph.embedding.weight if graph.embedding is not None else None
