@@ -67,10 +67,8 @@ def read_checkpoint(folder: Path, sha256: str | None = None, *, doing: str = "re
                     ) -> dict[str, Any]:
     """Return the state saved in `folder/checkpoint.pt`, checked against `sha256` when given. Not collective.
 
-    Args:
-        doing / hint: what the caller wanted, and its fix, for the error ("cannot {doing} PATH: ...").
-    Raises:
-        ConfigError: no checkpoint.pt, or an unusable one (unpickling refusal, truncation, another checksum).
+    No checkpoint.pt, or an unusable one (unpickling refusal, truncation, another checksum), is a ConfigError
+    "cannot {doing} PATH: ... HINT: {hint}": `doing` and `hint` are the caller's wish and its fix.
     """
     path = folder / CHECKPOINT
     if not path.is_file():
@@ -109,13 +107,9 @@ def _apply(path: Path, state: dict[str, Any], model: torch.nn.Module, optimizer:
 def load_checkpoint(folder: str | os.PathLike, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer | None = None,
                     config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Restore model (and optimizer) from `folder/checkpoint.pt`, checking `config` first. Not collective.
-
-    Returns:
-        {"epoch", "step" (where training continues), "rng", "extra", "replay_changes"}.
-    Raises:
-        ConfigError: no checkpoint, a corrupt one, or one of another model or model flags.
-    """
+    """Restore model (and optimizer) from `folder/checkpoint.pt`, checking `config` first; return {"epoch",
+    "step" (where training continues), "rng", "extra", "replay_changes"}. Not collective. ConfigError: no
+    checkpoint, a corrupt one, or one of another model or model flags."""
     folder = Path(folder)
     return _apply(folder / CHECKPOINT, read_checkpoint(folder), model, optimizer, config)
 
@@ -138,11 +132,8 @@ def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
 
 
 def checkpoint_config(folder: str | os.PathLike) -> dict[str, Any] | None:
-    """Return the flags `latest_checkpoint(folder)` was saved with, or None. Not collective.
-
-    Raises:
-        ConfigError: the checkpoint is corrupt (as a resume would).
-    """
+    """Return the flags `latest_checkpoint(folder)` was saved with, or None; a corrupt checkpoint is refused as a
+    resume would. Not collective."""
     where = latest_checkpoint(folder)
     return None if where is None else dict(read_checkpoint(where).get("extra", {}).get("config", {}))
 
@@ -152,13 +143,9 @@ ADDED_OFF = {"norm": "none", "residual": False, "linear_head": False}
 
 
 def check_compatible(saved: dict[str, Any], config: dict[str, Any], model_flags: Sequence[str] = ()) -> list[str]:
-    """Refuse a resume whose MODEL_KEYS or `model_flags` (`Task.model_flags`) differ from `saved`.
-
-    Returns:
-        The REPLAY_KEYS flags that differ (no exact replay), and --eval where exact and sampled scores swap.
-        A flag an older checkpoint lacks is not compared, unless `ADDED_OFF` gives its old value.
-    Raises:
-        ConfigError: naming each model flag that differs.
+    """Refuse a resume whose MODEL_KEYS or `model_flags` (`Task.model_flags`) differ from `saved` (ConfigError
+    naming each); return the REPLAY_KEYS flags that differ (no exact replay), and --eval where exact and sampled
+    scores swap. A flag an older checkpoint lacks is not compared, unless `ADDED_OFF` gives its old value.
     """
     saved = {**ADDED_OFF, **saved}
 
@@ -181,10 +168,8 @@ def save_state(comm: Any, folder: str | os.PathLike, *, epoch: int, step: int, m
     """Collective over `comm`: commit one generation in `folder` and return it once every rank's part is written.
 
     Each host's first rank writes the checkpoint (node-local folders get it too); generations before the
-    newest `keep` go only after the new one counts.
-
-    Raises:
-        ConfigError: a write failed on some rank, on every rank alike; the new generation is removed.
+    newest `keep` go only after the new one counts. A write that failed on some rank is a ConfigError on every
+    rank alike, and the new generation is removed.
     """
     topo = topology(comm)
     writer = topo.local_rank == 0
@@ -288,12 +273,9 @@ def resume_state(comm: Any, folder: str | os.PathLike, model: torch.nn.Module, o
 
     Each rank reads its own view (node-local folders differ). RNG states are restored on the same world
     size; on another, fresh ones are seeded from (seed, epoch, step, rank): the data order differs anyway.
-
-    Returns:
-        load_checkpoint's dict, plus "same_world" (RNG states restored) and "generation" (the folder name).
-    Raises:
-        ConfigError: on every rank alike: no checkpoint, a corrupt one, other model flags, or ranks that
-            found different checkpoints (a stale node-local folder).
+    Returns load_checkpoint's dict, plus "same_world" (RNG states restored) and "generation" (the folder name).
+    ConfigError on every rank alike: no checkpoint, a corrupt one, other model flags, or ranks that found
+    different checkpoints (a stale node-local folder).
     """
     base = Path(folder)  # below: a generation's own folder, or best/ (predict)
     where = latest_checkpoint(base) or (base if (base / MANIFEST).is_file() else None)

@@ -106,14 +106,9 @@ def _field(view: dict[str, Any], name: str, key: str) -> Any:
 
 
 def bring_generation(comm: Any, folder: str | os.PathLike, name: str | None = None) -> str | None:
-    """Collective over `comm`: make generation `name` (default: the newest any host holds) complete on every host.
-
-    Returns:
-        Its name on every rank, None when no host holds one.
-    Raises:
-        ConfigError: on every rank alike: hosts hold different generations of that name, a file of it no
-            host holds, or a copy that failed (a full disk, a corrupt file at the sender).
-    """
+    """Collective over `comm`: make generation `name` (default: the newest any host holds) complete on every host;
+    return its name, None when no host holds one. Agreed ConfigError: hosts hold different generations of that
+    name, a file of it no host holds, or a copy failed (a full disk, a corrupt file at the sender)."""
     folder = Path(folder)
     views = gather_per_host(comm, comm.rank,
                             lambda ranks: {"host": socket.gethostname(), "ranks": ranks, "held": _view(folder, name)})

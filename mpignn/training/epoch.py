@@ -44,14 +44,9 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
     Each rank's loss is scaled by world_size / (the step's seeds on all ranks, one tiny all-reduce): DDP
     averages over ranks, so the update is the mean over all seeds whatever each rank's share. A rank without
     seeds still joins DDP with zeros. A stop requested on any rank ends every rank at the same step.
-
-    Args:
-        start_step: skip the steps before it (a mid-epoch resume).
-        end_step: leave before this step (None: at the loader's end), e.g. to evaluate inside the epoch.
-        embedding: a NodeEmbedding whose rows follow the features (collective: pulled and stepped each step).
-    Returns:
-        sums: loss_sum, correct, seeds, units (`Task.units`), nodes, steps, compute_s, allreduce_s, and
-            stopped_step (-1: not stopped).
+    [start_step, end_step) resumes mid-epoch or evaluates inside it; an `embedding` (NodeEmbedding) is pulled
+    and stepped each step. Returns sums (loss_sum, correct, seeds, units, nodes, steps, compute_s, allreduce_s)
+    and stopped_step (-1: not stopped).
     """
     model.train()
     clock = StepClock(device)  # device events on an accelerator: no step waits to be timed
@@ -172,8 +167,8 @@ def run_epoch(parts: EpochParts, epoch: int, *, evaluate_now: bool, start_step: 
     """Collective over `rt.comm`: train one epoch (evaluating if `evaluate_now`) and reduce it into one record.
 
     Sums are divided once; times and memory are the max over ranks. `carry`: the summed `_CARRIED` of the steps
-    a stopped epoch did (rank 0 adds them). A stopped epoch is not evaluated. `end_step`: train
-    [start_step, end_step) only. `test_if`: evaluate test only once validation reaches it (else None)."""
+    a stopped epoch did (rank 0 adds them). A stopped epoch is not evaluated; test only once validation
+    reaches `test_if`."""
     rt, graph, loaders, model = parts.rt, parts.graph, parts.loaders, parts.model
     task, bf16, emb = graph.task, parts.bf16, graph.embedding
     before = parts.counters()

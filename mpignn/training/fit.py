@@ -78,11 +78,8 @@ def fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any
         optimizer: torch.optim.Optimizer, stop: StopSignal | None = None,
         resolved: dict[str, Any] | None = None) -> int:
     """Collective over `rt.comm`: train `graph.task`, resuming when asked, the checkpoint folder locked meanwhile.
-
-    Args:
-        resolved: what the `auto` flags resolved to (`runtime.session`), kept in records and checkpoints.
-    Returns:
-        0, or EXIT_STOPPED when `stop` was requested on any rank (after the checkpoint is saved).
+    `resolved` (the `auto` flags' values) is kept in records and checkpoints. Returns 0, or EXIT_STOPPED when
+    `stop` was requested on any rank (after the checkpoint is saved).
     """
     resuming = _wants_resume(cfg, rt.comm)
     lock = claim_checkpoint_dir(rt.comm, cfg, resuming) if cfg.checkpoint_dir else None

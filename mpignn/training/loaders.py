@@ -1,7 +1,5 @@
-"""The training CLI's loaders (`make_loader`), the `BatchLoader` arguments of each --minibatch mode that
-`runtime.NeighborLoader` takes too, and the per-rank share of a global batch. Your own loop takes
-`runtime.NeighborLoader`, which has the same modes.
-"""
+"""The training CLI's loaders (`make_loader`) and the `BatchLoader` arguments of each --minibatch mode, which
+`runtime.NeighborLoader` (your own loop's, with the same modes) takes too."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -35,14 +33,10 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
                 eval_batch_size: int = TrainConfig.eval_batch_size, **unknown: Any) -> BatchLoader:
     """Collective over `rt.comm` (agrees on the step count): build a loader over this rank's seeds of `split`.
 
-    Args:
-        batch_size: seeds (nodes, or positive pairs) per step; for "train" with `batch_scope="global"` the
-            global batch, of which this rank takes its share (`rank_batch_size`).
-        eval_batch_size: items per evaluation step (0: `Task.eval_factor` times `batch_size`).
-        prefetch: auto, on or off (`overlap`).
-        max_steps: for "train", at most this many steps per epoch (0: all), each epoch from a fresh shuffle.
-        minibatch: "independent" (None), "cooperative" (train only) or "full" (one kept step per pass);
-            evaluation always samples neighbours. `auto` is the caller's to resolve.
+    `batch_size` counts seeds (nodes, or positive pairs); for "train" with `batch_scope="global"` it is the
+    global batch, of which this rank takes its share. `eval_batch_size` 0 is `Task.eval_factor` times it.
+    `max_steps` (0: all) caps a training epoch, each from a fresh shuffle. `minibatch` None is "independent";
+    cooperative is train only (evaluation samples independently), and `auto` is the caller's to resolve.
     """
     task = graph.task or make_task()
     for key in unknown:  # the same call on every rank
@@ -70,16 +64,11 @@ def make_loader(rt: Runtime, graph: LocalGraph, split: str, fanouts: Sequence[in
 def loader_arguments(rt: Runtime, graph: LocalGraph, sampler: Any, seeds: Any, batch_size: int, batch_scope: str,
                      minibatch: str, *, prefetch: str, **options: Any) -> dict[str, Any]:
     """Collective over `rt.comm` (a cooperative sampler's communicators): `BatchLoader`'s arguments for `minibatch`
-    batches of `seeds`, as `make_loader` and the runtime's loaders (its subclasses) take them.
+    batches of `seeds` plus `options` (its other keywords), as `make_loader` and the runtime's loaders take them.
 
-    Args:
-        batch_size: seeds per step (this rank's share with `batch_scope="global"`); "full" takes them all at once.
-        minibatch: "independent", "cooperative" or "full" (every neighbour: one step, made once and kept).
-        options: `BatchLoader`'s keywords (shuffle, drop_last, wrap, seed, max_steps, name, ...).
-    Raises:
-        ConfigError: on every rank alike: a graph whose rows its owners cannot compute (`cooperative_refusal`)
-            in full batches, or cooperative ones across parts. The callers refuse an unknown `minibatch` first
-            (`check_minibatch`).
+    "full" takes every seed and neighbour in one step, made once and kept. A graph whose rows its owners cannot
+    compute (`cooperative_refusal`) in full batches, or cooperative ones across parts, is an agreed ConfigError;
+    the callers refuse an unknown `minibatch` first (`check_minibatch`).
     """
     talks = rt.world_size > 1 and not graph.replicated
     owners = minibatch == "full" or (talks and minibatch == "cooperative")  # each row computed by its owner

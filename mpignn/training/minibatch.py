@@ -80,12 +80,8 @@ def count_step(rt: Runtime, loader: Any) -> StepCount:
 def choose_minibatch(rt: Runtime, make_loader: Callable[[str], Any], *, in_width: int, hidden: int,
                      num_nodes: int, full_refusal: str) -> tuple[str, str]:
     """Collective over `rt.comm` (`--minibatch auto`): return "full" or "independent" from counts alone, and why.
-
-    Args:
-        make_loader: `mode -> training loader` of that mode (collective); its epoch 0 is training's.
-        in_width, hidden: for `StepCount.cost`.
-        full_refusal: `training.loaders.full_fit_problem`'s answer ("" where full can train).
-    """
+    `make_loader(mode)` builds a training loader (collective) whose epoch 0 is training's; `full_refusal` is
+    `full_fit_problem`'s answer ("" where full can train)."""
     if full_refusal:
         return "independent", full_refusal.split(". HINT")[0]
     step = count_step(rt, make_loader("independent"))
@@ -112,11 +108,8 @@ def tune_minibatch(rt: Runtime, model: torch.nn.Module, make_loader: Callable[[s
     """Collective over `rt.comm` (`--minibatch tune`): return the fastest mode and what each measured.
 
     The probe leaves weights, RNG and buffers as they were. Rank 0 logs the flag that pins the choice.
-
-    Args:
-        make_loader: `mode -> training loader` of that mode (collective); its epoch 0 is training's.
-        refusal: why cooperative cannot train this run ("": it can, and is timed).
-        full_refusal: as for `choose_minibatch`; full is timed only past `FULL_COVERAGE`.
+    `make_loader` and `full_refusal` are as for `choose_minibatch` (full timed only past `FULL_COVERAGE`);
+    `refusal` says why cooperative cannot train ("": it can, and is timed).
     """
     coverage = count_step(rt, make_loader("independent")).inputs / max(1, num_nodes) if not full_refusal else 0.0
     refusal = refusal or ("one rank" if rt.world_size == 1 else "")

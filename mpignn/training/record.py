@@ -1,7 +1,6 @@
 """The epoch record (a plain dict: metrics JSONL, epoch line, TensorBoard): its fields documented once
-(`SCHEMA`, task-dependent keys as patterns), built here (`epoch_record`), printed as a line on rank 0 and
-appended as JSON; the best-validation-epoch selection and the final line. Stdlib only.
-"""
+(`SCHEMA`), built (`epoch_record`), printed on rank 0 and appended as JSON; the best-epoch choice and the final
+line. Stdlib only."""
 from __future__ import annotations
 
 import contextlib
@@ -122,14 +121,9 @@ def redundancy(counted: Sequence[float], union: Sequence[float]) -> float | None
 def epoch_record(*, epoch: int, epochs_done: float, total: Mapping[str, float], slowest: Mapping[str, Any],
                  scores: Mapping[str, Any], unit: str, layers: int, world_size: int, graph_fields: Mapping[str, float],
                  minibatch: str, stopped_step: int | None = None, carried: Sequence[str] = ()) -> dict[str, Any]:
-    """Build the record of one epoch from its reduced numbers.
-
-    Args:
-        total: sums over all ranks (the epoch's sums, row counts per layer, `epoch.COUNTERS`).
-        slowest: maxima over ranks (times, memory, own_rows: the busiest rank's rows per step per layer).
-        scores: the task's evaluation fields. graph_fields: cache_rows, cache_mib, graph_mib of the LocalGraph.
-        carried: with `stopped_step`, the sums kept as `partial` for a resumed run.
-    """
+    """Build the record of one epoch from `total` (sums over ranks: the epoch's, rows per layer, `epoch.COUNTERS`)
+    and `slowest` (maxima over ranks: times, memory, the busiest rank's own_rows); with `stopped_step`, the
+    `carried` sums are kept as `partial` for a resumed run."""
     frac = lambda a, b: (total[a] / total[b]) if total[b] else None  # noqa: E731
     steps_all = max(total["steps"] / world_size, 1)
     rec: dict[str, Any] = {

@@ -1,7 +1,6 @@
 """The run's own files: its checkpoint folder (one run's, locked while it trains) and its outputs, checked
-before training and written on every rank's behalf, so a failed write is one agreed line on every rank, never
-one rank's traceback while the others wait. Imports the stdlib, torch (a model's size) and the layers below.
-"""
+before training, so a failed write is one agreed line on every rank, never one rank's traceback while the
+others wait. Imports the stdlib, torch (a model's size) and the layers below."""
 from __future__ import annotations
 
 import errno
@@ -77,14 +76,9 @@ def _saved(folder: Path) -> str:
 
 
 def claim_checkpoint_dir(comm: Any, cfg: TrainConfig, resuming: bool) -> FolderLock | None:
-    """Collective over `comm`: create and lock --checkpoint-dir on every host that writes it (node-local too).
-
-    Returns:
-        This rank's lock (None where it holds none); hold it for the run.
-    Raises:
-        ConfigError: on every rank alike: another run's checkpoint and neither `resuming` nor --force-new, or
-            another live job training there.
-    """
+    """Collective over `comm`: create and lock --checkpoint-dir on every host that writes it (node-local too);
+    return this rank's lock (None where it holds none) to hold for the run. Another run's checkpoint (neither
+    `resuming` nor --force-new) or another live job training there is an agreed ConfigError."""
     folder = Path(cfg.checkpoint_dir)
     lock, problem = None, ""
     if comm.rank == 0:
