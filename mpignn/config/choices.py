@@ -38,11 +38,7 @@ FEATURE_DEVICES = ("auto", "host", "device")  # launch.device.features_on_device
 
 
 def check_choice(name: str, value: Any, allowed: Sequence[str]) -> str:
-    """Return `value` when it is one of `allowed`.
-
-    Raises:
-        ConfigError: naming the flag `--name` (underscores as dashes), the value and the first choice.
-    """
+    """Return `value` when it is one of `allowed`; ConfigError names the flag `--name` and the first choice."""
     if value not in allowed:
         flag = "--" + name.replace("_", "-")
         raise ConfigError(f"{flag} must be one of {', '.join(allowed)}; got {value!r}. HINT: {flag} {allowed[0]}")
@@ -50,11 +46,7 @@ def check_choice(name: str, value: Any, allowed: Sequence[str]) -> str:
 
 
 def parse_cache_size(value: int | str) -> int | str:
-    """Return 'auto', or a count of rows (int or digits) as an int >= 0.
-
-    Raises:
-        ConfigError: anything else.
-    """
+    """Return 'auto', or a count of rows (int or digits) as an int >= 0; ConfigError for anything else."""
     if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
         return value
     if isinstance(value, str) and value.strip().isdigit():

@@ -57,11 +57,8 @@ def parse_edge_fanout(text: str | Mapping[str, Sequence[int]], layers: int) -> d
 
 @dataclass(frozen=True, kw_only=True)
 class GraphOptions:
-    """The graph's flags: data source, partition, sampling, cache and exchange, features.
-
-    Raises:
-        ConfigError: a value the matching `python -m mpignn.train` flag refuses (the same message).
-    """
+    """The graph's flags: data source, partition, sampling, cache and exchange, features. A value the matching
+    `python -m mpignn.train` flag refuses is refused here with the same message."""
 
     dataset: str = "synthetic"
     """`synthetic[:key=value,...]`, `npz:PATH`, `npy:FOLDER`, or a public graph by name: Cora, Amazon-Photo,

@@ -243,16 +243,10 @@ def parse(argv: Sequence[str] | None = None) -> TrainConfig:
 
 def check_fits(cfg: TrainConfig, *, world_size: int | None = None, ranks_on_host: int | None = None,
                available: int | None = None) -> int:
-    """Refuse a model and step that cannot fit in memory, before anything loads. Not collective.
-
-    Args:
-        world_size, ranks_on_host: default `env.detect()`'s; pass the communicator's once MPI is up.
-        available: bytes free (default `env.mem_available_bytes()`; unknown: nothing refused).
-    Returns:
-        The estimate in bytes (`estimate_step_bytes` times the ranks on this host).
-    Raises:
-        ConfigError: the estimate exceeds `available`. Host-dependent, so not agreed: raise it where
-            `mpi.run_main` can abort the job.
+    """Refuse a model and step that cannot fit in memory, before anything loads; return the estimate in bytes
+    (`estimate_step_bytes` times the ranks on this host). Not collective. `world_size` and `ranks_on_host`
+    default to `env.detect()`'s (pass the communicator's once MPI is up), `available` to the bytes free.
+    The ConfigError is host-dependent, so not agreed: raise it where `mpi.run_main` can abort the job.
     """
     if world_size is None or ranks_on_host is None:
         info = env.detect()

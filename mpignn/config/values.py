@@ -1,7 +1,5 @@
 """Each config value's type, range or choices (beside the field: `opt`), and a lower bound of one step's memory,
-so a wrong TOML type or an impossible number fails in one line before anything loads. Stdlib only: imports
-nothing but mpignn.errors and config.choices.
-"""
+so a wrong TOML type or an impossible number fails in one line before anything loads. Stdlib only."""
 from __future__ import annotations
 
 import dataclasses
@@ -36,13 +34,8 @@ _TYPES: dict[str, tuple[Callable[[Any], bool], str, Callable[[str, str, Any], st
 
 def check_types(values: Mapping[str, Any], annotations: Mapping[str, Any],
                 defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Check each of `values` against its field's annotation; bools only for bool (a TOML "false" is a string).
-
-    Returns:
-        {name: value} of the values to replace: the ints given for float fields, as floats.
-    Raises:
-        ConfigError: naming the key and its flag, the expected type and the value (with its type), and a HINT.
-    """
+    """Check each of `values` against its field's annotation (ConfigError names key, flag, type and value); bools
+    only for bool (a TOML "false" is a string). Return the ints given for float fields, as floats, to replace."""
     widened: dict[str, Any] = {}
     for name, value in values.items():
         note = annotations.get(name)
@@ -131,11 +124,8 @@ def estimate_step_bytes(hidden: int, layers: int, seeds: int, *, model: str = "s
 
 
 def check_memory(estimate: int, available: int | None, what: str, hint: str = "") -> None:
-    """Refuse when `estimate` bytes exceed `available` (None: unknown, nothing refused).
-
-    Raises:
-        ConfigError: the estimate, what it covers (`what`), the bytes available and a HINT.
-    """
+    """Refuse (ConfigError naming `what` the estimate covers) when `estimate` bytes exceed `available` (None:
+    unknown, nothing refused)."""
     if available is None or estimate <= available:
         return
     hint = hint or "a smaller --hidden or --batch-size, fewer layers (--fanout), or fewer ranks per host"

@@ -90,11 +90,8 @@ class LocalGraph:
         return self.layout.schema if self.layout is not None else None
 
     def metadata(self) -> tuple[list[str], list[tuple[str, str, str]]]:
-        """(node types, edge types) as PyG's `HeteroData.metadata()` gives them, for `to_hetero(model, ...)`.
-
-        Raises:
-            ConfigError: a homogeneous graph (no types).
-        """
+        """(node types, edge types) as PyG's `HeteroData.metadata()` gives them, for `to_hetero(model, ...)`;
+        ConfigError on a homogeneous graph (no types)."""
         if self.schema is None:
             raise ConfigError("metadata() lists node and edge types; this graph has one of each. HINT: a "
                               "homogeneous model needs no to_hetero")

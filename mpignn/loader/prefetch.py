@@ -25,10 +25,8 @@ def overlap(rt: Runtime, talks: bool, mode: str = "auto", device_exchange: bool 
     One part: always unless off. Several parts need MPI_THREAD_MULTIPLE, and `auto` takes the thread only
     where compute leaves a core free (a GPU/XPU, or OVERLAP_MIN_THREADS threads). Never with `device_exchange`
     (`--exchange torch` on a GPU/XPU): NCCL does not order two communicators in flight from two threads (it
-    can hang).
-
-    Raises:
-        ConfigError: a bad `mode`; or `on` across parts without MPI_THREAD_MULTIPLE or with `device_exchange`.
+    can hang). ConfigError: a bad `mode`, or `on` across parts without MPI_THREAD_MULTIPLE or with
+    `device_exchange`.
     """
     with agreed(ConfigError):  # the same mode on every rank
         check_choice("prefetch", mode, PREFETCH_MODES)

@@ -22,11 +22,7 @@ def build_model(name: str, in_channels: int | Mapping[str, int], hidden: int, ou
                 dropout: float = 0.0, *, schema: Any = None, norm: str = "none",
                 residual: bool = False, linear_head: bool = False) -> torch.nn.Module:
     """Build `sage`, `gat` or `gcn` (`SampledGNN`), or with a heterogeneous `schema` `sage` or `rgcn` (`HeteroGNN`,
-    which take no `norm`, `residual` or `linear_head`).
-
-    Raises:
-        ConfigError: a model the graph cannot take, or an option it does not have (`config.refusals`).
-    """
+    which take no `norm`, `residual` or `linear_head`); ConfigError for a model or option the graph cannot take."""
     check_combinations({"model": name, "norm": norm, "residual": residual, "linear_head": linear_head,
                         "hetero": schema is not None})
     if schema is not None:

@@ -1,12 +1,7 @@
-"""ReLU then dropout as one in-place autograd node: the hidden layers' activation in `SampledGNN`.
-
-Why not `F.dropout`: its CPU `bernoulli_` mask is slow (docs/training.md, "Defaults and why"). CPU fp32/fp64
-takes one numba pass whose mask a seed fixes whatever the thread count, and keeps no mask (backward uses
-out > 0); other devices take torch ops. `activated_halo` fuses it with the next layer's halo for cooperative
-batches: own rows are written straight into a table whose tail receives the remote rows, sparing `Halo`'s
-`torch.cat` of every own row of every layer (its cost: docs/training.md, "Fewer copies"). Imports torch, numpy,
-numba, exchange.halo and sampling.kernels only.
-"""
+"""ReLU then dropout as one in-place autograd node (`SampledGNN`'s activation): `F.dropout`'s CPU mask is slow
+(docs/training.md). CPU fp32/fp64 takes one numba pass, its mask fixed by a seed whatever the thread count and
+not kept (backward uses out > 0), other devices torch ops; `activated_halo` writes own rows straight into the
+cooperative halo's table, sparing `Halo`'s `torch.cat`. Imports torch, numpy, numba, exchange.halo, sampling.kernels."""
 from __future__ import annotations
 
 import os
@@ -30,11 +25,7 @@ _CHUNK = 4096
 
 
 def keep_threshold(p: float) -> int:
-    """The 32-bit threshold t of drop rate `p`: keep probability t / 2**32, within 2**-33 of 1-p.
-
-    Raises:
-        ValueError: p outside [0, 1).
-    """
+    """The 32-bit threshold t of drop rate `p` in [0, 1): keep probability t / 2**32, within 2**-33 of 1-p."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout rate must be in [0, 1); got {p}. HINT: use e.g. --dropout 0.5")
     return min(2**32, round((1.0 - p) * 2**32))
@@ -127,14 +118,8 @@ class _ReluDropout(torch.autograd.Function):
 
 
 def relu_dropout(x: torch.Tensor, p: float, training: bool, inplace: bool = False) -> torch.Tensor:
-    """`F.dropout(F.relu(x), p, training)`.
-
-    Args:
-        p: drop rate in [0, 1).
-        inplace: write into `x` (only when no autograd node saved `x`).
-    Returns:
-        The activations, `x` itself when `inplace`.
-    """
+    """`F.dropout(F.relu(x), p, training)`; with `inplace` written into `x` (only when no autograd node saved
+    `x`) and returned."""
     if not training or p == 0.0:
         return torch.relu_(x) if inplace else torch.relu(x)
     return _ReluDropout.apply(x, p, inplace)

@@ -1,6 +1,5 @@
 """This rank's graph for the Python API: its part (from a partition folder, or rank 0's graph in memory), then
-its sampler, feature store, cache and learnable rows.
-"""
+its sampler, feature store, cache and learnable rows."""
 from __future__ import annotations
 
 import logging
@@ -107,10 +106,7 @@ def build_local_graph(rt: Runtime, opts: GraphOptions, task: Task | None = None,
 
     Without `opts.partitions` the dataset is partitioned once under `root/mpignn-parts/`; a host that does not
     see the folder receives it. With `in_memory`, `data` is rank 0's PyG graph. Own feature rows are
-    transformed on load, so fetched and cached rows arrive transformed.
-
-    Raises:
-        PartitionFormatError / DatasetError / ConfigError: on every rank alike.
+    transformed on load, so fetched and cached rows arrive transformed. Its errors are agreed (every rank alike).
     """
     task = task or make_task()
     with agreed():
@@ -226,11 +222,8 @@ def _device_table(x: np.ndarray, device: str) -> Any:
 
 def build_graph_and_model(rt: Runtime, cfg: TrainConfig, task: Task) -> tuple[LocalGraph, torch.nn.Module]:
     """Collective over `rt.comm`: build the graph, its learnable rows and the task's model on `rt.device` (the
-    same whatever --minibatch mode trains it), as training and predict both start.
-
-    Raises:
-        ConfigError: a model the graph's kind cannot take, on every rank alike.
-    """
+    same whatever --minibatch mode trains it), as training and predict both start; a model the graph's kind
+    cannot take is an agreed ConfigError."""
     graph = build_local_graph(rt, cfg, task)
     if cfg.embed_dim:
         graph = attach_embedding(rt, graph, cfg.embed_dim, lr=cfg.embed_lr, seed=cfg.seed)

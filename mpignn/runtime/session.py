@@ -1,8 +1,6 @@
-"""One training run of `python -m mpignn.train`, from a checked config to its exit code. Every collective on the
-way is bounded (--collective-timeout, plus --prep-timeout for the data), so a dead rank is named, not a hang.
-Every `auto` (or 0: "choose") flag is made concrete once, from counts, never a clock, so a second run given the
-resolved values as flags repeats this one (docs/reproducibility.md).
-"""
+"""One training run of `python -m mpignn.train`, from a checked config to its exit code. Every collective is
+bounded (a dead rank is named, not a hang); every `auto` (or 0) flag is made concrete once, from counts, never a
+clock, so a run given the resolved values as flags repeats this one (docs/reproducibility.md)."""
 from __future__ import annotations
 
 import dataclasses
@@ -109,11 +107,8 @@ def _minibatch(rt: Runtime, cfg: TrainConfig, graph: LocalGraph, model: torch.nn
 
 def resolve_config(rt: Runtime, cfg: TrainConfig, graph: LocalGraph, minibatch: str) -> tuple[TrainConfig,
                                                                                                dict[str, Any]]:
-    """Collective over `rt.comm`: return `cfg` with its `CHOOSE` fields made concrete, and those alone.
-
-    Args:
-        minibatch: the mode `--minibatch auto` (or tune) chose, or the one given.
-    """
+    """Collective over `rt.comm`: return `cfg` with its `CHOOSE` fields made concrete (`minibatch`: the mode
+    chosen or given), and those alone."""
     features = graph.features
     talks = rt.world_size > 1 and not graph.replicated
     prefetch = cfg.prefetch

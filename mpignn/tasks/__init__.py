@@ -18,11 +18,7 @@ __all__ = ["Task", "make_task", "picker"]
 
 
 def make_task(cfg: TrainConfig | None = None, name: str = "node") -> Task:
-    """Return the task of `cfg` (with its flags), or the task `name` with its defaults.
-
-    Raises:
-        ConfigError: an unknown task name.
-    """
+    """Return the task of `cfg` (with its flags), or the task `name` with its defaults; ConfigError if unknown."""
     module, _, cls = TASKS[check_choice("task", name if cfg is None else cfg.task, tuple(TASKS))].partition(":")
     task: type[Task] = getattr(importlib.import_module(module), cls)
     return task() if cfg is None else task.from_config(cfg)

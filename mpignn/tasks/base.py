@@ -1,8 +1,6 @@
-"""The `Task` interface: everything that differs between graph learning tasks, so the pipeline names no task.
-A new task is one module with a `Task` subclass plus one line in `mpignn.config.choices.TASKS`. Beside it, what
-every task's forward pass shares: bf16 autocast, the batch's learnable rows, and metric sums that cost no
-device->host transfer per step.
-"""
+"""The `Task` interface: everything that differs between graph learning tasks, so the pipeline names no task
+(a new task: a `Task` subclass plus a line in `config.choices.TASKS`). Beside it, what every task's forward pass
+shares: bf16 autocast, the batch's learnable rows, and metric sums that cost no device->host read per step."""
 from __future__ import annotations
 
 import contextlib
@@ -125,11 +123,8 @@ class Task:
         raise NotImplementedError
 
     def evaluate_exact(self, rt: Runtime, graph: LocalGraph, model: torch.nn.Module, *, chunk: int = 8192) -> dict[str, Any]:
-        """Collective over `rt.comm`: return exact inference's val/test scores (`--eval exact`) as record fields.
-
-        Raises:
-            ConfigError: the task has no exact evaluation.
-        """
+        """Collective over `rt.comm`: return exact inference's val/test scores (`--eval exact`) as record fields;
+        ConfigError where the task has none."""
         raise ConfigError(f"--eval exact expects a task with exact evaluation; --task {self.name} has none "
                           "yet. HINT: --eval sampled, and python -m mpignn.predict for its embeddings")
 
@@ -147,11 +142,8 @@ class Task:
         return {}
 
     def score_pairs(self, model: torch.nn.Module, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """Return one score per pair from the encoder's rows of its two ends (`a`, `b`: [P, D]).
-
-        Raises:
-            ConfigError: the task has no pair decoder.
-        """
+        """Return one score per pair from the encoder's rows of its two ends (`a`, `b`: [P, D]); ConfigError where
+        the task has no pair decoder."""
         raise ConfigError(f"--pairs expects a checkpoint of a task that scores node pairs (--task link); this one "
                           f"was trained with --task {self.name}. HINT: drop --pairs, or predict with a link "
                           "prediction checkpoint")

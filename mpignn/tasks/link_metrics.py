@@ -20,11 +20,8 @@ _AUC_TAG = 2511
 
 def global_auc(comm: Any, scores: np.ndarray, labels: np.ndarray, chunk: int = AUC_CHUNK) -> float:
     """Collective over `comm`: every rank must call it, in the same order. Return the ROC AUC of all ranks' scores
-    together, exactly, holding one chunk of another rank's at a time.
-
-    Returns:
-        U / (positives x negatives), NaN when either class is absent on every rank.
-    """
+    together, exactly (U / (positives x negatives); NaN without either class), holding one chunk of another
+    rank's at a time."""
     from mpi4py import MPI
 
     scores = np.asarray(scores, dtype=np.float64)
