@@ -2,7 +2,7 @@
 
 Parallel compilation dominated a fresh clone's first run, and most ranks get one core, hence
 `serial_or_parallel`; not every kernel is as fast serially (dropout's are not): measure first (figures:
-docs/training.md, "The quick start's first run"). Stdlib only at import (numba is imported where used).
+docs/training.md, "The quick start's first run"). numba is imported where used.
 """
 from __future__ import annotations
 
@@ -80,15 +80,8 @@ def ensure_numba_cache_dir(package_dir: str, env: dict[str, str] | None = None, 
     """Give numba's on-disk cache a writable folder; every module with `@njit(cache=True)` calls it first.
 
     Where none of numba's folders is writable (a read-only install) numba refuses to define the function, so
-    NUMBA_CACHE_DIR is then set to a private temporary folder.
-
-    Args:
-        package_dir: the folder of the module whose functions numba caches (its __pycache__ is tried).
-        env: read and written (default `os.environ`); temp_dir, user_dir: overrides for tests.
-    Returns:
-        The folder NUMBA_CACHE_DIR now names, or None where nothing was changed.
-    Raises:
-        LaunchError: no folder at all is writable, with how to set NUMBA_CACHE_DIR.
+    NUMBA_CACHE_DIR is then set to a private temporary folder, and returned (None where nothing was changed);
+    LaunchError, naming how to set it, where no folder at all is writable.
     """
     env = os.environ if env is None else env  # type: ignore[assignment]
     given = env.get("NUMBA_CACHE_DIR", "")

@@ -68,11 +68,8 @@ _DETECTORS: tuple[tuple[str, str, dict[str, str]], ...] = (
 
 
 def detect(env: Mapping[str, str] | None = None) -> LaunchInfo:
-    """Describe this process from its launcher's variables; a single process when none is set.
-
-    Returns:
-        The first detector's answer, in the order documented at `_DETECTORS`.
-    """
+    """Describe this process from its launcher's variables (the first of `_DETECTORS` that answers); a single
+    process when none is set."""
     env = os.environ if env is None else env
     for launcher, key, fields in _DETECTORS:
         if key in env:
@@ -107,10 +104,8 @@ _USER_WINS = ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME")
 def export_torch_env(values: Mapping[str, object], *, overwrite: bool = False,
                      env: dict[str, str] | None = None) -> dict[str, tuple[str, str]]:
     """Write torch.distributed's rendezvous variables; the user's MASTER_ADDR, MASTER_PORT and
-    GLOO_SOCKET_IFNAME win unless `overwrite`.
-
-    Returns:
-        {name: (old, new)} for each variable that was set before and now differs (the caller logs them).
+    GLOO_SOCKET_IFNAME win unless `overwrite`. Returns {name: (old, new)} for each variable that was set before
+    and now differs (the caller logs them).
     """
     env = os.environ if env is None else env  # type: ignore[assignment]
     changed: dict[str, tuple[str, str]] = {}
@@ -129,10 +124,7 @@ def thread_budget(local_size: int, cpus: int | None = None, host_cpus: int | Non
     """Return threads per rank so the ranks of one host share its cores without oversubscription.
 
     A mask (`cpus`) narrower than the host (`host_cpus`) means the launcher bound this rank: the mask is
-    then the rank's whole share.
-
-    Returns:
-        (threads, oversubscribed): at least 1 thread; oversubscribed when there are more ranks than cores.
+    then the rank's whole share. Returns (threads, at least 1; oversubscribed: more ranks than cores).
     """
     if cpus is None:  # the mask, which Slurm and mpirun bindings narrow (macOS has none)
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -180,10 +172,8 @@ def listen_socket(address: str, port: int = 0) -> socket.socket:
     """Return a TCP socket bound to exactly `address` (never all interfaces) and listening (port 0: any).
 
     The caller hands the open socket on (TCPStore's `master_listen_fd`): a port closed and bound again could
-    be taken in between.
-
-    Raises:
-        OSError: the address is not this host's, names every interface (0.0.0.0, 0, ::), or the port is taken.
+    be taken in between. OSError where the address is not this host's, names every interface (0.0.0.0, 0, ::),
+    or the port is taken.
     """
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -233,16 +223,10 @@ _IFNAME_VARS = ("MPIGNN_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAM
 
 def named_interfaces(variables: Sequence[str], env: Mapping[str, str] | None = None, *,
                      nccl: bool = True) -> list[tuple[str, str]]:
-    """Return (variable, interface) for each interface `variables` name, in their order.
+    """Return (variable, interface) for each interface the comma lists in `variables` name, in their order.
 
-    Args:
-        variables: the variables to read, each a comma list of interfaces.
-        env: the environment to read (`os.environ`).
-        nccl: NCCL's syntax (torch.distributed's variables): `=eth0` means exactly eth0, a leading `^` excludes
-            (so names nothing). False: MPI's (UCX's, libfabric's), where `all` and UCX's RDMA ports
-            (`mlx5_0:1`) name no interface.
-    Returns:
-        The (variable, interface) pairs, empty names dropped; [] where none is named.
+    `nccl`: NCCL's syntax (torch.distributed's variables): `=eth0` means exactly eth0, a leading `^` excludes (so
+    names nothing). False: MPI's (UCX's, libfabric's), where `all` and UCX's RDMA ports (`mlx5_0:1`) name none.
     """
     env = os.environ if env is None else env
     values = {var: env.get(var, "").strip() for var in variables}
@@ -301,17 +285,9 @@ def visibility_mask(kind: str, env: Mapping[str, str] | None = None) -> list[str
 
 def ccl_env(local_rank: int, local_size: int, mpi_library: str,
             env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Return the oneCCL variables to set under an MPI launcher, less those the user set.
-
+    """Return the oneCCL variables to set under an MPI launcher, less those the user set in `env` (read only).
     Why each (hydra ignores CCL_LOCAL_RANK; MPI transport only on an MPICH-ABI libmpi): see
-    docs/launchers-and-devices.md.
-
-    Args:
-        local_rank, local_size: this rank's place on its host (`mpi.topology`).
-        mpi_library: `mpi.library_version()`; env: read, never changed.
-    Returns:
-        {variable: value} for the caller to write.
-    """
+    docs/launchers-and-devices.md."""
     env = os.environ if env is None else env
     lib = mpi_library.lower()
     mpich_abi = "mpich" in lib or "intel(r) mpi" in lib or "intel mpi" in lib

@@ -44,13 +44,8 @@ def is_agreed(exc: BaseException) -> bool:
 
 @contextmanager
 def agreed(kind: type[BaseException] = MpignnError) -> Iterator[None]:
-    """Mark a `kind` error the block raises as agreed: it follows from what every rank passes alike.
-
-    Args:
-        kind: the errors to mark (others pass through unmarked).
-    Raises:
-        kind: the block's error, marked (`mark_agreed`), its context dropped.
-    """
+    """Mark a `kind` error the block raises as agreed (`mark_agreed`, its context dropped): it follows from what
+    every rank passes alike. Other errors pass through unmarked."""
     try:
         yield
     except kind as exc:

@@ -1,5 +1,5 @@
 """Crash-safe files: write to a temporary name, then rename, so a reader sees the whole thing or nothing.
-Also hashing, pickle-free npy loading and the refusal of an unwritable folder. Stdlib, numpy and mpignn.errors.
+Also hashing, pickle-free npy loading and the refusal of an unwritable folder.
 """
 from __future__ import annotations
 
@@ -112,10 +112,8 @@ EEXIST is mkdir's answer where a file stands in a folder's place."""
 @contextlib.contextmanager
 def refuse_unwritable(flag: str, path: object, what: str, hint: str) -> Iterator[None]:
     """Turn the block's OSError that says `path` cannot be written (read-only, full, a file where a folder goes)
-    into one line instead of a traceback; other errors pass through.
-
-    Raises:
-        ConfigError: `{flag} expected a folder where {what}; got {path}: {the OSError}. HINT: {hint}`.
+    into one line instead of a traceback (a ConfigError: `{flag} expected a folder where {what}; got {path}:
+    {the OSError}. HINT: {hint}`); other errors pass through.
     """
     try:
         yield
@@ -148,10 +146,8 @@ def replace_dir(tmp: Path, final: Path) -> None:
 
 
 def write_durable(final: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
-    """Write `final` with `write(f)` so that it survives a host crash (file and folder fsync'd).
-
-    Raises:
-        OSError: the disk is full or failing; `final` is then as it was, and the temporary file is gone.
+    """Write `final` with `write(f)` so that it survives a host crash (file and folder fsync'd). On an OSError
+    (a full or failing disk) `final` is as it was, and the temporary file is gone.
     """
     final = Path(final)
     with atomic_path(final) as tmp:

@@ -1,5 +1,4 @@
-"""Rank-aware logging: rank 0 at INFO, the others at WARNING, every line tagged with rank and host. Stdlib
-and mpignn.errors only.
+"""Rank-aware logging: rank 0 at INFO, the others at WARNING, every line tagged with rank and host.
 
 Only `setup_logging` attaches handlers, and only `main` calls it. MPIGNN_LOG_RANKS (`all` or `0,3`) and
 MPIGNN_LOG_LEVEL widen or change that.
@@ -18,10 +17,8 @@ __all__ = ["setup_logging"]
 
 def setup_logging(rank: int, world_size: int, host: str | None = None) -> None:
     """Send the `mpignn` loggers to stderr with a `[rank/size host]` tag; rank 0 (or MPIGNN_LOG_RANKS) at
-    INFO (or MPIGNN_LOG_LEVEL), the other ranks at WARNING.
-
-    Raises:
-        ConfigError: on every rank alike, MPIGNN_LOG_RANKS or MPIGNN_LOG_LEVEL names no ranks or level.
+    INFO (or MPIGNN_LOG_LEVEL), the other ranks at WARNING. A bad MPIGNN_LOG_RANKS or MPIGNN_LOG_LEVEL is a
+    ConfigError on every rank alike.
     """
     raw = os.environ.get("MPIGNN_LOG_RANKS", "")
     spec = raw.strip().lower() or "0"

@@ -19,14 +19,9 @@ TEMP_ROOT = ("", "dataset root (default: a temporary folder)")  # a `bench_parse
 
 
 def bench_parser(module: str, doc: str, **flags: Any) -> argparse.ArgumentParser:
-    """Return the parser of `python -m MODULE` with a `--flag-name` per keyword, typed as its default.
-
-    Args:
-        module: the bench's module, e.g. mpignn.bench.floor.
-        doc: its docstring, whose first line describes it.
-        flags: each flag's default (its name with _ for -), or (default, help text).
-    Returns:
-        The parser; its `parse_args()` gives each flag under its keyword's name.
+    """Return the parser of `python -m MODULE` (described by the first line of its docstring `doc`) with a
+    `--flag-name` per keyword (its name with _ for -), typed as its default; a value is the default or (default,
+    help text).
     """
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
     for name, value in flags.items():

@@ -1,6 +1,6 @@
 """The predictions folder (its layout: docs/predict.md): it becomes OUT only once every rank has written, its
 manifest last; `load` reads it back in original id order. Type folders are named by schema index, never by
-the dataset's type names. numpy and mpi4py only (no torch), never pickle.
+the dataset's type names. Never pickle.
 """
 from __future__ import annotations
 
@@ -47,10 +47,8 @@ def write_predictions(comm: Any, out: str | os.PathLike, part_id: int, num_parts
                       arrays: dict[str, Any], *, pair_scores: np.ndarray | None = None,
                       info: dict[str, Any] | None = None, node_types: dict[str, int] | None = None) -> Path:
     """Collective over `comm`: write this rank's rows (`arrays`, per type with `node_types`) and pair scores;
-    OUT appears, replacing an older one, only once every rank's files are on disk.
-
-    Raises:
-        ConfigError: a write failed on some rank, on every rank alike; an existing OUT is left as it was.
+    OUT appears, replacing an older one, only once every rank's files are on disk. A write that failed on some
+    rank is a ConfigError on every rank alike; an existing OUT is left as it was.
     """
     out = Path(out)
     hint = f"HINT: free space there or choose another --out; nothing was written to {out}"
@@ -134,11 +132,7 @@ def write_predictions(comm: Any, out: str | os.PathLike, part_id: int, num_parts
 
 
 def read_manifest(out: str | os.PathLike) -> dict[str, Any]:
-    """OUT's manifest.
-
-    Raises:
-        ConfigError: OUT is not a complete predictions folder.
-    """
+    """OUT's manifest; ConfigError where OUT is not a complete predictions folder."""
     path = Path(out) / MANIFEST
     if not path.is_file():
         raise ConfigError(f"expected a predictions folder with {MANIFEST} at {out}; found none. HINT: write one "
