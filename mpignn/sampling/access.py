@@ -1,7 +1,7 @@
 """How often sampling will fetch each node's features: an analytic estimate (SALIENT++'s access analysis).
 
 Expected visits propagate hop by hop from the training seeds (each in-neighbour drawn with probability
-min(1, f/d)), each owner for its nodes. Memory follows the part, never the global node count. numpy + mpi.
+min(1, f/d)), each owner for its nodes. Memory follows the part, never the global node count.
 """
 from __future__ import annotations
 
@@ -22,16 +22,10 @@ _CHUNK_EDGES = 1 << 20
 
 def access_frequency(comm: Any, local: LocalHops, part_offsets: np.ndarray, seeds: np.ndarray,
                      fanouts: Sequence[int], batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Collective over `comm` (every rank, once per hop, also with no seeds): estimate in how many batches of
-    one epoch sampling from this rank's `seeds` fetches each node.
+    """Collective over `comm` (every rank, once per hop, also with no seeds): return (sorted global ids of every
+    node reachable from this rank's `seeds`, the expected batches of one epoch that fetch each).
 
     A batch fetches v once if it visits it at all: with Poisson visits, in 1 - exp(-visits per batch) of them.
-
-    Args:
-        fanouts: neighbours drawn per hop, -1 for all.
-        batch_size: this rank's seeds per batch.
-    Returns:
-        (sorted global ids of every node reachable from the seeds, the expected batches per epoch fetching each).
     """
     offsets = np.asarray(part_offsets, dtype=np.int64)
     own_range = int(offsets[comm.rank]), int(offsets[comm.rank + 1])

@@ -1,5 +1,5 @@
 """Cooperative mini-batches: the ranks sample one global batch together, each node kept, sampled and computed
-by its owner only (docs/training.md "Cooperative mini-batches"). No torch.
+by its owner only (docs/training.md "Cooperative mini-batches").
 """
 from __future__ import annotations
 

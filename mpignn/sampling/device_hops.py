@@ -1,6 +1,5 @@
 """A rank's hops drawn by the torch-op kernels on a torch device (`--sample-on device`), bit for bit the host's.
 Asked with numpy ids it answers numpy; asked with device ids (`DeviceSampler`) it answers there.
-docs/launchers-and-devices.md.
 """
 from __future__ import annotations
 

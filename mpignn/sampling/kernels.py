@@ -1,4 +1,4 @@
-"""Compiled sampling kernels (numba). numpy in, numpy out; no torch.
+"""Compiled sampling kernels (numba), numpy in and out.
 
 Each target's neighbours are drawn from a random stream seeded by (hop seed, target's global id), so the
 result for a node does not depend on the thread, the batch order, or which rank samples it: the owner of a
@@ -46,13 +46,9 @@ def hashed_ids(keys, seed, n):
 
 @serial_or_parallel
 def sample_rows(rowptr, col, rows, gids, fanouts, seed):
-    """Uniformly sample up to `fanouts[i % len(fanouts)]` in-neighbours of row i without replacement (< 0: all).
-
-    Args:
-        rows: local row of each target; gids: its global id (seeds its random stream).
-        fanouts: int64: one entry, or one per edge type (each target a run of rows, `LocalHops`).
-    Returns:
-        (counts[i] = neighbours drawn for target i, neighbours concatenated in target order).
+    """Uniformly sample up to `fanouts[i % len(fanouts)]` in-neighbours of row `rows[i]` without replacement
+    (< 0: all), seeded by target i's global id `gids[i]`; `fanouts` has one entry per edge type (each target a
+    run of rows, `LocalHops`). Returns (neighbours drawn per target, neighbours concatenated in target order).
     """
     n = rows.shape[0]
     counts = np.empty(n, dtype=np.int64)
@@ -61,10 +57,8 @@ def sample_rows(rowptr, col, rows, gids, fanouts, seed):
         deg = rowptr[rows[i] + 1] - rowptr[rows[i]]
         fanout = fanouts[i % kinds]
         counts[i] = deg if fanout < 0 or deg <= fanout else fanout
-    offsets = np.empty(n + 1, dtype=np.int64)
-    offsets[0] = 0
-    for i in range(n):
-        offsets[i + 1] = offsets[i] + counts[i]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum(counts)
     out = np.empty(offsets[n], dtype=np.int64)
     base_seed = np.uint64(seed)
     for i in prange(n):
@@ -98,9 +92,8 @@ def relabel(nbrs, scratch, n_id, n_count, lo=0):
     """Give each neighbour a batch-local index, appending unseen ones to `n_id` in first-seen order.
 
     `scratch` (global id - `lo` -> local index, -1 = unseen) is cleaned by `reset_scratch`, so cost follows the
-    batch. A cooperative batch's own nodes take it with the part's first node as `lo`.
-    Returns:
-        (local index of each neighbour, new node count).
+    batch. A cooperative batch's own nodes take it with the part's first node as `lo`. Returns (local index of
+    each neighbour, new node count).
     """
     local = np.empty(nbrs.shape[0], dtype=np.int64)
     for i in range(nbrs.shape[0]):
@@ -130,9 +123,7 @@ def _slot(g, shift):
 def relabel_hashed(nbrs, start, local, scratch, lo, table, shift, n_id, n_count, in_table, limit):
     """`relabel` with memory that follows the part and the batch: own ids through `scratch`, others through a
     linear-probing table of 2^(64 - shift) slots. Stops once the table holds `limit` ids (the caller grows it).
-
-    Returns:
-        (first neighbour not done, new node count, ids now in the table).
+    Returns (first neighbour not done, new node count, ids now in the table).
     """
     mask = (table.shape[0] >> 1) - 1
     own = scratch.shape[0]

@@ -1,6 +1,6 @@
 """Layer-neighbour sampling's compiled kernels: LABOR-0, dependent batches and LABOR-i (docs/training.md
 "Layer-neighbour sampling"). Each source's variate is a function of the hop seed and its global id alone, so
-every rank draws what one process would. numpy in, numpy out; no torch.
+every rank draws what one process would.
 """
 from __future__ import annotations
 
@@ -38,13 +38,9 @@ def window(step: int, dependency: int) -> tuple[int, int]:
 
 @serial_or_parallel
 def labor_rows(rowptr, col, rows, fanouts, seed, shift=0):
-    """LABOR-0: row i keeps source s where s's variate is below `fanouts[i % len(fanouts)]` / its degree.
-
-    Args:
-        col: global ids (they seed the variates). rows: local row of each target.
-        seed: the hop's seed: one variate per source node per hop.
-    Returns:
-        (kept per target, their global ids, denominators min(degree, fanout) for the unbiased mean).
+    """LABOR-0: row i keeps source s where s's variate (from the hop's `seed` and s's global id in `col`) is below
+    `fanouts[i % len(fanouts)]` / its degree. Returns (kept per target, their global ids, denominators
+    min(degree, fanout) for the unbiased mean).
     """
     n = rows.shape[0]
     kinds = fanouts.shape[0]
@@ -73,10 +69,8 @@ def labor_rows(rowptr, col, rows, fanouts, seed, shift=0):
             keep[edges[i] + e - start] = verdict
             kept += verdict
         counts[i] = kept
-    offsets = np.empty(n + 1, dtype=np.int64)
-    offsets[0] = 0
-    for i in range(n):
-        offsets[i + 1] = offsets[i] + counts[i]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum(counts)
     out = np.empty(offsets[n], dtype=np.int64)
     for i in prange(n):
         start, end = rowptr[rows[i]], rowptr[rows[i] + 1]
@@ -201,14 +195,9 @@ def labor_importance(ptr: np.ndarray, nbrs: np.ndarray, fanout: int, seed: int, 
     """LABOR-`iterations` on a hop whose targets' whole neighbourhoods `nbrs[ptr[t]:ptr[t + 1]]` are known.
 
     The method and its weights: docs/training.md, "Importance-sampling iterations". `normalise` (the ratio
-    estimator: biased but of lower variance) trained to the better accuracy there.
-
-    Args:
-        reduce: collective, cooperative batches: `reduce(sources)` maxes each source's weight over all ranks.
-        num_nodes: the graph's, where known (bounds the distinct sources).
-    Returns:
-        (kept per target, their ids in CSR order, denominators min(degree, fanout) as `labor_rows`'s, float32
-        edge weights).
+    estimator: biased but of lower variance) trained to the better accuracy there. Cooperative batches pass
+    `reduce` (collective), which maxes each source's weight over all ranks. Returns (kept per target, their ids
+    in CSR order, denominators as `labor_rows`'s, float32 edge weights).
     """
     ptr = np.ascontiguousarray(ptr, dtype=np.int64)
     nbrs = np.ascontiguousarray(nbrs, dtype=np.int64)

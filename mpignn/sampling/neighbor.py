@@ -1,7 +1,7 @@
 """Multi-hop neighbour sampling over a CSR graph -> SampleOutput (index arrays only; never features).
 
 `NeighborSampler` runs the hops; where a hop's neighbours come from is a `HopSource`: the rank's own CSR
-(`LocalHops`) or, in `mpignn.sampling.distributed`, the owners of remote nodes. No torch, no torch-geometric.
+(`LocalHops`) or, in `mpignn.sampling.distributed`, the owners of remote nodes.
 """
 from __future__ import annotations
 
@@ -120,15 +120,9 @@ class LocalHops:
 
 def draw_hop(sampler: Any, gids: np.ndarray, fanout: Fanout, hop: int, seed: int,
              variates: tuple[int, int] | None, reduce: Any = None) -> tuple[Any, Any, Any, Any]:
-    """Hop `hop` of `gids` as `sampler.method` says, so every sampler draws a hop alike.
-
-    Args:
-        sampler: a sampler with `source`, `method`, `layer_dependency`, `iterations` and `num_nodes`.
-        hop: the hop's index (salts the seed).
-        seed: the batch's seed; "labor" draws from `variates` (a seed and a shift) where given.
-
-    Returns:
-        (counts, nbrs, mean_over, edge weight); mean_over is None for "neighbor", the weight None but for LABOR-i.
+    """Hop `hop` of `gids` as `sampler.method` says, so every sampler draws a hop alike; "labor" draws from
+    `variates` (a seed and a shift) where given, else from the batch's `seed`. Returns (counts, nbrs, mean_over,
+    edge weight); mean_over is None for "neighbor", the weight None but for LABOR-i.
     """
     if sampler.method != "labor":
         counts, nbrs = sampler.source.sample(gids, fanout, kernels.mix_seed(seed, hop))
@@ -164,11 +158,9 @@ class NeighborSampler:
     global node; "part" one per own node plus a hash table sized by the batch, so memory follows the part (its
     cost: docs/benchmarks.md); "auto" the array where the source owns every node, else the part map.
 
-    Args:
-        method: `SAMPLERS`; "labor" batches also carry `mean_over`, what each target's mean divides by.
-        dependency: labor: how many consecutive steps share their variates (`sampling.labor.window`).
-        layer_dependency: labor: every hop draws with the first hop's seed (one variate per node).
-        iterations: LABOR-i's importance-sampling iterations (0: LABOR-0); its batches carry `edge_weight`.
+    "labor" batches also carry `mean_over`, what each target's mean divides by; `dependency`: how many
+    consecutive steps share their variates (`sampling.labor.window`); `layer_dependency`: every hop draws with
+    the first hop's seed; LABOR-i batches (`iterations` > 0) carry `edge_weight`.
     """
 
     cooperative = False  # each rank draws its own batch (`CooperativeSampler`: one batch of all ranks)
