@@ -13,7 +13,7 @@ from mpignn.config.choices import PARTITION_DEFAULT
 from mpignn.data.graph import GraphData
 from mpignn.fileio import remove_leftovers, temp_name
 from mpignn.partition.assign import DEFAULT_METHOD, METHODS, default_method, split_and_assign
-from mpignn.partition.format import (LocalPart, PartitionMeta, _balance, check_matches, load_partition, part_dir,
+from mpignn.partition.format import (LocalPart, PartitionMeta, balance, check_matches, load_partition, part_dir,
                                      read_meta, report)
 from mpignn.partition.links import save_link_split
 from mpignn.partition.write import write_partition
@@ -61,7 +61,7 @@ def format_report(rep: dict) -> str:
     ]
     lines += [f"  {p:4d} {n:8d} {h:9d}" for p, (n, h) in enumerate(zip(rep["nodes"], rep["halo"]))]
     for name, counts in (rep.get("type_nodes") or {}).items():
-        lines.append(f"  type {name}: nodes per part {counts}, balance max/avg {_balance(counts):.3f}")
+        lines.append(f"  type {name}: nodes per part {counts}, balance max/avg {balance(counts):.3f}")
     for name, cut in (rep.get("type_cut") or {}).items():
         lines.append(f"  edge type {name}: {cut} cut edges")
     return "\n".join(lines)

@@ -20,7 +20,7 @@ from mpignn.partition.validate import check_meta, check_part, sha256_and_max
 
 __all__ = ["FORMAT_VERSION", "PART_FILES", "HETERO_FILES", "PartitionMeta", "LocalPart", "read_meta",
            "meta_from_json", "load_partition", "part_dir", "check_matches", "check_source", "check_splits", "report",
-           "owner_of", "group_by_owner"]
+           "owner_of", "group_by_owner", "balance"]
 
 FORMAT_VERSION = 1
 PART_FILES = ("rowptr", "col", "x", "y", "train_idx", "val_idx", "test_idx", "orig_id", "halo_gid", "halo_deg")
@@ -102,7 +102,7 @@ def part_dir(folder: str | os.PathLike, part_id: int) -> Path:
     return Path(folder) / f"part-{part_id:03d}"
 
 
-def _balance(values: list[int]) -> float:
+def balance(values: list[int]) -> float:
     mean = sum(values) / len(values)
     return max(values) / mean if mean else 1.0
 
@@ -112,8 +112,8 @@ def report(meta: dict, seconds: float) -> dict:
     return {
         "dataset": meta["dataset"], "method": meta["method"], "num_parts": meta["num_parts"],
         "edge_cut": meta["edge_cut"], "edge_cut_pct": 100.0 * meta["edge_cut"] / max(1, meta["num_edges"]),
-        "node_balance": _balance([p["nodes"] for p in parts]), "edge_balance": _balance([p["edges"] for p in parts]),
-        "train_balance": _balance([p["train"] for p in parts]), "halo": [p["halo"] for p in parts],
+        "node_balance": balance([p["nodes"] for p in parts]), "edge_balance": balance([p["edges"] for p in parts]),
+        "train_balance": balance([p["train"] for p in parts]), "halo": [p["halo"] for p in parts],
         "nodes": [p["nodes"] for p in parts], "seconds": seconds,
         # heterogeneous graphs: nodes of each type per part, and each type's balance
         "type_nodes": ({t: [p["type_counts"][k] for p in parts] for k, t in enumerate(meta["hetero"]["node_types"])}
