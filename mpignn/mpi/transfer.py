@@ -1,10 +1,12 @@
 """Files moved over MPI between hosts that share no disk, each checked against its sha256 and renamed into place
-once whole, under `mpignn.fileio.temp_name`'s names meanwhile so `remove_leftovers` knows a killed receiver's file.
+once whole. Temporary names follow `mpignn.fileio.temp_name`'s pattern, so `remove_leftovers` recognises a killed
+receiver's file.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import socket
 from pathlib import Path
@@ -12,13 +14,20 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from mpignn.fileio import fsync_dir, fsync_file, temp_name
 from mpignn.mpi.commit import os_problem
 
 __all__ = ["Move", "move_files", "sees_rank0", "CHUNK_BYTES"]
 
 CHUNK_BYTES = 1 << 26  # per message; tests lower it to exercise many chunks
 _TAG = 7201
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class Move(NamedTuple):
@@ -52,11 +61,8 @@ def sees_rank0(comm: Any, folder: str | os.PathLike) -> bool:
 def move_files(comm: Any, moves: list[Move], read_root: str | os.PathLike | None,
                write_root: str | os.PathLike | None) -> str:
     """Collective over `comm` (the same `moves` everywhere, run in order, so no two ranks wait on each other):
-    copy each file in chunks.
-
-    Returns:
-        "" or, on a receiver, what went wrong (it keeps receiving, so its senders never block); agree on it
-        with `check_all`.
+    copy each file in chunks. Returns "" or, on a receiver, what went wrong (it keeps receiving, so its senders
+    never block); agree on it with `check_all`.
     """
     problem = ""
     where = f"on {socket.gethostname()}"
@@ -94,7 +100,8 @@ def _receive(comm: Any, path: Path, move: Move, buf: np.ndarray, skip: bool) -> 
     from mpi4py import MPI
 
     out, check, problem = None, hashlib.sha256(), ""
-    tmp = temp_name(path, "incoming")
+    host = re.sub(r"[^A-Za-z0-9-]", "_", socket.gethostname()) or "_"
+    tmp = path.with_name(f".{path.name}.incoming-{os.getpid()}@{host}")
     if not skip:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -118,9 +125,9 @@ def _receive(comm: Any, path: Path, move: Move, buf: np.ndarray, skip: bool) -> 
         if check.hexdigest() != move.sha256:
             problem = f"{move.rel} arrived from rank {move.src} with a wrong sha256 (corrupt at the sender)"
         else:
-            fsync_file(tmp)
+            _fsync(tmp)
             os.replace(tmp, path)
-            fsync_dir(path.parent)
+            _fsync(path.parent)
     except OSError as exc:
         problem = f"cannot write {path}: {os_problem(exc)}"
     finally:
