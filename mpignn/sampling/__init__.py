@@ -1,5 +1,4 @@
-"""Neighbour sampling: compiled kernels, the multi-hop sampler, and its distributed hop source.
-Index arrays only; no torch-geometric.
+"""Neighbour sampling: compiled kernels, the multi-hop sampler, and its distributed hop source. Index arrays only.
 
 Layer 6 (sampling): imports partition and the layers below; never exchange, loader or anything above.
 """
