@@ -77,8 +77,7 @@ def versions() -> list[tuple[str, str]]:
     """Return (label, version) of mpignn, Python, the OS and every (optional) package mpignn uses."""
     rows = [("mpignn", _safe(_mpignn)),
             ("python", f"{platform.python_version()} ({platform.python_implementation()}) {sys.executable}"),
-            ("os", _safe(lambda: f"{platform.platform()} ({platform.machine()})")),
-            ("torch", _safe(_torch))]
+            ("os", _safe(lambda: f"{platform.platform()} ({platform.machine()})")), ("torch", _safe(_torch))]
     rows += [("mpich wheel" if name == "mpich" else name, _safe(lambda name=name: importlib.metadata.version(name)))
              for name in DISTRIBUTIONS]
     rows += [("mpi library", _safe(_mpi_library)), ("mpiexec", mpiexec_path() or "none found")]

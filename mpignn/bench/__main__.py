@@ -170,8 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                        ("feat_mib", "feat MiB", ".1f"), ("remote_mib", "remote MiB", ".1f"),
                        ("cache_hit_rate", "cache hit", ".2f"), ("recent_hit_rate", "recent", ".2f"),
                        ("redundancy", "redundancy", ".2f"), ("halo_mib", "rows MiB/step", ".2f"),
-                       ("peak_rss_mb", "peak MiB", ".0f"),
-                       ("test", "test score", ".4f")]))
+                       ("peak_rss_mb", "peak MiB", ".0f"), ("test", "test score", ".4f")]))
     if args.plot:
         save_plot(args.plot, (9, 0.6 * len(rows) + 1.5), lambda ax: _plot(ax, rows))
     return 0
@@ -185,8 +184,7 @@ def _scored(recs: list[dict], split: str) -> list[tuple[float, dict]]:
 def _reach(recs: list[dict], target: float, split: str = "val") -> dict | None:
     for elapsed, rec in _scored(recs, split):
         if rec[split] >= target:
-            return {"seconds": elapsed, "epochs": rec["epochs_done"], "val": rec["val"],
-                    "test": rec["test"]}
+            return {"seconds": elapsed, "epochs": rec["epochs_done"], "val": rec["val"], "test": rec["test"]}
     return None
 
 
@@ -219,13 +217,11 @@ def _time_to_accuracy(args: argparse.Namespace, curves: list[tuple[str, list[lis
         row["vs_first"] = row["seconds"] / base if base and "seconds" in row else None
     print(f"{args.dataset}: fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}, lr {args.lr}, "
           f"{args.precision}; time to {_SPLITS[args.target_split]} {metric} {target:.4f} (up to {args.max_epochs} "
-          "epochs"
-          + (f"; means over {len(curves[0][1])} seeds)" if several else ")"))
+          "epochs" + (f"; means over {len(curves[0][1])} seeds)" if several else ")"))
     columns = [("config", "config", "s"), ("reached", "reached", "s"), ("seconds", "train s", ".2f"),
                ("epochs", "epochs", ".2f"), ("val", f"val {last['metric']}", ".4f"),
                ("test", f"test {last['metric']}", ".4f"), ("vs_first", "time / first", ".2f"),
-               ("per_s", last["unit"], ".0f"),
-               ("feat_mib", "feat MiB/epoch", ".1f"), ("minibatch", "trained as", "s")]
+               ("per_s", last["unit"], ".0f"), ("feat_mib", "feat MiB/epoch", ".1f"), ("minibatch", "trained as", "s")]
     if several:
         columns.append(("per_seed", "train s per seed", "s"))
     print(table(rows, columns))

@@ -54,10 +54,8 @@ def main(argv: list[str] | None = None) -> int:
             parts = read_meta(folders[ranks]).parts  # the largest one's arrays: what one rank loads
             rows.append({"stage": "train", "config": f"{ranks} rank{'s' * (ranks > 1)}",
                          "part": max(sum(f["bytes"] for f in p["files"].values()) for p in parts) / 2**20,
-                         "startup": rec["load_peak_rss_mb"],
-                         "graph_mib": rec["graph_mib"], "cache": rec["cache_mib"],
-                         "peak": rec["peak_rss_mb"],
-                         "seconds": rec.get("epoch_s")})
+                         "startup": rec["load_peak_rss_mb"], "graph_mib": rec["graph_mib"], "cache": rec["cache_mib"],
+                         "peak": rec["peak_rss_mb"], "seconds": rec.get("epoch_s")})
             print(f"  done: train on {ranks} ranks", flush=True)
     one = rows[-2]  # training on 1 rank
     for row in rows:

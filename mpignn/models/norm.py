@@ -72,13 +72,10 @@ class RankBatchNorm(torch.nn.Module):
 
 def make_norm(kind: str, width: int) -> torch.nn.Module | None:
     """The norm `--norm kind` puts after a hidden layer (None, LayerNorm or RankBatchNorm)."""
-    if kind == "none":
-        return None
-    if kind == "layer":
-        return torch.nn.LayerNorm(width)
-    if kind == "batch":
-        return RankBatchNorm(width)
-    raise ValueError(f"unknown norm {kind}; expected one of {', '.join(NORMS)}")
+    makers = {"none": lambda _: None, "layer": torch.nn.LayerNorm, "batch": RankBatchNorm}
+    if kind not in makers:
+        raise ValueError(f"unknown norm {kind}; expected one of {', '.join(NORMS)}")
+    return makers[kind](width)
 
 
 def make_residual(c_in: int, c_out: int) -> torch.nn.Module:

@@ -4,6 +4,7 @@ PyG's `trim_to_layer`, no conv makes rows of the outermost hop. SAGE's mean is o
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Sequence
 
 import torch
@@ -120,7 +121,9 @@ class SampledGNN(torch.nn.Module):
                 x = _gcn_sum(conv, x, src, dst, n_dst, inv_sqrt, weight)
             elif self.kind == "sage":
                 n_src = halo.table_rows(layer) if sparse is not None and halo is not None else x.size(0)
-                adj = _adjacency(whole, layer, src, dst, n_dst, n_src, in_degree, mean_over, weights)
+                # a full-graph batch keeps its mean (its edges never change): built once, not every epoch
+                make = partial(MeanAdjacency, src, dst, n_dst, n_src, in_degree, mean_over, weights)
+                adj = make() if whole is None else whole.kept(("mean", layer), make)
                 if sparse is not None:
                     x = sage_sparse_input(conv, *sparse, halo, adj)
                 else:  # no node saves the result, so the activation below may overwrite it
@@ -144,15 +147,6 @@ class SampledGNN(torch.nn.Module):
             return None
         sources = whole.sparse_rows(x, halo.plans[0].n_own if halo is not None else n_src)
         return None if sources is None else (sources, whole.sparse_rows(x, n_dst))
-
-
-def _adjacency(whole: Any, layer: int, src: torch.Tensor, dst: torch.Tensor, n_dst: int, n_src: int,
-               in_degree: torch.Tensor | None, mean_over: torch.Tensor | None,
-               edge_weight: torch.Tensor | None = None) -> MeanAdjacency:
-    """The layer's mean; a full-graph batch keeps its own (its edges never change), built once, not every epoch."""
-    def make() -> MeanAdjacency:
-        return MeanAdjacency(src, dst, n_dst, n_src, in_degree, mean_over, edge_weight)
-    return make() if whole is None else whole.kept(("mean", layer), make)
 
 
 class _SageMean(torch.autograd.Function):

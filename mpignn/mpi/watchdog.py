@@ -234,8 +234,7 @@ class Watchdog:
     def _late(self) -> tuple[str, str, float, float] | None:
         now = time.monotonic()
         for slot in _snapshot():
-            since, limit = slot.since, slot.limit or self.timeout
-            what = slot.what
+            since, limit, what = slot.since, slot.limit or self.timeout, slot.what
             if since and now - since > limit and slot.since == since:  # `what` is that collective, not a next one
                 return what, slot.thread, now - since, limit
         return None
