@@ -8,6 +8,7 @@ manifest, written last, is in it (docs/failures.md):
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -227,11 +228,9 @@ def _prune(folder: Path, newest: int, keep: int) -> None:
     oldest_kept = complete[-keep] if len(complete) >= keep else 0
     for n, path in _numbered(folder):
         if n < newest and (n < oldest_kept or not (path / MANIFEST).is_file()):
-            try:
+            with contextlib.suppress(OSError):
                 (path / MANIFEST).unlink(missing_ok=True)
                 fsync_dir(path)
-            except OSError:
-                pass
             shutil.rmtree(path, ignore_errors=True)
 
 

@@ -140,8 +140,7 @@ def epoch_record(*, epoch: int, epochs_done: float, total: Mapping[str, float], 
                             total.get("recent_hits", 0) / total["remote_rows"] if total["remote_rows"] else 0.0),
         **graph_fields,
         **{k: slowest[k] for k in ("peak_rss_mb", "load_peak_rss_mb", "train_peak_rss_mb")},
-        "rss_mb": slowest["rss_mb"] or None,
-        "world_size": world_size,
+        "rss_mb": slowest["rss_mb"] or None, "world_size": world_size,
         "rows_per_step": [round(total[f"rows_{j}"] / steps_all, 1) for j in range(layers)],
         "own_rows_per_step": [round(v, 1) for v in slowest["own_rows"]],
     }
@@ -162,8 +161,7 @@ def format_epoch(rec: dict[str, Any], scores: str, unit: str = "seeds") -> str:
     evaluated = f" eval {rec['eval_s']:.2f}s" if rec.get("eval_s") else ""
     return (f"{where} | loss {rec['loss']:.4f} | {scores} | {rec['epoch_s']:.2f}s {rec[f'{unit}_per_s']:.0f} "
             f"{unit}/s{evaluated} | sample {rec['sample_s']:.2f} exch {rec['exchange_s']:.2f} "
-            f"compute {rec['compute_s']:.2f} "
-            f"allreduce {rec['allreduce_s']:.2f} wait {rec['wait_s']:.2f} | remote "
+            f"compute {rec['compute_s']:.2f} allreduce {rec['allreduce_s']:.2f} wait {rec['wait_s']:.2f} | remote "
             f"{rec['remote_feature_bytes'] / 2**20:.1f}+{rec['remote_structure_bytes'] / 2**20:.1f} MiB "
             + (f"rows {rec['embedding_bytes'] / 2**20:.1f} MiB " if rec.get("embedding_bytes") else "")
             + f"cache hit {rec['cache_hit_rate']:.2f} "
