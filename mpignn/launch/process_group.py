@@ -95,17 +95,12 @@ def detect_hardware() -> Hardware:
     has_ipex = _has_module("intel_extension_for_pytorch") if not cuda else False
     if has_ipex and not xpu:
         xpu = _xpu_count()
-    return Hardware(
-        cuda_devices=cuda,
-        xpu_devices=xpu,
-        has_nccl=bool(cuda) and dist.is_nccl_available(),
-        has_xccl=bool(getattr(dist, "is_xccl_available", lambda: False)()),
-        # found, not imported: importing it loads a second oneCCL next to torch's own (xccl); it is imported
-        # in init_process_group, only when the backend is ccl
-        has_ccl=_installed("oneccl_bindings_for_pytorch") if xpu or has_ipex else False,
-        has_ipex=has_ipex,
-        has_mpi_backend=dist.is_mpi_available(),
-    )
+    return Hardware(cuda_devices=cuda, xpu_devices=xpu, has_nccl=bool(cuda) and dist.is_nccl_available(),
+                    has_xccl=bool(getattr(dist, "is_xccl_available", lambda: False)()),
+                    # found, not imported: importing it loads a second oneCCL next to torch's own (xccl); it is
+                    # imported in init_process_group, only when the backend is ccl
+                    has_ccl=_installed("oneccl_bindings_for_pytorch") if xpu or has_ipex else False,
+                    has_ipex=has_ipex, has_mpi_backend=dist.is_mpi_available())
 
 
 def _resolve(device: str, hw: Hardware) -> str:
@@ -163,8 +158,7 @@ def choose(device: str, backend: str, hw: Hardware, local_rank: int, local_size:
     count = hw.cuda_devices if device == "cuda" else hw.xpu_devices
     same_chip, shared_by = _sharing(device, count, local_rank, local_size, peers)
     shared = device == "cuda" and same_chip > 1
-    available = {"gloo": True, "mpi": hw.has_mpi_backend, "nccl": hw.has_nccl, "xccl": hw.has_xccl,
-                 "ccl": hw.has_ccl}
+    available = {"gloo": True, "mpi": hw.has_mpi_backend, "nccl": hw.has_nccl, "xccl": hw.has_xccl, "ccl": hw.has_ccl}
     if backend == "auto":
         backend = "gloo" if shared else next((b for b in _PREFERRED[device] if available[b]), "")
     if not backend:  # an XPU, neither of its backends here
