@@ -106,6 +106,17 @@ class _Pool:
         tmp = self.queue / f"{k}.tmp"
         tmp.write_text(json.dumps({"argv": argv, "cwd": None if cwd is None else str(cwd), "env": env or {}}))
         tmp.rename(self.queue / f"{k}.json")
+        for r in range(self.n):  # wake the idle ranks (mpi_workers/pool.py); one not waiting yet finds the request
+            try:
+                fd = os.open(self.queue / f"rank{r}.wake", os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # not made yet
+                continue
+            try:
+                os.write(fd, b"!")
+            except BlockingIOError:  # full of unread wakes: it is awake
+                pass
+            finally:
+                os.close(fd)
         return k
 
     def output(self, k: int) -> str:
