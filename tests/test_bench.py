@@ -353,3 +353,13 @@ def test_soak_bench_runs_each_malloc_policy_and_compares_them(capsys):
     rows = [line.split() for line in summary if line.startswith(("heap ", "system "))]
     assert [r[0] for r in rows] == ["heap", "system"] and rows[0][2] == "1.000" and 0 < float(rows[1][2]) < 100
     assert soak.growth([100.0, 100, 100, 100, 104, 110]) == pytest.approx(10.0)
+
+
+def test_a_bench_without_mpiexec_says_so_in_one_line(tmp_path):
+    code = ("import sys, runpy, mpignn.bench._common as c; c.mpiexec_path = lambda: None; "
+            "sys.argv = ['bench', '--configs', '1x1', '--plot', '']; "
+            "runpy.run_module('mpignn.bench', run_name='__main__')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.stderr.strip() == ("error: expected mpiexec on PATH or beside this Python; found none. HINT: pip "
+                                  "install mpich (or load your site MPI)"), out.stderr[-2000:]

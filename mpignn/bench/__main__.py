@@ -14,9 +14,8 @@ import tempfile
 from itertools import accumulate
 from statistics import fmean as mean
 
-from mpignn.bench._common import TEMP_ROOT, bench_parser, run_train, save_plot, table
+from mpignn.bench._common import TEMP_ROOT, bench_parser, run_bench, run_train, save_plot, table
 from mpignn.config.train_config import TrainConfig
-from mpignn.mpi.run import exit_process
 from mpignn.training.record import repeatable
 
 
@@ -255,4 +254,4 @@ def _plot(ax, rows: list[dict]) -> None:
 
 
 if __name__ == "__main__":
-    exit_process(main())
+    run_bench(main)

@@ -9,10 +9,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from mpignn.env import mpiexec_path
-from mpignn.errors import LaunchError
+from mpignn.errors import LaunchError, MpignnError
+from mpignn.mpi.run import exit_process
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMP_ROOT = ("", "dataset root (default: a temporary folder)")  # a `bench_parser` flag: --root=TEMP_ROOT
@@ -28,6 +29,16 @@ def bench_parser(module: str, doc: str, **flags: Any) -> argparse.ArgumentParser
         default, text = value if isinstance(value, tuple) else (value, None)
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default, help=text)
     return parser
+
+
+def run_bench(main: Callable[[], int]) -> None:
+    """End the process with `main`'s code; an MpignnError (no launcher, a bad flag value) is one line, exit 2."""
+    try:
+        code = main()
+    except MpignnError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        code = 2
+    exit_process(code)
 
 
 def pyg_backend() -> str:

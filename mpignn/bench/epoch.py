@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import tempfile
 
-from mpignn.bench._common import bench_parser, pyg_python, run_reference, run_train, table
+from mpignn.bench._common import bench_parser, pyg_python, run_bench, run_reference, run_train, table
 from mpignn.launch.device import cpu_lacks_bf16_units
-from mpignn.mpi.run import exit_process
 
 
 def precisions(choice: str, device: str) -> tuple[list[str], str]:
@@ -63,4 +62,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_process(main())
+    run_bench(main)

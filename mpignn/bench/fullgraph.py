@@ -11,8 +11,7 @@ import tempfile
 import time
 from statistics import median
 
-from mpignn.bench._common import TEMP_ROOT, bench_parser, run_train, table
-from mpignn.mpi.run import exit_process
+from mpignn.bench._common import TEMP_ROOT, bench_parser, run_bench, run_train, table
 
 
 def pyg_full_batch(dataset: str, root: str, splits: str, layers: int, hidden: int, dropout: float, lr: float,
@@ -105,4 +104,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_process(main())
+    run_bench(main)

@@ -9,8 +9,7 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from mpignn.bench._common import bench_parser, run_train, table
-from mpignn.mpi.run import exit_process
+from mpignn.bench._common import bench_parser, run_bench, run_train, table
 
 
 def _best(records: list[dict]) -> dict:
@@ -62,4 +61,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_process(main())
+    run_bench(main)

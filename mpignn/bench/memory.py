@@ -9,8 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mpignn.bench._common import TEMP_ROOT, bench_parser, run_json, run_train, table
-from mpignn.mpi.run import exit_process
+from mpignn.bench._common import TEMP_ROOT, bench_parser, run_bench, run_json, run_train, table
 from mpignn.partition.format import read_meta
 
 DEFAULT = "synthetic:num_nodes=2000000,avg_degree=25,num_features=100,train=0.01,val=0.005,test=0.005"
@@ -81,4 +80,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_process(main())
+    run_bench(main)

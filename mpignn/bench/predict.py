@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mpignn.bench._common import TEMP_ROOT, bench_parser, mpi_command, pyg_python, run_reference, run_train, table
-from mpignn.mpi.run import exit_process
+from mpignn.bench._common import (TEMP_ROOT, bench_parser, mpi_command, pyg_python, run_bench, run_reference,
+                                  run_train, table)
 from mpignn.predict import load, read_manifest
 
 _LAYERS = re.compile(r"(\d+) layers over (\d+) blocks per rank in ([\d.]+)s, (\d+) row exchanges, ([\d.]+) MiB of rows "
@@ -128,4 +128,4 @@ def _pyg_row(python: str, args: argparse.Namespace, checkpoint: Path, tmp: Path,
 
 
 if __name__ == "__main__":
-    exit_process(main())
+    run_bench(main)

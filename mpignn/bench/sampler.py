@@ -10,11 +10,10 @@ import time
 import numba
 import numpy as np
 
-from mpignn.bench._common import bench_parser, pyg_python, run_reference, table
+from mpignn.bench._common import bench_parser, pyg_python, run_bench, run_reference, table
 from mpignn.config.graph_options import parse_fanout
 from mpignn.data import load_dataset
 from mpignn.data.graph import GraphData
-from mpignn.mpi.run import exit_process
 from mpignn.sampling import LocalHops, NeighborSampler, kernels, labor
 
 
@@ -111,4 +110,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_process(main())
+    run_bench(main)

@@ -9,9 +9,8 @@ import tempfile
 
 import numpy as np
 
-from mpignn.bench._common import bench_parser, run_train, table
+from mpignn.bench._common import bench_parser, run_bench, run_train, table
 from mpignn.launch.allocator import PRELOADS, preload_env
-from mpignn.mpi.run import exit_process
 
 
 def slope(values: list[float]) -> float:
@@ -86,4 +85,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_process(main())
+    run_bench(main)
