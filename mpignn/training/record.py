@@ -201,9 +201,14 @@ def _own_file(path: str) -> bool:
 def _drop_torn_line(path: str) -> None:
     """Truncate `path` to just after its last newline, unless it already ends with one (or is empty)."""
     with open(path, "r+b") as f:
-        text = f.read()  # one line an epoch: small
-        if text and not text.endswith(b"\n"):
-            f.truncate(text.rfind(b"\n") + 1)
+        end = f.seek(0, os.SEEK_END)
+        if end == 0:
+            return
+        f.seek(end - 1)
+        if f.read(1) == b"\n":  # the usual case: one byte read an epoch, not the whole file
+            return
+        f.seek(0)
+        f.truncate(f.read().rfind(b"\n") + 1)  # torn (once, after a kill): read whole
 
 
 @dataclass
