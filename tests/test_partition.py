@@ -4,6 +4,7 @@ import shutil
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -325,3 +326,42 @@ def test_a_pymetis_that_hides_metis_is_named_with_the_fix(graph, monkeypatch):
     monkeypatch.setattr(ctypes, "CDLL", lambda path: object())
     with pytest.raises(ConfigError, match="does not export it. HINT: pip install --force-reinstall pymetis"):
         metis_parts(graph, 2, seed=0)
+
+
+def test_the_kaminpar_child_ends_with_a_rank_killed_by_sigkill(tmp_path):
+    """A rank killed mid-cut (SIGKILL: no cleanup runs) must not leave its KaMinPar child computing on the node."""
+    import signal
+    import subprocess
+
+    marker = tmp_path / "child"
+    rank = tmp_path / "rank.py"  # a stand-in kaminpar module: the child's script here only sleeps
+    child = f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"
+    rank.write_text(
+        "import sys, types\n"
+        "sys.modules['kaminpar'] = types.ModuleType('kaminpar')\n"
+        "from mpignn.partition import assign\n"
+        "from mpignn.data.synthetic import SyntheticSpec, make_synthetic\n"
+        f"assign._KAMINPAR_CHILD = {child!r}\n"
+        "assign.kaminpar_parts(make_synthetic(SyntheticSpec(num_nodes=200, num_features=1)), 2, 0)\n")
+    proc = subprocess.Popen([sys.executable, str(rank)])
+    try:
+        deadline = time.monotonic() + 60
+        while not (marker.exists() and marker.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, "the child never started"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    child = Path(f"/proc/{marker.read_text()}/status")
+    deadline = time.monotonic() + 10
+    while _running(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(child), "the child outlived its rank"
+
+
+def _running(status: Path) -> bool:
+    """Whether the process is there and not a zombie (a child whose parent died waits to be reaped)."""
+    try:
+        return b"zombie" not in status.read_bytes().split(b"\n")[2].lower()
+    except (OSError, IndexError):
+        return False

@@ -151,6 +151,14 @@ def write_parhip(path: str | os.PathLike, rowptr: np.ndarray, col: np.ndarray) -
             f.write(read_rows(col, lo, min(m, lo + step)).astype(ids).tobytes())
 
 
+_DIE_WITH_PARENT = """
+import ctypes, os, signal, sys
+parent = int(sys.argv.pop())
+if sys.platform.startswith("linux"):  # PR_SET_PDEATHSIG: a rank killed by SIGKILL takes its cut with it
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+    if os.getppid() != parent:  # it died before that line
+        sys.exit(1)
+"""  # the start of the child's script; its last argument is the parent's pid
 _KAMINPAR_CHILD = """
 import sys
 import kaminpar
@@ -187,9 +195,9 @@ def kaminpar_parts(graph: GraphData, num_parts: int, seed: int, workdir: str | o
         path, out = Path(tmp) / "graph.parhip", Path(tmp) / "parts.npy"
         write_parhip(path, rowptr, col)
         del rowptr, col
-        args = [str(a) for a in (path, out, seed, threads, num_parts, KAMINPAR_IMBALANCE)]
-        child = subprocess.Popen([sys.executable, "-c", _KAMINPAR_CHILD, *args], stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        args = [str(a) for a in (path, out, seed, threads, num_parts, KAMINPAR_IMBALANCE, os.getpid())]
+        child = subprocess.Popen([sys.executable, "-c", _DIE_WITH_PARENT + _KAMINPAR_CHILD, *args],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             err = child.communicate()[1].decode(errors="replace").strip()
         finally:
