@@ -124,7 +124,7 @@ def thread_budget(local_size: int, cpus: int | None = None, host_cpus: int | Non
     """Return threads per rank so the ranks of one host share its cores without oversubscription.
 
     A mask (`cpus`) narrower than the host (`host_cpus`) means the launcher bound this rank: the mask is
-    then the rank's whole share. Returns (threads, at least 1; oversubscribed: more ranks than cores).
+    then the rank's whole share. Returns (threads, at least 1; whether the ranks outnumber the cores).
     """
     if cpus is None:  # the mask, which Slurm and mpirun bindings narrow (macOS has none)
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -286,6 +286,7 @@ def visibility_mask(kind: str, env: Mapping[str, str] | None = None) -> list[str
 def ccl_env(local_rank: int, local_size: int, mpi_library: str,
             env: Mapping[str, str] | None = None) -> dict[str, str]:
     """Return the oneCCL variables to set under an MPI launcher, less those the user set in `env` (read only).
+
     Why each (hydra ignores CCL_LOCAL_RANK; MPI transport only on an MPICH-ABI libmpi): see
     docs/launchers-and-devices.md."""
     env = os.environ if env is None else env

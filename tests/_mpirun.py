@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import shutil
@@ -106,18 +107,23 @@ class _Pool:
         tmp = self.queue / f"{k}.tmp"
         tmp.write_text(json.dumps({"argv": argv, "cwd": None if cwd is None else str(cwd), "env": env or {}}))
         tmp.rename(self.queue / f"{k}.json")
-        for r in range(self.n):  # wake the idle ranks (mpi_workers/pool.py); one not waiting yet finds the request
-            try:
-                fd = os.open(self.queue / f"rank{r}.wake", os.O_WRONLY | os.O_NONBLOCK)
-            except OSError:  # not made yet
-                continue
-            try:
-                os.write(fd, b"!")
-            except BlockingIOError:  # full of unread wakes: it is awake
-                pass
-            finally:
-                os.close(fd)
+        for fd in self._wakes():  # the idle ranks (mpi_workers/pool.py); one not waiting yet finds the request
+            self._wake(fd)
         return k
+
+    def _wakes(self) -> list[int]:
+        """Write ends of the ranks' wake pipes, of those made already."""
+        fds = []
+        for r in range(self.n):
+            with contextlib.suppress(OSError):
+                fds.append(os.open(self.queue / f"rank{r}.wake", os.O_WRONLY | os.O_NONBLOCK))
+        return fds
+
+    @staticmethod
+    def _wake(fd: int) -> None:
+        with contextlib.suppress(BlockingIOError):  # full of unread wakes: it is awake
+            os.write(fd, b"!")
+        os.close(fd)
 
     def output(self, k: int) -> str:
         """What run `k`'s ranks printed so far."""
@@ -150,7 +156,10 @@ class _Pool:
         return self.wait(self.submit(argv, cwd), timeout)
 
     def close(self) -> None:
+        wakes = self._wakes()
         shutil.rmtree(self.queue, ignore_errors=True)  # idle ranks see it gone and end: the launcher cleans up
+        for fd in wakes:  # at once, not at their next check
+            self._wake(fd)
         # a hung job: TERM lets multihost-mpirun remove its hosts. Ranks still finalising MPI when it does stay
         # stuck (their network is gone), and a loaded machine took over 5 s to end 4 ranks on 2 hosts: hence 30
         for sig in (signal.SIGTERM, signal.SIGKILL):

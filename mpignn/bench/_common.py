@@ -13,7 +13,6 @@ from typing import Any, Callable
 
 from mpignn.env import mpiexec_path
 from mpignn.errors import LaunchError, MpignnError
-from mpignn.mpi.run import exit_process
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMP_ROOT = ("", "dataset root (default: a temporary folder)")  # a `bench_parser` flag: --root=TEMP_ROOT
@@ -33,6 +32,8 @@ def bench_parser(module: str, doc: str, **flags: Any) -> argparse.ArgumentParser
 
 def run_bench(main: Callable[[], int]) -> None:
     """End the process with `main`'s code; an MpignnError (no launcher, a bad flag value) is one line, exit 2."""
+    from mpignn.mpi.run import exit_process  # here: the PyG reference's interpreter imports this module too
+
     try:
         code = main()
     except MpignnError as exc:

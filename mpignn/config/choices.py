@@ -32,7 +32,9 @@ PRECISIONS = ("auto", "fp32", "bf16")
 MINIBATCH_MODES = ("independent", "cooperative", "full")  # training.loaders.make_loader, runtime.NeighborLoader
 MINIBATCHES = (*MINIBATCH_MODES, "auto", "tune")  # auto: counted, tune: timed (mpignn.training.minibatch)
 EVALS = ("sampled", "exact")  # fit: tasks.base.Task.evaluate_exact
-SAMPLERS = ("neighbor", "labor")  # sampling.neighbor.NeighborSampler's method
+# sampling.neighbor.NeighborSampler's method: "neighbor", each target its own uniform draw (`kernels.sample_rows`);
+# "labor", layer-neighbour sampling, one variate per source shared by the hop's targets (`sampling.labor`)
+SAMPLERS = ("neighbor", "labor")
 SAMPLE_ON = ("auto", "host", "device")  # runtime.graph: numba kernels, or sampling.device_hops
 FEATURE_DEVICES = ("auto", "host", "device")  # launch.device.features_on_device
 

@@ -190,7 +190,7 @@ class BatchLoader:
             ids = stored[:, 0]
             if stored.shape[1] > 1:  # every node's label, remote ones too (the features' store has its own only)
                 y = stored[:, 1].astype(y.dtype, copy=False)
-        x = rows if buffer is not None else torch.as_tensor(x)
+        x = rows if buffer is not None else _tensor(x)
         if x.dtype == torch.uint16:  # a bf16 feature table holds bfloat16 bits (data.features)
             x = x.view(torch.bfloat16)
         if self.layout is not None:  # heterogeneous: cut by type into PyG's HeteroData
@@ -205,7 +205,7 @@ class BatchLoader:
         else:
             edge_index = pinned_empty((2, len(out.row)), torch.int64, self.device)
             edge_index[0].numpy()[:], edge_index[1].numpy()[:] = out.row, out.col
-        data = Data(x=x, y=torch.as_tensor(y), edge_index=edge_index, n_id=torch.as_tensor(out.n_id))
+        data = Data(x=x, y=_tensor(y), edge_index=edge_index, n_id=_tensor(out.n_id))
         if self.dataset_ids is not None:  # its sources give `input_id` too (`_carry`)
             data.part_n_id = data.n_id
             data.n_id = torch.from_numpy(ids)
@@ -213,7 +213,7 @@ class BatchLoader:
         data.batch_size = out.batch_size
         data.num_sampled_nodes = out.num_sampled_nodes
         data.num_sampled_edges = out.num_sampled_edges
-        data.in_degree = torch.as_tensor(out.in_degree)  # the model's CSR pointers: no bincount on the device
+        data.in_degree = _tensor(out.in_degree)  # the model's CSR pointers: no bincount on the device
         if self.reuse:  # whole neighbourhoods: each row's whole-graph degree, the input rows' CSR where sparse
             sparse = sparse_input(x[:len(out.n_id)], self.sampler.comm if cooperative else None)
             n_id = out.n_id.cpu().numpy() if resident else out.n_id  # read once: the batch is kept
@@ -284,3 +284,9 @@ def _carry(data: Any, extras: dict[str, Any]) -> Any:
     for key, value in extras.items():
         setattr(data, key, torch.from_numpy(value) if isinstance(value, np.ndarray) else value)
     return data
+
+
+def _tensor(a: Any) -> torch.Tensor:
+    """A host tensor over the array's memory; not `torch.as_tensor`, which a user's `torch.set_default_device`
+    would send to the GPU field by field."""
+    return a if isinstance(a, torch.Tensor) else torch.from_numpy(a)

@@ -1,7 +1,7 @@
 """ReLU then dropout as one in-place autograd node (`SampledGNN`'s activation): `F.dropout`'s CPU mask is slow
 (docs/training.md). CPU fp32/fp64 takes one numba pass, its mask fixed by a seed whatever the thread count and
 not kept (backward uses out > 0), other devices torch ops; `activated_halo` writes own rows straight into the
-cooperative halo's table, sparing `Halo`'s `torch.cat`. Imports torch, numpy, numba, exchange.halo, sampling.kernels."""
+cooperative halo's table, sparing `Halo`'s `torch.cat`."""
 from __future__ import annotations
 
 import os

@@ -122,7 +122,8 @@ class Watchdog:
 
     def __init__(self, comm: Any, timeout: float, *, grace: float | None = None, tick: float | None = None,
                  on_expiry: Callable[[str], None] | None = None) -> None:
-        """Collective over `comm`: every rank must call it, in the same order. `grace` defaults to 3 to 10 s,
+        """Collective over `comm`: every rank must call it, in the same order. `timeout` bounds one collective on
+        any thread of this rank; `grace` (the wait for the others' replies once it expired) defaults to 3 to 10 s,
         `tick` (seconds between checks) to timeout / 20, between 0.05 and 1; `on_expiry` (tests) gets the message
         instead of printing it and aborting."""
         from mpi4py import MPI

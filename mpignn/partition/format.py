@@ -103,6 +103,7 @@ def part_dir(folder: str | os.PathLike, part_id: int) -> Path:
 
 
 def balance(values: list[int]) -> float:
+    """Largest over mean (1.0: even; also for all zeros), as META.json's reports give it."""
     mean = sum(values) / len(values)
     return max(values) / mean if mean else 1.0
 

@@ -1,4 +1,4 @@
-"""Cut a graph into its parts (layout in `format.py`), into a folder or into memory, by one `cut_parts`.
+"""Cut a graph into its parts (layout: docs/partitions.md), into a folder or into memory, by one `cut_parts`.
 Streaming: memory is bounded by the node-sized arrays and one chunk, never by features or edges. A part's new
 ids keep old-id order, so one pass appending rows in old-id order writes every part in order. numpy and numba.
 """

@@ -68,8 +68,8 @@ def read_checkpoint(folder: Path, sha256: str | None = None, *, doing: str = "re
                     ) -> dict[str, Any]:
     """Return the state saved in `folder/checkpoint.pt`, checked against `sha256` when given. Not collective.
 
-    No checkpoint.pt, or an unusable one (unpickling refusal, truncation, another checksum), is a ConfigError
-    "cannot {doing} PATH: ... HINT: {hint}": `doing` and `hint` are the caller's wish and its fix.
+    No checkpoint.pt is a ConfigError naming --resume; an unusable one (unpickling refusal, truncation, another
+    checksum) is "cannot {doing} PATH: ... HINT: {hint}", `doing` and `hint` being the caller's wish and its fix.
     """
     path = folder / CHECKPOINT
     if not path.is_file():
@@ -261,8 +261,11 @@ def _describe_ranks(idents: list[tuple[str, int, int, str]]) -> str:
     seen: dict[tuple[str, int, int, str], list[int]] = {}  # one pass over the ranks, however many
     for rank, ident in enumerate(idents):
         seen.setdefault(ident, []).append(rank)
-    return "; ".join(f"rank {','.join(map(str, ranks[:8]))}{',...' if len(ranks) > 8 else ''}: {name} (epoch {epoch} "
-                     f"step {step}, sha256 {digest})" for (name, epoch, step, digest), ranks in seen.items())
+    parts = []
+    for (name, epoch, step, digest), ranks in seen.items():
+        who = ",".join(map(str, ranks[:8])) + (",..." if len(ranks) > 8 else "")
+        parts.append(f"rank {who}: {name} (epoch {epoch} step {step}, sha256 {digest})")
+    return "; ".join(parts)
 
 
 def resume_state(comm: Any, folder: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

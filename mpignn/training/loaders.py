@@ -6,11 +6,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mpignn.config.choices import MINIBATCH_MODES, check_choice
+from mpignn.config.choices import MINIBATCH_MODES
 from mpignn.config.refusals import refusal
 from mpignn.config.train_config import TrainConfig
 from mpignn.config.values import check_memory
-from mpignn.errors import ConfigError, agreed, mark_agreed
+from mpignn.errors import ConfigError, mark_agreed
 from mpignn.exchange.alltoall import make_alltoall
 from mpignn.exchange.cache_policy import spare_memory
 from mpignn.launch.bootstrap import Runtime
@@ -98,8 +98,9 @@ def loader_arguments(rt: Runtime, graph: LocalGraph, sampler: Any, seeds: Any, b
 def check_minibatch(minibatch: str) -> None:
     """Refuse a `minibatch` mode the loaders do not know ("auto" is the caller's to resolve): an agreed
     ConfigError (the same mode on every rank). Not collective."""
-    with agreed(ConfigError):
-        check_choice("minibatch", minibatch, MINIBATCH_MODES)
+    if minibatch not in MINIBATCH_MODES:  # Python callers' argument: the message names it, not the CLI flag
+        raise mark_agreed(ConfigError(f"minibatch must be one of {', '.join(MINIBATCH_MODES)}; got {minibatch!r}. "
+                                      "HINT: minibatch='independent'"))
 
 
 def cooperative_refusal(graph: LocalGraph, mode: str = "cooperative") -> str:

@@ -9,6 +9,7 @@ from mpignn.errors import ConfigError
 
 __all__ = ["require", "ScalarLog"]
 
+
 def require() -> None:
     """Import the optional `tensorboard` package, or raise a one-line ConfigError naming the extra to install.
     Not collective: every rank checks its own install."""

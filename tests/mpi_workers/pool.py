@@ -89,7 +89,7 @@ def _alive(pid: int, queue: Path) -> bool:
 def _wake_pipe(path: Path) -> int:
     """A named pipe the tests write a byte to with each request (`tests/_mpirun.py::_Pool.submit`): an idle rank
     sleeps in `select` on it. Polling the folder every 20 ms cost each idle rank 1% of a core, and a run holds up to
-    a dozen idle ranks of standing jobs. The rank holds a writer itself, so the pipe never reads as closed."""
+    about 18 idle ranks of standing jobs. The rank holds a writer itself, so the pipe never reads as closed."""
     os.mkfifo(path)
     read = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     os.open(path, os.O_WRONLY | os.O_NONBLOCK)
