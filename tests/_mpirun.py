@@ -121,7 +121,7 @@ class _Pool:
 
     @staticmethod
     def _wake(fd: int) -> None:
-        with contextlib.suppress(BlockingIOError):  # full of unread wakes: it is awake
+        with contextlib.suppress(OSError):  # full of unread wakes (it is awake), or the rank ended meanwhile
             os.write(fd, b"!")
         os.close(fd)
 
