@@ -19,11 +19,11 @@ TEMP_ROOT = ("", "dataset root (default: a temporary folder)")  # a `bench_parse
 
 
 def bench_parser(module: str, doc: str, **flags: Any) -> argparse.ArgumentParser:
-    """Return the parser of `python -m MODULE` (described by the first line of its docstring `doc`) with a
+    """Return the parser of `python -m MODULE` (described by the first paragraph of its docstring `doc`) with a
     `--flag-name` per keyword (its name with _ for -), typed as its default; a value is the default or (default,
     help text).
     """
-    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=" ".join(doc.split("\n\n")[0].split()))
     for name, value in flags.items():
         default, text = value if isinstance(value, tuple) else (value, None)
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default, help=text)
