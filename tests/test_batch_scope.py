@@ -7,7 +7,7 @@ import torch
 
 from _mpirun import run_cli_many
 from mpignn.training.loaders import rank_batch_size
-from mpignn.training.schedule import WarmupScaledLR, attach_lr_schedule, lr_factor
+from mpignn.training.schedule import attach_lr_schedule, lr_factor
 
 
 @pytest.mark.parametrize("batch,world,expected", [(1024, 1, [1024]), (1024, 2, [512, 512]),
@@ -26,16 +26,22 @@ def test_lr_rules():
 def test_warmup_ramps_to_the_scaled_rate_and_resumes_mid_ramp():
     params = [torch.nn.Parameter(torch.zeros(2))]
     opt = torch.optim.SGD(params, lr=0.1)
-    sched = WarmupScaledLR(opt, 0.1, 4.0, warmup_steps=3)
+    ramp = dict(batch_size=1, batch_scope="rank", world_size=4, steps_per_epoch=3, warmup_epochs=1.0)
+    attach_lr_schedule(opt, 0.1, "linear", **ramp)
     seen = []
     for _ in range(5):
         seen.append(opt.param_groups[0]["lr"])
         params[0].grad = torch.ones(2)
         opt.step()
     assert seen == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.4])
-    resumed = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
-    WarmupScaledLR(resumed, 0.1, 4.0, warmup_steps=3, start_step=2)
-    assert resumed.param_groups[0]["lr"] == pytest.approx(sched.lr_at(2))
+    resumed = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.3)  # a checkpoint's lr, mid-ramp
+    attach_lr_schedule(resumed, 0.1, "linear", **ramp, start_step=2)
+    assert resumed.param_groups[0]["lr"] == pytest.approx(0.3)
+    resumed.step()
+    assert resumed.param_groups[0]["lr"] == pytest.approx(0.4)
+    instant = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    attach_lr_schedule(instant, 0.1, "sqrt", **{**ramp, "warmup_epochs": 0.0})
+    assert instant.param_groups[0]["lr"] == pytest.approx(0.2)
 
 
 def test_no_schedule_where_the_global_batch_does_not_grow():

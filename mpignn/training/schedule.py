@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+from torch.optim.lr_scheduler import LambdaLR
 
 if TYPE_CHECKING:
     from mpignn.config.train_config import TrainConfig
 
 __all__ = ["Schedule", "schedule", "STEP_BUDGET", "EVAL_STEPS", "MIN_EVAL_STEPS", "PATIENCE_EVALS",
-           "PATIENCE_STEPS", "MIN_DELTA", "lr_factor", "WarmupScaledLR", "attach_lr_schedule"]
+           "PATIENCE_STEPS", "MIN_DELTA", "lr_factor", "attach_lr_schedule"]
 
 STEP_BUDGET = 300
 """Optimizer steps a run without --epochs trains at most (whole epochs; at least one)."""
@@ -68,38 +69,24 @@ def lr_factor(rule: str, global_batch: int, base_batch: int) -> float:
     return {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[rule]
 
 
-class WarmupScaledLR:
-    """Ramp every param group's lr linearly to base_lr x factor over `warmup_steps`, as an optimizer step hook so
-    training loops need no change; `start_step` continues a resumed ramp."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer, base_lr: float, factor: float, warmup_steps: int,
-                 start_step: int = 0) -> None:
-        self.optimizer, self.base_lr, self.factor = optimizer, base_lr, factor
-        self.warmup_steps, self.step = max(0, int(warmup_steps)), int(start_step)
-        self._apply()
-        optimizer.register_step_post_hook(self._after_step)
-
-    def lr_at(self, step: int) -> float:
-        if step >= self.warmup_steps:
-            return self.base_lr * self.factor
-        return self.base_lr * (1.0 + (self.factor - 1.0) * step / self.warmup_steps)
-
-    def _apply(self) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.lr_at(self.step)
-
-    def _after_step(self, optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
-        self.step += 1
-        self._apply()
-
-
 def attach_lr_schedule(optimizer: torch.optim.Optimizer, lr: float, rule: str, *, batch_size: int,
                        batch_scope: str, world_size: int, steps_per_epoch: int, warmup_epochs: float,
-                       start_step: int = 0) -> WarmupScaledLR | None:
+                       start_step: int = 0) -> LambdaLR | None:
     """Scale the learning rate by `rule` when the global batch outgrows `batch_size` (batch scope "rank" on
-    several ranks), the warm-up continuing from `start_step` (a resumed run's); None when there is nothing to scale."""
+    several ranks), ramping linearly from `lr` over the warm-up and continuing from `start_step` (a resumed run's);
+    stepped by an optimizer hook, so training loops need no change. None when there is nothing to scale."""
     global_batch = batch_size * (world_size if batch_scope == "rank" else 1)
     factor = lr_factor(rule, global_batch, batch_size)
     if factor == 1.0:
         return None
-    return WarmupScaledLR(optimizer, lr, factor, round(warmup_epochs * steps_per_epoch), start_step=start_step)
+    warmup = round(warmup_epochs * steps_per_epoch)
+    for group in optimizer.param_groups:  # not the resumed optimizer's lr: that one is mid-ramp
+        group["initial_lr"] = lr
+
+    def at(step: int) -> float:
+        step += start_step
+        return factor if step >= warmup else 1.0 + (factor - 1.0) * step / warmup
+
+    ramp = LambdaLR(optimizer, at)
+    optimizer.register_step_post_hook(lambda *_: ramp.step())
+    return ramp
