@@ -182,11 +182,14 @@ def private_imports(imports: list[Import]) -> list[str]:
 # mpi, env, log, config: stdlib (+ mpi4py/numpy for mpi); data .. exchange: numpy/numba/pymetis, no torch.
 NO_TORCH = ["mpignn", "mpignn.mpi", "mpignn.env", "mpignn.compiled", "mpignn.log", "mpignn.config",
             "mpignn.config.train_config", "mpignn.config.choices", "mpignn.config.graph_options", "mpignn.errors",
-            "mpignn.fileio", "mpignn.data", "mpignn.partition", "mpignn.partition.source", "mpignn.sampling", "mpignn.sampling.access",
+            "mpignn.fileio", "mpignn.data", "mpignn.partition", "mpignn.partition.source", "mpignn.sampling",
+            "mpignn.sampling.access", "mpignn.sampling.cooperative", "mpignn.sampling.distributed",
             "mpignn.exchange", "mpignn.mpi.watchdog", "mpignn.info", "mpignn.launch", "mpignn.launch.allocator",
-            "mpignn.loader", "mpignn.loader.prefetch", "mpignn.inference", "mpignn.training",
-            "mpignn.training.tensorboard", "mpignn.predict"]
-NO_PYG = ["mpignn.launch.process_group", "mpignn.launch.mpi_store", "mpignn.training.checkpoint"]
+            "mpignn.launch.rendezvous", "mpignn.loader", "mpignn.loader.prefetch", "mpignn.inference",
+            "mpignn.inference.blocks", "mpignn.training", "mpignn.training.tensorboard", "mpignn.predict"]
+NO_PYG = ["mpignn.launch.process_group", "mpignn.launch.mpi_store", "mpignn.launch.device",
+          "mpignn.launch.bootstrap", "mpignn.training.checkpoint", "mpignn.exchange.halo",
+          "mpignn.exchange.embedding", "mpignn.sampling.device_hops"]
 
 
 # One fresh interpreter for every module: it imports numpy (allowed everywhere) once, then forks a child per

@@ -1,7 +1,8 @@
 """PyG's NeighborLoader (+ GraphSAGE) on the same graph, for side-by-side comparison. Prints one JSON line.
 
-Runs in any interpreter with torch-geometric plus pyg-lib or torch-sparse (often a separate venv, without numba or
-mpi4py), so it imports only the parts of mpignn that need numpy and the standard library.
+Runs in any interpreter with torch-geometric plus pyg-lib or torch-sparse (often a separate venv, with numba but
+without mpi4py: docs/benchmarks.md), so it imports only the parts of mpignn that need numpy, numba and
+the standard library.
 """
 from __future__ import annotations
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import time
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from mpignn.data.synthetic import parse_synthetic, write_synthetic
 from mpignn.env import foreign_launcher_size
 from mpignn.errors import ConfigError, MpignnError
 from mpignn.fileio import refuse_unwritable
+from mpignn.launch.allocator import peak_rss_mb
 from mpignn.mpi.run import exit_process
 from mpignn.partition import format_report, partition_graph
 
@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MpignnError as exc:
         print(f"mpignn.partition: error: {exc}", file=sys.stderr)
         return 1
-    rep["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rep["peak_rss_mb"] = peak_rss_mb()
     rep["load_seconds"] = load_s
     text = (format_report(rep) + f"\n  dataset loaded/generated in {load_s:.1f}s; peak memory "
             f"{rep['peak_rss_mb']:.0f} MiB (both steps)")

@@ -46,10 +46,8 @@ def labor_rows(rowptr, col, rows, fanouts, seed, shift=0):
     kinds = fanouts.shape[0]
     counts = np.empty(n, dtype=np.int64)
     denominators = np.empty(n, dtype=np.int64)
-    edges = np.empty(n + 1, dtype=np.int64)  # where each target's edges start in `keep`
-    edges[0] = 0
-    for i in range(n):
-        edges[i + 1] = edges[i] + rowptr[rows[i] + 1] - rowptr[rows[i]]
+    edges = np.zeros(n + 1, dtype=np.int64)  # where each target's edges start in `keep`
+    edges[1:] = np.cumsum(rowptr[rows + 1] - rowptr[rows])
     keep = np.empty(edges[n], dtype=np.bool_)  # each edge hashed once: its verdict kept for the copy below
     base = np.uint64(seed)
     rotate = np.uint64(shift)

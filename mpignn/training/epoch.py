@@ -45,8 +45,8 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
     averages over ranks, so the update is the mean over all seeds whatever each rank's share. A rank without
     seeds still joins DDP with zeros. A stop requested on any rank ends every rank at the same step.
     [start_step, end_step) resumes mid-epoch or evaluates inside it; an `embedding` (NodeEmbedding) is pulled
-    and stepped each step. Returns sums (loss_sum, correct, seeds, units, nodes, steps, compute_s, allreduce_s)
-    and stopped_step (-1: not stopped).
+    and stepped each step. Returns one dict: the sums (loss_sum, correct, seeds, units, nodes, steps, compute_s,
+    allreduce_s) and `stopped_step` (-1.0: not stopped).
     """
     model.train()
     clock = StepClock(device)  # device events on an accelerator: no step waits to be timed

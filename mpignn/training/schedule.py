@@ -1,6 +1,7 @@
 """The training schedule: without `--epochs`, the epoch cap, evaluation interval and stopping rule
 (docs/training.md, "Converging by default"); learning-rate scaling with a linear warm-up for a global batch that
-grows with the ranks (Goyal et al., 2017: linear; Krizhevsky, 2014: square root). Imports torch only."""
+grows with the ranks (Goyal et al., 2017: linear; Krizhevsky, 2014: square root, for adaptive
+optimizers). Imports torch only."""
 from __future__ import annotations
 
 import math
