@@ -57,24 +57,23 @@ def pytest_addoption(parser):
 # wall time), measured 2026-12-06. Only the order uses them: longest first, so that the two processes of
 # `-n 2 --dist loadfile` end together. xdist's own order (the most tests first) left these, most of which hold one
 # to five tests, to the end, where one process ran them while the other had nothing left.
-LONGEST = {"test_pyg_ports.py": 114, "test_link_cut.py": 105, "test_many_ranks.py": 88, "test_multihost.py": 80,
-           "test_node_local.py": 74, "test_allocator.py": 63, "test_multihost_interfaces.py": 56,
-           "test_faults.py": 51, "test_reproducible.py": 48, "test_jobs.py": 46, "test_norm_residual.py": 38,
-           "test_collective_timeout.py": 36, "test_startup_bounds.py": 34, "test_cooperative.py": 29,
-           "test_slow_link.py": 27, "test_wheel.py": 19, "test_no_open_door.py": 18, "test_bench_memory.py": 18}
+LONGEST = {"test_pyg_ports.py": 139, "test_link_cut.py": 111, "test_multihost.py": 90, "test_many_ranks.py": 88,
+           "test_node_local.py": 75, "test_multihost_interfaces.py": 71, "test_allocator.py": 66,
+           "test_faults.py": 51, "test_collective_timeout.py": 48, "test_startup_bounds.py": 47, "test_jobs.py": 47,
+           "test_reproducible.py": 46, "test_cooperative.py": 46, "test_norm_residual.py": 32, "test_slow_link.py": 27,
+           "test_wheel.py": 23, "test_no_open_door.py": 18, "test_bench_memory.py": 18}
 
 
-# Files that mostly wait (a stopped rank, a timeout): each goes beside a busy file, whose two ranks then use the
-# cores it leaves idle. Side by side, as the order above put them, they left 45 core-seconds idle (2026-12-06, a
-# timeline of one full run: 119 idle core-seconds in all).
+# Files that mostly wait (a stopped rank, a timeout): they run one after the other beside the longest file, a
+# busy one (ten trainings), whose ranks then use the cores they leave idle. Each beside test_link_cut (whose cut
+# links also wait), they left 80 of a run's 121 idle core-seconds (2026-12-06, a timeline of one full run).
 WAITING = ("test_startup_bounds.py", "test_collective_timeout.py")
 
 
 def pytest_collection_modifyitems(config, items):
     files = sorted(dict.fromkeys(item.path.name for item in items), key=lambda name: -LONGEST.get(name, 0))
     busy = [name for name in files if name not in WAITING]
-    for k, name in enumerate(name for name in WAITING if name in files):
-        busy.insert(1 + 2 * k, name)  # second and fourth: each starts beside a long busy file
+    busy[1:1] = [name for name in WAITING if name in files]  # second and third: the other process takes them
     rank = {name: i for i, name in enumerate(busy)}
     items.sort(key=lambda item: rank[item.path.name])  # stable: each file's tests stay together, in order
 
