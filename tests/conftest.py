@@ -65,8 +65,9 @@ LONGEST = {"test_pyg_ports.py": 139, "test_link_cut.py": 111, "test_multihost.py
 
 
 # Files that mostly wait (a stopped rank, a timeout): they run one after the other beside the longest file, a
-# busy one (ten trainings), whose ranks then use the cores they leave idle. Each beside test_link_cut (whose cut
-# links also wait), they left 80 of a run's 121 idle core-seconds (2026-12-06, a timeline of one full run).
+# busy one (ten trainings), whose ranks then use the cores they leave idle. test_collective_timeout beside
+# test_link_cut (whose cut links also wait) left 38 of a run's 121 idle core-seconds; in this order a run left 97
+# (2026-12-06, a timeline of each run: the tests each process ran against vmstat's idle).
 WAITING = ("test_startup_bounds.py", "test_collective_timeout.py")
 
 
