@@ -116,7 +116,7 @@ def report(meta: dict, seconds: float) -> dict:
         "node_balance": balance([p["nodes"] for p in parts]), "edge_balance": balance([p["edges"] for p in parts]),
         "train_balance": balance([p["train"] for p in parts]), "halo": [p["halo"] for p in parts],
         "nodes": [p["nodes"] for p in parts], "seconds": seconds,
-        # heterogeneous graphs: nodes of each type per part, and each type's balance
+        # heterogeneous graphs: nodes of each type per part (the printed report adds each type's balance)
         "type_nodes": ({t: [p["type_counts"][k] for p in parts] for k, t in enumerate(meta["hetero"]["node_types"])}
                        if meta.get("hetero") else None),
         "type_cut": ({"__".join(e): sum(p["cut_by_edge_type"][k] for p in parts)
