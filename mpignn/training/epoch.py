@@ -37,16 +37,15 @@ def _progress(step: int, steps: int, loss: float) -> None:
 
 def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Optimizer, *, task: Task, device: str,
                 bf16: bool = False, timer: AllreduceTimer | None = None, progress: bool = False,
-                comm: Any = None, stop: Any = None, start_step: int = 0, end_step: int | None = None,
-                embedding: Any = None) -> dict[str, float]:
+                comm: Any = None, stop: Any = None, embedding: Any = None) -> dict[str, float]:
     """Collective over `comm` (when given; every rank runs the same steps): train one epoch of `task`.
 
     Each rank's loss is scaled by world_size / (the step's seeds on all ranks, one tiny all-reduce): DDP
     averages over ranks, so the update is the mean over all seeds whatever each rank's share. A rank without
-    seeds still joins DDP with zeros. A stop requested on any rank ends every rank at the same step.
-    [start_step, end_step) resumes mid-epoch or evaluates inside it; an `embedding` (NodeEmbedding) is pulled
-    and stepped each step. Returns one dict: the sums (loss_sum, correct, seeds, units, nodes, steps, compute_s,
-    allreduce_s) and `stopped_step` (-1.0: not stopped).
+    seeds still joins DDP with zeros. A stop requested on any rank ends every rank at the same step. Steps are
+    numbered from the loader's `start_step` (`BatchLoader.set_epoch` resumes or ends mid-epoch); an `embedding`
+    (NodeEmbedding) is pulled and stepped each step. Returns one dict: the sums (loss_sum, correct, seeds, units,
+    nodes, steps, compute_s, allreduce_s) and `stopped_step` (-1.0: not stopped).
     """
     model.train()
     clock = StepClock(device)  # device events on an accelerator: no step waits to be timed
@@ -57,10 +56,6 @@ def train_epoch(model: torch.nn.Module, loader: Any, optimizer: torch.optim.Opti
     rows = RowCounts(world)
     metric_sums = MetricSums(sums, device)
     for step, batch in enumerate(loader, start=getattr(loader, "start_step", 0)):
-        if step < start_step:  # a loader that cannot start later draws the done steps again
-            continue
-        if end_step is not None and step >= end_step:  # the same step on every rank: no collective is left
-            break
         n = task.items(batch)
         wants_stop = float(stop is not None and stop.requested)
         t_agree = time.perf_counter()
@@ -176,7 +171,7 @@ def run_epoch(parts: EpochParts, epoch: int, *, evaluate_now: bool, start_step: 
     loaders["train"].set_epoch(epoch, start_step, end_step)  # val and test: set to 0 before they are read
     sums = train_epoch(model, loaders["train"], parts.optimizer, task=task, device=rt.device, bf16=bf16,
                        timer=parts.timer, progress=rt.rank == 0 and sys.stderr.isatty(), comm=rt.comm,
-                       stop=parts.stop, start_step=start_step, end_step=end_step, embedding=emb)
+                       stop=parts.stop, embedding=emb)
     if carry and rt.rank == 0:
         for key in _CARRIED:
             sums[key] += carry.get(key, 0.0)
