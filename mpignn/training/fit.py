@@ -7,7 +7,6 @@ import contextlib
 import logging
 import signal
 import time
-from pathlib import Path
 from typing import Any, TYPE_CHECKING
 
 import torch
@@ -246,7 +245,7 @@ class Trainer:
                 f"{plan.patience} evaluations (best {best.val_acc:.4f} at epoch {best.epoch}): stopping after "
                 f"epoch {self.rec['epoch']}")
 
-    def checkpoint(self, epoch: int, step: int, partial: Any = None) -> Path:
+    def checkpoint(self, epoch: int, step: int, partial: Any = None) -> None:
         """Collective: save a generation after step `step` of `epoch` (stopped: with the epoch's `partial` record),
         copied to best/ when it is best. Stopped or not, it holds what `resume` needs to replay the run."""
         cfg, rt = self.cfg, self.rt
@@ -261,7 +260,6 @@ class Trainer:
             on_behalf(rt.comm, lambda: keep_best(gen, cfg.checkpoint_dir), f"a copy of {gen.name} to best/ in "
                       f"{cfg.checkpoint_dir}", f"free space there; {gen.name} holds the same weights",
                       writer=self.host_writer)
-        return gen
 
     def stopped(self, rec: dict[str, Any]) -> int:
         """Collective: save where a stop signal ended the epoch, say so on rank 0, requeue if asked."""
