@@ -70,7 +70,6 @@ def count_step(rt: Runtime, loader: Any) -> StepCount:
     local = [0.0] * (1 + 2 * hops)  # a rank without a batch (none: the step count is agreed) adds nothing
     for batch in loader:
         nodes, edges = list(batch.num_sampled_nodes), list(batch.num_sampled_edges)
-        hops = len(edges)
         local = [float(sum(nodes)), *(float(sum(nodes[:hops - k])) for k in range(hops)),
                  *(float(sum(edges[:hops - k])) for k in range(hops))]
     total = allreduce_sum(rt.comm, local).tolist()  # as long as `local`: 1 + 2 * hops
