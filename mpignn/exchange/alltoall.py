@@ -11,7 +11,7 @@ import numpy as np
 from mpignn.mpi import alltoallv, exchange_counts
 from mpignn.partition.format import group_by_owner
 
-__all__ = ["MpiAlltoall", "TorchAlltoall", "make_alltoall", "staged", "IdDirectory"]
+__all__ = ["MpiAlltoall", "TorchAlltoall", "make_alltoall", "IdDirectory"]
 
 
 class MpiAlltoall:
@@ -31,20 +31,17 @@ class MpiAlltoall:
         self.comm.Free()
 
     def rows(self, send: Any, send_counts: np.ndarray, recv_counts: np.ndarray, pieces: bool | None = None) -> Any:
-        """Collective: rows answering ids, both sides knowing the counts; tensor rows cross via host buffers."""
+        """Collective: rows answering ids, both sides knowing the counts; tensor rows cross via host buffers
+        (bfloat16 as its bits)."""
         if isinstance(send, np.ndarray):
             return alltoallv(self.comm, send, send_counts, recv_counts, pieces)[0]
-        return staged(send, lambda host: alltoallv(self.comm, host, send_counts, recv_counts, pieces)[0])
+        import torch
 
-
-def staged(rows: Any, move: Any) -> Any:
-    """`move` (numpy in, numpy out) applied to tensor `rows` through host memory (bfloat16 as its bits)."""
-    import torch
-
-    bits = rows.dtype == torch.bfloat16
-    host = np.ascontiguousarray((rows.view(torch.int16) if bits else rows).detach().cpu().numpy())
-    got = torch.from_numpy(np.ascontiguousarray(move(host))).to(rows.device, non_blocking=True)
-    return got.view(torch.bfloat16) if bits else got
+        bits = send.dtype == torch.bfloat16
+        host = np.ascontiguousarray((send.view(torch.int16) if bits else send).detach().cpu().numpy())
+        got = alltoallv(self.comm, host, send_counts, recv_counts, pieces)[0]
+        got = torch.from_numpy(np.ascontiguousarray(got)).to(send.device, non_blocking=True)
+        return got.view(torch.bfloat16) if bits else got
 
 
 class TorchAlltoall(MpiAlltoall):
