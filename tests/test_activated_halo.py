@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from mpignn.exchange.halo import ByteCounter, Halo
+from mpignn.exchange.halo import Halo
 from mpignn.models.dropout import activated_halo, relu_dropout
 from mpignn.sampling.cooperative import LayerPlan
 
@@ -24,7 +24,7 @@ def test_activated_halo_equals_activation_then_halo(p, training):
     plan = LayerPlan(src=np.array([0, 5, 2, 6, 4]), send_idx=np.array([3, 1]), send_counts=np.array([2]),
                      recv_counts=np.array([2]), n_own=5)
     transport = _Loopback()
-    halo = Halo([plan], transport, ByteCounter(transport))
+    halo = Halo([plan], transport, transport)
     x = torch.randn(5, 7, dtype=torch.float64)
     weight = torch.randn(7, 7, dtype=torch.float64)
     results = []
@@ -49,4 +49,4 @@ def test_a_plan_of_other_rows_is_refused():
     plan = LayerPlan(src=np.zeros(0, dtype=np.int64), send_idx=np.zeros(0, dtype=np.int64),
                      send_counts=np.zeros(1, dtype=np.int64), recv_counts=np.zeros(1, dtype=np.int64), n_own=4)
     with pytest.raises(ValueError, match="got 3 own rows; its plan has 4"):
-        activated_halo(Halo([plan], _Loopback(), ByteCounter(_Loopback())), 0, torch.zeros(3, 2), 0.0, True)
+        activated_halo(Halo([plan], _Loopback(), _Loopback()), 0, torch.zeros(3, 2), 0.0, True)

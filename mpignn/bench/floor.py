@@ -39,7 +39,7 @@ def _worker(args: argparse.Namespace) -> None:
     from mpi4py import MPI
 
     from mpignn.exchange.alltoall import MpiAlltoall
-    from mpignn.exchange.halo import ByteCounter, Halo
+    from mpignn.exchange.halo import Halo
     from mpignn.models.sampled import SampledGNN
     from mpignn.partition.format import load_partition, read_meta
     from mpignn.mpi import allreduce_sum
@@ -83,7 +83,7 @@ def _worker(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         out = sampler.sample(seeds, step)
         t1 = time.perf_counter()
-        halo = Halo(out.halo, sampler.rows, ByteCounter(sampler)) if args.cooperative else None
+        halo = Halo(out.halo, sampler.rows, sampler) if args.cooperative else None
         # cooperative: the input table with room for the rows other ranks send (as the loader makes it)
         feats = np.empty((halo.table_rows(0) if halo else len(out.n_id), x.shape[1]), dtype=x.dtype)
         np.take(x, out.n_id - lo, axis=0, out=feats[:len(out.n_id)], mode="clip")  # "clip": no buffered copy

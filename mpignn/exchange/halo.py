@@ -11,14 +11,14 @@ import torch
 from mpignn.exchange.features import device_index
 from mpignn.sampling.cooperative import KeptInputs, LayerPlan
 
-__all__ = ["ByteCounter", "Halo", "return_grads", "send_own"]
+__all__ = ["Halo", "return_grads", "send_own"]
 
 
 def send_own(own: torch.Tensor, plan: LayerPlan, transport: Any, counter: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Collective, forward: (the rows other ranks send this one, which own rows went out: for `return_grads`)."""
     send_idx = torch.from_numpy(plan.send_idx).to(own.device)
     got = transport.rows(own[send_idx], plan.send_counts, plan.recv_counts, plan.pieces)  # pieces: agreed already
-    counter.add(got)
+    counter.halo_bytes += got.nbytes
     return got, send_idx
 
 
@@ -27,7 +27,7 @@ def return_grads(grad: torch.Tensor, plan: LayerPlan, transport: Any, counter: A
     """Collective, backward: the table's gradient -> its own rows', the returned gradients of sent rows added
     in place (the table's gradient is this node's alone, so no copy)."""
     back = transport.rows(grad[plan.n_own:], plan.recv_counts, plan.send_counts, plan.pieces)
-    counter.add(back)
+    counter.halo_bytes += back.nbytes
     grad_own = grad[:plan.n_own] if grad.is_contiguous() else grad[:plan.n_own].contiguous()
     return grad_own.index_add_(0, send_idx, back.to(grad.dtype))
 
@@ -49,7 +49,8 @@ class _HaloRows(torch.autograd.Function):
 class Halo:
     """A cooperative batch's layer plans and transport; `SampledGNN` calls `table, src = halo(layer, own_rows)`.
 
-    `static_input` (full-graph training, the same batch every step): the input's remote rows cross once.
+    `counter` (the sampler): its `halo_bytes` adds up the bytes exchanged. `static_input` (full-graph training,
+    the same batch every step): the input's remote rows cross once.
     `keeper` (the sampler, `KeptInputs`): input rows an earlier batch brought are copied, not sent."""
 
     def __init__(self, plans: list[LayerPlan], transport: Any, counter: Any, static_input: bool = False,
@@ -114,13 +115,3 @@ class Halo:
     def sources(self, layer: int, device: torch.device) -> torch.Tensor:
         """Each edge's source as a row of layer `layer`'s table."""
         return torch.from_numpy(self.plans[layer].src).to(device, non_blocking=True)
-
-
-class ByteCounter:
-    """Adds the bytes of each tensor exchanged to `target.halo_bytes`."""
-
-    def __init__(self, target: Any) -> None:
-        self.target = target
-
-    def add(self, rows: torch.Tensor) -> None:
-        self.target.halo_bytes += rows.nbytes

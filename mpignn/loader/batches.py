@@ -14,7 +14,7 @@ from torch_geometric.data import Data
 
 from mpignn.launch.device import EventSpans, Uploader, pinned_empty, synchronize
 from mpignn.exchange.features import FeatureStore
-from mpignn.exchange.halo import ByteCounter, Halo
+from mpignn.exchange.halo import Halo
 from mpignn.loader.whole import WholeNeighbourhoods, sparse_input
 from mpignn.mpi import chunk_bounds, pad_to_steps, steps_per_epoch
 from mpignn.mpi.watchdog import bounded
@@ -166,7 +166,7 @@ class BatchLoader:
         optional = {k: getattr(out, k) for k in ("edge_label_index", "edge_label", "mean_over", "edge_weight")}
         extras: dict[str, Any] = {**out.metadata, **{k: v for k, v in optional.items() if v is not None}}
         if cooperative:
-            extras["halo"] = Halo(out.halo, self.sampler.rows, ByteCounter(self.sampler), static_input=self.reuse,
+            extras["halo"] = Halo(out.halo, self.sampler.rows, self.sampler, static_input=self.reuse,
                                   keeper=self.sampler if self.sampler.keep_inputs else None)
         elif self.wrap and step == self.start_step and self.sampler.source.comm is not None:
             # independent batches' overlap, once a pass (a collective of ids per layer): `redundancy`

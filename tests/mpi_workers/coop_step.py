@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from mpignn.data import make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.exchange.alltoall import MpiAlltoall
-from mpignn.exchange.halo import ByteCounter, Halo
+from mpignn.exchange.halo import Halo
 from mpignn.models.sampled import SampledGNN
 from mpignn.mpi import collectives, run_main, world
 from mpignn.partition import load_partition, partition_graph
@@ -56,7 +56,7 @@ def check_step(comm, kind, sampler, single, seeds, seed, data, variates=None, ro
 
     torch.manual_seed(0)
     model = SampledGNN(kind, 6, 16, 4, len(FANOUTS))
-    halo = Halo(out.halo, sampler.rows, ByteCounter(sampler), keeper=sampler if sampler.keep_inputs else None)
+    halo = Halo(out.halo, sampler.rows, sampler, keeper=sampler if sampler.keep_inputs else None)
     x = torch.from_numpy(x_all[out.n_id])  # own rows only: the rest crosses by the halo
     if room:
         x = torch.cat([x, torch.full((halo.table_rows(0) - len(x), x.shape[1]), float("nan"), dtype=x.dtype)])

@@ -15,7 +15,7 @@ from coop_step import grads, whole_graph  # noqa: E402
 from mpignn.data import make_synthetic  # noqa: E402
 from mpignn.data.synthetic import SyntheticSpec  # noqa: E402
 from mpignn.exchange.alltoall import MpiAlltoall  # noqa: E402
-from mpignn.exchange.halo import ByteCounter, Halo  # noqa: E402
+from mpignn.exchange.halo import Halo  # noqa: E402
 from mpignn.models.norm import RankBatchNorm  # noqa: E402
 from mpignn.models.sampled import SampledGNN  # noqa: E402
 from mpignn.mpi import run_main, world  # noqa: E402
@@ -57,7 +57,7 @@ def case(comm, group, solo, folder, graph):
     ref = single.sample(all_seeds, 7)
     for kind in ("sage", "gat", "gcn"):
         for norm, head in (("batch", True), ("layer", False)):
-            halo = Halo(out.halo, sampler.rows, ByteCounter(sampler))
+            halo = Halo(out.halo, sampler.rows, sampler)
             loss, grad, stats = run(kind, norm, head, group, torch.from_numpy(x_all[out.n_id]),
                                     np.stack([out.row, out.col]), out,
                                     torch.from_numpy(y_all[out.n_id[:len(seeds)]]), len(all_seeds), halo)
