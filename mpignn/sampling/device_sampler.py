@@ -23,11 +23,10 @@ def resident(source: Any, num_nodes: int) -> bool:
 
 
 class DeviceSampler(NeighborSampler):
-    """`NeighborSampler`'s batches as tensors on the source's device; `relabel` is ignored (always "array")."""
+    """`NeighborSampler`'s batches as tensors on the source's device, relabelled through an array map."""
 
-    def __init__(self, source: DeviceHops, num_nodes: int, fanouts: Sequence[Fanout], relabel: str = "array",
-                 method: str = "neighbor", dependency: int = 1, layer_dependency: bool = False,
-                 iterations: int = 0) -> None:
+    def __init__(self, source: DeviceHops, num_nodes: int, fanouts: Sequence[Fanout], method: str = "neighbor",
+                 dependency: int = 1, layer_dependency: bool = False, iterations: int = 0) -> None:
         if not resident(source, num_nodes):
             raise ValueError("DeviceSampler needs a DeviceHops source owning every node of one edge type")
         super().__init__(source, num_nodes, fanouts, "array", method, dependency, layer_dependency, iterations)
