@@ -147,17 +147,14 @@ class NodeEmbedding:
         self._pending = None
         grad = (np.zeros((len(n_id), self.dim), dtype=np.float32) if tensor.grad is None
                 else tensor.grad.detach().float().cpu().numpy())
-        idx, grads = [n_id[own_pos] - self.lo], [grad[own_pos]]
-        if route is not None:
+        idx, grad_all = n_id[own_pos] - self.lo, grad[own_pos]
+        if route is not None:  # with a communicator
             sent_pos, counts, asked, asked_counts, pieces = route
             back, _ = alltoallv(self.comm, grad[sent_pos], counts, asked_counts, pieces)
             self.bytes_sent += grad[sent_pos].nbytes
-            idx.append(asked - self.lo)
-            grads.append(back)
-        idx_all, grad_all = np.concatenate(idx), np.concatenate(grads)
-        if self.comm is not None:
-            grad_all = grad_all / self.comm.size
-        rows, inverse = np.unique(idx_all, return_inverse=True)
+            idx = np.concatenate([idx, asked - self.lo])
+            grad_all = np.concatenate([grad_all, back]) / self.comm.size
+        rows, inverse = np.unique(idx, return_inverse=True)
         summed = np.zeros((len(rows), self.dim), dtype=np.float32)
         np.add.at(summed, inverse, grad_all)
         self.optimizer.update(self.weight, rows, summed)
