@@ -28,8 +28,7 @@ def return_grads(grad: torch.Tensor, plan: LayerPlan, transport: Any, counter: A
     in place (the table's gradient is this node's alone, so no copy)."""
     back = transport.rows(grad[plan.n_own:], plan.recv_counts, plan.send_counts, plan.pieces)
     counter.halo_bytes += back.nbytes
-    grad_own = grad[:plan.n_own] if grad.is_contiguous() else grad[:plan.n_own].contiguous()
-    return grad_own.index_add_(0, send_idx, back.to(grad.dtype))
+    return grad[:plan.n_own].contiguous().index_add_(0, send_idx, back.to(grad.dtype))
 
 
 class _HaloRows(torch.autograd.Function):
