@@ -230,10 +230,9 @@ class CooperativeSampler:
 
 def union_rows(comm: Any, part_offsets: np.ndarray, n_id: np.ndarray, num_sampled_nodes: Sequence[int]) -> list[int]:
     """Collective: the distinct nodes of all ranks' batches per layer, counted by owners (for `redundancy`)."""
-    hops = len(num_sampled_nodes) - 1
     counts = []
-    for layer in range(hops + 1):
-        ids = np.unique(n_id[:int(sum(num_sampled_nodes[:hops + 1 - layer]))])
+    for depth in range(len(num_sampled_nodes), 0, -1):  # layer 0 reads nodes of every depth, the last the seeds
+        ids = np.unique(n_id[:int(sum(num_sampled_nodes[:depth]))])
         sizes = np.bincount(owner_of(ids, part_offsets), minlength=comm.size).astype(np.int64)
         got = alltoallv(comm, ids, sizes)[0]
         counts.append(len(np.unique(got)))
