@@ -32,12 +32,6 @@ class DeviceSampler(NeighborSampler):
         super().__init__(source, num_nodes, fanouts, "array", method, dependency, layer_dependency, iterations)
         self.device = source.device
 
-    def _scratch(self) -> torch.Tensor:
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = torch.full((self.num_nodes,), -1, dtype=torch.int64, device=self.device)
-        return scratch
-
     def _map(self, ids: torch.Tensor, n_id: torch.Tensor, n_count: int) -> tuple[torch.Tensor, int]:
         scratch = self._scratch()
         new = ids[scratch[ids] < 0]

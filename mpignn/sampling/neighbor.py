@@ -218,8 +218,9 @@ class NeighborSampler:
 
     def _scratch(self) -> np.ndarray:
         scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = np.full(self.scratch_bytes // 8, -1, dtype=np.int64)
+        if scratch is None:  # `_empty`: on the device for `DeviceSampler`
+            scratch = self._local.scratch = self._empty(self.scratch_bytes // 8)
+            scratch[:] = -1
         return scratch
 
     def _table(self) -> tuple[np.ndarray, int]:
