@@ -48,17 +48,16 @@ def _count_remote(col, lo, hi, counter):
 def _stream_rows(graph: GraphData, parts: np.ndarray, node_map: np.ndarray, writers: list[NpyWriter],
                  x_writers: list[NpyWriter]) -> None:
     rowptr = np.asarray(graph.rowptr)
-    num_parts = len(writers)
     step = rows_per_chunk(8 * max(1, graph.num_edges // max(1, graph.num_nodes)))
     for lo in range(0, graph.num_nodes, step):
         hi = min(graph.num_nodes, lo + step)
         col = node_map[read_rows(graph.col, int(rowptr[lo]), int(rowptr[hi]))]
         edge_part = np.repeat(parts[lo:hi], np.diff(rowptr[lo:hi + 1]))
-        for p in range(num_parts):
-            writers[p].write(col[edge_part == p])
+        for p, writer in enumerate(writers):
+            writer.write(col[edge_part == p])
     for lo, x in iter_chunks(graph.x):
-        for p in range(num_parts):
-            x_writers[p].write(x[parts[lo:lo + len(x)] == p])
+        for p, writer in enumerate(x_writers):
+            writer.write(x[parts[lo:lo + len(x)] == p])
 
 
 class _FolderParts:
