@@ -5,7 +5,7 @@ Layer 2 (mpi): stdlib, numpy and mpi4py; never torch or any mpignn layer above t
 """
 from __future__ import annotations
 
-from mpignn import env as _env
+from mpignn.env import thread_budget
 from mpignn.mpi.collectives import (MAX_COUNT, all_arrived, allreduce_max, allreduce_sum, alltoallv, check_all,
                                     check_same, exchange_counts, segment_starts)
 from mpignn.mpi.prep import RootFailedError, root_first, run_once
@@ -19,8 +19,6 @@ __all__ = [
     "abort_on_uncaught", "RootFailedError", "print0", "thread_budget", "MAX_COUNT", "exchange_counts", "library_version",
     "segment_starts", "check_same", "all_arrived",
 ]
-
-thread_budget = _env.thread_budget
 
 # The torch-facing helpers live in mpignn.launch, one layer up. MAX_COUNT here is a copy: to lower the piece
 # size (tests do), set mpignn.mpi.collectives.MAX_COUNT, which alltoallv reads.
