@@ -33,8 +33,7 @@ def setup_logging(rank: int, world_size: int, host: str | None = None) -> None:
         raise ConfigError(f"MPIGNN_LOG_LEVEL={raw!r} names no log level. HINT: DEBUG, INFO, WARNING, ERROR or "
                           "CRITICAL (any case); unset it for INFO")
     logger = logging.getLogger("mpignn")
-    for handler in list(logger.handlers):
-        logger.removeHandler(handler)
+    logger.handlers.clear()
     handler = logging.StreamHandler(sys.stderr)
     tag = f"r{rank}/{world_size} {host or socket.gethostname()}".replace("%", "%%")  # a fixed part of the format
     handler.setFormatter(logging.Formatter(f"%(asctime)s [{tag}] %(levelname)s %(name)s: %(message)s",
