@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from mpignn.env import detect, mpiexec_path
 
-__all__ = ["main", "cli", "versions", "devices", "backends", "launcher", "rank_line", "cores_text", "report_lines"]
+__all__ = ["main", "versions", "devices", "backends", "launcher", "rank_line", "cores_text", "report_lines"]
 
 MISSING = "not installed"
 # Each distribution's metadata is read, its module is not imported ("mpich" is shown as the mpich wheel)
@@ -181,11 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def cli() -> None:
+if __name__ == "__main__":
     from mpignn.mpi.run import exit_process
 
     exit_process(main())
-
-
-if __name__ == "__main__":
-    cli()
