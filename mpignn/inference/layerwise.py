@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from mpignn.launch.bootstrap import Runtime
     from mpignn.loader.local_graph import LocalGraph
 
-__all__ = ["LayerStack", "gcn_inv_sqrt_degree", "run_layers", "input_table", "own_inputs", "make_store", "to_device",
+__all__ = ["LayerStack", "gcn_inv_sqrt_degree", "run_layers", "own_inputs", "make_store", "to_device",
            "exact_outputs"]
 
 log = logging.getLogger(__name__)
@@ -58,30 +58,24 @@ def make_store(table: np.ndarray, part: Any, comm: Any, alltoall: Any) -> Featur
     return FeatureStore(table, np.zeros(len(table), dtype=np.int8), part.lo, offsets, comm, alltoall)
 
 
-def input_table(x: np.ndarray, rows: np.ndarray | None = None,
-                bare: list[tuple[int, int]] | None = None) -> np.ndarray:
-    """Layer 0's own rows as float32, as training batches give them: features widened, then learnable `rows`.
-    `bare`: (first, stop) rows of featureless types, whose input is their learnable rows or a constant 1."""
+def own_inputs(part: Any, rows: np.ndarray | None = None) -> np.ndarray:
+    """Layer 0's rows of a part's own nodes as float32, as training batches give them: features widened, then
+    the run's learnable `rows` if any; a featureless type's input is its learnable rows or a constant 1."""
+    x, hetero = part.x, part.meta.hetero
     if x.dtype == np.uint16:  # bfloat16 bits (data.features): the upper half of a float32
         x = (np.asarray(x).astype(np.uint32) << 16).view(np.float32)
-    if bare is None:
+    if not hetero:
         if rows is None:
             return np.asarray(x, dtype=np.float32)  # no copy where x is float32 already
         return np.concatenate([np.asarray(x, dtype=np.float32), np.asarray(rows, dtype=np.float32)], axis=1)
     width = rows.shape[1] if rows is not None else 1
     table = np.zeros((len(x), max(x.shape[1], width)), dtype=np.float32)
     table[:, :x.shape[1]] = x
-    for a, b in bare:
-        table[a:b] = 0.0
-        table[a:b, :width] = rows[a:b] if rows is not None else 1.0
+    for k, a, b in type_runs(part):
+        if not hetero["feature_dims"][k]:
+            table[a:b] = 0.0
+            table[a:b, :width] = rows[a:b] if rows is not None else 1.0
     return table
-
-
-def own_inputs(part: Any, rows: np.ndarray | None = None) -> np.ndarray:
-    """Layer 0's rows of a part's own nodes (`input_table`), with the run's learnable `rows` if any."""
-    hetero = part.meta.hetero
-    bare = None if not hetero else [(a, b) for k, a, b in type_runs(part) if not hetero["feature_dims"][k]]
-    return input_table(part.x, rows, bare)
 
 
 def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, chunk: int, device: Any,
