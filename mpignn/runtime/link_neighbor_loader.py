@@ -19,10 +19,6 @@ from mpignn.sampling.neighbor import SampleOutput
 
 __all__ = ["LinkNeighborLoader", "EdgeSeeds", "negative_ids"]
 
-UNSUPPORTED = {"edge_label_time": None, "time_attr": None, "weight_attr": None, "disjoint": False,
-               "replace": False, "subgraph_type": "directional", "temporal_strategy": "uniform"}
-"""PyG LinkNeighborLoader keywords taken at their defaults only (no temporal, weighted or disjoint sampling)."""
-
 
 class LinkNeighborLoader(SampledBatches):
     """Mini-batches sampled around both ends of seed edges, as PyG's `LinkNeighborLoader` gives them.
@@ -40,7 +36,9 @@ class LinkNeighborLoader(SampledBatches):
         shuffle, drop_last, seed, prefetch: as `NeighborLoader`'s.
     """
 
-    unsupported = UNSUPPORTED
+    unsupported = {"edge_label_time": None, "time_attr": None, "weight_attr": None, "disjoint": False,
+                   "replace": False, "subgraph_type": "directional", "temporal_strategy": "uniform"}
+    """PyG LinkNeighborLoader keywords taken at their defaults only (no temporal, weighted or disjoint sampling)."""
 
     def __init__(self, graph: LocalGraph, num_neighbors: Sequence[int], edge_label_index: Any = None,
                  edge_label: Any = None, neg_sampling: Any = None, neg_sampling_ratio: float | None = None,
