@@ -28,8 +28,7 @@ class SampledGNN(torch.nn.Module):
         super().__init__()
         from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
-        self.kind, self.dropout, self.num_layers = kind, dropout, num_layers
-        self.norm, self.residual, self.heads = norm, residual, heads
+        self.kind, self.dropout, self.num_layers, self.heads = kind, dropout, num_layers, heads
         self.convs = torch.nn.ModuleList()
         self.widths: list[tuple[int, int]] = []  # (input, output) features of each layer
         for layer in range(num_layers):
