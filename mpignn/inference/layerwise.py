@@ -102,7 +102,7 @@ def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, ch
         groups = index.group(mine, budget) if comm is not None else [[i] for i in mine]
         steps = int(allreduce_max(comm, [len(groups)])[0]) if comm is not None else len(groups)
         store = make_store(table, part, comm, alltoall)
-        out: np.ndarray | None = None
+        out = np.zeros((hi - lo, _out_width(stack, layer, table.shape[1], device)), dtype=np.float32)
         for step in range(steps):
             group = groups[step] if step < len(groups) else []
             remote, slot = index.rows_of(group)
@@ -112,13 +112,8 @@ def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, ch
                 x = torch.from_numpy(block_sources(block, table, lo, halo_rows, slot[index.pos[i]])).to(device)
                 with torch.no_grad():
                     y = stack.apply(layer, x, to_device(block, device, inv_sqrt)).float().cpu().numpy()
-                if out is None:
-                    out = np.zeros((hi - lo, y.shape[1]), dtype=np.float32)
                 start = block.src_gid[0] - lo
                 out[start:start + block.n_dst] = y
-        if out is None:  # a part without nodes (of the types this layer outputs): the width of its output
-            width = _out_width(stack, layer, table.shape[1], device)
-            out = np.zeros((hi - lo, width), dtype=np.float32)
         fetched += store.bytes_received
         exchanges += steps
         table = out
@@ -177,7 +172,7 @@ def _lookup(gid: np.ndarray, lo: int, own: np.ndarray, halo: np.ndarray, halo_d:
 
 
 def _out_width(stack: LayerStack, layer: int, width: int, device: Any) -> int:
-    """Output width of `layer` (an empty part computes nothing): one zero row through it."""
+    """Output width of `layer`, known before any block runs (a part may have none): one zero row through it."""
     if stack.hetero:
         return stack.out_width(layer)
     block = make_block(np.zeros(2, dtype=np.int64), np.empty(0, dtype=np.int64), 0, 0, 1)  # one target, no edges
