@@ -80,10 +80,6 @@ class LayerStack:
     def hetero(self) -> bool:
         return self.plans is not None
 
-    def computes(self, layer: int, node_type: int) -> bool:
-        """Whether layer `layer` outputs rows of node type `node_type`."""
-        return self.plans is None or node_type in self.plans[layer]
-
     def rows_at(self, layer: int) -> frozenset[int]:
         """Node types whose rows table `layer` holds (0: the inputs, every type; L: the last layer's)."""
         if layer == 0 or self.plans is None:

@@ -97,7 +97,8 @@ def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, ch
     index = HaloIndex(blocks, lo, hi)
     t0 = time.perf_counter()
     for layer in range(stack.num_layers):
-        mine = [i for i, b in enumerate(blocks) if stack.computes(layer, b.dst_type)]  # others' rows: zeros
+        outputs = stack.rows_at(layer + 1)
+        mine = [i for i, b in enumerate(blocks) if b.dst_type in outputs]  # others' rows: zeros
         budget = max(1, int(halo_mib * 2**20) // max(1, 4 * table.shape[1])) if halo_mib > 0 else 0
         groups = index.group(mine, budget) if comm is not None else [[i] for i in mine]
         steps = int(allreduce_max(comm, [len(groups)])[0]) if comm is not None else len(groups)
