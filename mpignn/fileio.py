@@ -21,7 +21,7 @@ import numpy as np
 from mpignn.errors import ConfigError
 
 __all__ = ["atomic_dir", "atomic_path", "replace_dir", "write_json", "read_json", "sha256_file", "load_npy", "save_npy",
-           "write_durable", "fsync_file", "fsync_dir", "temp_name", "remove_leftovers", "this_host",
+           "write_durable", "fsync_path", "temp_name", "remove_leftovers", "this_host",
            "refuse_unwritable"]
 
 log = logging.getLogger(__name__)
@@ -155,19 +155,14 @@ def write_durable(final: str | os.PathLike, write: Callable[[BinaryIO], None]) -
             write(f)
             f.flush()
             os.fsync(f.fileno())
-    fsync_dir(final.parent)
+    fsync_path(final.parent)
     return final
 
 
-def fsync_file(path: str | os.PathLike) -> None:
-    """Flush a written file's content to disk (before renaming it into place)."""
-    with open(path, "rb+") as f:
-        os.fsync(f.fileno())
-
-
-def fsync_dir(folder: str | os.PathLike) -> None:
-    """Flush a folder's entries (new names, renames, removals) to disk."""
-    fd = os.open(folder, os.O_RDONLY)
+def fsync_path(path: str | os.PathLike) -> None:
+    """Flush a written file's content (before renaming it into place), or a folder's entries (new names, renames,
+    removals), to disk."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

@@ -1,12 +1,11 @@
 """Files moved over MPI between hosts that share no disk, each checked against its sha256 and renamed into place
-once whole. Temporary names follow `mpignn.fileio.temp_name`'s pattern, so `remove_leftovers` recognises a killed
-receiver's file.
+once whole. A receiver writes under `mpignn.fileio.temp_name`, so `remove_leftovers` recognises a killed receiver's
+file.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import re
 import secrets
 import socket
 from pathlib import Path
@@ -14,20 +13,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from mpignn.fileio import fsync_path, temp_name
 from mpignn.mpi.commit import os_problem
 
 __all__ = ["Move", "move_files", "sees_rank0", "CHUNK_BYTES"]
 
 CHUNK_BYTES = 1 << 26  # per message; tests lower it to exercise many chunks
 _TAG = 7201
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Move(NamedTuple):
@@ -100,8 +92,7 @@ def _receive(comm: Any, path: Path, move: Move, buf: np.ndarray, skip: bool) -> 
     from mpi4py import MPI
 
     out, check, problem = None, hashlib.sha256(), ""
-    host = re.sub(r"[^A-Za-z0-9-]", "_", socket.gethostname()) or "_"
-    tmp = path.with_name(f".{path.name}.incoming-{os.getpid()}@{host}")
+    tmp = temp_name(path, "incoming")
     if not skip:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -125,9 +116,9 @@ def _receive(comm: Any, path: Path, move: Move, buf: np.ndarray, skip: bool) -> 
         if check.hexdigest() != move.sha256:
             problem = f"{move.rel} arrived from rank {move.src} with a wrong sha256 (corrupt at the sender)"
         else:
-            _fsync(tmp)
+            fsync_path(tmp)
             os.replace(tmp, path)
-            _fsync(path.parent)
+            fsync_path(path.parent)
     except OSError as exc:
         problem = f"cannot write {path}: {os_problem(exc)}"
     finally:

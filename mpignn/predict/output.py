@@ -15,7 +15,7 @@ import numpy as np
 from mpignn.errors import ConfigError, mark_agreed
 from mpignn.mpi.commit import commit_folder, manifest_bytes, os_problem
 from mpignn.mpi.transfer import Move, move_files, sees_rank0
-from mpignn.fileio import (fsync_dir, fsync_file, load_npy, read_json, remove_leftovers, replace_dir, save_npy,
+from mpignn.fileio import (fsync_path, load_npy, read_json, remove_leftovers, replace_dir, save_npy,
                            sha256_file, temp_name, write_durable)
 
 __all__ = ["FORMAT", "MANIFEST", "check_out", "write_predictions", "load", "read_manifest"]
@@ -81,16 +81,16 @@ def write_predictions(comm: Any, out: str | os.PathLike, part_id: int, num_parts
             where.mkdir(exist_ok=True)
             for name, array in group.items():
                 save_npy(where / f"{name}.npy", array)
-                fsync_file(where / f"{name}.npy")
+                fsync_path(where / f"{name}.npy")
                 fields[g][name] = [str(array.dtype), list(array.shape[1:])]
             if g:
-                fsync_dir(where)
+                fsync_path(where)
         if pair_scores is not None:
             (tmp / "pairs").mkdir(parents=remote, exist_ok=True)
             save_npy(tmp / "pairs" / f"score-{comm.rank:03d}.npy", pair_scores)
-            fsync_file(tmp / "pairs" / f"score-{comm.rank:03d}.npy")
-            fsync_dir(tmp / "pairs")
-        fsync_dir(here)
+            fsync_path(tmp / "pairs" / f"score-{comm.rank:03d}.npy")
+            fsync_path(tmp / "pairs")
+        fsync_path(here)
         rows = {g: len(group["node_id"]) for g, group in groups.items()}
         mine = [here, *([tmp / "pairs" / f"score-{comm.rank:03d}.npy"] if pair_scores is not None else [])]
         sent = [(str(p.relative_to(tmp)), p.stat().st_size, sha256_file(p)) for top in mine
@@ -119,7 +119,7 @@ def write_predictions(comm: Any, out: str | os.PathLike, part_id: int, num_parts
         if comm.rank == 0:
             write_durable(tmp / MANIFEST, lambda f: f.write(manifest_bytes(manifest)))  # last: the folder counts
             replace_dir(tmp, out)
-            fsync_dir(out.parent)
+            fsync_path(out.parent)
 
     problem = commit_folder(comm, write_own, prepare, finish, writer=comm.rank == 0 or remote,
                             cleanup=lambda: shutil.rmtree(tmp, ignore_errors=True))

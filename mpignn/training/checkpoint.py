@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from mpignn.errors import ConfigError, mark_agreed
-from mpignn.fileio import fsync_dir, sha256_file, write_durable
+from mpignn.fileio import fsync_path, sha256_file, write_durable
 from mpignn.mpi import allreduce_max, topology
 from mpignn.mpi.collectives import checked
 from mpignn.mpi.commit import commit_folder, manifest_bytes
@@ -207,7 +207,7 @@ def save_state(comm: Any, folder: str | os.PathLike, *, epoch: int, step: int, m
         checkpoint = data if comm.rank == 0 else shipped
         write_durable(gen / CHECKPOINT, lambda f: f.write(checkpoint))
         write_durable(gen / MANIFEST, lambda f: f.write(manifest_bytes(manifest)))  # last: the generation counts
-        fsync_dir(folder)
+        fsync_path(folder)
 
     problem = commit_folder(comm, write_own, prepare, finish, writer=writer,
                             cleanup=lambda: shutil.rmtree(gen, ignore_errors=True))
@@ -230,7 +230,7 @@ def _prune(folder: Path, newest: int, keep: int) -> None:
         if n < newest and (n < oldest_kept or not (path / MANIFEST).is_file()):
             with contextlib.suppress(OSError):
                 (path / MANIFEST).unlink(missing_ok=True)
-                fsync_dir(path)
+                fsync_path(path)
             shutil.rmtree(path, ignore_errors=True)
 
 
