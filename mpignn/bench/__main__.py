@@ -121,15 +121,14 @@ def main(argv: list[str] | None = None) -> int:
                       "--precision", args.precision, "--lr", str(args.lr), "--task", args.task,
                       "--max-steps", str(args.max_steps), *shlex.split(args.train_args), *evals]
             launcher = shlex.split(args.launcher.replace("{rate}", rate)) if args.launcher else None
-            recs = run_train(ranks, [*common, *extra], cores_per_rank=0 if args.no_bind else bind, launcher=launcher)
-            return [_by_role(rec) for rec in recs]
+            return run_train(ranks, [*common, *extra], cores_per_rank=0 if args.no_bind else bind, launcher=launcher)
 
         evals = ["--eval-every", str(args.epochs + 1)]
         if timing:
             target = args.target_acc
             if target == "auto":  # calibration: the first configuration's validation accuracy after 2 epochs
                 _, ranks, extra, bind = configs[0]
-                accs = [train(ranks, extra, bind, 2, ["--eval-every", "2"], seed)[-1][args.target_split]
+                accs = [_by_role(train(ranks, extra, bind, 2, ["--eval-every", "2"], seed)[-1])[args.target_split]
                         for seed in seeds]
                 target = str(mean(accs))
                 print(f"  target: {float(target):.4f} ({args.target_split} accuracy of {configs[0][0]} after 2 epochs"
@@ -141,11 +140,11 @@ def main(argv: list[str] | None = None) -> int:
             for rate in rates or [""]:
                 runs = [train(ranks, extra, bind, args.max_epochs if timing else args.epochs, evals, seed, rate)
                         for seed in (seeds if timing else seeds[:1])]
-                # `per_s`, the role name of the rate, goes too
-                kept = [{k: v for k, v in repeatable(rec).items() if k != "per_s"} for rec in runs[0]]
+                kept = [repeatable(rec) for rec in runs[0]]
                 first = first or kept
                 label = f"{name} @ {rate}" if rate else name
-                rows.append({"config": name, "link": rate, "same": "yes" if kept == first else "NO", **runs[0][-1]})
+                rows.append({"config": name, "link": rate, "same": "yes" if kept == first else "NO",
+                             **_by_role(runs[0][-1])})
                 curves.append((label, runs))
                 print(f"  done: {label}", flush=True)
     if timing:
