@@ -73,7 +73,6 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root, checkpoint = args.root or tmp, Path(args.checkpoint or Path(tmp) / "ck")
-        num_nodes = 0
         for ranks, threads, mib in configs:  # the first config's rank count trains the weights once
             if not checkpoint.exists():
                 run_train(ranks, ["--dataset", args.dataset, "--root", root, "--model", args.model, "--hidden",
@@ -82,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "--checkpoint-dir", str(checkpoint)])
             where = Path(tmp) / f"out-{ranks}x{threads}@{mib}"
             row = predict(ranks, threads, checkpoint, where, args.chunk_size, mib)
-            if not num_nodes:
-                num_nodes = int(read_manifest(where)["num_nodes"])
+            num_nodes = int(read_manifest(where)["num_nodes"])
             name = (f"{ranks} rank{'s' if ranks > 1 else ''} x {threads} thread{'s' if threads > 1 else ''}"
                     + (f", --halo-mib {mib}" if mib else ""))
             row.update(config=name, nodes_per_s=num_nodes / max(row["layers_s"], 1e-4),  # the log's resolution
