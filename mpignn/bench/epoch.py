@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
                                                     "device"))
     parser.add_argument("--pyg-python", help="interpreter with torch-geometric + pyg-lib or torch-sparse")
     args = parser.parse_args(argv)
-    common = ["--minibatch", "independent", "--dataset", args.dataset,
+    common = ["--dataset", args.dataset,  # both sides' flags: the same graph, sizes, threads and device
               "--fanout", args.fanout, "--batch-size", str(args.batch_size),
               "--hidden", str(args.hidden), "--threads", str(args.threads), "--device", args.device]
     chosen, skipped = precisions(args.precisions, args.device)
@@ -40,15 +40,13 @@ def main(argv: list[str] | None = None) -> int:
             for precision in chosen:
                 recs = run_train(1, [*common, "--root", root, "--epochs", "2", "--eval-every", "2",
                                      "--precision", precision, "--sample-on", where,
-                                     "--feature-device", where])
+                                     "--feature-device", where, "--minibatch", "independent"])
                 rows.append({"impl": f"mpignn ({precision}, {args.device}, batches on the {where})",
                              **{k: recs[-1][k] for k in ("epoch_s", "seeds_per_s", "test_acc", "sample_s")}})
     ref = pyg_python(args.pyg_python)
     if ref:
         # PyG's per-hop trimming needs num_sampled_nodes, which only its pyg-lib sampler provides.
-        rows.append(run_reference(ref, "epoch", "--dataset", args.dataset, "--fanout", args.fanout,
-                                  "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
-                                  "--threads", str(args.threads), "--device", args.device))
+        rows.append(run_reference(ref, "epoch", *common))
         base = rows[-1]["epoch_s"]
         for row in rows:
             row["vs_pyg"] = row["epoch_s"] / base
