@@ -24,7 +24,7 @@ from mpignn.partition.assign import DEFAULT_METHOD, default_method
 from mpignn.runtime.graph import build_graph_and_model
 from mpignn.training.loaders import cooperative_refusal, full_fit_problem, make_loader
 from mpignn.tasks import Task
-from mpignn.training.fit import fit, resumed_minibatch
+from mpignn.training.fit import fit, resumed_minibatch, wants_resume
 from mpignn.training.minibatch import PROBE_STEPS, choose_minibatch, tune_minibatch
 from mpignn.training.optim import adam
 from mpignn.training.stopping import StopSignal
@@ -58,7 +58,8 @@ def train_run(cfg: TrainConfig, task: Task, stop: StopSignal | None = None) -> i
     loader = lambda split, mode, cap=cfg.max_steps: make_loader(  # noqa: E731
         rt, graph, split, batch_size=cfg.batch_size, batch_scope=cfg.batch_scope, seed=cfg.seed,
         prefetch=cfg.prefetch, max_steps=cap, minibatch=mode, eval_batch_size=cfg.eval_batch_size)
-    mode = _minibatch(rt, cfg, graph, model, task, loader)
+    resuming = wants_resume(cfg, rt.comm)
+    mode = _minibatch(rt, cfg, graph, model, task, loader, resuming)
     cfg, resolved = resolve_config(rt, cfg, graph, mode)
     if rt.rank == 0:  # what runs, every `auto` made concrete: a second run given these flags repeats it
         log.info("config %s", json.dumps(cfg.to_dict(), sort_keys=True))
@@ -68,13 +69,13 @@ def train_run(cfg: TrainConfig, task: Task, stop: StopSignal | None = None) -> i
     if cfg.minibatch == "full":  # one fixed batch: every epoch allocates the same blocks
         keep_big_blocks()
     optimizer = adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    code = fit(cfg, rt, graph, loaders, model, optimizer, stop, resolved=resolved)
+    code = fit(cfg, rt, graph, loaders, model, optimizer, stop, resolved=resolved, resuming=resuming)
     shutdown()
     return code
 
 
 def _minibatch(rt: Runtime, cfg: TrainConfig, graph: LocalGraph, model: torch.nn.Module, task: Task,
-               loader: Callable[..., Any]) -> str:
+               loader: Callable[..., Any], resuming: bool) -> str:
     """Collective over `rt.comm`: return the mode that trains; `auto` and `tune` keep a resumed checkpoint's."""
     full_problem = ""
     if cfg.minibatch in ("auto", "tune", "full"):  # the whole neighbourhood in one step: where it can, and fits
@@ -83,7 +84,7 @@ def _minibatch(rt: Runtime, cfg: TrainConfig, graph: LocalGraph, model: torch.nn
             raise mark_agreed(ConfigError(full_problem))
     if cfg.minibatch not in ("auto", "tune"):
         return cfg.minibatch
-    mode = resumed_minibatch(cfg, rt.comm)
+    mode = resumed_minibatch(cfg, rt.comm, resuming)
     if (mode == "cooperative" and (rt.world_size == 1 or cooperative_refusal(graph))) or \
             (mode == "full" and full_problem):
         mode = ""  # that mode cannot train this run (other ranks, other flags): choose again

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from mpignn.launch.bootstrap import Runtime
     from mpignn.loader.local_graph import LocalGraph
 
-__all__ = ["Trainer", "check_flags", "fit", "eval_steps", "resumed_minibatch"]
+__all__ = ["Trainer", "check_flags", "fit", "eval_steps", "wants_resume", "resumed_minibatch"]
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def check_flags(cfg: TrainConfig, task: Any) -> None:
         task.evaluate_exact(None, None, None)  # its ConfigError: the task has no exact evaluation
 
 
-def _wants_resume(cfg: TrainConfig, comm: Any) -> bool:
+def wants_resume(cfg: TrainConfig, comm: Any) -> bool:
     """Collective over `comm`: --resume, or --requeue with a checkpoint on any host (copied to those that lack it)."""
     if not (cfg.resume or cfg.requeue):
         return False
@@ -60,10 +60,10 @@ def _wants_resume(cfg: TrainConfig, comm: Any) -> bool:
     return bool(cfg.resume) or found
 
 
-def resumed_minibatch(cfg: TrainConfig, comm: Any) -> str:
+def resumed_minibatch(cfg: TrainConfig, comm: Any, resuming: bool) -> str:
     """Collective over `comm`: return the mini-batch mode the resumed checkpoint trained with, else "", so
     `--minibatch auto`/`tune` continue it (a resume replays the run); an unreadable one is left to the resume."""
-    if not _wants_resume(cfg, comm):
+    if not resuming:
         return ""
     mode = ""
     if comm.rank == 0:
@@ -75,12 +75,11 @@ def resumed_minibatch(cfg: TrainConfig, comm: Any) -> str:
 
 def fit(cfg: TrainConfig, rt: Runtime, graph: LocalGraph, loaders: dict[str, Any], model: torch.nn.Module,
         optimizer: torch.optim.Optimizer, stop: StopSignal | None = None,
-        resolved: dict[str, Any] | None = None) -> int:
-    """Collective over `rt.comm`: train `graph.task`, resuming when asked, the checkpoint folder locked meanwhile.
-    `resolved` (the `auto` flags' values) is kept in records and checkpoints. Returns 0, or EXIT_STOPPED when
-    `stop` was requested on any rank (after the checkpoint is saved).
+        resolved: dict[str, Any] | None = None, resuming: bool = False) -> int:
+    """Collective over `rt.comm`: train `graph.task`, resuming if `resuming` (`wants_resume`), the checkpoint folder
+    locked meanwhile. `resolved` (the `auto` flags' values) is kept in records and checkpoints. Returns 0, or
+    EXIT_STOPPED when `stop` was requested on any rank (after the checkpoint is saved).
     """
-    resuming = _wants_resume(cfg, rt.comm)
     lock = claim_checkpoint_dir(rt.comm, cfg, resuming) if cfg.checkpoint_dir else None
     try:
         return Trainer(cfg, rt, graph, loaders, model, optimizer, stop, resolved or {},
