@@ -12,14 +12,13 @@ from pathlib import Path
 from mpignn.config.choices import PARTITION_DEFAULT
 from mpignn.data.graph import GraphData
 from mpignn.fileio import remove_leftovers, temp_name
-from mpignn.partition.assign import DEFAULT_METHOD, METHODS, default_method, split_and_assign
-from mpignn.partition.format import (LocalPart, PartitionMeta, balance, check_matches, load_partition, part_dir,
-                                     read_meta, report)
+from mpignn.partition.assign import default_method, split_and_assign
+from mpignn.partition.format import LocalPart, balance, check_matches, load_partition, read_meta, report
 from mpignn.partition.links import save_link_split
 from mpignn.partition.write import write_partition
 
-__all__ = ["partition_graph", "load_partition", "read_meta", "check_matches", "PartitionMeta", "LocalPart",
-           "METHODS", "DEFAULT_METHOD", "default_method", "part_dir", "format_report"]
+__all__ = ["partition_graph", "load_partition", "read_meta", "check_matches", "LocalPart", "default_method",
+           "format_report"]
 
 
 def partition_graph(graph: GraphData, num_parts: int, out: str | os.PathLike, *, method: str = PARTITION_DEFAULT,
