@@ -7,10 +7,15 @@ import re
 import numpy as np
 import pytest
 
-from mpignn.sampling import kernels
-from mpignn.sampling.labor import labor_rows, variate
+from mpignn.sampling import kernels, labor
+from mpignn.sampling.labor import labor_rows
 
 SEEDS = [kernels.mix_seed(7, s) for s in range(400)]
+
+
+def variate(seed, gids, shift=0):
+    """The variates `labor_rows` gives the nodes `gids` (float64 in [0, 1))."""
+    return labor._variates(np.uint64(seed), np.ascontiguousarray(gids, dtype=np.int64), np.uint64(shift))
 
 
 def _graph(targets=60, sources=2000, max_degree=40, seed=0):

@@ -16,7 +16,7 @@ from mpignn.sampling.kernels import ARRAY_MAP_BYTES, first_seen, first_seen_mapp
 
 ensure_numba_cache_dir(os.path.dirname(os.path.abspath(__file__)))  # before the first cached kernel below
 
-__all__ = ["labor_rows", "labor_importance", "importance_scales", "variate", "window", "warm_up"]
+__all__ = ["labor_rows", "labor_importance", "importance_scales", "window", "warm_up"]
 
 _UNIT = 1.0 / 9007199254740992.0  # 2**-53: the top 53 bits of a draw as a double in [0, 1)
 _TOP = (1 << 53) - 1
@@ -225,11 +225,6 @@ def _first_seen(ids: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray
     if index_of is None or len(index_of) != num_nodes:
         index_of = _MAPS.index_of = np.full(num_nodes, -1, dtype=np.int64)
     return first_seen_mapped(ids, index_of)
-
-
-def variate(seed: int, gids: np.ndarray, shift: int = 0) -> np.ndarray:
-    """The variates `labor_rows` gives the nodes `gids` (float64 in [0, 1); tests)."""
-    return _variates(np.uint64(seed), np.ascontiguousarray(gids, dtype=np.int64), np.uint64(shift))
 
 
 def warm_up(importance: bool = False) -> None:
