@@ -84,7 +84,7 @@ def _minibatch(rt: Runtime, cfg: TrainConfig, graph: LocalGraph, model: torch.nn
             raise mark_agreed(ConfigError(full_problem))
     if cfg.minibatch not in ("auto", "tune"):
         return cfg.minibatch
-    mode = resumed_minibatch(cfg, rt.comm, resuming)
+    mode = resumed_minibatch(cfg, rt.comm) if resuming else ""
     if (mode == "cooperative" and (rt.world_size == 1 or cooperative_refusal(graph))) or \
             (mode == "full" and full_problem):
         mode = ""  # that mode cannot train this run (other ranks, other flags): choose again

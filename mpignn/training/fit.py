@@ -60,11 +60,9 @@ def wants_resume(cfg: TrainConfig, comm: Any) -> bool:
     return bool(cfg.resume) or found
 
 
-def resumed_minibatch(cfg: TrainConfig, comm: Any, resuming: bool) -> str:
-    """Collective over `comm`: return the mini-batch mode the resumed checkpoint trained with, else "", so
-    `--minibatch auto`/`tune` continue it (a resume replays the run); an unreadable one is left to the resume."""
-    if not resuming:
-        return ""
+def resumed_minibatch(cfg: TrainConfig, comm: Any) -> str:
+    """Collective over `comm`, called where `wants_resume`: return the mode the resumed checkpoint trained with, else
+    "", so `--minibatch auto`/`tune` continue it (a resume replays the run); an unreadable one is left to the resume."""
     mode = ""
     if comm.rank == 0:
         with contextlib.suppress(MpignnError):
