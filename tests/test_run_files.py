@@ -133,7 +133,8 @@ ARGS = ["--dataset", "synthetic:num_nodes=3000,avg_degree=8,num_features=16", "-
 @pytest.fixture(scope="module")
 def refused(tmp_path_factory):
     """A finished 2-rank run in ck/, its listing, then one job of runs each refused on every rank: another run
-    into ck/, metrics to a full disk, a root below a file ({name: (exit codes, output)})."""
+    into ck/, metrics to a full disk, a root below a file, metrics below a file beside a --checkpoint-dir ({name:
+    (exit codes, output)})."""
     base = tmp_path_factory.mktemp("refused")
     train = ["--root", str(base), *ARGS]
     rc, out = run_python(2, ["-m", "mpignn.train", *train, "--checkpoint-dir", str(base / "ck")],
@@ -145,7 +146,9 @@ def refused(tmp_path_factory):
     runs = run_cli_many(2, {
         "again": ["mpignn.train", *train, "--checkpoint-dir", base / "ck"],
         "full-disk": ["mpignn.train", *train, "--metrics-out", "/dev/full"],
-        "unwritable": ["mpignn.train", "--root", blocker / "data", *ARGS]}, base / "out")
+        "unwritable": ["mpignn.train", "--root", blocker / "data", *ARGS],
+        "metrics-below-file": ["mpignn.train", *train, "--checkpoint-dir", base / "ck2", "--metrics-out",
+                               blocker / "m.jsonl"]}, base / "out")
     return base, before, runs
 
 
@@ -170,3 +173,11 @@ def test_an_unwritable_root_is_one_line_on_every_rank_not_a_traceback(refused):
     codes, out = refused[2]["unwritable"]
     assert codes == [1, 1] and out.count("--root expected a folder where synthetic:") == 2, out[-3000:]
     assert "NotADirectoryError" in out and "Traceback" not in out, out[-3000:]
+
+
+@pytest.mark.mpi
+def test_an_unwritable_metrics_out_beside_a_checkpoint_dir_is_one_line_on_every_rank(refused):
+    """Rank 0 finds the problem, yet every rank still takes the checkpoint folder's host survey (a collective)."""
+    codes, out = refused[2]["metrics-below-file"]
+    assert codes == [1, 1] and out.count("--metrics-out expected a folder it can write in") == 2, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]

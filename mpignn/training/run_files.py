@@ -151,7 +151,7 @@ def check_outputs(comm: Any, cfg: TrainConfig, need_bytes: int) -> None:
             problem = _writable_parent(cfg.metrics_out, "--metrics-out")
         if cfg.tensorboard and not problem:
             problem = _writable_parent(os.path.join(cfg.tensorboard, "x"), "--tensorboard")
-    if cfg.checkpoint_dir and not problem and topology(comm).local_rank == 0:
+    if cfg.checkpoint_dir and topology(comm).local_rank == 0 and not problem:  # topology: every rank's collective
         try:
             free = shutil.disk_usage(cfg.checkpoint_dir).free
         except OSError as exc:
