@@ -7,7 +7,7 @@ import pytest
 
 from _mpirun import SHARED, run_cli_here, run_cli_many
 from mpignn.config.train_config import parse
-from mpignn.training.record import undocumented
+from _records import undocumented
 from mpignn.errors import ConfigError
 
 pytestmark = pytest.mark.mpi

@@ -1,7 +1,8 @@
 """The epoch record: built in one place from the reduced numbers, every key documented (`training.record`)."""
 import json
 
-from mpignn.training.record import FIELDS, SCHEMA, append_jsonl, epoch_record, format_epoch, redundancy, undocumented
+from _records import FIELDS, undocumented
+from mpignn.training.record import SCHEMA, append_jsonl, epoch_record, format_epoch, redundancy
 
 
 def _record(**over):

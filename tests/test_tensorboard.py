@@ -7,7 +7,7 @@ import pytest
 
 from _mpirun import run_cli_here
 from mpignn.errors import ConfigError
-from mpignn.training.record import FIELDS
+from _records import FIELDS
 
 SMALL = "synthetic:num_nodes=2000,avg_degree=6,num_features=4"
 

@@ -93,7 +93,7 @@ def test_metrics_file_has_every_field(runs, name):
     acc, out = _result(runs, n, name)
     rows = [json.loads(l) for l in metrics.read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [0, 1, 2]
-    from mpignn.training.record import FIELDS, undocumented
+    from _records import FIELDS, undocumented
 
     for field in FIELDS:
         assert field in rows[-1], field

@@ -6,13 +6,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import stat
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
-__all__ = ["Field", "SCHEMA", "FIELDS", "BEST_FIELDS", "MEASURED", "epoch_record", "redundancy", "repeatable",
-           "undocumented", "format_epoch", "append_jsonl", "BestEpoch", "format_final"]
+__all__ = ["Field", "SCHEMA", "BEST_FIELDS", "MEASURED", "epoch_record", "redundancy", "repeatable", "format_epoch",
+           "append_jsonl", "BestEpoch", "format_final"]
 
 
 @dataclass(frozen=True)
@@ -86,16 +85,6 @@ SCHEMA: dict[str, Field] = {
 }
 
 BEST_FIELDS = ("best_epoch", "best_val_acc", "test_acc_at_best_val")
-FIELDS = ("epoch", "epochs_done", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "eval_s", "seeds_per_s",
-          "sample_s", "exchange_s", "compute_s", "allreduce_s", "wait_s", "nodes_per_step", "remote_feature_bytes",
-          "remote_structure_bytes", "embedding_bytes", "cache_hit_rate", "recent_hit_rate", "graph_mib", "peak_rss_mb",
-          "load_peak_rss_mb", "train_peak_rss_mb", "rss_mb", "world_size", "redundancy", "halo_step_bytes",
-          *BEST_FIELDS)
-"""The numeric fields of every node-classification record (the epoch line and TensorBoard show them)."""
-
-_PATTERNS = [(re.escape(k).replace("<split>", "(val|test)").replace("<metric>", r"[a-z]+(?:@\d+)?")
-              .replace("<unit>", "[a-z]+").replace("K", r"\d+"), k) for k in SCHEMA if "<" in k or "@K" in k]
-
 
 MEASURED = frozenset({"epoch_s", "eval_s", "sample_s", "exchange_s", "compute_s", "allreduce_s", "wait_s",
                       "peak_rss_mb", "load_peak_rss_mb", "train_peak_rss_mb", "rss_mb"})
@@ -105,11 +94,6 @@ MEASURED = frozenset({"epoch_s", "eval_s", "sample_s", "exchange_s", "compute_s"
 def repeatable(rec: Mapping[str, Any]) -> dict[str, Any]:
     """Return `rec` without `MEASURED` and the rates: what the same command repeats (docs/reproducibility.md)."""
     return {k: v for k, v in rec.items() if k not in MEASURED and not k.endswith("_per_s")}
-
-
-def undocumented(rec: Mapping[str, Any]) -> list[str]:
-    """List the keys of `rec` that `SCHEMA` does not document (by name or pattern)."""
-    return [k for k in rec if k not in SCHEMA and not any(re.fullmatch(p, k) for p, _ in _PATTERNS)]
 
 
 def redundancy(counted: Sequence[float], union: Sequence[float]) -> float | None:
