@@ -6,7 +6,8 @@ from scipy import stats
 from mpignn.data import csr_from_edges, make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.errors import ConfigError
-from mpignn.sampling import LocalHops, NeighborSampler, parse_fanout
+from mpignn.config.graph_options import parse_fanout
+from mpignn.sampling import LocalHops, NeighborSampler
 
 
 @pytest.fixture(scope="module")

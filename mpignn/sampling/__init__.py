@@ -2,6 +2,6 @@
 
 Layer 6 (sampling): imports partition and the layers below; never exchange, loader or anything above.
 """
-from mpignn.sampling.neighbor import HopSource, LocalHops, NeighborSampler, SampleOutput, parse_fanout
+from mpignn.sampling.neighbor import HopSource, LocalHops, NeighborSampler, SampleOutput
 
-__all__ = ["HopSource", "LocalHops", "NeighborSampler", "SampleOutput", "parse_fanout"]
+__all__ = ["HopSource", "LocalHops", "NeighborSampler", "SampleOutput"]

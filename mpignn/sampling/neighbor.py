@@ -13,12 +13,11 @@ import numpy as np
 
 from mpignn.compiled import read_only
 from mpignn.config.choices import SAMPLERS
-from mpignn.config.graph_options import parse_fanout
 from mpignn.sampling import kernels
 from mpignn.sampling.kernels import ARRAY_MAP_BYTES
 from mpignn.sampling.labor import labor_importance, labor_rows
 
-__all__ = ["SampleOutput", "HopSource", "LocalHops", "NeighborSampler", "parse_fanout", "Fanout", "fanout_array",
+__all__ = ["SampleOutput", "HopSource", "LocalHops", "NeighborSampler", "Fanout", "fanout_array",
            "loop_free_degree", "draw_hop"]
 
 
