@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 
 from _mpirun import run_mpi, run_python
@@ -39,6 +40,24 @@ def test_the_cli_trains_one_step_per_epoch_on_whole_neighbourhoods(tmp_path):
     assert recs[-1]["halo_step_bytes"] < recs[0]["halo_step_bytes"]
     assert recs[-1]["loss"] < recs[0]["loss"] and recs[-1]["test_acc_at_best_val"] > 0.3  # 8 classes
     assert "1 train steps per epoch" in out and "whole neighbourhoods" in out
+
+
+@pytest.mark.mpi
+def test_a_rank_that_receives_no_input_rows_keeps_step_with_the_others(tmp_path):
+    """Two dense halves whose few cut edges all point into the first: rank 1 receives no rows, rank 0 does; from
+    the second epoch both must skip the kept input's exchange alike (rank 1 used to exchange every step)."""
+    rng = np.random.default_rng(0)
+    half = 200
+    inner = [rng.integers(lo, lo + half, (2, 8 * half)) for lo in (0, half) for _ in range(2)]
+    cut = np.stack([rng.integers(half, 2 * half, 20), rng.integers(0, half, 20)])  # source -> target: into part 0
+    np.savez(tmp_path / "g.npz", edge_index=np.concatenate([*inner, cut], axis=1),
+             x=rng.standard_normal((2 * half, 16)).astype(np.float32), y=rng.integers(0, 4, 2 * half),
+             train_idx=np.arange(0, 2 * half, 2), val_idx=np.arange(1, 2 * half, 4), test_idx=np.arange(3, 2 * half, 4))
+    rc, out = run_python(2, ["-m", "mpignn.train", "--root", str(tmp_path), "--dataset", f"npz:{tmp_path / 'g.npz'}",
+                             "--minibatch", "full", "--epochs", "3", "--hidden", "16", "--fanout", "5,5",
+                             "--collective-timeout", "60", "--metrics-out", str(tmp_path / "m.jsonl")], timeout=240)
+    assert rc == 0, out[-4000:]
+    assert [json.loads(line)["epoch"] for line in (tmp_path / "m.jsonl").read_text().splitlines()] == [0, 1, 2]
 
 
 def test_link_prediction_and_replicated_graphs_are_refused_in_one_line():

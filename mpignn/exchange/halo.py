@@ -64,14 +64,16 @@ class Halo:
         kept = plan.kept if raw and self.keeper is not None and not own.requires_grad else None
         if plan.kept is not None and kept is None:  # rows of this batch only (GCN's scaled ones): keep no chain
             plan.kept.recent = None
-        if len(own) == self.table_rows(layer) != plan.n_own and not own.requires_grad:
-            if not (self.static_input and self._filled is own):
+        # a whole table (on a rank that receives no rows: its own rows alone), so what is skipped is agreed
+        if len(own) == self.table_rows(layer) and not own.requires_grad:
+            if not (self.static_input and layer == 0 and self._filled is own):
                 with torch.no_grad():
                     if kept is not None:
                         self._fill_kept(own, plan.n_own, kept)
                     else:
                         own[plan.n_own:] = send_own(own, plan, self.transport, self.counter)[0]
-                self._filled = own
+                if layer == 0:
+                    self._filled = own
             return own, self.sources(layer, own.device)
         if kept is not None:  # rows without room for the remote ones: a table made here
             self.plan(layer, len(own))
