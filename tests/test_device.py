@@ -48,9 +48,19 @@ def test_device_id_only_where_torch_takes_it(choice, version, expected):
     assert dist.device_id_accepted(choice, version) is expected
 
 
+class _OtherRanks:
+    """A communicator whose other ranks answer `answer` to a logical-and all-reduce."""
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def allreduce(self, value, op):
+        return value and self.answer
+
+
 class _Rt:
-    def __init__(self, device, threads):
-        self.choice, self.threads = Choice(device, "gloo"), threads
+    def __init__(self, device, threads, others=True):
+        self.choice, self.threads, self.comm = Choice(device, "gloo"), threads, _OtherRanks(others)
 
 
 @pytest.mark.parametrize("device,threads,talks,mode,expected", [
@@ -65,6 +75,16 @@ def test_overlap_decision(device, threads, talks, mode, expected):
     from mpignn.loader.prefetch import overlap
 
     assert overlap(_Rt(device, threads), talks, mode) is expected
+
+
+def test_auto_prefetches_only_where_every_rank_can():
+    """A rank with cores to spare does not prefetch beside one without: at a stop it would hold the next
+    step's collectives in flight, which no other rank enters."""
+    from mpignn.loader.prefetch import overlap
+
+    assert overlap(_Rt("cpu", 8, others=True), True, "auto") is True
+    assert overlap(_Rt("cpu", 8, others=False), True, "auto") is False
+    assert overlap(_Rt("cpu", 8, others=False), False, "auto") is True  # one part: nothing to agree
 
 
 def test_host_helpers_are_no_ops_on_cpu():

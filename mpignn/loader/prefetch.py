@@ -20,12 +20,13 @@ OVERLAP_MIN_THREADS = 4
 
 
 def overlap(rt: Runtime, talks: bool, mode: str = "auto", device_exchange: bool = False) -> bool:
-    """Whether a loader produces the next batch in a background thread.
+    """Whether a loader produces the next batch in a background thread; collective over `rt.comm` where
+    several parts `talks` under `auto`.
 
     One part: always unless off. Several parts need MPI_THREAD_MULTIPLE, and `auto` takes the thread only
-    where compute leaves a core free (a GPU/XPU, or OVERLAP_MIN_THREADS threads). Never with `device_exchange`
-    (`--exchange torch` on a GPU/XPU): NCCL does not order two communicators in flight from two threads (it
-    can hang). ConfigError: a bad `mode`, or `on` across parts without MPI_THREAD_MULTIPLE or with
+    where compute leaves a core free on every rank (a GPU/XPU, or OVERLAP_MIN_THREADS threads). Never with
+    `device_exchange` (`--exchange torch` on a GPU/XPU): NCCL does not order two communicators in flight from
+    two threads (it can hang). ConfigError: a bad `mode`, or `on` across parts without MPI_THREAD_MULTIPLE or with
     `device_exchange`.
     """
     with agreed(ConfigError):  # the same mode on every rank
@@ -49,7 +50,8 @@ def overlap(rt: Runtime, talks: bool, mode: str = "auto", device_exchange: bool 
                               f"level {MPI.Query_thread()}. HINT: --prefetch auto, or an MPI built with threads"))
         return True
     spare = rt.choice.device_type != "cpu" or rt.threads >= OVERLAP_MIN_THREADS
-    return threaded and spare
+    # agreed: a stop ends every rank at step k, while a prefetching one already has k+1's collectives in flight
+    return bool(rt.comm.allreduce(threaded and spare, op=MPI.LAND))
 
 
 def rows_on_device(features: Any) -> bool:
