@@ -1,7 +1,7 @@
 """Tier 1: device and backend selection with the hardware faked."""
 import pytest
 
-from mpignn.launch.process_group import Choice, Hardware, choose
+from mpignn.launch.process_group import Choice, Hardware, agree, choose
 from mpignn.errors import ConfigError, LaunchError
 
 CPU = Hardware()
@@ -52,6 +52,19 @@ def test_ranks_sharing_a_gpu_fall_back_to_gloo():
     with pytest.raises(LaunchError, match="2 ranks on this host use one GPU") as info:
         choose("cuda", "nccl", one_gpu, 0, local_size=2)
     assert "HINT:" in str(info.value)
+
+
+def test_hosts_that_chose_apart_agree_on_one_process_group_or_refuse_alike():
+    """Three ranks on two one-GPU hosts: the two sharing a GPU took gloo, the lone one nccl; under auto all take
+    gloo (one process group has one backend). A host without a GPU under --device auto is refused on every rank."""
+    mine = Choice("cuda:0", "nccl")
+    shared = [("cuda", "gloo", "a"), ("cuda", "gloo", "a"), ("cuda", "nccl", "b")]
+    assert agree(mine, shared, "auto") == Choice("cuda:0", "gloo")
+    assert agree(mine, [("cuda", "nccl", "a"), ("cuda", "nccl", "b")], "auto") is mine
+    with pytest.raises(LaunchError, match="got a: cuda/nccl, b: cpu/gloo. HINT: give every host the same"):
+        agree(mine, [("cuda", "nccl", "a"), ("cpu", "gloo", "b")], "auto")
+    with pytest.raises(LaunchError, match="a: cuda/gloo, b: cuda/nccl"):  # a backend given is not changed
+        agree(mine, shared, "nccl")
 
 
 # Device identities as `visible_devices` gives them, (physical chip, instance), one tuple per node-local rank.

@@ -102,6 +102,8 @@ def bootstrap(device: str = TrainConfig.device, backend: str = TrainConfig.backe
         except MpignnError as exc:
             error, kind = str(exc) or type(exc).__name__, type(exc)
         check_all(comm, not error, error, kind)
+        # one process group: hosts that chose apart (GPUs shared on one, a host without any) agree or refuse alike
+        choice = dist.agree(choice, comm.allgather((choice.device_type, choice.backend, topo.host)), backend)
         # on one rank too, so DistributedDataParallel(model) in a script runs unchanged under `mpirun -np 1`
         dist.init_process_group(comm, topo.rank, topo.world_size, topo.local_rank, topo.local_size, choice,
                                 timeout_s=Watchdog.reported_within(collective_timeout))

@@ -10,7 +10,7 @@ import importlib.util
 import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import torch
@@ -22,8 +22,8 @@ from mpignn.mpi import library_version
 from mpignn.launch.mpi_store import MPIStore, listening_tcp_store
 from mpignn.launch.rendezvous import rendezvous_endpoint
 
-__all__ = ["Hardware", "Choice", "DeviceId", "detect_hardware", "visible_devices", "choose", "init_process_group",
-           "apply_threads", "destroy_process_group", "device_id_accepted"]
+__all__ = ["Hardware", "Choice", "DeviceId", "detect_hardware", "visible_devices", "choose", "agree",
+           "init_process_group", "apply_threads", "destroy_process_group", "device_id_accepted"]
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +176,20 @@ def choose(device: str, backend: str, hw: Hardware, local_rank: int, local_size:
     if backend == "nccl" and device != "cuda":
         raise LaunchError(f"--backend nccl needs --device cuda; got --device {device}. HINT: use --backend gloo")
     return Choice("cpu" if device == "cpu" else f"{device}:{local_rank % count}", backend, shared_by)
+
+
+def agree(choice: Choice, chosen: Sequence[tuple[str, str, str]], backend: str) -> Choice:
+    """Return this rank's `choice` once every rank's (device type, backend, host) in `chosen` fit one process
+    group: under `--backend auto`, GPUs shared on some host (gloo) make every rank take gloo. Not collective, the
+    same answer on every rank given the same `chosen`. LaunchError: device types or given backends differ."""
+    kinds = {(kind, name) for kind, name, _ in chosen}
+    if len(kinds) == 1:
+        return choice
+    if backend == "auto" and kinds == {("cuda", "nccl"), ("cuda", "gloo")}:
+        return replace(choice, backend="gloo")
+    by_host = sorted({f"{host}: {kind}/{name}" for kind, name, host in chosen})
+    raise LaunchError(f"expected every rank on one device type and backend; got {', '.join(by_host)}. HINT: give "
+                      "every host the same accelerators, or pass --device and --backend (e.g. --device cpu)")
 
 
 def _sharing(device: str, count: int, local_rank: int, local_size: int,
