@@ -54,7 +54,7 @@ def move_files(comm: Any, moves: list[Move], read_root: str | os.PathLike | None
                write_root: str | os.PathLike | None) -> str:
     """Collective over `comm` (the same `moves` everywhere, run in order, so no two ranks wait on each other):
     copy each file in chunks. Returns "" or, on a receiver, what went wrong (it keeps receiving, so its senders
-    never block); agree on it with `check_all`.
+    never block); agree on it with `check_all`. `write_root` None: a receiver that already failed discards.
     """
     problem = ""
     where = f"on {socket.gethostname()}"
@@ -66,7 +66,8 @@ def move_files(comm: Any, moves: list[Move], read_root: str | os.PathLike | None
         if move.src == comm.rank:
             _send(comm, Path(read_root) / move.rel, move, buf)
         elif move.dst == comm.rank:
-            bad = _receive(comm, Path(write_root) / move.rel, move, buf, skip=bool(problem))
+            bad = _receive(comm, Path(write_root or ".") / move.rel, move, buf,
+                           skip=bool(problem) or write_root is None)
             problem = problem or (bad and f"{bad} {where}")
     return problem
 

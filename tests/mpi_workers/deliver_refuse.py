@@ -1,5 +1,6 @@
 """Delivery onto a folder mpignn did not write: refused on every rank (the folder's files survive), accepted
-with force; a killed delivery's leftover on the receiving host (dead pid) is removed, a live one's kept."""
+with force; a killed delivery's leftover on the receiving host (dead pid) is removed, a live one's kept. A
+receiving host that cannot make the folder: one line on every rank."""
 import socket
 import subprocess
 import sys
@@ -18,15 +19,18 @@ def main(base: str) -> None:
     topo = topology(comm)
     folder = Path(base) / socket.gethostname() / "parts"
     receiver = topo.host_rank > 0 and topo.local_rank == 0
+    blocked = Path(base) / socket.gethostname() / "blocked"
     if comm.rank == 0:
-        partition_graph(make_synthetic(SyntheticSpec(num_nodes=600, avg_degree=4, num_features=4)), comm.size,
-                        folder)
+        graph = make_synthetic(SyntheticSpec(num_nodes=600, avg_degree=4, num_features=4))
+        partition_graph(graph, comm.size, folder)
+        partition_graph(graph, comm.size, blocked / "parts")
     elif receiver:  # the user's own folder at the same path
         folder.mkdir(parents=True)
         (folder / "results.csv").write_text("mine\n")
         child = subprocess.Popen([sys.executable, "-c", "pass"])
         child.wait()
         (folder.parent / f".parts.incoming-{child.pid}@{this_host()}").mkdir()
+        blocked.write_text("")  # a file where the folder's parent goes (root writes anywhere else)
     comm.Barrier()
     try:
         deliver.deliver_partition(comm, folder, comm.rank)
@@ -45,6 +49,12 @@ def main(base: str) -> None:
     if receiver:
         assert not (folder / "results.csv").exists()
         assert not list(folder.parent.glob(".parts.incoming-*")), "the dead delivery's leftover was kept"
+    try:
+        deliver.deliver_partition(comm, blocked / "parts", comm.rank)
+        failed = ""
+    except PartitionFormatError as exc:
+        failed = str(exc)
+    assert "cannot write the partition delivered to" in failed and "\n" not in failed, failed
     print(f"MPIGNN-OK rank={comm.rank}", flush=True)
 
 
