@@ -160,7 +160,8 @@ def test_ranks_that_resolve_a_flag_differently_are_named(caplog):
     from mpignn.config.train_config import parse
     from mpignn.runtime.session import resolve_config
 
-    comm = SimpleNamespace(allgather=lambda mine: [mine, {**mine, "threads": 2}])  # rank 1's host: 2 cores
+    comm = SimpleNamespace(allgather=lambda mine: [mine, {**mine, "threads": 2}],  # rank 1's host: 2 cores
+                           allreduce=lambda mine, op: mine)  # prefetch's agreement: rank 1 says the same
     rt = SimpleNamespace(comm=comm, rank=0, world_size=2, threads=1, device="cpu",
                          choice=SimpleNamespace(device_type="cpu", backend="gloo", shared_by=1))
     graph = SimpleNamespace(features=SimpleNamespace(x=np.zeros((2, 2)), on_host=True), replicated=False,
