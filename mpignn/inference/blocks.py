@@ -31,10 +31,6 @@ class Block:
     type_degree: np.ndarray | None = None
     """int64 [n_dst, T]: in-edges of each target per edge type (heterogeneous graphs)."""
 
-    @property
-    def n_src(self) -> int:
-        return len(self.src_gid)
-
 
 def make_block(rowptr: np.ndarray, col: np.ndarray, lo: int, a: int, b: int, *, type_rowptr: np.ndarray | None = None,
                num_etypes: int = 1, dst_type: int = 0) -> Block:
@@ -124,7 +120,7 @@ def remote_sources(block: Block, lo: int, hi: int) -> np.ndarray:
 def block_sources(block: Block, table: np.ndarray, lo: int, halo_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """The rows of a block's sources: own ones from `table`, remote ones from `halo_rows` at `rows`."""
     n_dst, other = block.n_dst, block.src_gid[block.n_dst:]
-    x = np.empty((block.n_src, table.shape[1]), dtype=table.dtype)
+    x = np.empty((len(block.src_gid), table.shape[1]), dtype=table.dtype)
     start = int(block.src_gid[0]) - lo
     x[:n_dst] = table[start:start + n_dst]
     i0, i1 = np.searchsorted(other, lo), np.searchsorted(other, lo + len(table))
