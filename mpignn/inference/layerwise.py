@@ -21,16 +21,10 @@ if TYPE_CHECKING:
     from mpignn.launch.bootstrap import Runtime
     from mpignn.loader.local_graph import LocalGraph
 
-__all__ = ["LayerStack", "gcn_inv_sqrt_degree", "run_layers", "own_inputs", "make_store", "to_device",
+__all__ = ["LayerStack", "run_layers", "own_inputs", "make_store", "to_device",
            "exact_outputs"]
 
 log = logging.getLogger(__name__)
-
-
-def gcn_inv_sqrt_degree(rowptr: np.ndarray, col: np.ndarray, lo: int) -> np.ndarray:
-    """float32 [n]: deg^-1/2 of each own node as PyG's `gcn_norm` computes it on the whole graph."""
-    degree = torch.from_numpy((loop_free_degree(rowptr, col, lo) + 1).astype(np.float32))
-    return degree.pow(-0.5).numpy()
 
 
 def to_device(block: Block, device: Any, inv_sqrt: Callable[[np.ndarray], np.ndarray] | None) -> dict[str, Any]:
@@ -88,7 +82,8 @@ def run_layers(comm: Any, part: Any, stack: LayerStack, table: np.ndarray, *, ch
     lo, hi = part.lo, part.hi
     inv_sqrt = None
     if stack.needs_degrees:
-        own = gcn_inv_sqrt_degree(part.rowptr, part.col, part.lo)
+        degree = torch.from_numpy((loop_free_degree(part.rowptr, part.col, lo) + 1).astype(np.float32))
+        own = degree.pow(-0.5).numpy()  # deg^-1/2 of each own node, as PyG's `gcn_norm` on the whole graph
         halo = np.asarray(part.halo_gid, dtype=np.int64)
         halo_d = make_store(own[:, None], part, comm, alltoall).gather(halo)[0][:, 0]  # collective
         inv_sqrt = lambda gid: _lookup(gid, part.lo, own, halo, halo_d)  # noqa: E731
