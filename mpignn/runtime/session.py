@@ -29,7 +29,7 @@ from mpignn.training.minibatch import PROBE_STEPS, choose_minibatch, tune_miniba
 from mpignn.training.optim import adam
 from mpignn.training.stopping import StopSignal
 
-__all__ = ["CHOOSE", "train_run", "resolve_config", "pin_flags"]
+__all__ = ["CHOOSE", "train_run", "resolve_config"]
 
 log = logging.getLogger("mpignn.train")
 
@@ -64,7 +64,8 @@ def train_run(cfg: TrainConfig, task: Task, stop: StopSignal | None = None) -> i
     if rt.rank == 0:  # what runs, every `auto` made concrete: a second run given these flags repeats it
         log.info("config %s", json.dumps(cfg.to_dict(), sort_keys=True))
         if resolved:
-            log.info("resolved (pin them to repeat this run anywhere): %s", pin_flags(resolved))
+            log.info("resolved (pin them to repeat this run anywhere): %s",
+                     " ".join(f"--{name.replace('_', '-')} {value}" for name, value in resolved.items()))
     loaders: dict[str, Any] = {split: loader(split, cfg.minibatch) for split in ("train", "val", "test")}
     if cfg.minibatch == "full":  # one fixed batch: every epoch allocates the same blocks
         keep_big_blocks()
@@ -134,8 +135,3 @@ def resolve_config(rt: Runtime, cfg: TrainConfig, graph: LocalGraph, minibatch: 
                     "; ".join(f"rank {r}: " + ", ".join(f"{k}={view.get(k)}" for k in differ)
                               for r, view in enumerate(views)))
     return dataclasses.replace(cfg, **resolved), resolved
-
-
-def pin_flags(resolved: dict[str, Any]) -> str:
-    """Return the flags that give a second run the values this one resolved."""
-    return " ".join(f"--{name.replace('_', '-')} {value}" for name, value in resolved.items())
