@@ -64,13 +64,6 @@ class Choice:
 DeviceId = tuple[str, str]
 
 
-def _has_module(name: str) -> bool:
-    try:
-        return importlib.import_module(name) is not None
-    except Exception:  # a broken optional install counts as absent
-        return False
-
-
 def _installed(name: str) -> bool:
     """Without importing it: its import may load native libraries."""
     try:
@@ -92,7 +85,10 @@ def detect_hardware() -> Hardware:
     dist = torch.distributed
     cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
     xpu = _xpu_count()
-    has_ipex = _has_module("intel_extension_for_pytorch") if not cuda else False
+    try:
+        has_ipex = not cuda and importlib.import_module("intel_extension_for_pytorch") is not None
+    except Exception:  # a broken optional install counts as absent
+        has_ipex = False
     if has_ipex and not xpu:
         xpu = _xpu_count()
     return Hardware(cuda_devices=cuda, xpu_devices=xpu, has_nccl=bool(cuda) and dist.is_nccl_available(),
