@@ -104,7 +104,7 @@ def test_evaluations_inside_an_epoch_split_its_steps_evenly(steps, k, ends):
 
 
 def test_evals_per_epoch_needs_eval_every_one():
-    from mpignn.config.train_config import parse
+    from _config import parse
     from mpignn.errors import ConfigError
 
     assert parse(["--evals-per-epoch", "4"]).evals_per_epoch == 4
@@ -159,7 +159,7 @@ def test_max_steps_takes_that_many_full_batches_of_a_fresh_shuffle():
 
 
 def test_negative_max_steps_is_refused_with_a_hint():
-    from mpignn.config.train_config import parse
+    from _config import parse
     from mpignn.errors import ConfigError
 
     assert parse(["--max-steps", "5"]).max_steps == 5

@@ -5,8 +5,9 @@ tests/test_cache_mpi.py)."""
 import numpy as np
 import pytest
 
+from _config import parse
 from mpignn.config.choices import parse_cache_size
-from mpignn.config.train_config import TrainConfig, parse
+from mpignn.config.train_config import TrainConfig
 from mpignn.env import mem_available_bytes
 from mpignn.errors import ConfigError
 

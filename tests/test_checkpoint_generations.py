@@ -13,8 +13,8 @@ import torch
 
 import mpignn.training.checkpoint as ckpt
 import mpignn.exchange.embedding as embedding
+from _config import parse
 from _mpirun import SHARED, WORKERS, multihost_env, ok_ranks, run_cmd, run_mpi, run_mpi_raw
-from mpignn.config.train_config import parse
 from mpignn.errors import ConfigError, is_agreed
 from mpignn.exchange.embedding import NodeEmbedding
 from mpignn.fileio import sha256_file

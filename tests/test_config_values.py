@@ -12,9 +12,10 @@ import textwrap
 
 import pytest
 
+from _config import parse
 from _mpirun import ROOT
 from mpignn import compiled, env
-from mpignn.config.train_config import TrainConfig, build_parser, check_fits, parse
+from mpignn.config.train_config import TrainConfig, build_parser, check_fits
 from mpignn.config.values import check_memory, estimate_step_bytes
 from mpignn.errors import ConfigError, LaunchError
 
@@ -211,8 +212,9 @@ def test_unknown_memory_refuses_nothing_and_the_default_reads_the_host(monkeypat
 
 
 def test_check_fits_imports_no_torch():
-    code = ("import sys; from mpignn.config.train_config import check_fits, parse; "
-            "check_fits(parse([]), available=1 << 40); print('torch' in sys.modules)")
+    code = ("import sys; from mpignn.config.train_config import TrainConfig, build_parser, check_fits; "
+            "check_fits(TrainConfig.from_args(build_parser().parse_args([])), available=1 << 40); "
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stdout + out.stderr
 

@@ -8,9 +8,10 @@ import json
 import pytest
 import torch
 
+from _config import parse
 from _mpirun import records, train_runs
-from mpignn.training.checkpoint import MANIFEST, checkpoint_config, generations
-from mpignn.config.train_config import LINK_DEFAULTS, TrainConfig, parse
+from mpignn.training.checkpoint import MANIFEST, generations
+from mpignn.config.train_config import LINK_DEFAULTS, TrainConfig
 
 TINY = "synthetic:num_nodes=600,avg_degree=4,num_features=8"
 

@@ -92,7 +92,7 @@ def test_train_with_learnable_rows_checkpoints_and_resumes_them(tmp_path):
 
 
 def test_embed_flags_are_checked_before_anything_runs():
-    from mpignn.config.train_config import parse
+    from _config import parse
     from mpignn.errors import ConfigError
 
     assert parse(["--embed-dim", "16"]).embed_dim == 16

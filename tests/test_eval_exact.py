@@ -166,7 +166,7 @@ def test_a_task_without_exact_evaluation_is_refused():
 
 
 def test_the_old_second_name_is_refused_with_its_replacement():
-    from mpignn.config.train_config import parse
+    from _config import parse
 
     with pytest.raises(ConfigError, match=r"^--eval full is gone: .* HINT: --eval exact$"):
         parse(["--eval", "full"])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from mpignn.config.train_config import parse
+from _config import parse
 from mpignn.errors import ConfigError
 from mpignn.launch.device import FEATURE_DEVICE_SHARE, features_on_device
 

@@ -9,9 +9,9 @@ import re
 import numpy as np
 import pytest
 
+from _config import parse
 from _mpirun import run_mpi, run_python
 from mpignn.config.refusals import refusal
-from mpignn.config.train_config import parse
 from mpignn.errors import ConfigError
 from mpignn.tasks import make_task
 from mpignn.training.fit import check_flags

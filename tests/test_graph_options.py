@@ -2,6 +2,7 @@
 value; load_local_graph(rt, dataset, root, **kwargs) builds it from its keywords; a flag is refused by one check
 with one message on both paths; the choice lists have one definition; attach_embedding returns a new graph."""
 from __future__ import annotations
+from _config import parse
 
 import dataclasses
 import types
@@ -9,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from mpignn.config.train_config import parse
 from mpignn.errors import ConfigError, is_agreed
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mpignn"

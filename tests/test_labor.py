@@ -194,7 +194,7 @@ def test_a_gcn_layer_on_labor_batches_has_neighbour_samplings_expected_output():
     (["--sampler", "layer"], "--sampler must be one of neighbor, labor; got 'layer'. HINT"),
 ])
 def test_what_labor_cannot_train_is_refused_before_anything_runs(argv, needle):
-    from mpignn.config.train_config import parse
+    from _config import parse
     from mpignn.errors import ConfigError
 
     with pytest.raises(ConfigError) as err:
@@ -339,7 +339,7 @@ def test_a_training_loader_shares_variates_within_a_window_only():
 ])
 def test_dependencies_need_labor_and_a_positive_window(argv, needle):
     from mpignn.config.graph_options import GraphOptions
-    from mpignn.config.train_config import parse
+    from _config import parse
     from mpignn.errors import ConfigError
 
     with pytest.raises(ConfigError) as err:

@@ -176,7 +176,7 @@ def test_a_layer_on_weighted_batches_has_neighbour_samplings_expected_output(kin
 ])
 def test_what_cannot_take_the_weights_is_refused_in_one_line(argv, needle):
     from mpignn.config.graph_options import GraphOptions
-    from mpignn.config.train_config import parse
+    from _config import parse
     from mpignn.errors import ConfigError
 
     with pytest.raises(ConfigError) as err:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mpignn.config.train_config import parse
+from _config import parse
 from mpignn.data import make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.fileio import atomic_dir, remove_leftovers, this_host

@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 
+from _config import parse
 from _mpirun import SHARED, run_cli_here, run_cli_many
-from mpignn.config.train_config import parse
 from _records import undocumented
 from mpignn.errors import ConfigError
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from _config import parse
 from _mpirun import WORKERS, run_mpi
-from mpignn.config.train_config import parse
 from mpignn.data import load_dataset, make_synthetic
 from mpignn.data.synthetic import SyntheticSpec
 from mpignn.errors import ConfigError, is_agreed

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from _config import parse
 from mpignn.config.graph_options import GraphOptions
 from mpignn.config.refusals import RULES, refusal
 from mpignn.config.graph_options import parse_fanout
-from mpignn.config.train_config import TrainConfig, parse
+from mpignn.config.train_config import TrainConfig
 from mpignn.errors import ConfigError
 
 def test_graph_options_are_the_training_configs_section():

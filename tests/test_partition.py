@@ -291,7 +291,7 @@ def test_missing_kaminpar_names_the_package(graph, tmp_path, monkeypatch):
 
 
 def test_training_config_takes_the_partition_methods():
-    from mpignn.config.train_config import parse
+    from _config import parse
 
     for method in ("metis", "kaminpar", "random", "auto"):
         assert parse(["--partition-method", method]).partition_method == method

@@ -310,7 +310,7 @@ def test_a_good_split_file_replaces_any_datasets_splits(tmp_path):
 
 def test_the_flag_reaches_graph_options_and_link_prediction_refuses_it():
     from mpignn.config.graph_options import GraphOptions
-    from mpignn.config.train_config import parse
+    from _config import parse
     from mpignn.tasks import make_task
 
     cfg = parse(["--dataset", "Amazon-Photo", "--splits", "s.npz"])

@@ -17,8 +17,9 @@ _CHECK = textwrap.dedent("""
     import sys
     assert sys.version_info[:2] == (3, 10), sys.version
     import {modules}
-    from mpignn.config.train_config import parse
+    from mpignn.config.train_config import TrainConfig, build_parser
     from mpignn.errors import ConfigError
+    parse = lambda argv: TrainConfig.from_args(build_parser().parse_args(argv))  # tests/_config.py's
     cfg = parse(["--config", sys.argv[1], "--epochs", "3"])
     assert (cfg.hidden, cfg.fanouts, cfg.epochs) == (32, [5, 4], 3), cfg
     try:

@@ -143,7 +143,7 @@ def test_the_model_does_not_depend_on_the_mode_that_trains_it(tmp_path, mode):
 
 
 def test_the_removed_classic_flag_is_refused_with_its_replacement():
-    from mpignn.config.train_config import parse
+    from _config import parse
     from mpignn.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--classic is gone.*HINT: --norm layer --residual --linear-head"):
@@ -157,7 +157,7 @@ def test_ranks_that_resolve_a_flag_differently_are_named(caplog):
 
     import numpy as np
 
-    from mpignn.config.train_config import parse
+    from _config import parse
     from mpignn.runtime.session import resolve_config
 
     comm = SimpleNamespace(allgather=lambda mine: [mine, {**mine, "threads": 2}],  # rank 1's host: 2 cores

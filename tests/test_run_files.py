@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
+from _config import parse
 from _mpirun import run_cli_many, run_python
-from mpignn.config.train_config import parse
 from mpignn.errors import ConfigError, is_agreed
 from mpignn.training.checkpoint import generations, save_state
 from mpignn.training.run_files import (FolderLock, check_outputs, claim_checkpoint_dir, keep_best, on_behalf,

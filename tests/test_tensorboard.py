@@ -53,7 +53,7 @@ def no_tensorboard(monkeypatch):
 
 
 def test_missing_package_fails_up_front_naming_the_extra(no_tensorboard):
-    from mpignn.config.train_config import parse
+    from _config import parse
     from mpignn.training.fit import check_flags
     from mpignn.tasks import make_task
 

@@ -10,7 +10,7 @@ import inspect
 import math
 import sys
 from dataclasses import dataclass, fields
-from typing import Any, Sequence
+from typing import Any
 
 from mpignn.config.choices import (BATCH_SCOPES, DECODERS, EVALS, LR_SCALINGS, MINIBATCHES, MODELS, NEGATIVES, NORMS,
                                    PRECISIONS, PREFETCH_MODES, TASKS)
@@ -24,8 +24,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (the default of many clusters' images): tomllib's origin, installed by setup.py there
     import tomli as tomllib
 
-__all__ = ["LINK_DEFAULTS", "REMOVED_FLAGS", "TrainConfig", "add_fields", "build_parser", "check_fits", "field_docs",
-           "parse"]
+__all__ = ["LINK_DEFAULTS", "REMOVED_FLAGS", "TrainConfig", "add_fields", "build_parser", "check_fits", "field_docs"]
 
 
 # --task link's own defaults where no flag or --config key sets them (their figures: docs/training.md "Defaults
@@ -235,10 +234,6 @@ def add_fields(parser: argparse.ArgumentParser, cls: type) -> argparse.ArgumentP
             kind = {"int": int, "float": float}.get(str(f.type), str)
             parser.add_argument(flag, type=kind, required=required, default=argparse.SUPPRESS, help=text)
     return parser
-
-
-def parse(argv: Sequence[str] | None = None) -> TrainConfig:
-    return TrainConfig.from_args(build_parser().parse_args(argv))
 
 
 def check_fits(cfg: TrainConfig, *, world_size: int | None = None, ranks_on_host: int | None = None,
