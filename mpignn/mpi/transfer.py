@@ -66,8 +66,8 @@ def move_files(comm: Any, moves: list[Move], read_root: str | os.PathLike | None
         if move.src == comm.rank:
             _send(comm, Path(read_root) / move.rel, move, buf)
         elif move.dst == comm.rank:
-            bad = _receive(comm, Path(write_root or ".") / move.rel, move, buf,
-                           skip=bool(problem) or write_root is None)
+            skip = bool(problem) or write_root is None  # this receiver failed already: it discards
+            bad = _receive(comm, None if skip else Path(write_root) / move.rel, move, buf)
             problem = problem or (bad and f"{bad} {where}")
     return problem
 
@@ -89,12 +89,12 @@ def _send(comm: Any, path: Path, move: Move, buf: np.ndarray) -> None:
         f.close()
 
 
-def _receive(comm: Any, path: Path, move: Move, buf: np.ndarray, skip: bool) -> str:
+def _receive(comm: Any, path: Path | None, move: Move, buf: np.ndarray) -> str:
     from mpi4py import MPI
 
     out, check, problem = None, hashlib.sha256(), ""
-    tmp = temp_name(path, "incoming")
-    if not skip:
+    tmp = temp_name(path, "incoming") if path is not None else None
+    if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             out = open(tmp, "wb")
@@ -110,7 +110,8 @@ def _receive(comm: Any, path: Path, move: Move, buf: np.ndarray, skip: bool) -> 
             except OSError as exc:
                 problem, out = f"cannot write {path}: {os_problem(exc)}", None
     if out is None:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         return problem
     try:
         out.close()
